@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Maps of the socket shortcut. Sizes are defaults; the agent resizes them before load. */
+#pragma once
+
+/* Enrolled sockets by socket cookie. Redirect targets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, 131072);
+	__type(key, __u64);
+	__type(value, __u64);
+} ez_sockets SEC(".maps");
+
+/* Pairing records of connections being set up, by canonical connection key. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct ez_conn_key);
+	__type(value, struct ez_pair);
+} ez_pairs SEC(".maps");
+
+/* Per-socket state; the kernel frees an entry with its socket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct ez_sock);
+} ez_socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EZ_C_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} ez_counters SEC(".maps");
+
+static __always_inline void count_add(__u32 c, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&ez_counters, &c);
+
+	if (v)
+		*v += n;
+}
+
+static __always_inline void count(__u32 c)
+{
+	count_add(c, 1);
+}
+
+/* Maps an insert error to the fallback reason it is counted under. */
+static __always_inline void count_insert_error(long err)
+{
+	if (err == -EBUSY)
+		count(EZ_C_FB_EBUSY);
+	else if (err == -E2BIG || err == -ENOMEM || err == -ENOSPC)
+		count(EZ_C_FB_MAP_FULL);
+	else if (err == -EEXIST)
+		count(EZ_C_FB_AMBIGUOUS);
+	else
+		count(EZ_C_FB_OTHER);
+}

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * sk_msg: runs for every sendmsg/sendfile/splice of an enrolled socket. A
+ * paired socket redirects into its peer's receive queue; a client whose server
+ * is not paired yet settles, once, for the kernel path (settle_client), and the
+ * server's ESTABLISHED removes it from the sockhash before anything can arrive
+ * through the stack (the FIONREAD bug: tcp_bpf_ioctl reports only psock bytes).
+ */
+#pragma once
+
+SEC("sk_msg")
+int ez_msg(struct sk_msg_md *msg)
+{
+	struct bpf_sock *sk = msg->sk;
+	struct ez_sock *es;
+	__u32 state;
+
+	if (!sk)
+		return SK_PASS;
+	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	if (!es)
+		return SK_PASS;
+	state = es->state;
+	/* sendmsg holds the socket lock, as does the STATE_CB settle. */
+	if (state == EZ_SOCK_WAITING)
+		state = settle_client(es);
+	if (state != EZ_SOCK_PAIRED)
+		return SK_PASS;
+	/* The peer leaves the sockhash only when it is closed or reset: there is
+	 * no reader left to see an order, so the kernel path is the honest answer
+	 * (it produces the RST/EPIPE plain TCP would). */
+	if (bpf_msg_redirect_hash(msg, &ez_sockets, &es->peer_cookie, BPF_F_INGRESS) != SK_PASS) {
+		count(EZ_C_FB_PEER_GONE);
+		return SK_PASS;
+	}
+	es->tx_msgs++;
+	es->tx_bytes += msg->size;
+	count(EZ_C_MSGS_REDIRECTED);
+	count_add(EZ_C_BYTES_REDIRECTED, msg->size);
+	return SK_PASS;
+}

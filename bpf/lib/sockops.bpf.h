@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * sockops: the pairing protocol. Both ends of a node-local connection are
+ * enrolled only when both live in managed cgroups, and the connection's path
+ * is decided exactly once, by one cmpxchg on its ez_pair record:
+ *
+ *   listener sees the SYN   -> record SYN                  (BPF_NOEXIST)
+ *   client ESTABLISHED      -> client into ez_sockets; SYN -> CLIENT
+ *   server ESTABLISHED      -> server into ez_sockets; CLIENT -> PAIRED
+ *   client's first sendmsg  -> CLIENT -> KERNEL (server not there yet); the
+ *                              server's ESTABLISHED then removes the client
+ *                              from ez_sockets before any byte can reach it
+ *                              through the stack
+ *
+ * Quirk: sockops may look a socket up in a sockhash but has no bpf_sk_release,
+ * so the verifier rejects the lookup; the two ends meet only through this
+ * record, never through each other's sk_storage.
+ */
+#pragma once
+
+/* Moves a record in state from..to (inclusive) to AMBIGUOUS. Returns the state found. */
+static __always_inline __u32 pair_make_ambiguous(struct ez_pair *p)
+{
+	__u32 old = p->state;
+
+#pragma unroll
+	for (int i = 0; i < 3; i++) {
+		if (old != EZ_PAIR_SYN && old != EZ_PAIR_CLAIMING && old != EZ_PAIR_CLIENT)
+			return old;
+		__u32 seen = __sync_val_compare_and_swap(&p->state, old, EZ_PAIR_AMBIGUOUS);
+		if (seen == old)
+			return old;
+		old = seen;
+	}
+	return old;
+}
+
+/* Listener, SYN received: runs for the request socket (is_fullsock == 0) in the listener's cgroup. */
+static __always_inline void on_syn(struct bpf_sock_ops *skops)
+{
+	struct ez_pair rec = { .created_ns = bpf_ktime_get_ns(), .state = EZ_PAIR_SYN };
+	struct ez_conn_key key = {};
+	struct ez_pair *old;
+	long err;
+
+	key_from_sockops(skops, &key, true);
+	err = bpf_map_update_elem(&ez_pairs, &key, &rec, BPF_NOEXIST);
+	if (!err) {
+		count(EZ_C_HANDSHAKES);
+		return;
+	}
+	if (err != -EEXIST) {
+		count_insert_error(err);
+		return;
+	}
+	/* Two handshakes for one key at once (namespaces with overlapping
+	 * addresses): neither may pair. A decided record (PAIRED, KERNEL) is left
+	 * alone, only the new handshake goes unaccelerated. AMBIGUOUS records stay
+	 * until the agent ages them out, so a third handshake cannot claim them. */
+	old = bpf_map_lookup_elem(&ez_pairs, &key);
+	if (old)
+		pair_make_ambiguous(old);
+	count(EZ_C_FB_AMBIGUOUS);
+}
+
+/* Client ESTABLISHED (SYN-ACK received, so a managed server already registered the SYN). */
+static __always_inline void on_client_established(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct ez_sock *es;
+	struct ez_pair *p;
+	__u64 cookie;
+	long err;
+
+	if (!sk)
+		return;
+	es = bpf_sk_storage_get(&ez_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!es) {
+		count(EZ_C_FB_NO_STORAGE);
+		return;
+	}
+	if (es->flags & EZ_F_SYN_DATA) {
+		count(EZ_C_FB_SYN_DATA);
+		return;
+	}
+	/* Without the egress program's view of the SYN only the socket's own
+	 * (pre-NAT) tuple is known; it still finds a server reached without NAT. */
+	if (!(es->flags & EZ_F_SYN_SEEN))
+		key_from_sockops(skops, &es->key, false);
+	else
+		es->key.netns = key_needs_netns(&es->key) ? bpf_get_netns_cookie(skops) : 0;
+	p = bpf_map_lookup_elem(&ez_pairs, &es->key);
+	if (!p) {
+		count(EZ_C_FB_NO_LOCAL_PEER);
+		return;
+	}
+	/* A record registered before our first SYN left belongs to another handshake. */
+	if (es->syn_ns && p->created_ns < es->syn_ns) {
+		pair_make_ambiguous(p);
+		count(EZ_C_FB_AMBIGUOUS);
+		return;
+	}
+	cookie = bpf_get_socket_cookie(skops);
+	es->self_cookie = cookie;
+	es->flags |= EZ_F_CLIENT;
+	es->state = EZ_SOCK_WAITING;
+	err = bpf_sock_hash_update(skops, &ez_sockets, &cookie, BPF_NOEXIST);
+	if (err) {
+		es->state = EZ_SOCK_KERNEL;
+		count_insert_error(err);
+		return;
+	}
+	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_SYN, EZ_PAIR_CLAIMING) != EZ_PAIR_SYN)
+		goto ambiguous;
+	p->client_cookie = cookie;
+	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_CLAIMING, EZ_PAIR_CLIENT) != EZ_PAIR_CLAIMING)
+		goto ambiguous;
+	/* Tell us when the connection leaves ESTABLISHED, to drop the record. */
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+	count(EZ_C_SOCKETS_ENROLLED);
+	return;
+ambiguous:
+	pair_make_ambiguous(p);
+	es->state = EZ_SOCK_KERNEL;
+	bpf_map_delete_elem(&ez_sockets, &cookie);
+	count(EZ_C_FB_AMBIGUOUS);
+}
+
+/* Server ESTABLISHED (the client's ACK created the accepted socket; no data received yet). */
+static __always_inline void on_server_established(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct ez_conn_key key = {};
+	__u64 ccookie, cookie;
+	struct ez_sock *ses;
+	struct ez_pair *p;
+	__u32 old;
+	long err;
+
+	if (!sk)
+		return;
+	key_from_sockops(skops, &key, true);
+	p = bpf_map_lookup_elem(&ez_pairs, &key);
+	if (!p)
+		return;
+	/* The client claims at its ESTABLISHED, before sending the ACK that
+	 * created us: SYN here means no managed client exists. */
+	old = __sync_val_compare_and_swap(&p->state, EZ_PAIR_SYN, EZ_PAIR_KERNEL);
+	if (old == EZ_PAIR_SYN) {
+		bpf_map_delete_elem(&ez_pairs, &key);
+		count(EZ_C_FB_NO_LOCAL_PEER);
+		return;
+	}
+	ccookie = p->client_cookie;
+	if (old == EZ_PAIR_AMBIGUOUS) {
+		/* The client may sit in the sockhash; nobody redirected to it. The
+		 * record stays for the agent to age out. */
+		if (ccookie)
+			bpf_map_delete_elem(&ez_sockets, &ccookie);
+		count(EZ_C_FB_AMBIGUOUS);
+		return;
+	}
+	if (old != EZ_PAIR_CLIENT)
+		goto release_client; /* KERNEL: the client wrote before we existed */
+	if (skops->bytes_received) {
+		count(EZ_C_FB_SYN_DATA);
+		goto decide_kernel;
+	}
+	ses = bpf_sk_storage_get(&ez_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!ses) {
+		count(EZ_C_FB_NO_STORAGE);
+		goto decide_kernel;
+	}
+	cookie = bpf_get_socket_cookie(skops);
+	ses->self_cookie = cookie;
+	ses->peer_cookie = ccookie;
+	ses->key = key;
+	ses->flags |= EZ_F_SERVER;
+	ses->state = EZ_SOCK_PAIRED;
+	err = bpf_sock_hash_update(skops, &ez_sockets, &cookie, BPF_NOEXIST);
+	if (err) {
+		ses->state = EZ_SOCK_KERNEL;
+		count_insert_error(err);
+		goto decide_kernel;
+	}
+	p->server_cookie = cookie;
+	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_CLIENT, EZ_PAIR_PAIRED) != EZ_PAIR_CLIENT) {
+		/* The client wrote first and took the kernel path: so do we. */
+		ses->state = EZ_SOCK_KERNEL;
+		bpf_map_delete_elem(&ez_sockets, &cookie);
+		goto release_client;
+	}
+	/* The record stays until the client reads the outcome. */
+	count(EZ_C_SOCKETS_ENROLLED);
+	count(EZ_C_PAIRS);
+	return;
+
+decide_kernel:
+	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_CLIENT, EZ_PAIR_KERNEL) != EZ_PAIR_CLIENT)
+		count(EZ_C_FB_EARLY_DATA);
+release_client:
+	/* Deleting another socket from the sockhash is what a delete from
+	 * userspace does (sock_hash_delete_elem, psock dropped under
+	 * sk_callback_lock). Nothing was redirected to the client, and nothing
+	 * can reach it through the stack before this: we have not been accepted. */
+	bpf_map_delete_elem(&ez_sockets, &ccookie);
+	bpf_map_delete_elem(&ez_pairs, &key);
+	count(EZ_C_SOCKETS_RELEASED);
+}
+
+/*
+ * A waiting client learns its connection's outcome, at its first sendmsg or
+ * when it leaves ESTABLISHED. Quirk: sk_msg may not delete from a sockhash
+ * ("cannot update sockmap in this context"), so a client that settles for the
+ * kernel path stays enrolled, passing, until the server's ESTABLISHED removes
+ * it: before that no byte can reach it through the stack.
+ */
+static __always_inline __u32 settle_client(struct ez_sock *es)
+{
+	struct ez_pair *p = bpf_map_lookup_elem(&ez_pairs, &es->key);
+	__u32 old;
+
+	es->state = EZ_SOCK_KERNEL;
+	if (!p || p->client_cookie != es->self_cookie)
+		return EZ_SOCK_KERNEL; /* the server decided KERNEL and removed us */
+	old = __sync_val_compare_and_swap(&p->state, EZ_PAIR_CLIENT, EZ_PAIR_KERNEL);
+	if (old == EZ_PAIR_PAIRED) {
+		es->peer_cookie = p->server_cookie;
+		es->state = EZ_SOCK_PAIRED;
+		bpf_map_delete_elem(&ez_pairs, &es->key);
+		return EZ_SOCK_PAIRED;
+	}
+	if (old == EZ_PAIR_CLIENT)
+		count(EZ_C_FB_EARLY_DATA);
+	return EZ_SOCK_KERNEL;
+}
+
+/* Client left ESTABLISHED while still waiting: settle, and clean up what the server cannot. */
+static __always_inline void on_state_change(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct ez_sock *es;
+
+	if (!sk)
+		return;
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~BPF_SOCK_OPS_STATE_CB_FLAG);
+	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	if (!es || es->state != EZ_SOCK_WAITING)
+		return;
+	if (settle_client(es) == EZ_SOCK_KERNEL) {
+		struct ez_pair *p = bpf_map_lookup_elem(&ez_pairs, &es->key);
+
+		bpf_map_delete_elem(&ez_sockets, &es->self_cookie);
+		if (p && p->client_cookie == es->self_cookie && p->state != EZ_PAIR_AMBIGUOUS)
+			bpf_map_delete_elem(&ez_pairs, &es->key);
+	}
+}
+
+SEC("sockops")
+int ez_sockops(struct bpf_sock_ops *skops)
+{
+	switch (skops->op) {
+	case BPF_SOCK_OPS_TIMEOUT_INIT:
+		/* Also called for the client's own socket in tcp_connect_init. */
+		if (!skops->is_fullsock)
+			on_syn(skops);
+		break;
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+		on_client_established(skops);
+		break;
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		on_server_established(skops);
+		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		on_state_change(skops);
+		break;
+	}
+	return 1;
+}

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Socket shortcut: sockops + sk_msg + SOCKHASH, with cgroup_skb egress for NAT. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "shortcut.h"
+#include "lib/errno.bpf.h"
+#include "lib/maps.bpf.h"
+#include "lib/key.bpf.h"
+#include "lib/egress.bpf.h"
+#include "lib/sockops.bpf.h"
+#include "lib/skmsg.bpf.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Referenced so that BTF, and so bpf2go, carries the enums the agent reads. */
+const enum ez_counter ez_counter_enum __attribute__((unused));
+const enum ez_pair_state ez_pair_state_enum __attribute__((unused));
+const enum ez_sock_state ez_sock_state_enum __attribute__((unused));

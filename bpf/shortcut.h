@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Types shared by the socket-shortcut datapath and the Go agent. bpf2go
+ * generates the Go side from this file: edit it here only. Fixed-width
+ * fields, widest first, explicit padding, so both compilers agree.
+ */
+#ifndef EZ_SHORTCUT_H
+#define EZ_SHORTCUT_H
+
+/*
+ * Canonical identity of one TCP connection, named from the client (active
+ * opener) side, after NAT. Addresses are IPv6; IPv4 is stored v4-mapped
+ * (::ffff:a.b.c.d) so an AF_INET client and an AF_INET6 dual-stack listener
+ * build byte-identical keys. Ports are in host byte order. netns is the
+ * network-namespace cookie when either address is loopback (such tuples
+ * repeat in every namespace), 0 otherwise.
+ */
+struct ez_conn_key {
+	__u64 netns;
+	__u8 client_ip[16];
+	__u8 server_ip[16];
+	__u16 client_port;
+	__u16 server_port;
+	__u32 _pad;
+};
+
+/*
+ * Pairing record of one connection, shared by its two ends until the client
+ * has learnt the outcome. Created when a managed listener sees the SYN;
+ * removed when the server finds no managed client, when the client reads the
+ * outcome (its first sendmsg), or when the client closes.
+ */
+struct ez_pair {
+	__u64 created_ns;	/* bpf_ktime_get_ns() when the listener saw the SYN */
+	__u64 client_cookie;	/* socket cookie of the managed client that claimed it */
+	__u64 server_cookie;	/* socket cookie of the accepted socket, once paired */
+	__u32 state;		/* enum ez_pair_state */
+	__u32 _pad;
+};
+
+enum ez_pair_state {
+	EZ_PAIR_SYN = 1,	/* registered by the listener, no client yet */
+	EZ_PAIR_CLAIMING = 2,	/* a client is writing its cookie */
+	EZ_PAIR_CLIENT = 3,	/* claimed by exactly one managed client, which is enrolled */
+	EZ_PAIR_PAIRED = 4,	/* server enrolled too: both directions redirected for life */
+	EZ_PAIR_KERNEL = 5,	/* decided for the kernel path for life; nobody enrolled */
+	EZ_PAIR_AMBIGUOUS = 6,	/* two handshakes or clients for one key: never pair */
+};
+
+/* Per-socket state (BPF_MAP_TYPE_SK_STORAGE): freed by the kernel with the socket. */
+struct ez_sock {
+	__u64 self_cookie;
+	__u64 peer_cookie;
+	__u64 syn_ns;		/* first SYN seen on egress (clients) */
+	__u64 tx_msgs;		/* messages this socket redirected to its peer */
+	__u64 tx_bytes;
+	struct ez_conn_key key;
+	__u32 state;		/* enum ez_sock_state */
+	__u32 flags;		/* enum ez_sock_flags */
+};
+
+enum ez_sock_state {
+	EZ_SOCK_SEEN = 0,	/* storage exists; not in the sockhash */
+	EZ_SOCK_WAITING = 1,	/* client in the sockhash; outcome in its ez_pair record */
+	EZ_SOCK_PAIRED = 2,	/* both ends in the sockhash: every byte is redirected */
+	EZ_SOCK_KERNEL = 3,	/* decided for the kernel path for the connection's life */
+};
+
+enum ez_sock_flags {
+	EZ_F_SYN_SEEN = 1,	/* key holds the post-NAT tuple of the SYN */
+	EZ_F_SYN_DATA = 2,	/* data rode on the SYN (TCP Fast Open) */
+	EZ_F_CLIENT = 4,
+	EZ_F_SERVER = 8,
+};
+
+/* Per-CPU counters (BPF_MAP_TYPE_PERCPU_ARRAY indexed by this enum). */
+enum ez_counter {
+	EZ_C_SOCKETS_ENROLLED = 0,	/* sockets inserted into the sockhash */
+	EZ_C_PAIRS,			/* connections with both directions redirected */
+	EZ_C_MSGS_REDIRECTED,
+	EZ_C_BYTES_REDIRECTED,
+	EZ_C_HANDSHAKES,		/* SYNs registered by managed listeners */
+	EZ_C_FB_NO_LOCAL_PEER,		/* peer off-node or outside the managed cgroups */
+	EZ_C_FB_AMBIGUOUS,		/* two candidates for one key */
+	EZ_C_FB_MAP_FULL,
+	EZ_C_FB_EBUSY,			/* socket owned by another sockmap/ULP user */
+	EZ_C_FB_EXCLUDED,		/* selection rules */
+	EZ_C_FB_EARLY_DATA,		/* client wrote before its server was paired */
+	EZ_C_FB_SYN_DATA,		/* TCP Fast Open */
+	EZ_C_FB_PEER_GONE,		/* redirect target closed: message left on the kernel path */
+	EZ_C_FB_NO_STORAGE,		/* sk_storage allocation failed */
+	EZ_C_FB_OTHER,			/* any other failed insert */
+	EZ_C_SOCKETS_RELEASED,		/* enrolled sockets handed back to the kernel path */
+	EZ_C_MAX,
+};
+
+#endif

@@ -1,0 +1,67 @@
+package datapath
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// Counters are the datapath's per-CPU counters summed over CPUs, by name.
+type Counters map[string]uint64
+
+// counterNames are the external (metrics, JSON) names of enum ez_counter.
+// TestCounterNamesComplete checks that every enum value has one.
+var counterNames = map[shortcutEzCounter]string{
+	shortcutEzCounterEZ_C_SOCKETS_ENROLLED: "sockets_enrolled",
+	shortcutEzCounterEZ_C_PAIRS:            "pairs",
+	shortcutEzCounterEZ_C_MSGS_REDIRECTED:  "messages_redirected",
+	shortcutEzCounterEZ_C_BYTES_REDIRECTED: "bytes_redirected",
+	shortcutEzCounterEZ_C_HANDSHAKES:       "handshakes",
+	shortcutEzCounterEZ_C_FB_NO_LOCAL_PEER: "fallback_no_local_peer",
+	shortcutEzCounterEZ_C_FB_AMBIGUOUS:     "fallback_ambiguous",
+	shortcutEzCounterEZ_C_FB_MAP_FULL:      "fallback_map_full",
+	shortcutEzCounterEZ_C_FB_EBUSY:         "fallback_ebusy",
+	shortcutEzCounterEZ_C_FB_EXCLUDED:      "fallback_excluded",
+	shortcutEzCounterEZ_C_FB_EARLY_DATA:    "fallback_early_data",
+	shortcutEzCounterEZ_C_FB_SYN_DATA:      "fallback_syn_data",
+	shortcutEzCounterEZ_C_FB_PEER_GONE:     "fallback_peer_gone",
+	shortcutEzCounterEZ_C_FB_NO_STORAGE:    "fallback_no_storage",
+	shortcutEzCounterEZ_C_FB_OTHER:         "fallback_other",
+	shortcutEzCounterEZ_C_SOCKETS_RELEASED: "sockets_released",
+}
+
+func counterName(c shortcutEzCounter) string {
+	if n, ok := counterNames[c]; ok {
+		return n
+	}
+	return fmt.Sprintf("counter_%d", uint32(c))
+}
+
+// CounterNames lists every counter name in enum order.
+func CounterNames() []string {
+	names := make([]string, 0, shortcutEzCounterEZ_C_MAX)
+	for c := shortcutEzCounter(0); c < shortcutEzCounterEZ_C_MAX; c++ {
+		names = append(names, counterName(c))
+	}
+	return names
+}
+
+// ReadCounters sums the per-CPU counters of a counters map.
+func ReadCounters(m *ebpf.Map) (Counters, error) {
+	out := make(Counters, shortcutEzCounterEZ_C_MAX)
+	var perCPU []uint64
+	for c := shortcutEzCounter(0); c < shortcutEzCounterEZ_C_MAX; c++ {
+		if err := m.Lookup(uint32(c), &perCPU); err != nil {
+			return nil, fmt.Errorf("read counter %s: %w", counterName(c), err)
+		}
+		var sum uint64
+		for _, v := range perCPU {
+			sum += v
+		}
+		out[counterName(c)] = sum
+	}
+	return out, nil
+}
+
+// Counters reads this datapath's counters.
+func (d *Datapath) Counters() (Counters, error) { return ReadCounters(d.objs.EzCounters) }
