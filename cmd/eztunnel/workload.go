@@ -1,0 +1,170 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eztunnel/eztunnel/internal/stats"
+	"github.com/eztunnel/eztunnel/internal/workload"
+)
+
+// workloadCmd groups the traffic generators that tests and benchmarks start
+// inside lab pods. Hidden: they are tools of the lab, not of the agent.
+func workloadCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "workload", Short: "Traffic generators for tests and benchmarks", Hidden: true}
+	cmd.AddCommand(workloadServeCmd(), workloadStreamCmd(), workloadPingPongCmd())
+	return cmd
+}
+
+// listenAddr splits "unix:/path" from TCP addresses.
+func listen(addr string) (net.Listener, error) {
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		os.Remove(p)
+		return net.Listen("unix", p)
+	}
+	return net.Listen("tcp", addr)
+}
+
+func dial(addr string) (net.Conn, error) {
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return net.Dial("unix", p)
+	}
+	return net.Dial("tcp", addr)
+}
+
+func workloadServeCmd() *cobra.Command {
+	var streams, echos []string
+	var ready string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve stream and echo clients until killed",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var lns []net.Listener
+			serve := func(addrs []string, fn func(net.Listener) error) error {
+				for _, a := range addrs {
+					ln, err := listen(a)
+					if err != nil {
+						return err
+					}
+					lns = append(lns, ln)
+					go fn(ln)
+				}
+				return nil
+			}
+			if err := serve(streams, workload.ServeStream); err != nil {
+				return err
+			}
+			if err := serve(echos, workload.ServeEcho); err != nil {
+				return err
+			}
+			if len(lns) == 0 {
+				return fmt.Errorf("nothing to serve: give --stream or --echo")
+			}
+			if ready != "" {
+				if err := os.WriteFile(ready, []byte("ready\n"), 0o644); err != nil {
+					return err
+				}
+			}
+			select {}
+		},
+	}
+	cmd.Flags().StringSliceVar(&streams, "stream", nil, "listen address(es) for stream clients")
+	cmd.Flags().StringSliceVar(&echos, "echo", nil, "listen address(es) for ping-pong clients (unix:/path for a unix socket)")
+	cmd.Flags().StringVar(&ready, "ready-file", "", "file written once listening")
+	return cmd
+}
+
+func workloadStreamCmd() *cobra.Command {
+	var o workload.StreamOptions
+	cmd := &cobra.Command{
+		Use:   "stream",
+		Short: "Byte-exact streams in both directions; exits 1 on any mismatch",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Conns < 1 {
+				return fmt.Errorf("--conns %d must be at least 1", o.Conns)
+			}
+			fails := workload.RunStreams(o)
+			json.NewEncoder(os.Stdout).Encode(map[string]any{"conns": o.Conns, "failures": fails})
+			if len(fails) > 0 {
+				return fmt.Errorf("%d of %d connections failed; first: %s", len(fails), o.Conns, fails[0].Error)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Addr, "addr", "", "server address host:port")
+	f.IntVar(&o.Conns, "conns", 1, "connections")
+	f.IntVar(&o.Parallel, "parallel", 0, "connections at once (default all)")
+	f.Uint64Var(&o.Up, "up", 1<<20, "bytes client -> server per connection")
+	f.Uint64Var(&o.Down, "down", 1<<20, "bytes server -> client per connection")
+	f.Uint32Var(&o.Chunk, "chunk", 64<<10, "write size in bytes")
+	f.Uint64Var(&o.Seed, "seed", 1, "stream seed")
+	return cmd
+}
+
+// PingPongResult is what `workload pingpong` prints.
+type PingPongResult struct {
+	Size    int           `json:"size"`
+	Micros  stats.Summary `json:"rtt_us"`
+	Samples []float64     `json:"samples_us,omitempty"`
+}
+
+func workloadPingPongCmd() *cobra.Command {
+	var addr string
+	var size, n, warmup, conns int
+	var raw bool
+	cmd := &cobra.Command{
+		Use:   "pingpong",
+		Short: "Round-trip times of size-byte messages echoed back",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var mu sync.Mutex
+			var all []float64
+			var wg sync.WaitGroup
+			errs := make(chan error, conns)
+			for i := 0; i < conns; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := dial(addr)
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer c.Close()
+					rtts, err := workload.PingPong(c, size, n, warmup)
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					all = append(all, stats.Micros(rtts)...)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			if err := <-errs; err != nil {
+				return err
+			}
+			res := PingPongResult{Size: size, Micros: stats.Summarize(all)}
+			if raw {
+				res.Samples = all
+			}
+			return json.NewEncoder(os.Stdout).Encode(res)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", "", "echo server host:port or unix:/path")
+	f.IntVar(&size, "size", 24, "message size in bytes (at least 8)")
+	f.IntVar(&n, "n", 10000, "recorded round trips per connection")
+	f.IntVar(&warmup, "warmup", 500, "unrecorded round trips first")
+	f.IntVar(&conns, "conns", 1, "connections in parallel")
+	f.BoolVar(&raw, "raw", false, "include every sample")
+	return cmd
+}

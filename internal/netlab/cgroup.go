@@ -1,0 +1,69 @@
+package netlab
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// killCgroupTree SIGKILLs every process in the cgroup tree and waits briefly
+// for the cgroups to empty.
+func killCgroupTree(root string) {
+	// cgroup.kill (5.14+) kills the whole subtree at once.
+	if err := os.WriteFile(filepath.Join(root, "cgroup.kill"), []byte("1"), 0); err != nil {
+		walkProcs(root, func(pid int) { syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		n := 0
+		walkProcs(root, func(int) { n++ })
+		if n == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func walkProcs(root string, fn func(pid int)) {
+	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+		if err != nil {
+			return nil
+		}
+		for _, f := range bytes.Fields(b) {
+			if pid, err := strconv.Atoi(string(f)); err == nil {
+				fn(pid)
+			}
+		}
+		return nil
+	})
+}
+
+// removeCgroupTree removes cgroup directories deepest first.
+func removeCgroupTree(root string) error {
+	var dirs []string
+	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+	var errs []error
+	for _, d := range dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}

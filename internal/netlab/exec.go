@@ -1,0 +1,54 @@
+package netlab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// Cmd prepares a command to run in the pod's network namespace. Start it
+// with Pod.Start or Pod.Run, which also place it in the pod's cgroup.
+func (p *Pod) Cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return NetnsCmd(ctx, p.NetNS, name, args...)
+}
+
+// Start starts cmd in the pod's cgroup.
+func (p *Pod) Start(cmd *exec.Cmd) error { return StartInCgroup(cmd, p.Cgroup) }
+
+// Run starts cmd in the pod's cgroup and waits for it.
+func (p *Pod) Run(cmd *exec.Cmd) error {
+	if err := p.Start(cmd); err != nil {
+		return err
+	}
+	return cmd.Wait()
+}
+
+// NetnsCmd prepares a command that nsenter moves into a named network
+// namespace; unlike `ip netns exec`, nsenter does not remount /sys.
+func NetnsCmd(ctx context.Context, netnsName, name string, args ...string) *exec.Cmd {
+	full := append([]string{"--net=/run/netns/" + netnsName, "--", name}, args...)
+	cmd := exec.CommandContext(ctx, "nsenter", full...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// StartInCgroup starts cmd placed in cgroup from its first instruction
+// (clone3 CLONE_INTO_CGROUP), so it is in its cgroup before it enters a netns.
+func StartInCgroup(cmd *exec.Cmd, cgroup string) error {
+	fd, err := os.Open(cgroup)
+	if err != nil {
+		return fmt.Errorf("netlab: open cgroup %s: %w", cgroup, err)
+	}
+	defer fd.Close()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.UseCgroupFD = true
+	cmd.SysProcAttr.CgroupFD = int(fd.Fd())
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("netlab: start %s: %w", cmd.Path, err)
+	}
+	return nil
+}

@@ -1,0 +1,222 @@
+// Package workload holds the traffic generators of tests and benchmarks:
+// byte-exact streams in both directions, ping-pong RTT, and an echo server.
+// They run inside lab pods as `eztunnel workload ...`.
+package workload
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+)
+
+// streamHeader opens every stream connection: what each side sends.
+type streamHeader struct {
+	Up    uint64 // client -> server bytes
+	Down  uint64 // server -> client bytes
+	Seed  uint64
+	Chunk uint32 // write size of both sides
+	_     uint32
+}
+
+const headerLen = 32
+
+func (h streamHeader) marshal() []byte {
+	b := make([]byte, headerLen)
+	binary.LittleEndian.PutUint64(b[0:], h.Up)
+	binary.LittleEndian.PutUint64(b[8:], h.Down)
+	binary.LittleEndian.PutUint64(b[16:], h.Seed)
+	binary.LittleEndian.PutUint32(b[24:], h.Chunk)
+	return b
+}
+
+func unmarshalHeader(b []byte) streamHeader {
+	return streamHeader{
+		Up:    binary.LittleEndian.Uint64(b[0:]),
+		Down:  binary.LittleEndian.Uint64(b[8:]),
+		Seed:  binary.LittleEndian.Uint64(b[16:]),
+		Chunk: binary.LittleEndian.Uint32(b[24:]),
+	}
+}
+
+// gen is the deterministic byte stream of one direction of one connection.
+func gen(seed uint64, dir byte) *rand.ChaCha8 {
+	var s [32]byte
+	binary.LittleEndian.PutUint64(s[:], seed)
+	s[8] = dir
+	return rand.NewChaCha8(s)
+}
+
+// writeStream writes n bytes of the generator in chunk-sized writes.
+func writeStream(w io.Writer, g *rand.ChaCha8, n uint64, chunk uint32) error {
+	if chunk == 0 {
+		chunk = 64 << 10
+	}
+	buf := make([]byte, chunk)
+	for n > 0 {
+		c := uint64(len(buf))
+		if n < c {
+			c = n
+		}
+		g.Read(buf[:c])
+		if _, err := w.Write(buf[:c]); err != nil {
+			return err
+		}
+		n -= c
+	}
+	return nil
+}
+
+// ErrMismatch reports the first byte that differs from what was sent.
+type ErrMismatch struct{ Offset uint64 }
+
+func (e *ErrMismatch) Error() string { return fmt.Sprintf("stream differs at byte %d", e.Offset) }
+
+// verifyStream reads exactly n bytes and compares them with the generator.
+func verifyStream(r io.Reader, g *rand.ChaCha8, n uint64) error {
+	buf := make([]byte, 64<<10)
+	want := make([]byte, len(buf))
+	var off uint64
+	for off < n {
+		c := uint64(len(buf))
+		if n-off < c {
+			c = n - off
+		}
+		if _, err := io.ReadFull(r, buf[:c]); err != nil {
+			return fmt.Errorf("after %d of %d bytes: %w", off, n, err)
+		}
+		g.Read(want[:c])
+		for i := uint64(0); i < c; i++ {
+			if buf[i] != want[i] {
+				return &ErrMismatch{Offset: off + i}
+			}
+		}
+		off += c
+	}
+	return nil
+}
+
+// ServeStream answers stream clients until the listener closes. Each
+// connection verifies the upstream and sends the downstream concurrently,
+// then a 9-byte trailer: status (1 ok) and the mismatch offset.
+func ServeStream(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go serveStreamConn(c)
+	}
+}
+
+func serveStreamConn(c net.Conn) {
+	defer c.Close()
+	hb := make([]byte, headerLen)
+	if _, err := io.ReadFull(c, hb); err != nil {
+		return
+	}
+	h := unmarshalHeader(hb)
+	var wg sync.WaitGroup
+	var werr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		werr = writeStream(c, gen(h.Seed, 'd'), h.Down, h.Chunk)
+	}()
+	rerr := verifyStream(bufio.NewReaderSize(c, 64<<10), gen(h.Seed, 'u'), h.Up)
+	wg.Wait()
+	if werr != nil {
+		return
+	}
+	trailer := make([]byte, 9)
+	var mm *ErrMismatch
+	switch {
+	case rerr == nil:
+		trailer[0] = 1
+	case errors.As(rerr, &mm):
+		binary.LittleEndian.PutUint64(trailer[1:], mm.Offset)
+	}
+	c.Write(trailer)
+}
+
+// StreamResult is one client connection's outcome.
+type StreamResult struct {
+	Conn  int    `json:"conn"`
+	Error string `json:"error,omitempty"`
+}
+
+// RunStream opens one stream connection: it writes header and upstream right
+// after connect, all before reading anything, then verifies downstream and
+// the server's verdict on the upstream.
+func RunStream(dial func() (net.Conn, error), h streamHeader) error {
+	c, err := dial()
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer c.Close()
+	if _, err := c.Write(h.marshal()); err != nil {
+		return fmt.Errorf("write header: %w", err)
+	}
+	// Pipelined: the whole upstream goes out before the first read. The
+	// server reads concurrently, so this cannot deadlock.
+	if err := writeStream(c, gen(h.Seed, 'u'), h.Up, h.Chunk); err != nil {
+		return fmt.Errorf("write upstream: %w", err)
+	}
+	r := bufio.NewReaderSize(c, 64<<10)
+	if err := verifyStream(r, gen(h.Seed, 'd'), h.Down); err != nil {
+		return fmt.Errorf("downstream: %w", err)
+	}
+	trailer := make([]byte, 9)
+	if _, err := io.ReadFull(r, trailer); err != nil {
+		return fmt.Errorf("read server verdict: %w", err)
+	}
+	if trailer[0] != 1 {
+		return fmt.Errorf("upstream: %w", &ErrMismatch{Offset: binary.LittleEndian.Uint64(trailer[1:])})
+	}
+	return nil
+}
+
+// StreamOptions describes a batch of parallel stream connections.
+type StreamOptions struct {
+	Addr     string
+	Conns    int
+	Parallel int
+	Up, Down uint64
+	Chunk    uint32
+	Seed     uint64
+}
+
+// RunStreams runs Conns connections, Parallel at a time, and returns the
+// failures (nil when every byte of every connection matched).
+func RunStreams(o StreamOptions) []StreamResult {
+	if o.Parallel <= 0 {
+		o.Parallel = o.Conns
+	}
+	sem := make(chan struct{}, o.Parallel)
+	var mu sync.Mutex
+	var fails []StreamResult
+	var wg sync.WaitGroup
+	for i := 0; i < o.Conns; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			h := streamHeader{Up: o.Up, Down: o.Down, Seed: o.Seed + uint64(i), Chunk: o.Chunk}
+			err := RunStream(func() (net.Conn, error) { return net.Dial("tcp", o.Addr) }, h)
+			if err != nil {
+				mu.Lock()
+				fails = append(fails, StreamResult{Conn: i, Error: err.Error()})
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	return fails
+}

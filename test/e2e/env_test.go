@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/netlab"
+)
+
+// env is one test's node: a lab and, once accelerate is called, a datapath
+// attached to the lab's managed cgroup subtree, pinned in a path of its own.
+type env struct {
+	t   *testing.T
+	lab *netlab.Lab
+	cfg datapath.Config
+	dp  *datapath.Datapath
+}
+
+func newEnv(t *testing.T, name string, subnet int) *env {
+	t.Helper()
+	lab, err := netlab.New(name, subnet)
+	if err != nil {
+		t.Fatalf("lab: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Close(); err != nil {
+			t.Errorf("lab cleanup: %v", err)
+		}
+	})
+	cfg := datapath.DefaultConfig()
+	cfg.PinRoot = "/sys/fs/bpf/eztest-" + name
+	return &env{t: t, lab: lab, cfg: cfg}
+}
+
+func (e *env) pod(name string, managed bool) *netlab.Pod {
+	e.t.Helper()
+	p, err := e.lab.AddPod(name, managed)
+	if err != nil {
+		e.t.Fatalf("pod %s: %v", name, err)
+	}
+	return p
+}
+
+// accelerate installs the datapath on the lab's managed subtree.
+func (e *env) accelerate() {
+	e.t.Helper()
+	if err := rlimit.RemoveMemlock(); err != nil {
+		e.t.Fatal(err)
+	}
+	dp, err := datapath.Install(e.cfg, []string{e.lab.Managed})
+	if err != nil {
+		e.t.Fatalf("install datapath: %v", err)
+	}
+	e.dp = dp
+	e.t.Cleanup(func() {
+		dp.Close()
+		if err := datapath.Uninstall(e.cfg, 10*time.Second); err != nil {
+			e.t.Errorf("uninstall: %v", err)
+		}
+	})
+}
+
+func (e *env) counters() datapath.Counters {
+	e.t.Helper()
+	c, err := e.dp.Counters()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+// delta returns after - before for every counter.
+func delta(before, after datapath.Counters) datapath.Counters {
+	d := datapath.Counters{}
+	for k, v := range after {
+		d[k] = v - before[k]
+	}
+	return d
+}
+
+// serve starts `eztunnel workload serve args...` in pod and waits until it listens.
+func (e *env) serve(p *netlab.Pod, args ...string) {
+	e.t.Helper()
+	ready := filepath.Join(e.t.TempDir(), "ready")
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := p.Cmd(ctx, bin, append([]string{"workload", "serve", "--ready-file", ready}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := p.Start(cmd); err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cancel(); cmd.Wait() })
+	waitFile(e.t, ready, func() string { return stderr.String() })
+}
+
+// startIn starts any command in a pod; it is killed at cleanup.
+func (e *env) startIn(p *netlab.Pod, name string, args ...string) *exec.Cmd {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := p.Cmd(ctx, name, args...)
+	if err := p.Start(cmd); err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cancel(); cmd.Wait() })
+	return cmd
+}
+
+// run runs `eztunnel args...` in pod and returns stdout; stderr goes into the error.
+func (e *env) run(p *netlab.Pod, args ...string) (string, error) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := p.Cmd(ctx, bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := p.Run(cmd); err != nil {
+		return out.String(), fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func waitFile(t *testing.T, path string, diag func() string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s did not appear: %s", path, diag())
+}
