@@ -1,0 +1,54 @@
+# eztunnel. `sudo make test` runs every test as root against the real kernel.
+GO        ?= go
+CLANG     ?= clang-19
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X main.version=$(VERSION)
+BIN       := bin/eztunnel
+BPF_SRC   := $(wildcard bpf/*.c bpf/*.h bpf/lib/*.h)
+GENERATED := internal/datapath/shortcut_bpfel.go internal/datapath/shortcut_bpfel.o
+
+.PHONY: all build generate check-generated test test-unit test-e2e demo bench-quick clean deps
+
+all: build
+
+# Static binary, eBPF objects embedded.
+build: $(BIN)
+$(BIN): $(GENERATED) $(shell find cmd internal -name '*.go' -not -name '*_test.go')
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/eztunnel
+
+$(GENERATED): $(BPF_SRC) internal/datapath/gen.go
+	cd internal/datapath && $(GO) generate ./...
+
+generate:
+	cd internal/datapath && $(GO) generate ./...
+
+# Regenerates the bpf2go output with the pinned clang and fails on any diff.
+check-generated:
+	cd internal/datapath && $(GO) generate ./...
+	git diff --exit-code -- internal/datapath/ || \
+	  (echo "generated eBPF files differ from the C sources: run 'make generate' and commit" >&2; exit 1)
+
+# Everything, as root: unit tests and end-to-end tests on the real kernel.
+test: build
+	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root: sudo make test" >&2; exit 1; fi
+	$(GO) test -count=1 -timeout 14m ./...
+
+test-unit:
+	$(GO) test -count=1 ./internal/...
+
+test-e2e: build
+	$(GO) test -count=1 -timeout 14m -v ./test/e2e
+
+# Quick baseline-vs-accelerated comparison (a few minutes) with its table.
+demo: build
+	@if [ "$$(id -u)" != 0 ]; then echo "make demo needs root: sudo make demo" >&2; exit 1; fi
+	./$(BIN) bench quick
+
+bench-quick: demo
+
+# Debian packages the tests and the lab use.
+deps:
+	./scripts/install-deps.sh
+
+clean:
+	rm -rf bin results

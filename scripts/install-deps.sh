@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what building, testing and the benchmark lab need (Debian/Ubuntu).
+set -euo pipefail
+pkgs=(clang-19 llvm-19 libbpf-dev bpftool iproute2 iptables util-linux haproxy redis-server redis-tools iperf3 nginx)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# The packaged daemons must not run on their own: tests start their own copies.
+for s in haproxy nginx redis-server; do
+	systemctl disable --now "$s" >/dev/null 2>&1 || service "$s" stop >/dev/null 2>&1 || true
+done
+command -v go >/dev/null || { echo "Go toolchain not found (need go >= 1.24)" >&2; exit 1; }
