@@ -80,6 +80,9 @@ func New(name string, subnet int) (_ *Lab, err error) {
 			l.Close()
 		}
 	}()
+	if err := claim(name); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{l.cgRoot, l.Managed, l.Unmanaged} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return nil, fmt.Errorf("netlab: cgroup %s: %w", d, err)
@@ -239,16 +242,29 @@ func (l *Lab) Close() error {
 	if err := removeCgroupTree(l.cgRoot); err != nil {
 		errs = append(errs, err)
 	}
+	release(l.Name)
 	return errors.Join(errs...)
 }
 
-// Sweep removes what labs of a killed run left behind: namespaces, links and
-// cgroups whose names start with Prefix.
+// Sweep removes what labs of killed runs left behind: the namespaces, links
+// and cgroups of every lab whose owning process is gone. Labs of live
+// processes (another test binary running now) are left alone.
 func Sweep() error {
+	var errs []error
+	for _, name := range staleLabs() {
+		if err := sweepLab(name); err != nil {
+			errs = append(errs, err)
+		}
+		release(name)
+	}
+	return errors.Join(errs...)
+}
+
+func sweepLab(name string) error {
 	var errs []error
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), Prefix+"-") {
+		if strings.HasPrefix(e.Name(), Prefix+"-"+name+"-") {
 			if err := netns.DeleteNamed(e.Name()); err != nil {
 				errs = append(errs, err)
 			}
@@ -256,15 +272,15 @@ func Sweep() error {
 	}
 	links, _ := netlink.LinkList()
 	for _, lk := range links {
-		if strings.HasPrefix(lk.Attrs().Name, Prefix) {
+		if strings.HasPrefix(lk.Attrs().Name, Prefix+name) {
 			if err := netlink.LinkDel(lk); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	if root, err := cgroupv2.Root(); err == nil {
-		dirs, _ := filepath.Glob(filepath.Join(root, Prefix+"-*"))
-		for _, d := range dirs {
+		d := filepath.Join(root, Prefix+"-"+name)
+		if _, err := os.Stat(d); err == nil {
 			killCgroupTree(d)
 			if err := removeCgroupTree(d); err != nil {
 				errs = append(errs, err)

@@ -1,0 +1,74 @@
+package netlab
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// ownerDir records which process owns each lab, so Sweep can tell a lab of
+// a killed run from one in use by a concurrent run.
+const ownerDir = "/run/eztunnel-labs"
+
+func claim(name string) error {
+	if err := os.MkdirAll(ownerDir, 0o700); err != nil {
+		return fmt.Errorf("netlab: %w", err)
+	}
+	path := filepath.Join(ownerDir, name)
+	if b, err := os.ReadFile(path); err == nil {
+		if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); alive(pid) && pid != os.Getpid() {
+			return fmt.Errorf("netlab: lab %q is in use by process %d", name, pid)
+		}
+		if err := sweepLab(name); err != nil {
+			return fmt.Errorf("netlab: removing leftovers of lab %q: %w", name, err)
+		}
+	}
+	return os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())), 0o600)
+}
+
+func release(name string) { os.Remove(filepath.Join(ownerDir, name)) }
+
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// staleLabs lists labs whose owner is gone, plus namespaces, links and
+// cgroups named like a lab but with no owner record at all.
+func staleLabs() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(name string) {
+		if name != "" && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	owned := map[string]bool{}
+	entries, _ := os.ReadDir(ownerDir)
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(ownerDir, e.Name()))
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if alive(pid) {
+			owned[e.Name()] = true
+		} else {
+			add(e.Name())
+		}
+	}
+	nsEntries, _ := os.ReadDir("/run/netns")
+	for _, e := range nsEntries {
+		if rest, ok := strings.CutPrefix(e.Name(), Prefix+"-"); ok {
+			if name, _, ok := strings.Cut(rest, "-"); ok && !owned[name] {
+				add(name)
+			}
+		}
+	}
+	return out
+}
