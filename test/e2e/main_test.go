@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	os.Chmod(dir, 0o755) // the not-root test runs it as nobody
 	bin = filepath.Join(dir, "eztunnel")
 	build := exec.Command("go", "build", "-o", bin, "../../cmd/eztunnel")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr

@@ -1,0 +1,217 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+)
+
+// attachedPrograms counts the programs attached to a cgroup for the hooks eztunnel uses.
+func attachedPrograms(t *testing.T, cgroup string) int {
+	t.Helper()
+	f, err := os.Open(cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupSockOps, ebpf.AttachCGroupInetEgress} {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: at})
+		if err != nil {
+			t.Fatalf("query %s: %v", cgroup, err)
+		}
+		n += len(res.Programs)
+	}
+	return n
+}
+
+func eztunnel(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// TestAgentLifecycle: `run` attaches and serves, `status -o json` reports the
+// counters (also after the agent stopped: the datapath is pinned), and
+// `uninstall` leaves neither programs on the cgroup nor pins.
+func TestAgentLifecycle(t *testing.T) {
+	e := newEnv(t, "cli", 19)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--stream", ":7000")
+	pin := "/sys/fs/bpf/eztest-cli-agent"
+	t.Cleanup(func() { eztunnel(context.Background(), "uninstall", "--pin-path", pin, "--drain-timeout", "1s") })
+
+	ready := filepath.Join(t.TempDir(), "ready")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	agent := exec.CommandContext(ctx, bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--ready-file", ready)
+	var logs bytes.Buffer
+	agent.Stdout, agent.Stderr = &logs, &logs
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, ready, logs.String)
+	if n := attachedPrograms(t, e.lab.Managed); n != 2 {
+		t.Errorf("%d programs on the managed cgroup, want 2", n)
+	}
+
+	if out, err := e.run(a, streamCase{conns: 10, parallel: 10, up: 1 << 20, down: 1 << 20, chunk: 65536}.args(hostport(b.IPv4, 7000), 3)...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	status := func() map[string]uint64 {
+		out, err := eztunnel(ctx, "status", "-o", "json", "--pin-path", pin)
+		if err != nil {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		var rep struct {
+			Counters map[string]uint64 `json:"counters"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("status json: %v\n%s", err, out)
+		}
+		return rep.Counters
+	}
+	if c := status(); c["pairs"] != 10 || c["bytes_redirected"] < 20<<20 {
+		t.Errorf("status after 10 connections: %v", c)
+	}
+
+	agent.Process.Signal(syscall.SIGTERM)
+	if err := agent.Wait(); err != nil {
+		t.Fatalf("agent exit: %v\n%s", err, logs.String())
+	}
+	if c := status(); c["pairs"] != 10 {
+		t.Errorf("status with the agent stopped: %v", c)
+	}
+	if n := attachedPrograms(t, e.lab.Managed); n != 2 {
+		t.Errorf("stopping the agent detached programs: %d left, want 2", n)
+	}
+	if out, err := eztunnel(ctx, "uninstall", "--pin-path", pin); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	if n := attachedPrograms(t, e.lab.Managed); n != 0 {
+		t.Errorf("%d programs left on the cgroup after uninstall", n)
+	}
+	if _, err := os.Stat(pin); !os.IsNotExist(err) {
+		t.Errorf("pins left after uninstall: %v", err)
+	}
+}
+
+// TestBadInput: each invalid invocation fails with a message naming the
+// problem and leaves no program attached and nothing pinned.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t, "bad", 20)
+	pin := "/sys/fs/bpf/eztest-bad"
+	v1 := firstCgroupV1(t)
+	cases := []struct {
+		name    string
+		args    []string
+		wrap    func(*exec.Cmd)
+		message string
+	}{
+		{"missing cgroup", []string{"--cgroup", "/sys/fs/cgroup/unified/no-such-cgroup"}, nil, "no-such-cgroup"},
+		{"cgroup v1", []string{"--cgroup", v1}, nil, "cgroup v1"},
+		{"not a cgroup", []string{"--cgroup", "/tmp"}, nil, "not in a cgroup v2"},
+		{"bad map size", []string{"--cgroup", e.lab.Managed, "--max-sockets", "0"}, nil, "max sockets"},
+		{"relative pin path", []string{"--cgroup", e.lab.Managed, "--pin-path", "bpf/x"}, nil, "absolute"},
+		{"unknown flag", []string{"--cgroup", e.lab.Managed, "--frobnicate"}, nil, "frobnicate"},
+		{"not root", []string{"--cgroup", e.lab.Managed}, func(c *exec.Cmd) {
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		}, "not running as root"},
+		// A kernel without BTF: hide /sys/kernel/btf in a private mount namespace.
+		{"no kernel BTF", nil, nil, "kernel BTF"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			args := append([]string{"run", "--pin-path", pin}, tc.args...)
+			var cmd *exec.Cmd
+			if tc.args == nil {
+				script := `mount -t tmpfs none /sys/kernel/btf && exec "$0" "$@"`
+				cmd = exec.CommandContext(ctx, "unshare", "-m", "--propagation", "private", "sh", "-c", script, bin, "run", "--pin-path", pin, "--cgroup", e.lab.Managed)
+			} else {
+				cmd = exec.CommandContext(ctx, bin, args...)
+			}
+			if tc.wrap != nil {
+				tc.wrap(cmd)
+			}
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("succeeded, want an error naming %q:\n%s", tc.message, out)
+			}
+			if !strings.Contains(string(out), tc.message) {
+				t.Errorf("error does not name %q:\n%s", tc.message, out)
+			}
+			if n := attachedPrograms(t, e.lab.Managed); n != 0 {
+				t.Errorf("%d programs left attached", n)
+			}
+			if _, err := os.Stat(filepath.Join(pin, "v1")); !os.IsNotExist(err) {
+				t.Errorf("pins left behind in %s", pin)
+			}
+		})
+	}
+	os.Remove(pin)
+}
+
+// firstCgroupV1 returns a mounted cgroup v1 hierarchy, which every CI
+// machine of this project has (see docs); the test fails if none exists.
+func firstCgroupV1(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[2] == "cgroup" {
+			return f[1]
+		}
+	}
+	// Without one, make one: a named v1 hierarchy needs no controller.
+	dir := t.TempDir()
+	if err := syscall.Mount("cgroup", dir, "cgroup", 0, "none,name=eztest"); err != nil {
+		t.Fatalf("no cgroup v1 hierarchy mounted and mounting one failed: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, 0) })
+	return dir
+}
+
+// TestInstallRollsBack: when attaching to the second cgroup fails after the
+// first succeeded, the first is detached again and nothing stays pinned.
+func TestInstallRollsBack(t *testing.T) {
+	e := newEnv(t, "roll", 21)
+	cfg := e.cfg
+	gone := filepath.Join(e.lab.Managed, "gone")
+	if err := os.Mkdir(gone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(gone) // valid path a moment ago, gone now
+	_, err := datapath.Install(cfg, []string{e.lab.Managed, gone})
+	if err == nil {
+		datapath.Uninstall(cfg, time.Second)
+		t.Fatal("install onto a missing cgroup succeeded")
+	}
+	if !strings.Contains(err.Error(), "gone") {
+		t.Errorf("error does not name the cgroup: %v", err)
+	}
+	if n := attachedPrograms(t, e.lab.Managed); n != 0 {
+		t.Errorf("%d programs left on the first cgroup", n)
+	}
+	if _, err := os.Stat(cfg.PinRoot); !os.IsNotExist(err) {
+		t.Errorf("pins left behind in %s", cfg.PinRoot)
+	}
+}
