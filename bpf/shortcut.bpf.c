@@ -8,6 +8,7 @@
 #include "lib/errno.bpf.h"
 #include "lib/maps.bpf.h"
 #include "lib/key.bpf.h"
+#include "lib/pair.bpf.h"
 #include "lib/egress.bpf.h"
 #include "lib/sockops.bpf.h"
 #include "lib/skmsg.bpf.h"

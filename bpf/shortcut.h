@@ -34,8 +34,20 @@ struct ez_pair {
 	__u64 created_ns;	/* bpf_ktime_get_ns() when the listener saw the SYN */
 	__u64 client_cookie;	/* socket cookie of the managed client that claimed it */
 	__u64 server_cookie;	/* socket cookie of the accepted socket, once paired */
+	struct ez_conn_key alias; /* the client's (pre-NAT) key, when has_alias */
 	__u32 state;		/* enum ez_pair_state */
-	__u32 _pad;
+	__u32 has_alias;
+};
+
+/*
+ * The listener's view differs from the wire: NAT in the server's namespace
+ * (Istio's inbound REDIRECT to 15006) rewrote the SYN. Keyed by the tuple the
+ * client knows; points at the record the listener registered. Written when
+ * the SYN-ACK leaves (after the reverse NAT), before the client can claim.
+ */
+struct ez_alias {
+	__u64 created_ns;
+	struct ez_conn_key target;
 };
 
 enum ez_pair_state {
@@ -91,6 +103,7 @@ enum ez_counter {
 	EZ_C_FB_NO_STORAGE,		/* sk_storage allocation failed */
 	EZ_C_FB_OTHER,			/* any other failed insert */
 	EZ_C_SOCKETS_RELEASED,		/* enrolled sockets handed back to the kernel path */
+	EZ_C_NAT_ALIASES,		/* handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK */
 	EZ_C_MAX,
 };
 

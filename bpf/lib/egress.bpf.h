@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * cgroup_skb egress: learn the client's real (post-NAT) tuple from its SYN.
- * The hook runs in ip_finish_output/ip6_finish_output, after NF_INET_LOCAL_OUT
- * (REDIRECT, DNAT) and NF_INET_POST_ROUTING (SNAT) of the client's namespace,
- * so the addresses here are what the server will see if no other namespace
- * rewrites them. Every other packet returns after reading its TCP flags.
+ * cgroup_skb egress: learn NAT from the handshake's first packets. The hook
+ * runs in ip_finish_output/ip6_finish_output, after NF_INET_LOCAL_OUT
+ * (REDIRECT, DNAT) and NF_INET_POST_ROUTING (SNAT, and the reverse NAT of
+ * replies), so it sees packets as they go on the wire:
+ *  - a client's SYN: the tuple the server's namespace will receive;
+ *  - a listener's SYN-ACK (skb->sk is the request socket): if it differs from
+ *    the request socket's own tuple, NAT in the server's namespace rewrote
+ *    the SYN, and the client knows the connection by the wire tuple.
+ * Every other packet returns after reading its TCP flags.
  */
 #pragma once
 
@@ -12,12 +16,14 @@
 #define EZ_ETH_P_IPV6 0x86DD
 #define EZ_IPPROTO_TCP 6
 
+/* A handshake packet; key names the sender as client (true for a SYN). */
 struct ez_syn {
 	struct ez_conn_key key;
 	__u32 payload;
+	bool ack;
 };
 
-/* Parses a TCP SYN (without ACK) at the network header. Returns false for anything else. */
+/* Parses a TCP SYN or SYN-ACK at the network header. Returns false for anything else. */
 static __always_inline bool parse_syn(struct __sk_buff *skb, struct ez_syn *out)
 {
 	__u32 l4, tot;
@@ -51,12 +57,82 @@ static __always_inline bool parse_syn(struct __sk_buff *skb, struct ez_syn *out)
 	}
 	if (bpf_skb_load_bytes(skb, l4, &th, sizeof(th)))
 		return false;
-	if (!th.syn || th.ack)
+	if (!th.syn)
 		return false;
+	out->ack = th.ack;
 	out->key.client_port = bpf_ntohs(th.source);
 	out->key.server_port = bpf_ntohs(th.dest);
 	out->payload = tot - l4 - th.doff * 4;
 	return true;
+}
+
+/* Key of a listener's request socket: its local end is the server. */
+static __always_inline void key_from_request(struct bpf_sock *sk, struct ez_conn_key *k)
+{
+	if (sk->family == EZ_AF_INET) {
+		ip_from_v4(k->server_ip, sk->src_ip4);
+		ip_from_v4(k->client_ip, sk->dst_ip4);
+	} else {
+		__u32 l[4] = { sk->src_ip6[0], sk->src_ip6[1], sk->src_ip6[2], sk->src_ip6[3] };
+		__u32 r[4] = { sk->dst_ip6[0], sk->dst_ip6[1], sk->dst_ip6[2], sk->dst_ip6[3] };
+
+		ip_from_v6(k->server_ip, l);
+		ip_from_v6(k->client_ip, r);
+	}
+	k->server_port = sk->src_port;
+	k->client_port = bpf_ntohs(sk->dst_port);
+}
+
+static __always_inline bool key_equal(const struct ez_conn_key *a, const struct ez_conn_key *b)
+{
+	return !__builtin_memcmp(a, b, sizeof(*a));
+}
+
+/* SYN-ACK of a managed listener: alias the wire tuple to the listener's record. */
+static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt)
+{
+	struct ez_conn_key post = {}, wire = {};
+	struct bpf_sock *sk = skb->sk;
+	struct ez_alias alias = {};
+	struct ez_pair *p;
+	__u64 netns;
+	long err;
+
+	if (!sk || sk->state != BPF_TCP_NEW_SYN_RECV)
+		return;
+	key_from_request(sk, &post);
+	/* The packet goes server -> client: swap the parsed ends. */
+	__builtin_memcpy(wire.client_ip, pkt->key.server_ip, 16);
+	__builtin_memcpy(wire.server_ip, pkt->key.client_ip, 16);
+	wire.client_port = pkt->key.server_port;
+	wire.server_port = pkt->key.client_port;
+	if (key_equal(&post, &wire))
+		return;
+	netns = bpf_get_netns_cookie(skb);
+	post.netns = key_needs_netns(&post) ? netns : 0;
+	wire.netns = key_needs_netns(&wire) ? netns : 0;
+	p = bpf_map_lookup_elem(&ez_pairs, &post);
+	if (!p || p->state != EZ_PAIR_SYN)
+		return; /* not registered (or already ambiguous), or a retransmit after the claim */
+	alias.created_ns = bpf_ktime_get_ns();
+	alias.target = post;
+	err = bpf_map_update_elem(&ez_aliases, &wire, &alias, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		struct ez_alias *old = bpf_map_lookup_elem(&ez_aliases, &wire);
+
+		if (old && key_equal(&old->target, &post))
+			return; /* retransmitted SYN-ACK */
+		pair_make_ambiguous(p);
+		count(EZ_C_FB_AMBIGUOUS);
+		return;
+	}
+	if (err) {
+		count_insert_error(err);
+		return;
+	}
+	p->alias = wire;
+	p->has_alias = 1;
+	count(EZ_C_NAT_ALIASES);
 }
 
 SEC("cgroup_skb/egress")
@@ -68,6 +144,10 @@ int ez_egress(struct __sk_buff *skb)
 
 	if (!parse_syn(skb, &syn))
 		return 1;
+	if (syn.ack) {
+		on_synack(skb, &syn);
+		return 1;
+	}
 	sk = skb->sk;
 	if (!sk)
 		return 1;

@@ -18,6 +18,14 @@ struct {
 	__type(value, struct ez_pair);
 } ez_pairs SEC(".maps");
 
+/* Client-side keys of handshakes NAT-ed in the server's namespace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct ez_conn_key);
+	__type(value, struct ez_alias);
+} ez_aliases SEC(".maps");
+
 /* Per-socket state; the kernel frees an entry with its socket. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);

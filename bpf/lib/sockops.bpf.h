@@ -18,23 +18,6 @@
  */
 #pragma once
 
-/* Moves a record in state from..to (inclusive) to AMBIGUOUS. Returns the state found. */
-static __always_inline __u32 pair_make_ambiguous(struct ez_pair *p)
-{
-	__u32 old = p->state;
-
-#pragma unroll
-	for (int i = 0; i < 3; i++) {
-		if (old != EZ_PAIR_SYN && old != EZ_PAIR_CLAIMING && old != EZ_PAIR_CLIENT)
-			return old;
-		__u32 seen = __sync_val_compare_and_swap(&p->state, old, EZ_PAIR_AMBIGUOUS);
-		if (seen == old)
-			return old;
-		old = seen;
-	}
-	return old;
-}
-
 /* Listener, SYN received: runs for the request socket (is_fullsock == 0) in the listener's cgroup. */
 static __always_inline void on_syn(struct bpf_sock_ops *skops)
 {
@@ -89,7 +72,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 		key_from_sockops(skops, &es->key, false);
 	else
 		es->key.netns = key_needs_netns(&es->key) ? bpf_get_netns_cookie(skops) : 0;
-	p = bpf_map_lookup_elem(&ez_pairs, &es->key);
+	p = lookup_pair_for_client(es);
 	if (!p) {
 		count(EZ_C_FB_NO_LOCAL_PEER);
 		return;
@@ -146,6 +129,8 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	/* The client claims at its ESTABLISHED, before sending the ACK that
 	 * created us: SYN here means no managed client exists. */
 	old = __sync_val_compare_and_swap(&p->state, EZ_PAIR_SYN, EZ_PAIR_KERNEL);
+	if (p->has_alias)
+		bpf_map_delete_elem(&ez_aliases, &p->alias);
 	if (old == EZ_PAIR_SYN) {
 		bpf_map_delete_elem(&ez_pairs, &key);
 		count(EZ_C_FB_NO_LOCAL_PEER);
@@ -260,8 +245,10 @@ SEC("sockops")
 int ez_sockops(struct bpf_sock_ops *skops)
 {
 	switch (skops->op) {
-	case BPF_SOCK_OPS_TIMEOUT_INIT:
-		/* Also called for the client's own socket in tcp_connect_init. */
+	case BPF_SOCK_OPS_RWND_INIT:
+		/* Called in tcp_openreq_init_rwin for every request socket, also
+		 * with syncookies (TIMEOUT_INIT is not), before the SYN-ACK is
+		 * sent; and for the client's own socket in tcp_connect_init. */
 		if (!skops->is_fullsock)
 			on_syn(skops);
 		break;

@@ -20,7 +20,7 @@ func main() {
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(runCmd(), statusCmd(), uninstallCmd(), workloadCmd())
+	root.AddCommand(runCmd(), statusCmd(), uninstallCmd(), workloadCmd(), benchCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "eztunnel:", err)
 		os.Exit(1)

@@ -71,6 +71,7 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 	}{
 		{"sockets", func() (int, error) { return datapath.Entries(p.Sockets) }, p.Sockets.MaxEntries()},
 		{"pairs", func() (int, error) { return datapath.Entries(p.Pairs) }, p.Pairs.MaxEntries()},
+		{"aliases", func() (int, error) { return datapath.Entries(p.Aliases) }, p.Aliases.MaxEntries()},
 	} {
 		n, err := m.n()
 		if err != nil {
@@ -87,7 +88,7 @@ func printStatus(rep *statusReport) {
 	for _, name := range datapath.CounterNames() {
 		fmt.Fprintf(w, "%s\t%d\n", name, rep.Counters[name])
 	}
-	for _, name := range []string{"sockets", "pairs"} {
+	for _, name := range []string{"sockets", "pairs", "aliases"} {
 		m := rep.Maps[name]
 		fmt.Fprintf(w, "map %s\t%d / %d\n", name, m.Entries, m.MaxEntries)
 	}

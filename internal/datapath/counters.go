@@ -28,6 +28,7 @@ var counterNames = map[shortcutEzCounter]string{
 	shortcutEzCounterEZ_C_FB_NO_STORAGE:    "fallback_no_storage",
 	shortcutEzCounterEZ_C_FB_OTHER:         "fallback_other",
 	shortcutEzCounterEZ_C_SOCKETS_RELEASED: "sockets_released",
+	shortcutEzCounterEZ_C_NAT_ALIASES:      "nat_aliases",
 }
 
 func counterName(c shortcutEzCounter) string {

@@ -73,7 +73,8 @@ func Load(cfg Config) (_ *Datapath, err error) {
 	}
 	specs.EzSockets.MaxEntries = cfg.MaxSockets
 	specs.EzPairs.MaxEntries = cfg.MaxPairs
-	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzSocks, specs.EzCounters} {
+	specs.EzAliases.MaxEntries = cfg.MaxPairs
+	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSocks, specs.EzCounters} {
 		m.Pinning = ebpf.PinByName
 	}
 

@@ -36,7 +36,7 @@ func Install(cfg Config, cgroups []string) (*Datapath, error) {
 }
 
 // AgePairs deletes pairing records that can no longer complete: handshakes
-// never claimed and ambiguous records, older than maxAge. Claimed and paired
+// never claimed and ambiguous records, and unclaimed aliases, older than maxAge. Claimed and paired
 // records belong to live connections and are removed by the datapath itself.
 func (d *Datapath) AgePairs(maxAge time.Duration) (int, error) {
 	var ts unix.Timespec
@@ -47,7 +47,8 @@ func (d *Datapath) AgePairs(maxAge time.Duration) (int, error) {
 	var (
 		key   shortcutEzConnKey
 		val   shortcutEzPair
-		stale []shortcutEzConnKey
+		stale        []shortcutEzConnKey
+		staleAliases []shortcutEzConnKey
 	)
 	it := d.objs.EzPairs.Iterate()
 	for it.Next(&key, &val) {
@@ -60,9 +61,29 @@ func (d *Datapath) AgePairs(maxAge time.Duration) (int, error) {
 	if err := it.Err(); err != nil {
 		return 0, fmt.Errorf("walk pairing records: %w", err)
 	}
+	// Aliases of handshakes whose client never claimed them.
+	var alias shortcutEzAlias
+	ait := d.objs.EzAliases.Iterate()
+	for ait.Next(&key, &alias) {
+		if now > alias.CreatedNs && now-alias.CreatedNs > uint64(maxAge) {
+			staleAliases = append(staleAliases, key)
+		}
+	}
+	if err := ait.Err(); err != nil {
+		return 0, fmt.Errorf("walk aliases: %w", err)
+	}
+	n, err := deleteKeys(d.objs.EzPairs, stale)
+	if err != nil {
+		return n, err
+	}
+	m, err := deleteKeys(d.objs.EzAliases, staleAliases)
+	return n + m, err
+}
+
+func deleteKeys(m *ebpf.Map, keys []shortcutEzConnKey) (int, error) {
 	n := 0
-	for i := range stale {
-		if err := d.objs.EzPairs.Delete(&stale[i]); err == nil {
+	for i := range keys {
+		if err := m.Delete(&keys[i]); err == nil {
 			n++
 		} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return n, err

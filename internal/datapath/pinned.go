@@ -20,6 +20,7 @@ type Pinned struct {
 	Counters *ebpf.Map
 	Sockets  *ebpf.Map
 	Pairs    *ebpf.Map
+	Aliases  *ebpf.Map
 }
 
 // OpenPinned opens the maps of the datapath pinned under cfg.Dir().
@@ -31,7 +32,7 @@ func OpenPinned(cfg Config) (*Pinned, error) {
 	for _, m := range []struct {
 		name string
 		dst  **ebpf.Map
-	}{{"ez_counters", &p.Counters}, {"ez_sockets", &p.Sockets}, {"ez_pairs", &p.Pairs}} {
+	}{{"ez_counters", &p.Counters}, {"ez_sockets", &p.Sockets}, {"ez_pairs", &p.Pairs}, {"ez_aliases", &p.Aliases}} {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(cfg.Dir(), m.name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
 			p.Close()
@@ -44,7 +45,7 @@ func OpenPinned(cfg Config) (*Pinned, error) {
 
 // Close releases the handles.
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs} {
+	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases} {
 		if m != nil {
 			m.Close()
 		}

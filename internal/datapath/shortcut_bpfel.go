@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type shortcutEzAlias struct {
+	_         structs.HostLayout
+	CreatedNs uint64
+	Target    shortcutEzConnKey
+}
+
 type shortcutEzConnKey struct {
 	_          structs.HostLayout
 	Netns      uint64
@@ -42,7 +48,8 @@ const (
 	shortcutEzCounterEZ_C_FB_NO_STORAGE    shortcutEzCounter = 13
 	shortcutEzCounterEZ_C_FB_OTHER         shortcutEzCounter = 14
 	shortcutEzCounterEZ_C_SOCKETS_RELEASED shortcutEzCounter = 15
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 16
+	shortcutEzCounterEZ_C_NAT_ALIASES      shortcutEzCounter = 16
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 17
 )
 
 type shortcutEzPair struct {
@@ -50,8 +57,9 @@ type shortcutEzPair struct {
 	CreatedNs    uint64
 	ClientCookie uint64
 	ServerCookie uint64
+	Alias        shortcutEzConnKey
 	State        uint32
-	Pad          uint32
+	HasAlias     uint32
 }
 
 type shortcutEzPairState uint32
@@ -90,6 +98,7 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	shortcutMapEzAliases       = "ez_aliases"
 	shortcutMapEzCounters      = "ez_counters"
 	shortcutMapEzPairs         = "ez_pairs"
 	shortcutMapEzSockets       = "ez_sockets"
@@ -153,6 +162,7 @@ type shortcutProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutMapSpecs struct {
+	EzAliases  *ebpf.MapSpec `ebpf:"ez_aliases"`
 	EzCounters *ebpf.MapSpec `ebpf:"ez_counters"`
 	EzPairs    *ebpf.MapSpec `ebpf:"ez_pairs"`
 	EzSockets  *ebpf.MapSpec `ebpf:"ez_sockets"`
@@ -188,6 +198,7 @@ func (o *shortcutObjects) Close() error {
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutMaps struct {
+	EzAliases  *ebpf.Map `ebpf:"ez_aliases"`
 	EzCounters *ebpf.Map `ebpf:"ez_counters"`
 	EzPairs    *ebpf.Map `ebpf:"ez_pairs"`
 	EzSockets  *ebpf.Map `ebpf:"ez_sockets"`
@@ -196,6 +207,7 @@ type shortcutMaps struct {
 
 func (m *shortcutMaps) Close() error {
 	return _ShortcutClose(
+		m.EzAliases,
 		m.EzCounters,
 		m.EzPairs,
 		m.EzSockets,

@@ -2,52 +2,161 @@ package workload
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"net"
+	"runtime"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// ServeEcho answers ping-pong clients: a 4-byte message size, then each
-// message of that size is echoed back whole.
-func ServeEcho(ln net.Listener) error {
-	for {
-		c, err := ln.Accept()
+// The ping-pong path uses blocking sockets outside Go's netpoller: a reader
+// sleeps in recv and the kernel wakes its thread directly, as in a C client.
+// That keeps the generator's own overhead small next to what it measures.
+
+// parseSockaddr parses "unix:/path" or "host:port".
+func parseSockaddr(addr string) (int, unix.Sockaddr, error) {
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return unix.AF_UNIX, &unix.SockaddrUnix{Name: p}, nil
+	}
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return 0, nil, err
+	}
+	if ip4 := ta.IP.To4(); ip4 != nil && !strings.HasPrefix(addr, "[") {
+		sa := &unix.SockaddrInet4{Port: ta.Port}
+		copy(sa.Addr[:], ip4)
+		return unix.AF_INET, sa, nil
+	}
+	sa := &unix.SockaddrInet6{Port: ta.Port}
+	copy(sa.Addr[:], ta.IP.To16())
+	return unix.AF_INET6, sa, nil
+}
+
+func rawSocket(family int) (int, error) {
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if family != unix.AF_UNIX {
+		unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	}
+	return fd, nil
+}
+
+// RawDial connects a blocking stream socket to addr.
+func RawDial(addr string) (int, error) {
+	family, sa, err := parseSockaddr(addr)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := rawSocket(family)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Connect(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("connect %s: %w", addr, err)
+	}
+	return fd, nil
+}
+
+// RawListen opens a blocking listening socket on addr.
+func RawListen(addr string) (int, error) {
+	family, sa, err := parseSockaddr(addr)
+	if err != nil {
+		return -1, err
+	}
+	if u, ok := sa.(*unix.SockaddrUnix); ok {
+		unix.Unlink(u.Name)
+	}
+	fd, err := rawSocket(family)
+	if err != nil {
+		return -1, err
+	}
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("bind %s: %w", addr, err)
+	}
+	if err := unix.Listen(fd, 1024); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func readFull(fd int, b []byte) error {
+	for off := 0; off < len(b); {
+		n, err := unix.Read(fd, b[off:])
+		if err == unix.EINTR {
+			continue
+		}
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
 			return err
 		}
-		go func() {
-			defer c.Close()
-			var hb [4]byte
-			if _, err := io.ReadFull(c, hb[:]); err != nil {
-				return
-			}
-			buf := make([]byte, binary.LittleEndian.Uint32(hb[:]))
-			for {
-				if _, err := io.ReadFull(c, buf); err != nil {
-					return
-				}
-				if _, err := c.Write(buf); err != nil {
-					return
-				}
-			}
-		}()
+		if n == 0 {
+			return fmt.Errorf("connection closed after %d of %d bytes", off, len(b))
+		}
+		off += n
+	}
+	return nil
+}
+
+func writeFull(fd int, b []byte) error {
+	for off := 0; off < len(b); {
+		n, err := unix.Write(fd, b[off:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
+
+// ServeEcho answers ping-pong clients on a RawListen socket: a 4-byte
+// message size, then each message of that size is echoed back whole.
+func ServeEcho(lfd int) error {
+	for {
+		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
+		if err == unix.EINTR || err == unix.ECONNABORTED {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		go echoConn(fd)
 	}
 }
 
-// PingPong sends n messages of size bytes (after warmup unrecorded ones),
-// each after the previous echo returned, and returns the round-trip times.
-func PingPong(c net.Conn, size, n, warmup int) ([]time.Duration, error) {
+func echoConn(fd int) {
+	runtime.LockOSThread()
+	defer unix.Close(fd)
+	var hb [4]byte
+	if readFull(fd, hb[:]) != nil {
+		return
+	}
+	buf := make([]byte, binary.LittleEndian.Uint32(hb[:]))
+	for readFull(fd, buf) == nil && writeFull(fd, buf) == nil {
+	}
+}
+
+// PingPong sends n messages of size bytes (after warmup unrecorded ones)
+// on a RawDial socket, each after the previous echo returned, and returns
+// the round-trip times.
+func PingPong(fd, size, n, warmup int) ([]time.Duration, error) {
 	if size < 8 {
 		return nil, fmt.Errorf("message size %d below 8 bytes", size)
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var hb [4]byte
 	binary.LittleEndian.PutUint32(hb[:], uint32(size))
-	if _, err := c.Write(hb[:]); err != nil {
+	if err := writeFull(fd, hb[:]); err != nil {
 		return nil, err
 	}
 	msg := make([]byte, size)
@@ -56,10 +165,10 @@ func PingPong(c net.Conn, size, n, warmup int) ([]time.Duration, error) {
 	for i := 0; i < n+warmup; i++ {
 		start := time.Now()
 		binary.LittleEndian.PutUint64(msg, uint64(start.UnixNano()))
-		if _, err := c.Write(msg); err != nil {
+		if err := writeFull(fd, msg); err != nil {
 			return rtts, err
 		}
-		if _, err := io.ReadFull(c, back); err != nil {
+		if err := readFull(fd, back); err != nil {
 			return rtts, err
 		}
 		d := time.Since(start)

@@ -12,6 +12,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // streamHeader opens every stream connection: what each side sends.
@@ -20,8 +23,12 @@ type streamHeader struct {
 	Down  uint64 // server -> client bytes
 	Seed  uint64
 	Chunk uint32 // write size of both sides
-	_     uint32
+	Flags uint32 // flagNoCheck
 }
+
+// flagNoCheck: send one buffer over and over and discard what arrives; for
+// throughput runs where generating and checking bytes would dominate.
+const flagNoCheck = 1
 
 const headerLen = 32
 
@@ -31,6 +38,7 @@ func (h streamHeader) marshal() []byte {
 	binary.LittleEndian.PutUint64(b[8:], h.Down)
 	binary.LittleEndian.PutUint64(b[16:], h.Seed)
 	binary.LittleEndian.PutUint32(b[24:], h.Chunk)
+	binary.LittleEndian.PutUint32(b[28:], h.Flags)
 	return b
 }
 
@@ -40,6 +48,7 @@ func unmarshalHeader(b []byte) streamHeader {
 		Down:  binary.LittleEndian.Uint64(b[8:]),
 		Seed:  binary.LittleEndian.Uint64(b[16:]),
 		Chunk: binary.LittleEndian.Uint32(b[24:]),
+		Flags: binary.LittleEndian.Uint32(b[28:]),
 	}
 }
 
@@ -51,18 +60,32 @@ func gen(seed uint64, dir byte) *rand.ChaCha8 {
 	return rand.NewChaCha8(s)
 }
 
-// writeStream writes n bytes of the generator in chunk-sized writes.
+// gen is the generator of one direction, nil when bytes are not checked.
+func (h streamHeader) gen(dir byte) *rand.ChaCha8 {
+	if h.Flags&flagNoCheck != 0 {
+		return nil
+	}
+	return gen(h.Seed, dir)
+}
+
+// writeStream writes n bytes of the generator in chunk-sized writes (with
+// g nil, the first chunk's bytes over and over).
 func writeStream(w io.Writer, g *rand.ChaCha8, n uint64, chunk uint32) error {
 	if chunk == 0 {
 		chunk = 64 << 10
 	}
 	buf := make([]byte, chunk)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
 	for n > 0 {
 		c := uint64(len(buf))
 		if n < c {
 			c = n
 		}
-		g.Read(buf[:c])
+		if g != nil {
+			g.Read(buf[:c])
+		}
 		if _, err := w.Write(buf[:c]); err != nil {
 			return err
 		}
@@ -76,8 +99,15 @@ type ErrMismatch struct{ Offset uint64 }
 
 func (e *ErrMismatch) Error() string { return fmt.Sprintf("stream differs at byte %d", e.Offset) }
 
-// verifyStream reads exactly n bytes and compares them with the generator.
+// verifyStream reads exactly n bytes and compares them with the generator
+// (with g nil, only counts them).
 func verifyStream(r io.Reader, g *rand.ChaCha8, n uint64) error {
+	if g == nil {
+		if got, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+			return fmt.Errorf("after %d of %d bytes: %w", got, n, err)
+		}
+		return nil
+	}
 	buf := make([]byte, 64<<10)
 	want := make([]byte, len(buf))
 	var off uint64
@@ -128,9 +158,9 @@ func serveStreamConn(c net.Conn) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		werr = writeStream(c, gen(h.Seed, 'd'), h.Down, h.Chunk)
+		werr = writeStream(c, h.gen('d'), h.Down, h.Chunk)
 	}()
-	rerr := verifyStream(bufio.NewReaderSize(c, 64<<10), gen(h.Seed, 'u'), h.Up)
+	rerr := verifyStream(bufio.NewReaderSize(c, 64<<10), h.gen('u'), h.Up)
 	wg.Wait()
 	if werr != nil {
 		return
@@ -166,11 +196,11 @@ func RunStream(dial func() (net.Conn, error), h streamHeader) error {
 	}
 	// Pipelined: the whole upstream goes out before the first read. The
 	// server reads concurrently, so this cannot deadlock.
-	if err := writeStream(c, gen(h.Seed, 'u'), h.Up, h.Chunk); err != nil {
+	if err := writeStream(c, h.gen('u'), h.Up, h.Chunk); err != nil {
 		return fmt.Errorf("write upstream: %w", err)
 	}
 	r := bufio.NewReaderSize(c, 64<<10)
-	if err := verifyStream(r, gen(h.Seed, 'd'), h.Down); err != nil {
+	if err := verifyStream(r, h.gen('d'), h.Down); err != nil {
 		return fmt.Errorf("downstream: %w", err)
 	}
 	trailer := make([]byte, 9)
@@ -191,6 +221,38 @@ type StreamOptions struct {
 	Up, Down uint64
 	Chunk    uint32
 	Seed     uint64
+	NoCheck  bool // throughput only: bytes are neither generated nor checked
+	// Bind, when set, is the local ip:port of every connection, bound with
+	// SO_REUSEADDR and SO_REUSEPORT so that one source ip:port can reach
+	// several destinations at once (connections to one destination from
+	// one bound port still collide).
+	Bind string
+}
+
+// dialer returns the dialer of o: plain, or bound to o.Bind.
+func (o StreamOptions) dialer() (*net.Dialer, error) {
+	d := &net.Dialer{}
+	if o.Bind == "" {
+		return d, nil
+	}
+	la, err := net.ResolveTCPAddr("tcp", o.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("bind %q: %w", o.Bind, err)
+	}
+	d.LocalAddr = la
+	d.Control = func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); serr == nil {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}
+	return d, nil
 }
 
 // RunStreams runs Conns connections, Parallel at a time, and returns the
@@ -198,6 +260,10 @@ type StreamOptions struct {
 func RunStreams(o StreamOptions) []StreamResult {
 	if o.Parallel <= 0 {
 		o.Parallel = o.Conns
+	}
+	d, err := o.dialer()
+	if err != nil {
+		return []StreamResult{{Conn: -1, Error: err.Error()}}
 	}
 	sem := make(chan struct{}, o.Parallel)
 	var mu sync.Mutex
@@ -209,7 +275,10 @@ func RunStreams(o StreamOptions) []StreamResult {
 		go func(i int) {
 			defer func() { <-sem; wg.Done() }()
 			h := streamHeader{Up: o.Up, Down: o.Down, Seed: o.Seed + uint64(i), Chunk: o.Chunk}
-			err := RunStream(func() (net.Conn, error) { return net.Dial("tcp", o.Addr) }, h)
+			if o.NoCheck {
+				h.Flags |= flagNoCheck
+			}
+			err := RunStream(func() (net.Conn, error) { return d.Dial("tcp", o.Addr) }, h)
 			if err != nil {
 				mu.Lock()
 				fails = append(fails, StreamResult{Conn: i, Error: err.Error()})

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eztunnel/eztunnel/internal/bench"
+)
+
+func benchCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
+	cmd.AddCommand(benchQuickCmd())
+	return cmd
+}
+
+func benchQuickCmd() *cobra.Command {
+	o := bench.DefaultOptions()
+	cmd := &cobra.Command{
+		Use:   "quick",
+		Short: "Baseline vs accelerated RTT and transfer time between two pods, rounds interleaved (needs root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find own binary: %w", err)
+			}
+			o.Exe, o.Log = exe, os.Stderr
+			return bench.Quick(ctx, o, os.Stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Rounds, "rounds", o.Rounds, "baseline/accelerated rounds (medians are reported)")
+	f.IntVar(&o.RTTN, "rtt-n", o.RTTN, "recorded 24 B round trips per measurement (64 KiB: a tenth)")
+	f.Uint64Var(&o.TransferBytes, "transfer-bytes", o.TransferBytes, "bytes of the flow-completion-time transfer")
+	f.IntVar(&o.CPU, "cpu", o.CPU, "CPU that client and server are pinned to (-1: no pinning)")
+	f.StringVar(&o.Out, "out", "", "directory to write quick.json with every round's results")
+	return cmd
+}
