@@ -7,8 +7,10 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/internal/workload"
@@ -18,7 +20,7 @@ import (
 // inside lab pods. Hidden: they are tools of the lab, not of the agent.
 func workloadCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "workload", Short: "Traffic generators for tests and benchmarks", Hidden: true}
-	cmd.AddCommand(workloadServeCmd(), workloadStreamCmd(), workloadPingPongCmd())
+	cmd.AddCommand(append([]*cobra.Command{workloadServeCmd(), workloadStreamCmd(), workloadPingPongCmd()}, workloadProbeCmds()...)...)
 	return cmd
 }
 
@@ -60,10 +62,14 @@ func workloadServeCmd() *cobra.Command {
 			if err := serve(streams, workload.ServeStream); err != nil {
 				return err
 			}
-			if err := serve(echos, workload.ServeEcho); err != nil {
-				return err
+			for _, a := range echos {
+				fd, err := workload.RawListen(a)
+				if err != nil {
+					return err
+				}
+				go workload.ServeEcho(fd)
 			}
-			if len(lns) == 0 {
+			if len(lns)+len(echos) == 0 {
 				return fmt.Errorf("nothing to serve: give --stream or --echo")
 			}
 			if ready != "" {
@@ -89,8 +95,9 @@ func workloadStreamCmd() *cobra.Command {
 			if o.Conns < 1 {
 				return fmt.Errorf("--conns %d must be at least 1", o.Conns)
 			}
+			start := time.Now()
 			fails := workload.RunStreams(o)
-			json.NewEncoder(os.Stdout).Encode(map[string]any{"conns": o.Conns, "failures": fails})
+			json.NewEncoder(os.Stdout).Encode(map[string]any{"conns": o.Conns, "failures": fails, "seconds": time.Since(start).Seconds()})
 			if len(fails) > 0 {
 				return fmt.Errorf("%d of %d connections failed; first: %s", len(fails), o.Conns, fails[0].Error)
 			}
@@ -105,6 +112,8 @@ func workloadStreamCmd() *cobra.Command {
 	f.Uint64Var(&o.Down, "down", 1<<20, "bytes server -> client per connection")
 	f.Uint32Var(&o.Chunk, "chunk", 64<<10, "write size in bytes")
 	f.Uint64Var(&o.Seed, "seed", 1, "stream seed")
+	f.BoolVar(&o.NoCheck, "no-check", false, "throughput only: repeat one buffer, discard what arrives")
+	f.StringVar(&o.Bind, "bind", "", "local ip:port of every connection (SO_REUSEADDR+SO_REUSEPORT)")
 	return cmd
 }
 
@@ -131,13 +140,13 @@ func workloadPingPongCmd() *cobra.Command {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					c, err := dial(addr)
+					fd, err := workload.RawDial(addr)
 					if err != nil {
 						errs <- err
 						return
 					}
-					defer c.Close()
-					rtts, err := workload.PingPong(c, size, n, warmup)
+					defer unix.Close(fd)
+					rtts, err := workload.PingPong(fd, size, n, warmup)
 					if err != nil {
 						errs <- err
 						return
