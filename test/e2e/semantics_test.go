@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eztunnel/eztunnel/internal/netlab"
+)
+
+const probePort = 7100
+
+// semCase is one socket-semantics scenario against one server.
+type semCase struct {
+	name, scenario string
+	unmanagedPeer  bool // the server lives in an unmanaged pod: never accelerated
+	v6             bool
+	conns          uint64 // connections the scenario opens (pairs expected)
+}
+
+var semCases = []semCase{
+	{name: "fionread", scenario: "fionread", conns: 1},
+	{name: "fionread_v6", scenario: "fionread", v6: true, conns: 1},
+	{name: "fionread_unmanaged_peer", scenario: "fionread", unmanagedPeer: true},
+	{name: "poll", scenario: "poll", conns: 1},
+	{name: "epoll_lt", scenario: "epoll_lt", conns: 1},
+	{name: "epoll_et", scenario: "epoll_et", conns: 1},
+	{name: "peek", scenario: "peek", conns: 1},
+	{name: "waitall", scenario: "waitall", conns: 1},
+	{name: "half_close", scenario: "half_close", conns: 1},
+	{name: "close_unread", scenario: "close_unread", conns: 1},
+	{name: "sendfile", scenario: "sendfile", conns: 1},
+	{name: "splice", scenario: "splice", conns: 1},
+	{name: "splice_read", scenario: "splice_read", conns: 1},
+	{name: "nonblock_eagain", scenario: "nonblock_eagain", conns: 2},
+	{name: "recv_wakeup", scenario: "recv_wakeup", conns: 1},
+}
+
+// probeServe starts `eztunnel workload probe-server` in pod and waits until it listens.
+func (e *env) probeServe(p *netlab.Pod, port int) {
+	e.t.Helper()
+	ready := filepath.Join(e.t.TempDir(), "ready")
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := p.Cmd(ctx, bin, "workload", "probe-server", "--addr", ":"+strconv.Itoa(port), "--ready-file", ready)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := p.Start(cmd); err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		cancel()
+		cmd.Wait()
+		if s := stderr.String(); s != "" {
+			e.t.Logf("probe-server in %s: %s", p.Name, s)
+		}
+	})
+	waitFile(e.t, ready, func() string { return stderr.String() })
+}
+
+// TestSemantics runs every probe scenario on plain TCP, then accelerated, and
+// requires the application to observe exactly the same results; accelerated
+// runs must actually have been redirected (or, with an unmanaged peer, not).
+func TestSemantics(t *testing.T) {
+	e := newEnv(t, "sem", 12)
+	a, b, u := e.pod("a", true), e.pod("b", true), e.pod("u", false)
+	e.probeServe(b, probePort)
+	e.probeServe(u, probePort)
+
+	addr := func(c semCase) string {
+		srv := b
+		if c.unmanagedPeer {
+			srv = u
+		}
+		if c.v6 {
+			return hostport(srv.IPv6, probePort)
+		}
+		return hostport(srv.IPv4, probePort)
+	}
+	probe := func(t *testing.T, c semCase) (map[string]any, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := a.Cmd(ctx, bin, "workload", "probe", "--addr", addr(c), "--scenario", c.scenario)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := a.Run(cmd)
+		if s := stderr.String(); s != "" {
+			t.Logf("probe stderr: %s", s)
+		}
+		out := stdout.String()
+		if err != nil {
+			t.Fatalf("probe %s: %v\n%s", c.scenario, err, out)
+		}
+		var obs map[string]any
+		if err := json.Unmarshal([]byte(out), &obs); err != nil {
+			t.Fatalf("observation %q: %v", out, err)
+		}
+		return obs, strings.TrimSpace(out)
+	}
+
+	baseline := map[string]map[string]any{}
+	t.Run("baseline", func(t *testing.T) {
+		for _, c := range semCases {
+			t.Run(c.name, func(t *testing.T) {
+				obs, raw := probe(t, c)
+				t.Logf("plain: %s", raw)
+				baseline[c.name] = obs
+			})
+		}
+	})
+
+	e.accelerate()
+	t.Run("accelerated", func(t *testing.T) {
+		for _, c := range semCases {
+			t.Run(c.name, func(t *testing.T) {
+				before := e.counters()
+				obs, raw := probe(t, c)
+				d := delta(before, e.counters())
+				t.Logf("accelerated: %s", raw)
+				if c.unmanagedPeer {
+					if d["pairs"] != 0 || d["bytes_redirected"] != 0 {
+						t.Errorf("connection to an unmanaged pod was accelerated: %v", d)
+					}
+				} else if d["pairs"] != c.conns || d["bytes_redirected"] == 0 {
+					t.Errorf("want %d pair(s) and redirected bytes, so the comparison means something: %v", c.conns, d)
+				}
+				want, ok := baseline[c.name]
+				if !ok {
+					t.Fatal("no baseline observation")
+				}
+				if !reflect.DeepEqual(obs, want) {
+					t.Errorf("observations differ from plain TCP:\n%s", diffObs(want, obs))
+				}
+			})
+		}
+	})
+}
+
+// diffObs lists the fields whose values differ, "plain -> accelerated".
+func diffObs(plain, accel map[string]any) string {
+	keys := map[string]bool{}
+	for k := range plain {
+		keys[k] = true
+	}
+	for k := range accel {
+		keys[k] = true
+	}
+	var names []string
+	for k := range keys {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var sb strings.Builder
+	for _, k := range names {
+		p, pok := plain[k]
+		a, aok := accel[k]
+		if pok && aok && reflect.DeepEqual(p, a) {
+			continue
+		}
+		pj, _ := json.Marshal(p)
+		aj, _ := json.Marshal(a)
+		if !pok {
+			pj = []byte("(absent)")
+		}
+		if !aok {
+			aj = []byte("(absent)")
+		}
+		sb.WriteString("  " + k + ": " + string(pj) + " -> " + string(aj) + "\n")
+	}
+	return sb.String()
+}
