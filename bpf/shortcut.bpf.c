@@ -3,6 +3,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #include "shortcut.h"
 #include "lib/errno.bpf.h"
@@ -10,6 +11,7 @@
 #include "lib/key.bpf.h"
 #include "lib/pair.bpf.h"
 #include "lib/egress.bpf.h"
+#include "lib/nat.bpf.h"
 #include "lib/sockops.bpf.h"
 #include "lib/skmsg.bpf.h"
 

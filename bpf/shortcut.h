@@ -40,6 +40,20 @@ struct ez_pair {
 };
 
 /*
+ * Finds a listener's record from its SYN-ACK, where the program sees only the
+ * listener socket (cgroup_skb runs with sk_to_full_sk), not the request
+ * socket: within one namespace, the client's ip:port and the listening port
+ * name one handshake. Value: struct ez_alias pointing at the record.
+ */
+struct ez_syn_index {
+	__u64 netns;
+	__u8 client_ip[16];
+	__u16 client_port;
+	__u16 listener_port;
+	__u32 _pad;
+};
+
+/*
  * The listener's view differs from the wire: NAT in the server's namespace
  * (Istio's inbound REDIRECT to 15006) rewrote the SYN. Keyed by the tuple the
  * client knows; points at the record the listener registered. Written when

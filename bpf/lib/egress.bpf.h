@@ -5,9 +5,9 @@
  * (REDIRECT, DNAT) and NF_INET_POST_ROUTING (SNAT, and the reverse NAT of
  * replies), so it sees packets as they go on the wire:
  *  - a client's SYN: the tuple the server's namespace will receive;
- *  - a listener's SYN-ACK (skb->sk is the request socket): if it differs from
- *    the request socket's own tuple, NAT in the server's namespace rewrote
- *    the SYN, and the client knows the connection by the wire tuple.
+ *  - a listener's SYN-ACK: if it differs from the tuple the listener
+ *    registered for the handshake, NAT in the server's namespace rewrote the
+ *    SYN, and the client knows the connection by the wire tuple.
  * Every other packet returns after reading its TCP flags.
  */
 #pragma once
@@ -66,51 +66,45 @@ static __always_inline bool parse_syn(struct __sk_buff *skb, struct ez_syn *out)
 	return true;
 }
 
-/* Key of a listener's request socket: its local end is the server. */
-static __always_inline void key_from_request(struct bpf_sock *sk, struct ez_conn_key *k)
-{
-	if (sk->family == EZ_AF_INET) {
-		ip_from_v4(k->server_ip, sk->src_ip4);
-		ip_from_v4(k->client_ip, sk->dst_ip4);
-	} else {
-		__u32 l[4] = { sk->src_ip6[0], sk->src_ip6[1], sk->src_ip6[2], sk->src_ip6[3] };
-		__u32 r[4] = { sk->dst_ip6[0], sk->dst_ip6[1], sk->dst_ip6[2], sk->dst_ip6[3] };
-
-		ip_from_v6(k->server_ip, l);
-		ip_from_v6(k->client_ip, r);
-	}
-	k->server_port = sk->src_port;
-	k->client_port = bpf_ntohs(sk->dst_port);
-}
-
 static __always_inline bool key_equal(const struct ez_conn_key *a, const struct ez_conn_key *b)
 {
 	return !__builtin_memcmp(a, b, sizeof(*a));
 }
 
-/* SYN-ACK of a managed listener: alias the wire tuple to the listener's record. */
+/*
+ * SYN-ACK of a managed listener: alias the wire tuple to the listener's
+ * record. Quirk: cgroup_skb programs see skb->sk = sk_to_full_sk(), the
+ * listener, never the request socket; the record is found through
+ * ez_syn_index (client ip:port and listening port, in this namespace).
+ */
 static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt)
 {
-	struct ez_conn_key post = {}, wire = {};
+	struct ez_conn_key post, wire = {};
 	struct bpf_sock *sk = skb->sk;
+	struct ez_syn_index ix = {};
 	struct ez_alias alias = {};
+	struct ez_alias *found;
 	struct ez_pair *p;
-	__u64 netns;
 	long err;
 
-	if (!sk || sk->state != BPF_TCP_NEW_SYN_RECV)
+	if (!sk || sk->state != BPF_TCP_LISTEN)
 		return;
-	key_from_request(sk, &post);
 	/* The packet goes server -> client: swap the parsed ends. */
 	__builtin_memcpy(wire.client_ip, pkt->key.server_ip, 16);
 	__builtin_memcpy(wire.server_ip, pkt->key.client_ip, 16);
 	wire.client_port = pkt->key.server_port;
 	wire.server_port = pkt->key.client_port;
+	ix.netns = bpf_get_netns_cookie(skb);
+	__builtin_memcpy(ix.client_ip, wire.client_ip, 16);
+	ix.client_port = wire.client_port;
+	ix.listener_port = sk->src_port;
+	found = bpf_map_lookup_elem(&ez_syn_index, &ix);
+	if (!found || !found->created_ns)
+		return; /* not a managed handshake, or ambiguous */
+	post = found->target;
+	wire.netns = key_needs_netns(&wire) ? ix.netns : 0;
 	if (key_equal(&post, &wire))
 		return;
-	netns = bpf_get_netns_cookie(skb);
-	post.netns = key_needs_netns(&post) ? netns : 0;
-	wire.netns = key_needs_netns(&wire) ? netns : 0;
 	p = bpf_map_lookup_elem(&ez_pairs, &post);
 	if (!p || p->state != EZ_PAIR_SYN)
 		return; /* not registered (or already ambiguous), or a retransmit after the claim */

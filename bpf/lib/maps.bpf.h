@@ -26,6 +26,14 @@ struct {
 	__type(value, struct ez_alias);
 } ez_aliases SEC(".maps");
 
+/* Records of handshakes in flight, by what a listener's SYN-ACK shows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct ez_syn_index);
+	__type(value, struct ez_alias);
+} ez_syn_index SEC(".maps");
+
 /* Per-socket state; the kernel frees an entry with its socket. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);

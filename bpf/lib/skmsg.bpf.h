@@ -26,6 +26,10 @@ int ez_msg(struct sk_msg_md *msg)
 		state = settle_client(es);
 	if (state != EZ_SOCK_PAIRED)
 		return SK_PASS;
+	/* After shutdown(SHUT_WR), or once reset, the kernel path gives the
+	 * application the EPIPE/ECONNRESET plain TCP gives: nothing is sent. */
+	if (sk->state != BPF_TCP_ESTABLISHED && sk->state != BPF_TCP_CLOSE_WAIT)
+		return SK_PASS;
 	/* The peer leaves the sockhash only when it is closed or reset: there is
 	 * no reader left to see an order, so the kernel path is the honest answer
 	 * (it produces the RST/EPIPE plain TCP would). */

@@ -18,6 +18,31 @@
  */
 #pragma once
 
+static __always_inline void syn_index_key(struct ez_syn_index *ix, const struct ez_conn_key *k, __u64 netns)
+{
+	ix->netns = netns;
+	__builtin_memcpy(ix->client_ip, k->client_ip, 16);
+	ix->client_port = k->client_port;
+	ix->listener_port = k->server_port;
+}
+
+/* Lets the SYN-ACK find this record (lib/egress.bpf.h on_synack). */
+static __always_inline void index_syn(struct bpf_sock_ops *skops, const struct ez_conn_key *key, __u64 now)
+{
+	struct ez_alias target = { .created_ns = now, .target = *key };
+	struct ez_syn_index ix = {};
+	struct ez_alias *old;
+
+	syn_index_key(&ix, key, bpf_get_netns_cookie(skops));
+	if (!bpf_map_update_elem(&ez_syn_index, &ix, &target, BPF_NOEXIST))
+		return;
+	/* One client ip:port to two addresses of one listener at once: the
+	 * SYN-ACKs cannot tell them apart, so neither learns NAT from them. */
+	old = bpf_map_lookup_elem(&ez_syn_index, &ix);
+	if (old)
+		old->created_ns = 0;
+}
+
 /* Listener, SYN received: runs for the request socket (is_fullsock == 0) in the listener's cgroup. */
 static __always_inline void on_syn(struct bpf_sock_ops *skops)
 {
@@ -29,6 +54,7 @@ static __always_inline void on_syn(struct bpf_sock_ops *skops)
 	key_from_sockops(skops, &key, true);
 	err = bpf_map_update_elem(&ez_pairs, &key, &rec, BPF_NOEXIST);
 	if (!err) {
+		index_syn(skops, &key, rec.created_ns);
 		count(EZ_C_HANDSHAKES);
 		return;
 	}
@@ -131,6 +157,12 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	old = __sync_val_compare_and_swap(&p->state, EZ_PAIR_SYN, EZ_PAIR_KERNEL);
 	if (p->has_alias)
 		bpf_map_delete_elem(&ez_aliases, &p->alias);
+	{
+		struct ez_syn_index ix = {};
+
+		syn_index_key(&ix, &key, bpf_get_netns_cookie(skops));
+		bpf_map_delete_elem(&ez_syn_index, &ix);
+	}
 	if (old == EZ_PAIR_SYN) {
 		bpf_map_delete_elem(&ez_pairs, &key);
 		count(EZ_C_FB_NO_LOCAL_PEER);

@@ -21,8 +21,12 @@ func Install(cfg Config, cgroups []string) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
+	steps := []func() error{d.attachNAT}
 	for _, cg := range cgroups {
-		if err := d.Attach(cg); err != nil {
+		steps = append(steps, func() error { return d.Attach(cg) })
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
 			d.Close()
 			if fresh {
 				if uerr := Uninstall(cfg, 0); uerr != nil {

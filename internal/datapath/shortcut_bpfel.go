@@ -94,6 +94,15 @@ const (
 	shortcutEzSockStateEZ_SOCK_KERNEL  shortcutEzSockState = 3
 )
 
+type shortcutEzSynIndex struct {
+	_            structs.HostLayout
+	Netns        uint64
+	ClientIp     [16]uint8
+	ClientPort   uint16
+	ListenerPort uint16
+	Pad          uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -103,8 +112,10 @@ const (
 	shortcutMapEzPairs         = "ez_pairs"
 	shortcutMapEzSockets       = "ez_sockets"
 	shortcutMapEzSocks         = "ez_socks"
+	shortcutMapEzSynIndex      = "ez_syn_index"
 	shortcutProgEzEgress       = "ez_egress"
 	shortcutProgEzMsg          = "ez_msg"
+	shortcutProgEzNat          = "ez_nat"
 	shortcutProgEzSockops      = "ez_sockops"
 	shortcutVarEzCounterEnum   = "ez_counter_enum"
 	shortcutVarEzPairStateEnum = "ez_pair_state_enum"
@@ -155,6 +166,7 @@ type shortcutSpecs struct {
 type shortcutProgramSpecs struct {
 	EzEgress  *ebpf.ProgramSpec `ebpf:"ez_egress"`
 	EzMsg     *ebpf.ProgramSpec `ebpf:"ez_msg"`
+	EzNat     *ebpf.ProgramSpec `ebpf:"ez_nat"`
 	EzSockops *ebpf.ProgramSpec `ebpf:"ez_sockops"`
 }
 
@@ -167,6 +179,7 @@ type shortcutMapSpecs struct {
 	EzPairs    *ebpf.MapSpec `ebpf:"ez_pairs"`
 	EzSockets  *ebpf.MapSpec `ebpf:"ez_sockets"`
 	EzSocks    *ebpf.MapSpec `ebpf:"ez_socks"`
+	EzSynIndex *ebpf.MapSpec `ebpf:"ez_syn_index"`
 }
 
 // shortcutVariableSpecs contains global variables before they are loaded into the kernel.
@@ -203,6 +216,7 @@ type shortcutMaps struct {
 	EzPairs    *ebpf.Map `ebpf:"ez_pairs"`
 	EzSockets  *ebpf.Map `ebpf:"ez_sockets"`
 	EzSocks    *ebpf.Map `ebpf:"ez_socks"`
+	EzSynIndex *ebpf.Map `ebpf:"ez_syn_index"`
 }
 
 func (m *shortcutMaps) Close() error {
@@ -212,6 +226,7 @@ func (m *shortcutMaps) Close() error {
 		m.EzPairs,
 		m.EzSockets,
 		m.EzSocks,
+		m.EzSynIndex,
 	)
 }
 
@@ -230,6 +245,7 @@ type shortcutVariables struct {
 type shortcutPrograms struct {
 	EzEgress  *ebpf.Program `ebpf:"ez_egress"`
 	EzMsg     *ebpf.Program `ebpf:"ez_msg"`
+	EzNat     *ebpf.Program `ebpf:"ez_nat"`
 	EzSockops *ebpf.Program `ebpf:"ez_sockops"`
 }
 
@@ -237,6 +253,7 @@ func (p *shortcutPrograms) Close() error {
 	return _ShortcutClose(
 		p.EzEgress,
 		p.EzMsg,
+		p.EzNat,
 		p.EzSockops,
 	)
 }

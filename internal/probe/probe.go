@@ -27,6 +27,7 @@ var Shortcut = []Requirement{
 	{"program type sock_ops", progType(ebpf.SockOps)},
 	{"program type sk_msg", progType(ebpf.SkMsg)},
 	{"program type cgroup_skb", progType(ebpf.CGroupSKB)},
+	{"program type netfilter (BPF netfilter links, Linux 6.4)", progType(ebpf.Netfilter)},
 	{"map type sockhash", mapType(ebpf.SockHash)},
 	{"map type sk_storage", mapType(ebpf.SkStorage)},
 	{"helper bpf_msg_redirect_hash (sk_msg)", helper(ebpf.SkMsg, asm.FnMsgRedirectHash)},

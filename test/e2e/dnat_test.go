@@ -130,12 +130,14 @@ func TestDNAT(t *testing.T) {
 			}
 		}},
 		{"b-host-prerouting-dnat", hostport(hostVIP, 80), func(t *testing.T, d map[string]uint64) {
-			// Expected today: the client knows A:p -> VIP:80, the listener
-			// A:p -> k:7000; only the host's conntrack knows both. Safe fallback.
-			t.Logf("host DNAT: pairs %d, early-data %d, fallback_no_local_peer %d, handshakes %d (accelerated: %v)",
-				d["pairs"], d["fallback_early_data"], d["fallback_no_local_peer"], d["handshakes"], d["pairs"] > 0)
-			if d["pairs"]+d["fallback_early_data"] > n {
-				t.Errorf("more pairs than connections: %v", d)
+			// The client knows A:p -> VIP:80, the listener A:p -> k:7000;
+			// only the host's conntrack knows both: ez_nat (netfilter link,
+			// host POST_ROUTING) writes the alias the client follows.
+			if d["pairs"]+d["fallback_early_data"] != n || d["pairs"] == 0 {
+				t.Errorf("host DNAT: pairs %d + early-data %d != %d connections: %v", d["pairs"], d["fallback_early_data"], n, d)
+			}
+			if d["nat_aliases"] < n {
+				t.Errorf("host DNAT: %d aliases learnt, want %d", d["nat_aliases"], n)
 			}
 		}},
 	}
@@ -145,8 +147,8 @@ func TestDNAT(t *testing.T) {
 	// TIME_WAIT).
 	type leg struct {
 		addr string
-		// mustPair: NAT, if any, is in the client's netns. Connections
-		// NAT-ed in the host may pair once the datapath learns that NAT.
+		// mustPair: every leg must pair, whether NAT-ed in the client's
+		// netns (egress program) or in the host (ez_nat).
 		mustPair bool
 	}
 	shared := []struct {
@@ -159,9 +161,9 @@ func TestDNAT(t *testing.T) {
 			"plain connections", false},
 		{"direct-b+podvip-b", [2]leg{{hostport(b.IPv4, 7000), true}, {hostport(podVIP, 80), true}},
 			"same post-NAT 4-tuple twice: A's conntrack moves one source port, the egress program learns it", true},
-		{"podvip-b+hostvip-k", [2]leg{{hostport(podVIP, 80), true}, {hostport(hostVIP, 80), false}},
+		{"podvip-b+hostvip-k", [2]leg{{hostport(podVIP, 80), true}, {hostport(hostVIP, 80), true}},
 			"one NAT learnt in A, one in the host", false},
-		{"direct-b+hostvip-k", [2]leg{{hostport(b.IPv4, 7000), true}, {hostport(hostVIP, 80), false}},
+		{"direct-b+hostvip-k", [2]leg{{hostport(b.IPv4, 7000), true}, {hostport(hostVIP, 80), true}},
 			"a keyed-by-source shortcut would confuse these two", false},
 	}
 	big := streamCase{conns: 1, parallel: 1, up: 16 << 20, down: 16 << 20, chunk: 4096}

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * netfilter (BPF netfilter link, in the agent's namespace, at POST_ROUTING
+ * after SNAT): learn NAT done in this namespace for traffic it forwards, as
+ * kube-proxy's ClusterIP/NodePort DNAT does for pod traffic. Neither end's
+ * own packets show it: the client's SYN leaves its pod for the ClusterIP, the
+ * server's SYN-ACK leaves its pod un-NATed. Conntrack knows both tuples: for
+ * the first packet of a DST-NATed TCP connection write
+ * ez_aliases[client's key] -> the key the server will register.
+ * Netfilter programs get no conntrack kfuncs; skb->_nfct is read directly.
+ */
+#pragma once
+
+#define EZ_NF_ACCEPT 1
+#define EZ_NFCT_PTRMASK (~7UL)
+
+static __always_inline bool key_from_tuple(struct ez_conn_key *k, const struct nf_conntrack_tuple *t, bool reply)
+{
+	/* orig: src = client, dst = server; reply: src = server, dst = client */
+	const union nf_inet_addr *c = reply ? &t->dst.u3 : &t->src.u3;
+	const union nf_inet_addr *s = reply ? &t->src.u3 : &t->dst.u3;
+	__be16 cp = reply ? t->dst.u.tcp.port : t->src.u.all;
+	__be16 sp = reply ? t->src.u.all : t->dst.u.tcp.port;
+
+	if (t->src.l3num == EZ_AF_INET) {
+		ip_from_v4(k->client_ip, c->ip);
+		ip_from_v4(k->server_ip, s->ip);
+	} else if (t->src.l3num == EZ_AF_INET6) {
+		ip_from_v6(k->client_ip, c->ip6);
+		ip_from_v6(k->server_ip, s->ip6);
+	} else {
+		return false;
+	}
+	k->client_port = bpf_ntohs(cp);
+	k->server_port = bpf_ntohs(sp);
+	return true;
+}
+
+SEC("netfilter")
+int ez_nat(struct bpf_nf_ctx *ctx)
+{
+	struct ez_conn_key wire = {}, post = {};
+	struct nf_conntrack_tuple orig, reply;
+	struct ez_alias alias = {};
+	struct ez_alias *old;
+	unsigned long nfct;
+	struct nf_conn *ct;
+	long err;
+
+	nfct = ctx->skb->_nfct;
+	if ((nfct & ~EZ_NFCT_PTRMASK) != IP_CT_NEW)
+		return EZ_NF_ACCEPT;
+	ct = (struct nf_conn *)(nfct & EZ_NFCT_PTRMASK);
+	if (!ct || !(BPF_CORE_READ(ct, status) & IPS_DST_NAT))
+		return EZ_NF_ACCEPT;
+	if (bpf_core_read(&orig, sizeof(orig), &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple) ||
+	    bpf_core_read(&reply, sizeof(reply), &ct->tuplehash[IP_CT_DIR_REPLY].tuple))
+		return EZ_NF_ACCEPT;
+	if (orig.dst.protonum != EZ_IPPROTO_TCP)
+		return EZ_NF_ACCEPT;
+	if (!key_from_tuple(&wire, &orig, false) || !key_from_tuple(&post, &reply, true))
+		return EZ_NF_ACCEPT;
+	/* Loopback NAT stays inside one namespace, where the client's egress
+	 * program already sees it. */
+	if (key_needs_netns(&wire) || key_needs_netns(&post))
+		return EZ_NF_ACCEPT;
+	alias.created_ns = bpf_ktime_get_ns();
+	alias.target = post;
+	err = bpf_map_update_elem(&ez_aliases, &wire, &alias, BPF_NOEXIST);
+	if (!err) {
+		count(EZ_C_NAT_ALIASES);
+		return EZ_NF_ACCEPT;
+	}
+	if (err != -EEXIST) {
+		count_insert_error(err);
+		return EZ_NF_ACCEPT;
+	}
+	old = bpf_map_lookup_elem(&ez_aliases, &wire);
+	if (old && !key_equal(&old->target, &post)) {
+		old->created_ns = 0; /* two translations of one client tuple: follow neither */
+		count(EZ_C_FB_AMBIGUOUS);
+	}
+	return EZ_NF_ACCEPT;
+}
