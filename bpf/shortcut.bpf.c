@@ -10,10 +10,13 @@
 #include "lib/maps.bpf.h"
 #include "lib/key.bpf.h"
 #include "lib/pair.bpf.h"
+#include "lib/select.bpf.h"
 #include "lib/egress.bpf.h"
 #include "lib/nat.bpf.h"
 #include "lib/sockops.bpf.h"
 #include "lib/skmsg.bpf.h"
+#include "lib/release.bpf.h"
+#include "lib/iter.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -21,3 +24,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const enum ez_counter ez_counter_enum __attribute__((unused));
 const enum ez_pair_state ez_pair_state_enum __attribute__((unused));
 const enum ez_sock_state ez_sock_state_enum __attribute__((unused));
+const enum ez_cfg_flag ez_cfg_flag_enum __attribute__((unused));
+const enum ez_rule ez_rule_enum __attribute__((unused));
+const enum ez_control ez_control_enum __attribute__((unused));

@@ -99,6 +99,51 @@ enum ez_sock_flags {
 	EZ_F_SERVER = 8,
 };
 
+/*
+ * Selection: which connections may be accelerated. Flags are a read-only
+ * global set before load (ez_cfg_flags); rules live in two maps. A
+ * connection is selected when its server port and both its addresses pass.
+ */
+enum ez_cfg_flag {
+	EZ_CFG_NO_IPV6 = 1,		/* only IPv4 (and v4-mapped) connections */
+	EZ_CFG_PORT_ALLOWLIST = 2,	/* only server ports with an INCLUDE rule */
+	EZ_CFG_CIDR_ALLOWLIST = 4,	/* only addresses inside an INCLUDE prefix */
+};
+
+enum ez_rule {
+	EZ_RULE_INCLUDE = 1,
+	EZ_RULE_EXCLUDE = 2,
+};
+
+/* LPM key of ez_cidr_rules: IPv4 prefixes are stored v4-mapped (prefixlen + 96). */
+struct ez_cidr_key {
+	__u32 prefixlen;
+	__u8 ip[16];
+};
+
+/*
+ * One accelerated socket as the connections iterator (lib/iter.bpf.h) emits
+ * it with bpf_seq_write: fixed width, read back record by record by the agent.
+ */
+struct ez_conn_record {
+	__u64 cookie;		/* this socket's cookie */
+	__u64 peer_cookie;	/* the other end's cookie */
+	__u64 netns_cookie;	/* cookie of the socket's network namespace */
+	__u64 tx_msgs;		/* messages this socket redirected to its peer */
+	__u64 tx_bytes;
+	struct ez_conn_key key;	/* client and server ip:port (client's side, after NAT) */
+	__u32 netns_ino;	/* inode of the network namespace (as in /proc/PID/ns/net) */
+	__u32 flags;		/* enum ez_sock_flags: EZ_F_CLIENT or EZ_F_SERVER */
+	__u32 state;		/* enum ez_sock_state */
+	__u32 tcp_state;	/* the socket's TCP state (BPF_TCP_*) */
+};
+
+/* Slots of the ez_control array. */
+enum ez_control {
+	EZ_CTL_DRAINING = 0,	/* uninstall: stop redirecting, hand sockets back */
+	EZ_CTL_MAX,
+};
+
 /* Per-CPU counters (BPF_MAP_TYPE_PERCPU_ARRAY indexed by this enum). */
 enum ez_counter {
 	EZ_C_SOCKETS_ENROLLED = 0,	/* sockets inserted into the sockhash */

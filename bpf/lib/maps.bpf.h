@@ -42,6 +42,38 @@ struct {
 	__type(value, struct ez_sock);
 } ez_socks SEC(".maps");
 
+/* Agent control: index 0 = EZ_CTL_DRAINING (1 once uninstall began). Pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EZ_CTL_MAX);
+	__type(key, __u32);
+	__type(value, __u32);
+} ez_control SEC(".maps");
+
+static __always_inline bool draining(void)
+{
+	__u32 k = EZ_CTL_DRAINING;
+	__u32 *v = bpf_map_lookup_elem(&ez_control, &k);
+
+	return v && *v;
+}
+
+/* Selection rules (not pinned: each agent start writes its own). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);		/* server port */
+	__type(value, __u32);		/* enum ez_rule */
+} ez_port_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024);
+	__type(key, struct ez_cidr_key);
+	__type(value, __u32);		/* enum ez_rule; the longest prefix decides */
+} ez_cidr_rules SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, EZ_C_MAX);

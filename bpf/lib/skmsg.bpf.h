@@ -26,6 +26,13 @@ int ez_msg(struct sk_msg_md *msg)
 		state = settle_client(es);
 	if (state != EZ_SOCK_PAIRED)
 		return SK_PASS;
+	/* Uninstall: from this message on, this direction takes the kernel path.
+	 * Everything redirected before is already in the peer's psock queue,
+	 * which tcp_bpf_recvmsg reads before the TCP receive queue: no reorder.
+	 * The flag never goes back, and sendmsg is serialised by the socket
+	 * lock, so no later message of this socket is redirected. */
+	if (draining())
+		return SK_PASS;
 	/* After shutdown(SHUT_WR), or once reset, the kernel path gives the
 	 * application the EPIPE/ECONNRESET plain TCP gives: nothing is sent. */
 	if (sk->state != BPF_TCP_ESTABLISHED && sk->state != BPF_TCP_CLOSE_WAIT)

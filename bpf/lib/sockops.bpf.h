@@ -52,6 +52,8 @@ static __always_inline void on_syn(struct bpf_sock_ops *skops)
 	long err;
 
 	key_from_sockops(skops, &key, true);
+	if (!key_selected(&key))
+		return; /* counted by the client, if it is managed */
 	err = bpf_map_update_elem(&ez_pairs, &key, &rec, BPF_NOEXIST);
 	if (!err) {
 		index_syn(skops, &key, rec.created_ns);
@@ -99,6 +101,10 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 	else
 		es->key.netns = key_needs_netns(&es->key) ? bpf_get_netns_cookie(skops) : 0;
 	p = lookup_pair_for_client(es);
+	if (!key_selected(&es->key)) {
+		count(EZ_C_FB_EXCLUDED);
+		return;
+	}
 	if (!p) {
 		count(EZ_C_FB_NO_LOCAL_PEER);
 		return;

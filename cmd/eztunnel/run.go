@@ -21,6 +21,8 @@ type runConfig struct {
 	cgroups   []string
 	dp        datapath.Config
 	readyFile string
+	metrics   string
+	selection selectionFlags
 	pairAge   time.Duration
 }
 
@@ -43,11 +45,18 @@ func runCmd() *cobra.Command {
 	f.Uint32Var(&rc.dp.MaxPairs, "max-pairs", rc.dp.MaxPairs, "connections in setup at once")
 	f.StringVar(&rc.readyFile, "ready-file", "", "file created once everything is attached (for scripts and tests)")
 	f.DurationVar(&rc.pairAge, "pair-max-age", 60*time.Second, "age after which unclaimed or ambiguous pairing records are removed")
+	rc.selection.register(f)
+	f.StringVar(&rc.metrics, "metrics-addr", "", "serve Prometheus metrics on this host:port at /metrics (default off)")
 	f.MarkHidden("ready-file")
 	return cmd
 }
 
 func run(ctx context.Context, rc runConfig) error {
+	sel, err := rc.selection.parse()
+	if err != nil {
+		return err
+	}
+	rc.dp.Select = sel
 	if err := rc.dp.Validate(); err != nil {
 		return err
 	}
@@ -73,11 +82,23 @@ func run(ctx context.Context, rc runConfig) error {
 		return fmt.Errorf("remove memlock limit: %w", err)
 	}
 
-	dp, err := datapath.Install(rc.dp, rc.cgroups)
+	msrv, err := listenMetrics(rc.metrics)
 	if err != nil {
 		return err
 	}
+	dp, err := datapath.Install(rc.dp, rc.cgroups)
+	if err != nil {
+		if msrv != nil {
+			msrv.Close()
+		}
+		return err
+	}
 	defer dp.Close()
+	stopMetrics, err := serveMetrics(ctx, msrv, rc.dp)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	slog.Info("datapath attached", "cgroups", rc.cgroups, "pins", rc.dp.Dir())
 	if rc.readyFile != "" {
 		if err := os.WriteFile(rc.readyFile, []byte("ready\n"), 0o600); err != nil {

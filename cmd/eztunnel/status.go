@@ -13,15 +13,10 @@ import (
 
 // statusReport is the JSON form of `eztunnel status -o json`.
 type statusReport struct {
-	Schema   string             `json:"schema"`
-	Pins     string             `json:"pins"`
-	Counters datapath.Counters  `json:"counters"`
-	Maps     map[string]mapFill `json:"maps"`
-}
-
-type mapFill struct {
-	Entries    int    `json:"entries"`
-	MaxEntries uint32 `json:"max_entries"`
+	Schema   string                      `json:"schema"`
+	Pins     string                      `json:"pins"`
+	Counters datapath.Counters           `json:"counters"`
+	Maps     map[string]datapath.MapFill `json:"maps"`
 }
 
 func statusCmd() *cobra.Command {
@@ -59,27 +54,15 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 		return nil, err
 	}
 	defer p.Close()
-	c, err := datapath.ReadCounters(p.Counters)
+	c, err := p.ReadCounters()
 	if err != nil {
 		return nil, err
 	}
-	rep := &statusReport{Schema: datapath.Schema, Pins: cfg.Dir(), Counters: c, Maps: map[string]mapFill{}}
-	for _, m := range []struct {
-		name string
-		n    func() (int, error)
-		max  uint32
-	}{
-		{"sockets", func() (int, error) { return datapath.Entries(p.Sockets) }, p.Sockets.MaxEntries()},
-		{"pairs", func() (int, error) { return datapath.Entries(p.Pairs) }, p.Pairs.MaxEntries()},
-		{"aliases", func() (int, error) { return datapath.Entries(p.Aliases) }, p.Aliases.MaxEntries()},
-	} {
-		n, err := m.n()
-		if err != nil {
-			return nil, fmt.Errorf("count %s: %w", m.name, err)
-		}
-		rep.Maps[m.name] = mapFill{Entries: n, MaxEntries: m.max}
+	fill, err := p.ReadFill()
+	if err != nil {
+		return nil, err
 	}
-	return rep, nil
+	return &statusReport{Schema: datapath.Schema, Pins: cfg.Dir(), Counters: c, Maps: fill}, nil
 }
 
 func printStatus(rep *statusReport) {
@@ -88,7 +71,7 @@ func printStatus(rep *statusReport) {
 	for _, name := range datapath.CounterNames() {
 		fmt.Fprintf(w, "%s\t%d\n", name, rep.Counters[name])
 	}
-	for _, name := range []string{"sockets", "pairs", "aliases"} {
+	for _, name := range datapath.FillNames {
 		m := rep.Maps[name]
 		fmt.Fprintf(w, "map %s\t%d / %d\n", name, m.Entries, m.MaxEntries)
 	}

@@ -113,6 +113,7 @@ func workloadStreamCmd() *cobra.Command {
 	f.Uint32Var(&o.Chunk, "chunk", 64<<10, "write size in bytes")
 	f.Uint64Var(&o.Seed, "seed", 1, "stream seed")
 	f.BoolVar(&o.NoCheck, "no-check", false, "throughput only: repeat one buffer, discard what arrives")
+	f.DurationVar(&o.Pause, "pause", 0, "idle this long halfway through the upstream (a keep-alive connection)")
 	f.StringVar(&o.Bind, "bind", "", "local ip:port of every connection (SO_REUSEADDR+SO_REUSEPORT)")
 	return cmd
 }

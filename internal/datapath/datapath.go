@@ -24,6 +24,7 @@ type Config struct {
 	PinRoot    string // bpffs directory; the datapath lives in PinRoot/Schema
 	MaxSockets uint32 // entries of the sockhash (two per accelerated connection)
 	MaxPairs   uint32 // connections being set up at once
+	Select     Selection
 }
 
 // DefaultConfig is what `eztunnel run` uses without flags.
@@ -42,7 +43,7 @@ func (c Config) Validate() error {
 	if c.MaxPairs < 1 || c.MaxPairs > 1<<24 {
 		return fmt.Errorf("max pairs %d out of range [1, %d]", c.MaxPairs, 1<<24)
 	}
-	return nil
+	return c.Select.Validate()
 }
 
 // Dir is the pin directory of this schema.
@@ -74,7 +75,12 @@ func Load(cfg Config) (_ *Datapath, err error) {
 	specs.EzSockets.MaxEntries = cfg.MaxSockets
 	specs.EzPairs.MaxEntries = cfg.MaxPairs
 	specs.EzAliases.MaxEntries = cfg.MaxPairs
-	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSocks, specs.EzCounters} {
+	specs.EzSynIndex.MaxEntries = cfg.MaxPairs
+	if err := specs.EzCfgFlags.Set(cfg.Select.flags()); err != nil {
+		return nil, fmt.Errorf("datapath: %w", err)
+	}
+	// Selection rule maps are left unpinned: every load writes its own.
+	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl} {
 		m.Pinning = ebpf.PinByName
 	}
 
@@ -103,6 +109,10 @@ func Load(cfg Config) (_ *Datapath, err error) {
 			return nil, fmt.Errorf("datapath: pinned maps in %s do not match this build (map sizes or schema changed); run `eztunnel uninstall` first: %w", cfg.Dir(), err)
 		}
 		return nil, fmt.Errorf("datapath: load: %w", err)
+	}
+	if err := d.writeSelection(cfg.Select); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("datapath: %w", err)
 	}
 	return d, nil
 }

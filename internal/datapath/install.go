@@ -49,8 +49,8 @@ func (d *Datapath) AgePairs(maxAge time.Duration) (int, error) {
 	}
 	now := uint64(ts.Nano())
 	var (
-		key   shortcutEzConnKey
-		val   shortcutEzPair
+		key          shortcutEzConnKey
+		val          shortcutEzPair
 		stale        []shortcutEzConnKey
 		staleAliases []shortcutEzConnKey
 	)

@@ -19,6 +19,20 @@ type shortcutEzAlias struct {
 	Target    shortcutEzConnKey
 }
 
+type shortcutEzCfgFlag uint32
+
+const (
+	shortcutEzCfgFlagEZ_CFG_NO_IPV6        shortcutEzCfgFlag = 1
+	shortcutEzCfgFlagEZ_CFG_PORT_ALLOWLIST shortcutEzCfgFlag = 2
+	shortcutEzCfgFlagEZ_CFG_CIDR_ALLOWLIST shortcutEzCfgFlag = 4
+)
+
+type shortcutEzCidrKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Ip        [16]uint8
+}
+
 type shortcutEzConnKey struct {
 	_          structs.HostLayout
 	Netns      uint64
@@ -28,6 +42,35 @@ type shortcutEzConnKey struct {
 	ServerPort uint16
 	Pad        uint32
 }
+
+type shortcutEzConnRecord struct {
+	_           structs.HostLayout
+	Cookie      uint64
+	PeerCookie  uint64
+	NetnsCookie uint64
+	TxMsgs      uint64
+	TxBytes     uint64
+	Key         struct {
+		_          structs.HostLayout
+		Netns      uint64
+		ClientIp   [16]uint8
+		ServerIp   [16]uint8
+		ClientPort uint16
+		ServerPort uint16
+		Pad        uint32
+	}
+	NetnsIno uint32
+	Flags    uint32
+	State    uint32
+	TcpState uint32
+}
+
+type shortcutEzControl uint32
+
+const (
+	shortcutEzControlEZ_CTL_DRAINING shortcutEzControl = 0
+	shortcutEzControlEZ_CTL_MAX      shortcutEzControl = 1
+)
 
 type shortcutEzCounter uint32
 
@@ -73,6 +116,13 @@ const (
 	shortcutEzPairStateEZ_PAIR_AMBIGUOUS shortcutEzPairState = 6
 )
 
+type shortcutEzRule uint32
+
+const (
+	shortcutEzRuleEZ_RULE_INCLUDE shortcutEzRule = 1
+	shortcutEzRuleEZ_RULE_EXCLUDE shortcutEzRule = 2
+)
+
 type shortcutEzSock struct {
 	_          structs.HostLayout
 	SelfCookie uint64
@@ -84,6 +134,15 @@ type shortcutEzSock struct {
 	State      uint32
 	Flags      uint32
 }
+
+type shortcutEzSockFlags uint32
+
+const (
+	shortcutEzSockFlagsEZ_F_SYN_SEEN shortcutEzSockFlags = 1
+	shortcutEzSockFlagsEZ_F_SYN_DATA shortcutEzSockFlags = 2
+	shortcutEzSockFlagsEZ_F_CLIENT   shortcutEzSockFlags = 4
+	shortcutEzSockFlagsEZ_F_SERVER   shortcutEzSockFlags = 8
+)
 
 type shortcutEzSockState uint32
 
@@ -107,19 +166,30 @@ type shortcutEzSynIndex struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shortcutMapEzAliases       = "ez_aliases"
-	shortcutMapEzCounters      = "ez_counters"
-	shortcutMapEzPairs         = "ez_pairs"
-	shortcutMapEzSockets       = "ez_sockets"
-	shortcutMapEzSocks         = "ez_socks"
-	shortcutMapEzSynIndex      = "ez_syn_index"
-	shortcutProgEzEgress       = "ez_egress"
-	shortcutProgEzMsg          = "ez_msg"
-	shortcutProgEzNat          = "ez_nat"
-	shortcutProgEzSockops      = "ez_sockops"
-	shortcutVarEzCounterEnum   = "ez_counter_enum"
-	shortcutVarEzPairStateEnum = "ez_pair_state_enum"
-	shortcutVarEzSockStateEnum = "ez_sock_state_enum"
+	shortcutMapEzAliases        = "ez_aliases"
+	shortcutMapEzCidrRules      = "ez_cidr_rules"
+	shortcutMapEzControl        = "ez_control"
+	shortcutMapEzCounters       = "ez_counters"
+	shortcutMapEzPairs          = "ez_pairs"
+	shortcutMapEzPortRules      = "ez_port_rules"
+	shortcutMapEzSockets        = "ez_sockets"
+	shortcutMapEzSocks          = "ez_socks"
+	shortcutMapEzSynIndex       = "ez_syn_index"
+	shortcutProgEzConns         = "ez_conns"
+	shortcutProgEzEgress        = "ez_egress"
+	shortcutProgEzMsg           = "ez_msg"
+	shortcutProgEzNat           = "ez_nat"
+	shortcutProgEzRelease       = "ez_release"
+	shortcutProgEzSockops       = "ez_sockops"
+	shortcutVarEzCfgFlagEnum    = "ez_cfg_flag_enum"
+	shortcutVarEzCfgFlags       = "ez_cfg_flags"
+	shortcutVarEzConnRecordType = "ez_conn_record_type"
+	shortcutVarEzControlEnum    = "ez_control_enum"
+	shortcutVarEzCounterEnum    = "ez_counter_enum"
+	shortcutVarEzPairStateEnum  = "ez_pair_state_enum"
+	shortcutVarEzRuleEnum       = "ez_rule_enum"
+	shortcutVarEzSockFlagsEnum  = "ez_sock_flags_enum"
+	shortcutVarEzSockStateEnum  = "ez_sock_state_enum"
 )
 
 // loadShortcut returns the embedded CollectionSpec for shortcut.
@@ -164,9 +234,11 @@ type shortcutSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutProgramSpecs struct {
+	EzConns   *ebpf.ProgramSpec `ebpf:"ez_conns"`
 	EzEgress  *ebpf.ProgramSpec `ebpf:"ez_egress"`
 	EzMsg     *ebpf.ProgramSpec `ebpf:"ez_msg"`
 	EzNat     *ebpf.ProgramSpec `ebpf:"ez_nat"`
+	EzRelease *ebpf.ProgramSpec `ebpf:"ez_release"`
 	EzSockops *ebpf.ProgramSpec `ebpf:"ez_sockops"`
 }
 
@@ -174,21 +246,30 @@ type shortcutProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutMapSpecs struct {
-	EzAliases  *ebpf.MapSpec `ebpf:"ez_aliases"`
-	EzCounters *ebpf.MapSpec `ebpf:"ez_counters"`
-	EzPairs    *ebpf.MapSpec `ebpf:"ez_pairs"`
-	EzSockets  *ebpf.MapSpec `ebpf:"ez_sockets"`
-	EzSocks    *ebpf.MapSpec `ebpf:"ez_socks"`
-	EzSynIndex *ebpf.MapSpec `ebpf:"ez_syn_index"`
+	EzAliases   *ebpf.MapSpec `ebpf:"ez_aliases"`
+	EzCidrRules *ebpf.MapSpec `ebpf:"ez_cidr_rules"`
+	EzControl   *ebpf.MapSpec `ebpf:"ez_control"`
+	EzCounters  *ebpf.MapSpec `ebpf:"ez_counters"`
+	EzPairs     *ebpf.MapSpec `ebpf:"ez_pairs"`
+	EzPortRules *ebpf.MapSpec `ebpf:"ez_port_rules"`
+	EzSockets   *ebpf.MapSpec `ebpf:"ez_sockets"`
+	EzSocks     *ebpf.MapSpec `ebpf:"ez_socks"`
+	EzSynIndex  *ebpf.MapSpec `ebpf:"ez_syn_index"`
 }
 
 // shortcutVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutVariableSpecs struct {
-	EzCounterEnum   *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
-	EzPairStateEnum *ebpf.VariableSpec `ebpf:"ez_pair_state_enum"`
-	EzSockStateEnum *ebpf.VariableSpec `ebpf:"ez_sock_state_enum"`
+	EzCfgFlagEnum    *ebpf.VariableSpec `ebpf:"ez_cfg_flag_enum"`
+	EzCfgFlags       *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
+	EzConnRecordType *ebpf.VariableSpec `ebpf:"ez_conn_record_type"`
+	EzControlEnum    *ebpf.VariableSpec `ebpf:"ez_control_enum"`
+	EzCounterEnum    *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
+	EzPairStateEnum  *ebpf.VariableSpec `ebpf:"ez_pair_state_enum"`
+	EzRuleEnum       *ebpf.VariableSpec `ebpf:"ez_rule_enum"`
+	EzSockFlagsEnum  *ebpf.VariableSpec `ebpf:"ez_sock_flags_enum"`
+	EzSockStateEnum  *ebpf.VariableSpec `ebpf:"ez_sock_state_enum"`
 }
 
 // shortcutObjects contains all objects after they have been loaded into the kernel.
@@ -211,19 +292,25 @@ func (o *shortcutObjects) Close() error {
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutMaps struct {
-	EzAliases  *ebpf.Map `ebpf:"ez_aliases"`
-	EzCounters *ebpf.Map `ebpf:"ez_counters"`
-	EzPairs    *ebpf.Map `ebpf:"ez_pairs"`
-	EzSockets  *ebpf.Map `ebpf:"ez_sockets"`
-	EzSocks    *ebpf.Map `ebpf:"ez_socks"`
-	EzSynIndex *ebpf.Map `ebpf:"ez_syn_index"`
+	EzAliases   *ebpf.Map `ebpf:"ez_aliases"`
+	EzCidrRules *ebpf.Map `ebpf:"ez_cidr_rules"`
+	EzControl   *ebpf.Map `ebpf:"ez_control"`
+	EzCounters  *ebpf.Map `ebpf:"ez_counters"`
+	EzPairs     *ebpf.Map `ebpf:"ez_pairs"`
+	EzPortRules *ebpf.Map `ebpf:"ez_port_rules"`
+	EzSockets   *ebpf.Map `ebpf:"ez_sockets"`
+	EzSocks     *ebpf.Map `ebpf:"ez_socks"`
+	EzSynIndex  *ebpf.Map `ebpf:"ez_syn_index"`
 }
 
 func (m *shortcutMaps) Close() error {
 	return _ShortcutClose(
 		m.EzAliases,
+		m.EzCidrRules,
+		m.EzControl,
 		m.EzCounters,
 		m.EzPairs,
+		m.EzPortRules,
 		m.EzSockets,
 		m.EzSocks,
 		m.EzSynIndex,
@@ -234,26 +321,36 @@ func (m *shortcutMaps) Close() error {
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutVariables struct {
-	EzCounterEnum   *ebpf.Variable `ebpf:"ez_counter_enum"`
-	EzPairStateEnum *ebpf.Variable `ebpf:"ez_pair_state_enum"`
-	EzSockStateEnum *ebpf.Variable `ebpf:"ez_sock_state_enum"`
+	EzCfgFlagEnum    *ebpf.Variable `ebpf:"ez_cfg_flag_enum"`
+	EzCfgFlags       *ebpf.Variable `ebpf:"ez_cfg_flags"`
+	EzConnRecordType *ebpf.Variable `ebpf:"ez_conn_record_type"`
+	EzControlEnum    *ebpf.Variable `ebpf:"ez_control_enum"`
+	EzCounterEnum    *ebpf.Variable `ebpf:"ez_counter_enum"`
+	EzPairStateEnum  *ebpf.Variable `ebpf:"ez_pair_state_enum"`
+	EzRuleEnum       *ebpf.Variable `ebpf:"ez_rule_enum"`
+	EzSockFlagsEnum  *ebpf.Variable `ebpf:"ez_sock_flags_enum"`
+	EzSockStateEnum  *ebpf.Variable `ebpf:"ez_sock_state_enum"`
 }
 
 // shortcutPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutPrograms struct {
+	EzConns   *ebpf.Program `ebpf:"ez_conns"`
 	EzEgress  *ebpf.Program `ebpf:"ez_egress"`
 	EzMsg     *ebpf.Program `ebpf:"ez_msg"`
 	EzNat     *ebpf.Program `ebpf:"ez_nat"`
+	EzRelease *ebpf.Program `ebpf:"ez_release"`
 	EzSockops *ebpf.Program `ebpf:"ez_sockops"`
 }
 
 func (p *shortcutPrograms) Close() error {
 	return _ShortcutClose(
+		p.EzConns,
 		p.EzEgress,
 		p.EzMsg,
 		p.EzNat,
+		p.EzRelease,
 		p.EzSockops,
 	)
 }

@@ -167,8 +167,8 @@ func (p *Pod) create() error {
 		return err
 	}
 	veth := &netlink.Veth{
-		LinkAttrs: netlink.LinkAttrs{Name: p.hostVeth(), MasterIndex: br.Attrs().Index},
-		PeerName:  "eth0",
+		LinkAttrs:     netlink.LinkAttrs{Name: p.hostVeth(), MasterIndex: br.Attrs().Index},
+		PeerName:      "eth0",
 		PeerNamespace: netlink.NsFd(int(ns)),
 	}
 	if err := netlink.LinkAdd(veth); err != nil {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -185,7 +186,7 @@ type StreamResult struct {
 // RunStream opens one stream connection: it writes header and upstream right
 // after connect, all before reading anything, then verifies downstream and
 // the server's verdict on the upstream.
-func RunStream(dial func() (net.Conn, error), h streamHeader) error {
+func RunStream(dial func() (net.Conn, error), h streamHeader, pause time.Duration) error {
 	c, err := dial()
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -196,8 +197,19 @@ func RunStream(dial func() (net.Conn, error), h streamHeader) error {
 	}
 	// Pipelined: the whole upstream goes out before the first read. The
 	// server reads concurrently, so this cannot deadlock.
-	if err := writeStream(c, h.gen('u'), h.Up, h.Chunk); err != nil {
+	g := h.gen('u')
+	first := h.Up
+	if pause > 0 {
+		first = h.Up / 2 // an idle keep-alive connection: half, a pause, the rest
+	}
+	if err := writeStream(c, g, first, h.Chunk); err != nil {
 		return fmt.Errorf("write upstream: %w", err)
+	}
+	if pause > 0 {
+		time.Sleep(pause)
+		if err := writeStream(c, g, h.Up-first, h.Chunk); err != nil {
+			return fmt.Errorf("write upstream after the pause: %w", err)
+		}
 	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	if err := verifyStream(r, h.gen('d'), h.Down); err != nil {
@@ -221,7 +233,8 @@ type StreamOptions struct {
 	Up, Down uint64
 	Chunk    uint32
 	Seed     uint64
-	NoCheck  bool // throughput only: bytes are neither generated nor checked
+	NoCheck  bool          // throughput only: bytes are neither generated nor checked
+	Pause    time.Duration // idle this long halfway through the upstream
 	// Bind, when set, is the local ip:port of every connection, bound with
 	// SO_REUSEADDR and SO_REUSEPORT so that one source ip:port can reach
 	// several destinations at once (connections to one destination from
@@ -278,7 +291,7 @@ func RunStreams(o StreamOptions) []StreamResult {
 			if o.NoCheck {
 				h.Flags |= flagNoCheck
 			}
-			err := RunStream(func() (net.Conn, error) { return d.Dial("tcp", o.Addr) }, h)
+			err := RunStream(func() (net.Conn, error) { return d.Dial("tcp", o.Addr) }, h, o.Pause)
 			if err != nil {
 				mu.Lock()
 				fails = append(fails, StreamResult{Conn: i, Error: err.Error()})

@@ -215,3 +215,11 @@ func TestInstallRollsBack(t *testing.T) {
 		t.Errorf("pins left behind in %s", cfg.PinRoot)
 	}
 }
+
+func eztunnelOut(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return eztunnel(ctx, args...)
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

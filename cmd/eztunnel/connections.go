@@ -1,0 +1,58 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/spf13/cobra"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+)
+
+func connectionsCmd() *cobra.Command {
+	cfg := datapath.DefaultConfig()
+	var output string
+	cmd := &cobra.Command{
+		Use:   "connections",
+		Short: "List accelerated connections, one line per end (works without a running agent)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			if err := rlimit.RemoveMemlock(); err != nil {
+				return fmt.Errorf("remove memlock limit: %w", err)
+			}
+			conns, err := datapath.Connections(cfg)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				if conns == nil {
+					conns = []datapath.Connection{}
+				}
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(conns)
+			}
+			printConnections(conns)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
+	return cmd
+}
+
+func printConnections(conns []datapath.Connection) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "COOKIE\tPEER\tROLE\tCLIENT\tSERVER\tNETNS\tNETNS_INODE\tTX_MSGS\tTX_BYTES")
+	for _, c := range conns {
+		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n",
+			c.Cookie, c.PeerCookie, c.Role, c.Client, c.Server, c.NetnsCookie, c.NetnsInode, c.TxMsgs, c.TxBytes)
+	}
+	w.Flush()
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/metrics"
+)
+
+// listenMetrics binds --metrics-addr (nothing when empty) before the agent
+// changes anything, so a taken address is reported first.
+func listenMetrics(addr string) (*metrics.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	return metrics.Listen(addr)
+}
+
+// serveMetrics serves the pinned datapath's metrics on srv until ctx is done.
+// The returned function stops the server and releases the maps.
+func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config) (func(), error) {
+	if srv == nil {
+		return func() {}, nil
+	}
+	p, err := datapath.OpenPinned(cfg)
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	reg := metrics.Registry(metrics.NewCollector(p, version))
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ctx, reg); err != nil {
+			slog.Error("metrics server stopped", "err", err)
+		}
+	}()
+	slog.Info("serving metrics", "addr", srv.Addr().String(), "path", "/metrics")
+	return func() { cancel(); <-done; p.Close() }, nil
+}

@@ -1,0 +1,121 @@
+package datapath
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"path/filepath"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Connection is one end of an accelerated connection, as the ez_conns
+// iterator reports it (struct ez_conn_record).
+type Connection struct {
+	Cookie      uint64         `json:"cookie"`
+	PeerCookie  uint64         `json:"peer_cookie"`
+	Role        string         `json:"role"` // "client" or "server"
+	Client      netip.AddrPort `json:"client"`
+	Server      netip.AddrPort `json:"server"`
+	NetnsCookie uint64         `json:"netns_cookie"`
+	NetnsInode  uint32         `json:"netns_inode"`
+	TxMsgs      uint64         `json:"tx_msgs"`  // messages this end redirected to its peer
+	TxBytes     uint64         `json:"tx_bytes"` // bytes this end redirected to its peer
+}
+
+// Connections lists the accelerated sockets of the datapath pinned under
+// cfg.Dir(): a fresh copy of the ez_conns iterator is loaded and run over the
+// pinned ez_socks map, so it works without a running agent.
+func Connections(cfg Config) ([]Connection, error) {
+	if !exists(cfg.Dir()) {
+		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, cfg.Dir())
+	}
+	socks, err := ebpf.LoadPinnedMap(filepath.Join(cfg.Dir(), "ez_socks"), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("open pinned map ez_socks: %w", err)
+	}
+	defer socks.Close()
+
+	spec, err := loadShortcut()
+	if err != nil {
+		return nil, fmt.Errorf("datapath: parse embedded object: %w", err)
+	}
+	// Only the iterator is loaded; ez_socks, should it ever reference the
+	// map, is the pinned one.
+	var objs struct {
+		EzConns *ebpf.Program `ebpf:"ez_conns"`
+	}
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"ez_socks": socks}}
+	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("datapath: verifier rejected ez_conns: %+v", verr)
+		}
+		return nil, fmt.Errorf("datapath: load connections iterator: %w", err)
+	}
+	defer objs.EzConns.Close()
+	conns, err := iterConnections(objs.EzConns, socks)
+	if err != nil {
+		return nil, err
+	}
+	// The two ends of a connection next to each other, client first.
+	slices.SortFunc(conns, func(a, b Connection) int {
+		return cmp.Or(a.Client.Compare(b.Client), a.Server.Compare(b.Server), cmp.Compare(a.Role, b.Role))
+	})
+	return conns, nil
+}
+
+// iterConnections runs the iterator prog over the sk_storage map socks.
+func iterConnections(prog *ebpf.Program, socks *ebpf.Map) ([]Connection, error) {
+	it, err := link.AttachIter(link.IterOptions{Program: prog, Map: socks})
+	if err != nil {
+		return nil, fmt.Errorf("attach connections iterator: %w", err)
+	}
+	defer it.Close()
+	rd, err := it.Open()
+	if err != nil {
+		return nil, fmt.Errorf("open connections iterator: %w", err)
+	}
+	defer rd.Close()
+	return readConnections(bufio.NewReader(rd))
+}
+
+// readConnections decodes fixed-width struct ez_conn_record until EOF.
+func readConnections(r io.Reader) ([]Connection, error) {
+	var out []Connection
+	for {
+		var rec shortcutEzConnRecord
+		err := binary.Read(r, binary.LittleEndian, &rec)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read connection record: %w", err)
+		}
+		out = append(out, connectionOf(&rec))
+	}
+}
+
+func connectionOf(rec *shortcutEzConnRecord) Connection {
+	role := "server"
+	if rec.Flags&uint32(shortcutEzSockFlagsEZ_F_CLIENT) != 0 {
+		role = "client"
+	}
+	return Connection{
+		Cookie:      rec.Cookie,
+		PeerCookie:  rec.PeerCookie,
+		Role:        role,
+		Client:      netip.AddrPortFrom(netip.AddrFrom16(rec.Key.ClientIp).Unmap(), rec.Key.ClientPort),
+		Server:      netip.AddrPortFrom(netip.AddrFrom16(rec.Key.ServerIp).Unmap(), rec.Key.ServerPort),
+		NetnsCookie: rec.NetnsCookie,
+		NetnsInode:  rec.NetnsIno,
+		TxMsgs:      rec.TxMsgs,
+		TxBytes:     rec.TxBytes,
+	}
+}

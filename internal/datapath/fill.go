@@ -1,0 +1,33 @@
+package datapath
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// MapFill is how full one map is.
+type MapFill struct {
+	Entries    int    `json:"entries"`
+	MaxEntries uint32 `json:"max_entries"`
+}
+
+// FillNames are the maps ReadFill reports, in display order.
+var FillNames = []string{"sockets", "pairs", "aliases"}
+
+// ReadCounters reads the pinned datapath's counters.
+func (p *Pinned) ReadCounters() (Counters, error) { return ReadCounters(p.Counters) }
+
+// ReadFill counts the entries of the sockhash, the pairing records and the
+// aliases, keyed by FillNames.
+func (p *Pinned) ReadFill() (map[string]MapFill, error) {
+	out := make(map[string]MapFill, len(FillNames))
+	for i, m := range []*ebpf.Map{p.Sockets, p.Pairs, p.Aliases} {
+		n, err := Entries(m)
+		if err != nil {
+			return nil, fmt.Errorf("count %s: %w", FillNames[i], err)
+		}
+		out[FillNames[i]] = MapFill{Entries: n, MaxEntries: m.MaxEntries()}
+	}
+	return out, nil
+}

@@ -1,0 +1,118 @@
+// Package metrics exports the datapath's counters and map fill levels in the
+// Prometheus format. Nothing is counted here: every scrape reads the BPF maps.
+package metrics
+
+import (
+	"log/slog"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+)
+
+const namespace = "eztunnel"
+
+// fallbackPrefix marks the datapath counters exported as one vector,
+// eztunnel_fallbacks_total{reason=...}.
+const fallbackPrefix = "fallback_"
+
+// Source reads the datapath. *datapath.Pinned is one.
+type Source interface {
+	ReadCounters() (datapath.Counters, error)
+	ReadFill() (map[string]datapath.MapFill, error)
+}
+
+// Collector is a prometheus.Collector reading a Source on every scrape.
+type Collector struct {
+	src      Source
+	version  string
+	counters map[string]*prometheus.Desc // datapath counter name -> its own metric
+	fallback *prometheus.Desc
+	entries  *prometheus.Desc
+	maxEnt   *prometheus.Desc
+	info     *prometheus.Desc
+	up       *prometheus.Desc
+}
+
+// NewCollector describes one metric per datapath counter (the fallback_*
+// counters as the reason label of eztunnel_fallbacks_total).
+func NewCollector(src Source, version string) *Collector {
+	c := &Collector{
+		src:      src,
+		version:  version,
+		counters: map[string]*prometheus.Desc{},
+		fallback: prometheus.NewDesc(namespace+"_fallbacks_total",
+			"Connections (or messages, for peer_gone) left on the kernel path, by reason.", []string{"reason"}, nil),
+		entries: prometheus.NewDesc(namespace+"_map_entries",
+			"Entries in a datapath map.", []string{"map"}, nil),
+		maxEnt: prometheus.NewDesc(namespace+"_map_max_entries",
+			"Capacity of a datapath map.", []string{"map"}, nil),
+		info: prometheus.NewDesc(namespace+"_agent_info",
+			"Version of the agent and schema of the pinned datapath; always 1.", []string{"version", "schema"}, nil),
+		up: prometheus.NewDesc(namespace+"_datapath_up",
+			"1 if this scrape read every datapath map, 0 if a read failed (the agent logs why).", nil, nil),
+	}
+	for _, name := range datapath.CounterNames() {
+		if strings.HasPrefix(name, fallbackPrefix) {
+			continue
+		}
+		c.counters[name] = prometheus.NewDesc(namespace+"_"+name+"_total", counterHelp(name), nil, nil)
+	}
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.counters {
+		ch <- d
+	}
+	for _, d := range []*prometheus.Desc{c.fallback, c.entries, c.maxEnt, c.info, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, c.version, datapath.Schema)
+	up := 1.0
+	if counters, err := c.src.ReadCounters(); err != nil {
+		up = 0
+		slog.Warn("metrics: reading datapath counters", "err", err)
+	} else {
+		for name, v := range counters {
+			if reason, ok := strings.CutPrefix(name, fallbackPrefix); ok {
+				ch <- prometheus.MustNewConstMetric(c.fallback, prometheus.CounterValue, float64(v), reason)
+			} else if d, ok := c.counters[name]; ok {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+			}
+		}
+	}
+	if fill, err := c.src.ReadFill(); err != nil {
+		up = 0
+		slog.Warn("metrics: reading datapath map fill", "err", err)
+	} else {
+		for name, f := range fill {
+			ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(f.Entries), name)
+			ch <- prometheus.MustNewConstMetric(c.maxEnt, prometheus.GaugeValue, float64(f.MaxEntries), name)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
+}
+
+var help = map[string]string{
+	"sockets_enrolled":    "Sockets inserted into the sockhash.",
+	"pairs":               "Connections with both directions redirected.",
+	"messages_redirected": "Messages redirected from one socket to its peer.",
+	"bytes_redirected":    "Bytes redirected from one socket to its peer.",
+	"handshakes":          "SYNs registered by managed listeners.",
+	"nat_aliases":         "Handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK.",
+	"sockets_released":    "Enrolled sockets handed back to the kernel path.",
+}
+
+func counterHelp(name string) string {
+	if h, ok := help[name]; ok {
+		return h
+	}
+	return "Datapath counter " + name + "."
+}

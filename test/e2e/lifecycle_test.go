@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/netlab"
+)
+
+// agent is one `eztunnel run` process.
+type agent struct {
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+}
+
+func startAgent(t *testing.T, binary, cgroup, pin string) *agent {
+	t.Helper()
+	ready := filepath.Join(t.TempDir(), "ready")
+	a := &agent{logs: &bytes.Buffer{}}
+	a.cmd = exec.Command(binary, "run", "--cgroup", cgroup, "--pin-path", pin, "--ready-file", ready)
+	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.cmd.Process.Kill(); a.cmd.Wait() })
+	waitFile(t, ready, a.logs.String)
+	return a
+}
+
+func (a *agent) kill(t *testing.T) {
+	t.Helper()
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	a.cmd.Wait()
+}
+
+func pinnedCounters(t *testing.T, pin string) datapath.Counters {
+	t.Helper()
+	cfg := datapath.DefaultConfig()
+	cfg.PinRoot = pin
+	p, err := datapath.OpenPinned(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := datapath.ReadCounters(p.Counters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// sockopsProgramID is the ID of the program behind the pinned sockops link.
+func sockopsProgramID(t *testing.T, pin string) ebpf.ProgramID {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(pin, datapath.Schema, "link_sockops_*"))
+	if len(matches) != 1 {
+		t.Fatalf("pinned sockops links: %v", matches)
+	}
+	l, err := link.LoadPinnedLink(matches[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Program
+}
+
+// transferDuring runs a 2 GiB byte-exact transfer (1 GiB each way) from a to
+// b:7000 and calls during() once it is under way and being accelerated.
+func (e *env) transferDuring(pin string, during func()) {
+	t := e.t
+	t.Helper()
+	a, b := e.podByName("a"), e.podByName("b")
+	before := pinnedCounters(t, pin)["bytes_redirected"]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := a.Cmd(ctx, bin, streamCase{conns: 1, parallel: 1, up: 1 << 30, down: 1 << 30, chunk: 256 << 10}.args(hostport(b.IPv4, 7000), 9)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := a.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); pinnedCounters(t, pin)["bytes_redirected"]-before < 64<<20; {
+		if time.Now().After(deadline) {
+			t.Fatalf("transfer is not being accelerated: %s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	during()
+	mid := pinnedCounters(t, pin)["bytes_redirected"]
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("transfer: %v\n%s", err, out.String())
+	}
+	if after := pinnedCounters(t, pin)["bytes_redirected"]; after <= mid {
+		t.Errorf("the connection stopped being accelerated: bytes_redirected %d after the event, %d at the end", mid, after)
+	}
+}
+
+func (e *env) podByName(name string) *netlab.Pod {
+	for _, p := range e.lab.Pods() {
+		if p.Name == name {
+			return p
+		}
+	}
+	e.t.Fatalf("no pod %s", name)
+	return nil
+}
+
+// TestAgentKilledDuringTransfer: SIGKILL the agent in the middle of a 2 GiB
+// transfer and start it again: every byte arrives, the connection stays
+// accelerated, and new connections are accelerated.
+func TestAgentKilledDuringTransfer(t *testing.T) {
+	e := newEnv(t, "kill", 26)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--stream", ":7000")
+	pin := "/sys/fs/bpf/eztest-kill"
+	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
+	ag := startAgent(t, bin, e.lab.Managed, pin)
+	e.transferDuring(pin, func() {
+		ag.kill(t)
+		startAgent(t, bin, e.lab.Managed, pin)
+	})
+	before := pinnedCounters(t, pin)["pairs"]
+	if out, err := e.run(a, streamCase{conns: 5, parallel: 5, up: 1 << 20, down: 1 << 20, chunk: 65536}.args(hostport(b.IPv4, 7000), 3)...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := pinnedCounters(t, pin)["pairs"] - before; got != 5 {
+		t.Errorf("after the restart %d of 5 new connections paired", got)
+	}
+}
+
+// TestUpgradeDuringTransfer: start a build with changed program code over
+// the pinned datapath during a transfer: every byte arrives, the pinned links
+// now run the new programs, and new connections are accelerated by them.
+func TestUpgradeDuringTransfer(t *testing.T) {
+	newBin := buildVariant(t)
+	e := newEnv(t, "upg", 27)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--stream", ":7000")
+	pin := "/sys/fs/bpf/eztest-upg"
+	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
+	old := startAgent(t, bin, e.lab.Managed, pin)
+	oldProg := sockopsProgramID(t, pin)
+	e.transferDuring(pin, func() {
+		startAgent(t, newBin, e.lab.Managed, pin) // adopts the pinned datapath
+		old.kill(t)
+	})
+	if sockopsProgramID(t, pin) == oldProg {
+		t.Error("the pinned sockops link still runs the old program")
+	}
+	before := pinnedCounters(t, pin)["pairs"]
+	if out, err := e.run(a, streamCase{conns: 5, parallel: 5, up: 1 << 20, down: 1 << 20, chunk: 65536}.args(hostport(b.IPv4, 7000), 3)...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := pinnedCounters(t, pin)["pairs"] - before; got != 5 {
+		t.Errorf("after the upgrade %d of 5 new connections paired", got)
+	}
+}
+
+// buildVariant builds eztunnel from a copy of this tree whose sk_msg
+// program has one more instruction, as a stand-in for the next release.
+func buildVariant(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cp := exec.Command("cp", "-a", filepath.Join(root, "bpf"), filepath.Join(root, "cmd"), filepath.Join(root, "internal"), filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"), dir)
+	if out, err := cp.CombinedOutput(); err != nil {
+		t.Fatalf("copy tree: %v\n%s", err, out)
+	}
+	skmsg := filepath.Join(dir, "bpf", "lib", "skmsg.bpf.h")
+	src, err := os.ReadFile(skmsg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchor := "\tif (!sk)\n\t\treturn SK_PASS;\n\tes = bpf_sk_storage_get"
+	if !strings.Contains(string(src), anchor) {
+		t.Fatalf("anchor for the variant not found in %s", skmsg)
+	}
+	changed := strings.Replace(string(src), anchor, "\tbpf_get_prandom_u32(); /* upgrade-test variant */\n"+anchor, 1)
+	if err := os.WriteFile(skmsg, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "eztunnel-next")
+	for _, c := range [][]string{
+		{"sh", "-c", "cd internal/datapath && go generate ./..."},
+		{"go", "build", "-o", out, "./cmd/eztunnel"},
+	} {
+		cmd := exec.Command(c[0], c[1:]...)
+		cmd.Dir = dir
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, b)
+		}
+	}
+	os.Chmod(dir, 0o755)
+	return out
+}
+
+// TestUninstallUnderTraffic: uninstall during a transfer in both directions
+// and during an idle keep-alive connection that sends afterwards: every byte
+// arrives in order, and nothing of eztunnel is left on the cgroup or in bpffs.
+func TestUninstallUnderTraffic(t *testing.T) {
+	e := newEnv(t, "unin", 28)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--stream", ":7000")
+	pin := "/sys/fs/bpf/eztest-unin"
+	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
+	ag := startAgent(t, bin, e.lab.Managed, pin)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	type job struct {
+		cmd *exec.Cmd
+		out bytes.Buffer
+	}
+	start := func(args []string) *job {
+		j := &job{cmd: a.Cmd(ctx, bin, args...)}
+		j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.out
+		if err := a.Start(j.cmd); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	keepAlive := start(append(streamCase{conns: 3, parallel: 3, up: 256 << 10, down: 256 << 10, chunk: 4096}.args(hostport(b.IPv4, 7000), 21), "--pause", "3s"))
+	bulk := start(streamCase{conns: 2, parallel: 2, up: 512 << 20, down: 512 << 20, chunk: 128 << 10}.args(hostport(b.IPv4, 7000), 22))
+	for deadline := time.Now().Add(20 * time.Second); pinnedCounters(t, pin)["bytes_redirected"] < 64<<20; {
+		if time.Now().After(deadline) {
+			t.Fatal("traffic is not being accelerated")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pinnedCounters(t, pin)["pairs"] != 5 {
+		t.Fatalf("want 5 paired connections before uninstall: %v", pinnedCounters(t, pin))
+	}
+	ag.cmd.Process.Signal(syscall.SIGTERM)
+	ag.cmd.Wait()
+	if out, err := eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "60s"); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	for name, j := range map[string]*job{"bulk": bulk, "keep-alive": keepAlive} {
+		if err := j.cmd.Wait(); err != nil {
+			t.Errorf("%s connections: %v\n%s", name, err, j.out.String())
+		}
+	}
+	if n := attachedPrograms(t, e.lab.Managed); n != 0 {
+		t.Errorf("%d programs left on the cgroup", n)
+	}
+	if _, err := os.Stat(pin); !os.IsNotExist(err) {
+		t.Errorf("pins left in %s", pin)
+	}
+}

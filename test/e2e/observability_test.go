@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+)
+
+// TestObservability: the agent's Prometheus endpoint reports the BPF
+// counters, `connections` lists both ends of a live connection (also with the
+// agent stopped), logs are JSON lines, and flags can come from EZTUNNEL_*.
+func TestObservability(t *testing.T) {
+	e := newEnv(t, "obs", 23)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--stream", ":7000", "--echo", ":7001")
+	pin := "/sys/fs/bpf/eztest-obs"
+	t.Cleanup(func() { eztunnel(context.Background(), "uninstall", "--pin-path", pin, "--drain-timeout", "10s") })
+
+	metricsAddr := freeAddr(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	agent := exec.CommandContext(ctx, bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin,
+		"--metrics-addr", metricsAddr, "--log-format", "json", "--ready-file", ready)
+	var logs bytes.Buffer
+	agent.Stdout, agent.Stderr = &logs, &logs
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	agentDone := false
+	defer func() {
+		if !agentDone {
+			agent.Process.Kill()
+			agent.Wait()
+		}
+	}()
+	waitFile(t, ready, logs.String)
+
+	const conns = 6
+	if out, err := e.run(a, streamCase{conns: conns, parallel: conns, up: 1 << 20, down: 1 << 20, chunk: 65536}.args(hostport(b.IPv4, 7000), 5)...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+
+	t.Run("metrics", func(t *testing.T) {
+		m := scrape(t, metricsAddr)
+		if v, ok := m["eztunnel_pairs_total"]; !ok || v != conns {
+			t.Errorf("eztunnel_pairs_total = %v (present %v), want %d", v, ok, conns)
+		}
+		if v := m["eztunnel_bytes_redirected_total"]; v < 2*conns<<20 {
+			t.Errorf("eztunnel_bytes_redirected_total = %v, want at least %d", v, 2*conns<<20)
+		}
+		for _, reason := range []string{"no_local_peer", "ambiguous", "map_full", "peer_gone", "other"} {
+			if _, ok := m[`eztunnel_fallbacks_total{reason="`+reason+`"}`]; !ok {
+				t.Errorf("eztunnel_fallbacks_total{reason=%q} missing", reason)
+			}
+		}
+		for _, name := range []string{"eztunnel_sockets_enrolled_total", "eztunnel_messages_redirected_total", "eztunnel_handshakes_total",
+			"eztunnel_nat_aliases_total", "eztunnel_sockets_released_total", `eztunnel_map_entries{map="sockets"}`} {
+			if _, ok := m[name]; !ok {
+				t.Errorf("%s missing", name)
+			}
+		}
+		if v := m[`eztunnel_map_max_entries{map="sockets"}`]; v != float64(datapath.DefaultConfig().MaxSockets) {
+			t.Errorf(`eztunnel_map_max_entries{map="sockets"} = %v`, v)
+		}
+		if v := m[`eztunnel_agent_info{schema="`+datapath.Schema+`",version="dev"}`]; v != 1 {
+			t.Errorf("eztunnel_agent_info missing: %v", m)
+		}
+	})
+
+	// A long-lived connection: ping-pong for far longer than the test looks.
+	pp := e.startIn(a, bin, "workload", "pingpong", "--addr", hostport(b.IPv4, 7001), "--n", "20000000", "--warmup", "0")
+	listed := func(t *testing.T) (client, server datapath.Connection) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			client, server = connectionOn(t, pin, 7001)
+			if client.TxBytes > 0 && server.TxBytes > 0 || time.Now().After(deadline) {
+				return client, server
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	checkEnds := func(t *testing.T, client, server datapath.Connection) {
+		t.Helper()
+		if client.Cookie == 0 || server.Cookie == 0 {
+			t.Fatalf("connection to :7001 not listed with both ends: client %+v server %+v", client, server)
+		}
+		if client.PeerCookie != server.Cookie || server.PeerCookie != client.Cookie {
+			t.Errorf("ends do not point at each other: client %+v server %+v", client, server)
+		}
+		if client.Client != server.Client || client.Server != server.Server || client.Client.Addr() != a.IPv4 || client.Server.Addr() != b.IPv4 {
+			t.Errorf("addresses: client end %s->%s, server end %s->%s", client.Client, client.Server, server.Client, server.Server)
+		}
+		if client.TxBytes == 0 || server.TxBytes == 0 || client.TxMsgs == 0 || server.TxMsgs == 0 {
+			t.Errorf("no bytes redirected: client %+v server %+v", client, server)
+		}
+		if client.NetnsCookie == 0 || client.NetnsCookie == server.NetnsCookie {
+			t.Errorf("netns cookies: client %d server %d", client.NetnsCookie, server.NetnsCookie)
+		}
+		if want := netnsInode(t, a.NetNS); client.NetnsInode != want {
+			t.Errorf("client netns inode %d, want %d (pod a)", client.NetnsInode, want)
+		}
+		if want := netnsInode(t, b.NetNS); server.NetnsInode != want {
+			t.Errorf("server netns inode %d, want %d (pod b)", server.NetnsInode, want)
+		}
+	}
+	t.Run("connections", func(t *testing.T) {
+		c, s := listed(t)
+		checkEnds(t, c, s)
+		table, err := eztunnel(ctx, "connections", "--pin-path", pin)
+		if err != nil || !strings.Contains(table, "COOKIE") || !strings.Contains(table, strconv.FormatUint(c.Cookie, 10)) {
+			t.Errorf("table output (err %v):\n%s", err, table)
+		}
+	})
+
+	agent.Process.Signal(syscall.SIGTERM)
+	err := agent.Wait()
+	agentDone = true
+	if err != nil {
+		t.Fatalf("agent exit: %v\n%s", err, logs.String())
+	}
+
+	t.Run("connections with the agent stopped", func(t *testing.T) {
+		c, s := listed(t)
+		checkEnds(t, c, s)
+	})
+	pp.Process.Kill()
+
+	t.Run("json logs", func(t *testing.T) {
+		lines := 0
+		sc := bufio.NewScanner(bytes.NewReader(logs.Bytes()))
+		for sc.Scan() {
+			var rec map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+				t.Errorf("log line is not JSON: %q", sc.Text())
+				continue
+			}
+			if rec["level"] == nil || rec["msg"] == nil || rec["time"] == nil {
+				t.Errorf("log line lacks time/level/msg: %q", sc.Text())
+			}
+			lines++
+		}
+		if lines < 2 || !strings.Contains(logs.String(), `"msg":"serving metrics"`) {
+			t.Errorf("expected the agent's start and metrics lines:\n%s", logs.String())
+		}
+	})
+
+	t.Run("env", func(t *testing.T) {
+		run := func(env string, args ...string) string {
+			cmd := exec.Command(bin, append([]string{"run", "--cgroup", e.lab.Managed, "--pin-path", pin + "-env"}, args...)...)
+			cmd.Env = append(os.Environ(), env)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("%s: run succeeded", env)
+			}
+			return string(out)
+		}
+		if out := run("EZTUNNEL_MAX_SOCKETS=abc"); !strings.Contains(out, "EZTUNNEL_MAX_SOCKETS") {
+			t.Errorf("EZTUNNEL_MAX_SOCKETS=abc: error does not name the variable:\n%s", out)
+		}
+		if out := run("EZTUNNEL_MAX_SOCKETS=1"); !strings.Contains(out, "max sockets 1") {
+			t.Errorf("EZTUNNEL_MAX_SOCKETS=1 was not applied:\n%s", out)
+		}
+		if out := run("EZTUNNEL_MAX_SOCKETS=abc", "--max-sockets", "0"); !strings.Contains(out, "max sockets 0") {
+			t.Errorf("the explicit flag did not win over EZTUNNEL_MAX_SOCKETS:\n%s", out)
+		}
+		if _, err := os.Stat(pin + "-env"); !os.IsNotExist(err) {
+			t.Errorf("a failed run left pins in %s-env", pin)
+		}
+	})
+}
+
+// freeAddr returns a 127.0.0.1 address with a port nobody listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// scrape fetches /metrics and returns every eztunnel_* sample by its series
+// as printed (name{labels}).
+func scrape(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %v %s\n%s", err, resp.Status, body)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "eztunnel_") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// connectionOn returns the client and server ends of the accelerated
+// connection to server port port, as `connections -o json` lists them.
+func connectionOn(t *testing.T, pin string, port uint16) (client, server datapath.Connection) {
+	t.Helper()
+	out, err := eztunnel(context.Background(), "connections", "-o", "json", "--pin-path", pin)
+	if err != nil {
+		t.Fatalf("connections: %v\n%s", err, out)
+	}
+	var conns []datapath.Connection
+	if err := json.Unmarshal([]byte(out), &conns); err != nil {
+		t.Fatalf("connections json: %v\n%s", err, out)
+	}
+	for _, c := range conns {
+		if c.Server.Port() != port {
+			continue
+		}
+		switch c.Role {
+		case "client":
+			client = c
+		case "server":
+			server = c
+		default:
+			t.Errorf("role %q", c.Role)
+		}
+	}
+	return client, server
+}
+
+func netnsInode(t *testing.T, name string) uint32 {
+	t.Helper()
+	fi, err := os.Stat("/run/netns/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		t.Fatal(fmt.Errorf("no stat_t for %s", name))
+	}
+	return uint32(st.Ino)
+}

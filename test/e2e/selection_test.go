@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+)
+
+// TestSelection: each selection rule changes what is enrolled, as the
+// counters show; connections it excludes still carry every byte.
+func TestSelection(t *testing.T) {
+	e := newEnv(t, "sel", 24)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--stream", ":7000", "--stream", ":7001", "--stream", "[::]:7006")
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+	c := streamCase{conns: 10, parallel: 10, up: 64 << 10, down: 64 << 10, chunk: 4096}
+	subnet := netip.MustParsePrefix(b.IPv4.String() + "/24").Masked()
+	host := netip.PrefixFrom(b.IPv4, 32)
+
+	type probe struct {
+		addr   string
+		paired bool
+	}
+	cases := []struct {
+		name   string
+		sel    datapath.Selection
+		probes []probe
+	}{
+		{"exclude-port", datapath.Selection{ExcludePorts: []uint16{7001}},
+			[]probe{{hostport(b.IPv4, 7000), true}, {hostport(b.IPv4, 7001), false}}},
+		{"include-port", datapath.Selection{IncludePorts: []uint16{7001}},
+			[]probe{{hostport(b.IPv4, 7000), false}, {hostport(b.IPv4, 7001), true}}},
+		{"include-cidr", datapath.Selection{IncludeCIDRs: []netip.Prefix{subnet}},
+			[]probe{{hostport(b.IPv4, 7000), true}, {hostport(b.IPv6, 7006), false}}},
+		{"exclude-cidr-more-specific", datapath.Selection{IncludeCIDRs: []netip.Prefix{subnet}, ExcludeCIDRs: []netip.Prefix{host}},
+			[]probe{{hostport(b.IPv4, 7000), false}}},
+		{"no-ipv6", datapath.Selection{NoIPv6: true},
+			[]probe{{hostport(b.IPv4, 7006), true}, {hostport(b.IPv6, 7006), false}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := e.cfg
+			cfg.Select = tc.sel
+			dp, err := datapath.Install(cfg, []string{e.lab.Managed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.dp = dp
+			defer func() {
+				dp.Close()
+				if err := datapath.Uninstall(cfg, 10*time.Second); err != nil {
+					t.Errorf("uninstall: %v", err)
+				}
+			}()
+			for _, p := range tc.probes {
+				d := e.streamCounted(a, c, p.addr, 5)
+				if p.paired && d["pairs"] != uint64(c.conns) {
+					t.Errorf("%s: want %d pairs, counters %v", p.addr, c.conns, d)
+				}
+				if !p.paired && (d["pairs"] != 0 || d["sockets_enrolled"] != 0 || d["fallback_excluded"] != uint64(c.conns)) {
+					t.Errorf("%s: want excluded (%d fallback_excluded, nothing enrolled), counters %v", p.addr, c.conns, d)
+				}
+			}
+		})
+	}
+}
+
+// TestSelectionInvalid: contradictory or malformed rules are refused by
+// `run` before anything is attached.
+func TestSelectionInvalid(t *testing.T) {
+	e := newEnv(t, "seli", 25)
+	pin := "/sys/fs/bpf/eztest-seli"
+	for _, tc := range []struct {
+		args    []string
+		message string
+	}{
+		{[]string{"--include-ports", "80", "--exclude-ports", "80"}, "both included and excluded"},
+		{[]string{"--exclude-ports", "70000"}, "out of range"},
+		{[]string{"--include-cidrs", "10.0.0.0/33"}, "--include-cidrs"},
+		{[]string{"--exclude-cidrs", "10.1.2.3/16"}, "host bits"},
+		{[]string{"--ipv6=false", "--include-cidrs", "fd00::/8"}, "IPv6 is disabled"},
+	} {
+		args := append([]string{"run", "--cgroup", e.lab.Managed, "--pin-path", pin}, tc.args...)
+		out, err := eztunnelOut(args...)
+		if err == nil {
+			t.Errorf("%v succeeded", tc.args)
+			continue
+		}
+		if !contains(out, tc.message) {
+			t.Errorf("%v: error does not say %q:\n%s", tc.args, tc.message, out)
+		}
+		if n := attachedPrograms(t, e.lab.Managed); n != 0 {
+			t.Errorf("%v: %d programs left attached", tc.args, n)
+		}
+	}
+}
