@@ -13,6 +13,7 @@ struct {
 /* Pairing records of connections being set up, by canonical connection key. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows use, not the bound */
 	__uint(max_entries, 16384);
 	__type(key, struct ez_conn_key);
 	__type(value, struct ez_pair);
@@ -21,6 +22,7 @@ struct {
 /* Client-side keys of handshakes NAT-ed in the server's namespace. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows use, not the bound */
 	__uint(max_entries, 16384);
 	__type(key, struct ez_conn_key);
 	__type(value, struct ez_alias);
@@ -29,6 +31,7 @@ struct {
 /* Records of handshakes in flight, by what a listener's SYN-ACK shows. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows use, not the bound */
 	__uint(max_entries, 16384);
 	__type(key, struct ez_syn_index);
 	__type(value, struct ez_alias);
@@ -61,6 +64,7 @@ static __always_inline bool draining(void)
 /* Selection rules (not pinned: each agent start writes its own). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows use, not the bound */
 	__uint(max_entries, 1024);
 	__type(key, __u32);		/* server port */
 	__type(value, __u32);		/* enum ez_rule */

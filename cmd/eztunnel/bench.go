@@ -13,7 +13,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
-	cmd.AddCommand(benchQuickCmd())
+	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd())
 	return cmd
 }
 
@@ -40,5 +40,26 @@ func benchQuickCmd() *cobra.Command {
 	f.Uint64Var(&o.TransferBytes, "transfer-bytes", o.TransferBytes, "bytes of the flow-completion-time transfer")
 	f.IntVar(&o.CPU, "cpu", o.CPU, "CPU that client and server are pinned to (-1: no pinning)")
 	f.StringVar(&o.Out, "out", "", "directory to write quick.json with every round's results")
+	return cmd
+}
+
+func benchMemoryCmd() *cobra.Command {
+	o := bench.MemoryOptions{Conns: 10000}
+	cmd := &cobra.Command{
+		Use:   "memory",
+		Short: "Agent RSS and BPF map memory, idle and with established accelerated connections (needs root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find own binary: %w", err)
+			}
+			o.Exe, o.Log = exe, os.Stderr
+			return bench.Memory(ctx, o, os.Stdout)
+		},
+	}
+	cmd.Flags().IntVar(&o.Conns, "conns", o.Conns, "established connections to hold")
 	return cmd
 }

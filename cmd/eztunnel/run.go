@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -99,6 +101,10 @@ func run(ctx context.Context, rc runConfig) error {
 		return err
 	}
 	defer stopMetrics()
+	// Loading parsed the kernel's BTF (tens of MB, partly mmapped); nothing
+	// needs it any more: give it back before serving for months.
+	runtime.GC()
+	debug.FreeOSMemory()
 	slog.Info("datapath attached", "cgroups", rc.cgroups, "pins", rc.dp.Dir())
 	if rc.readyFile != "" {
 		if err := os.WriteFile(rc.readyFile, []byte("ready\n"), 0o600); err != nil {

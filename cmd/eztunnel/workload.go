@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,7 +22,7 @@ import (
 // inside lab pods. Hidden: they are tools of the lab, not of the agent.
 func workloadCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "workload", Short: "Traffic generators for tests and benchmarks", Hidden: true}
-	cmd.AddCommand(append([]*cobra.Command{workloadServeCmd(), workloadStreamCmd(), workloadPingPongCmd()}, workloadProbeCmds()...)...)
+	cmd.AddCommand(append([]*cobra.Command{workloadServeCmd(), workloadStreamCmd(), workloadPingPongCmd(), workloadHoldCmd()}, workloadProbeCmds()...)...)
 	return cmd
 }
 
@@ -176,5 +178,31 @@ func workloadPingPongCmd() *cobra.Command {
 	f.IntVar(&warmup, "warmup", 500, "unrecorded round trips first")
 	f.IntVar(&conns, "conns", 1, "connections in parallel")
 	f.BoolVar(&raw, "raw", false, "include every sample")
+	return cmd
+}
+
+func workloadHoldCmd() *cobra.Command {
+	var addr, ready string
+	var conns, parallel int
+	cmd := &cobra.Command{
+		Use:   "hold",
+		Short: "Open connections to a stream server, send one byte on each, keep them idle until killed",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if conns < 1 {
+				return fmt.Errorf("--conns %d must be at least 1", conns)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return workload.Hold(ctx, addr, conns, parallel, func() {
+				if ready != "" {
+					os.WriteFile(ready, []byte("ready\n"), 0o644)
+				}
+			})
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "", "stream server host:port")
+	cmd.Flags().IntVar(&conns, "conns", 10000, "connections to hold")
+	cmd.Flags().IntVar(&parallel, "parallel", 64, "connects at once")
+	cmd.Flags().StringVar(&ready, "ready-file", "", "file written once every connection is open")
 	return cmd
 }
