@@ -7,7 +7,7 @@ BIN       := bin/eztunnel
 BPF_SRC   := $(wildcard bpf/*.c bpf/*.h bpf/lib/*.h)
 GENERATED := internal/datapath/shortcut_bpfel.go internal/datapath/shortcut_bpfel.o
 
-.PHONY: all build generate check-generated test test-unit test-e2e demo bench-quick clean deps
+.PHONY: all build generate check-generated test test-unit test-e2e demo bench-quick bench-memory clean deps
 
 all: build
 
@@ -45,6 +45,10 @@ demo: build
 	./$(BIN) bench quick
 
 bench-quick: demo
+
+# Agent RSS + BPF map memory with 10k established accelerated connections.
+bench-memory: build
+	./$(BIN) bench memory
 
 # Debian packages the tests and the lab use.
 deps:
