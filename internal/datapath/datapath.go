@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -84,6 +85,9 @@ func Load(cfg Config) (_ *Datapath, err error) {
 		m.Pinning = ebpf.PinByName
 	}
 
+	if err := otherSchema(cfg); err != nil {
+		return nil, err
+	}
 	fresh := !exists(cfg.Dir())
 	if err := bpffs.Ensure(cfg.PinRoot); err != nil {
 		return nil, err
@@ -115,6 +119,23 @@ func Load(cfg Config) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("datapath: %w", err)
 	}
 	return d, nil
+}
+
+// otherSchema refuses to install next to a datapath pinned by a build with
+// another map layout: both would attach to the same cgroups.
+func otherSchema(cfg Config) error {
+	entries, err := os.ReadDir(cfg.PinRoot)
+	if err != nil {
+		return nil // nothing installed yet
+	}
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != Schema && strings.HasPrefix(e.Name(), "v") {
+			return fmt.Errorf("a datapath of schema %s is installed in %s and this build uses schema %s; "+
+				"migrating between schemas is not supported: run `eztunnel uninstall` of that version first",
+				e.Name(), cfg.PinRoot, Schema)
+		}
+	}
+	return nil
 }
 
 func exists(path string) bool {

@@ -265,3 +265,52 @@ func TestUninstallUnderTraffic(t *testing.T) {
 		t.Errorf("pins left in %s", pin)
 	}
 }
+
+// TestOtherSchemaRefused: a datapath pinned by a build with another map
+// layout is refused with a message, and nothing is attached.
+func TestOtherSchemaRefused(t *testing.T) {
+	e := newEnv(t, "schm", 29)
+	pin := "/sys/fs/bpf/eztest-schm"
+	old := filepath.Join(pin, "v0")
+	if err := os.MkdirAll(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pin) })
+	out, err := eztunnelOut("run", "--cgroup", e.lab.Managed, "--pin-path", pin)
+	if err == nil || !strings.Contains(out, "schema v0") {
+		t.Fatalf("want a refusal naming schema v0, got %v:\n%s", err, out)
+	}
+	if n := attachedPrograms(t, e.lab.Managed); n != 0 {
+		t.Errorf("%d programs attached", n)
+	}
+	if _, err := os.Stat(filepath.Join(pin, datapath.Schema)); !os.IsNotExist(err) {
+		t.Errorf("pins created next to the other schema")
+	}
+}
+
+// TestAnotherSockmapUser: when another sockmap user already owns the
+// sockets (here a second datapath attached to the same cgroup first), our
+// insert fails with EBUSY: it is counted, and every byte still arrives.
+func TestAnotherSockmapUser(t *testing.T) {
+	e := newEnv(t, "busy", 32)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--stream", ":7000")
+	other := e.cfg
+	other.PinRoot = "/sys/fs/bpf/eztest-busy-other"
+	first, err := datapath.Install(other, []string{e.lab.Managed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		first.Close()
+		if err := datapath.Uninstall(other, 10*time.Second); err != nil {
+			t.Errorf("uninstall other: %v", err)
+		}
+	})
+	e.accelerate() // attached second: runs after the other user's sockops
+	c := streamCase{conns: 10, parallel: 10, up: 256 << 10, down: 256 << 10, chunk: 8192}
+	d := e.streamCounted(a, c, hostport(b.IPv4, 7000), 4)
+	if d["fallback_ebusy"] == 0 || d["pairs"] != 0 {
+		t.Errorf("want EBUSY fallbacks and no pairs of ours: %v", d)
+	}
+}
