@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -20,8 +19,8 @@ func connectionsCmd() *cobra.Command {
 		Short: "List accelerated connections, one line per end (works without a running agent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("-o %q: want table or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
@@ -30,19 +29,13 @@ func connectionsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				if conns == nil {
-					conns = []datapath.Connection{}
-				}
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(conns)
+			if conns == nil {
+				conns = []datapath.Connection{}
 			}
-			printConnections(conns)
-			return nil
+			return render(output, conns, func() { printConnections(conns) })
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	outputFlag(cmd, &output)
 	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
 	return cmd
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -27,23 +26,17 @@ func statusCmd() *cobra.Command {
 		Short: "Print the datapath's counters and map fill levels (works without a running agent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("-o %q: want table or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			rep, err := readStatus(cfg)
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
-			}
-			printStatus(rep)
-			return nil
+			return render(output, rep, func() { printStatus(rep) })
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	outputFlag(cmd, &output)
 	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
 	return cmd
 }

@@ -102,11 +102,18 @@ func TestAgentLifecycle(t *testing.T) {
 	if out, err := eztunnel(ctx, "uninstall", "--pin-path", pin); err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out)
 	}
-	if n := attachedPrograms(t, e.lab.Managed); n != 0 {
-		t.Errorf("%d programs left on the cgroup after uninstall", n)
+	assertRemoved(t, e.lab.Managed, pin)
+}
+
+// assertRemoved checks that nothing of eztunnel is left on the cgroup or
+// under the pin path.
+func assertRemoved(t *testing.T, cgroup, pin string) {
+	t.Helper()
+	if n := attachedPrograms(t, cgroup); n != 0 {
+		t.Errorf("%d programs left on the cgroup %s", n, cgroup)
 	}
 	if _, err := os.Stat(pin); !os.IsNotExist(err) {
-		t.Errorf("pins left after uninstall: %v", err)
+		t.Errorf("pins left in %s: %v", pin, err)
 	}
 }
 

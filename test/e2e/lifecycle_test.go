@@ -258,12 +258,7 @@ func TestUninstallUnderTraffic(t *testing.T) {
 			t.Errorf("%s connections: %v\n%s", name, err, j.out.String())
 		}
 	}
-	if n := attachedPrograms(t, e.lab.Managed); n != 0 {
-		t.Errorf("%d programs left on the cgroup", n)
-	}
-	if _, err := os.Stat(pin); !os.IsNotExist(err) {
-		t.Errorf("pins left in %s", pin)
-	}
+	assertRemoved(t, e.lab.Managed, pin)
 }
 
 // TestOtherSchemaRefused: a datapath pinned by a build with another map
