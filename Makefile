@@ -29,8 +29,10 @@ check-generated:
 	  (echo "generated eBPF files differ from the C sources: run 'make generate' and commit" >&2; exit 1)
 
 # Everything, as root: unit tests and end-to-end tests on the real kernel.
-test: build
+test:
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root: sudo make test" >&2; exit 1; fi
+	./scripts/install-deps.sh
+	$(MAKE) build
 	$(GO) test -count=1 -timeout 14m ./...
 
 test-unit:
@@ -40,8 +42,10 @@ test-e2e: build
 	$(GO) test -count=1 -timeout 14m -v ./test/e2e
 
 # Quick baseline-vs-accelerated comparison (a few minutes) with its table.
-demo: build
+demo:
 	@if [ "$$(id -u)" != 0 ]; then echo "make demo needs root: sudo make demo" >&2; exit 1; fi
+	./scripts/install-deps.sh
+	$(MAKE) build
 	./$(BIN) bench quick
 
 bench-quick: demo
