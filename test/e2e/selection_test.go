@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -98,5 +102,56 @@ func TestSelectionInvalid(t *testing.T) {
 		if n := attachedPrograms(t, e.lab.Managed); n != 0 {
 			t.Errorf("%v: %d programs left attached", tc.args, n)
 		}
+	}
+}
+
+// TestSelectionChangeOnRestart: new rules, through a restart of the agent,
+// apply to new connections; an established connection keeps its path.
+func TestSelectionChangeOnRestart(t *testing.T) {
+	e := newEnv(t, "selr", 33)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--stream", ":7000")
+	pin := "/sys/fs/bpf/eztest-selr"
+	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
+	first := startAgent(t, bin, e.lab.Managed, pin)
+
+	// A long connection, accelerated under the first rules.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	long := a.Cmd(ctx, bin, append(streamCase{conns: 1, parallel: 1, up: 64 << 10, down: 64 << 10, chunk: 4096}.args(hostport(b.IPv4, 7000), 8), "--pause", "2s")...)
+	var out bytes.Buffer
+	long.Stdout, long.Stderr = &out, &out
+	if err := a.Start(long); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); pinnedCounters(t, pin)["pairs"] < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the long connection was not paired")
+		}
+	}
+	first.kill(t)
+	second := exec.Command(bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--exclude-ports", "7000", "--ready-file", filepath.Join(t.TempDir(), "ready"))
+	second.Stdout, second.Stderr = &out, &out
+	if err := second.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { second.Process.Kill(); second.Wait() })
+	waitFile(t, second.Args[len(second.Args)-1], out.String)
+
+	before := pinnedCounters(t, pin)
+	if err := long.Wait(); err != nil {
+		t.Fatalf("long connection: %v\n%s", err, out.String())
+	}
+	mid := pinnedCounters(t, pin)
+	if mid["bytes_redirected"] <= before["bytes_redirected"] {
+		t.Errorf("the established connection stopped being redirected after the rule change")
+	}
+	if o, err := e.run(a, streamCase{conns: 5, parallel: 5, up: 1 << 16, down: 1 << 16, chunk: 4096}.args(hostport(b.IPv4, 7000), 9)...); err != nil {
+		t.Fatalf("%v\n%s", err, o)
+	}
+	after := pinnedCounters(t, pin)
+	if after["pairs"] != mid["pairs"] || after["fallback_excluded"]-mid["fallback_excluded"] != 5 {
+		t.Errorf("new connections under --exclude-ports 7000: pairs %d -> %d, excluded +%d (want +5)",
+			mid["pairs"], after["pairs"], after["fallback_excluded"]-mid["fallback_excluded"])
 	}
 }
