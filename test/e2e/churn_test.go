@@ -28,7 +28,11 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s, p
+		a, err := datapath.Entries(pinned.Aliases)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, p + a
 	}
 	s0, p0 := entries()
 	const conns = 200000
@@ -47,7 +51,7 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("maps did not return to start: sockets %d (start %d), pairs %d (start %d)", s, s0, p, p0)
+			t.Fatalf("maps did not return to start: sockets %d (start %d), pairs+aliases %d (start %d)", s, s0, p, p0)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
