@@ -21,11 +21,13 @@ $(GENERATED): $(BPF_SRC) internal/datapath/gen.go
 
 generate:
 	cd internal/datapath && $(GO) generate ./...
+	cd internal/tracer && $(GO) generate ./...
 
 # Regenerates the bpf2go output with the pinned clang and fails on any diff.
 check-generated:
 	cd internal/datapath && $(GO) generate ./...
-	git diff --exit-code -- internal/datapath/ || \
+	cd internal/tracer && $(GO) generate ./...
+	git diff --exit-code -- internal/datapath/ internal/tracer/ || \
 	  (echo "generated eBPF files differ from the C sources: run 'make generate' and commit" >&2; exit 1)
 
 # Everything, as root: unit tests and end-to-end tests on the real kernel.

@@ -44,6 +44,6 @@ func newRoot() *cobra.Command {
 		},
 	}
 	logs.register(root.PersistentFlags())
-	root.AddCommand(runCmd(), statusCmd(), connectionsCmd(), uninstallCmd(), workloadCmd(), benchCmd())
+	root.AddCommand(runCmd(), statusCmd(), connectionsCmd(), uninstallCmd(), workloadCmd(), benchCmd(), traceCmd())
 	return root
 }

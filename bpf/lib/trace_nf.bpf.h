@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Netfilter timing. For each table priority P in use at a hook, Go attaches
+ * trc_nf_<table>_before at P-1 and trc_nf_<table>_after at P+1; the time
+ * between them is the table's. The first "before" at a hook is the hook's
+ * stage timestamp. Quirk: the kernel refuses (EBUSY) two BPF programs at one
+ * hook and priority, so Go moves outward to the next free priority.
+ */
+#pragma once
+
+#define TRC_NF_ACCEPT 1
+
+static __always_inline void trc_nf(struct bpf_nf_ctx *ctx, __u32 table, bool before)
+{
+	const struct nf_hook_state *st = ctx->state;
+	struct sk_buff *skb = ctx->skb;
+	struct net_device *dev;
+	struct ez_trc_pkt *r;
+	__u64 netns, key, now;
+	__u32 hook, slot;
+	bool host;
+
+	hook = BPF_CORE_READ(st, hook);
+	if (hook >= EZ_TRC_HOOKS)
+		return;
+	netns = BPF_CORE_READ(st, net, net_cookie);
+	host = netns == host_netns;
+	if (before) {
+		dev = BPF_CORE_READ(st, in);
+		if (!dev)
+			dev = BPF_CORE_READ(st, out);
+		r = trc_track(skb, trc_stage(hook, host), TRC_L3_NET, netns,
+			      dev ? BPF_CORE_READ(dev, ifindex) : 0);
+		if (r)
+			r->nf_start = bpf_ktime_get_ns();
+		return;
+	}
+	key = (__u64)skb;
+	r = bpf_map_lookup_elem(&trc_pkts, &key);
+	if (!r || !r->nf_start)
+		return;
+	slot = ((host ? 1 : 0) * EZ_TRC_HOOKS + hook) * EZ_TRC_TABLES + table;
+	now = bpf_ktime_get_ns();
+	if (slot < EZ_TRC_NF_SLOTS)
+		r->nf_ns[slot] += now - r->nf_start;
+	r->nf_start = 0;
+	r->last_ns = now; /* the lifetime's end is at least here */
+}
+
+#define TRC_NF(name, table)						\
+	SEC("netfilter")						\
+	int trc_nf_##name##_before(struct bpf_nf_ctx *ctx) { trc_nf(ctx, table, true); return TRC_NF_ACCEPT; } \
+	SEC("netfilter")						\
+	int trc_nf_##name##_after(struct bpf_nf_ctx *ctx) { trc_nf(ctx, table, false); return TRC_NF_ACCEPT; }
+
+TRC_NF(raw, EZ_TRC_T_RAW)
+TRC_NF(conntrack, EZ_TRC_T_CONNTRACK)
+TRC_NF(mangle, EZ_TRC_T_MANGLE)
+TRC_NF(dnat, EZ_TRC_T_DNAT)
+TRC_NF(filter, EZ_TRC_T_FILTER)
+TRC_NF(snat, EZ_TRC_T_SNAT)

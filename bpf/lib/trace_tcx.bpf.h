@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* tcx observers, attached first and last on chosen interfaces. They only
+ * look: every one returns TCX_NEXT so the chain behaves as without them. */
+#pragma once
+
+/* tc programs get a __sk_buff; the sk_buff address (the packet's identity)
+ * comes from this kfunc (6.3+). */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+static __always_inline int trc_tcx(struct __sk_buff *ctx, __u32 kind)
+{
+	trc_dev(bpf_cast_to_kern_ctx(ctx), kind, TRC_L3_NET);
+	return TCX_NEXT;
+}
+
+SEC("tcx/ingress")
+int trc_tcxi_first(struct __sk_buff *ctx) { return trc_tcx(ctx, TRC_K_TCXI_FIRST); }
+SEC("tcx/ingress")
+int trc_tcxi_last(struct __sk_buff *ctx) { return trc_tcx(ctx, TRC_K_TCXI_LAST); }
+SEC("tcx/egress")
+int trc_tcxe_first(struct __sk_buff *ctx) { return trc_tcx(ctx, TRC_K_TCXE_FIRST); }
+SEC("tcx/egress")
+int trc_tcxe_last(struct __sk_buff *ctx) { return trc_tcx(ctx, TRC_K_TCXE_LAST); }

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Tracepoints. Each is built twice from one body: tp_btf (preferred) and
+ * raw_tp (used when attaching tp_btf fails). Both see the arguments as an
+ * array of u64, and the bodies read the kernel only through BPF_CORE_READ,
+ * which suits both program types.
+ */
+#pragma once
+
+#define TRC_TP(name, body)						\
+	SEC("tp_btf/" #name)						\
+	int trc_btf_##name(__u64 *ctx) { body(ctx); return 0; }		\
+	SEC("raw_tp/" #name)						\
+	int trc_raw_##name(struct bpf_raw_tracepoint_args *ctx) { body(ctx->args); return 0; }
+
+static __always_inline void trc_rx(__u64 *a) { trc_dev((void *)a[0], TRC_K_RX, TRC_L3_DATA); }
+static __always_inline void trc_recv(__u64 *a) { trc_dev((void *)a[0], TRC_K_RECV, TRC_L3_DATA); }
+static __always_inline void trc_queue(__u64 *a) { trc_dev((void *)a[0], TRC_K_QUEUE, TRC_L3_ETH); }
+static __always_inline void trc_xmit(__u64 *a) { trc_dev((void *)a[0], TRC_K_XMIT, TRC_L3_ETH); }
+static __always_inline void trc_done(__u64 *a) { trc_dev((void *)a[0], TRC_K_DONE, TRC_L3_ETH); }
+
+static __always_inline void trc_copy(__u64 *a)
+{
+	trc_track((void *)a[0], EZ_TRC_COPY, TRC_L3_NET, 0, 0);
+}
+
+static __always_inline void trc_consume(__u64 *a) { trc_free((void *)a[0], 0); }
+
+/* kfree_skb(skb, location, reason, rx_sk): SKB_CONSUMED comes through here on
+ * kernels that route consume through kfree_skb; it is not a drop. */
+static __always_inline void trc_kfree(__u64 *a)
+{
+	__u32 reason = a[2];
+
+	trc_free((void *)a[0], reason == SKB_CONSUMED ? 0 : reason);
+}
+
+TRC_TP(netif_rx, trc_rx)
+TRC_TP(napi_gro_receive_entry, trc_rx)
+TRC_TP(netif_receive_skb, trc_recv)
+TRC_TP(net_dev_queue, trc_queue)
+TRC_TP(net_dev_start_xmit, trc_xmit)
+TRC_TP(net_dev_xmit, trc_done)
+TRC_TP(skb_copy_datagram_iovec, trc_copy)
+TRC_TP(consume_skb, trc_consume)
+TRC_TP(kfree_skb, trc_kfree)

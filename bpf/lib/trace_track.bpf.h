@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Packet identity: a lifetime is keyed by sk_buff address and moves forward
+ * through enum ez_trc_stage. A stage earlier than the last one recorded, or
+ * a record idle longer than max_age_ns, means the address now carries
+ * another packet: the old lifetime is emitted and a new one starts.
+ */
+#pragma once
+
+/* What a hook observes; trc_stage names the stage on the host or pod side. */
+enum trc_kind {
+	TRC_K_NF_PRE,	/* == NF_INET_PRE_ROUTING .. */
+	TRC_K_NF_IN,
+	TRC_K_NF_FWD,
+	TRC_K_NF_OUT,
+	TRC_K_NF_POST,	/* .. == NF_INET_POST_ROUTING */
+	TRC_K_QUEUE,
+	TRC_K_XMIT,
+	TRC_K_RX,
+	TRC_K_RECV,
+	TRC_K_TCXI_FIRST,
+	TRC_K_TCXI_LAST,
+	TRC_K_TCXE_FIRST,
+	TRC_K_TCXE_LAST,
+	TRC_K_DONE,
+};
+
+static __always_inline __u32 trc_stage(__u32 kind, bool host)
+{
+	switch (kind) {
+	case TRC_K_NF_PRE: return host ? EZ_TRC_H_NF_PRE : EZ_TRC_P_NF_PRE;
+	case TRC_K_NF_IN: return host ? EZ_TRC_H_NF_IN : EZ_TRC_P_NF_IN;
+	case TRC_K_NF_FWD: return host ? EZ_TRC_H_NF_FWD : EZ_TRC_P_NF_FWD;
+	case TRC_K_NF_OUT: return host ? EZ_TRC_H_NF_OUT : EZ_TRC_P_NF_OUT;
+	case TRC_K_NF_POST: return host ? EZ_TRC_H_NF_POST : EZ_TRC_P_NF_POST;
+	case TRC_K_QUEUE: return host ? EZ_TRC_H_QUEUE : EZ_TRC_P_QUEUE;
+	case TRC_K_XMIT: return host ? EZ_TRC_H_XMIT : EZ_TRC_P_XMIT;
+	case TRC_K_RX: return host ? EZ_TRC_H_RX : EZ_TRC_P_RX;
+	case TRC_K_RECV: return host ? EZ_TRC_H_RECV : EZ_TRC_P_RECV;
+	case TRC_K_TCXI_FIRST: return host ? EZ_TRC_H_TCXI_FIRST : EZ_TRC_P_TCXI_FIRST;
+	case TRC_K_TCXI_LAST: return host ? EZ_TRC_H_TCXI_LAST : EZ_TRC_P_TCXI_LAST;
+	case TRC_K_TCXE_FIRST: return host ? EZ_TRC_H_TCXE_FIRST : EZ_TRC_P_TCXE_FIRST;
+	case TRC_K_TCXE_LAST: return host ? EZ_TRC_H_TCXE_LAST : EZ_TRC_P_TCXE_LAST;
+	default: return host ? EZ_TRC_H_DONE : EZ_TRC_P_DONE;
+	}
+}
+
+static __always_inline void trc_emit(struct ez_trc_pkt *r, __u8 end)
+{
+	r->end = end;
+	if (bpf_ringbuf_output(&trc_events, r, sizeof(*r), 0))
+		trc_count(EZ_TRC_C_RB_DROPS, 1);
+	else
+		trc_count(EZ_TRC_C_EMITTED, 1);
+}
+
+/* trc_track records stage for skb, seen in netns on ifindex, and returns the
+ * live record, or NULL when the packet is not traced. */
+static __always_inline struct ez_trc_pkt *
+trc_track(struct sk_buff *skb, __u32 stage, enum trc_l3 where, __u64 netns, __u32 ifindex)
+{
+	__u64 key = (__u64)skb, now = bpf_ktime_get_ns();
+	struct ez_trc_pkt *r = bpf_map_lookup_elem(&trc_pkts, &key);
+	struct trc_flow fl = {};
+	__u32 zero = 0;
+
+	if (stage >= EZ_TRC_STAGES)
+		return NULL;
+	if (r) {
+		bool aged = max_age_ns && now - r->last_ns > max_age_ns;
+
+		if (!aged && stage >= EZ_TRC_ORDERED) {
+			if (!r->ts[stage])
+				r->ts[stage] = now;
+			return r;
+		}
+		if (!aged && stage > r->last) {
+			r->ts[stage] = now;
+			r->last = stage;
+			r->last_ns = now;
+			r->last_cpu = bpf_get_smp_processor_id();
+			if (ifindex)
+				r->last_ifindex = ifindex;
+			return r;
+		}
+		if (!aged && stage == r->last)
+			return r; /* seen again at the same stage: keep the first time */
+		trc_count(aged ? EZ_TRC_C_AGED : EZ_TRC_C_REUSED, 1);
+		trc_emit(r, aged ? EZ_TRC_END_AGED : EZ_TRC_END_REUSED);
+		bpf_map_delete_elem(&trc_pkts, &key);
+	}
+	/* Reading, freeing and xmit-done never start a lifetime. */
+	if (stage >= EZ_TRC_COPY)
+		return NULL;
+	if (trc_parse(skb, where, &fl) || !trc_match(&fl, ifindex, netns))
+		return NULL;
+	r = bpf_map_lookup_elem(&trc_scratch, &zero);
+	if (!r)
+		return NULL;
+	__builtin_memset(r, 0, sizeof(*r));
+	__builtin_memcpy(r->saddr, fl.saddr, sizeof(fl.saddr));
+	__builtin_memcpy(r->daddr, fl.daddr, sizeof(fl.daddr));
+	r->sport = fl.sport;
+	r->dport = fl.dport;
+	r->family = fl.family;
+	r->proto = fl.proto;
+	r->skb = key;
+	r->netns = netns;
+	r->ts[stage] = now;
+	r->last = stage;
+	r->last_ns = now;
+	r->first_cpu = r->last_cpu = bpf_get_smp_processor_id();
+	r->first_ifindex = r->last_ifindex = ifindex;
+	r->len = BPF_CORE_READ(skb, len);
+	if (bpf_map_update_elem(&trc_pkts, &key, r, BPF_NOEXIST)) {
+		trc_count(EZ_TRC_C_TABLE_FULL, 1);
+		return NULL;
+	}
+	trc_count(EZ_TRC_C_STARTED, 1);
+	return bpf_map_lookup_elem(&trc_pkts, &key);
+}
+
+/* trc_free ends skb's lifetime, if it has one. */
+static __always_inline void trc_free(struct sk_buff *skb, __u32 drop_reason)
+{
+	__u64 key = (__u64)skb;
+	struct ez_trc_pkt *r = bpf_map_lookup_elem(&trc_pkts, &key);
+
+	if (!r)
+		return;
+	r->ts[EZ_TRC_FREE] = bpf_ktime_get_ns();
+	r->drop_reason = drop_reason;
+	trc_emit(r, drop_reason ? EZ_TRC_END_DROP : EZ_TRC_END_FREE);
+	bpf_map_delete_elem(&trc_pkts, &key);
+}
+
+static __always_inline __u64 trc_dev_netns(struct net_device *dev)
+{
+	return BPF_CORE_READ(dev, nd_net.net, net_cookie);
+}
+
+/* trc_dev tracks a device-level stage: side and interface from skb->dev. */
+static __always_inline void trc_dev(struct sk_buff *skb, __u32 kind, enum trc_l3 where)
+{
+	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	__u64 netns;
+
+	if (!dev)
+		return;
+	netns = trc_dev_netns(dev);
+	trc_track(skb, trc_stage(kind, netns == host_netns), where, netns, BPF_CORE_READ(dev, ifindex));
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eztunnel/eztunnel/internal/workload"
+)
+
+func workloadUDPCmd() *cobra.Command {
+	var serve, addr, ready string
+	var size, n int
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "udp",
+		Short: "UDP echo server (--serve) or ping-pong client (--addr) with a known datagram count",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case serve != "":
+				pc, err := net.ListenPacket("udp", serve)
+				if err != nil {
+					return err
+				}
+				if ready != "" {
+					if err := os.WriteFile(ready, []byte("ready\n"), 0o644); err != nil {
+						return err
+					}
+				}
+				return workload.ServeUDPEcho(pc)
+			case addr != "":
+				got, err := workload.UDPPingPong(addr, size, n, timeout)
+				if err != nil {
+					return err
+				}
+				return json.NewEncoder(os.Stdout).Encode(map[string]int{"sent": n, "echoed": got})
+			}
+			return errors.New("give --serve or --addr")
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&serve, "serve", "", "echo datagrams on this address")
+	f.StringVar(&addr, "addr", "", "echo server host:port")
+	f.StringVar(&ready, "ready-file", "", "file written once listening")
+	f.IntVar(&size, "size", 100, "datagram payload bytes")
+	f.IntVar(&n, "n", 100, "datagrams")
+	f.DurationVar(&timeout, "timeout", time.Second, "wait this long for each echo")
+	return cmd
+}

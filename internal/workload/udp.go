@@ -1,0 +1,44 @@
+package workload
+
+import (
+	"fmt"
+	"net"
+	"time"
+)
+
+// ServeUDPEcho echoes every datagram back to its sender until the socket fails.
+func ServeUDPEcho(pc net.PacketConn) error {
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return err
+		}
+		if _, err := pc.WriteTo(buf[:n], from); err != nil {
+			return err
+		}
+	}
+}
+
+// UDPPingPong sends n datagrams of size bytes to addr, each after the echo
+// of the previous one (or a timeout), and returns how many came back.
+func UDPPingPong(addr string, size, n int, timeout time.Duration) (int, error) {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	msg := make([]byte, size)
+	back := make([]byte, size+1)
+	got := 0
+	for i := 0; i < n; i++ {
+		if _, err := c.Write(msg); err != nil {
+			return got, fmt.Errorf("send %d: %w", i, err)
+		}
+		c.SetReadDeadline(time.Now().Add(timeout))
+		if m, err := c.Read(back); err == nil && m == size {
+			got++
+		}
+	}
+	return got, nil
+}

@@ -1,0 +1,242 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eztunnel/eztunnel/internal/netlab"
+)
+
+// traceOut is what one `eztunnel trace` process wrote.
+type traceOut struct {
+	header  []string
+	rows    []map[string]string
+	summary struct {
+		Counters map[string]uint64 `json:"counters"`
+		Packets  int               `json:"packets"`
+	}
+}
+
+func (o traceOut) lost() uint64 { return o.summary.Counters["ring_drops"] + o.summary.Counters["table_full"] }
+
+// startTrace starts the tracer in the host netns; the returned func stops it
+// with SIGINT (as Ctrl-C) and parses its CSV and JSON summary.
+func startTrace(t *testing.T, args ...string) func() traceOut {
+	t.Helper()
+	dir := t.TempDir()
+	ready, csvPath := filepath.Join(dir, "ready"), filepath.Join(dir, "trace.csv")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"trace", "--json", "--csv", csvPath, "--ready-file", ready}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	waitFile(t, ready, func() string { return errb.String() })
+	return func() traceOut {
+		t.Helper()
+		cmd.Process.Signal(syscall.SIGINT)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("trace: %v: %s", err, errb.String())
+		}
+		var o traceOut
+		if err := json.Unmarshal(out.Bytes(), &o.summary); err != nil {
+			t.Fatalf("trace summary %q: %v", out.String(), err)
+		}
+		raw, err := os.ReadFile(csvPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := csv.NewReader(bytes.NewReader(raw)).ReadAll()
+		if err != nil || len(all) == 0 {
+			t.Fatalf("csv: %v", err)
+		}
+		o.header = all[0]
+		for _, rec := range all[1:] {
+			m := map[string]string{}
+			for i, h := range o.header {
+				m[h] = rec[i]
+			}
+			o.rows = append(o.rows, m)
+		}
+		t.Logf("trace: %d packets, counters %v", o.summary.Packets, o.summary.Counters)
+		return o
+	}
+}
+
+// stages lists the ordered stages with a timestamp, in path (column) order.
+func (o traceOut) stages(row map[string]string) []string {
+	var s []string
+	for _, h := range o.header {
+		if strings.HasPrefix(h, "ts_") && row[h] != "" && !strings.HasSuffix(h, "_xmit_done") {
+			s = append(s, strings.TrimPrefix(h, "ts_"))
+		}
+	}
+	return s
+}
+
+func num(t *testing.T, s string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("parse %q: %v", s, err)
+	}
+	return v
+}
+
+// checkRows checks every row's invariants and returns the data rows per
+// direction ("a>b", "b>a").
+func checkRows(t *testing.T, o traceOut, a, b *netlab.Pod, proto string, port string, minLen uint64) map[string][]map[string]string {
+	t.Helper()
+	dirs := map[string][]map[string]string{}
+	for _, r := range o.rows {
+		if r["proto"] != proto || (r["sport"] != port && r["dport"] != port) {
+			t.Fatalf("filter let through %s %s:%s > %s:%s", r["proto"], r["src"], r["sport"], r["dst"], r["dport"])
+		}
+		st := o.stages(r)
+		var prev, sum uint64
+		for i, s := range st {
+			ts := num(t, r["ts_"+s])
+			if i > 0 {
+				if ts < prev {
+					t.Fatalf("stage %s at %d before the previous stage (%d): %v", s, ts, prev, st)
+				}
+				sum += ts - prev
+			}
+			prev = ts
+		}
+		total := num(t, r["total_ns"])
+		if sum > total {
+			t.Fatalf("stage sum %d exceeds the total %d", sum, total)
+		}
+		var nf uint64
+		for _, h := range o.header {
+			if strings.HasPrefix(h, "nf_") {
+				nf += num(t, r[h])
+			}
+		}
+		if nf > total {
+			t.Fatalf("netfilter time %d exceeds the total %d: %v", nf, total, r)
+		}
+		if num(t, r["len"]) < minLen {
+			continue
+		}
+		switch {
+		case r["src"] == a.IPv4.String() && r["dst"] == b.IPv4.String():
+			dirs["a>b"] = append(dirs["a>b"], r)
+		case r["src"] == b.IPv4.String() && r["dst"] == a.IPv4.String():
+			dirs["b>a"] = append(dirs["b>a"], r)
+		default:
+			t.Fatalf("filter let through %s > %s", r["src"], r["dst"])
+		}
+	}
+	return dirs
+}
+
+// wantPath checks that each row has exactly the expected stages, in order,
+// then optionally "copy" (the read) and "free": a free through a path
+// without tracepoint (TCP's __kfree_skb, deferred frees) leaves it out, as
+// does a read of a segment TCP coalesced into one still queued. The read
+// must be there on all but missCopy rows when needCopy.
+func wantPath(t *testing.T, o traceOut, rows []map[string]string, want []string, needCopy bool, missCopy int) {
+	t.Helper()
+	w := strings.Join(want, " ")
+	missing := 0
+	for _, r := range rows {
+		got := strings.Join(o.stages(r), " ")
+		tail, ok := strings.CutPrefix(got, w)
+		tail = strings.TrimSpace(tail)
+		if !ok || (tail != "" && tail != "copy" && tail != "free" && tail != "copy free") {
+			t.Fatalf("stages\n got: %s\nwant: %s [copy] [free]", got, w)
+		}
+		if needCopy && !strings.HasPrefix(tail, "copy") {
+			if missing++; missing > missCopy {
+				t.Fatalf("%d packets without the read stage: %s", missing, got)
+			}
+		}
+	}
+}
+
+func TestTrace(t *testing.T) {
+	e := newEnv(t, "trc", 40)
+	a, b := e.pod("a", false), e.pod("b", false)
+	e.serve(b, "--echo", ":7001")
+	udpReady := filepath.Join(t.TempDir(), "udp")
+	e.startIn(b, bin, "workload", "udp", "--serve", ":7002", "--ready-file", udpReady)
+	waitFile(t, udpReady, func() string { return "udp echo" })
+	const n = 200
+	tcx := []string{"--tcx", a.NetNS + ":eth0", "--tcx", b.NetNS + ":eth0", "--netns", "," + a.NetNS + "," + b.NetNS}
+	tx := []string{"p_tcxe_first", "p_tcxe_last", "p_queue", "p_xmit", "h_rx", "h_recv", "h_queue", "h_xmit"}
+	rx := []string{"p_rx", "p_recv", "p_tcxi_first", "p_tcxi_last"}
+	path := func(nfIn bool) []string {
+		p := append(append([]string{}, tx...), rx...)
+		if nfIn {
+			p = append(p, "p_nf_in")
+		}
+		return p
+	}
+	tcp := func() {
+		if out, err := e.run(a, "workload", "pingpong", "--addr", hostport(b.IPv4, 7001), "--size", "100", "--n", strconv.Itoa(n), "--warmup", "0"); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	udp := func() {
+		out, err := e.run(a, "workload", "udp", "--addr", hostport(b.IPv4, 7002), "--size", "100", "--n", strconv.Itoa(n))
+		if err != nil || !strings.Contains(out, `"echoed":200`) {
+			t.Fatalf("udp: %v: %s", err, out)
+		}
+	}
+	count := func(o traceOut, dirs map[string][]map[string]string) {
+		for _, d := range []string{"a>b", "b>a"} {
+			if got := uint64(len(dirs[d])); got > n || got+o.lost() < n {
+				t.Errorf("%s: %d data packets traced, %d sent, %d lost", d, got, n, o.lost())
+			}
+		}
+	}
+
+	for _, rules := range []bool{false, true} {
+		if rules {
+			// A filter-table INPUT rule in b: only LOCAL_IN of b gets a chain.
+			if out, err := exec.Command("nsenter", "--net=/run/netns/"+b.NetNS, "iptables", "-A", "INPUT", "-p", "tcp", "-j", "ACCEPT").CombinedOutput(); err != nil {
+				t.Fatalf("iptables: %v: %s", err, out)
+			}
+		}
+		t.Run("tcp/rules="+strconv.FormatBool(rules), func(t *testing.T) {
+			stop := startTrace(t, append([]string{"--host", b.IPv4.String(), "--proto", "tcp", "--port", "7001"}, tcx...)...)
+			tcp()
+			udp() // other traffic at the same time: the filter must leave it out
+			o := stop()
+			dirs := checkRows(t, o, a, b, "tcp", "7001", 100)
+			count(o, dirs)
+			wantPath(t, o, dirs["a>b"], path(rules), true, 1)
+			wantPath(t, o, dirs["b>a"], path(false), true, 1)
+			for _, r := range dirs["a>b"] {
+				if rules && num(t, r["nf_p_in_filter_ns"]) == 0 {
+					t.Fatalf("INPUT filter chain without time: %v", r)
+				}
+			}
+		})
+		t.Run("udp/rules="+strconv.FormatBool(rules), func(t *testing.T) {
+			stop := startTrace(t, append([]string{"--host", b.IPv4.String(), "--proto", "udp", "--port", "7002"}, tcx...)...)
+			udp()
+			tcp()
+			o := stop()
+			dirs := checkRows(t, o, a, b, "udp", "7002", 100)
+			count(o, dirs)
+			wantPath(t, o, dirs["a>b"], path(rules), false, 0)
+			wantPath(t, o, dirs["b>a"], path(false), false, 0)
+		})
+	}
+}
