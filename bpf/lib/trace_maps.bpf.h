@@ -13,9 +13,10 @@ struct {
 } trc_pkts SEC(".maps");
 
 /* Finished lifetimes. */
+#define TRC_RING_BYTES (8 << 20)
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
+	__uint(max_entries, TRC_RING_BYTES);
 } trc_events SEC(".maps");
 
 /* Scratch for building a record: 500 bytes do not fit the 512-byte stack

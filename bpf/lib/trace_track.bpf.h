@@ -45,10 +45,16 @@ static __always_inline __u32 trc_stage(__u32 kind, bool host)
 	}
 }
 
+/* Waking the reader costs microseconds per record (irq_work, epoll): the
+ * reader polls every few ms instead, and is woken only when the ring is half
+ * full. */
 static __always_inline void trc_emit(struct ez_trc_pkt *r, __u8 end)
 {
+	__u64 flags = bpf_ringbuf_query(&trc_events, BPF_RB_AVAIL_DATA) > TRC_RING_BYTES / 2 ?
+		BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+
 	r->end = end;
-	if (bpf_ringbuf_output(&trc_events, r, sizeof(*r), 0))
+	if (bpf_ringbuf_output(&trc_events, r, sizeof(*r), flags))
 		trc_count(EZ_TRC_C_RB_DROPS, 1);
 	else
 		trc_count(EZ_TRC_C_EMITTED, 1);

@@ -102,7 +102,7 @@ func (t *Tracer) Run(ctx context.Context, fn func(Record)) error {
 			}
 			t.rd.SetDeadline(time.Now())
 		} else {
-			t.rd.SetDeadline(time.Now().Add(50 * time.Millisecond))
+			t.rd.SetDeadline(time.Now().Add(10 * time.Millisecond)) // records come without wakeups (trc_emit)
 		}
 		for {
 			rec, err := t.rd.Read()
