@@ -13,7 +13,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
-	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd())
+	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd())
 	return cmd
 }
 

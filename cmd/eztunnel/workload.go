@@ -131,6 +131,7 @@ func workloadPingPongCmd() *cobra.Command {
 	var addr string
 	var size, n, warmup, conns int
 	var raw bool
+	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:   "pingpong",
 		Short: "Round-trip times of size-byte messages echoed back",
@@ -149,7 +150,12 @@ func workloadPingPongCmd() *cobra.Command {
 						return
 					}
 					defer unix.Close(fd)
-					rtts, err := workload.PingPong(fd, size, n, warmup)
+					var rtts []time.Duration
+					if interval > 0 {
+						rtts, err = workload.PingPongPaced(fd, size, n, warmup, interval)
+					} else {
+						rtts, err = workload.PingPong(fd, size, n, warmup)
+					}
 					if err != nil {
 						errs <- err
 						return
@@ -178,6 +184,7 @@ func workloadPingPongCmd() *cobra.Command {
 	f.IntVar(&warmup, "warmup", 500, "unrecorded round trips first")
 	f.IntVar(&conns, "conns", 1, "connections in parallel")
 	f.BoolVar(&raw, "raw", false, "include every sample")
+	f.DurationVar(&interval, "interval", 0, "send one message per interval instead of back-to-back (e.g. 100ms)")
 	return cmd
 }
 

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eztunnel/eztunnel/internal/bench"
+	"github.com/eztunnel/eztunnel/internal/meshlab"
+)
+
+func benchLabCmd() *cobra.Command {
+	o := bench.DefaultLabOptions()
+	var quick bool
+	var report string
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "Service-mesh benchmark lab: ping-echo, file-transfer, redis and http in mesh modes none/sidecar/ambient, baseline vs eztunnel (needs root)",
+		Long: `Builds a node from network namespaces, emulates a service mesh with real
+HAProxy proxies (sidecar: one per pod with Istio's iptables capture; ambient:
+one shared node proxy; -tls: TLS between the proxies) and runs every workload
+in baseline and eztunnel mode, interleaved, --reps times. Writes raw results,
+summary.md, runs.csv and plots to --out and prints the main table.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if report != "" {
+				rep, err := bench.RenderLabReport(report)
+				if err != nil {
+					return err
+				}
+				return rep.WriteMain(os.Stdout)
+			}
+			if quick {
+				// Quick settings, then whatever the user set explicitly wins.
+				q := o
+				q.ApplyQuick()
+				f := cmd.Flags()
+				for name, apply := range map[string]func(){
+					"reps":          func() { q.Reps = o.Reps },
+					"paced-n":       func() { q.PacedN = o.PacedN },
+					"ping-n":        func() { q.PingN = o.PingN },
+					"transfer-mib":  func() { q.TransferMiB = o.TransferMiB },
+					"redis-n":       func() { q.RedisN = o.RedisN },
+					"http-duration": func() { q.HTTPDuration = o.HTTPDuration },
+				} {
+					if f.Changed(name) {
+						apply()
+					}
+				}
+				o = q
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find own binary: %w", err)
+			}
+			if o.Out == "" {
+				o.Out = filepath.Join("results", "lab-"+time.Now().Format("20060102-150405"))
+			}
+			o.Exe, o.Log = exe, os.Stderr
+			return bench.Lab(ctx, o, os.Stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "short run (one repetition, smaller workloads; about two minutes)")
+	f.StringVar(&report, "report", "", "render summary.md, runs.csv and plots again from a results directory and exit")
+	f.StringSliceVar(&o.Meshes, "mesh", o.Meshes, fmt.Sprintf("mesh modes, in order (%v)", meshlab.Meshes))
+	f.StringSliceVar(&o.Workloads, "workload", o.Workloads, fmt.Sprintf("workloads (%v)", bench.LabWorkloads))
+	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of each baseline/eztunnel pair")
+	f.IntVar(&o.PacedN, "paced-n", o.PacedN, "paced ping-echo messages per run")
+	f.DurationVar(&o.Interval, "interval", o.Interval, "interval of the paced ping-echo")
+	f.IntVar(&o.PingN, "ping-n", o.PingN, "back-to-back ping-echo messages per run")
+	f.IntVar(&o.TransferMiB, "transfer-mib", o.TransferMiB, "file-transfer size in MiB (one connection)")
+	f.IntVar(&o.RedisN, "redis-n", o.RedisN, "redis-benchmark requests per test (SET and GET)")
+	f.IntVar(&o.RedisClients, "redis-clients", o.RedisClients, "redis-benchmark parallel clients")
+	f.DurationVar(&o.HTTPDuration, "http-duration", o.HTTPDuration, "wrk duration per run")
+	f.IntVar(&o.HTTPConns, "http-conns", o.HTTPConns, "wrk connections")
+	f.StringVar(&o.CPUs, "cpu", "", "pin every lab process to these CPUs (taskset list, e.g. 0 or 0-1); default unpinned")
+	f.StringVar(&o.Out, "out", "", "results directory (default results/lab-<timestamp>)")
+	f.StringVar(&o.LabName, "lab-name", o.LabName, "netlab name of the node (tests run labs side by side)")
+	f.IntVar(&o.Subnet, "subnet", o.Subnet, "netlab subnet of the node: 10.77.<subnet>.0/24")
+	f.StringVar(&o.PinRoot, "pin-path", o.PinRoot, "bpffs directory the lab's datapath is pinned under")
+	for _, h := range []string{"lab-name", "subnet", "pin-path"} {
+		f.MarkHidden(h)
+	}
+	return cmd
+}

@@ -1,0 +1,155 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/eztunnel/eztunnel/internal/meshlab"
+	"github.com/eztunnel/eztunnel/internal/stats"
+)
+
+// LabOptions configures `eztunnel bench lab`.
+type LabOptions struct {
+	Meshes       []string      `json:"meshes"`
+	Reps         int           `json:"reps"`
+	Workloads    []string      `json:"workloads"`
+	PacedN       int           `json:"paced_n"`  // paced ping-echo messages per run
+	Interval     time.Duration `json:"interval"` // pacing of the paced ping-echo
+	PingN        int           `json:"ping_n"`   // back-to-back ping-echo messages per run
+	TransferMiB  int           `json:"transfer_mib"`
+	RedisN       int           `json:"redis_n"` // requests per redis-benchmark test (SET, GET)
+	RedisClients int           `json:"redis_clients"`
+	HTTPDuration time.Duration `json:"http_duration"`
+	HTTPConns    int           `json:"http_conns"`
+	CPUs         string        `json:"cpus"` // taskset list for every lab process; "" none
+	Quick        bool          `json:"quick"`
+
+	Out     string    `json:"-"` // results directory
+	LabName string    `json:"-"`
+	Subnet  int       `json:"-"`
+	PinRoot string    `json:"-"`
+	Exe     string    `json:"-"`
+	Log     io.Writer `json:"-"`
+}
+
+// Workload names, in the order each run measures them.
+const (
+	WPaced    = "ping-echo-paced"
+	WB2B      = "ping-echo-b2b"
+	WTransfer = "file-transfer"
+	WRedis    = "redis"
+	WHTTP     = "http"
+)
+
+// LabWorkloads lists every workload.
+var LabWorkloads = []string{WPaced, WB2B, WTransfer, WRedis, WHTTP}
+
+// DefaultLabOptions are the flag defaults: a full run (about 20 minutes).
+func DefaultLabOptions() LabOptions {
+	return LabOptions{
+		Meshes:       []string{"none", "sidecar", "ambient"},
+		Reps:         5,
+		Workloads:    LabWorkloads,
+		PacedN:       100,
+		Interval:     100 * time.Millisecond,
+		PingN:        20000,
+		TransferMiB:  1000,
+		RedisN:       100000,
+		RedisClients: 8,
+		HTTPDuration: 5 * time.Second,
+		HTTPConns:    8,
+		LabName:      "lab",
+		Subnet:       40,
+		PinRoot:      "/sys/fs/bpf/ezbench-lab",
+	}
+}
+
+// ApplyQuick shortens a run to a couple of minutes: one repetition and
+// smaller workloads. Flags the user set explicitly are applied after it.
+func (o *LabOptions) ApplyQuick() {
+	o.Quick = true
+	o.Reps = 1
+	o.PacedN = 20
+	o.PingN = 5000
+	o.TransferMiB = 256
+	o.RedisN = 20000
+	o.HTTPDuration = 2 * time.Second
+}
+
+func (o LabOptions) validate() error {
+	for _, m := range o.Meshes {
+		if _, err := meshlab.ParseMesh(m); err != nil {
+			return err
+		}
+	}
+	for _, w := range o.Workloads {
+		if !contains(LabWorkloads, w) {
+			return fmt.Errorf("unknown workload %q (one of %v)", w, LabWorkloads)
+		}
+	}
+	switch {
+	case len(o.Meshes) == 0 || len(o.Workloads) == 0:
+		return errors.New("nothing to run: give at least one mesh and one workload")
+	case o.Reps < 1:
+		return fmt.Errorf("--reps %d must be at least 1", o.Reps)
+	case o.PacedN < 2 || o.PingN < 10:
+		return errors.New("--paced-n must be at least 2 and --ping-n at least 10")
+	case o.Interval <= 0 || o.HTTPDuration < time.Second:
+		return errors.New("--interval must be positive and --http-duration at least 1s")
+	case o.TransferMiB < 1 || o.RedisN < 100 || o.RedisClients < 1 || o.HTTPConns < 1:
+		return errors.New("--transfer-mib, --redis-clients, --http-conns must be positive and --redis-n at least 100")
+	case o.Exe == "" || o.Out == "":
+		return errors.New("no eztunnel binary or no results directory")
+	}
+	return nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Mode names of a run.
+const (
+	ModeBaseline = "baseline"
+	ModeEztunnel = "eztunnel"
+)
+
+// LabRun is what one workload measured in one repetition of one mode of
+// one mesh: one raw JSON file. Latency fields a tool does not report
+// (redis-benchmark has no p25/p75, wrk no p25) are zero.
+type LabRun struct {
+	Mesh     string             `json:"mesh"`
+	Mode     string             `json:"mode"`
+	Rep      int                `json:"rep"`
+	Workload string             `json:"workload"`
+	Latency  stats.Summary      `json:"latency_us"`
+	Samples  []float64          `json:"samples_us,omitempty"` // ping-echo: every round trip
+	FCT      float64            `json:"fct_s,omitempty"`      // file-transfer: connect to last byte confirmed
+	Rate     float64            `json:"rate"`                 // RPS (ping-echo, http) or OPS (redis); MiB/s for file-transfer
+	Ops      float64            `json:"ops"`                  // requests or operations done; MiB for file-transfer
+	Seconds  float64            `json:"seconds"`              // wall time of the client
+	CPU      float64            `json:"cpu_s"`                // system-wide busy CPU seconds (/proc/stat) during the run
+	ProcCPU  ProcCPU            `json:"proc_cpu_s"`           // per process name (/proc/PID/stat; clients: rusage)
+	MemUsed  float64            `json:"mem_used_mb"`          // MemTotal - MemAvailable at the end of the run
+	BPFMaps  float64            `json:"bpf_maps_mb"`          // memlock of the datapath's maps (fdinfo), eztunnel mode
+	Counters map[string]uint64  `json:"counters,omitempty"`   // datapath counter deltas, eztunnel mode
+	Extra    map[string]float64 `json:"extra,omitempty"`
+}
+
+// ProcCPU is CPU seconds by process name.
+type ProcCPU map[string]float64
+
+// CPUPerOp is system-wide CPU seconds per operation.
+func (r LabRun) CPUPerOp() float64 {
+	if r.Ops == 0 {
+		return 0
+	}
+	return r.CPU / r.Ops
+}

@@ -1,0 +1,259 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/meshlab"
+	"github.com/eztunnel/eztunnel/internal/probe"
+)
+
+// Lab runs the benchmark lab: for each mesh mode a fresh node, a warm-up
+// pass, then o.Reps repetitions of baseline and eztunnel runs of every
+// workload, interleaved (the order alternates each repetition). Raw
+// results go to o.Out/raw as they are measured; at the end summary.md,
+// runs.csv and the plots are rendered from them and the main table is
+// printed to stdout. Everything it creates is removed on return, also on
+// error and when ctx is cancelled (Ctrl-C).
+func Lab(ctx context.Context, o LabOptions, stdout io.Writer) (err error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	if err := probe.Check(probe.Shortcut); err != nil {
+		return err
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("remove memlock limit: %w", err)
+	}
+	cfg := datapath.DefaultConfig()
+	cfg.PinRoot = o.PinRoot
+	if err := sweep(cfg); err != nil {
+		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
+	}
+	defer func() {
+		// Normally uninstalled after each eztunnel run; this covers errors.
+		if _, serr := os.Stat(cfg.Dir()); serr == nil {
+			if uerr := datapath.Uninstall(cfg, drain); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("cleanup: %w", uerr))
+			}
+		}
+	}()
+	if err := os.MkdirAll(filepath.Join(o.Out, "raw"), 0o755); err != nil {
+		return err
+	}
+	facts := collectFacts(o)
+	if err := writeJSON(filepath.Join(o.Out, "machine.json"), facts); err != nil {
+		return err
+	}
+	prog := newProgress(o.Log, len(o.Meshes)*o.Reps*2*len(o.Workloads))
+	for _, name := range o.Meshes {
+		mesh, _ := meshlab.ParseMesh(name)
+		if err := labMesh(ctx, o, cfg, mesh, prog); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted: %w", ctx.Err())
+			}
+			return fmt.Errorf("mesh %s: %w", mesh, err)
+		}
+	}
+	fmt.Fprintf(o.Log, "measurements took %s; rendering the report\n", prog.elapsed())
+	rep, err := RenderLabReport(o.Out)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteMain(stdout); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Log, "results in %s (summary.md, runs.csv, raw/, plots/)\n", o.Out)
+	if !rep.Verified {
+		return errors.New("some eztunnel run paired no connection; its numbers are not accelerated")
+	}
+	return nil
+}
+
+// labMesh builds one node and runs every repetition on it.
+func labMesh(ctx context.Context, o LabOptions, cfg datapath.Config, mesh meshlab.Mesh, prog *progress) (err error) {
+	prog.note("mesh %s: building the node", mesh)
+	n, err := meshlab.New(ctx, meshlab.Config{Name: o.LabName, Subnet: o.Subnet, Mesh: mesh, Exe: o.Exe, CPUs: o.CPUs, Log: o.Log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := n.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove node: %w", cerr))
+		}
+	}()
+	m := &meter{ctx: ctx, o: o, node: n, mesh: mesh.String()}
+	prog.note("mesh %s: warm-up", mesh)
+	for _, w := range o.Workloads {
+		if w == WPaced {
+			continue
+		}
+		if _, err := m.run(w, warmupScale, nil); err != nil {
+			return fmt.Errorf("warm-up %s: %w", w, err)
+		}
+	}
+	for rep := 1; rep <= o.Reps; rep++ {
+		modes := []string{ModeBaseline, ModeEztunnel}
+		if rep%2 == 0 {
+			modes[0], modes[1] = modes[1], modes[0]
+		}
+		for _, mode := range modes {
+			if err := m.mode(cfg, mode, rep, prog); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// mode runs every workload once in one mode, installing the datapath for
+// the eztunnel mode and uninstalling it afterwards.
+func (m *meter) mode(cfg datapath.Config, mode string, rep int, prog *progress) error {
+	var dp *datapath.Datapath
+	if mode == ModeEztunnel {
+		var err error
+		if dp, err = datapath.Install(cfg, []string{m.node.Lab.Managed}); err != nil {
+			return fmt.Errorf("install datapath: %w", err)
+		}
+	}
+	var err error
+	for _, w := range m.o.Workloads {
+		prog.start(fmt.Sprintf("%s r%d %s %s", m.mesh, rep, mode, w))
+		var r LabRun
+		if r, err = m.run(w, m.o.scale(), dp); err != nil {
+			err = fmt.Errorf("%s rep %d %s: %w", mode, rep, w, err)
+			break
+		}
+		r.Mode, r.Rep = mode, rep
+		path := filepath.Join(m.o.Out, "raw", fmt.Sprintf("%s_%s_r%d_%s.json", r.Mesh, mode, rep, w))
+		if err = writeJSON(path, r); err != nil {
+			break
+		}
+		prog.done(headline(r))
+	}
+	if dp != nil {
+		dp.Close()
+		if uerr := datapath.Uninstall(cfg, drain); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("uninstall datapath: %w", uerr))
+		}
+	}
+	return err
+}
+
+// meter runs workloads on a node and measures what they cost.
+type meter struct {
+	ctx  context.Context
+	o    LabOptions
+	node *meshlab.Node
+	mesh string
+}
+
+// run measures one workload: its own metrics, system-wide and per-process
+// CPU seconds, memory, and with dp the datapath's counters and map memory.
+func (m *meter) run(w string, s scale, dp *datapath.Datapath) (LabRun, error) {
+	r := LabRun{Mesh: m.mesh, Workload: w}
+	var before datapath.Counters
+	if dp != nil {
+		var err error
+		if before, err = dp.Counters(); err != nil {
+			return r, err
+		}
+	}
+	procs0 := procTimes(m.node.Lab.Managed)
+	busy0, err := systemBusy()
+	if err != nil {
+		return r, err
+	}
+	res, err := workloadFuncs[w](m.ctx, m.node, m.o, s, &r)
+	if err != nil {
+		return r, err
+	}
+	busy1, err := systemBusy()
+	if err != nil {
+		return r, err
+	}
+	r.CPU = busy1 - busy0
+	r.ProcCPU = procDelta(procs0, procTimes(m.node.Lab.Managed))
+	r.ProcCPU[res.name] += res.cpu
+	r.Seconds = res.seconds
+	if r.MemUsed, err = memUsedMB(); err != nil {
+		return r, err
+	}
+	if dp != nil {
+		after, err := dp.Counters()
+		if err != nil {
+			return r, err
+		}
+		r.Counters = delta(before, after)
+		memlock, err := mapMemlock(os.Getpid())
+		if err != nil {
+			return r, err
+		}
+		r.BPFMaps = float64(memlock) / (1 << 20)
+	}
+	return r, nil
+}
+
+// headline is the one-line result of a run for the progress display.
+func headline(r LabRun) string {
+	var s string
+	switch r.Workload {
+	case WPaced, WB2B:
+		s = fmt.Sprintf("p50 %.1f us, p99 %.1f us", r.Latency.P50, r.Latency.P99)
+	case WTransfer:
+		s = fmt.Sprintf("FCT %.2f s", r.FCT)
+	case WRedis:
+		s = fmt.Sprintf("%.0f ops/s, p50 %.0f us", r.Rate, r.Latency.P50)
+	case WHTTP:
+		s = fmt.Sprintf("%.0f req/s, p50 %.0f us", r.Rate, r.Latency.P50)
+	}
+	s += fmt.Sprintf(", CPU %.2f s", r.CPU)
+	if r.Counters != nil {
+		s += fmt.Sprintf(", pairs %d", r.Counters["pairs"])
+	}
+	return s
+}
+
+// progress prints one line per finished run with completion and ETA.
+type progress struct {
+	w      io.Writer
+	total  int
+	n      int
+	begin  time.Time
+	label  string
+	runBeg time.Time
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	return &progress{w: w, total: total, begin: time.Now()}
+}
+
+func (p *progress) elapsed() time.Duration { return time.Since(p.begin).Round(time.Second) }
+
+func (p *progress) note(format string, args ...any) {
+	fmt.Fprintf(p.w, "[%s] %s\n", p.elapsed(), fmt.Sprintf(format, args...))
+}
+
+func (p *progress) start(label string) { p.label, p.runBeg = label, time.Now() }
+
+func (p *progress) done(result string) {
+	p.n++
+	eta := "?"
+	if p.n > 0 {
+		per := time.Since(p.begin) / time.Duration(p.n)
+		eta = (per * time.Duration(p.total-p.n)).Round(time.Second).String()
+	}
+	fmt.Fprintf(p.w, "[%3d/%d %3.0f%% ETA %s] %s: %s (%.1fs)\n", p.n, p.total,
+		100*float64(p.n)/float64(p.total), eta, p.label, result, time.Since(p.runBeg).Seconds())
+}

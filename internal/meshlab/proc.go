@@ -1,0 +1,142 @@
+package meshlab
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eztunnel/eztunnel/internal/netlab"
+)
+
+// Proc is a long-running process of the node: a server or a proxy.
+type Proc struct {
+	Name string
+	Pod  *netlab.Pod
+	cmd  *exec.Cmd
+	out  lockedBuffer
+	done chan struct{} // closed once Wait returned
+}
+
+// Pid of the process (for haproxy and nginx, the master).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+func (p *Proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Output is what the process wrote so far, for diagnostics.
+func (p *Proc) Output() string { return p.out.String() }
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() > 1<<20 {
+		return len(p), nil // keep the start; a chatty server must not grow us
+	}
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Cmd prepares argv in pod p, pinned to the node's CPUs when set.
+func (n *Node) Cmd(ctx context.Context, p *netlab.Pod, argv ...string) *exec.Cmd {
+	if n.cfg.CPUs != "" {
+		argv = append([]string{"taskset", "-c", n.cfg.CPUs}, argv...)
+	}
+	return p.Cmd(ctx, argv[0], argv[1:]...)
+}
+
+// start runs argv in pod p until the node closes and waits until every one
+// of ports listens in p's netns.
+func (n *Node) start(name string, p *netlab.Pod, ports []int, argv ...string) (*Proc, error) {
+	pr := &Proc{Name: name, Pod: p, done: make(chan struct{})}
+	pr.cmd = n.Cmd(n.ctx, p, argv...)
+	pr.cmd.Stdout, pr.cmd.Stderr = &pr.out, &pr.out
+	pr.cmd.WaitDelay = 2 * time.Second // children may hold the output pipe
+	if err := p.Start(pr.cmd); err != nil {
+		return nil, err
+	}
+	n.procs = append(n.procs, pr)
+	go func() { pr.cmd.Wait(); close(pr.done) }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		missing, err := notListening(n.ctx, p, ports)
+		if err == nil && len(missing) == 0 {
+			return pr, nil
+		}
+		if pr.exited() {
+			return nil, fmt.Errorf("%s in pod %s exited: %s", name, p.Name, tail(pr.Output()))
+		}
+		if n.ctx.Err() != nil {
+			return nil, n.ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s in pod %s: ports %v not listening after 15s (%v): %s", name, p.Name, missing, err, tail(pr.Output()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// notListening returns the ports of ports with no TCP listener in p.
+func notListening(ctx context.Context, p *netlab.Pod, ports []int) ([]int, error) {
+	out, err := netlab.NetnsCmd(ctx, p.NetNS, "ss", "-Hltn").Output()
+	if err != nil {
+		return ports, err
+	}
+	have := map[int]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 {
+			continue
+		}
+		i := strings.LastIndexByte(f[3], ':')
+		if port, err := strconv.Atoi(f[3][i+1:]); err == nil {
+			have[port] = true
+		}
+	}
+	var missing []int
+	for _, port := range ports {
+		if !have[port] {
+			missing = append(missing, port)
+		}
+	}
+	return missing, nil
+}
+
+func tail(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 2000 {
+		s = "..." + s[len(s)-2000:]
+	}
+	return s
+}
+
+// iptables applies nat rules in p's netns.
+func (n *Node) iptables(p *netlab.Pod, rules [][]string) error {
+	for _, r := range rules {
+		args := append([]string{"-w", "-t", "nat"}, r...)
+		if out, err := netlab.NetnsCmd(n.ctx, p.NetNS, "iptables", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables %s in %s: %w: %s", strings.Join(args, " "), p.Name, err, out)
+		}
+	}
+	return nil
+}
