@@ -1,0 +1,74 @@
+package bench
+
+import (
+	"math"
+	"testing"
+)
+
+func TestParseRedisCSV(t *testing.T) {
+	out := `"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+"SET","48780.49","0.055","0.016","0.055","0.103","0.143","0.247"
+"GET","60606.06","0.043","0.016","0.047","0.063","0.111","0.207"
+`
+	tests, err := parseRedisCSV(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tests) != 2 || tests[0].Name != "SET" || tests[0].RPS != 48780.49 || tests[1].P50Ms != 0.047 || tests[1].P99Ms != 0.111 {
+		t.Errorf("%+v", tests)
+	}
+	if _, err := parseRedisCSV("ERROR: connection refused\n"); err == nil {
+		t.Error("garbage parsed")
+	}
+}
+
+func TestParseWrk(t *testing.T) {
+	out := `Running 2s test @ http://10.77.40.3:8080/index.html
+  1 threads and 8 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   112.50us   40.10us   2.10ms   90.00%
+    Req/Sec    63.50k     2.10k   66.00k    75.00%
+  Latency Distribution
+     50%   105.00us
+     75%   120.00us
+     90%   150.00us
+     99%    1.20ms
+  126360 requests in 2.00s, 102.06MB read
+Requests/sec:  63180.00
+Transfer/sec:     51.03MB
+`
+	w, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := wrkResult{Requests: 126360, Seconds: 2, RPS: 63180, AvgUs: 112.5, StdevUs: 40.1, MaxUs: 2100,
+		P50Us: 105, P75Us: 120, P90Us: 150, P99Us: 1200}
+	if w != want {
+		t.Errorf("got %+v\nwant %+v", w, want)
+	}
+	w, err = parseWrk(out + "  Socket errors: connect 1, read 2, write 0, timeout 3\n  Non-2xx or 3xx responses: 4\n")
+	if err != nil || w.Errors != 10 {
+		t.Errorf("errors %v, %v", w.Errors, err)
+	}
+}
+
+func TestProcStatParsers(t *testing.T) {
+	// user nice system idle iowait irq softirq steal: busy = 100+2+50+3+10+1 ticks.
+	busy, err := parseCPULine("cpu  100 2 50 900 7 3 10 1 0 0")
+	if err != nil || math.Abs(busy-1.66) > 1e-9 {
+		t.Errorf("busy %v, %v", busy, err)
+	}
+	pt, err := parseProcStat("1234 (redis server) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 4 0 100 0 0")
+	if err != nil || pt.name != "redis server" || math.Abs(pt.seconds-3.25) > 1e-9 {
+		t.Errorf("%+v, %v", pt, err)
+	}
+	used, err := parseMemUsed("MemTotal:       2048000 kB\nMemFree:  100 kB\nMemAvailable:   1536000 kB\n")
+	if err != nil || used != 500 {
+		t.Errorf("used %v, %v", used, err)
+	}
+	d := procDelta(map[int]procTime{1: {"haproxy", 1}, 2: {"nginx", 2}, 3: {"haproxy", 1}},
+		map[int]procTime{1: {"haproxy", 1.5}, 2: {"nginx", 2.25}, 3: {"haproxy", 2}, 4: {"new", 9}})
+	if len(d) != 2 || d["haproxy"] != 1.5 || d["nginx"] != 0.25 {
+		t.Errorf("delta %v", d)
+	}
+}

@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The fixture (testdata/lab) holds two repetitions of mesh "none":
+// back-to-back ping-echo samples baseline {10,20,30,40} and {20,30,40,50}
+// (pooled p50 30), eztunnel {5,10,15,20} and {10,15,20,25} (pooled p50 15);
+// RPS 40000/30000 vs 80000/60000; FCT 1.0/1.2 s vs 0.5/0.6 s; CPU 1.0 s vs
+// 1.2 s per 100 ping-echo messages; memory used 1000/1002 MB vs 1010/1012 MB.
+func TestLabReportFromFixture(t *testing.T) {
+	runs, facts, err := LoadLab("testdata/lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := NewLabReport(runs, facts)
+	if len(rep.Meshes) != 1 || rep.Meshes[0] != "none" || !rep.Verified {
+		t.Fatalf("meshes %v verified %v", rep.Meshes, rep.Verified)
+	}
+	want := map[string]struct {
+		value float64
+		pass  bool
+	}{
+		"ping-echo-b2b p50":      {-50, true}, // 30 -> 15 us
+		"ping-echo-b2b RPS":      {100, true}, // median 35000 -> 70000
+		"file-transfer FCT":      {0.5, true}, // 0.55 s / 1.1 s
+		"ping-echo-b2b CPU s/op": {20, false}, // 0.010 -> 0.012
+		"file-transfer CPU s/op": {-50, true}, // 0.011 -> 0.0055
+		"memory added (system)":  {10, true},  // median 1001 -> 1011 MB
+		"BPF map memory":         {2.8, true},
+	}
+	for _, tg := range rep.Targets {
+		w, ok := want[tg.Name]
+		if !ok {
+			t.Errorf("unexpected target %q", tg.Name)
+			continue
+		}
+		delete(want, tg.Name)
+		if math.Abs(tg.Value-w.value) > 1e-9 || tg.Pass != w.pass {
+			t.Errorf("%s: %v pass %v, want %v pass %v", tg.Name, tg.Value, tg.Pass, w.value, w.pass)
+		}
+	}
+	for name := range want {
+		t.Errorf("target %q missing", name)
+	}
+
+	var b bytes.Buffer
+	if err := rep.WriteSummary(&b); err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Join(strings.Fields(b.String()), " ") // table padding collapsed
+	for _, frag := range []string{
+		"Machine: 2 CPUs (Test CPU), 2048 MB, kernel 6.18.0-test",
+		"### Latency of ping-echo, back to back (us)",
+		// pooled quartiles (R-7): baseline 20, 30, 30, 40; eztunnel 10, 15, 15, 20
+		"| 20.0 | 30.0 | 30.0 | 40.0 |",
+		"| 10.0 (-50.0%) | 15.0 (-50.0%) | 15.0 (-50.0%) | 20.0 (-50.0%) |",
+		// FCT over repetitions: baseline 1.05, 1.1, 1.1, 1.15
+		"| 1.050 | 1.100 | 1.100 | 1.150 |",
+		"| 0.525 (-50.0%) | 0.550 (-50.0%) | 0.550 (-50.0%) | 0.575 (-50.0%) |",
+		// memory: differences in MB
+		"| 1010.5 (+10.0) | 1011.0 (+10.0) | 1011.0 (+10.0) | 1011.5 (+10.0) |",
+		"| none | ping-echo-b2b | 3, 3 | 1, 1 |",
+	} {
+		if !strings.Contains(s, frag) {
+			t.Errorf("summary lacks %q:\n%s", frag, s)
+		}
+	}
+}
+
+// TestRenderLabReport renders summary, CSV and plots from a copy of the
+// fixture, as `bench lab --report DIR` does.
+func TestRenderLabReport(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "raw"), 0o755)
+	files, _ := filepath.Glob("testdata/lab/*.json")
+	raw, _ := filepath.Glob("testdata/lab/raw/*.json")
+	for _, f := range append(files, raw...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel("testdata/lab", f)
+		if err := os.WriteFile(filepath.Join(dir, rel), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := RenderLabReport(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csv, _ := os.ReadFile(filepath.Join(dir, "runs.csv"))
+	if n := strings.Count(string(csv), "\n"); n != 9 {
+		t.Errorf("runs.csv has %d lines, want header + 8", n)
+	}
+	for _, f := range []string{"summary.md", "plots/cdf-ping-echo-b2b.svg", "plots/cdf-ping-echo-b2b.png",
+		"plots/box-file-transfer-fct.svg", "plots/box-ping-echo-b2b-latency.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	var b bytes.Buffer
+	rep.WriteMain(&b)
+	if !strings.Contains(b.String(), "ping-echo b2b p50 (us)") || !strings.Contains(b.String(), "-50.0%") {
+		t.Errorf("main table:\n%s", b.String())
+	}
+}

@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/eztunnel/eztunnel/internal/bench"
+	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/meshlab"
+	"github.com/eztunnel/eztunnel/internal/netlab"
+)
+
+// labLeftovers lists what a lab named name left behind: namespaces, links,
+// its cgroup tree, processes in it, and the pin directory pin.
+func labLeftovers(t *testing.T, name, pin string) []string {
+	t.Helper()
+	var left []string
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), netlab.Prefix+"-"+name+"-") {
+			left = append(left, "netns "+e.Name())
+		}
+	}
+	links, _ := netlink.LinkList()
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, netlab.Prefix+name) {
+			left = append(left, "link "+l.Attrs().Name)
+		}
+	}
+	root, err := cgroupv2.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, netlab.Prefix+"-"+name)); err == nil {
+		left = append(left, "cgroup "+netlab.Prefix+"-"+name)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "/"+netlab.Prefix+"-"+name+"/") {
+			continue
+		}
+		// A killed process whose parent died too is a zombie until init
+		// reaps it: it holds no resources and is no longer in the cgroup.
+		stat, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "stat"))
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+			continue
+		}
+		comm, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "comm"))
+		left = append(left, "process "+filepath.Base(filepath.Dir(p))+" "+strings.TrimSpace(string(comm)))
+	}
+	if pin != "" {
+		if _, err := os.Stat(pin); err == nil {
+			left = append(left, "pins "+pin)
+		}
+	}
+	return left
+}
+
+func assertClean(t *testing.T, name, pin string) {
+	t.Helper()
+	if left := labLeftovers(t, name, pin); len(left) > 0 {
+		t.Errorf("left behind: %s", strings.Join(left, "; "))
+	}
+}
+
+// TestLabTopology builds nodes of every mesh kind (with TLS where there
+// are proxies), checks their processes and capture rules, and that Close
+// and a failing New leave nothing behind.
+func TestLabTopology(t *testing.T) {
+	for _, mesh := range []string{"sidecar-tls", "ambient"} {
+		m, _ := meshlab.ParseMesh(mesh)
+		n, err := meshlab.New(context.Background(), meshlab.Config{Name: "lb1", Subnet: 50, Mesh: m, Exe: bin})
+		if err != nil {
+			t.Fatalf("%s: %v", mesh, err)
+		}
+		var names []string
+		for _, p := range n.Procs() {
+			names = append(names, p.Name)
+		}
+		want := map[string]string{"sidecar-tls": "echo redis-server nginx haproxy-cli haproxy-srv",
+			"ambient": "echo redis-server nginx haproxy-node"}[mesh]
+		if got := strings.Join(names, " "); got != want {
+			t.Errorf("%s: processes %q, want %q", mesh, got, want)
+		}
+		rules, _ := nsTry(n.Client.NetNS, "iptables", "-w", "-t", "nat", "-S")
+		wantRule := "--to-ports 15001"
+		if n.Proxy != nil {
+			wantRule = "--to-destination " + n.Proxy.IPv4.String()
+		}
+		if !strings.Contains(rules, wantRule) {
+			t.Errorf("%s: client capture lacks %q:\n%s", mesh, wantRule, rules)
+		}
+		if err := n.Close(); err != nil {
+			t.Errorf("%s: close: %v", mesh, err)
+		}
+		assertClean(t, "lb1", "")
+	}
+
+	// A server that cannot start: New fails and removes what it made.
+	_, err := meshlab.New(context.Background(), meshlab.Config{Name: "lb1", Subnet: 50, Mesh: meshlab.Mesh{Kind: "sidecar"}, Exe: "/nonexistent/eztunnel"})
+	if err == nil {
+		t.Fatal("New with a missing binary succeeded")
+	}
+	assertClean(t, "lb1", "")
+}
+
+// tinyLab is the smallest complete `bench lab` run.
+func tinyLab(name string, subnet int, out string, meshes string) *exec.Cmd {
+	return exec.Command(bin, "bench", "lab", "--quick", "--lab-name", name, "--subnet", strconv.Itoa(subnet),
+		"--pin-path", "/sys/fs/bpf/ez"+name, "--mesh", meshes, "--paced-n", "3", "--interval", "20ms",
+		"--ping-n", "300", "--transfer-mib", "8", "--redis-n", "1000", "--http-duration", "1s", "--out", out)
+}
+
+// TestLabWorkloads runs every workload once per mode in three mesh modes
+// and checks each metric is sane and the report rendered.
+func TestLabWorkloads(t *testing.T) {
+	out := t.TempDir()
+	cmd := tinyLab("lb3", 52, out, "none,sidecar,ambient-tls")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench lab: %v\n%s\n%s", err, stderr.String(), stdout.String())
+	}
+	assertClean(t, "lb3", "/sys/fs/bpf/ezlb3")
+	if !strings.Contains(stdout.String(), "| sidecar ") || !strings.Contains(stdout.String(), "redis OPS") {
+		t.Errorf("main table missing rows:\n%s", stdout.String())
+	}
+	runs, _, err := bench.LoadLab(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 3*2*len(bench.LabWorkloads) {
+		t.Fatalf("%d runs, want %d", len(runs), 3*2*len(bench.LabWorkloads))
+	}
+	for _, r := range runs {
+		id := r.Mesh + " " + r.Mode + " " + r.Workload
+		// /proc/stat counts 10 ms ticks: tiny runs may see none.
+		if r.CPU < 0 || (r.CPU == 0 && r.Workload == bench.WHTTP) || r.MemUsed <= 0 || r.Seconds <= 0 || r.Ops <= 0 || r.Rate <= 0 {
+			t.Errorf("%s: cpu %v mem %v seconds %v ops %v rate %v", id, r.CPU, r.MemUsed, r.Seconds, r.Ops, r.Rate)
+		}
+		if l := r.Latency; l.P50 <= 0 || l.P50 > 100e3 || l.Mean <= 0 || l.P99 < l.P50 {
+			if r.Workload != bench.WTransfer {
+				t.Errorf("%s: latency %+v", id, l)
+			}
+		}
+		switch r.Workload {
+		case bench.WPaced, bench.WB2B:
+			if len(r.Samples) != r.Latency.N || r.Latency.StdDev <= 0 || r.Latency.PDV <= 0 {
+				t.Errorf("%s: %d samples, summary %+v", id, len(r.Samples), r.Latency)
+			}
+		case bench.WTransfer:
+			if r.FCT <= 0 || r.FCT > 60 {
+				t.Errorf("%s: FCT %v", id, r.FCT)
+			}
+		}
+		if r.Mode == bench.ModeEztunnel && (r.Counters["pairs"] == 0 || r.BPFMaps <= 0) {
+			t.Errorf("%s: not accelerated: pairs %d, maps %.1f MB", id, r.Counters["pairs"], r.BPFMaps)
+		}
+		if r.Mode == bench.ModeBaseline && len(r.Counters) != 0 {
+			t.Errorf("%s: baseline has datapath counters %v", id, r.Counters)
+		}
+	}
+	for _, f := range []string{"summary.md", "runs.csv", "machine.json", "plots/cdf-ping-echo-b2b.svg", "plots/box-redis-ops.png"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestLabInterrupt sends SIGINT to a running `bench lab` and checks it
+// exits and leaves nothing behind: no namespaces, links, cgroups,
+// processes (haproxy, nginx, redis-server) or pins.
+func TestLabInterrupt(t *testing.T) {
+	cmd := tinyLab("lb2", 51, t.TempDir(), "sidecar")
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	// Interrupt in the middle of the first eztunnel-mode run: the datapath
+	// is installed and every proxy and server is running.
+	for !strings.Contains(stderr.String(), "baseline http") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no progress:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(stderr.String(), "interrupted") {
+			t.Errorf("exit %v after SIGINT:\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("did not exit after SIGINT:\n%s", stderr.String())
+	}
+	assertClean(t, "lb2", "/sys/fs/bpf/ezlb2")
+}
