@@ -7,40 +7,53 @@
  */
 #pragma once
 
-static __always_inline bool trc_sock_match(struct sock *sk)
+/* TRC_SK reads sk->__sk_common.field directly (btf) or through a helper. */
+#define TRC_SK(btf, sk, field) ((btf) ? (sk)->__sk_common.field : BPF_CORE_READ(sk, __sk_common.field))
+
+static __always_inline bool trc_sock_match(struct sock *sk, bool btf)
 {
 	struct trc_flow fl = {};
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u16 family = TRC_SK(btf, sk, skc_family);
 
 	if (family == 2 /* AF_INET */) {
 		fl.family = 4;
-		fl.saddr[0] = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-		fl.daddr[0] = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		fl.saddr[0] = TRC_SK(btf, sk, skc_rcv_saddr);
+		fl.daddr[0] = TRC_SK(btf, sk, skc_daddr);
 	} else if (family == 10 /* AF_INET6 */) {
 		fl.family = 6;
-		BPF_CORE_READ_INTO(&fl.saddr, sk, __sk_common.skc_v6_rcv_saddr);
-		BPF_CORE_READ_INTO(&fl.daddr, sk, __sk_common.skc_v6_daddr);
+		if (btf) {
+			for (int i = 0; i < 4; i++) {
+				fl.saddr[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
+				fl.daddr[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
+			}
+		} else {
+			BPF_CORE_READ_INTO(&fl.saddr, sk, __sk_common.skc_v6_rcv_saddr);
+			BPF_CORE_READ_INTO(&fl.daddr, sk, __sk_common.skc_v6_daddr);
+		}
 	} else {
 		return false;
 	}
-	fl.proto = BPF_CORE_READ(sk, sk_protocol);
-	fl.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	fl.dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	return trc_match(&fl, f_ifindex, f_netns ? BPF_CORE_READ(sk, __sk_common.skc_net.net, net_cookie) : 0);
+	fl.proto = btf ? sk->sk_protocol : BPF_CORE_READ(sk, sk_protocol);
+	fl.sport = TRC_SK(btf, sk, skc_num);
+	fl.dport = bpf_ntohs(TRC_SK(btf, sk, skc_dport));
+	if (!f_netns)
+		return trc_match(&fl, f_ifindex, 0);
+	return trc_match(&fl, f_ifindex, btf ? sk->__sk_common.skc_net.net->net_cookie :
+				     BPF_CORE_READ(sk, __sk_common.skc_net.net, net_cookie));
 }
 
-static __always_inline void trc_sock(__u64 *a, __u32 calls)
+static __always_inline void trc_sock(__u64 *a, __u32 calls, bool btf)
 {
 	int ret = (int)a[1];
 
-	if (ret <= 0 || !trc_sock_match((void *)a[0]))
+	if (ret <= 0 || !trc_sock_match((void *)a[0], btf))
 		return;
 	trc_count(calls, 1);
 	trc_count(calls + 1, ret);
 }
 
-static __always_inline void trc_send(__u64 *a) { trc_sock(a, EZ_TRC_C_SOCK_SEND); }
-static __always_inline void trc_recvmsg(__u64 *a) { trc_sock(a, EZ_TRC_C_SOCK_RECV); }
+static __always_inline void trc_send(__u64 *a, bool btf) { trc_sock(a, EZ_TRC_C_SOCK_SEND, btf); }
+static __always_inline void trc_recvmsg(__u64 *a, bool btf) { trc_sock(a, EZ_TRC_C_SOCK_RECV, btf); }
 
 TRC_TP(sock_send_length, trc_send)
 TRC_TP(sock_recv_length, trc_recvmsg)

@@ -9,7 +9,7 @@ extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 
 static __always_inline int trc_tcx(struct __sk_buff *ctx, __u32 kind)
 {
-	trc_dev(bpf_cast_to_kern_ctx(ctx), kind, TRC_L3_NET);
+	trc_dev(bpf_cast_to_kern_ctx(ctx), kind, TRC_L3_NET, true);
 	return TCX_NEXT;
 }
 

@@ -2,33 +2,34 @@
 /*
  * Tracepoints. Each is built twice from one body: tp_btf (preferred) and
  * raw_tp (used when attaching tp_btf fails). Both see the arguments as an
- * array of u64, and the bodies read the kernel only through BPF_CORE_READ,
- * which suits both program types.
+ * array of u64; the body's btf flag says whether they are BTF pointers that
+ * may be read with direct loads (tp_btf) or only through
+ * bpf_probe_read_kernel (raw_tp), which costs a helper call per read.
  */
 #pragma once
 
 #define TRC_TP(name, body)						\
 	SEC("tp_btf/" #name)						\
-	int trc_btf_##name(__u64 *ctx) { body(ctx); return 0; }		\
+	int trc_btf_##name(__u64 *ctx) { body(ctx, true); return 0; }	\
 	SEC("raw_tp/" #name)						\
-	int trc_raw_##name(struct bpf_raw_tracepoint_args *ctx) { body(ctx->args); return 0; }
+	int trc_raw_##name(struct bpf_raw_tracepoint_args *ctx) { body(ctx->args, false); return 0; }
 
-static __always_inline void trc_rx(__u64 *a) { trc_dev((void *)a[0], TRC_K_RX, TRC_L3_DATA); }
-static __always_inline void trc_recv(__u64 *a) { trc_dev((void *)a[0], TRC_K_RECV, TRC_L3_DATA); }
-static __always_inline void trc_queue(__u64 *a) { trc_dev((void *)a[0], TRC_K_QUEUE, TRC_L3_ETH); }
-static __always_inline void trc_xmit(__u64 *a) { trc_dev((void *)a[0], TRC_K_XMIT, TRC_L3_ETH); }
-static __always_inline void trc_done(__u64 *a) { trc_dev((void *)a[0], TRC_K_DONE, TRC_L3_ETH); }
+static __always_inline void trc_rx(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_RX, TRC_L3_DATA, btf); }
+static __always_inline void trc_recv(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_RECV, TRC_L3_DATA, btf); }
+static __always_inline void trc_queue(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_QUEUE, TRC_L3_ETH, btf); }
+static __always_inline void trc_xmit(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_XMIT, TRC_L3_ETH, btf); }
+static __always_inline void trc_done(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_DONE, TRC_L3_ETH, btf); }
 
-static __always_inline void trc_copy(__u64 *a)
+static __always_inline void trc_copy(__u64 *a, bool btf)
 {
 	trc_track((void *)a[0], EZ_TRC_COPY, TRC_L3_NET, 0, 0);
 }
 
-static __always_inline void trc_consume(__u64 *a) { trc_free((void *)a[0], 0); }
+static __always_inline void trc_consume(__u64 *a, bool btf) { trc_free((void *)a[0], 0); }
 
 /* kfree_skb(skb, location, reason, rx_sk): SKB_CONSUMED comes through here on
  * kernels that route consume through kfree_skb; it is not a drop. */
-static __always_inline void trc_kfree(__u64 *a)
+static __always_inline void trc_kfree(__u64 *a, bool btf)
 {
 	__u32 reason = a[2];
 

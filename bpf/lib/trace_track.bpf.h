@@ -140,19 +140,22 @@ static __always_inline void trc_free(struct sk_buff *skb, __u32 drop_reason)
 	bpf_map_delete_elem(&trc_pkts, &key);
 }
 
-static __always_inline __u64 trc_dev_netns(struct net_device *dev)
+/*
+ * trc_dev tracks a device-level stage: side and interface from skb->dev.
+ * btf: skb is a BTF pointer (tp_btf, tcx via bpf_cast_to_kern_ctx), so the
+ * kernel is read with direct loads; raw_tp passes false and reads through
+ * bpf_probe_read_kernel. The flag is a constant at every call site: the
+ * other branch is compiled out (and the verifier never sees it).
+ */
+static __always_inline void trc_dev(struct sk_buff *skb, __u32 kind, enum trc_l3 where, bool btf)
 {
-	return BPF_CORE_READ(dev, nd_net.net, net_cookie);
-}
-
-/* trc_dev tracks a device-level stage: side and interface from skb->dev. */
-static __always_inline void trc_dev(struct sk_buff *skb, __u32 kind, enum trc_l3 where)
-{
-	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	struct net_device *dev = btf ? skb->dev : BPF_CORE_READ(skb, dev);
+	__u32 ifindex;
 	__u64 netns;
 
 	if (!dev)
 		return;
-	netns = trc_dev_netns(dev);
-	trc_track(skb, trc_stage(kind, netns == host_netns), where, netns, BPF_CORE_READ(dev, ifindex));
+	netns = btf ? dev->nd_net.net->net_cookie : BPF_CORE_READ(dev, nd_net.net, net_cookie);
+	ifindex = btf ? dev->ifindex : BPF_CORE_READ(dev, ifindex);
+	trc_track(skb, trc_stage(kind, netns == host_netns), where, netns, ifindex);
 }
