@@ -240,3 +240,51 @@ func TestTrace(t *testing.T) {
 		})
 	}
 }
+
+// TestTraceOutputs: the raw_tp fallback sees the same packets, and the CDF
+// plots (SVG and PNG) and the live histogram are written.
+func TestTraceOutputs(t *testing.T) {
+	e := newEnv(t, "trc2", 41)
+	a, b := e.pod("a", false), e.pod("b", false)
+	e.serve(b, "--echo", ":7001")
+	plot := filepath.Join(t.TempDir(), "cdf")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.CommandContext(ctx, bin, "trace", "--raw-tp", "--live", "--json", "--plot", plot, "--port", "7001", "--proto", "tcp", "--ready-file", ready)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	waitFile(t, ready, errb.String)
+	if o, err := e.run(a, "workload", "pingpong", "--addr", hostport(b.IPv4, 7001), "--size", "100", "--n", "200", "--warmup", "0"); err != nil {
+		t.Fatalf("%v: %s", err, o)
+	}
+	time.Sleep(1500 * time.Millisecond) // one live redraw
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("trace: %v: %s", err, errb.String())
+	}
+	all := out.String() + errb.String()
+	var summary struct {
+		Packets int `json:"packets"`
+	}
+	if i := strings.LastIndex(out.String(), "\n{"); i >= 0 {
+		json.Unmarshal([]byte(out.String()[i+1:]), &summary)
+	} else {
+		json.Unmarshal(out.Bytes(), &summary)
+	}
+	if summary.Packets < 400 {
+		t.Errorf("raw_tp tracer saw %d packets, want at least 400 (200 round trips):\n%s", summary.Packets, all)
+	}
+	for _, ext := range []string{".svg", ".png"} {
+		if fi, err := os.Stat(plot + ext); err != nil || fi.Size() == 0 {
+			t.Errorf("plot %s%s missing or empty: %v", plot, ext, err)
+		}
+	}
+	if !strings.Contains(errb.String(), "per-packet total latency, last second (n=") || !strings.Contains(errb.String(), "lost 0 (ring 0, table 0)") {
+		t.Errorf("no live histogram (or losses) in the output:\n%s", errb.String())
+	}
+}
