@@ -43,14 +43,20 @@ test-unit:
 test-e2e: build
 	$(GO) test -count=1 -timeout 14m -v ./test/e2e
 
-# Quick baseline-vs-accelerated comparison (a few minutes) with its table.
+# Quick service-mesh lab comparison (about two minutes): baseline vs
+# eztunnel in mesh modes none, sidecar and ambient, with its main table.
 demo:
 	@if [ "$$(id -u)" != 0 ]; then echo "make demo needs root: sudo make demo" >&2; exit 1; fi
 	./scripts/install-deps.sh
 	$(MAKE) build
-	./$(BIN) bench quick
+	./$(BIN) bench lab --quick
 
-bench-quick: demo
+# Two pods, plain TCP vs the shortcut: RTT and 1 GiB FCT (about a minute).
+bench-quick:
+	@if [ "$$(id -u)" != 0 ]; then echo "make bench-quick needs root: sudo make bench-quick" >&2; exit 1; fi
+	./scripts/install-deps.sh
+	$(MAKE) build
+	./$(BIN) bench quick
 
 # Agent RSS + BPF map memory with 10k established accelerated connections.
 bench-memory: build
