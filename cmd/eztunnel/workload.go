@@ -125,6 +125,9 @@ type PingPongResult struct {
 	Size    int           `json:"size"`
 	Micros  stats.Summary `json:"rtt_us"`
 	Samples []float64     `json:"samples_us,omitempty"`
+	// SpuriousEAGAIN counts EAGAINs the blocking reads had to retry (see
+	// workload.SpuriousEAGAIN); always 0 on plain TCP.
+	SpuriousEAGAIN int64 `json:"spurious_eagain"`
 }
 
 func workloadPingPongCmd() *cobra.Command {
@@ -170,7 +173,7 @@ func workloadPingPongCmd() *cobra.Command {
 			if err := <-errs; err != nil {
 				return err
 			}
-			res := PingPongResult{Size: size, Micros: stats.Summarize(all)}
+			res := PingPongResult{Size: size, Micros: stats.Summarize(all), SpuriousEAGAIN: workload.SpuriousEAGAIN.Load()}
 			if raw {
 				res.Samples = all
 			}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -87,10 +88,21 @@ func RawListen(addr string) (int, error) {
 	return fd, nil
 }
 
+// SpuriousEAGAIN counts EAGAINs returned by reads of these blocking sockets.
+// Plain TCP never returns them; the kernel's sockmap receive path does when
+// the sleeping reader is woken without data, by a signal (Go's preemption
+// sends SIGURG) or a state change (tcp_msg_wait_data). The generators retry
+// and report the count instead of failing (see docs/architecture.md).
+var SpuriousEAGAIN atomic.Int64
+
 func readFull(fd int, b []byte) error {
 	for off := 0; off < len(b); {
 		n, err := unix.Read(fd, b[off:])
 		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			SpuriousEAGAIN.Add(1)
 			continue
 		}
 		if err != nil {

@@ -170,7 +170,7 @@ var kernelDivergences = map[string]struct {
 	"nonblock_eagain": {[]string{"2_send_until"},
 		"bpf_tcp_ingress charges the receiver with no sk_rcvbuf limit: a sender to a peer that does not read never sees EAGAIN"},
 	"recv_wakeup": {[]string{"1_blocking_recv", "3_rest_to_eof"},
-		"tcp_msg_wait_data returns after one wakeup without data and tcp_bpf_recvmsg answers EAGAIN even on a blocking socket"},
+		"tcp_msg_wait_data returns after one wakeup without data (a state change, or a signal such as Go's SIGURG preemption) and tcp_bpf_recvmsg answers EAGAIN even on a blocking socket"},
 }
 
 // unexpectedFields lists the differing fields not in allowed.
