@@ -1,10 +1,8 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -24,14 +22,10 @@ func benchQuickCmd() *cobra.Command {
 		Short: "Baseline vs accelerated RTT and transfer time between two pods, rounds interleaved (needs root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			exe, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("find own binary: %w", err)
-			}
-			o.Exe, o.Log = exe, os.Stderr
-			return bench.Quick(ctx, o, os.Stdout)
+			return withSelf(cmd, func(ctx context.Context, exe string) error {
+				o.Exe, o.Log = exe, os.Stderr
+				return bench.Quick(ctx, o, os.Stdout)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -50,14 +44,10 @@ func benchMemoryCmd() *cobra.Command {
 		Short: "Agent RSS and BPF map memory, idle and with established accelerated connections (needs root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			exe, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("find own binary: %w", err)
-			}
-			o.Exe, o.Log = exe, os.Stderr
-			return bench.Memory(ctx, o, os.Stdout)
+			return withSelf(cmd, func(ctx context.Context, exe string) error {
+				o.Exe, o.Log = exe, os.Stderr
+				return bench.Memory(ctx, o, os.Stdout)
+			})
 		},
 	}
 	cmd.Flags().IntVar(&o.Conns, "conns", o.Conns, "established connections to hold")

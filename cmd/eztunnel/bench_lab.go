@@ -1,11 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,17 +53,13 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 				}
 				o = q
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			exe, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("find own binary: %w", err)
-			}
 			if o.Out == "" {
 				o.Out = filepath.Join("results", "lab-"+time.Now().Format("20060102-150405"))
 			}
-			o.Exe, o.Log = exe, os.Stderr
-			return bench.Lab(ctx, o, os.Stdout)
+			return withSelf(cmd, func(ctx context.Context, exe string) error {
+				o.Exe, o.Log = exe, os.Stderr
+				return bench.Lab(ctx, o, os.Stdout)
+			})
 		},
 	}
 	f := cmd.Flags()

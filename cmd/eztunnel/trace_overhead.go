@@ -1,10 +1,8 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -18,14 +16,10 @@ func traceOverheadCmd() *cobra.Command {
 		Short: "Nanoseconds per probe and the effect on pod-to-pod RTT and throughput (needs root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			exe, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("find own binary: %w", err)
-			}
-			o.Exe, o.Log = exe, os.Stderr
-			return tracebench.Overhead(ctx, o, os.Stdout)
+			return withSelf(cmd, func(ctx context.Context, exe string) error {
+				o.Exe, o.Log = exe, os.Stderr
+				return tracebench.Overhead(ctx, o, os.Stdout)
+			})
 		},
 	}
 	cmd.Flags().IntVar(&o.RTTN, "rtt-n", o.RTTN, "recorded 24 B round trips per measurement")

@@ -9,11 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cilium/ebpf/rlimit"
-
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/meshlab"
-	"github.com/eztunnel/eztunnel/internal/probe"
 )
 
 // Lab runs the benchmark lab: for each mesh mode a fresh node, a warm-up
@@ -30,11 +27,8 @@ func Lab(ctx context.Context, o LabOptions, stdout io.Writer) (err error) {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	if err := probe.Check(probe.Shortcut); err != nil {
+	if err := preflight(); err != nil {
 		return err
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return fmt.Errorf("remove memlock limit: %w", err)
 	}
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = o.PinRoot

@@ -13,10 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cilium/ebpf/rlimit"
-
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/probe"
 	"github.com/eztunnel/eztunnel/internal/stats"
 )
 
@@ -97,11 +94,8 @@ func Quick(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	if err := probe.Check(probe.Shortcut); err != nil {
+	if err := preflight(); err != nil {
 		return err
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return fmt.Errorf("remove memlock limit: %w", err)
 	}
 	if _, err := os.Stat(filepath.Join(datapath.DefaultPinRoot, datapath.Schema)); err == nil {
 		fmt.Fprintf(o.Log, "warning: a datapath is installed at %s; if it manages an ancestor of the lab's cgroups, baseline numbers are accelerated too\n", datapath.DefaultPinRoot)

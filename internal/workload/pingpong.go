@@ -161,6 +161,14 @@ func echoConn(fd int) {
 // on a RawDial socket, each after the previous echo returned, and returns
 // the round-trip times.
 func PingPong(fd, size, n, warmup int) ([]time.Duration, error) {
+	return PingPongPaced(fd, size, n, warmup, 0)
+}
+
+// PingPongPaced is PingPong with the sends paced: message i leaves at
+// start + i*interval (or at once when the previous echo came back later),
+// as the dissertation's ping-echo client sends one message every 100 ms.
+// Each message carries its send timestamp, which the echo must return.
+func PingPongPaced(fd, size, n, warmup int, interval time.Duration) ([]time.Duration, error) {
 	if size < 8 {
 		return nil, fmt.Errorf("message size %d below 8 bytes", size)
 	}
@@ -174,7 +182,13 @@ func PingPong(fd, size, n, warmup int) ([]time.Duration, error) {
 	msg := make([]byte, size)
 	back := make([]byte, size)
 	rtts := make([]time.Duration, 0, n)
+	begin := time.Now()
 	for i := 0; i < n+warmup; i++ {
+		if interval > 0 {
+			if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
+				time.Sleep(wait)
+			}
+		}
 		start := time.Now()
 		binary.LittleEndian.PutUint64(msg, uint64(start.UnixNano()))
 		if err := writeFull(fd, msg); err != nil {
