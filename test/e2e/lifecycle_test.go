@@ -24,11 +24,13 @@ type agent struct {
 	logs *bytes.Buffer
 }
 
-func startAgent(t *testing.T, binary, cgroup, pin string) *agent {
+// startAgent starts `binary run` with extra flags and waits until it has attached.
+func startAgent(t *testing.T, binary, cgroup, pin string, extra ...string) *agent {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready")
 	a := &agent{logs: &bytes.Buffer{}}
-	a.cmd = exec.Command(binary, "run", "--cgroup", cgroup, "--pin-path", pin, "--ready-file", ready)
+	args := append([]string{"run", "--cgroup", cgroup, "--pin-path", pin, "--ready-file", ready}, extra...)
+	a.cmd = exec.Command(binary, args...)
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -42,6 +44,18 @@ func (a *agent) kill(t *testing.T) {
 	t.Helper()
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	a.cmd.Wait()
+}
+
+// agentEnv is the node of the agent tests: managed pods a and b, a stream
+// server on b:7000, and a pin path removed (uninstalled) at cleanup.
+func agentEnv(t *testing.T, name string, subnet int) (e *env, a, b *netlab.Pod, pin string) {
+	t.Helper()
+	e = newEnv(t, name, subnet)
+	a, b = e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--stream", ":7000")
+	pin = "/sys/fs/bpf/eztest-" + name
+	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
+	return e, a, b, pin
 }
 
 func pinnedCounters(t *testing.T, pin string) datapath.Counters {
@@ -124,11 +138,7 @@ func (e *env) podByName(name string) *netlab.Pod {
 // transfer and start it again: every byte arrives, the connection stays
 // accelerated, and new connections are accelerated.
 func TestAgentKilledDuringTransfer(t *testing.T) {
-	e := newEnv(t, "kill", 26)
-	a, b := e.pod("a", true), e.pod("b", true)
-	e.serve(b, "--stream", ":7000")
-	pin := "/sys/fs/bpf/eztest-kill"
-	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
+	e, a, b, pin := agentEnv(t, "kill", 26)
 	ag := startAgent(t, bin, e.lab.Managed, pin)
 	e.transferDuring(pin, func() {
 		ag.kill(t)
@@ -148,11 +158,7 @@ func TestAgentKilledDuringTransfer(t *testing.T) {
 // now run the new programs, and new connections are accelerated by them.
 func TestUpgradeDuringTransfer(t *testing.T) {
 	newBin := buildVariant(t)
-	e := newEnv(t, "upg", 27)
-	a, b := e.pod("a", true), e.pod("b", true)
-	e.serve(b, "--stream", ":7000")
-	pin := "/sys/fs/bpf/eztest-upg"
-	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
+	e, a, b, pin := agentEnv(t, "upg", 27)
 	old := startAgent(t, bin, e.lab.Managed, pin)
 	oldProg := sockopsProgramID(t, pin)
 	e.transferDuring(pin, func() {
@@ -216,11 +222,7 @@ func buildVariant(t *testing.T) string {
 // and during an idle keep-alive connection that sends afterwards: every byte
 // arrives in order, and nothing of eztunnel is left on the cgroup or in bpffs.
 func TestUninstallUnderTraffic(t *testing.T) {
-	e := newEnv(t, "unin", 28)
-	a, b := e.pod("a", true), e.pod("b", true)
-	e.serve(b, "--stream", ":7000")
-	pin := "/sys/fs/bpf/eztest-unin"
-	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
+	e, a, b, pin := agentEnv(t, "unin", 28)
 	ag := startAgent(t, bin, e.lab.Managed, pin)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -108,11 +106,7 @@ func TestSelectionInvalid(t *testing.T) {
 // TestSelectionChangeOnRestart: new rules, through a restart of the agent,
 // apply to new connections; an established connection keeps its path.
 func TestSelectionChangeOnRestart(t *testing.T) {
-	e := newEnv(t, "selr", 33)
-	a, b := e.pod("a", true), e.pod("b", true)
-	e.serve(b, "--stream", ":7000")
-	pin := "/sys/fs/bpf/eztest-selr"
-	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
+	e, a, b, pin := agentEnv(t, "selr", 33)
 	first := startAgent(t, bin, e.lab.Managed, pin)
 
 	// A long connection, accelerated under the first rules.
@@ -130,13 +124,7 @@ func TestSelectionChangeOnRestart(t *testing.T) {
 		}
 	}
 	first.kill(t)
-	second := exec.Command(bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--exclude-ports", "7000", "--ready-file", filepath.Join(t.TempDir(), "ready"))
-	second.Stdout, second.Stderr = &out, &out
-	if err := second.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { second.Process.Kill(); second.Wait() })
-	waitFile(t, second.Args[len(second.Args)-1], out.String)
+	startAgent(t, bin, e.lab.Managed, pin, "--exclude-ports", "7000")
 
 	before := pinnedCounters(t, pin)
 	if err := long.Wait(); err != nil {
