@@ -4,20 +4,28 @@ CLANG     ?= clang-19
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/eztunnel
-BPF_SRC   := $(wildcard bpf/*.c bpf/*.h bpf/lib/*.h)
-GENERATED := internal/datapath/shortcut_bpfel.go internal/datapath/shortcut_bpfel.o
+LAB_BIN   := bin/eztunnel-lab
+BPF_SRC   := $(shell find bpf -name '*.c' -o -name '*.h')
+GENERATED := internal/datapath/shortcut_bpfel.go internal/datapath/shortcut_bpfel.o \
+             internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o
 
 .PHONY: all build generate check-generated test test-unit test-e2e demo bench-quick bench-memory clean deps
 
 all: build
 
-# Static binary, eBPF objects embedded.
-build: $(BIN)
+# Static binaries, eBPF objects embedded: the agent (bin/eztunnel) and the
+# benchmark lab (bin/eztunnel-lab), which the agent image does not carry.
+build: $(BIN) $(LAB_BIN)
 $(BIN): $(GENERATED) $(shell find cmd internal -name '*.go' -not -name '*_test.go')
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/eztunnel
+$(LAB_BIN): $(GENERATED) $(shell find lab internal -name '*.go' -not -name '*_test.go')
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./lab/cmd/eztunnel-lab
 
-$(GENERATED): $(BPF_SRC) internal/datapath/gen.go
+# Every generated object depends on every eBPF source, so a stale tracer or
+# datapath object is never embedded.
+$(GENERATED) &: $(BPF_SRC) internal/datapath/gen.go internal/tracer/gen.go
 	cd internal/datapath && $(GO) generate ./...
+	cd internal/tracer && $(GO) generate ./...
 
 generate:
 	cd internal/datapath && $(GO) generate ./...
@@ -38,7 +46,7 @@ test:
 	$(GO) test -count=1 -timeout 14m ./...
 
 test-unit:
-	$(GO) test -count=1 ./internal/...
+	$(GO) test -count=1 ./internal/... ./lab/... ./cmd/...
 
 test-e2e: build
 	$(GO) test -count=1 -timeout 14m -v ./test/e2e
@@ -49,18 +57,18 @@ demo:
 	@if [ "$$(id -u)" != 0 ]; then echo "make demo needs root: sudo make demo" >&2; exit 1; fi
 	./scripts/install-deps.sh
 	$(MAKE) build
-	./$(BIN) bench lab --quick
+	./$(LAB_BIN) bench lab --quick
 
 # Two pods, plain TCP vs the shortcut: RTT and 1 GiB FCT (about a minute).
 bench-quick:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-quick needs root: sudo make bench-quick" >&2; exit 1; fi
 	./scripts/install-deps.sh
 	$(MAKE) build
-	./$(BIN) bench quick
+	./$(LAB_BIN) bench quick
 
 # Agent RSS + BPF map memory with 10k established accelerated connections.
 bench-memory: build
-	./$(BIN) bench memory
+	./$(LAB_BIN) bench memory
 
 # Debian packages the tests and the lab use.
 deps:

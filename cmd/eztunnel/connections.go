@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
@@ -19,7 +20,7 @@ func connectionsCmd() *cobra.Command {
 		Short: "List accelerated connections, one line per end (works without a running agent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
+			if err := cli.CheckOutput(output); err != nil {
 				return err
 			}
 			if err := rlimit.RemoveMemlock(); err != nil {
@@ -32,10 +33,10 @@ func connectionsCmd() *cobra.Command {
 			if conns == nil {
 				conns = []datapath.Connection{}
 			}
-			return render(output, conns, func() { printConnections(conns) })
+			return cli.Render(output, conns, func() { printConnections(conns) })
 		},
 	}
-	outputFlag(cmd, &output)
+	cli.OutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
 	return cmd
 }

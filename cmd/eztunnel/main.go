@@ -1,13 +1,15 @@
-// Command eztunnel accelerates node-local TCP with eBPF. main only parses
-// flags; each subcommand's run function does the work.
+// Command eztunnel is the node agent and its CLI: run, status, connections,
+// uninstall and trace. The benchmark lab is a separate binary
+// (lab/cmd/eztunnel-lab), so the agent image carries none of it.
 package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/eztunnel/eztunnel/internal/cli"
 )
 
 // version is set by the Makefile (-ldflags -X main.version=...).
@@ -20,30 +22,8 @@ func main() {
 	}
 }
 
-// newRoot builds the command tree.
 func newRoot() *cobra.Command {
-	var logs logFlags
-	root := &cobra.Command{
-		Use:           "eztunnel",
-		Short:         "eBPF data-plane accelerator for node-local TCP",
-		Long:          "eBPF data-plane accelerator for node-local TCP.\n\nEvery flag can also be set as EZTUNNEL_<FLAG> (--max-sockets is EZTUNNEL_MAX_SOCKETS); a flag given on the command line wins.",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Version:       version,
-		// Runs before every subcommand: environment, then logging.
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := bindOSEnv(cmd.Flags()); err != nil {
-				return err
-			}
-			h, err := logs.handler(os.Stderr)
-			if err != nil {
-				return err
-			}
-			slog.SetDefault(slog.New(h))
-			return nil
-		},
-	}
-	logs.register(root.PersistentFlags())
-	root.AddCommand(runCmd(), statusCmd(), connectionsCmd(), uninstallCmd(), workloadCmd(), benchCmd(), traceCmd())
-	return root
+	return cli.Root("eztunnel", "eBPF data-plane accelerator for node-local TCP",
+		"eBPF data-plane accelerator for node-local TCP.", version,
+		runCmd(), statusCmd(), connectionsCmd(), uninstallCmd(), cli.TraceCmd(nil))
 }

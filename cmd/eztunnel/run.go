@@ -2,21 +2,15 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"syscall"
 	"time"
 
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/agent"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/probe"
 )
 
 type runConfig struct {
@@ -59,72 +53,8 @@ func run(ctx context.Context, rc runConfig) error {
 		return err
 	}
 	rc.dp.Select = sel
-	if err := rc.dp.Validate(); err != nil {
-		return err
-	}
-	if rc.pairAge <= 0 {
-		return fmt.Errorf("--pair-max-age %s must be positive", rc.pairAge)
-	}
-	if len(rc.cgroups) == 0 {
-		root, err := cgroupv2.Root()
-		if err != nil {
-			return err
-		}
-		rc.cgroups = []string{root}
-	}
-	for _, cg := range rc.cgroups {
-		if err := cgroupv2.Validate(cg); err != nil {
-			return err
-		}
-	}
-	if err := probe.Check(probe.Shortcut); err != nil {
-		return err
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return fmt.Errorf("remove memlock limit: %w", err)
-	}
-
-	msrv, err := listenMetrics(rc.metrics)
-	if err != nil {
-		return err
-	}
-	dp, err := datapath.Install(rc.dp, rc.cgroups)
-	if err != nil {
-		if msrv != nil {
-			msrv.Close()
-		}
-		return err
-	}
-	defer dp.Close()
-	stopMetrics, err := serveMetrics(ctx, msrv, rc.dp)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	// Loading parsed the kernel's BTF (tens of MB, partly mmapped); nothing
-	// needs it any more: give it back before serving for months.
-	runtime.GC()
-	debug.FreeOSMemory()
-	slog.Info("datapath attached", "cgroups", rc.cgroups, "pins", rc.dp.Dir())
-	if rc.readyFile != "" {
-		if err := os.WriteFile(rc.readyFile, []byte("ready\n"), 0o600); err != nil {
-			return err
-		}
-	}
-
-	tick := time.NewTicker(rc.pairAge / 4)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			slog.Info("stopping; the datapath stays pinned and keeps working", "pins", rc.dp.Dir())
-			return nil
-		case <-tick.C:
-			if n, err := dp.AgePairs(rc.pairAge); err != nil {
-				slog.Warn("aging pairing records", "err", err)
-			} else if n > 0 {
-				slog.Info("aged out pairing records", "count", n)
-			}
-		}
-	}
+	return agent.Run(ctx, agent.Config{
+		Cgroups: rc.cgroups, Datapath: rc.dp, ReadyFile: rc.readyFile,
+		MetricsAddr: rc.metrics, PairMaxAge: rc.pairAge, Version: version,
+	})
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
@@ -26,17 +27,17 @@ func statusCmd() *cobra.Command {
 		Short: "Print the datapath's counters and map fill levels (works without a running agent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
+			if err := cli.CheckOutput(output); err != nil {
 				return err
 			}
 			rep, err := readStatus(cfg)
 			if err != nil {
 				return err
 			}
-			return render(output, rep, func() { printStatus(rep) })
+			return cli.Render(output, rep, func() { printStatus(rep) })
 		},
 	}
-	outputFlag(cmd, &output)
+	cli.OutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
 	return cmd
 }

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // TestIdenticalTuplesInTwoNetns: two pods each run 127.0.0.1:7000 and a

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // Virtual (ClusterIP-like) addresses: nothing owns them, DNAT sends them to pods.

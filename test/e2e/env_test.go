@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // env is one test's node: a lab and, once accelerate is called, a datapath
@@ -93,7 +93,7 @@ func (e *env) serve(p *netlab.Pod, args ...string) {
 	e.t.Helper()
 	ready := filepath.Join(e.t.TempDir(), "ready")
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := p.Cmd(ctx, bin, append([]string{"workload", "serve", "--ready-file", ready}, args...)...)
+	cmd := p.Cmd(ctx, labBin, append([]string{"workload", "serve", "--ready-file", ready}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := p.Start(cmd); err != nil {
@@ -117,12 +117,12 @@ func (e *env) startIn(p *netlab.Pod, name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// run runs `eztunnel args...` in pod and returns stdout; stderr goes into the error.
+// run runs `eztunnel-lab args...` in pod and returns stdout; stderr goes into the error.
 func (e *env) run(p *netlab.Pod, args ...string) (string, error) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := p.Cmd(ctx, bin, args...)
+	cmd := p.Cmd(ctx, labBin, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := p.Run(cmd); err != nil {

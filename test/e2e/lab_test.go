@@ -14,10 +14,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/eztunnel/eztunnel/internal/bench"
+	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
-	"github.com/eztunnel/eztunnel/internal/meshlab"
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/meshlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // labLeftovers lists what a lab named name left behind: namespaces, links,
@@ -117,7 +117,7 @@ func TestLabTopology(t *testing.T) {
 
 // tinyLab is the smallest complete `bench lab` run.
 func tinyLab(name string, subnet int, out string, meshes string) *exec.Cmd {
-	return exec.Command(bin, "bench", "lab", "--quick", "--lab-name", name, "--subnet", strconv.Itoa(subnet),
+	return exec.Command(labBin, "bench", "lab", "--quick", "--lab-name", name, "--subnet", strconv.Itoa(subnet),
 		"--pin-path", "/sys/fs/bpf/ez"+name, "--mesh", meshes, "--paced-n", "3", "--interval", "20ms",
 		"--ping-n", "300", "--transfer-mib", "8", "--redis-n", "1000", "--http-duration", "1s", "--out", out)
 }

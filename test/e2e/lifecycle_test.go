@@ -15,7 +15,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // agent is one `eztunnel run` process.

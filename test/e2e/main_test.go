@@ -10,11 +10,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
-// bin is the eztunnel binary under test, built once by TestMain.
-var bin string
+// bin is the eztunnel agent binary under test and labBin the lab binary
+// (workloads, benchmarks, plots), both built once by TestMain.
+var bin, labBin string
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
@@ -31,11 +32,14 @@ func TestMain(m *testing.M) {
 	}
 	os.Chmod(dir, 0o755) // the not-root test runs it as nobody
 	bin = filepath.Join(dir, "eztunnel")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/eztunnel")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: build eztunnel:", err)
-		os.Exit(1)
+	labBin = filepath.Join(dir, "eztunnel-lab")
+	for out, pkg := range map[string]string{bin: "../../cmd/eztunnel", labBin: "../../lab/cmd/eztunnel-lab"} {
+		build := exec.Command("go", "build", "-o", out, pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: build", pkg+":", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -84,7 +84,7 @@ func TestObservability(t *testing.T) {
 	})
 
 	// A long-lived connection: ping-pong for far longer than the test looks.
-	pp := e.startIn(a, bin, "workload", "pingpong", "--addr", hostport(b.IPv4, 7001), "--n", "20000000", "--warmup", "0")
+	pp := e.startIn(a, labBin, "workload", "pingpong", "--addr", hostport(b.IPv4, 7001), "--n", "20000000", "--warmup", "0")
 	listed := func(t *testing.T) (client, server datapath.Connection) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)

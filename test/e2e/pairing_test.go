@@ -3,7 +3,7 @@ package e2e
 import (
 	"testing"
 
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // streamCounted runs a stream batch from client to addr with the

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 const probePort = 7100
@@ -50,7 +50,7 @@ func (e *env) probeServe(p *netlab.Pod, port int) {
 	e.t.Helper()
 	ready := filepath.Join(e.t.TempDir(), "ready")
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := p.Cmd(ctx, bin, "workload", "probe-server", "--addr", ":"+strconv.Itoa(port), "--ready-file", ready)
+	cmd := p.Cmd(ctx, labBin, "workload", "probe-server", "--addr", ":"+strconv.Itoa(port), "--ready-file", ready)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := p.Start(cmd); err != nil {
@@ -91,7 +91,7 @@ func TestSemantics(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cmd := a.Cmd(ctx, bin, "workload", "probe", "--addr", addr(c), "--scenario", c.scenario)
+		cmd := a.Cmd(ctx, labBin, "workload", "probe", "--addr", addr(c), "--scenario", c.scenario)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := a.Run(cmd)

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // proxyUID is the sidecar's uid, exempted from capture by owner match as

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // traceOut is what one `eztunnel trace` process wrote.
@@ -36,7 +36,7 @@ func startTrace(t *testing.T, args ...string) func() traceOut {
 	dir := t.TempDir()
 	ready, csvPath := filepath.Join(dir, "ready"), filepath.Join(dir, "trace.csv")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	cmd := exec.CommandContext(ctx, bin, append([]string{"trace", "--json", "--csv", csvPath, "--ready-file", ready}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"trace", "-o", "json", "--csv", csvPath, "--ready-file", ready}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
@@ -174,7 +174,7 @@ func TestTrace(t *testing.T) {
 	a, b := e.pod("a", false), e.pod("b", false)
 	e.serve(b, "--echo", ":7001")
 	udpReady := filepath.Join(t.TempDir(), "udp")
-	e.startIn(b, bin, "workload", "udp", "--serve", ":7002", "--ready-file", udpReady)
+	e.startIn(b, labBin, "workload", "udp", "--serve", ":7002", "--ready-file", udpReady)
 	waitFile(t, udpReady, func() string { return "udp echo" })
 	const n = 200
 	tcx := []string{"--tcx", a.NetNS + ":eth0", "--tcx", b.NetNS + ":eth0", "--netns", "," + a.NetNS + "," + b.NetNS}
@@ -251,7 +251,7 @@ func TestTraceOutputs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ready := filepath.Join(t.TempDir(), "ready")
-	cmd := exec.CommandContext(ctx, bin, "trace", "--raw-tp", "--live", "--json", "--plot", plot, "--port", "7001", "--proto", "tcp", "--ready-file", ready)
+	cmd := exec.CommandContext(ctx, labBin, "trace", "--raw-tp", "--live", "-o", "json", "--plot", plot, "--port", "7001", "--proto", "tcp", "--ready-file", ready)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {

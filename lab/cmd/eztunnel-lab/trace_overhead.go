@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/internal/tracebench"
+	"github.com/eztunnel/eztunnel/lab/tracebench"
 )
 
 func traceOverheadCmd() *cobra.Command {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/internal/bench"
-	"github.com/eztunnel/eztunnel/internal/meshlab"
+	"github.com/eztunnel/eztunnel/lab/bench"
+	"github.com/eztunnel/eztunnel/lab/meshlab"
 )
 
 func benchLabCmd() *cobra.Command {

@@ -16,12 +16,13 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // MemoryOptions configures `eztunnel bench memory`.
 type MemoryOptions struct {
-	Exe   string // the eztunnel binary: agent and workloads
+	Exe   string // the eztunnel-lab binary: workloads
+	Agent string // the eztunnel agent binary
 	Conns int
 	Log   io.Writer
 }
@@ -76,7 +77,7 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	agentReady := filepath.Join(tmp, "agent")
-	agent := exec.CommandContext(ctx, o.Exe, "run", "--cgroup", lab.Managed, "--pin-path", cfg.PinRoot, "--ready-file", agentReady)
+	agent := exec.CommandContext(ctx, o.Agent, "run", "--cgroup", lab.Managed, "--pin-path", cfg.PinRoot, "--ready-file", agentReady)
 	agent.Stderr = o.Log
 	if err := agent.Start(); err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // Proc is a long-running process of the node: a server or a proxy.

@@ -1,4 +1,6 @@
-package tracer
+// Package traceplot draws the tracer's CDF plots (gonum/plot); it lives in
+// the lab so that the agent binary carries no plotting library.
+package traceplot
 
 import (
 	"fmt"
@@ -9,6 +11,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/eztunnel/eztunnel/internal/tracer"
 )
 
 // cdf returns the empirical CDF of xs, at most points steps.
@@ -34,14 +38,14 @@ var partColors = map[string]color.RGBA{
 
 // PlotCDF writes <base>.svg and <base>.png: the CDF of the time in the
 // sending pod, the host, the receiving pod and in total, in µs.
-func (p *Report) PlotCDF(base, title string) error {
+func PlotCDF(p *tracer.Report, base, title string) error {
 	pl := plot.New()
 	pl.Title.Text = title
 	pl.X.Label.Text = "latency (µs)"
 	pl.Y.Label.Text = "P(X ≤ x)"
 	pl.Add(plotter.NewGrid())
 	for _, name := range []string{"pod out", "host", "pod in", "total"} {
-		xs := p.parts[name]
+		xs := p.Part(name)
 		if len(xs) == 0 {
 			continue
 		}

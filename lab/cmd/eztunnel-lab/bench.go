@@ -3,10 +3,11 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/internal/bench"
+	"github.com/eztunnel/eztunnel/lab/bench"
 )
 
 func benchCmd() *cobra.Command {
@@ -46,10 +47,14 @@ func benchMemoryCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withSelf(cmd, func(ctx context.Context, exe string) error {
 				o.Exe, o.Log = exe, os.Stderr
+				if o.Agent == "" {
+					o.Agent = filepath.Join(filepath.Dir(exe), "eztunnel")
+				}
 				return bench.Memory(ctx, o, os.Stdout)
 			})
 		},
 	}
 	cmd.Flags().IntVar(&o.Conns, "conns", o.Conns, "established connections to hold")
+	cmd.Flags().StringVar(&o.Agent, "agent", "", "the eztunnel agent binary (default: eztunnel next to this binary)")
 	return cmd
 }

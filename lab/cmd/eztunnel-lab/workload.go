@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
-	"github.com/eztunnel/eztunnel/internal/workload"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // workloadCmd groups the traffic generators that tests and benchmarks start

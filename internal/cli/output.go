@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -8,21 +8,21 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// outputFlag adds -o/--output (table or json) to cmd.
-func outputFlag(cmd *cobra.Command, output *string) {
+// OutputFlag adds -o/--output (table or json) to cmd.
+func OutputFlag(cmd *cobra.Command, output *string) {
 	cmd.Flags().StringVarP(output, "output", "o", "table", "output format: table or json")
 }
 
-// checkOutput rejects an unknown -o value before any work is done.
-func checkOutput(output string) error {
+// CheckOutput rejects an unknown -o value before any work is done.
+func CheckOutput(output string) error {
 	if output != "table" && output != "json" {
 		return fmt.Errorf("-o %q: want table or json", output)
 	}
 	return nil
 }
 
-// render prints v as indented JSON, or calls table, as -o asks.
-func render(output string, v any, table func()) error {
+// Render prints v as indented JSON, or calls table, as -o asks.
+func Render(output string, v any, table func()) error {
 	if output != "json" {
 		table()
 		return nil

@@ -1,9 +1,10 @@
-package main
+package cli
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -28,12 +29,18 @@ type traceOptions struct {
 	csv      string
 	plot     string
 	live     bool
-	jsonOut  bool
+	output   string
 	ready    string
+	plotter  PlotFunc
 }
 
-func traceCmd() *cobra.Command {
-	o := traceOptions{cfg: tracer.DefaultConfig()}
+// PlotFunc draws a trace's CDF plots to base.svg and base.png. The agent
+// binary passes none (no plotting library in the agent image); the lab does.
+type PlotFunc func(rep *tracer.Report, base, title string) error
+
+// TraceCmd is `trace`. With plot nil it has no --plot flag.
+func TraceCmd(plot PlotFunc) *cobra.Command {
+	o := traceOptions{cfg: tracer.DefaultConfig(), plotter: plot}
 	cmd := &cobra.Command{
 		Use:   "trace",
 		Short: "Follow packets through the kernel: per-stage latency and jitter (needs root)",
@@ -42,6 +49,9 @@ func traceCmd() *cobra.Command {
 			"See docs/tracing.md.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := CheckOutput(o.output); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if o.duration > 0 {
@@ -69,16 +79,17 @@ func traceCmd() *cobra.Command {
 	f.BoolVar(&o.cfg.RawTP, "raw-tp", false, "use raw_tp instead of tp_btf tracepoints")
 	f.DurationVar(&o.duration, "duration", 0, "stop after this long (default: Ctrl-C)")
 	f.StringVar(&o.csv, "csv", "", "write one row per packet to this file")
-	f.StringVar(&o.plot, "plot", "", "write CDF plots to PATH.svg and PATH.png")
+	if plot != nil {
+		f.StringVar(&o.plot, "plot", "", "write CDF plots to PATH.svg and PATH.png")
+	}
 	f.BoolVar(&o.live, "live", false, "redraw a latency histogram every second")
-	f.BoolVar(&o.jsonOut, "json", false, "print the summary as JSON")
 	f.StringVar(&o.ready, "ready-file", "", "file written once everything is attached")
 	f.MarkHidden("ready-file")
-	cmd.AddCommand(traceOverheadCmd())
+	OutputFlag(cmd, &o.output)
 	return cmd
 }
 
-// TraceSummary is what `eztunnel trace --json` prints.
+// TraceSummary is what `eztunnel trace -o json` prints.
 type TraceSummary struct {
 	Counters tracer.Counters `json:"counters"`
 	Packets  int             `json:"packets"`
@@ -86,7 +97,7 @@ type TraceSummary struct {
 	Stages   []tracer.Row    `json:"stages"`
 }
 
-func runTrace(ctx context.Context, o traceOptions) error {
+func runTrace(ctx context.Context, o traceOptions) (err error) {
 	if o.host != "" {
 		a, err := netip.ParseAddr(o.host)
 		if err != nil {
@@ -115,9 +126,11 @@ func runTrace(ctx context.Context, o traceOptions) error {
 		if err != nil {
 			return err
 		}
-		defer fh.Close()
+		// A truncated CSV must not exit 0: flush and close errors are returned.
 		bw := bufio.NewWriterSize(fh, 1<<20)
-		defer bw.Flush()
+		defer func() {
+			err = errors.Join(err, bw.Flush(), fh.Close())
+		}()
 		if csvw, err = tracer.NewCSVWriter(bw); err != nil {
 			return err
 		}
@@ -160,11 +173,11 @@ func runTrace(ctx context.Context, o traceOptions) error {
 		if err := os.MkdirAll(filepath.Dir(o.plot), 0o755); err != nil {
 			return err
 		}
-		if err := rep.PlotCDF(o.plot, "eztunnel trace: per-packet latency"); err != nil {
+		if err := o.plotter(rep, o.plot, "eztunnel trace: per-packet latency"); err != nil {
 			return err
 		}
 	}
-	if o.jsonOut {
+	if o.output == "json" {
 		s := TraceSummary{Counters: c, Packets: rep.Packets, ByEnd: map[string]int{}, Stages: rep.Rows()}
 		for e, n := range rep.ByEnd {
 			s.ByEnd[e.String()] = n

@@ -23,8 +23,8 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
-	"github.com/eztunnel/eztunnel/internal/netlab"
 	"github.com/eztunnel/eztunnel/internal/tracer"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // Lab of the overhead run; the trace tests use "trc"/"trc2" (40, 41).

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/internal/workload"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 func workloadUDPCmd() *cobra.Command {

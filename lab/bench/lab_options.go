@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/eztunnel/eztunnel/internal/meshlab"
 	"github.com/eztunnel/eztunnel/internal/stats"
+	"github.com/eztunnel/eztunnel/lab/meshlab"
 )
 
 // LabOptions configures `eztunnel bench lab`.

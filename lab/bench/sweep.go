@@ -5,7 +5,7 @@ import (
 	"os"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/netlab"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // sweep removes what a killed earlier run left: labs whose owner is gone

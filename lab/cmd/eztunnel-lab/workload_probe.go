@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/internal/workload"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // workloadProbeCmds are the socket-semantics probe: a server and a client

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func listenMetrics(addr string) (*metrics.Server, error) {
 
 // serveMetrics serves the pinned datapath's metrics on srv until ctx is done.
 // The returned function stops the server and releases the maps.
-func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config) (func(), error) {
+func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config, version string) (func(), error) {
 	if srv == nil {
 		return func() {}, nil
 	}

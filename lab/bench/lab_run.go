@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/meshlab"
+	"github.com/eztunnel/eztunnel/lab/meshlab"
 )
 
 // Lab runs the benchmark lab: for each mesh mode a fresh node, a warm-up

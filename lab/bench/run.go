@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/netlab"
 	"github.com/eztunnel/eztunnel/internal/stats"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // runner owns the lab, its long-running servers and the scratch directory.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/eztunnel/eztunnel/internal/meshlab"
 	"github.com/eztunnel/eztunnel/internal/stats"
+	"github.com/eztunnel/eztunnel/lab/meshlab"
 )
 
 // scale of a workload run: a full measurement or the short warm-up.
