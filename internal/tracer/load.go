@@ -33,7 +33,7 @@ func load(cfg Config) (*tracerObjects, error) {
 	return &objs, nil
 }
 
-// setFilter writes the read-only globals.
+// setFilter writes the configuration (struct ez_trc_config) on the spec.
 func setFilter(v *tracerVariableSpecs, cfg Config) error {
 	f := cfg.Filter
 	host, err := netnsCookie("")
@@ -58,26 +58,21 @@ func setFilter(v *tracerVariableSpecs, cfg Config) error {
 			addr[i] = uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24
 		}
 	}
-	sets := []struct {
-		v   *ebpf.VariableSpec
-		val any
-	}{
-		{v.HostNetns, host},
-		{v.MaxAgeNs, uint64(cfg.MaxAge.Nanoseconds())},
-		{v.F_family, uint8(f.Family)},
-		{v.F_proto, proto},
-		{v.F_port, f.Port},
-		{v.F_sport, f.SrcPort},
-		{v.F_dport, f.DstPort},
-		{v.F_hostSet, boolU8(f.Host.IsValid())},
-		{v.F_host, addr},
-		{v.F_ifindex, f.Ifindex},
-		{v.F_netns, netnsFilter},
+	c := tracerEzTrcConfig{
+		HostNetns: host,
+		MaxAgeNs:  uint64(cfg.MaxAge.Nanoseconds()),
+		Netns:     netnsFilter,
+		Host:      addr,
+		Ifindex:   f.Ifindex,
+		Port:      f.Port,
+		Sport:     f.SrcPort,
+		Dport:     f.DstPort,
+		Family:    uint8(f.Family),
+		Proto:     proto,
+		HostSet:   boolU8(f.Host.IsValid()),
 	}
-	for _, s := range sets {
-		if err := s.v.Set(s.val); err != nil {
-			return fmt.Errorf("set %s: %w", s.v.Name, err)
-		}
+	if err := v.EzTrcCfg.Set(c); err != nil {
+		return fmt.Errorf("set %s: %w", v.EzTrcCfg.Name, err)
 	}
 	return nil
 }

@@ -1,43 +1,74 @@
 package tracer
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"os/exec"
 	"sort"
-	"strings"
-	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
 var errBusy = unix.EBUSY
 
-// Table is a netfilter table class, by the iptables priority it sits at.
+// Table is a netfilter table class (enum ez_trc_table in bpf/tracer/tracer.h).
 type Table uint8
 
 const (
-	TableRaw Table = iota
-	TableConntrack
-	TableMangle
-	TableDNAT
-	TableFilter
-	TableSNAT
-	tableCount
+	TableRaw       = Table(tracerEzTrcTableEZ_TRC_T_RAW)
+	TableConntrack = Table(tracerEzTrcTableEZ_TRC_T_CONNTRACK)
+	TableMangle    = Table(tracerEzTrcTableEZ_TRC_T_MANGLE)
+	TableDNAT      = Table(tracerEzTrcTableEZ_TRC_T_DNAT)
+	TableFilter    = Table(tracerEzTrcTableEZ_TRC_T_FILTER)
+	TableSNAT      = Table(tracerEzTrcTableEZ_TRC_T_SNAT)
+	tableCount     = int(tracerEzTrcTableEZ_TRC_TABLES)
 )
 
-var tableNames = [...]string{"raw", "conntrack", "mangle", "dnat", "filter", "snat"}
-var tablePrio = [...]int32{-300, -200, -150, -100, 0, 100}
+// tables names each class and gives its priority (enum ez_trc_prio); init
+// checks that every class of the C enum is here.
+var tables = [tableCount]struct {
+	name string
+	prio int32
+}{
+	TableRaw:       {"raw", int32(tracerEzTrcPrioEZ_TRC_PRIO_RAW)},
+	TableConntrack: {"conntrack", int32(tracerEzTrcPrioEZ_TRC_PRIO_CONNTRACK)},
+	TableMangle:    {"mangle", int32(tracerEzTrcPrioEZ_TRC_PRIO_MANGLE)},
+	TableDNAT:      {"dnat", int32(tracerEzTrcPrioEZ_TRC_PRIO_DNAT)},
+	TableFilter:    {"filter", int32(tracerEzTrcPrioEZ_TRC_PRIO_FILTER)},
+	TableSNAT:      {"snat", int32(tracerEzTrcPrioEZ_TRC_PRIO_SNAT)},
+}
 
-func (t Table) String() string { return tableNames[t] }
+// hookNames is indexed by NF_INET_* hook, EZ_TRC_HOOKS of them.
+var hookNames = [tracerEzTrcNfEZ_TRC_HOOKS]string{
+	unix.NF_INET_PRE_ROUTING: "pre", unix.NF_INET_LOCAL_IN: "in", unix.NF_INET_FORWARD: "fwd",
+	unix.NF_INET_LOCAL_OUT: "out", unix.NF_INET_POST_ROUTING: "post",
+}
+
+func init() {
+	for i, t := range tables {
+		if t.name == "" {
+			panic(fmt.Sprintf("tracer: table class %d of enum ez_trc_table has no name", i))
+		}
+	}
+	for i, n := range endNames {
+		if n == "" {
+			panic(fmt.Sprintf("tracer: end %d of enum ez_trc_end has no name", i))
+		}
+	}
+	if NFSlots != 2*len(hookNames)*tableCount {
+		panic("tracer: EZ_TRC_NF_SLOTS is not 2 * hooks * tables")
+	}
+}
+
+func (t Table) String() string { return tables[t].name }
 
 // tableOf names the table class nearest to a priority.
 func tableOf(prio int32) Table {
 	best, bestD := TableFilter, int64(1<<62)
-	for i, p := range tablePrio {
-		d := int64(prio) - int64(p)
+	for i, t := range tables {
+		d := int64(prio) - int64(t.prio)
 		if d < 0 {
 			d = -d
 		}
@@ -46,13 +77,6 @@ func tableOf(prio int32) Table {
 		}
 	}
 	return best
-}
-
-var hookNames = [...]string{"pre", "in", "fwd", "out", "post"}
-var nftHooks = map[string]link.NetfilterInetHook{
-	"prerouting": link.NetfilterInetPreRouting, "input": link.NetfilterInetLocalIn,
-	"forward": link.NetfilterInetForward, "output": link.NetfilterInetLocalOut,
-	"postrouting": link.NetfilterInetPostRouting,
 }
 
 // Chain is one base chain (or the conntrack hook it implies) to time.
@@ -71,85 +95,102 @@ func (c Chain) String() string {
 	return fmt.Sprintf("%s %s %s", fam, hookNames[c.Hook], c.Table)
 }
 
-type nftRuleset struct {
-	Nftables []map[string]json.RawMessage `json:"nftables"`
-}
-
-type nftChain struct {
-	Family string `json:"family"`
-	Type   string `json:"type"`
-	Hook   string `json:"hook"`
-	Prio   int32  `json:"prio"`
-}
-
-// baseChains lists the base chains of the namespace's ruleset, from `nft -j
-// list ruleset` (iptables-nft rules are nftables chains). The kernel here
-// lacks nfnetlink_hook, so hooks registered without a chain are not listed;
-// conntrack is inferred from nat chains and ct expressions. Hooks of the
-// legacy iptables backend are not seen.
+// baseChains lists the base chains of the namespace's nftables ruleset
+// ("" is the tracer's own), read over netlink (iptables-nft rules are
+// nftables chains). The kernel here lacks nfnetlink_hook, so hooks
+// registered without a chain are not listed; conntrack is inferred from nat
+// chains and conntrack expressions or matches. Hooks of the legacy iptables
+// backend are not seen.
 func baseChains(ns string) ([]Chain, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	args := []string{"-j", "list", "ruleset"}
-	cmd := exec.CommandContext(ctx, "nft", args...)
+	var opts []nftables.ConnOption
 	if ns != "" {
-		cmd = exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + ns, "--", "nft"}, args...)...)
-	}
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("nft list ruleset in %s: %w", nsLabel(ns), err)
-	}
-	return parseChains(out)
-}
-
-func parseChains(js []byte) ([]Chain, error) {
-	var rs nftRuleset
-	if err := json.Unmarshal(js, &rs); err != nil {
-		return nil, fmt.Errorf("nft json: %w", err)
-	}
-	seen := map[Chain]bool{}
-	ct := map[link.NetfilterProtocolFamily]bool{}
-	add := func(c Chain) { seen[c] = true }
-	for _, obj := range rs.Nftables {
-		if _, ok := obj["rule"]; ok && strings.Contains(string(obj["rule"]), `"ct"`) {
-			var r struct {
-				Family string `json:"family"`
-			}
-			json.Unmarshal(obj["rule"], &r)
-			for _, f := range families(r.Family) {
-				ct[f] = true
-			}
+		h, err := netns.GetFromName(ns)
+		if err != nil {
+			return nil, fmt.Errorf("netns %s: %w", ns, err)
 		}
-		raw, ok := obj["chain"]
-		if !ok {
+		defer h.Close()
+		opts = append(opts, nftables.WithNetNSFd(int(h)))
+	}
+	conn, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nftables in %s: %w", nsLabel(ns), err)
+	}
+	chains, err := conn.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("nftables chains in %s: %w", nsLabel(ns), err)
+	}
+	ct := map[nftables.TableFamily]bool{}
+	for _, c := range chains {
+		if ct[c.Table.Family] {
 			continue
 		}
-		var c nftChain
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("nft chain: %w", err)
+		rules, err := conn.GetRules(c.Table, c)
+		if err != nil {
+			return nil, fmt.Errorf("nftables rules of %s %s in %s: %w", c.Table.Name, c.Name, nsLabel(ns), err)
 		}
-		hook, ok := nftHooks[c.Hook]
-		if !ok {
-			continue // not a base chain, or not an inet hook
-		}
-		for _, f := range families(c.Family) {
-			add(Chain{Family: f, Hook: hook, Priority: c.Prio, Table: tableOf(c.Prio)})
-			if c.Type == "nat" {
-				ct[f] = true
+		for _, r := range rules {
+			if usesConntrack(r.Exprs) {
+				ct[c.Table.Family] = true
+				break
 			}
 		}
 	}
-	for f := range ct {
-		for _, h := range []link.NetfilterInetHook{link.NetfilterInetPreRouting, link.NetfilterInetLocalOut} {
-			add(Chain{Family: f, Hook: h, Priority: -200, Table: TableConntrack})
+	return chainsOf(chains, ct), nil
+}
+
+// usesConntrack reports whether a rule needs connection tracking: an nft ct
+// expression, or an iptables-nft conntrack/state match.
+func usesConntrack(es []expr.Any) bool {
+	for _, e := range es {
+		switch e := e.(type) {
+		case *expr.Ct:
+			return true
+		case *expr.Match:
+			if e.Name == "conntrack" || e.Name == "state" {
+				return true
+			}
 		}
 	}
-	var chains []Chain
-	for c := range seen {
-		chains = append(chains, c)
+	return false
+}
+
+// chainsOf turns nftables base chains into the chains to time, adding the
+// conntrack hooks (PRE_ROUTING, LOCAL_OUT at -200) of every family with a nat
+// chain or one in ct.
+func chainsOf(chains []*nftables.Chain, ct map[nftables.TableFamily]bool) []Chain {
+	seen := map[Chain]bool{}
+	ctFam := map[link.NetfilterProtocolFamily]bool{}
+	for fam, on := range ct {
+		for _, f := range families(fam) {
+			ctFam[f] = ctFam[f] || on
+		}
 	}
-	sort.Slice(chains, func(i, j int) bool {
-		a, b := chains[i], chains[j]
+	for _, c := range chains {
+		if c.Hooknum == nil || c.Priority == nil || c.Table == nil || *c.Hooknum > unix.NF_INET_POST_ROUTING {
+			continue // not a base chain, or not an inet hook
+		}
+		for _, f := range families(c.Table.Family) {
+			prio := int32(*c.Priority)
+			seen[Chain{Family: f, Hook: link.NetfilterInetHook(*c.Hooknum), Priority: prio, Table: tableOf(prio)}] = true
+			if c.Type == nftables.ChainTypeNAT {
+				ctFam[f] = true
+			}
+		}
+	}
+	for f, on := range ctFam {
+		if !on {
+			continue
+		}
+		for _, h := range []link.NetfilterInetHook{link.NetfilterInetPreRouting, link.NetfilterInetLocalOut} {
+			seen[Chain{Family: f, Hook: h, Priority: tables[TableConntrack].prio, Table: TableConntrack}] = true
+		}
+	}
+	var out []Chain
+	for c := range seen {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
 		if a.Family != b.Family {
 			return a.Family < b.Family
 		}
@@ -158,16 +199,16 @@ func parseChains(js []byte) ([]Chain, error) {
 		}
 		return a.Priority < b.Priority
 	})
-	return chains, nil
+	return out
 }
 
-func families(f string) []link.NetfilterProtocolFamily {
+func families(f nftables.TableFamily) []link.NetfilterProtocolFamily {
 	switch f {
-	case "ip":
+	case nftables.TableFamilyIPv4:
 		return []link.NetfilterProtocolFamily{link.NetfilterProtoIPv4}
-	case "ip6":
+	case nftables.TableFamilyIPv6:
 		return []link.NetfilterProtocolFamily{link.NetfilterProtoIPv6}
-	case "inet":
+	case nftables.TableFamilyINet:
 		return []link.NetfilterProtocolFamily{link.NetfilterProtoIPv4, link.NetfilterProtoIPv6}
 	}
 	return nil

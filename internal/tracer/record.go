@@ -50,7 +50,12 @@ func (s Stage) Host() bool { return strings.HasPrefix(stageNames[s], "h_") }
 // End says why a lifetime was emitted (enum ez_trc_end).
 type End uint8
 
-var endNames = [...]string{"free", "drop", "reused", "aged", "evicted", "open"}
+// endNames is indexed by enum ez_trc_end; init checks every end is named.
+var endNames = [tracerEzTrcEndEZ_TRC_ENDS]string{
+	tracerEzTrcEndEZ_TRC_END_FREE: "free", tracerEzTrcEndEZ_TRC_END_DROP: "drop",
+	tracerEzTrcEndEZ_TRC_END_REUSED: "reused", tracerEzTrcEndEZ_TRC_END_AGED: "aged",
+	tracerEzTrcEndEZ_TRC_END_EVICTED: "evicted", tracerEzTrcEndEZ_TRC_END_OPEN: "open",
+}
 
 func (e End) String() string {
 	if int(e) < len(endNames) {
@@ -64,8 +69,9 @@ const (
 	EndOpen    = End(tracerEzTrcEndEZ_TRC_END_OPEN)
 )
 
-// NFSlots is the number of netfilter (side, hook, table) durations.
-const NFSlots = 2 * len(hookNames) * int(tableCount)
+// NFSlots is the number of netfilter (side, hook, table) durations: the
+// length of ez_trc_pkt.nf_ns, so Record.NF has exactly its type.
+const NFSlots = len(tracerEzTrcPkt{}.NfNs)
 
 // Record is one packet lifetime.
 type Record struct {
@@ -93,8 +99,8 @@ func fromPkt(p *tracerEzTrcPkt) Record {
 		FirstIf: p.FirstIfindex, LastIf: p.LastIfindex, FirstCPU: p.FirstCpu, LastCPU: p.LastCpu,
 		End: End(p.End), DropReason: p.DropReason,
 	}
-	copy(r.TS[:], p.Ts[:])
-	copy(r.NF[:], p.NfNs[:])
+	r.TS = p.Ts
+	r.NF = p.NfNs
 	r.Src, r.Dst = addr(p.Family, p.Saddr), addr(p.Family, p.Daddr)
 	return r
 }
@@ -117,7 +123,7 @@ func NFSlotName(i int) string {
 		side = "h"
 	}
 	i %= NFSlots / 2
-	return side + "_" + hookNames[i/int(tableCount)] + "_" + Table(i%int(tableCount)).String()
+	return side + "_" + hookNames[i/tableCount] + "_" + Table(i%tableCount).String()
 }
 
 // Stages returns the ordered stages present, in path order.

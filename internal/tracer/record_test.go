@@ -3,9 +3,13 @@ package tracer
 import (
 	"bytes"
 	"encoding/csv"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 )
 
 // rec builds a pod-to-pod record: stage -> ns.
@@ -124,24 +128,67 @@ func TestHistogram(t *testing.T) {
 	}
 }
 
-func TestParseChains(t *testing.T) {
-	js := `{"nftables":[{"metainfo":{}},{"table":{"family":"ip","name":"filter"}},
-	{"chain":{"family":"ip","table":"filter","name":"INPUT","type":"filter","hook":"input","prio":0}},
-	{"chain":{"family":"inet","table":"t","name":"pre","type":"nat","hook":"prerouting","prio":-100}},
-	{"chain":{"family":"ip","table":"filter","name":"user"}},
-	{"chain":{"family":"arp","table":"a","name":"x","type":"filter","hook":"input","prio":0}}]}`
-	cs, err := parseChains([]byte(js))
-	if err != nil {
-		t.Fatal(err)
+func TestTableOf(t *testing.T) {
+	for _, c := range []struct {
+		prio int32
+		want Table
+	}{
+		{-300, TableRaw}, {-290, TableRaw}, {-200, TableConntrack}, {-150, TableMangle}, {-110, TableDNAT},
+		{-100, TableDNAT}, {0, TableFilter}, {10, TableFilter}, {100, TableSNAT}, {300, TableSNAT}, {-1000, TableRaw},
+	} {
+		if got := tableOf(c.prio); got != c.want {
+			t.Errorf("tableOf(%d) = %s, want %s", c.prio, got, c.want)
+		}
+	}
+}
+
+func TestChainsOf(t *testing.T) {
+	ip := &nftables.Table{Name: "filter", Family: nftables.TableFamilyIPv4}
+	inet := &nftables.Table{Name: "t", Family: nftables.TableFamilyINet}
+	arp := &nftables.Table{Name: "a", Family: nftables.TableFamilyARP}
+	chains := []*nftables.Chain{
+		{Name: "INPUT", Table: ip, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Type: nftables.ChainTypeFilter},
+		{Name: "pre", Table: inet, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Type: nftables.ChainTypeNAT},
+		{Name: "mangle-post", Table: ip, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityMangle, Type: nftables.ChainTypeFilter},
+		{Name: "user", Table: ip},
+		{Name: "x", Table: arp, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Type: nftables.ChainTypeFilter},
 	}
 	var names []string
+	for _, c := range chainsOf(chains, nil) {
+		names = append(names, fmt.Sprintf("%s@%d", c, c.Priority))
+	}
+	got := strings.Join(names, ", ")
+	want := "ipv4 pre conntrack@-200, ipv4 pre dnat@-100, ipv4 in filter@0, ipv4 out conntrack@-200, ipv4 post mangle@-150, " +
+		"ipv6 pre conntrack@-200, ipv6 pre dnat@-100, ipv6 out conntrack@-200"
+	if got != want {
+		t.Errorf("chains\n got %s\nwant %s", got, want)
+	}
+	// A ct expression in an ip6 rule adds conntrack for IPv6 only.
+	cs := chainsOf(chains[:1], map[nftables.TableFamily]bool{nftables.TableFamilyIPv6: true})
+	names = names[:0]
 	for _, c := range cs {
 		names = append(names, c.String())
 	}
-	got := strings.Join(names, ", ")
-	want := "ipv4 pre conntrack, ipv4 pre dnat, ipv4 in filter, ipv4 out conntrack, ipv6 pre conntrack, ipv6 pre dnat, ipv6 out conntrack"
-	if got != want {
-		t.Errorf("chains\n got %s\nwant %s", got, want)
+	if got, want := strings.Join(names, ", "), "ipv4 in filter, ipv6 pre conntrack, ipv6 out conntrack"; got != want {
+		t.Errorf("chains with ct\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestUsesConntrack(t *testing.T) {
+	for _, c := range []struct {
+		es   []expr.Any
+		want bool
+	}{
+		{nil, false},
+		{[]expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO}, &expr.Verdict{Kind: expr.VerdictAccept}}, false},
+		{[]expr.Any{&expr.Ct{Key: expr.CtKeySTATE}}, true},
+		{[]expr.Any{&expr.Match{Name: "conntrack"}}, true},
+		{[]expr.Any{&expr.Match{Name: "state"}}, true},
+		{[]expr.Any{&expr.Match{Name: "tcp"}}, false},
+	} {
+		if got := usesConntrack(c.es); got != c.want {
+			t.Errorf("usesConntrack(%v) = %v, want %v", c.es, got, c.want)
+		}
 	}
 }
 

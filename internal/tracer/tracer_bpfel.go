@@ -13,6 +13,22 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type tracerEzTrcConfig struct {
+	_         structs.HostLayout
+	HostNetns uint64
+	MaxAgeNs  uint64
+	Netns     uint64
+	Host      [4]uint32
+	Ifindex   uint32
+	Port      uint16
+	Sport     uint16
+	Dport     uint16
+	Family    uint8
+	Proto     uint8
+	HostSet   uint8
+	Pad       [3]uint8
+}
+
 type tracerEzTrcCounter uint32
 
 const (
@@ -38,6 +54,14 @@ const (
 	tracerEzTrcEndEZ_TRC_END_AGED    tracerEzTrcEnd = 3
 	tracerEzTrcEndEZ_TRC_END_EVICTED tracerEzTrcEnd = 4
 	tracerEzTrcEndEZ_TRC_END_OPEN    tracerEzTrcEnd = 5
+	tracerEzTrcEndEZ_TRC_ENDS        tracerEzTrcEnd = 6
+)
+
+type tracerEzTrcNf uint32
+
+const (
+	tracerEzTrcNfEZ_TRC_HOOKS    tracerEzTrcNf = 5
+	tracerEzTrcNfEZ_TRC_NF_SLOTS tracerEzTrcNf = 60
 )
 
 type tracerEzTrcPkt struct {
@@ -63,6 +87,17 @@ type tracerEzTrcPkt struct {
 	End          uint8
 	DropReason   uint32
 }
+
+type tracerEzTrcPrio int32
+
+const (
+	tracerEzTrcPrioEZ_TRC_PRIO_RAW       tracerEzTrcPrio = -300
+	tracerEzTrcPrioEZ_TRC_PRIO_CONNTRACK tracerEzTrcPrio = -200
+	tracerEzTrcPrioEZ_TRC_PRIO_MANGLE    tracerEzTrcPrio = -150
+	tracerEzTrcPrioEZ_TRC_PRIO_DNAT      tracerEzTrcPrio = -100
+	tracerEzTrcPrioEZ_TRC_PRIO_FILTER    tracerEzTrcPrio = 0
+	tracerEzTrcPrioEZ_TRC_PRIO_SNAT      tracerEzTrcPrio = 100
+)
 
 type tracerEzTrcStage uint32
 
@@ -159,21 +194,13 @@ const (
 	tracerProgTrcTcxeLast                = "trc_tcxe_last"
 	tracerProgTrcTcxiFirst               = "trc_tcxi_first"
 	tracerProgTrcTcxiLast                = "trc_tcxi_last"
+	tracerVarEzTrcCfg                    = "ez_trc_cfg"
 	tracerVarEzTrcCounterEnum            = "ez_trc_counter_enum"
 	tracerVarEzTrcEndEnum                = "ez_trc_end_enum"
+	tracerVarEzTrcNfEnum                 = "ez_trc_nf_enum"
+	tracerVarEzTrcPrioEnum               = "ez_trc_prio_enum"
 	tracerVarEzTrcStageEnum              = "ez_trc_stage_enum"
 	tracerVarEzTrcTableEnum              = "ez_trc_table_enum"
-	tracerVarF_dport                     = "f_dport"
-	tracerVarF_family                    = "f_family"
-	tracerVarF_host                      = "f_host"
-	tracerVarF_hostSet                   = "f_host_set"
-	tracerVarF_ifindex                   = "f_ifindex"
-	tracerVarF_netns                     = "f_netns"
-	tracerVarF_port                      = "f_port"
-	tracerVarF_proto                     = "f_proto"
-	tracerVarF_sport                     = "f_sport"
-	tracerVarHostNetns                   = "host_netns"
-	tracerVarMaxAgeNs                    = "max_age_ns"
 )
 
 // loadTracer returns the embedded CollectionSpec for tracer.
@@ -272,21 +299,13 @@ type tracerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tracerVariableSpecs struct {
+	EzTrcCfg         *ebpf.VariableSpec `ebpf:"ez_trc_cfg"`
 	EzTrcCounterEnum *ebpf.VariableSpec `ebpf:"ez_trc_counter_enum"`
 	EzTrcEndEnum     *ebpf.VariableSpec `ebpf:"ez_trc_end_enum"`
+	EzTrcNfEnum      *ebpf.VariableSpec `ebpf:"ez_trc_nf_enum"`
+	EzTrcPrioEnum    *ebpf.VariableSpec `ebpf:"ez_trc_prio_enum"`
 	EzTrcStageEnum   *ebpf.VariableSpec `ebpf:"ez_trc_stage_enum"`
 	EzTrcTableEnum   *ebpf.VariableSpec `ebpf:"ez_trc_table_enum"`
-	F_dport          *ebpf.VariableSpec `ebpf:"f_dport"`
-	F_family         *ebpf.VariableSpec `ebpf:"f_family"`
-	F_host           *ebpf.VariableSpec `ebpf:"f_host"`
-	F_hostSet        *ebpf.VariableSpec `ebpf:"f_host_set"`
-	F_ifindex        *ebpf.VariableSpec `ebpf:"f_ifindex"`
-	F_netns          *ebpf.VariableSpec `ebpf:"f_netns"`
-	F_port           *ebpf.VariableSpec `ebpf:"f_port"`
-	F_proto          *ebpf.VariableSpec `ebpf:"f_proto"`
-	F_sport          *ebpf.VariableSpec `ebpf:"f_sport"`
-	HostNetns        *ebpf.VariableSpec `ebpf:"host_netns"`
-	MaxAgeNs         *ebpf.VariableSpec `ebpf:"max_age_ns"`
 }
 
 // tracerObjects contains all objects after they have been loaded into the kernel.
@@ -328,21 +347,13 @@ func (m *tracerMaps) Close() error {
 //
 // It can be passed to loadTracerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tracerVariables struct {
+	EzTrcCfg         *ebpf.Variable `ebpf:"ez_trc_cfg"`
 	EzTrcCounterEnum *ebpf.Variable `ebpf:"ez_trc_counter_enum"`
 	EzTrcEndEnum     *ebpf.Variable `ebpf:"ez_trc_end_enum"`
+	EzTrcNfEnum      *ebpf.Variable `ebpf:"ez_trc_nf_enum"`
+	EzTrcPrioEnum    *ebpf.Variable `ebpf:"ez_trc_prio_enum"`
 	EzTrcStageEnum   *ebpf.Variable `ebpf:"ez_trc_stage_enum"`
 	EzTrcTableEnum   *ebpf.Variable `ebpf:"ez_trc_table_enum"`
-	F_dport          *ebpf.Variable `ebpf:"f_dport"`
-	F_family         *ebpf.Variable `ebpf:"f_family"`
-	F_host           *ebpf.Variable `ebpf:"f_host"`
-	F_hostSet        *ebpf.Variable `ebpf:"f_host_set"`
-	F_ifindex        *ebpf.Variable `ebpf:"f_ifindex"`
-	F_netns          *ebpf.Variable `ebpf:"f_netns"`
-	F_port           *ebpf.Variable `ebpf:"f_port"`
-	F_proto          *ebpf.Variable `ebpf:"f_proto"`
-	F_sport          *ebpf.Variable `ebpf:"f_sport"`
-	HostNetns        *ebpf.Variable `ebpf:"host_netns"`
-	MaxAgeNs         *ebpf.Variable `ebpf:"max_age_ns"`
 }
 
 // tracerPrograms contains all programs after they have been loaded into the kernel.

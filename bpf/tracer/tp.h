@@ -6,7 +6,12 @@
  * may be read with direct loads (tp_btf) or only through
  * bpf_probe_read_kernel (raw_tp), which costs a helper call per read.
  */
-#pragma once
+#ifndef EZ_TRACER_TP_H
+#define EZ_TRACER_TP_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "tracer/track.h"
 
 #define TRC_TP(name, body)						\
 	SEC("tp_btf/" #name)						\
@@ -45,3 +50,5 @@ TRC_TP(net_dev_xmit, trc_done)
 TRC_TP(skb_copy_datagram_iovec, trc_copy)
 TRC_TP(consume_skb, trc_consume)
 TRC_TP(kfree_skb, trc_kfree)
+
+#endif

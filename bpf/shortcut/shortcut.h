@@ -7,6 +7,8 @@
 #ifndef EZ_SHORTCUT_H
 #define EZ_SHORTCUT_H
 
+#include "vmlinux.h"
+
 /*
  * Canonical identity of one TCP connection, named from the client (active
  * opener) side, after NAT. Addresses are IPv6; IPv4 is stored v4-mapped
@@ -22,6 +24,20 @@ struct ez_conn_key {
 	__u16 client_port;
 	__u16 server_port;
 	__u32 _pad;
+};
+
+/*
+ * A socket's two ends as sockops reports them (struct bpf_sock_ops fields);
+ * shortcut/key.h turns them into a key. Addresses in network order.
+ */
+struct ez_sock_ends {
+	__u32 local_ip6[4];
+	__u32 remote_ip6[4];
+	__u32 local_ip4;
+	__u32 remote_ip4;
+	__u32 local_port;	/* host order */
+	__u32 remote_port;	/* network order, in the upper 16 bits on little endian */
+	__u32 family;		/* AF_INET or AF_INET6 */
 };
 
 /*
@@ -122,7 +138,7 @@ struct ez_cidr_key {
 };
 
 /*
- * One accelerated socket as the connections iterator (lib/iter.bpf.h) emits
+ * One accelerated socket as the connections iterator (shortcut/iter.h) emits
  * it with bpf_seq_write: fixed width, read back record by record by the agent.
  */
 struct ez_conn_record {

@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Maps, filters and counters of the packet-path tracer. Sizes are defaults; Go resizes before load. */
-#pragma once
+#ifndef EZ_TRACER_MAPS_H
+#define EZ_TRACER_MAPS_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "lib/counters.h"
+#include "tracer/tracer.h"
 
 /* Live packet lifetimes by sk_buff address. A plain hash, not LRU, so no
  * lifetime disappears silently: a full table is counted (TABLE_FULL) and
@@ -28,30 +34,14 @@ struct {
 	__type(value, struct ez_trc_pkt);
 } trc_scratch SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, EZ_TRC_COUNTERS);
-	__type(key, __u32);
-	__type(value, __u64);
-} trc_counters SEC(".maps");
+EZ_COUNTER_MAP(trc_counters, EZ_TRC_COUNTERS);
 
-/* Configuration, set on the spec before load. Zero means "off". */
-volatile const __u64 host_netns;	/* cookie of the tracer's netns: "host" side */
-volatile const __u64 max_age_ns;	/* a lifetime idle longer than this ends */
-volatile const __u8 f_family;		/* 4 or 6 */
-volatile const __u8 f_proto;		/* IPPROTO_TCP, IPPROTO_UDP, ... */
-volatile const __u16 f_port;		/* either port, host order */
-volatile const __u16 f_sport;
-volatile const __u16 f_dport;
-volatile const __u8 f_host_set;		/* f_host is either address */
-volatile const __u32 f_host[4];		/* IPv4 in f_host[0], network order */
-volatile const __u32 f_ifindex;		/* device where the lifetime starts */
-volatile const __u64 f_netns;		/* netns cookie where the lifetime starts */
+/* Configuration (struct ez_trc_config), set on the spec before load. */
+volatile const struct ez_trc_config ez_trc_cfg;
 
 static __always_inline void trc_count(__u32 c, __u64 n)
 {
-	__u64 *v = bpf_map_lookup_elem(&trc_counters, &c);
-
-	if (v)
-		*v += n;
+	ez_counter_add(&trc_counters, c, n);
 }
+
+#endif

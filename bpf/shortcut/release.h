@@ -6,7 +6,14 @@
  * (removing one with queued bytes would discard them, sk_psock_destroy).
  * Iterators may delete from a sockhash (may_update_sockmap: BPF_TRACE_ITER).
  */
-#pragma once
+#ifndef EZ_SHORTCUT_RELEASE_H
+#define EZ_SHORTCUT_RELEASE_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "shortcut/maps.h"
+
 
 #define EZ_SK_USER_DATA_PTRMASK (~3UL)
 
@@ -28,3 +35,5 @@ int ez_release(struct bpf_iter__sockmap *ctx)
 		count(EZ_C_SOCKETS_RELEASED);
 	return 0;
 }
+
+#endif

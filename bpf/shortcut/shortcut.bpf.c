@@ -2,21 +2,15 @@
 /* Socket shortcut: sockops + sk_msg + SOCKHASH, with cgroup_skb egress for NAT. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
-#include <bpf/bpf_endian.h>
-#include <bpf/bpf_core_read.h>
 
-#include "shortcut.h"
-#include "lib/errno.bpf.h"
-#include "lib/maps.bpf.h"
-#include "lib/key.bpf.h"
-#include "lib/pair.bpf.h"
-#include "lib/select.bpf.h"
-#include "lib/egress.bpf.h"
-#include "lib/nat.bpf.h"
-#include "lib/sockops.bpf.h"
-#include "lib/skmsg.bpf.h"
-#include "lib/release.bpf.h"
-#include "lib/iter.bpf.h"
+#include "shortcut/shortcut.h"
+#include "shortcut/maps.h"
+#include "shortcut/egress.h"
+#include "shortcut/nat.h"
+#include "shortcut/sockops.h"
+#include "shortcut/skmsg.h"
+#include "shortcut/release.h"
+#include "shortcut/iter.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* tcx observers, attached first and last on chosen interfaces. They only
  * look: every one returns TCX_NEXT so the chain behaves as without them. */
-#pragma once
+#ifndef EZ_TRACER_TCX_H
+#define EZ_TRACER_TCX_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "tracer/track.h"
 
 /* tc programs get a __sk_buff; the sk_buff address (the packet's identity)
  * comes from this kfunc (6.3+). */
@@ -21,3 +26,5 @@ SEC("tcx/egress")
 int trc_tcxe_first(struct __sk_buff *ctx) { return trc_tcx(ctx, TRC_K_TCXE_FIRST); }
 SEC("tcx/egress")
 int trc_tcxe_last(struct __sk_buff *ctx) { return trc_tcx(ctx, TRC_K_TCXE_LAST); }
+
+#endif

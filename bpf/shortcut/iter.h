@@ -5,7 +5,14 @@
  * connections`. Read-only; runs only when a reader reads the iterator, never
  * on the data path.
  */
-#pragma once
+#ifndef EZ_SHORTCUT_ITER_H
+#define EZ_SHORTCUT_ITER_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "shortcut/maps.h"
+
 
 #define EZ_TCP_CLOSE 7
 
@@ -41,3 +48,5 @@ int ez_conns(struct bpf_iter__bpf_sk_storage_map *ctx)
 /* Referenced so that BTF, and so bpf2go, carries the record and its flags. */
 const struct ez_conn_record ez_conn_record_type __attribute__((unused));
 const enum ez_sock_flags ez_sock_flags_enum __attribute__((unused));
+
+#endif

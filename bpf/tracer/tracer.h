@@ -7,6 +7,8 @@
 #ifndef EZ_TRACER_H
 #define EZ_TRACER_H
 
+#include "vmlinux.h"
+
 /*
  * Stages in path order. "P_" stages are seen in a namespace other than the
  * tracer's (a pod), "H_" stages in the tracer's own (the host). A packet's
@@ -49,20 +51,34 @@ enum ez_trc_stage {
 	EZ_TRC_STAGES,
 };
 
-/* Netfilter tables, by the iptables priority they sit at. */
+/* Netfilter table classes, in priority order; a base chain belongs to the
+ * class whose priority (enum ez_trc_prio) is nearest to its own. */
 enum ez_trc_table {
-	EZ_TRC_T_RAW,		/* -300 */
-	EZ_TRC_T_CONNTRACK,	/* -200 */
-	EZ_TRC_T_MANGLE,	/* -150 */
-	EZ_TRC_T_DNAT,		/* -100 */
-	EZ_TRC_T_FILTER,	/* 0 */
-	EZ_TRC_T_SNAT,		/* 100 */
+	EZ_TRC_T_RAW,
+	EZ_TRC_T_CONNTRACK,
+	EZ_TRC_T_MANGLE,
+	EZ_TRC_T_DNAT,
+	EZ_TRC_T_FILTER,
+	EZ_TRC_T_SNAT,
 	EZ_TRC_TABLES,
 };
 
-#define EZ_TRC_HOOKS 5	/* NF_INET_PRE_ROUTING .. NF_INET_POST_ROUTING */
-/* nf_ns index: (side * EZ_TRC_HOOKS + hook) * EZ_TRC_TABLES + table; side 0 pod, 1 host. */
-#define EZ_TRC_NF_SLOTS (2 * EZ_TRC_HOOKS * EZ_TRC_TABLES)
+/* The priority of each table class (the iptables tables'; conntrack's is
+ * NF_IP_PRI_CONNTRACK). Same order as enum ez_trc_table. */
+enum ez_trc_prio {
+	EZ_TRC_PRIO_RAW = -300,
+	EZ_TRC_PRIO_CONNTRACK = -200,
+	EZ_TRC_PRIO_MANGLE = -150,
+	EZ_TRC_PRIO_DNAT = -100,
+	EZ_TRC_PRIO_FILTER = 0,
+	EZ_TRC_PRIO_SNAT = 100,
+};
+
+enum ez_trc_nf {
+	EZ_TRC_HOOKS = 5,	/* NF_INET_PRE_ROUTING .. NF_INET_POST_ROUTING */
+	/* nf_ns index: (side * EZ_TRC_HOOKS + hook) * EZ_TRC_TABLES + table; side 0 pod, 1 host. */
+	EZ_TRC_NF_SLOTS = 2 * EZ_TRC_HOOKS * EZ_TRC_TABLES,
+};
 
 /* Why a record was emitted. */
 enum ez_trc_end {
@@ -72,6 +88,7 @@ enum ez_trc_end {
 	EZ_TRC_END_AGED,	/* older than max_age_ns when seen again (kernel) */
 	EZ_TRC_END_EVICTED,	/* removed by the agent's age sweep */
 	EZ_TRC_END_OPEN,	/* still in the table when the trace stopped */
+	EZ_TRC_ENDS,
 };
 
 /* One packet lifetime: the value of the per-packet table and the ring-buffer event. */
@@ -96,6 +113,25 @@ struct ez_trc_pkt {
 	__u8 last;		/* enum ez_trc_stage, latest ordered */
 	__u8 end;		/* enum ez_trc_end */
 	__u32 drop_reason;	/* enum skb_drop_reason when end is DROP */
+};
+
+/*
+ * The tracer's configuration: one read-only global (ez_trc_cfg), set by Go
+ * on the spec before load. Zero means "off" for every filter field.
+ */
+struct ez_trc_config {
+	__u64 host_netns;	/* cookie of the tracer's netns: "host" side */
+	__u64 max_age_ns;	/* a lifetime idle longer than this ends */
+	__u64 netns;		/* filter: netns cookie where the lifetime starts */
+	__u32 host[4];		/* filter: either address; IPv4 in host[0], network order */
+	__u32 ifindex;		/* filter: device where the lifetime starts */
+	__u16 port;		/* filter: either port, host order */
+	__u16 sport;
+	__u16 dport;
+	__u8 family;		/* filter: 4 or 6 */
+	__u8 proto;		/* filter: IPPROTO_TCP, IPPROTO_UDP, ... */
+	__u8 host_set;		/* host is set */
+	__u8 _pad[3];
 };
 
 /* Per-CPU counters. */

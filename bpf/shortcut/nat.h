@@ -9,12 +9,23 @@
  * ez_aliases[client's key] -> the key the server will register.
  * Netfilter programs get no conntrack kfuncs; skb->_nfct is read directly.
  */
-#pragma once
+#ifndef EZ_SHORTCUT_NAT_H
+#define EZ_SHORTCUT_NAT_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
+#include "lib/addr.h"
+#include "lib/parse.h"
+#include "shortcut/key.h"
+#include "shortcut/maps.h"
+
 
 #define EZ_NF_ACCEPT 1
 #define EZ_NFCT_PTRMASK (~7UL)
 
-static __always_inline bool key_from_tuple(struct ez_conn_key *k, const struct nf_conntrack_tuple *t, bool reply)
+static __always_inline bool key_from_ct_tuple(struct ez_conn_key *k, const struct nf_conntrack_tuple *t, bool reply)
 {
 	/* orig: src = client, dst = server; reply: src = server, dst = client */
 	const union nf_inet_addr *c = reply ? &t->dst.u3 : &t->src.u3;
@@ -58,7 +69,7 @@ int ez_nat(struct bpf_nf_ctx *ctx)
 		return EZ_NF_ACCEPT;
 	if (orig.dst.protonum != EZ_IPPROTO_TCP)
 		return EZ_NF_ACCEPT;
-	if (!key_from_tuple(&wire, &orig, false) || !key_from_tuple(&post, &reply, true))
+	if (!key_from_ct_tuple(&wire, &orig, false) || !key_from_ct_tuple(&post, &reply, true))
 		return EZ_NF_ACCEPT;
 	/* Loopback NAT stays inside one namespace, where the client's egress
 	 * program already sees it. */
@@ -82,3 +93,5 @@ int ez_nat(struct bpf_nf_ctx *ctx)
 	}
 	return EZ_NF_ACCEPT;
 }
+
+#endif

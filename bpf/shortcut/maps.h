@@ -1,6 +1,14 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Maps of the socket shortcut. Sizes are defaults; the agent resizes them before load. */
-#pragma once
+#ifndef EZ_SHORTCUT_MAPS_H
+#define EZ_SHORTCUT_MAPS_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "lib/counters.h"
+#include "lib/errno.h"
+#include "shortcut/shortcut.h"
+
 
 /* Enrolled sockets by socket cookie. Redirect targets. */
 struct {
@@ -78,19 +86,11 @@ struct {
 	__type(value, __u32);		/* enum ez_rule; the longest prefix decides */
 } ez_cidr_rules SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, EZ_C_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} ez_counters SEC(".maps");
+EZ_COUNTER_MAP(ez_counters, EZ_C_MAX);
 
 static __always_inline void count_add(__u32 c, __u64 n)
 {
-	__u64 *v = bpf_map_lookup_elem(&ez_counters, &c);
-
-	if (v)
-		*v += n;
+	ez_counter_add(&ez_counters, c, n);
 }
 
 static __always_inline void count(__u32 c)
@@ -110,3 +110,5 @@ static __always_inline void count_insert_error(long err)
 	else
 		count(EZ_C_FB_OTHER);
 }
+
+#endif

@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Selection: may this connection be accelerated? (see struct ez_cidr_key) */
-#pragma once
+#ifndef EZ_SHORTCUT_SELECT_H
+#define EZ_SHORTCUT_SELECT_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "lib/addr.h"
+#include "shortcut/maps.h"
+
 
 /* enum ez_cfg_flag bits; set by the agent on the spec before load. */
 volatile const __u32 ez_cfg_flags = 0;
-
-static __always_inline bool ip_is_v4mapped(const __u8 *ip)
-{
-	const __u32 *a = (const __u32 *)ip;
-
-	return !a[0] && !a[1] && a[2] == bpf_htonl(0x0000ffff);
-}
 
 static __always_inline bool ip_selected(const __u8 *ip)
 {
@@ -38,3 +38,5 @@ static __always_inline bool key_selected(const struct ez_conn_key *k)
 		return false;
 	return ip_selected(k->client_ip) && ip_selected(k->server_ip);
 }
+
+#endif

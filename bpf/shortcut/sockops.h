@@ -16,7 +16,16 @@
  * so the verifier rejects the lookup; the two ends meet only through this
  * record, never through each other's sk_storage.
  */
-#pragma once
+#ifndef EZ_SHORTCUT_SOCKOPS_H
+#define EZ_SHORTCUT_SOCKOPS_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "shortcut/key.h"
+#include "shortcut/maps.h"
+#include "shortcut/pair.h"
+#include "shortcut/select.h"
+
 
 static __always_inline void syn_index_key(struct ez_syn_index *ix, const struct ez_conn_key *k, __u64 netns)
 {
@@ -26,7 +35,7 @@ static __always_inline void syn_index_key(struct ez_syn_index *ix, const struct 
 	ix->listener_port = k->server_port;
 }
 
-/* Lets the SYN-ACK find this record (lib/egress.bpf.h on_synack). */
+/* Lets the SYN-ACK find this record (shortcut/egress.h on_synack). */
 static __always_inline void index_syn(struct bpf_sock_ops *skops, const struct ez_conn_key *key, __u64 now)
 {
 	struct ez_alias target = { .created_ns = now, .target = *key };
@@ -302,3 +311,5 @@ int ez_sockops(struct bpf_sock_ops *skops)
 	}
 	return 1;
 }
+
+#endif

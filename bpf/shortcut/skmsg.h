@@ -6,7 +6,14 @@
  * server's ESTABLISHED removes it from the sockhash before anything can arrive
  * through the stack (the FIONREAD bug: tcp_bpf_ioctl reports only psock bytes).
  */
-#pragma once
+#ifndef EZ_SHORTCUT_SKMSG_H
+#define EZ_SHORTCUT_SKMSG_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "shortcut/maps.h"
+#include "shortcut/sockops.h"
+
 
 SEC("sk_msg")
 int ez_msg(struct sk_msg_md *msg)
@@ -50,3 +57,5 @@ int ez_msg(struct sk_msg_md *msg)
 	count_add(EZ_C_BYTES_REDIRECTED, msg->size);
 	return SK_PASS;
 }
+
+#endif

@@ -10,11 +10,16 @@
  *    SYN, and the client knows the connection by the wire tuple.
  * Every other packet returns after reading its TCP flags.
  */
-#pragma once
+#ifndef EZ_SHORTCUT_EGRESS_H
+#define EZ_SHORTCUT_EGRESS_H
 
-#define EZ_ETH_P_IP 0x0800
-#define EZ_ETH_P_IPV6 0x86DD
-#define EZ_IPPROTO_TCP 6
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "lib/addr.h"
+#include "lib/parse.h"
+#include "shortcut/key.h"
+#include "shortcut/maps.h"
+#include "shortcut/pair.h"
 
 /* A handshake packet; key names the sender as client (true for a SYN). */
 struct ez_syn {
@@ -23,52 +28,32 @@ struct ez_syn {
 	bool ack;
 };
 
-/* Parses a TCP SYN or SYN-ACK at the network header. Returns false for anything else. */
-static __always_inline bool parse_syn(struct __sk_buff *skb, struct ez_syn *out)
+/*
+ * Parses a TCP SYN or SYN-ACK at the network header (offset off). Returns
+ * false for anything else, fragments, and IPv6 with extension headers
+ * before TCP (the socket stays unenrolled).
+ */
+static __always_inline bool parse_syn(struct __sk_buff *skb, __u32 off, struct ez_syn *out)
 {
-	__u32 l4, tot;
-	struct tcphdr th;
+	struct ez_pkt p = ez_pkt_of_skb(skb, off);
+	struct ez_flow f = {};
 
-	if (skb->protocol == bpf_htons(EZ_ETH_P_IP)) {
-		struct iphdr ip;
-
-		if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)))
-			return false;
-		if (ip.protocol != EZ_IPPROTO_TCP || (ip.frag_off & bpf_htons(0x3fff)))
-			return false;
-		l4 = ip.ihl * 4;
-		tot = bpf_ntohs(ip.tot_len);
-		ip_from_v4(out->key.client_ip, ip.saddr);
-		ip_from_v4(out->key.server_ip, ip.daddr);
-	} else if (skb->protocol == bpf_htons(EZ_ETH_P_IPV6)) {
-		struct ipv6hdr ip6;
-
-		if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)))
-			return false;
-		/* Extension headers before TCP: not parsed, the socket stays unenrolled. */
-		if (ip6.nexthdr != EZ_IPPROTO_TCP)
-			return false;
-		l4 = sizeof(ip6);
-		tot = l4 + bpf_ntohs(ip6.payload_len);
-		ip_from_v6(out->key.client_ip, ip6.saddr.in6_u.u6_addr32);
-		ip_from_v6(out->key.server_ip, ip6.daddr.in6_u.u6_addr32);
+	if (ez_parse(&p, false, &f) || f.proto != EZ_IPPROTO_TCP)
+		return false;
+	if ((f.flags & (EZ_FLOW_FRAG | EZ_FLOW_TCP)) != EZ_FLOW_TCP || !(f.tcp_flags & EZ_TCP_SYN))
+		return false;
+	if (f.family == 4) {
+		ip_from_v4(out->key.client_ip, f.saddr[0]);
+		ip_from_v4(out->key.server_ip, f.daddr[0]);
 	} else {
-		return false;
+		ip_from_v6(out->key.client_ip, f.saddr);
+		ip_from_v6(out->key.server_ip, f.daddr);
 	}
-	if (bpf_skb_load_bytes(skb, l4, &th, sizeof(th)))
-		return false;
-	if (!th.syn)
-		return false;
-	out->ack = th.ack;
-	out->key.client_port = bpf_ntohs(th.source);
-	out->key.server_port = bpf_ntohs(th.dest);
-	out->payload = tot - l4 - th.doff * 4;
+	out->ack = !!(f.tcp_flags & EZ_TCP_ACK);
+	out->key.client_port = f.sport;
+	out->key.server_port = f.dport;
+	out->payload = f.payload;
 	return true;
-}
-
-static __always_inline bool key_equal(const struct ez_conn_key *a, const struct ez_conn_key *b)
-{
-	return !__builtin_memcmp(a, b, sizeof(*a));
 }
 
 /*
@@ -102,7 +87,7 @@ static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt)
 	if (!found || !found->created_ns)
 		return; /* not a managed handshake, or ambiguous */
 	post = found->target;
-	wire.netns = key_needs_netns(&wire) ? ix.netns : 0;
+	key_set_netns(&wire, ix.netns);
 	if (key_equal(&post, &wire))
 		return;
 	p = bpf_map_lookup_elem(&ez_pairs, &post);
@@ -136,7 +121,7 @@ int ez_egress(struct __sk_buff *skb)
 	struct bpf_sock *sk;
 	struct ez_sock *es;
 
-	if (!parse_syn(skb, &syn))
+	if (!parse_syn(skb, 0, &syn)) /* cgroup_skb: offset 0 is the network header */
 		return 1;
 	if (syn.ack) {
 		on_synack(skb, &syn);
@@ -162,3 +147,5 @@ int ez_egress(struct __sk_buff *skb)
 		es->flags |= EZ_F_SYN_DATA;
 	return 1;
 }
+
+#endif

@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Operations on pairing records (struct ez_pair) shared by the programs. */
-#pragma once
+#ifndef EZ_SHORTCUT_PAIR_H
+#define EZ_SHORTCUT_PAIR_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "shortcut/maps.h"
+
 
 /* Moves a record not yet decided (SYN, CLAIMING, CLIENT) to AMBIGUOUS. Returns the state found. */
 static __always_inline __u32 pair_make_ambiguous(struct ez_pair *p)
@@ -44,3 +50,5 @@ static __always_inline struct ez_pair *lookup_pair_for_client(struct ez_sock *es
 	es->key = target;
 	return bpf_map_lookup_elem(&ez_pairs, &es->key);
 }
+
+#endif

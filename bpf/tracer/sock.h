@@ -3,16 +3,27 @@
  * Socket-level counters: sendmsg/recvmsg of sockets the filter selects.
  * With the socket shortcut, data moves from socket to socket through
  * sk_msg redirect and no sk_buff stage fires; these counters show the bytes
- * that took the saved path (skmsg.bpf.h itself is not instrumented).
+ * that took the saved path (shortcut/skmsg.h itself is not instrumented).
  */
-#pragma once
+#ifndef EZ_TRACER_SOCK_H
+#define EZ_TRACER_SOCK_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
+#include "lib/parse.h"
+#include "tracer/tracer.h"
+#include "tracer/maps.h"
+#include "tracer/filter.h"
+#include "tracer/tp.h"
 
 /* TRC_SK reads sk->__sk_common.field directly (btf) or through a helper. */
 #define TRC_SK(btf, sk, field) ((btf) ? (sk)->__sk_common.field : BPF_CORE_READ(sk, __sk_common.field))
 
 static __always_inline bool trc_sock_match(struct sock *sk, bool btf)
 {
-	struct trc_flow fl = {};
+	struct ez_flow fl = {};
 	__u16 family = TRC_SK(btf, sk, skc_family);
 
 	if (family == 2 /* AF_INET */) {
@@ -36,9 +47,9 @@ static __always_inline bool trc_sock_match(struct sock *sk, bool btf)
 	fl.proto = btf ? sk->sk_protocol : BPF_CORE_READ(sk, sk_protocol);
 	fl.sport = TRC_SK(btf, sk, skc_num);
 	fl.dport = bpf_ntohs(TRC_SK(btf, sk, skc_dport));
-	if (!f_netns)
-		return trc_match(&fl, f_ifindex, 0);
-	return trc_match(&fl, f_ifindex, btf ? sk->__sk_common.skc_net.net->net_cookie :
+	if (!ez_trc_cfg.netns)
+		return trc_match(&fl, ez_trc_cfg.ifindex, 0);
+	return trc_match(&fl, ez_trc_cfg.ifindex, btf ? sk->__sk_common.skc_net.net->net_cookie :
 				     BPF_CORE_READ(sk, __sk_common.skc_net.net, net_cookie));
 }
 
@@ -57,3 +68,5 @@ static __always_inline void trc_recvmsg(__u64 *a, bool btf) { trc_sock(a, EZ_TRC
 
 TRC_TP(sock_send_length, trc_send)
 TRC_TP(sock_recv_length, trc_recvmsg)
+
+#endif

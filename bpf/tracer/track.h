@@ -2,10 +2,20 @@
 /*
  * Packet identity: a lifetime is keyed by sk_buff address and moves forward
  * through enum ez_trc_stage. A stage earlier than the last one recorded, or
- * a record idle longer than max_age_ns, means the address now carries
+ * a record idle longer than ez_trc_cfg.max_age_ns, means the address now carries
  * another packet: the old lifetime is emitted and a new one starts.
  */
-#pragma once
+#ifndef EZ_TRACER_TRACK_H
+#define EZ_TRACER_TRACK_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "lib/parse.h"
+#include "tracer/tracer.h"
+#include "tracer/maps.h"
+#include "tracer/flow.h"
+#include "tracer/filter.h"
 
 /* What a hook observes; trc_stage names the stage on the host or pod side. */
 enum trc_kind {
@@ -67,13 +77,13 @@ trc_track(struct sk_buff *skb, __u32 stage, enum trc_l3 where, __u64 netns, __u3
 {
 	__u64 key = (__u64)skb, now = bpf_ktime_get_ns();
 	struct ez_trc_pkt *r = bpf_map_lookup_elem(&trc_pkts, &key);
-	struct trc_flow fl = {};
+	struct ez_flow fl = {};
 	__u32 zero = 0;
 
 	if (stage >= EZ_TRC_STAGES)
 		return NULL;
 	if (r) {
-		bool aged = max_age_ns && now - r->last_ns > max_age_ns;
+		bool aged = ez_trc_cfg.max_age_ns && now - r->last_ns > ez_trc_cfg.max_age_ns;
 
 		if (!aged && stage >= EZ_TRC_ORDERED) {
 			if (!r->ts[stage])
@@ -157,5 +167,7 @@ static __always_inline void trc_dev(struct sk_buff *skb, __u32 kind, enum trc_l3
 		return;
 	netns = btf ? dev->nd_net.net->net_cookie : BPF_CORE_READ(dev, nd_net.net, net_cookie);
 	ifindex = btf ? dev->ifindex : BPF_CORE_READ(dev, ifindex);
-	trc_track(skb, trc_stage(kind, netns == host_netns), where, netns, ifindex);
+	trc_track(skb, trc_stage(kind, netns == ez_trc_cfg.host_netns), where, netns, ifindex);
 }
+
+#endif

@@ -6,7 +6,15 @@
  * stage timestamp. Quirk: the kernel refuses (EBUSY) two BPF programs at one
  * hook and priority, so Go moves outward to the next free priority.
  */
-#pragma once
+#ifndef EZ_TRACER_NF_H
+#define EZ_TRACER_NF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "tracer/tracer.h"
+#include "tracer/maps.h"
+#include "tracer/track.h"
 
 #define TRC_NF_ACCEPT 1
 
@@ -24,7 +32,7 @@ static __always_inline void trc_nf(struct bpf_nf_ctx *ctx, __u32 table, bool bef
 	if (hook >= EZ_TRC_HOOKS)
 		return;
 	netns = BPF_CORE_READ(st, net, net_cookie);
-	host = netns == host_netns;
+	host = netns == ez_trc_cfg.host_netns;
 	if (before) {
 		dev = BPF_CORE_READ(st, in);
 		if (!dev)
@@ -59,3 +67,5 @@ TRC_NF(mangle, EZ_TRC_T_MANGLE)
 TRC_NF(dnat, EZ_TRC_T_DNAT)
 TRC_NF(filter, EZ_TRC_T_FILTER)
 TRC_NF(snat, EZ_TRC_T_SNAT)
+
+#endif
