@@ -36,7 +36,7 @@ func Connections(cfg Config) ([]Connection, error) {
 	if !exists(cfg.Dir()) {
 		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, cfg.Dir())
 	}
-	socks, err := ebpf.LoadPinnedMap(filepath.Join(cfg.Dir(), "ez_socks"), &ebpf.LoadPinOptions{ReadOnly: true})
+	socks, err := ebpf.LoadPinnedMap(filepath.Join(cfg.Dir(), shortcutMapEzSocks), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("open pinned map ez_socks: %w", err)
 	}
@@ -51,7 +51,7 @@ func Connections(cfg Config) ([]Connection, error) {
 	var objs struct {
 		EzConns *ebpf.Program `ebpf:"ez_conns"`
 	}
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"ez_socks": socks}}
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{shortcutMapEzSocks: socks}}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {

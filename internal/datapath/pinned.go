@@ -28,7 +28,7 @@ func OpenPinned(cfg Config) (*Pinned, error) {
 	for _, m := range []struct {
 		name string
 		dst  **ebpf.Map
-	}{{"ez_counters", &p.Counters}, {"ez_sockets", &p.Sockets}, {"ez_pairs", &p.Pairs}, {"ez_aliases", &p.Aliases}} {
+	}{{shortcutMapEzCounters, &p.Counters}, {shortcutMapEzSockets, &p.Sockets}, {shortcutMapEzPairs, &p.Pairs}, {shortcutMapEzAliases, &p.Aliases}} {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(cfg.Dir(), m.name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
 			p.Close()
