@@ -7,7 +7,8 @@ BIN       := bin/eztunnel
 LAB_BIN   := bin/eztunnel-lab
 BPF_SRC   := $(shell find bpf -name '*.c' -o -name '*.h')
 GENERATED := internal/datapath/shortcut_bpfel.go internal/datapath/shortcut_bpfel.o \
-             internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o
+             internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
+             internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
 .PHONY: all build generate check-generated test test-unit test-e2e demo bench-quick bench-memory clean deps
 
@@ -23,19 +24,18 @@ $(LAB_BIN): $(GENERATED) $(shell find lab internal -name '*.go' -not -name '*_te
 
 # Every generated object depends on every eBPF source, so a stale tracer or
 # datapath object is never embedded.
-$(GENERATED) &: $(BPF_SRC) internal/datapath/gen.go internal/tracer/gen.go
-	cd internal/datapath && $(GO) generate ./...
-	cd internal/tracer && $(GO) generate ./...
+$(GENERATED) &: $(BPF_SRC) internal/datapath/gen.go internal/tracer/gen.go internal/bpftest/gen.go
+	$(MAKE) generate
 
+# bpf2go for the datapath, the tracer and the eBPF unit-test programs.
 generate:
 	cd internal/datapath && $(GO) generate ./...
 	cd internal/tracer && $(GO) generate ./...
+	cd internal/bpftest && $(GO) generate ./...
 
 # Regenerates the bpf2go output with the pinned clang and fails on any diff.
-check-generated:
-	cd internal/datapath && $(GO) generate ./...
-	cd internal/tracer && $(GO) generate ./...
-	git diff --exit-code -- internal/datapath/ internal/tracer/ || \
+check-generated: generate
+	git diff --exit-code -- internal/datapath/ internal/tracer/ internal/bpftest/ || \
 	  (echo "generated eBPF files differ from the C sources: run 'make generate' and commit" >&2; exit 1)
 
 # Everything, as root: unit tests and end-to-end tests on the real kernel.

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Unit-test programs (internal/bpftest): tc programs, run with
+ * BPF_PROG_TEST_RUN, that call the same inline helpers the shortcut and the
+ * tracer use on inputs from a packet or a map and write what they return
+ * to a map. Never attached.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#include "lib/parse.h"
+#include "shortcut/key.h"
+#include "shortcut/select.h"
+#include "shortcut/egress.h"
+#include "tracer/flow.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+/* ez_parse through both readers, and the egress program's parse_syn. */
+struct test_parse_out {
+	struct ez_flow skb;	/* bpf_skb_load_bytes */
+	struct ez_flow kern;	/* bpf_probe_read_kernel, as the tracer reads */
+	struct ez_conn_key syn_key;
+	__s32 skb_ret;
+	__s32 kern_ret;
+	__u32 syn_ok;
+	__u32 syn_ack;
+	__u32 syn_payload;
+	__u32 _pad;
+};
+
+struct test_key_in {
+	struct ez_sock_ends ends;
+	__u32 server;
+	__u64 netns_cookie;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct test_parse_out);
+} test_parse_out SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct test_key_in);
+} test_key_in SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ez_conn_key);
+} test_key_out SEC(".maps");
+
+/* The packet is an Ethernet frame: the network header is at 14. */
+SEC("tc")
+int test_parse(struct __sk_buff *skb)
+{
+	struct ez_pkt p = ez_pkt_of_skb(skb, 14);
+	struct ez_syn syn = {};
+	struct test_parse_out *o;
+	__u32 zero = 0;
+
+	o = bpf_map_lookup_elem(&test_parse_out, &zero);
+	if (!o)
+		return 1;
+	__builtin_memset(o, 0, sizeof(*o));
+	o->skb_ret = ez_parse(&p, false, &o->skb);
+	o->kern_ret = trc_parse(bpf_cast_to_kern_ctx(skb), TRC_L3_NET, &o->kern);
+	o->syn_ok = parse_syn(skb, 14, &syn);
+	o->syn_key = syn.key;
+	o->syn_ack = syn.ack;
+	o->syn_payload = syn.payload;
+	return 0;
+}
+
+/* key_from_ends + the loopback netns rule, as key_from_sockops does. */
+SEC("tc")
+int test_key(struct __sk_buff *skb)
+{
+	struct ez_conn_key *k;
+	struct test_key_in *in;
+	__u32 zero = 0;
+
+	in = bpf_map_lookup_elem(&test_key_in, &zero);
+	k = bpf_map_lookup_elem(&test_key_out, &zero);
+	if (!in || !k)
+		return 1;
+	__builtin_memset(k, 0, sizeof(*k));
+	key_from_ends(k, &in->ends, in->server);
+	key_set_netns(k, in->netns_cookie);
+	return 0;
+}
+
+/* key_selected on the key in test_key_out: returns 1 when selected. */
+SEC("tc")
+int test_select(struct __sk_buff *skb)
+{
+	struct ez_conn_key *k;
+	__u32 zero = 0;
+
+	k = bpf_map_lookup_elem(&test_key_out, &zero);
+	if (!k)
+		return 2;
+	return key_selected(k);
+}
+
+/* Referenced so that BTF, and so bpf2go, carries the enums the tests use. */
+const enum ez_flow_flag ez_flow_flag_enum __attribute__((unused));
+const enum ez_cfg_flag ez_cfg_flag_enum __attribute__((unused));
+const enum ez_rule ez_rule_enum __attribute__((unused));
