@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Stage is a point on the packet path (enum ez_trc_stage in bpf/tracer.h).
+// Stage is a point on the packet path (enum ez_trc_stage in bpf/tracer/tracer.h).
 type Stage uint8
 
 // Stages in path order; those from StageOrdered on never order a lifetime.

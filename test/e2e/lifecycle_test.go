@@ -190,7 +190,7 @@ func buildVariant(t *testing.T) string {
 	if out, err := cp.CombinedOutput(); err != nil {
 		t.Fatalf("copy tree: %v\n%s", err, out)
 	}
-	skmsg := filepath.Join(dir, "bpf", "lib", "skmsg.bpf.h")
+	skmsg := filepath.Join(dir, "bpf", "shortcut", "skmsg.h")
 	src, err := os.ReadFile(skmsg)
 	if err != nil {
 		t.Fatal(err)
