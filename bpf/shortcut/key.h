@@ -50,27 +50,39 @@ static __always_inline void key_from_ends(struct ez_conn_key *k, const struct ez
 	k->server_port = server ? lport : rport;
 }
 
+/*
+ * One u32 field of struct bpf_sock_ops, loaded at its constant offset.
+ * Quirk: plain field reads let clang share one ctx+offset pointer between
+ * call sites, which the verifier refuses ("dereference of modified ctx ptr").
+ */
+#define EZ_SOCKOPS_U32(s, field) ({						\
+	__u32 __v;								\
+	asm volatile("%0 = *(u32 *)(%1 + %2)" : "=r"(__v)			\
+		     : "r"(s), "i"(__builtin_offsetof(struct bpf_sock_ops, field)));	\
+	__v;									\
+})
+
 /* Key of a socket seen in sockops. */
 static __always_inline void key_from_sockops(struct bpf_sock_ops *s, struct ez_conn_key *k, bool server)
 {
 	struct ez_sock_ends e = {
-		.family = s->family,
-		.local_port = s->local_port,
-		.remote_port = s->remote_port,
+		.family = EZ_SOCKOPS_U32(s, family),
+		.local_port = EZ_SOCKOPS_U32(s, local_port),
+		.remote_port = EZ_SOCKOPS_U32(s, remote_port),
 	};
 
 	if (e.family == EZ_AF_INET) {
-		e.local_ip4 = s->local_ip4;
-		e.remote_ip4 = s->remote_ip4;
+		e.local_ip4 = EZ_SOCKOPS_U32(s, local_ip4);
+		e.remote_ip4 = EZ_SOCKOPS_U32(s, remote_ip4);
 	} else {
-		e.local_ip6[0] = s->local_ip6[0];
-		e.local_ip6[1] = s->local_ip6[1];
-		e.local_ip6[2] = s->local_ip6[2];
-		e.local_ip6[3] = s->local_ip6[3];
-		e.remote_ip6[0] = s->remote_ip6[0];
-		e.remote_ip6[1] = s->remote_ip6[1];
-		e.remote_ip6[2] = s->remote_ip6[2];
-		e.remote_ip6[3] = s->remote_ip6[3];
+		e.local_ip6[0] = EZ_SOCKOPS_U32(s, local_ip6[0]);
+		e.local_ip6[1] = EZ_SOCKOPS_U32(s, local_ip6[1]);
+		e.local_ip6[2] = EZ_SOCKOPS_U32(s, local_ip6[2]);
+		e.local_ip6[3] = EZ_SOCKOPS_U32(s, local_ip6[3]);
+		e.remote_ip6[0] = EZ_SOCKOPS_U32(s, remote_ip6[0]);
+		e.remote_ip6[1] = EZ_SOCKOPS_U32(s, remote_ip6[1]);
+		e.remote_ip6[2] = EZ_SOCKOPS_U32(s, remote_ip6[2]);
+		e.remote_ip6[3] = EZ_SOCKOPS_U32(s, remote_ip6[3]);
 	}
 	key_from_ends(k, &e, server);
 	k->netns = key_needs_netns(k) ? bpf_get_netns_cookie(s) : 0;
