@@ -15,7 +15,11 @@
 #include "shortcut/maps.h"
 
 
-#define EZ_SK_USER_DATA_PTRMASK (~3UL)
+/* include/net/sock.h: sk_user_data carries three flag bits (NOCOPY 1, BPF 2,
+ * PSOCK 4) and SK_USER_DATA_PTRMASK is ~7. Masking with ~3 left PSOCK set and
+ * read msg_tot_len 4 bytes off (psock->state, never 0): no live socket was
+ * ever released, and uninstall waited for applications to close. */
+#define EZ_SK_USER_DATA_PTRMASK (~7UL)
 
 SEC("iter/sockmap")
 int ez_release(struct bpf_iter__sockmap *ctx)
