@@ -15,9 +15,9 @@ import (
 
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/probe"
 )
 
 // Config is what `eztunnel run` was told.
@@ -51,7 +51,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	if err := probe.Check(probe.Shortcut); err != nil {
+	if err := bpfsys.Check(datapath.Requirements()); err != nil {
 		return err
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {

@@ -1,12 +1,12 @@
 package tracer
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/vishvananda/netlink"
 )
 
@@ -68,7 +68,7 @@ func (t *Tracer) progFor(kind string, tp tracepoint) *ebpf.Program {
 // attachTCX places the observers first and last on each interface.
 func (t *Tracer) attachTCX(ifaces []Iface) error {
 	for _, ifc := range ifaces {
-		err := inNetNS(ifc.NetNS, func() error {
+		err := bpfsys.InNetNS(ifc.NetNS, func() error {
 			lk, err := netlink.LinkByName(ifc.Name)
 			if err != nil {
 				return fmt.Errorf("interface %s: %w", ifc.Name, err)
@@ -133,7 +133,7 @@ func (t *Tracer) attachNetfilter(namespaces []string) error {
 		if err != nil {
 			return err
 		}
-		err = inNetNS(ns, func() error {
+		err = bpfsys.InNetNS(ns, func() error {
 			for _, c := range chains {
 				before, after := t.objs.nfPrograms(c.Table)
 				if err := t.attachNF(ns, c, before, c.Priority-1, -1); err != nil {
@@ -152,23 +152,15 @@ func (t *Tracer) attachNetfilter(namespaces []string) error {
 	return nil
 }
 
-// attachNF attaches prog at prio, stepping by step while the kernel reports
-// EBUSY (quirk: one BPF program per hook and priority).
+// attachNF attaches prog at prio or the next free priority stepping by step.
 func (t *Tracer) attachNF(ns string, c Chain, prog *ebpf.Program, prio, step int32) error {
-	var err error
-	for i := 0; i < 8; i, prio = i+1, prio+step {
-		var l link.Link
-		l, err = link.AttachNetfilter(link.NetfilterOptions{Program: prog, ProtocolFamily: c.Family, Hook: c.Hook, Priority: prio})
-		if err == nil {
-			t.links = append(t.links, l)
-			t.Attached = append(t.Attached, Attachment{Kind: "netfilter", Where: fmt.Sprintf("%s %s prio %d", nsLabel(ns), c, prio), Program: prog})
-			return nil
-		}
-		if !errors.Is(err, errBusy) {
-			break
-		}
+	l, prio, err := bpfsys.AttachNetfilter(link.NetfilterOptions{Program: prog, ProtocolFamily: c.Family, Hook: c.Hook, Priority: prio}, step, 8)
+	if err != nil {
+		return fmt.Errorf("netfilter link for %s in %s: %w", c, nsLabel(ns), err)
 	}
-	return fmt.Errorf("netfilter link for %s in %s: %w", c, nsLabel(ns), err)
+	t.links = append(t.links, l)
+	t.Attached = append(t.Attached, Attachment{Kind: "netfilter", Where: fmt.Sprintf("%s %s prio %d", nsLabel(ns), c, prio), Program: prog})
+	return nil
 }
 
 func nsLabel(ns string) string {

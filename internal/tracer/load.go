@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
 // load edits the generated spec (filters, sizes) and loads it.
@@ -36,7 +37,7 @@ func load(cfg Config) (*tracerObjects, error) {
 // setFilter writes the configuration (struct ez_trc_config) on the spec.
 func setFilter(v *tracerVariableSpecs, cfg Config) error {
 	f := cfg.Filter
-	host, err := netnsCookie("")
+	host, err := bpfsys.NetNSCookie("")
 	if err != nil {
 		return err
 	}
@@ -46,7 +47,7 @@ func setFilter(v *tracerVariableSpecs, cfg Config) error {
 	}
 	var netnsFilter uint64
 	if f.NetNS != "" {
-		if netnsFilter, err = netnsCookie(f.NetNS); err != nil {
+		if netnsFilter, err = bpfsys.NetNSCookie(f.NetNS); err != nil {
 			return err
 		}
 	}

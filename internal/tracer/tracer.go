@@ -159,17 +159,18 @@ func (t *Tracer) sweep(age time.Duration, end End, fn func(Record)) (uint64, err
 	}
 	var n uint64
 	for _, k := range old {
-		if err := t.objs.TrcPkts.LookupAndDelete(&k, &pkt); err != nil {
-			if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EINVAL) {
-				if err := t.objs.TrcPkts.Lookup(&k, &pkt); err != nil {
-					continue
-				}
-				if err := t.objs.TrcPkts.Delete(&k); err != nil {
-					continue
-				}
-			} else {
-				continue // freed meanwhile
+		err := t.objs.TrcPkts.LookupAndDelete(&k, &pkt)
+		if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EINVAL) {
+			// Kernels without lookup-and-delete on hash maps.
+			if err = t.objs.TrcPkts.Lookup(&k, &pkt); err == nil {
+				err = t.objs.TrcPkts.Delete(&k)
 			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue // freed meanwhile
+		}
+		if err != nil {
+			return n, fmt.Errorf("remove idle packet record: %w", err)
 		}
 		pkt.End = uint8(end)
 		fn(fromPkt(&pkt))

@@ -5,13 +5,14 @@ import (
 
 	"github.com/cilium/ebpf/rlimit"
 
-	"github.com/eztunnel/eztunnel/internal/probe"
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
 // preflight checks, before a benchmark builds anything, that the datapath
 // can be loaded here.
 func preflight() error {
-	if err := probe.Check(probe.Shortcut); err != nil {
+	if err := bpfsys.Check(datapath.Requirements()); err != nil {
 		return err
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {

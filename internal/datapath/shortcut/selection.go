@@ -1,4 +1,4 @@
-package datapath
+package shortcut
 
 import (
 	"fmt"
@@ -80,7 +80,7 @@ func cidrKey(p netip.Prefix) shortcutEzCidrKey {
 }
 
 // writeSelection fills the rule maps of a freshly loaded datapath.
-func (d *Datapath) writeSelection(s Selection) error {
+func (d *Shortcut) writeSelection(s Selection) error {
 	put := func(rule shortcutEzRule, ports []uint16, cidrs []netip.Prefix) error {
 		for _, p := range ports {
 			if err := d.objs.EzPortRules.Put(uint32(p), uint32(rule)); err != nil {

@@ -1,4 +1,4 @@
-package datapath
+package shortcut
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
 // Connection is one end of an accelerated connection, as the ez_conns
@@ -30,13 +31,13 @@ type Connection struct {
 }
 
 // Connections lists the accelerated sockets of the datapath pinned under
-// cfg.Dir(): a fresh copy of the ez_conns iterator is loaded and run over the
+// dir: a fresh copy of the ez_conns iterator is loaded and run over the
 // pinned ez_socks map, so it works without a running agent.
-func Connections(cfg Config) ([]Connection, error) {
-	if !exists(cfg.Dir()) {
-		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, cfg.Dir())
+func Connections(dir string) ([]Connection, error) {
+	if !bpfsys.Exists(dir) {
+		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, dir)
 	}
-	socks, err := ebpf.LoadPinnedMap(filepath.Join(cfg.Dir(), shortcutMapEzSocks), &ebpf.LoadPinOptions{ReadOnly: true})
+	socks, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzSocks), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("open pinned map ez_socks: %w", err)
 	}

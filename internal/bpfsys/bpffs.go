@@ -1,5 +1,4 @@
-// Package bpffs finds or mounts the BPF filesystem that holds eztunnel's pins.
-package bpffs
+package bpfsys
 
 import (
 	"errors"
@@ -19,22 +18,22 @@ func IsBPFFS(path string) bool {
 	return uint32(st.Type) == unix.BPF_FS_MAGIC
 }
 
-// Ensure makes dir (mode 0700) on a BPF filesystem. When the parent of dir
+// EnsureDir makes dir (mode 0700) on a BPF filesystem. When the parent of dir
 // (normally /sys/fs/bpf) is not a BPF filesystem it mounts one there, as
 // systemd does on most distributions; mounting is the only change it makes
 // to the host outside dir.
-func Ensure(dir string) error {
+func EnsureDir(dir string) error {
 	root := filepath.Dir(filepath.Clean(dir))
 	if !IsBPFFS(root) {
 		if err := os.MkdirAll(root, 0o755); err != nil {
-			return fmt.Errorf("bpffs: create %s: %w", root, err)
+			return fmt.Errorf("bpfsys: create %s: %w", root, err)
 		}
 		if err := unix.Mount("bpf", root, "bpf", 0, "mode=0700"); err != nil {
-			return fmt.Errorf("bpffs: %s is not a BPF filesystem and mounting one failed: %w", root, err)
+			return fmt.Errorf("bpfsys: %s is not a BPF filesystem and mounting one failed: %w", root, err)
 		}
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("bpffs: create %s: %w", dir, err)
+		return fmt.Errorf("bpfsys: create %s: %w", dir, err)
 	}
 	return os.Chmod(dir, 0o700)
 }

@@ -1,4 +1,4 @@
-package datapath
+package shortcut
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
 // ErrNotInstalled means no datapath is pinned under the configured path.
@@ -19,17 +20,17 @@ type Pinned struct {
 	Aliases  *ebpf.Map
 }
 
-// OpenPinned opens the maps of the datapath pinned under cfg.Dir().
-func OpenPinned(cfg Config) (*Pinned, error) {
-	if !exists(cfg.Dir()) {
-		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, cfg.Dir())
+// OpenPinned opens the maps of the datapath pinned under dir.
+func OpenPinned(dir string) (*Pinned, error) {
+	if !bpfsys.Exists(dir) {
+		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, dir)
 	}
 	p := &Pinned{}
 	for _, m := range []struct {
 		name string
 		dst  **ebpf.Map
 	}{{shortcutMapEzCounters, &p.Counters}, {shortcutMapEzSockets, &p.Sockets}, {shortcutMapEzPairs, &p.Pairs}, {shortcutMapEzAliases, &p.Aliases}} {
-		mp, err := ebpf.LoadPinnedMap(filepath.Join(cfg.Dir(), m.name), &ebpf.LoadPinOptions{ReadOnly: true})
+		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
 			p.Close()
 			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)

@@ -1,6 +1,7 @@
-package tracer
+package bpfsys
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 
@@ -8,47 +9,50 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// inNetNS runs fn on a thread moved into the named netns ("" runs it where
+// InNetNS runs fn on a thread moved into the named netns ("" runs it where
 // the process is). Netfilter links and tcx attach in the caller's netns.
-func inNetNS(name string, fn func() error) error {
+func InNetNS(name string, fn func() error) (err error) {
 	if name == "" {
 		return fn()
 	}
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
+		runtime.UnlockOSThread()
 		return err
 	}
 	defer orig.Close()
 	target, err := netns.GetFromName(name)
 	if err != nil {
+		runtime.UnlockOSThread()
 		return fmt.Errorf("netns %s: %w", name, err)
 	}
 	defer target.Close()
 	if err := netns.Set(target); err != nil {
+		runtime.UnlockOSThread()
 		return fmt.Errorf("enter netns %s: %w", name, err)
 	}
-	// Back before the thread is unlocked, or it must die.
 	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(fmt.Sprintf("tracer: cannot return to the original netns: %v", err))
+		if serr := netns.Set(orig); serr != nil {
+			// The thread stays locked: the runtime discards it when this
+			// goroutine ends, so no other goroutine runs in that netns.
+			err = errors.Join(err, fmt.Errorf("return from netns %s: %w", name, serr))
+			return
 		}
+		runtime.UnlockOSThread()
 	}()
 	return fn()
 }
 
-// netnsCookie is the kernel's cookie of the named netns (SO_NETNS_COOKIE).
-func netnsCookie(name string) (cookie uint64, err error) {
-	err = inNetNS(name, func() error {
+// NetNSCookie is the kernel's cookie of the named netns (SO_NETNS_COOKIE).
+func NetNSCookie(name string) (cookie uint64, err error) {
+	err = InNetNS(name, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
 		if err != nil {
 			return err
 		}
 		defer unix.Close(fd)
-		var v uint64
-		v, err = getsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
-		cookie = v
+		cookie, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
 		return err
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package datapath
+package shortcut
 
 import (
 	"fmt"
@@ -64,5 +64,5 @@ func ReadCounters(m *ebpf.Map) (Counters, error) {
 	return out, nil
 }
 
-// Counters reads this datapath's counters.
-func (d *Datapath) Counters() (Counters, error) { return ReadCounters(d.objs.EzCounters) }
+// Counters reads this shortcut's counters.
+func (d *Shortcut) Counters() (Counters, error) { return ReadCounters(d.objs.EzCounters) }

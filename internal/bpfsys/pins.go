@@ -1,0 +1,103 @@
+package bpfsys
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf/link"
+)
+
+// Exists reports whether path exists.
+func Exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// CheckSchema refuses to install under root next to a datapath pinned by a
+// build with another map layout (another "v<N>" directory): both would
+// attach to the same hooks.
+func CheckSchema(root, schema string) error {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil // nothing installed yet
+	}
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != schema && strings.HasPrefix(e.Name(), "v") {
+			return fmt.Errorf("a datapath of schema %s is installed in %s and this build uses schema %s; "+
+				"migrating between schemas is not supported: run `eztunnel uninstall` of that version first",
+				e.Name(), root, schema)
+		}
+	}
+	return nil
+}
+
+// Links are pinned under <dir>/links/<kind>/..., one directory per kind of
+// attachment point, so uninstall and adoption find them by walking.
+const (
+	LinksDir      = "links"
+	KindCgroup    = "cgroup"    // links/cgroup/<cgroup id>/<program>
+	KindNetfilter = "netfilter" // links/netfilter/<program>_<family>
+	KindTCX       = "tcx"       // links/tcx/<netns cookie>/<ifindex>/<program> (no family uses it yet)
+)
+
+// LinkPin is the pin path of a link: <dir>/links/<kind>/<parts...>.
+func LinkPin(dir, kind string, parts ...string) string {
+	return filepath.Join(append([]string{dir, LinksDir, kind}, parts...)...)
+}
+
+// PinnedLinks lists every pin under <dir>/links, in lexical order.
+func PinnedLinks(dir string) ([]string, error) {
+	var pins []string
+	err := filepath.WalkDir(filepath.Join(dir, LinksDir), func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && path == filepath.Join(dir, LinksDir) {
+			return fs.SkipDir
+		}
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			pins = append(pins, path)
+		}
+		return nil
+	})
+	return pins, err
+}
+
+// UnpinLinks unpins and closes every link pinned under <dir>/links (a
+// pinned link lives as long as its pin), in reverse lexical order so that a
+// cgroup's ez_sockops goes before its ez_egress, and removes the directories.
+func UnpinLinks(dir string) error {
+	pins, err := PinnedLinks(dir)
+	if err != nil {
+		return err
+	}
+	slices.Reverse(pins)
+	for _, pin := range pins {
+		l, err := link.LoadPinnedLink(pin, nil)
+		if err != nil {
+			return fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+		err = l.Unpin()
+		l.Close()
+		if err != nil {
+			return fmt.Errorf("unpin %s: %w", pin, err)
+		}
+	}
+	return os.RemoveAll(filepath.Join(dir, LinksDir))
+}
+
+// MovePin renames a pin (bpffs supports rename), creating the directories of to.
+func MovePin(from, to string) error {
+	if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
+		return err
+	}
+	if err := os.Rename(from, to); err != nil {
+		return fmt.Errorf("move pin %s to %s: %w", from, to, err)
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package bpfsys
+
+// Kernel feature probes: checked before anything is loaded, naming what is missing.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
+)
+
+// Requirement is one thing the datapath needs.
+type Requirement struct {
+	Name  string
+	Check func() error
+}
+
+// Check runs every requirement and returns one error naming all that failed.
+func Check(reqs []Requirement) error {
+	var missing []string
+	for _, r := range reqs {
+		if err := r.Check(); err != nil {
+			missing = append(missing, fmt.Sprintf("%s: %v", r.Name, err))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("kernel or process cannot run eztunnel:\n  - %s", strings.Join(missing, "\n  - "))
+}
+
+// Root checks the process runs as root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN).
+func Root() error {
+	if os.Geteuid() != 0 {
+		return errors.New("not running as root")
+	}
+	return nil
+}
+
+// BTF checks the kernel exposes its BTF (/sys/kernel/btf/vmlinux).
+func BTF() error {
+	_, err := btf.LoadKernelSpec()
+	return err
+}
+
+// ProgType checks the kernel supports a program type.
+func ProgType(t ebpf.ProgramType) func() error {
+	return func() error { return features.HaveProgramType(t) }
+}
+
+// MapType checks the kernel supports a map type.
+func MapType(t ebpf.MapType) func() error {
+	return func() error { return features.HaveMapType(t) }
+}
+
+// Helper checks a program type may call a helper.
+func Helper(pt ebpf.ProgramType, fn asm.BuiltinFunc) func() error {
+	return func() error { return features.HaveProgramHelper(pt, fn) }
+}

@@ -1,0 +1,130 @@
+package shortcut
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+)
+
+// cgroupHook is one program attached to every managed cgroup.
+type cgroupHook struct {
+	name   string // program name, the link's pin name
+	attach ebpf.AttachType
+	prog   func(*Shortcut) *ebpf.Program
+}
+
+// Order matters: the egress program must see a client's SYN before sockops
+// can enrol it, so egress is attached first and detached last.
+var cgroupHooks = []cgroupHook{
+	{"ez_egress", ebpf.AttachCGroupInetEgress, func(s *Shortcut) *ebpf.Program { return s.objs.EzEgress }},
+	{"ez_sockops", ebpf.AttachCGroupSockOps, func(s *Shortcut) *ebpf.Program { return s.objs.EzSockops }},
+}
+
+// msgPin pins the sk_msg program attached to the sockhash (not a link).
+const msgPin = "prog_ez_msg"
+
+// attachMsg attaches sk_msg to the sockhash, replacing the program of an
+// earlier install; on rollback the earlier program is attached again.
+func (s *Shortcut) attachMsg(tx *bpfsys.Tx) error {
+	pin := filepath.Join(s.dir, msgPin)
+	opts := link.RawAttachProgramOptions{Target: s.objs.EzSockets.FD(), Program: s.objs.EzMsg, Attach: ebpf.AttachSkMsgVerdict}
+	old, err := ebpf.LoadPinnedProgram(pin, nil)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("open pinned sk_msg program: %w", err)
+	}
+	if old != nil {
+		tx.OnDone(old.Close)
+	}
+	if err := link.RawAttachProgram(opts); err != nil {
+		return fmt.Errorf("attach sk_msg to sockhash: %w", err)
+	}
+	tx.OnRollback(func() error {
+		if old != nil {
+			return link.RawAttachProgram(link.RawAttachProgramOptions{Target: opts.Target, Program: old, Attach: opts.Attach})
+		}
+		return link.RawDetachProgram(link.RawDetachProgramOptions{Target: opts.Target, Program: opts.Program, Attach: opts.Attach})
+	})
+	if err := tx.Changed("attach sk_msg"); err != nil {
+		return err
+	}
+	// The new pin replaces the old one on commit (rename over it).
+	next := pin + ".next"
+	os.Remove(next)
+	if err := s.objs.EzMsg.Pin(next); err != nil {
+		return fmt.Errorf("pin sk_msg program: %w", err)
+	}
+	tx.OnRollback(func() error { return os.Remove(next) })
+	tx.OnCommit(func() error { return os.Rename(next, pin) })
+	return nil
+}
+
+// attachCgroup attaches the cgroup hooks to a cgroup v2 subtree, updating
+// the links pinned for it by an earlier install in place (no gap).
+func (s *Shortcut) attachCgroup(tx *bpfsys.Tx, cgroupPath string) error {
+	if err := cgroupv2.Validate(cgroupPath); err != nil {
+		return err
+	}
+	cgID, err := cgroupv2.ID(cgroupPath)
+	if err != nil {
+		return err
+	}
+	for _, h := range cgroupHooks {
+		pin := bpfsys.LinkPin(s.dir, bpfsys.KindCgroup, strconv.FormatUint(cgID, 10), h.name)
+		l, ok, err := tx.UpdatePinned(pin, h.prog(s))
+		if l != nil {
+			s.links = append(s.links, l)
+		}
+		if err != nil {
+			return fmt.Errorf("%s on cgroup %s: %w", h.name, cgroupPath, err)
+		}
+		if ok {
+			continue
+		}
+		l, err = link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: h.attach, Program: h.prog(s)})
+		if err != nil {
+			return fmt.Errorf("attach %s to cgroup %s: %w", h.name, cgroupPath, err)
+		}
+		s.links = append(s.links, l)
+		if err := tx.PinLink(l, pin); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MigrateFlatLinks moves the links pinned by builds before per-kind link
+// directories (<dir>/link_<hook>_<cgroup id>, <dir>/link_nat_<family>) to
+// their places under <dir>/links, so adoption and uninstall find them.
+func MigrateFlatLinks(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), "link_")
+		if !ok || e.IsDir() {
+			continue
+		}
+		var to string
+		if fam, ok := strings.CutPrefix(name, "nat_"); ok {
+			to = bpfsys.LinkPin(dir, bpfsys.KindNetfilter, "ez_nat_"+fam)
+		} else if hook, id, ok := strings.Cut(name, "_"); ok {
+			to = bpfsys.LinkPin(dir, bpfsys.KindCgroup, id, "ez_"+hook)
+		} else {
+			return fmt.Errorf("unknown pinned link %s in %s", e.Name(), dir)
+		}
+		if err := bpfsys.MovePin(filepath.Join(dir, e.Name()), to); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+package shortcut
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+)
+
+// Requirements lists what the socket shortcut needs of the kernel and process.
+var Requirements = []bpfsys.Requirement{
+	{Name: "root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN)", Check: bpfsys.Root},
+	{Name: "kernel BTF (/sys/kernel/btf/vmlinux)", Check: bpfsys.BTF},
+	{Name: "program type sock_ops", Check: bpfsys.ProgType(ebpf.SockOps)},
+	{Name: "program type sk_msg", Check: bpfsys.ProgType(ebpf.SkMsg)},
+	{Name: "program type cgroup_skb", Check: bpfsys.ProgType(ebpf.CGroupSKB)},
+	{Name: "program type netfilter (BPF netfilter links, Linux 6.4)", Check: bpfsys.ProgType(ebpf.Netfilter)},
+	{Name: "map type sockhash", Check: bpfsys.MapType(ebpf.SockHash)},
+	{Name: "map type sk_storage", Check: bpfsys.MapType(ebpf.SkStorage)},
+	{Name: "helper bpf_msg_redirect_hash (sk_msg)", Check: bpfsys.Helper(ebpf.SkMsg, asm.FnMsgRedirectHash)},
+	{Name: "helper bpf_sk_storage_get (sk_msg)", Check: bpfsys.Helper(ebpf.SkMsg, asm.FnSkStorageGet)},
+	{Name: "helper bpf_get_netns_cookie (sock_ops)", Check: bpfsys.Helper(ebpf.SockOps, asm.FnGetNetnsCookie)},
+}
+
+// Config sizes the maps and selects connections.
+type Config struct {
+	MaxSockets uint32 // entries of the sockhash (two per accelerated connection)
+	MaxPairs   uint32 // connections being set up at once
+	Select     Selection
+}
+
+// Validate rejects a configuration before anything is loaded.
+func (c Config) Validate() error {
+	if c.MaxSockets < 2 || c.MaxSockets > 1<<24 {
+		return fmt.Errorf("max sockets %d out of range [2, %d]", c.MaxSockets, 1<<24)
+	}
+	if c.MaxPairs < 1 || c.MaxPairs > 1<<24 {
+		return fmt.Errorf("max pairs %d out of range [1, %d]", c.MaxPairs, 1<<24)
+	}
+	return c.Select.Validate()
+}
+
+// Shortcut is the loaded socket shortcut. Its maps and links are pinned in
+// its directory: closing it releases this process's handles only.
+type Shortcut struct {
+	dir   string
+	objs  shortcutObjects
+	links []link.Link
+}
+
+// Load loads the programs, reusing the maps pinned in dir by an installed
+// shortcut of the same schema (so a restart or upgrade keeps every
+// connection's state) and pinning new ones there. dir must exist.
+func Load(cfg Config, dir string) (*Shortcut, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	spec, err := loadShortcut()
+	if err != nil {
+		return nil, fmt.Errorf("datapath: parse embedded object: %w", err)
+	}
+	var specs shortcutSpecs
+	if err := spec.Assign(&specs); err != nil {
+		return nil, fmt.Errorf("datapath: %w", err)
+	}
+	specs.EzSockets.MaxEntries = cfg.MaxSockets
+	specs.EzPairs.MaxEntries = cfg.MaxPairs
+	specs.EzAliases.MaxEntries = cfg.MaxPairs
+	specs.EzSynIndex.MaxEntries = cfg.MaxPairs
+	if err := specs.EzCfgFlags.Set(cfg.Select.flags()); err != nil {
+		return nil, fmt.Errorf("datapath: %w", err)
+	}
+	// Selection rule maps are left unpinned: every load writes its own.
+	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl} {
+		m.Pinning = ebpf.PinByName
+	}
+
+	s := &Shortcut{dir: dir}
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
+	if err := spec.LoadAndAssign(&s.objs, opts); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("datapath: verifier rejected a program: %+v", verr)
+		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("datapath: pinned maps in %s do not match this build (map sizes or schema changed); run `eztunnel uninstall` first: %w", dir, err)
+		}
+		return nil, fmt.Errorf("datapath: load: %w", err)
+	}
+	if err := s.writeSelection(cfg.Select); err != nil {
+		s.objs.Close()
+		return nil, fmt.Errorf("datapath: %w", err)
+	}
+	return s, nil
+}
+
+// Attach attaches the shortcut within tx: sk_msg on the sockhash (once),
+// ez_nat on POST_ROUTING, then ez_egress and ez_sockops on every cgroup.
+// Pinned links of an earlier install are updated in place.
+func (s *Shortcut) Attach(tx *bpfsys.Tx, cgroups []string) error {
+	if err := s.attachMsg(tx); err != nil {
+		return err
+	}
+	if err := s.attachNAT(tx); err != nil {
+		return err
+	}
+	for _, cg := range cgroups {
+		if err := s.attachCgroup(tx, cg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close releases this process's handles and joins their errors. Pinned
+// state stays.
+func (s *Shortcut) Close() error {
+	var errs []error
+	for i := len(s.links) - 1; i >= 0; i-- {
+		errs = append(errs, s.links[i].Close())
+	}
+	s.links = nil
+	return errors.Join(append(errs, s.objs.Close())...)
+}

@@ -1,0 +1,68 @@
+package shortcut
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+)
+
+// natPriority places ez_nat after every NAT of POST_ROUTING
+// (NF_IP_PRI_NAT_SRC is 100), so conntrack holds the final translation.
+// Another datapath in this namespace (or the one being replaced) holds a
+// priority already: the next free one is taken, up to natPriorityLast.
+const (
+	natPriority     = 101
+	natPriorityLast = 131
+)
+
+var natFamilies = []struct {
+	name   string
+	family link.NetfilterProtocolFamily
+}{{"ipv4", link.NetfilterProtoIPv4}, {"ipv6", link.NetfilterProtoIPv6}}
+
+// attachNAT attaches ez_nat to POST_ROUTING for IPv4 and IPv6 in the calling
+// process's network namespace (the node's, for the agent). It learns NAT
+// that this namespace applies to traffic between pods (kube-proxy DNAT).
+// Netfilter links cannot be updated in place: the new link is attached next
+// to a pinned one of an earlier install, which is detached on commit (both
+// learn the same aliases meanwhile), or kept on rollback.
+func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
+	for _, f := range natFamilies {
+		pin := bpfsys.LinkPin(s.dir, bpfsys.KindNetfilter, "ez_nat_"+f.name)
+		old, err := link.LoadPinnedLink(pin, nil)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+		l, _, err := bpfsys.AttachNetfilter(link.NetfilterOptions{
+			Program:        s.objs.EzNat,
+			ProtocolFamily: f.family,
+			Hook:           link.NetfilterInetPostRouting,
+			Priority:       natPriority,
+		}, +1, natPriorityLast-natPriority+1)
+		if err != nil {
+			if old != nil {
+				old.Close()
+			}
+			return fmt.Errorf("attach netfilter %s POST_ROUTING: %w", f.name, err)
+		}
+		s.links = append(s.links, l)
+		if old == nil {
+			if err := tx.PinLink(l, pin); err != nil {
+				return err
+			}
+			continue
+		}
+		tx.OnDone(old.Close)
+		next := pin + ".next"
+		if err := tx.PinLink(l, next); err != nil {
+			return err
+		}
+		// Renaming over the old pin drops it; closing old detaches it.
+		tx.OnCommit(func() error { return os.Rename(next, pin) })
+	}
+	return nil
+}

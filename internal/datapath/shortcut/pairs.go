@@ -1,0 +1,67 @@
+package shortcut
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// AgePairs deletes pairing records that can no longer complete: handshakes
+// never claimed and ambiguous records, and unclaimed aliases, older than maxAge. Claimed and paired
+// records belong to live connections and are removed by the datapath itself.
+func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, err
+	}
+	now := uint64(ts.Nano())
+	var (
+		key          shortcutEzConnKey
+		val          shortcutEzPair
+		stale        []shortcutEzConnKey
+		staleAliases []shortcutEzConnKey
+	)
+	it := d.objs.EzPairs.Iterate()
+	for it.Next(&key, &val) {
+		st := shortcutEzPairState(val.State)
+		old := now > val.CreatedNs && now-val.CreatedNs > uint64(maxAge)
+		if old && (st == shortcutEzPairStateEZ_PAIR_SYN || st == shortcutEzPairStateEZ_PAIR_CLAIMING || st == shortcutEzPairStateEZ_PAIR_AMBIGUOUS) {
+			stale = append(stale, key)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("walk pairing records: %w", err)
+	}
+	// Aliases of handshakes whose client never claimed them.
+	var alias shortcutEzAlias
+	ait := d.objs.EzAliases.Iterate()
+	for ait.Next(&key, &alias) {
+		if now > alias.CreatedNs && now-alias.CreatedNs > uint64(maxAge) {
+			staleAliases = append(staleAliases, key)
+		}
+	}
+	if err := ait.Err(); err != nil {
+		return 0, fmt.Errorf("walk aliases: %w", err)
+	}
+	n, err := deleteKeys(d.objs.EzPairs, stale)
+	if err != nil {
+		return n, err
+	}
+	m, err := deleteKeys(d.objs.EzAliases, staleAliases)
+	return n + m, err
+}
+
+func deleteKeys(m *ebpf.Map, keys []shortcutEzConnKey) (int, error) {
+	n := 0
+	for i := range keys {
+		if err := m.Delete(&keys[i]); err == nil {
+			n++
+		} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return n, err
+		}
+	}
+	return n, nil
+}
