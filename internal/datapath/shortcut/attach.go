@@ -56,8 +56,9 @@ func (s *Shortcut) attachMsg(tx *bpfsys.Tx) error {
 	if err := tx.Changed("attach sk_msg"); err != nil {
 		return err
 	}
-	// The new pin replaces the old one on commit (rename over it).
-	next := pin + ".next"
+	// The new pin replaces the old one on commit (rename over it). Quirk:
+	// bpffs refuses names with a dot.
+	next := pin + "_next"
 	os.Remove(next)
 	if err := s.objs.EzMsg.Pin(next); err != nil {
 		return fmt.Errorf("pin sk_msg program: %w", err)

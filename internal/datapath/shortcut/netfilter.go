@@ -57,7 +57,7 @@ func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
 			continue
 		}
 		tx.OnDone(old.Close)
-		next := pin + ".next"
+		next := pin + "_next"
 		if err := tx.PinLink(l, next); err != nil {
 			return err
 		}

@@ -1,0 +1,315 @@
+package datapath
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/vishvananda/netns"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+)
+
+// These tests install the datapath on the real kernel: root is required.
+// Links go to test cgroups, ez_nat into a network namespace of the test's
+// own; a run killed midway is cleaned up by the next one.
+
+const testPinRoot = "/sys/fs/bpf/eztunnel-dptest"
+
+// kernelEnv returns a config pinned under testPinRoot and n fresh cgroups,
+// and moves the test's thread into a new network namespace.
+func kernelEnv(t *testing.T, n int) (Config, []string) {
+	if os.Geteuid() != 0 {
+		t.Fatal("datapath kernel tests need root")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+	root, err := cgroupv2.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.PinRoot = testPinRoot
+	cleanup := func() {
+		if bpfsys.Exists(cfg.Dir()) {
+			if err := Uninstall(cfg, 0); err != nil {
+				t.Errorf("uninstall: %v", err)
+			}
+		}
+		os.RemoveAll(testPinRoot)
+		old, _ := filepath.Glob(filepath.Join(root, "eztunnel-dptest-*"))
+		for _, cg := range old {
+			os.Remove(cg)
+		}
+	}
+	cleanup() // what a killed run left behind
+
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.New() // also moves this thread there
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cleanup()
+		ns.Close()
+		if err := netns.Set(orig); err != nil {
+			t.Errorf("return to the original netns: %v", err) // the thread stays locked and dies
+			return
+		}
+		orig.Close()
+		runtime.UnlockOSThread()
+	})
+	var cgs []string
+	for i := range n {
+		cg := filepath.Join(root, "eztunnel-dptest-"+strconv.Itoa(i))
+		if err := os.Mkdir(cg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cgs = append(cgs, cg)
+	}
+	return cfg, cgs
+}
+
+// linkState maps every pinned link to its link and program IDs.
+type linkState map[string][2]uint32
+
+func pinnedLinks(t *testing.T, dir string) linkState {
+	t.Helper()
+	pins, err := bpfsys.PinnedLinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := linkState{}
+	for _, pin := range pins {
+		l, err := link.LoadPinnedLink(pin, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := l.Info()
+		l.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimPrefix(pin, dir+"/")] = [2]uint32{uint32(info.ID), uint32(info.Program)}
+	}
+	return out
+}
+
+// skMsgProgram is the ID of the sk_msg program attached to the sockhash.
+func skMsgProgram(t *testing.T, dir string) ebpf.ProgramID {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "ez_sockets"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := link.QueryPrograms(link.QueryOptions{Target: m.FD(), Attach: ebpf.AttachSkMsgVerdict})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Programs) != 1 {
+		t.Fatalf("%d sk_msg programs on the sockhash, want 1", len(res.Programs))
+	}
+	return res.Programs[0].ID
+}
+
+func cgroupPrograms(t *testing.T, cg string, at ebpf.AttachType) int {
+	t.Helper()
+	res, err := link.QueryPrograms(link.QueryOptions{Target: cgroupFD(t, cg), Attach: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(res.Programs)
+}
+
+func cgroupFD(t *testing.T, cg string) int {
+	t.Helper()
+	f, err := os.Open(cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return int(f.Fd())
+}
+
+func install(t *testing.T, cfg Config, cgs []string) {
+	t.Helper()
+	d, err := Install(cfg, cgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var errForced = errors.New("forced failure")
+
+// An install over a pinned datapath that fails after it updated a link
+// leaves every pinned link with its old program, and pins nothing new.
+func TestInstallOverPinnedRollsBack(t *testing.T) {
+	cfg, cgs := kernelEnv(t, 3)
+	install(t, cfg, cgs[:2])
+	before := pinnedLinks(t, cfg.Dir())
+	msgBefore := skMsgProgram(t, cfg.Dir())
+	if len(before) != 6 { // 2 cgroups x 2 hooks, 2 netfilter families
+		t.Fatalf("pinned links after install: %v", before)
+	}
+
+	// Fail right after the first link update, then after every update, at
+	// the new cgroup's first link pin.
+	for _, failAt := range []string{"update", "pin " + cfg.Dir() + "/links/cgroup"} {
+		var changed []string
+		var during linkState
+		installFault = func(change string) error {
+			changed = append(changed, change)
+			if strings.HasPrefix(change, failAt) && during == nil {
+				during = pinnedLinks(t, cfg.Dir())
+				return errForced
+			}
+			return nil
+		}
+		_, err := Install(cfg, cgs)
+		installFault = nil
+		if !errors.Is(err, errForced) {
+			t.Fatalf("fail at %s: install returned %v, want the forced failure (changes %v)", failAt, err, changed)
+		}
+		if failAt == "update" {
+
+			// The failure must come after the link really got the new program.
+			pin := strings.TrimPrefix(changed[len(changed)-1], "update "+cfg.Dir()+"/")
+			if during[pin][1] == 0 || during[pin][1] == before[pin][1] {
+				t.Fatalf("link %s had program %d at the failure, before %d: not updated", pin, during[pin][1], before[pin][1])
+			}
+		}
+		if updates := len(slices.DeleteFunc(slices.Clone(changed), func(c string) bool { return !strings.HasPrefix(c, "update ") })); failAt != "update" && updates != 4 {
+			t.Fatalf("%d link updates before the new cgroup's pin, want 4: %v", updates, changed)
+		}
+		after := pinnedLinks(t, cfg.Dir())
+		if !mapsEqual(before, after) {
+			t.Errorf("fail at %s: pinned links (link, program IDs)\nbefore %v\nafter  %v", failAt, before, after)
+		}
+		if got := skMsgProgram(t, cfg.Dir()); got != msgBefore {
+			t.Errorf("fail at %s: sk_msg program %d, want the old %d", failAt, got, msgBefore)
+		}
+		if n := cgroupPrograms(t, cgs[2], ebpf.AttachCGroupSockOps); n != 0 {
+			t.Errorf("fail at %s: %d sockops programs left on the new cgroup", failAt, n)
+		}
+		for _, leftover := range []string{"prog_ez_msg_next", "links/netfilter/ez_nat_ipv4_next"} {
+			if bpfsys.Exists(filepath.Join(cfg.Dir(), leftover)) {
+				t.Errorf("fail at %s: %s left pinned", failAt, leftover)
+			}
+		}
+	}
+
+	// A successful install updates the same links to new programs.
+	install(t, cfg, cgs)
+	after := pinnedLinks(t, cfg.Dir())
+	for pin, ids := range before {
+		if !strings.HasPrefix(pin, "links/cgroup/") {
+			continue // netfilter links are replaced, not updated
+		}
+		if got := after[pin]; got[0] != ids[0] || got[1] == ids[1] {
+			t.Errorf("%s: link/program %v after upgrade, was %v: want the same link with a new program", pin, got, ids)
+		}
+	}
+	if len(after) != 8 {
+		t.Errorf("pinned links after the upgrade: %v", after)
+	}
+}
+
+func mapsEqual(a, b linkState) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// pinFlat moves the links to the names of the flat layout of earlier builds.
+func pinFlat(t *testing.T, dir string) {
+	t.Helper()
+	pins, err := bpfsys.PinnedLinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pin := range pins {
+		rel := strings.Split(strings.TrimPrefix(pin, filepath.Join(dir, bpfsys.LinksDir)+"/"), "/")
+		var name string
+		switch rel[0] {
+		case bpfsys.KindNetfilter: // ez_nat_ipv4 -> link_nat_ipv4
+			name = "link_" + strings.TrimPrefix(rel[1], "ez_")
+		case bpfsys.KindCgroup: // <id>/ez_egress -> link_egress_<id>
+			name = "link_" + strings.TrimPrefix(rel[2], "ez_") + "_" + rel[1]
+		}
+		if err := os.Rename(pin, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(dir, bpfsys.LinksDir)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A datapath pinned with the flat link_* names of earlier builds is adopted
+// (its links updated in place, none attached twice) and uninstalled.
+func TestAdoptFlatLayout(t *testing.T) {
+	cfg, cgs := kernelEnv(t, 1)
+	install(t, cfg, cgs)
+	before := pinnedLinks(t, cfg.Dir())
+	pinFlat(t, cfg.Dir())
+	if flat, _ := filepath.Glob(filepath.Join(cfg.Dir(), "link_*")); len(flat) != 4 {
+		t.Fatalf("flat pins: %v", flat)
+	}
+
+	install(t, cfg, cgs)
+	after := pinnedLinks(t, cfg.Dir())
+	for pin, ids := range before {
+		got, ok := after[pin]
+		if !ok {
+			t.Errorf("%s not pinned after adoption: %v", pin, after)
+		} else if strings.HasPrefix(pin, "links/cgroup/") && got[0] != ids[0] {
+			t.Errorf("%s: link %d after adoption, want the adopted link %d", pin, got[0], ids[0])
+		}
+	}
+	if flat, _ := filepath.Glob(filepath.Join(cfg.Dir(), "link_*")); len(flat) != 0 {
+		t.Errorf("flat pins left: %v", flat)
+	}
+	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInetEgress, ebpf.AttachCGroupSockOps} {
+		if n := cgroupPrograms(t, cgs[0], at); n != 1 {
+			t.Errorf("%d programs of %v on the cgroup, want 1", n, at)
+		}
+	}
+
+	// Uninstall of a flat layout detaches everything too.
+	pinFlat(t, cfg.Dir())
+	if err := Uninstall(cfg, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInetEgress, ebpf.AttachCGroupSockOps} {
+		if n := cgroupPrograms(t, cgs[0], at); n != 0 {
+			t.Errorf("%d programs of %v left on the cgroup after uninstall", n, at)
+		}
+	}
+	if bpfsys.Exists(cfg.Dir()) {
+		t.Error("pin directory left after uninstall")
+	}
+}
