@@ -102,7 +102,7 @@ func (e *env) transferDuring(pin string, during func()) {
 	before := pinnedCounters(t, pin)["bytes_redirected"]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := a.Cmd(ctx, bin, streamCase{conns: 1, parallel: 1, up: 1 << 30, down: 1 << 30, chunk: 256 << 10}.args(hostport(b.IPv4, 7000), 9)...)
+	cmd := a.Cmd(ctx, labBin, streamCase{conns: 1, parallel: 1, up: 1 << 30, down: 1 << 30, chunk: 256 << 10}.args(hostport(b.IPv4, 7000), 9)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := a.Start(cmd); err != nil {
@@ -232,7 +232,7 @@ func TestUninstallUnderTraffic(t *testing.T) {
 		out bytes.Buffer
 	}
 	start := func(args []string) *job {
-		j := &job{cmd: a.Cmd(ctx, bin, args...)}
+		j := &job{cmd: a.Cmd(ctx, labBin, args...)}
 		j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.out
 		if err := a.Start(j.cmd); err != nil {
 			t.Fatal(err)

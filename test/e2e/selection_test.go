@@ -112,7 +112,7 @@ func TestSelectionChangeOnRestart(t *testing.T) {
 	// A long connection, accelerated under the first rules.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	long := a.Cmd(ctx, bin, append(streamCase{conns: 1, parallel: 1, up: 64 << 10, down: 64 << 10, chunk: 4096}.args(hostport(b.IPv4, 7000), 8), "--pause", "2s")...)
+	long := a.Cmd(ctx, labBin, append(streamCase{conns: 1, parallel: 1, up: 64 << 10, down: 64 << 10, chunk: 4096}.args(hostport(b.IPv4, 7000), 8), "--pause", "2s")...)
 	var out bytes.Buffer
 	long.Stdout, long.Stderr = &out, &out
 	if err := a.Start(long); err != nil {
