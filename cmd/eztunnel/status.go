@@ -17,6 +17,7 @@ type statusReport struct {
 	Pins     string                      `json:"pins"`
 	Counters datapath.Counters           `json:"counters"`
 	Maps     map[string]datapath.MapFill `json:"maps"`
+	Links    []datapath.PinnedLink       `json:"links"`
 }
 
 func statusCmd() *cobra.Command {
@@ -24,7 +25,7 @@ func statusCmd() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Print the datapath's counters and map fill levels (works without a running agent)",
+		Short: "Print the datapath's counters, map fill levels and pinned links (works without a running agent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cli.CheckOutput(output); err != nil {
@@ -56,7 +57,11 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &statusReport{Schema: datapath.Schema, Pins: cfg.Dir(), Counters: c, Maps: fill}, nil
+	links, err := datapath.Links(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &statusReport{Schema: datapath.Schema, Pins: cfg.Dir(), Counters: c, Maps: fill, Links: links}, nil
 }
 
 func printStatus(rep *statusReport) {
@@ -68,6 +73,9 @@ func printStatus(rep *statusReport) {
 	for _, name := range datapath.FillNames {
 		m := rep.Maps[name]
 		fmt.Fprintf(w, "map %s\t%d / %d\n", name, m.Entries, m.MaxEntries)
+	}
+	for _, l := range rep.Links {
+		fmt.Fprintf(w, "link %s\tid %d, program %d\n", l.Pin, l.ID, l.Program)
 	}
 	w.Flush()
 }

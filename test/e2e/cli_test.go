@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,9 +80,26 @@ func TestAgentLifecycle(t *testing.T) {
 		}
 		var rep struct {
 			Counters map[string]uint64 `json:"counters"`
+			Links    []struct {
+				Pin     string `json:"pin"`
+				Program uint32 `json:"program_id"`
+			} `json:"links"`
 		}
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("status json: %v\n%s", err, out)
+		}
+		// ez_egress and ez_sockops on the managed cgroup, ez_nat for IPv4 and IPv6.
+		var pins []string
+		for _, l := range rep.Links {
+			if l.Program == 0 {
+				t.Errorf("status: link %s without a program", l.Pin)
+			}
+			pins = append(pins, l.Pin)
+		}
+		if len(pins) != 4 || !slices.Contains(pins, "links/netfilter/ez_nat_ipv4") || !slices.ContainsFunc(pins, func(p string) bool {
+			return strings.HasPrefix(p, "links/cgroup/") && strings.HasSuffix(p, "/ez_sockops")
+		}) {
+			t.Errorf("status: pinned links %v", pins)
 		}
 		return rep.Counters
 	}

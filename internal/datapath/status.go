@@ -1,0 +1,45 @@
+package datapath
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+)
+
+// PinnedLink is one link pinned under <pin-path>/<schema>/links.
+type PinnedLink struct {
+	Pin     string         `json:"pin"` // relative to the schema directory
+	ID      link.ID        `json:"id"`
+	Program ebpf.ProgramID `json:"program_id"`
+}
+
+// Links lists the links of the datapath pinned under cfg.Dir().
+func Links(cfg Config) ([]PinnedLink, error) {
+	dir := cfg.Dir()
+	if !bpfsys.Exists(dir) {
+		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, dir)
+	}
+	pins, err := bpfsys.PinnedLinks(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PinnedLink, 0, len(pins))
+	for _, pin := range pins {
+		l, err := link.LoadPinnedLink(pin, &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+		info, err := l.Info()
+		l.Close()
+		if err != nil {
+			return nil, fmt.Errorf("link info of %s: %w", pin, err)
+		}
+		rel, _ := filepath.Rel(dir, pin)
+		out = append(out, PinnedLink{Pin: rel, ID: info.ID, Program: info.Program})
+	}
+	return out, nil
+}
