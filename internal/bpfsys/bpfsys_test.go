@@ -1,0 +1,120 @@
+package bpfsys
+
+import (
+	"errors"
+	"runtime"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/vishvananda/netns"
+)
+
+// inFreshNetNS runs fn on a thread in a new network namespace (root needed).
+func inFreshNetNS(t *testing.T, fn func()) {
+	t.Helper()
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.New()
+	if err != nil {
+		t.Fatalf("new netns (root needed): %v", err)
+	}
+	defer func() {
+		ns.Close()
+		if err := netns.Set(orig); err != nil {
+			t.Errorf("return to the original netns: %v", err) // thread stays locked and dies
+			return
+		}
+		orig.Close()
+		runtime.UnlockOSThread()
+	}()
+	fn()
+}
+
+// Two programs at one netfilter hook and priority: the second steps to the
+// next free priority in the direction asked.
+func TestAttachNetfilterFreePriority(t *testing.T) {
+	inFreshNetNS(t, func() {
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Type: ebpf.Netfilter, License: "GPL", AttachType: ebpf.AttachNetfilter,
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prog.Close()
+		opts := link.NetfilterOptions{Program: prog, ProtocolFamily: link.NetfilterProtoIPv4, Hook: link.NetfilterInetPostRouting, Priority: 50}
+		var got []int32
+		for _, step := range []int32{+1, +1, -1} {
+			l, prio, err := AttachNetfilter(opts, step, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			got = append(got, prio)
+		}
+		if want := []int32{50, 51, 49}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+			t.Errorf("priorities %v, want %v", got, want)
+		}
+		// All of 50..51 taken and only two tries: a clear error, not a link.
+		if _, _, err := AttachNetfilter(opts, +1, 2); err == nil {
+			t.Error("attached with every priority taken")
+		}
+		if _, _, err := AttachNetfilter(opts, 2, 2); err == nil {
+			t.Error("step 2 accepted")
+		}
+	})
+}
+
+// InNetNS runs fn in the named netns and returns the thread to where it was.
+func TestInNetNS(t *testing.T) {
+	const name = "eztunnel-bpfsys-test"
+	netns.DeleteNamed(name) // left by a killed run
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.NewNamed(name) // moves this thread there
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Close()
+	if err := netns.Set(orig); err != nil {
+		t.Fatal(err)
+	}
+	runtime.UnlockOSThread()
+	defer orig.Close()
+	defer netns.DeleteNamed(name)
+
+	host, err := NetNSCookie("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside, err := NetNSCookie(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host == 0 || inside == 0 || host == inside {
+		t.Errorf("netns cookies host %d, %s %d: want two distinct non-zero", host, name, inside)
+	}
+	again, err := NetNSCookie("")
+	if err != nil || again != host {
+		t.Errorf("after InNetNS the host cookie is %d (%v), want %d", again, err, host)
+	}
+	wantErr := errors.New("from fn")
+	if err := InNetNS(name, func() error { return wantErr }); !errors.Is(err, wantErr) {
+		t.Errorf("fn's error lost: %v", err)
+	}
+	if err := InNetNS("eztunnel-no-such-netns", func() error { return nil }); err == nil {
+		t.Error("a missing netns was entered")
+	}
+}
