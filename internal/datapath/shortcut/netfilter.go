@@ -28,8 +28,9 @@ var natFamilies = []struct {
 // process's network namespace (the node's, for the agent). It learns NAT
 // that this namespace applies to traffic between pods (kube-proxy DNAT).
 // Netfilter links cannot be updated in place: the new link is attached next
-// to a pinned one of an earlier install, which is detached on commit (both
-// learn the same aliases meanwhile), or kept on rollback.
+// to a pinned one of an earlier install, which is detached on commit or
+// kept on rollback. Meanwhile both run: the second finds the alias the first
+// wrote (BPF_NOEXIST) with the same target and changes nothing.
 func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
 	for _, f := range natFamilies {
 		pin := bpfsys.LinkPin(s.dir, bpfsys.KindNetfilter, "ez_nat_"+f.name)
