@@ -29,7 +29,7 @@ func Links(cfg Config) ([]PinnedLink, error) {
 	}
 	out := make([]PinnedLink, 0, len(pins))
 	for _, pin := range pins {
-		l, err := link.LoadPinnedLink(pin, &ebpf.LoadPinOptions{ReadOnly: true})
+		l, err := link.LoadPinnedLink(pin, nil) // quirk: links refuse BPF_F_RDONLY (EINVAL)
 		if err != nil {
 			return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
 		}
