@@ -6,8 +6,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/vishvananda/netlink"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
 // tracepoint is one tracepoint with its tp_btf program and raw_tp fallback.

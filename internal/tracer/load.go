@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
+
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
