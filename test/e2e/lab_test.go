@@ -80,7 +80,7 @@ func assertClean(t *testing.T, name, pin string) {
 func TestLabTopology(t *testing.T) {
 	for _, mesh := range []string{"sidecar-tls", "ambient"} {
 		m, _ := meshlab.ParseMesh(mesh)
-		n, err := meshlab.New(context.Background(), meshlab.Config{Name: "lb1", Subnet: 50, Mesh: m, Exe: bin})
+		n, err := meshlab.New(context.Background(), meshlab.Config{Name: "lb1", Subnet: 50, Mesh: m, Exe: labBin})
 		if err != nil {
 			t.Fatalf("%s: %v", mesh, err)
 		}
