@@ -11,8 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var errBusy = unix.EBUSY
-
 // Table is a netfilter table class (enum ez_trc_table in bpf/tracer/tracer.h).
 type Table uint8
 
