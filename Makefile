@@ -10,7 +10,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
-.PHONY: all build generate check-generated test test-unit test-e2e demo bench-quick bench-memory clean deps
+.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash demo bench-quick bench-memory clean deps
 
 all: build
 
@@ -38,12 +38,23 @@ check-generated: generate
 	git diff --exit-code -- internal/datapath/ internal/tracer/ internal/bpftest/ || \
 	  (echo "generated eBPF files differ from the C sources: run 'make generate' and commit" >&2; exit 1)
 
+# Every program the code and the tests run is provided by a package
+# install-deps.sh installs (or an Essential one) and resolves on this machine.
+depcheck:
+	$(GO) run ./scripts/depcheck
+
 # Everything, as root: unit tests and end-to-end tests on the real kernel.
 test:
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root: sudo make test" >&2; exit 1; fi
 	./scripts/install-deps.sh
+	$(MAKE) depcheck
 	$(MAKE) build
 	$(GO) test -count=1 -timeout 14m ./...
+
+# SIGKILL the e2e tests mid-run, rerun them, and check the host is as before.
+test-crash:
+	@if [ "$$(id -u)" != 0 ]; then echo "make test-crash needs root" >&2; exit 1; fi
+	./scripts/crash-test.sh
 
 test-unit:
 	$(GO) test -count=1 ./internal/... ./lab/... ./cmd/...

@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"context"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 )
 
 // Facts describe the machine and the options of a lab run (machine.json).
@@ -53,7 +55,7 @@ func collectFacts(o LabOptions) Facts {
 		"wrk":             {"wrk", "--version"},
 		"iptables":        {"iptables", "--version"},
 	} {
-		out, _ := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		out, _ := sysexec.Command(context.Background(), argv[0], argv[1:]...).CombinedOutput()
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 		f.Versions[name] = line
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -77,7 +77,7 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	agentReady := filepath.Join(tmp, "agent")
-	agent := exec.CommandContext(ctx, o.Agent, "run", "--cgroup", lab.Managed, "--pin-path", cfg.PinRoot, "--ready-file", agentReady)
+	agent := sysexec.Command(ctx, o.Agent, "run", "--cgroup", lab.Managed, "--pin-path", cfg.PinRoot, "--ready-file", agentReady)
 	agent.Stderr = o.Log
 	if err := agent.Start(); err != nil {
 		return err

@@ -9,7 +9,7 @@ import (
 const haproxyGlobal = `global
     uid %[1]d
     gid %[1]d
-    maxconn 4096
+    maxconn 4096%[2]s
 
 defaults
     mode tcp
@@ -18,15 +18,25 @@ defaults
     timeout server 5m
 `
 
-// sidecarConfig is one pod's sidecar: outbound on 15001 to the
-// connection's original destination (HAProxy reads SO_ORIGINAL_DST, as
-// Envoy's original_dst filter does), inbound on 15006 to the original port
-// on loopback. With tls the proxy-to-proxy leg is TLS: the outbound side
-// connects with ssl, the inbound side terminates it with cert (a PEM file
-// holding certificate and key).
-func sidecarConfig(tls bool, cert string) string {
+// SidecarConfig is one pod's sidecar.
+//
+// Outbound on 15001: `server orig 0.0.0.0:0` forwards to the connection's
+// original destination. HAProxy built with USE_LINUX_TPROXY reads
+// SO_ORIGINAL_DST before getsockname, so a REDIRECTed connection reports
+// where the app meant to go, as Envoy's original_dst filter does.
+//
+// Inbound on 15006: `server app 127.0.0.1` without a port forwards to the
+// original destination port on loopback, as Istio's inbound passthrough did
+// before it moved to the pod IP with source 127.0.0.6.
+//
+// The proxy starts as root to bind, then runs as ProxyUID; its outbound
+// sockets are created after that, so the capture's owner match sees it.
+// With tls the proxy-to-proxy leg is TLS: the outbound side connects with
+// ssl, the inbound side terminates it with cert (a PEM file holding
+// certificate and key). statsSock, when set, is an admin stats socket.
+func SidecarConfig(tls bool, cert, statsSock string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, haproxyGlobal, proxyUID)
+	fmt.Fprintf(&b, haproxyGlobal, ProxyUID, statsLine(statsSock))
 	inSSL, outSSL := "", ""
 	if tls {
 		inSSL, outSSL = " ssl crt "+cert, " ssl verify none"
@@ -45,7 +55,7 @@ frontend inbound
 
 backend local_app
     server app 127.0.0.1
-`, portOutbound, outSSL, portInbound, inSSL)
+`, PortOutbound, outSSL, PortInbound, inSSL)
 	return b.String()
 }
 
@@ -56,7 +66,7 @@ backend local_app
 // app -> ztunnel -> ztunnel (HBONE) -> app. With tls the middle leg is TLS.
 func nodeProxyConfig(server netip.Addr, tls bool, cert string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, haproxyGlobal, proxyUID)
+	fmt.Fprintf(&b, haproxyGlobal, ProxyUID, "")
 	inSSL, outSSL := "", ""
 	if tls {
 		inSSL, outSSL = " ssl crt "+cert, " ssl verify none"
@@ -74,6 +84,13 @@ listen in_%[1]d
 `, p, in, outSSL, inSSL, server)
 	}
 	return b.String()
+}
+
+func statsLine(sock string) string {
+	if sock == "" {
+		return ""
+	}
+	return "\n    stats socket " + sock + " mode 600 level admin"
 }
 
 // nginxConfig serves dir/www on PortHTTP with one worker, logs off.

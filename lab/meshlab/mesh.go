@@ -51,9 +51,9 @@ var servicePorts = []int{PortStream, PortEcho, PortRedis, PortHTTP}
 
 // Istio's sidecar ports and proxy uid (istio-proxy is uid 1337).
 const (
-	proxyUID     = 1337
-	portOutbound = 15001
-	portInbound  = 15006
+	ProxyUID     = 1337
+	PortOutbound = 15001
+	PortInbound  = 15006
 	// ambientInboundOffset: the node proxy's inbound listener for service
 	// port p is 127.0.0.1:p+offset (ztunnel uses one port, 15008, and HBONE
 	// CONNECT to name the destination; HAProxy in tcp mode needs one each).

@@ -7,11 +7,11 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -150,14 +150,14 @@ func (n *Node) startMesh() error {
 		return nil
 	case "sidecar":
 		cfg := filepath.Join(n.Dir, "sidecar.cfg")
-		if err := n.writeProxyConfig(cfg, sidecarConfig(m.TLS, cert)); err != nil {
+		if err := n.writeProxyConfig(cfg, SidecarConfig(m.TLS, cert, "")); err != nil {
 			return err
 		}
 		for _, p := range []*netlab.Pod{n.Client, n.Server} {
-			if _, err := n.start("haproxy-"+p.Name, p, []int{portOutbound, portInbound}, "haproxy", "-f", cfg, "-db"); err != nil {
+			if _, err := n.start("haproxy-"+p.Name, p, []int{PortOutbound, PortInbound}, "haproxy", "-f", cfg, "-db"); err != nil {
 				return err
 			}
-			if err := n.iptables(p, sidecarCapture()); err != nil {
+			if err := InstallCapture(n.ctx, p, SidecarCapture()); err != nil {
 				return err
 			}
 		}
@@ -174,7 +174,7 @@ func (n *Node) startMesh() error {
 		if _, err := n.start("haproxy-node", n.Proxy, ports, "haproxy", "-f", cfg, "-db"); err != nil {
 			return err
 		}
-		return n.iptables(n.Client, ambientCapture(n.Server.IPv4, n.Proxy.IPv4))
+		return InstallCapture(n.ctx, n.Client, AmbientCapture(n.Server.IPv4, n.Proxy.IPv4))
 	}
 	return fmt.Errorf("unknown mesh kind %q", m.Kind)
 }
@@ -183,7 +183,7 @@ func (n *Node) writeProxyConfig(path, cfg string) error {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	if out, err := exec.CommandContext(n.ctx, "haproxy", "-c", "-q", "-f", path).CombinedOutput(); err != nil {
+	if out, err := sysexec.Command(n.ctx, "haproxy", "-c", "-q", "-f", path).CombinedOutput(); err != nil {
 		return fmt.Errorf("haproxy -c %s: %w: %s", path, err, out)
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -79,7 +78,7 @@ func (n *Node) start(name string, p *netlab.Pod, ports []int, argv ...string) (*
 	go func() { pr.cmd.Wait(); close(pr.done) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		missing, err := notListening(n.ctx, p, ports)
+		missing, err := p.NotListening(ports)
 		if err == nil && len(missing) == 0 {
 			return pr, nil
 		}
@@ -96,47 +95,10 @@ func (n *Node) start(name string, p *netlab.Pod, ports []int, argv ...string) (*
 	}
 }
 
-// notListening returns the ports of ports with no TCP listener in p.
-func notListening(ctx context.Context, p *netlab.Pod, ports []int) ([]int, error) {
-	out, err := netlab.NetnsCmd(ctx, p.NetNS, "ss", "-Hltn").Output()
-	if err != nil {
-		return ports, err
-	}
-	have := map[int]bool{}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 4 {
-			continue
-		}
-		i := strings.LastIndexByte(f[3], ':')
-		if port, err := strconv.Atoi(f[3][i+1:]); err == nil {
-			have[port] = true
-		}
-	}
-	var missing []int
-	for _, port := range ports {
-		if !have[port] {
-			missing = append(missing, port)
-		}
-	}
-	return missing, nil
-}
-
 func tail(s string) string {
 	s = strings.TrimSpace(s)
 	if len(s) > 2000 {
 		s = "..." + s[len(s)-2000:]
 	}
 	return s
-}
-
-// iptables applies nat rules in p's netns.
-func (n *Node) iptables(p *netlab.Pod, rules [][]string) error {
-	for _, r := range rules {
-		args := append([]string{"-w", "-t", "nat"}, r...)
-		if out, err := netlab.NetnsCmd(n.ctx, p.NetNS, "iptables", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("iptables %s in %s: %w: %s", strings.Join(args, " "), p.Name, err, out)
-		}
-	}
-	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 )
 
 // Cmd prepares a command to run in the pod's network namespace. Start it
@@ -29,7 +31,10 @@ func (p *Pod) Run(cmd *exec.Cmd) error {
 // namespace; unlike `ip netns exec`, nsenter does not remount /sys.
 func NetnsCmd(ctx context.Context, netnsName, name string, args ...string) *exec.Cmd {
 	full := append([]string{"--net=/run/netns/" + netnsName, "--", name}, args...)
-	cmd := exec.CommandContext(ctx, "nsenter", full...)
+	cmd := sysexec.Command(ctx, "nsenter", full...)
+	if err := sysexec.Check(name); err != nil {
+		cmd.Err = err
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }

@@ -105,6 +105,24 @@ func New(name string, subnet int) (_ *Lab, err error) {
 	return l, nil
 }
 
+// Holder claims name for resource records only (Record), for resources a
+// lab of another process makes, e.g. the pins of a `bench lab` child: if
+// this process dies, Sweep undoes them. Close undoes and releases.
+func Holder(name string) (*Lab, error) {
+	if len(name) > 6 || name == "" {
+		return nil, fmt.Errorf("netlab: name %q must be 1..6 characters", name)
+	}
+	if err := claim(name); err != nil {
+		return nil, err
+	}
+	cg, err := cgroupv2.Root()
+	if err != nil {
+		release(name)
+		return nil, err
+	}
+	return &Lab{Name: name, Bridge: fmt.Sprintf("%s%sbr", Prefix, name), cgRoot: filepath.Join(cg, Prefix+"-"+name)}, nil
+}
+
 // nodad is IFA_F_NODAD: IPv6 addresses usable at once.
 const nodad = 0x02
 
@@ -242,17 +260,21 @@ func (l *Lab) Close() error {
 	if err := removeCgroupTree(l.cgRoot); err != nil {
 		errs = append(errs, err)
 	}
+	if err := undoRecords(l.Name); err != nil {
+		errs = append(errs, err)
+	}
 	release(l.Name)
 	return errors.Join(errs...)
 }
 
 // Sweep removes what labs of killed runs left behind: the namespaces, links
-// and cgroups of every lab whose owning process is gone. Labs of live
+// and cgroups of every lab whose owning process is gone, and the resources
+// its owner record lists (pins, host nftables chains and tables, sysctls). Labs of live
 // processes (another test binary running now) are left alone.
 func Sweep() error {
 	var errs []error
 	for _, name := range staleLabs() {
-		if err := sweepLab(name); err != nil {
+		if err := errors.Join(undoRecords(name), sweepLab(name)); err != nil {
 			errs = append(errs, err)
 		}
 		release(name)

@@ -11,7 +11,9 @@ import (
 )
 
 // ownerDir records which process owns each lab, so Sweep can tell a lab of
-// a killed run from one in use by a concurrent run.
+// a killed run from one in use by a concurrent run. A lab's file holds the
+// owner's pid on its first line, then the resources it made outside its
+// namespaces (Record), one per line.
 const ownerDir = "/run/eztunnel-labs"
 
 func claim(name string) error {
@@ -19,15 +21,16 @@ func claim(name string) error {
 		return fmt.Errorf("netlab: %w", err)
 	}
 	path := filepath.Join(ownerDir, name)
-	if b, err := os.ReadFile(path); err == nil {
-		if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); alive(pid) && pid != os.Getpid() {
+	if _, err := os.Stat(path); err == nil {
+		p, _ := readRecords(name)
+		if pid, _ := strconv.Atoi(p); alive(pid) && pid != os.Getpid() {
 			return fmt.Errorf("netlab: lab %q is in use by process %d", name, pid)
 		}
-		if err := sweepLab(name); err != nil {
+		if err := errors.Join(undoRecords(name), sweepLab(name)); err != nil {
 			return fmt.Errorf("netlab: removing leftovers of lab %q: %w", name, err)
 		}
 	}
-	return os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())), 0o600)
+	return os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 }
 
 func release(name string) { os.Remove(filepath.Join(ownerDir, name)) }
@@ -54,8 +57,8 @@ func staleLabs() []string {
 	owned := map[string]bool{}
 	entries, _ := os.ReadDir(ownerDir)
 	for _, e := range entries {
-		b, _ := os.ReadFile(filepath.Join(ownerDir, e.Name()))
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		p, _ := readRecords(e.Name())
+		pid, _ := strconv.Atoi(p)
 		if alive(pid) {
 			owned[e.Name()] = true
 		} else {

@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 )
 
 // attachedPrograms counts the programs attached to a cgroup for the hooks eztunnel uses.
@@ -39,7 +40,7 @@ func attachedPrograms(t *testing.T, cgroup string) int {
 }
 
 func eztunnel(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd := sysexec.Command(ctx, bin, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -53,13 +54,13 @@ func TestAgentLifecycle(t *testing.T) {
 	e := newEnv(t, "cli", 19)
 	a, b := e.pod("a", true), e.pod("b", true)
 	e.serve(b, "--stream", ":7000")
-	pin := "/sys/fs/bpf/eztest-cli-agent"
+	pin := e.pin("/sys/fs/bpf/eztest-cli-agent")
 	t.Cleanup(func() { eztunnel(context.Background(), "uninstall", "--pin-path", pin, "--drain-timeout", "1s") })
 
 	ready := filepath.Join(t.TempDir(), "ready")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	agent := exec.CommandContext(ctx, bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--ready-file", ready)
+	agent := sysexec.Command(ctx, bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--ready-file", ready)
 	var logs bytes.Buffer
 	agent.Stdout, agent.Stderr = &logs, &logs
 	if err := agent.Start(); err != nil {
@@ -139,7 +140,7 @@ func assertRemoved(t *testing.T, cgroup, pin string) {
 // problem and leaves no program attached and nothing pinned.
 func TestBadInput(t *testing.T) {
 	e := newEnv(t, "bad", 20)
-	pin := "/sys/fs/bpf/eztest-bad"
+	pin := e.pin("/sys/fs/bpf/eztest-bad")
 	v1 := firstCgroupV1(t)
 	cases := []struct {
 		name    string
@@ -167,9 +168,14 @@ func TestBadInput(t *testing.T) {
 			var cmd *exec.Cmd
 			if tc.args == nil {
 				script := `mount -t tmpfs none /sys/kernel/btf && exec "$0" "$@"`
-				cmd = exec.CommandContext(ctx, "unshare", "-m", "--propagation", "private", "sh", "-c", script, bin, "run", "--pin-path", pin, "--cgroup", e.lab.Managed)
+				cmd = sysexec.Command(ctx, "unshare", "-m", "--propagation", "private", "sh", "-c", script, bin, "run", "--pin-path", pin, "--cgroup", e.lab.Managed)
+				for _, p := range []string{"sh", "mount"} { // run by unshare
+					if err := sysexec.Check(p); err != nil {
+						t.Fatal(err)
+					}
+				}
 			} else {
-				cmd = exec.CommandContext(ctx, bin, args...)
+				cmd = sysexec.Command(ctx, bin, args...)
 			}
 			if tc.wrap != nil {
 				tc.wrap(cmd)

@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
@@ -26,50 +30,50 @@ func podDNAT(t *testing.T, p *netlab.Pod, vip netip.Addr, to string) {
 }
 
 // hostDNAT makes the host a kube-proxy for vip:80 -> to, for traffic coming
-// from the lab's bridge: nat PREROUTING jumps to a chain of our own. It
-// enables IPv4 forwarding. Cleanup restores all of it: the jump, the chain,
-// the nat table if we created it, and the previous ip_forward.
+// from the lab's bridge: iptables (as kube-proxy drives it) adds a chain of
+// our own to nat PREROUTING, and IPv4 forwarding is on. Each host change is
+// recorded in the lab's owner record first, so a killed run's leftovers are
+// swept; cleanup (also on failure) undoes them: the jump and the chain, the
+// nat table iptables-nft made if it was not there before, ip_forward.
 func hostDNAT(t *testing.T, l *netlab.Lab, vip netip.Addr, to string) {
 	t.Helper()
 	chain := "EZL-DNAT-" + l.Name
-	_, natErr := nsTry("", "nft", "list", "table", "ip", "nat")
-	t.Cleanup(func() {
-		nsTry("", "iptables", "-w", "-t", "nat", "-D", "PREROUTING", "-i", l.Bridge, "-j", chain)
-		nsTry("", "iptables", "-w", "-t", "nat", "-F", chain)
-		if out, err := nsTry("", "iptables", "-w", "-t", "nat", "-X", chain); err != nil && !strings.Contains(out, "No chain") {
-			t.Errorf("remove host chain %s: %v: %s", chain, err, out)
+	record := func(kind string, args ...string) {
+		t.Helper()
+		undo, err := l.Record(kind, args...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		// iptables-nft leaves the nat table and its base chains behind:
-		// remove them if they were not there before and hold no rules.
-		if natErr == nil {
-			return
-		}
-		if out, err := nsTry("", "iptables-save", "-t", "nat"); err == nil && !strings.Contains(out, "\n-A ") {
-			if out, err := nsTry("", "nft", "delete", "table", "ip", "nat"); err != nil {
-				t.Errorf("remove host nat table: %v: %s", err, out)
+		t.Cleanup(func() {
+			if err := undo(); err != nil {
+				t.Errorf("undo %s %v: %v", kind, args, err)
 			}
-		}
-	})
-	ipt := func(args ...string) { nsExec(t, "", "iptables", append([]string{"-w", "-t", "nat"}, args...)...) }
-	ipt("-N", chain)
-	ipt("-A", chain, "-d", vip.String()+"/32", "-p", "tcp", "--dport", "80", "-j", "DNAT", "--to-destination", to)
-	ipt("-I", "PREROUTING", "-i", l.Bridge, "-j", chain)
-
+		})
+	}
 	const fwd = "/proc/sys/net/ipv4/ip_forward"
 	old, err := os.ReadFile(fwd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.TrimSpace(string(old)) != "1" {
-		t.Cleanup(func() {
-			if err := os.WriteFile(fwd, old, 0o644); err != nil {
-				t.Errorf("restore ip_forward: %v", err)
-			}
-		})
+	if v := strings.TrimSpace(string(old)); v != "1" {
+		record(netlab.RecSysctl, fwd, v)
 		if err := os.WriteFile(fwd, []byte("1\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// iptables-nft leaves the nat table and its base chains behind.
+	had, err := netlab.NFTableExists("ip", "nat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !had {
+		record(netlab.RecNFTable, "ip", "nat")
+	}
+	record(netlab.RecNFChain, "ip", "nat", chain)
+	ipt := func(args ...string) { nsExec(t, "", "iptables", append([]string{"-w", "-t", "nat"}, args...)...) }
+	ipt("-N", chain)
+	ipt("-A", chain, "-d", vip.String()+"/32", "-p", "tcp", "--dport", "80", "-j", "DNAT", "--to-destination", to)
+	ipt("-I", "PREROUTING", "-i", l.Bridge, "-j", chain)
 }
 
 // noRedirects makes a pod ignore ICMP redirects: the host forwards between
@@ -78,7 +82,9 @@ func hostDNAT(t *testing.T, l *netlab.Lab, vip netip.Addr, to string) {
 func noRedirects(t *testing.T, p *netlab.Pod) {
 	t.Helper()
 	for _, k := range []string{"all", "default", "eth0"} {
-		nsExec(t, p.NetNS, "sysctl", "-q", "-w", "net.ipv4.conf."+k+".accept_redirects=0")
+		if err := p.Sysctl("net.ipv4.conf."+k+".accept_redirects", "0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -93,8 +99,9 @@ func (e *env) runStreamCase(t *testing.T, p *netlab.Pod, c streamCase, addr stri
 
 // TestDNAT covers ClusterIP-style DNAT: (a) in the client pod's own netns,
 // which the egress program learns exactly; (b) kube-proxy's, in the host
-// netns, which no program of the datapath sees today; (c) one source
-// ip:port to two destinations at once, with and without NAT.
+// netns, which the netfilter program ez_nat (host POST_ROUTING) learns from
+// the host's conntrack; (c) one source ip:port to two destinations at once,
+// with and without NAT.
 func TestDNAT(t *testing.T) {
 	e := newEnv(t, "dnat", 15)
 	a := e.pod("a", true) // client
@@ -250,28 +257,24 @@ func TestDNAT(t *testing.T) {
 	}
 }
 
-// conntrackMovedPorts returns, for the connections of p's netns whose
+// conntrackMovedPorts returns, for the TCP connections of p's netns whose
 // original source port is port, the reply destination ports that differ
 // from it: source ports NAT moved on the wire.
 func conntrackMovedPorts(t *testing.T, p *netlab.Pod, port int) []string {
 	t.Helper()
-	out := nsExec(t, p.NetNS, "cat", "/proc/net/nf_conntrack")
+	h, err := p.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	if err != nil {
+		t.Fatalf("conntrack in %s: %v", p.NetNS, err)
+	}
 	var moved []string
-	sport := fmt.Sprintf("sport=%d", port)
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		var sports, dports []string
-		for _, x := range f {
-			if strings.HasPrefix(x, "sport=") {
-				sports = append(sports, x)
-			}
-			if v, ok := strings.CutPrefix(x, "dport="); ok {
-				dports = append(dports, v)
-			}
-		}
-		// Original tuple first, then the reply tuple.
-		if len(sports) == 2 && len(dports) == 2 && sports[0] == sport && dports[1] != fmt.Sprint(port) {
-			moved = append(moved, dports[1])
+	for _, f := range flows {
+		if f.Forward.Protocol == unix.IPPROTO_TCP && int(f.Forward.SrcPort) == port && int(f.Reverse.DstPort) != port {
+			moved = append(moved, strconv.Itoa(int(f.Reverse.DstPort)))
 		}
 	}
 	return moved

@@ -38,8 +38,19 @@ func newEnv(t *testing.T, name string, subnet int) *env {
 		}
 	})
 	cfg := datapath.DefaultConfig()
-	cfg.PinRoot = "/sys/fs/bpf/eztest-" + name
-	return &env{t: t, lab: lab, cfg: cfg}
+	e := &env{t: t, lab: lab, cfg: cfg}
+	e.cfg.PinRoot = e.pin("/sys/fs/bpf/eztest-" + name)
+	return e
+}
+
+// pin records a bpffs path the test may pin under, so a killed run's pins
+// are swept, and returns it.
+func (e *env) pin(path string) string {
+	e.t.Helper()
+	if _, err := e.lab.Record(netlab.RecPin, path); err != nil {
+		e.t.Fatal(err)
+	}
+	return path
 }
 
 func (e *env) pod(name string, managed bool) *netlab.Pod {

@@ -14,8 +14,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
@@ -31,7 +32,10 @@ func labLeftovers(t *testing.T, name, pin string) []string {
 			left = append(left, "netns "+e.Name())
 		}
 	}
-	links, _ := netlink.LinkList()
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatalf("list links: %v", err)
+	}
 	for _, l := range links {
 		if strings.HasPrefix(l.Attrs().Name, netlab.Prefix+name) {
 			left = append(left, "link "+l.Attrs().Name)
@@ -115,9 +119,23 @@ func TestLabTopology(t *testing.T) {
 	assertClean(t, "lb1", "")
 }
 
-// tinyLab is the smallest complete `bench lab` run.
-func tinyLab(name string, subnet int, out string, meshes string) *exec.Cmd {
-	return exec.Command(labBin, "bench", "lab", "--quick", "--lab-name", name, "--subnet", strconv.Itoa(subnet),
+// tinyLab is the smallest complete `bench lab` run. Its pin path is
+// recorded by a holder of this process, so a killed run's pins are swept.
+func tinyLab(t *testing.T, name string, subnet int, out string, meshes string) *exec.Cmd {
+	t.Helper()
+	h, err := netlab.Holder("p" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Close(); err != nil {
+			t.Errorf("pin holder: %v", err)
+		}
+	})
+	if _, err := h.Record(netlab.RecPin, "/sys/fs/bpf/ez"+name); err != nil {
+		t.Fatal(err)
+	}
+	return sysexec.Command(context.Background(), labBin, "bench", "lab", "--quick", "--lab-name", name, "--subnet", strconv.Itoa(subnet),
 		"--pin-path", "/sys/fs/bpf/ez"+name, "--mesh", meshes, "--paced-n", "3", "--interval", "20ms",
 		"--ping-n", "300", "--transfer-mib", "8", "--redis-n", "1000", "--http-duration", "1s", "--out", out)
 }
@@ -126,7 +144,7 @@ func tinyLab(name string, subnet int, out string, meshes string) *exec.Cmd {
 // and checks each metric is sane and the report rendered.
 func TestLabWorkloads(t *testing.T) {
 	out := t.TempDir()
-	cmd := tinyLab("lb3", 52, out, "none,sidecar,ambient-tls")
+	cmd := tinyLab(t, "lb3", 52, out, "none,sidecar,ambient-tls")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -182,7 +200,7 @@ func TestLabWorkloads(t *testing.T) {
 // exits and leaves nothing behind: no namespaces, links, cgroups,
 // processes (haproxy, nginx, redis-server) or pins.
 func TestLabInterrupt(t *testing.T) {
-	cmd := tinyLab("lb2", 51, t.TempDir(), "sidecar")
+	cmd := tinyLab(t, "lb2", 51, t.TempDir(), "sidecar")
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -190,17 +208,24 @@ func TestLabInterrupt(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	deadline := time.Now().Add(60 * time.Second)
-	// Interrupt in the middle of the first eztunnel-mode run: the datapath
-	// is installed and every proxy and server is running.
-	for !strings.Contains(stderr.String(), "baseline http") {
+	deadline := time.Now().Add(90 * time.Second)
+	// Interrupt in the middle of the first eztunnel-mode run: once the
+	// datapath is pinned, every proxy and server is running.
+	pin := "/sys/fs/bpf/ezlb2"
+	for {
+		if links, _ := filepath.Glob(filepath.Join(pin, "*", "link_*")); len(links) > 0 {
+			break
+		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
-			t.Fatalf("no progress:\n%s", stderr.String())
+			t.Fatalf("the datapath was never pinned in %s:\n%s", pin, stderr.String())
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case err := <-done:
+			t.Fatalf("bench lab exited (%v) before the datapath was pinned:\n%s", err, stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	time.Sleep(100 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case err := <-done:
@@ -211,5 +236,5 @@ func TestLabInterrupt(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatalf("did not exit after SIGINT:\n%s", stderr.String())
 	}
-	assertClean(t, "lb2", "/sys/fs/bpf/ezlb2")
+	assertClean(t, "lb2", pin)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -30,7 +31,7 @@ func startAgent(t *testing.T, binary, cgroup, pin string, extra ...string) *agen
 	ready := filepath.Join(t.TempDir(), "ready")
 	a := &agent{logs: &bytes.Buffer{}}
 	args := append([]string{"run", "--cgroup", cgroup, "--pin-path", pin, "--ready-file", ready}, extra...)
-	a.cmd = exec.Command(binary, args...)
+	a.cmd = sysexec.Command(context.Background(), binary, args...)
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func agentEnv(t *testing.T, name string, subnet int) (e *env, a, b *netlab.Pod, 
 	e = newEnv(t, name, subnet)
 	a, b = e.pod("a", true), e.pod("b", true)
 	e.serve(b, "--stream", ":7000")
-	pin = "/sys/fs/bpf/eztest-" + name
+	pin = e.cfg.PinRoot
 	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
 	return e, a, b, pin
 }
@@ -186,7 +187,7 @@ func buildVariant(t *testing.T) string {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	cp := exec.Command("cp", "-a", filepath.Join(root, "bpf"), filepath.Join(root, "cmd"), filepath.Join(root, "internal"), filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"), dir)
+	cp := sysexec.Command(context.Background(), "cp", "-a", filepath.Join(root, "bpf"), filepath.Join(root, "cmd"), filepath.Join(root, "internal"), filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"), dir)
 	if out, err := cp.CombinedOutput(); err != nil {
 		t.Fatalf("copy tree: %v\n%s", err, out)
 	}
@@ -204,12 +205,12 @@ func buildVariant(t *testing.T) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "eztunnel-next")
-	for _, c := range [][]string{
-		{"sh", "-c", "cd internal/datapath && go generate ./..."},
-		{"go", "build", "-o", out, "./cmd/eztunnel"},
+	for _, c := range []struct{ dir, args []string }{
+		{[]string{"internal", "datapath"}, []string{"generate", "./..."}}, // bpf2go runs clang-19
+		{nil, []string{"build", "-o", out, "./cmd/eztunnel"}},
 	} {
-		cmd := exec.Command(c[0], c[1:]...)
-		cmd.Dir = dir
+		cmd := sysexec.Command(context.Background(), "go", c.args...)
+		cmd.Dir = filepath.Join(append([]string{dir}, c.dir...)...)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%v: %v\n%s", c, err, b)
 		}
@@ -267,7 +268,7 @@ func TestUninstallUnderTraffic(t *testing.T) {
 // layout is refused with a message, and nothing is attached.
 func TestOtherSchemaRefused(t *testing.T) {
 	e := newEnv(t, "schm", 29)
-	pin := "/sys/fs/bpf/eztest-schm"
+	pin := e.cfg.PinRoot
 	old := filepath.Join(pin, "v0")
 	if err := os.MkdirAll(old, 0o700); err != nil {
 		t.Fatal(err)
@@ -293,7 +294,7 @@ func TestAnotherSockmapUser(t *testing.T) {
 	a, b := e.pod("a", true), e.pod("b", true)
 	e.serve(b, "--stream", ":7000")
 	other := e.cfg
-	other.PinRoot = "/sys/fs/bpf/eztest-busy-other"
+	other.PinRoot = e.pin("/sys/fs/bpf/eztest-busy-other")
 	first, err := datapath.Install(other, []string{e.lab.Managed})
 	if err != nil {
 		t.Fatal(err)

@@ -4,12 +4,13 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 	bin = filepath.Join(dir, "eztunnel")
 	labBin = filepath.Join(dir, "eztunnel-lab")
 	for out, pkg := range map[string]string{bin: "../../cmd/eztunnel", labBin: "../../lab/cmd/eztunnel-lab"} {
-		build := exec.Command("go", "build", "-o", out, pkg)
+		build := sysexec.Command(context.Background(), "go", "build", "-o", out, pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: build", pkg+":", err)

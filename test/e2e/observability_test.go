@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 )
 
 // TestObservability: the agent's Prometheus endpoint reports the BPF
@@ -28,14 +28,14 @@ func TestObservability(t *testing.T) {
 	e := newEnv(t, "obs", 23)
 	a, b := e.pod("a", true), e.pod("b", true)
 	e.serve(b, "--stream", ":7000", "--echo", ":7001")
-	pin := "/sys/fs/bpf/eztest-obs"
+	pin := e.cfg.PinRoot
 	t.Cleanup(func() { eztunnel(context.Background(), "uninstall", "--pin-path", pin, "--drain-timeout", "10s") })
 
 	metricsAddr := freeAddr(t)
 	ready := filepath.Join(t.TempDir(), "ready")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	agent := exec.CommandContext(ctx, bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin,
+	agent := sysexec.Command(ctx, bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin,
 		"--metrics-addr", metricsAddr, "--log-format", "json", "--ready-file", ready)
 	var logs bytes.Buffer
 	agent.Stdout, agent.Stderr = &logs, &logs
@@ -163,7 +163,7 @@ func TestObservability(t *testing.T) {
 
 	t.Run("env", func(t *testing.T) {
 		run := func(env string, args ...string) string {
-			cmd := exec.Command(bin, append([]string{"run", "--cgroup", e.lab.Managed, "--pin-path", pin + "-env"}, args...)...)
+			cmd := sysexec.Command(context.Background(), bin, append([]string{"run", "--cgroup", e.lab.Managed, "--pin-path", pin + "-env"}, args...)...)
 			cmd.Env = append(os.Environ(), env)
 			out, err := cmd.CombinedOutput()
 			if err == nil {

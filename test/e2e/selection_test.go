@@ -77,7 +77,7 @@ func TestSelection(t *testing.T) {
 // `run` before anything is attached.
 func TestSelectionInvalid(t *testing.T) {
 	e := newEnv(t, "seli", 25)
-	pin := "/sys/fs/bpf/eztest-seli"
+	pin := e.pin("/sys/fs/bpf/eztest-seli")
 	for _, tc := range []struct {
 		args    []string
 		message string

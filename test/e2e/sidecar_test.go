@@ -16,12 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
-
-// proxyUID is the sidecar's uid, exempted from capture by owner match as
-// Istio's istio-proxy (uid 1337) is.
-const proxyUID = 1337
 
 // nsExec runs a command in a network namespace (no cgroup: iptables, sysctl,
 // ip) and fails the test with its output when it fails.
@@ -41,7 +39,7 @@ func nsTry(netns string, name string, args ...string) (string, error) {
 	defer cancel()
 	var cmd *exec.Cmd
 	if netns == "" {
-		cmd = exec.CommandContext(ctx, name, args...)
+		cmd = sysexec.Command(ctx, name, args...)
 	} else {
 		cmd = netlab.NetnsCmd(ctx, netns, name, args...)
 	}
@@ -82,83 +80,6 @@ func (e *env) startLogged(p *netlab.Pod, name string, args ...string) (*exec.Cmd
 	return cmd, out
 }
 
-// istioCapture installs the nat rules istio-iptables writes into a pod
-// (tools/istio-iptables, REDIRECT mode), trimmed to what TCP needs: inbound
-// TCP goes to 15006, outbound TCP of everyone but the proxy uid goes to
-// 15001, loopback traffic of the app stays local. They live in the pod's
-// netns and go away with it.
-func istioCapture(t *testing.T, p *netlab.Pod) {
-	t.Helper()
-	uid := strconv.Itoa(proxyUID)
-	rules := [][]string{
-		{"-N", "ISTIO_INBOUND"},
-		{"-N", "ISTIO_IN_REDIRECT"},
-		{"-N", "ISTIO_OUTPUT"},
-		{"-N", "ISTIO_REDIRECT"},
-		{"-A", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"},
-		// Istio returns its own ports (15008, 15090, 15021, 15020) here.
-		{"-A", "ISTIO_INBOUND", "-p", "tcp", "--dport", "15090", "-j", "RETURN"},
-		{"-A", "ISTIO_INBOUND", "-p", "tcp", "-j", "ISTIO_IN_REDIRECT"},
-		{"-A", "ISTIO_IN_REDIRECT", "-p", "tcp", "-j", "REDIRECT", "--to-ports", "15006"},
-		{"-A", "OUTPUT", "-p", "tcp", "-j", "ISTIO_OUTPUT"},
-		{"-A", "ISTIO_OUTPUT", "-s", "127.0.0.6/32", "-o", "lo", "-j", "RETURN"},
-		{"-A", "ISTIO_OUTPUT", "!", "-d", "127.0.0.1/32", "-o", "lo", "-m", "owner", "--uid-owner", uid, "-j", "ISTIO_IN_REDIRECT"},
-		{"-A", "ISTIO_OUTPUT", "-o", "lo", "-m", "owner", "!", "--uid-owner", uid, "-j", "RETURN"},
-		{"-A", "ISTIO_OUTPUT", "-m", "owner", "--uid-owner", uid, "-j", "RETURN"},
-		{"-A", "ISTIO_OUTPUT", "-d", "127.0.0.1/32", "-j", "RETURN"},
-		{"-A", "ISTIO_OUTPUT", "-j", "ISTIO_REDIRECT"},
-		{"-A", "ISTIO_REDIRECT", "-p", "tcp", "-j", "REDIRECT", "--to-ports", "15001"},
-	}
-	for _, r := range rules {
-		nsExec(t, p.NetNS, "iptables", append([]string{"-w", "-t", "nat"}, r...)...)
-	}
-}
-
-// sidecarConfig is the HAProxy configuration of one pod's sidecar.
-//
-// Outbound: `server orig 0.0.0.0:0` forwards to the connection's original
-// destination. HAProxy reads a TCP connection's destination with
-// getsockopt(SO_ORIGINAL_DST) before getsockname when built with
-// USE_LINUX_TPROXY (sock_inet_get_dst), so a REDIRECTed connection reports
-// where the app meant to go, as Envoy's original_dst listener filter does;
-// address 0.0.0.0 means "the destination address of the client
-// connection", port 0 "its destination port".
-//
-// Inbound: `server app 127.0.0.1` without a port forwards to the original
-// destination port on loopback, as Istio's inbound passthrough did before it
-// moved to the pod IP with source 127.0.0.6.
-//
-// The proxy starts as root to bind, then runs as proxyUID; its outbound
-// sockets are created after that, so the owner match sees proxyUID.
-func sidecarConfig(statsSock string) string {
-	return fmt.Sprintf(`global
-    uid %[1]d
-    gid %[1]d
-    maxconn 4096
-    stats socket %[2]s mode 600 level admin
-
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 2m
-    timeout server 2m
-
-frontend outbound
-    bind 0.0.0.0:15001
-    default_backend original_dst
-
-backend original_dst
-    server orig 0.0.0.0:0
-
-frontend inbound
-    bind 0.0.0.0:15006
-    default_backend local_app
-
-backend local_app
-    server app 127.0.0.1
-`, proxyUID, statsSock)
-}
-
 // sidecar is one pod's running HAProxy.
 type sidecar struct {
 	pod   *netlab.Pod
@@ -174,23 +95,23 @@ func (e *env) startSidecar(p *netlab.Pod) *sidecar {
 	dir := e.t.TempDir()
 	cfg := filepath.Join(dir, "haproxy.cfg")
 	s := &sidecar{pod: p, stats: filepath.Join(dir, "stats.sock")}
-	if err := os.WriteFile(cfg, []byte(sidecarConfig(s.stats)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(meshlab.SidecarConfig(false, "", s.stats)), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
-	if out, err := exec.Command("haproxy", "-c", "-f", cfg).CombinedOutput(); err != nil {
+	if out, err := sysexec.Command(context.Background(), "haproxy", "-c", "-f", cfg).CombinedOutput(); err != nil {
 		e.t.Fatalf("haproxy -c: %v\n%s", err, out)
 	}
 	cmd, log := e.startLogged(p, "haproxy", "-f", cfg, "-db")
 	s.log = log
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, _ := nsTry(p.NetNS, "ss", "-Hltn", "( sport = :15001 or sport = :15006 )")
+		missing, lerr := p.NotListening([]int{meshlab.PortOutbound, meshlab.PortInbound})
 		_, err := s.showStat()
-		if strings.Count(out, "LISTEN") == 2 && err == nil {
+		if lerr == nil && len(missing) == 0 && err == nil {
 			break
 		}
 		if cmd.ProcessState != nil || time.Now().After(deadline) {
-			e.t.Fatalf("haproxy in %s did not come up (listeners: %q, stats: %v):\n%s", p.Name, out, err, log)
+			e.t.Fatalf("haproxy in %s did not come up (not listening: %v %v, stats: %v):\n%s", p.Name, missing, lerr, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -271,7 +192,9 @@ func TestSidecarHAProxy(t *testing.T) {
 	e.serve(b, "--stream", ":7000")
 	proxies := map[string]*sidecar{}
 	for _, p := range []*netlab.Pod{a, b} {
-		istioCapture(t, p)
+		if err := meshlab.InstallCapture(context.Background(), p, meshlab.SidecarCapture()); err != nil {
+			t.Fatal(err)
+		}
 		proxies[p.Name] = e.startSidecar(p)
 	}
 	c := streamCase{conns: 20, parallel: 20, up: 1 << 20, down: 1 << 20, chunk: 16 << 10}

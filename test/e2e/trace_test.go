@@ -6,7 +6,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -27,7 +27,9 @@ type traceOut struct {
 	}
 }
 
-func (o traceOut) lost() uint64 { return o.summary.Counters["ring_drops"] + o.summary.Counters["table_full"] }
+func (o traceOut) lost() uint64 {
+	return o.summary.Counters["ring_drops"] + o.summary.Counters["table_full"]
+}
 
 // startTrace starts the tracer in the host netns; the returned func stops it
 // with SIGINT (as Ctrl-C) and parses its CSV and JSON summary.
@@ -36,7 +38,7 @@ func startTrace(t *testing.T, args ...string) func() traceOut {
 	dir := t.TempDir()
 	ready, csvPath := filepath.Join(dir, "ready"), filepath.Join(dir, "trace.csv")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	cmd := exec.CommandContext(ctx, bin, append([]string{"trace", "-o", "json", "--csv", csvPath, "--ready-file", ready}, args...)...)
+	cmd := sysexec.Command(ctx, bin, append([]string{"trace", "-o", "json", "--csv", csvPath, "--ready-file", ready}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
@@ -209,9 +211,7 @@ func TestTrace(t *testing.T) {
 	for _, rules := range []bool{false, true} {
 		if rules {
 			// A filter-table INPUT rule in b: only LOCAL_IN of b gets a chain.
-			if out, err := exec.Command("nsenter", "--net=/run/netns/"+b.NetNS, "iptables", "-A", "INPUT", "-p", "tcp", "-j", "ACCEPT").CombinedOutput(); err != nil {
-				t.Fatalf("iptables: %v: %s", err, out)
-			}
+			nsExec(t, b.NetNS, "iptables", "-w", "-A", "INPUT", "-p", "tcp", "-j", "ACCEPT")
 		}
 		t.Run("tcp/rules="+strconv.FormatBool(rules), func(t *testing.T) {
 			stop := startTrace(t, append([]string{"--host", b.IPv4.String(), "--proto", "tcp", "--port", "7001"}, tcx...)...)
@@ -251,7 +251,7 @@ func TestTraceOutputs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ready := filepath.Join(t.TempDir(), "ready")
-	cmd := exec.CommandContext(ctx, labBin, "trace", "--raw-tp", "--live", "-o", "json", "--plot", plot, "--port", "7001", "--proto", "tcp", "--ready-file", ready)
+	cmd := sysexec.Command(ctx, labBin, "trace", "--raw-tp", "--live", "-o", "json", "--plot", plot, "--port", "7001", "--proto", "tcp", "--ready-file", ready)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,106 @@
+// Package sysexec is the one place the repository runs external programs.
+// Every program it may run is registered here with the Debian package that
+// provides it, so `go run ./scripts/depcheck` can prove a fresh machine has
+// them all after scripts/install-deps.sh. Command refuses names it does not
+// know. Binaries the build produces (the agent, the lab) are run by path.
+package sysexec
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+)
+
+// Program is one external program and where it comes from.
+type Program struct {
+	Name string
+	// Package is the Debian package providing it; "" for the Go toolchain,
+	// which install-deps.sh checks for but does not install.
+	Package string
+	// Why: who runs it.
+	Why string
+}
+
+// Toolchain marks programs that come with Go, not from Debian.
+const Toolchain = ""
+
+var programs = map[string]Program{}
+
+func register(name, pkg, why string) { programs[name] = Program{name, pkg, why} }
+
+func init() {
+	register("nsenter", "util-linux", "netlab: commands in a pod's network namespace")
+	register("unshare", "util-linux", "e2e: the no-BTF case runs the agent in a private mount namespace")
+	register("mount", "mount", "e2e: hides /sys/kernel/btf (inside unshare's sh -c)")
+	register("sh", "dash", "e2e: unshare's script")
+	register("taskset", "util-linux", "lab: CPU pinning")
+	register("cp", "coreutils", "e2e: copies the tree for the upgrade variant")
+	register("go", Toolchain, "e2e: builds the binaries under test")
+	register("clang-19", "clang-19", "go generate (bpf2go), run by `go generate` in the upgrade test and make")
+	register("ip", "iproute2", "e2e: a route in a pod")
+	register("iptables", "iptables", "lab/e2e: kube-proxy-style DNAT, ambient capture, trace filter rules")
+	register("iptables-restore", "iptables", "meshlab: Istio's capture rules in one batch, as istio-iptables")
+	register("haproxy", "haproxy", "meshlab: sidecar and node proxies")
+	register("nginx", "nginx", "meshlab: HTTP server")
+	register("redis-server", "redis-server", "meshlab: redis server")
+	register("redis-benchmark", "redis-tools", "bench lab: redis workload")
+	register("wrk", "wrk", "bench lab: HTTP workload")
+	register("stress-ng", "stress-ng", "stressed benchmark runs (CPU load)")
+	register("dpkg", "dpkg", "depcheck: which package owns a program")
+	register("dpkg-query", "dpkg", "depcheck: installed and essential packages")
+}
+
+// Programs returns every registered program, sorted by name.
+func Programs() []Program {
+	out := make([]Program, 0, len(programs))
+	for _, p := range programs {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Lookup returns the registration of name.
+func Lookup(name string) (Program, bool) {
+	p, ok := programs[name]
+	return p, ok
+}
+
+// Command is exec.CommandContext for a registered program or a path to a
+// binary the build made. An unknown name yields a Cmd whose Start fails
+// with an error naming it.
+func Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	if err := Check(name); err != nil {
+		cmd.Err = err
+	}
+	return cmd
+}
+
+// Check reports whether name may be run: a registered program, or a path.
+func Check(name string) error {
+	if strings.Contains(name, "/") {
+		return nil
+	}
+	if name == "nft" {
+		return fmt.Errorf("sysexec: nothing may run nft (not a dependency): use github.com/google/nftables")
+	}
+	if _, ok := programs[name]; !ok {
+		return fmt.Errorf("sysexec: program %q is not registered in internal/sysexec with its Debian package", name)
+	}
+	return nil
+}
+
+// Script runs `sh -c script arg0 args...` after checking that every program
+// the script runs (uses) is registered.
+func Script(ctx context.Context, script string, uses []string, arg0 string, args ...string) *exec.Cmd {
+	cmd := Command(ctx, "sh", append([]string{"-c", script, arg0}, args...)...)
+	for _, u := range uses {
+		if err := Check(u); err != nil && cmd.Err == nil {
+			cmd.Err = err
+		}
+	}
+	return cmd
+}
