@@ -105,14 +105,14 @@ func (e *env) serve(p *netlab.Pod, args ...string) {
 	ready := filepath.Join(e.t.TempDir(), "ready")
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := p.Cmd(ctx, labBin, append([]string{"workload", "serve", "--ready-file", ready}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{} // written by the child while waitFile reads it
+	cmd.Stderr = stderr
 	if err := p.Start(cmd); err != nil {
 		cancel()
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { cancel(); cmd.Wait() })
-	waitFile(e.t, ready, func() string { return stderr.String() })
+	waitFile(e.t, ready, stderr.String)
 }
 
 // startIn starts any command in a pod; it is killed at cleanup.

@@ -18,6 +18,9 @@ import (
 // (workloads, benchmarks, plots), both built once by TestMain.
 var bin, labBin string
 
+// buildVersion is stamped into both binaries, as the Makefile does.
+const buildVersion = "e2e-build"
+
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "e2e: FAIL: these tests need root (BPF, netns, cgroups); run `sudo make test`")
@@ -35,7 +38,7 @@ func TestMain(m *testing.M) {
 	bin = filepath.Join(dir, "eztunnel")
 	labBin = filepath.Join(dir, "eztunnel-lab")
 	for out, pkg := range map[string]string{bin: "../../cmd/eztunnel", labBin: "../../lab/cmd/eztunnel-lab"} {
-		build := sysexec.Command(context.Background(), "go", "build", "-o", out, pkg)
+		build := sysexec.Command(context.Background(), "go", "build", "-ldflags", "-X main.version="+buildVersion, "-o", out, pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: build", pkg+":", err)

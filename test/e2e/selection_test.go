@@ -62,8 +62,8 @@ func TestSelection(t *testing.T) {
 			}()
 			for _, p := range tc.probes {
 				d := e.streamCounted(a, c, p.addr, 5)
-				if p.paired && d["pairs"] != uint64(c.conns) {
-					t.Errorf("%s: want %d pairs, counters %v", p.addr, c.conns, d)
+				if p.paired {
+					requirePaired(t, d, uint64(c.conns), 1, p.addr)
 				}
 				if !p.paired && (d["pairs"] != 0 || d["sockets_enrolled"] != 0 || d["fallback_excluded"] != uint64(c.conns)) {
 					t.Errorf("%s: want excluded (%d fallback_excluded, nothing enrolled), counters %v", p.addr, c.conns, d)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/lab/netlab"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 const probePort = 7100
@@ -51,8 +52,8 @@ func (e *env) probeServe(p *netlab.Pod, port int) {
 	ready := filepath.Join(e.t.TempDir(), "ready")
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := p.Cmd(ctx, labBin, "workload", "probe-server", "--addr", ":"+strconv.Itoa(port), "--ready-file", ready)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := p.Start(cmd); err != nil {
 		cancel()
 		e.t.Fatal(err)
@@ -60,8 +61,16 @@ func (e *env) probeServe(p *netlab.Pod, port int) {
 	e.t.Cleanup(func() {
 		cancel()
 		cmd.Wait()
-		if s := stderr.String(); s != "" {
+		s := stderr.String()
+		if s != "" {
 			e.t.Logf("probe-server in %s: %s", p.Name, s)
+		}
+		// The server's blocking read loops retry spurious EAGAINs too and
+		// report them: only the documented recv_wakeup divergence may.
+		for _, line := range strings.Split(s, "\n") {
+			if strings.Contains(line, "spurious EAGAIN") && !strings.HasPrefix(line, "probe-server: recv_wakeup ") {
+				e.t.Errorf("probe-server in %s: %s", p.Name, line)
+			}
 		}
 	})
 	waitFile(e.t, ready, func() string { return stderr.String() })
@@ -115,6 +124,9 @@ func TestSemantics(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				obs, raw := probe(t, c)
 				t.Logf("plain: %s", raw)
+				if v, ok := obs[workload.SpuriousEAGAINField]; !ok || v != float64(0) {
+					t.Errorf("plain TCP: %s = %v, want 0 (a blocking socket never returns EAGAIN)", workload.SpuriousEAGAINField, v)
+				}
 				baseline[c.name] = obs
 			})
 		}
@@ -169,7 +181,7 @@ var kernelDivergences = map[string]struct {
 		"tcp_splice_read reads only sk_receive_queue; redirected bytes sit in the psock queue, invisible to splice(socket -> pipe)"},
 	"nonblock_eagain": {[]string{"2_send_until"},
 		"bpf_tcp_ingress charges the receiver with no sk_rcvbuf limit: a sender to a peer that does not read never sees EAGAIN"},
-	"recv_wakeup": {[]string{"1_blocking_recv", "3_rest_to_eof"},
+	"recv_wakeup": {[]string{"1_blocking_recv", "3_rest_to_eof", workload.SpuriousEAGAINField},
 		"tcp_msg_wait_data returns after one wakeup without data (a state change, or a signal such as Go's SIGURG preemption) and tcp_bpf_recvmsg answers EAGAIN even on a blocking socket"},
 }
 

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"testing"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
 func hostport(a netip.Addr, port int) string {
@@ -58,13 +60,23 @@ func TestStreamsByteExact(t *testing.T) {
 				}
 				d := delta(before, e.counters())
 				t.Logf("counters: %v", d)
-				if d["pairs"]+d["fallback_early_data"] != uint64(c.conns) {
-					t.Errorf("pairs %d + early-data fallbacks %d != %d connections", d["pairs"], d["fallback_early_data"], c.conns)
-				}
-				if d["pairs"] == 0 || d["bytes_redirected"] == 0 {
+				requirePaired(t, d, uint64(c.conns), 1, "stream")
+				if d["bytes_redirected"] == 0 {
 					t.Errorf("nothing was accelerated: %v", d)
 				}
 			})
 		}
+	}
+}
+
+// requirePaired checks that each of n connections either paired or fell
+// back as early data (the client wrote before the kernel had established its
+// server end: a counted, legitimate fallback that CPU load makes likelier),
+// and that at least min paired, so the test still tests acceleration.
+func requirePaired(t *testing.T, d datapath.Counters, n, min uint64, what string) {
+	t.Helper()
+	if d["pairs"]+d["fallback_early_data"] != n || d["pairs"] < min {
+		t.Errorf("%s: pairs %d + early-data fallbacks %d, want %d connections with at least %d paired: %v",
+			what, d["pairs"], d["fallback_early_data"], n, min, d)
 	}
 }
