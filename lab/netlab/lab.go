@@ -15,6 +15,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 )
@@ -83,6 +84,9 @@ func New(name string, subnet int) (_ *Lab, err error) {
 	if err := claim(name); err != nil {
 		return nil, err
 	}
+	if err := sharedNetnsDir(); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{l.cgRoot, l.Managed, l.Unmanaged} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return nil, fmt.Errorf("netlab: cgroup %s: %w", d, err)
@@ -121,6 +125,43 @@ func Holder(name string) (*Lab, error) {
 		return nil, err
 	}
 	return &Lab{Name: name, Bridge: fmt.Sprintf("%s%sbr", Prefix, name), cgRoot: filepath.Join(cg, Prefix+"-"+name)}, nil
+}
+
+// sharedNetnsDir makes /run/netns a shared mount of itself, as `ip netns`
+// does on first use. Otherwise a later `ip netns add` mounts /run/netns
+// over the netns mounts made before it: their names stay visible as plain
+// files that cannot be unmounted by path.
+func sharedNetnsDir() error {
+	const dir = "/run/netns"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("netlab: %w", err)
+	}
+	err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if err == unix.EINVAL { // not a mount point yet
+		if err = unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+			err = unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("netlab: make %s a shared mount: %w", dir, err)
+	}
+	return nil
+}
+
+// deleteNetns removes a named netns. A name whose mount a later mount of
+// /run/netns hid is a plain file here (umount: EINVAL): remove the name.
+func deleteNetns(name string) error {
+	err := netns.DeleteNamed(name)
+	if errors.Is(err, unix.EINVAL) {
+		err = os.Remove(filepath.Join("/run/netns", name))
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete netns %s: %w", name, err)
+	}
+	return nil
 }
 
 // nodad is IFA_F_NODAD: IPv6 addresses usable at once.
@@ -248,8 +289,8 @@ func (l *Lab) Close() error {
 				errs = append(errs, err)
 			}
 		}
-		if err := netns.DeleteNamed(p.NetNS); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("delete netns %s: %w", p.NetNS, err))
+		if err := deleteNetns(p.NetNS); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if lk, err := netlink.LinkByName(l.Bridge); err == nil {
@@ -287,7 +328,7 @@ func sweepLab(name string) error {
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), Prefix+"-"+name+"-") {
-			if err := netns.DeleteNamed(e.Name()); err != nil {
+			if err := deleteNetns(e.Name()); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/vishvananda/netlink"
 )
 
 // ownerDir records which process owns each lab, so Sweep can tell a lab of
@@ -69,6 +72,28 @@ func staleLabs() []string {
 	for _, e := range nsEntries {
 		if rest, ok := strings.CutPrefix(e.Name(), Prefix+"-"); ok {
 			if name, _, ok := strings.Cut(rest, "-"); ok && !owned[name] {
+				add(name)
+			}
+		}
+	}
+	// Bridges (<prefix><name>br) and cgroup trees (<prefix>-<name>) of labs
+	// whose namespaces are already gone.
+	if links, err := netlink.LinkList(); err == nil {
+		for _, l := range links {
+			if _, ok := l.(*netlink.Bridge); !ok {
+				continue
+			}
+			if rest, ok := strings.CutPrefix(l.Attrs().Name, Prefix); ok {
+				if name, ok := strings.CutSuffix(rest, "br"); ok && !owned[name] {
+					add(name)
+				}
+			}
+		}
+	}
+	if root, err := cgroupv2.Root(); err == nil {
+		cgs, _ := os.ReadDir(root)
+		for _, e := range cgs {
+			if name, ok := strings.CutPrefix(e.Name(), Prefix+"-"); ok && e.IsDir() && !owned[name] {
 				add(name)
 			}
 		}

@@ -24,7 +24,9 @@ func NetnsHandle(name string) (*netlink.Handle, error) {
 		return nil, fmt.Errorf("netlab: netns %s: %w", name, err)
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	// sock_diag is not among netlink's default families: without it the
+	// handle would ask the caller's namespace.
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER, unix.NETLINK_INET_DIAG)
 	if err != nil {
 		return nil, fmt.Errorf("netlab: netlink in %s: %w", name, err)
 	}
