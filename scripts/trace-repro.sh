@@ -2,7 +2,7 @@
 # docs/tracing.md reproduce run: two pods (netns) on a bridge, plain vs shortcut.
 set -eu
 B=${B:-bin/eztunnel}; OUT=${OUT:-results/trace}; mkdir -p $OUT
-CG=$(awk '$3=="cgroup2"{print $2; exit}' /proc/mounts)/eztrc; PIN=/sys/fs/bpf/eztrc
+CG=$(sed -n 's/^[^ ]* \([^ ]*\) cgroup2 .*/\1/p' /proc/mounts | head -n1)/eztrc; PIN=/sys/fs/bpf/eztrc
 cleanup() { kill $SRV $AG 2>/dev/null || true; $B uninstall --pin-path $PIN >/dev/null 2>&1 || true
   ip netns del eztr-a 2>/dev/null; ip netns del eztr-b 2>/dev/null; ip link del eztrbr 2>/dev/null; rmdir $CG 2>/dev/null || true; }
 SRV=; AG=; trap cleanup EXIT

@@ -39,7 +39,7 @@ func init() {
 	register("cp", "coreutils", "e2e: copies the tree for the upgrade variant")
 	register("go", Toolchain, "e2e: builds the binaries under test")
 	register("clang-19", "clang-19", "go generate (bpf2go), run by `go generate` in the upgrade test and make")
-	register("ip", "iproute2", "e2e: a route in a pod")
+	register("ip", "iproute2", "e2e: a route in a pod; scripts/trace-repro.sh")
 	register("iptables", "iptables", "lab/e2e: kube-proxy-style DNAT, ambient capture, trace filter rules")
 	register("iptables-restore", "iptables", "meshlab: Istio's capture rules in one batch, as istio-iptables")
 	register("haproxy", "haproxy", "meshlab: sidecar and node proxies")
@@ -48,6 +48,10 @@ func init() {
 	register("redis-benchmark", "redis-tools", "bench lab: redis workload")
 	register("wrk", "wrk", "bench lab: HTTP workload")
 	register("stress-ng", "stress-ng", "stressed benchmark runs (CPU load)")
+	// Shell scripts (scripts/*.sh) also run: flock, setsid (util-linux),
+	// sed, grep, diff, mktemp, seq, head (Essential), go, ip, nsenter.
+	register("flock", "util-linux", "scripts/crash-test.sh: the kernel-tests lock")
+	register("setsid", "util-linux", "scripts/crash-test.sh: the killed tests' process group")
 	register("dpkg", "dpkg", "depcheck: which package owns a program")
 	register("dpkg-query", "dpkg", "depcheck: installed and essential packages")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // Kinds of resource a lab's owner record can hold besides the lab's own
@@ -26,6 +27,8 @@ const (
 	RecNFTable = "nft-table"
 	// RecSysctl path old: a host sysctl; old is written back.
 	RecSysctl = "sysctl"
+	// RecMount path: a mount on a directory under the temp dir; unmounted.
+	RecMount = "mount"
 )
 
 // Record notes a resource the lab created outside its namespaces, in the
@@ -104,12 +107,15 @@ func undoRecords(name string) error {
 
 func parseRecord(line string) ([]string, error) {
 	f := strings.Split(line, "\t")
-	want := map[string]int{RecPin: 2, RecNFChain: 4, RecNFTable: 3, RecSysctl: 3}[f[0]]
+	want := map[string]int{RecPin: 2, RecNFChain: 4, RecNFTable: 3, RecSysctl: 3, RecMount: 2}[f[0]]
 	if want == 0 || len(f) != want {
 		return nil, fmt.Errorf("netlab: bad resource record %q", line)
 	}
 	if f[0] == RecPin && !strings.HasPrefix(filepath.Clean(f[1]), "/sys/fs/bpf/") {
 		return nil, fmt.Errorf("netlab: pin record %q outside /sys/fs/bpf", f[1])
+	}
+	if f[0] == RecMount && !strings.HasPrefix(filepath.Clean(f[1]), filepath.Clean(os.TempDir())+"/") {
+		return nil, fmt.Errorf("netlab: mount record %q outside %s", f[1], os.TempDir())
 	}
 	if f[0] == RecSysctl && !strings.HasPrefix(filepath.Clean(f[1]), "/proc/sys/") {
 		return nil, fmt.Errorf("netlab: sysctl record %q outside /proc/sys", f[1])
@@ -131,6 +137,12 @@ func undoRecord(line string) error {
 		return deleteNFChain(f[1], f[2], f[3])
 	case RecNFTable:
 		return deleteEmptyNFTable(f[1], f[2])
+	case RecMount:
+		err := unix.Unmount(f[1], unix.MNT_DETACH)
+		if err == unix.EINVAL || err == unix.ENOENT { // not mounted (any more)
+			err = nil
+		}
+		return err
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // attachedPrograms counts the programs attached to a cgroup for the hooks eztunnel uses.
@@ -143,7 +144,7 @@ func assertRemoved(t *testing.T, cgroup, pin string) {
 func TestBadInput(t *testing.T) {
 	e := newEnv(t, "bad", 20)
 	pin := e.pin("/sys/fs/bpf/eztest-bad")
-	v1 := firstCgroupV1(t)
+	v1 := firstCgroupV1(t, e)
 	cases := []struct {
 		name    string
 		args    []string
@@ -202,7 +203,7 @@ func TestBadInput(t *testing.T) {
 
 // firstCgroupV1 returns a mounted cgroup v1 hierarchy; without one it
 // mounts a named hierarchy (unmounted at cleanup) and fails if it cannot.
-func firstCgroupV1(t *testing.T) string {
+func firstCgroupV1(t *testing.T, e *env) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/mounts")
 	if err != nil {
@@ -216,6 +217,9 @@ func firstCgroupV1(t *testing.T) string {
 	}
 	// Without one, make one: a named v1 hierarchy needs no controller.
 	dir := t.TempDir()
+	if _, err := e.lab.Record(netlab.RecMount, dir); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Mount("cgroup", dir, "cgroup", 0, "none,name=eztest"); err != nil {
 		t.Fatalf("no cgroup v1 hierarchy mounted and mounting one failed: %v", err)
 	}
