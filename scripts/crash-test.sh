@@ -49,7 +49,7 @@ if diff -q "$work/before" "$work/killed" >/dev/null; then
 	exit 1
 fi
 echo "crash-test: left behind by the killed run:"
-diff "$work/before" "$work/killed" | sed -n 's/^> /  /p'
+diff "$work/before" "$work/killed" | sed -n 's/^> /  /p' || true
 
 echo "crash-test: rerunning the e2e suite ${RERUN:-(all)}"
 # shellcheck disable=SC2086
