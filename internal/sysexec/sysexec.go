@@ -23,6 +23,10 @@ type Program struct {
 	Why string
 }
 
+// Forbidden is the program nothing may run: the nftables CLI is not a
+// dependency (google/nftables speaks netlink).
+const Forbidden = "nft"
+
 // Toolchain marks programs that come with Go, not from Debian.
 const Toolchain = ""
 
@@ -88,7 +92,7 @@ func Check(name string) error {
 	if strings.Contains(name, "/") {
 		return nil
 	}
-	if name == "nft" {
+	if name == Forbidden {
 		return fmt.Errorf("sysexec: nothing may run nft (not a dependency): use github.com/google/nftables")
 	}
 	if _, ok := programs[name]; !ok {

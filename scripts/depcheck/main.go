@@ -132,7 +132,7 @@ func run(deps string, static bool) error {
 			errs = append(errs, fmt.Errorf("%s resolves to %s, owned by %q (%v), not by package %s", p.Name, path, got, err, p.Package))
 		}
 	}
-	if _, ok := sysexec.Lookup("nft"); ok {
+	if _, ok := sysexec.Lookup(sysexec.Forbidden); ok {
 		errs = append(errs, errors.New("nft is registered: nothing may run it"))
 	}
 	return errors.Join(errs...)
