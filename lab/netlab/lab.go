@@ -336,8 +336,10 @@ func sweepLab(name string) error {
 	links, _ := netlink.LinkList()
 	for _, lk := range links {
 		if strings.HasPrefix(lk.Attrs().Name, Prefix+name) {
-			if err := netlink.LinkDel(lk); err != nil {
-				errs = append(errs, err)
+			// A veth goes with its peer's namespace, asynchronously: ENODEV
+			// means it is gone already.
+			if err := netlink.LinkDel(lk); err != nil && !errors.Is(err, unix.ENODEV) {
+				errs = append(errs, fmt.Errorf("delete link %s: %w", lk.Attrs().Name, err))
 			}
 		}
 	}
