@@ -1,9 +1,12 @@
 package bpftest
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 )
 
 // TestHeadersStandAlone compiles every header under bpf/ on its own: each
@@ -21,13 +24,12 @@ func TestHeadersStandAlone(t *testing.T) {
 	if len(headers) < 20 {
 		t.Fatalf("found %d headers under %s: layout changed?", len(headers), root)
 	}
-	clang, err := exec.LookPath("clang-19")
-	if err != nil {
+	if _, err := exec.LookPath("clang-19"); err != nil {
 		t.Fatal("clang-19 not found (scripts/install-deps.sh installs it)")
 	}
 	for _, h := range headers {
 		// Unused static inline helpers are normal in a header alone.
-		cmd := exec.Command(clang, "-fsyntax-only", "-target", "bpfel", "-mcpu=v3", "-Wall", "-Werror", "-Wno-unused-function",
+		cmd := sysexec.Command(context.Background(), "clang-19", "-fsyntax-only", "-target", "bpfel", "-mcpu=v3", "-Wall", "-Werror", "-Wno-unused-function",
 			"-I", filepath.Join(root, "include"), "-I", root, "-x", "c", h)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("%s does not compile alone: %v\n%s", h, err, out)

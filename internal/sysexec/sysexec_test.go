@@ -69,12 +69,13 @@ func TestNoExecBypass(t *testing.T) {
 			switch x := call.Fun.(type) {
 			case *ast.SelectorExpr:
 				fn = x.Sel.Name
-				if id, ok := x.X.(*ast.Ident); fn == "Command" && (!ok || id.Name != "sysexec") {
-					fn = ""
-				}
 				if id, ok := x.X.(*ast.Ident); ok && execName != "" && id.Name == execName &&
 					(fn == "Command" || fn == "CommandContext") && filepath.Dir(path) != self {
 					t.Errorf("%s: exec.%s bypasses internal/sysexec", fset.Position(call.Pos()).String()[len(root)+1:], fn)
+				}
+				// Only sysexec.Command's first argument is a program name.
+				if id, ok := x.X.(*ast.Ident); fn == "Command" && (!ok || id.Name != "sysexec") {
+					fn = ""
 				}
 			case *ast.Ident:
 				fn = x.Name
