@@ -10,7 +10,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
-.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash demo bench-quick bench-memory clean deps
+.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-memory clean deps
 
 all: build
 
@@ -55,6 +55,11 @@ test:
 test-crash:
 	@if [ "$$(id -u)" != 0 ]; then echo "make test-crash needs root" >&2; exit 1; fi
 	./scripts/crash-test.sh
+
+# The whole e2e suite 5 times back to back under a CPU hog (about 25 min).
+test-stress: build
+	@if [ "$$(id -u)" != 0 ]; then echo "make test-stress needs root" >&2; exit 1; fi
+	./scripts/stress-e2e.sh 5
 
 test-unit:
 	$(GO) test -count=1 ./internal/... ./lab/... ./cmd/...
