@@ -1,3 +1,7 @@
+// Package bench holds what both benchmark harnesses share: the preflight,
+// the sweep of leftovers, the datapath's own memory, and table formatting.
+// `bench quick` and `bench memory` live in lab/bench/quick, `bench lab` in
+// lab/bench/mesh.
 package bench
 
 import (
@@ -9,9 +13,9 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
-// preflight checks, before a benchmark builds anything, that the datapath
+// Preflight checks, before a benchmark builds anything, that the datapath
 // can be loaded here.
-func preflight() error {
+func Preflight() error {
 	if err := bpfsys.Check(datapath.Requirements()); err != nil {
 		return err
 	}

@@ -1,19 +1,46 @@
 package bench
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
-// sweep removes what a killed earlier run left: labs whose owner is gone
+// Drain is how long an uninstall waits for accelerated sockets to close.
+const Drain = 10 * time.Second
+
+// Sweep removes what a killed earlier run left: labs whose owner is gone
 // (netlab.Sweep leaves labs of live processes alone) and the bench's pins.
-func sweep(cfg datapath.Config) error {
+func Sweep(cfg datapath.Config) error {
 	errs := []error{netlab.Sweep()}
 	if _, err := os.Stat(cfg.Dir()); err == nil {
 		errs = append(errs, datapath.Uninstall(cfg, 0))
 	}
 	return errors.Join(errs...)
+}
+
+// Delta returns after - before for every counter.
+func Delta(before, after datapath.Counters) datapath.Counters {
+	d := datapath.Counters{}
+	for k, v := range after {
+		d[k] = v - before[k]
+	}
+	return d
+}
+
+// WriteJSON writes v indented to path, creating its directory.
+func WriteJSON(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

@@ -21,7 +21,7 @@ type Config struct {
 	Subnet int    // netlab subnet
 	Mesh   Mesh
 	Exe    string // eztunnel binary: the echo/stream server
-	CPUs   string // taskset CPU list for every process of the node; "": no pinning
+	CPUs   []int  // CPU affinity of every process of the node; empty: none
 	Log    io.Writer
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/lab/netlab"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // Proc is a long-running process of the node: a server or a proxy.
@@ -56,12 +57,16 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// Cmd prepares argv in pod p, pinned to the node's CPUs when set.
+// Cmd prepares argv in pod p; start it with Start.
 func (n *Node) Cmd(ctx context.Context, p *netlab.Pod, argv ...string) *exec.Cmd {
-	if n.cfg.CPUs != "" {
-		argv = append([]string{"taskset", "-c", n.cfg.CPUs}, argv...)
-	}
 	return p.Cmd(ctx, argv[0], argv[1:]...)
+}
+
+// Start starts cmd in pod p, pinned to the node's CPUs when set
+// (sched_setaffinity before exec: the cgroup v2 cpuset controller is not
+// always available, e.g. on hybrid cgroup layouts).
+func (n *Node) Start(p *netlab.Pod, cmd *exec.Cmd) error {
+	return workload.StartPinned(n.cfg.CPUs, func() error { return p.Start(cmd) })
 }
 
 // start runs argv in pod p until the node closes and waits until every one
@@ -71,7 +76,7 @@ func (n *Node) start(name string, p *netlab.Pod, ports []int, argv ...string) (*
 	pr.cmd = n.Cmd(n.ctx, p, argv...)
 	pr.cmd.Stdout, pr.cmd.Stderr = &pr.out, &pr.out
 	pr.cmd.WaitDelay = 2 * time.Second // children may hold the output pipe
-	if err := p.Start(pr.cmd); err != nil {
+	if err := n.Start(p, pr.cmd); err != nil {
 		return nil, err
 	}
 	n.procs = append(n.procs, pr)

@@ -4,7 +4,6 @@
 package tracebench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,9 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -25,6 +22,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/tracer"
 	"github.com/eztunnel/eztunnel/lab/netlab"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // Lab of the overhead run; the trace tests use "trc"/"trc2" (40, 41).
@@ -88,14 +86,15 @@ func Overhead(ctx context.Context, o Options, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	if err := serve(sctx, o, b); err != nil {
+	wl := workload.Client{Exe: o.Exe}
+	srv, err := wl.Serve(ctx, b, "", "--stream", ":7000", "--echo", ":7001")
+	if err != nil {
 		return err
 	}
+	defer srv.Stop()
 	var res Result
 	fmt.Fprintln(o.Log, "baseline: no tracer")
-	if res.Baseline, err = measure(ctx, o, a, b); err != nil {
+	if res.Baseline, err = measure(ctx, o, wl, a, b); err != nil {
 		return err
 	}
 
@@ -122,7 +121,7 @@ func Overhead(ctx context.Context, o Options, out io.Writer) (err error) {
 		runErr = t.Run(tctx, func(tracer.Record) { res.Packets++ })
 	}()
 	fmt.Fprintf(o.Log, "traced: %d programs attached\n", len(t.Attached))
-	res.Traced, err = measure(ctx, o, a, b)
+	res.Traced, err = measure(ctx, o, wl, a, b)
 	tstop()
 	wg.Wait()
 	if err != nil {
@@ -191,62 +190,19 @@ func write(w io.Writer, r Result) error {
 
 func pct(a, b float64) float64 { return (b - a) / a * 100 }
 
-func serve(ctx context.Context, o Options, p *netlab.Pod) error {
-	ready := filepath.Join(os.TempDir(), fmt.Sprintf("eztrov-%d", os.Getpid()))
-	os.Remove(ready)
-	defer os.Remove(ready)
-	cmd := p.Cmd(ctx, o.Exe, "workload", "serve", "--ready-file", ready, "--stream", ":7000", "--echo", ":7001")
-	if err := p.Start(cmd); err != nil {
-		return err
-	}
-	go cmd.Wait()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(ready); err == nil {
-			return nil
-		}
-	}
-	return errors.New("workload server did not start")
-}
-
-func measure(ctx context.Context, o Options, a, b *netlab.Pod) (Traffic, error) {
+func measure(ctx context.Context, o Options, wl workload.Client, a, b *netlab.Pod) (Traffic, error) {
 	var tr Traffic
 	host := b.IPv4.String()
-	out, err := run(ctx, a, o.Exe, "workload", "pingpong", "--addr", net.JoinHostPort(host, "7001"), "--n", strconv.Itoa(o.RTTN))
+	pp, _, err := wl.PingPong(ctx, a, workload.PingPongArgs{Addr: net.JoinHostPort(host, "7001"), Size: 24, N: o.RTTN, Warmup: 500})
 	if err != nil {
 		return tr, err
 	}
-	var pp struct {
-		RTT struct {
-			P50 float64 `json:"p50"`
-			P99 float64 `json:"p99"`
-		} `json:"rtt_us"`
-	}
-	if err := json.Unmarshal(out, &pp); err != nil {
-		return tr, fmt.Errorf("pingpong output: %w", err)
-	}
-	tr.RTTP50us, tr.RTTP99us = pp.RTT.P50, pp.RTT.P99
-	out, err = run(ctx, a, o.Exe, "workload", "stream", "--addr", net.JoinHostPort(host, "7000"), "--no-check",
-		"--up", strconv.FormatUint(o.Bytes, 10), "--down", "0", "--chunk", "65536")
+	tr.RTTP50us, tr.RTTP99us = pp.Micros.P50, pp.Micros.P99
+	secs, _, err := wl.Upload(ctx, a, net.JoinHostPort(host, "7000"), o.Bytes, 65536)
 	if err != nil {
 		return tr, err
 	}
-	var st struct {
-		Seconds float64 `json:"seconds"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		return tr, fmt.Errorf("stream output: %w", err)
-	}
-	tr.Gbps = float64(o.Bytes) * 8 / st.Seconds / 1e9
+	tr.Gbps = float64(o.Bytes) * 8 / secs / 1e9
 	fmt.Fprintf(o.Log, "  RTT p50 %.1f us, %.2f Gbit/s\n", tr.RTTP50us, tr.Gbps)
 	return tr, nil
-}
-
-func run(ctx context.Context, p *netlab.Pod, exe string, args ...string) ([]byte, error) {
-	cmd := p.Cmd(ctx, exe, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := p.Run(cmd); err != nil {
-		return nil, fmt.Errorf("%v: %w: %s", args, err, errb.String())
-	}
-	return out.Bytes(), nil
 }

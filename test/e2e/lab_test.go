@@ -16,7 +16,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
-	"github.com/eztunnel/eztunnel/lab/bench"
+	"github.com/eztunnel/eztunnel/lab/bench/mesh"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
@@ -119,8 +119,10 @@ func TestLabTopology(t *testing.T) {
 	assertClean(t, "lb1", "")
 }
 
-// tinyLab is the smallest complete `bench lab` run. Its pin path is
-// recorded by a holder of this process, so a killed run's pins are swept.
+// tinyLab is the smallest complete `bench lab` run: every workload, one
+// repetition (--quick alone measures twelve repetitions of fewer
+// workloads). Its pin path is recorded by a holder of this process, so a
+// killed run's pins are swept.
 func tinyLab(t *testing.T, name string, subnet int, out string, meshes string) *exec.Cmd {
 	t.Helper()
 	h, err := netlab.Holder("p" + name)
@@ -136,7 +138,7 @@ func tinyLab(t *testing.T, name string, subnet int, out string, meshes string) *
 		t.Fatal(err)
 	}
 	return sysexec.Command(context.Background(), labBin, "bench", "lab", "--quick", "--lab-name", name, "--subnet", strconv.Itoa(subnet),
-		"--pin-path", "/sys/fs/bpf/ez"+name, "--mesh", meshes, "--paced-n", "3", "--interval", "20ms",
+		"--pin-path", "/sys/fs/bpf/ez"+name, "--mesh", meshes, "--reps", "1", "--workload", strings.Join(mesh.Workloads, ","), "--paced-n", "3", "--interval", "20ms",
 		"--ping-n", "300", "--transfer-mib", "8", "--redis-n", "1000", "--http-duration", "1s", "--out", out)
 }
 
@@ -154,38 +156,38 @@ func TestLabWorkloads(t *testing.T) {
 	if !strings.Contains(stdout.String(), "| sidecar ") || !strings.Contains(stdout.String(), "redis OPS") {
 		t.Errorf("main table missing rows:\n%s", stdout.String())
 	}
-	runs, _, err := bench.LoadLab(out)
+	runs, _, err := mesh.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 3*2*len(bench.LabWorkloads) {
-		t.Fatalf("%d runs, want %d", len(runs), 3*2*len(bench.LabWorkloads))
+	if len(runs) != 3*2*len(mesh.Workloads) {
+		t.Fatalf("%d runs, want %d", len(runs), 3*2*len(mesh.Workloads))
 	}
 	for _, r := range runs {
 		id := r.Mesh + " " + r.Mode + " " + r.Workload
 		// /proc/stat counts 10 ms ticks: tiny runs may see none.
-		if r.CPU < 0 || (r.CPU == 0 && r.Workload == bench.WHTTP) || r.MemUsed <= 0 || r.Seconds <= 0 || r.Ops <= 0 || r.Rate <= 0 {
+		if r.CPU < 0 || (r.CPU == 0 && r.Workload == mesh.WHTTP) || r.MemUsed <= 0 || r.Seconds <= 0 || r.Ops <= 0 || r.Rate <= 0 {
 			t.Errorf("%s: cpu %v mem %v seconds %v ops %v rate %v", id, r.CPU, r.MemUsed, r.Seconds, r.Ops, r.Rate)
 		}
 		if l := r.Latency; l.P50 <= 0 || l.P50 > 100e3 || l.Mean <= 0 || l.P99 < l.P50 {
-			if r.Workload != bench.WTransfer {
+			if r.Workload != mesh.WTransfer {
 				t.Errorf("%s: latency %+v", id, l)
 			}
 		}
 		switch r.Workload {
-		case bench.WPaced, bench.WB2B:
+		case mesh.WPaced, mesh.WB2B:
 			if len(r.Samples) != r.Latency.N || r.Latency.StdDev <= 0 || r.Latency.PDV <= 0 {
 				t.Errorf("%s: %d samples, summary %+v", id, len(r.Samples), r.Latency)
 			}
-		case bench.WTransfer:
+		case mesh.WTransfer:
 			if r.FCT <= 0 || r.FCT > 60 {
 				t.Errorf("%s: FCT %v", id, r.FCT)
 			}
 		}
-		if r.Mode == bench.ModeEztunnel && (r.Counters["pairs"] == 0 || r.BPFMaps <= 0) {
+		if r.Mode == mesh.ModeEztunnel && (r.Counters["pairs"] == 0 || r.BPFMaps <= 0) {
 			t.Errorf("%s: not accelerated: pairs %d, maps %.1f MB", id, r.Counters["pairs"], r.BPFMaps)
 		}
-		if r.Mode == bench.ModeBaseline && len(r.Counters) != 0 {
+		if r.Mode == mesh.ModeBaseline && len(r.Counters) != 0 {
 			t.Errorf("%s: baseline has datapath counters %v", id, r.Counters)
 		}
 	}

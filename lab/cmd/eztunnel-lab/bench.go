@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/lab/bench"
+	"github.com/eztunnel/eztunnel/lab/bench/quick"
 )
 
 func benchCmd() *cobra.Command {
@@ -17,7 +17,7 @@ func benchCmd() *cobra.Command {
 }
 
 func benchQuickCmd() *cobra.Command {
-	o := bench.DefaultOptions()
+	o := quick.DefaultOptions()
 	cmd := &cobra.Command{
 		Use:   "quick",
 		Short: "Baseline vs accelerated RTT and transfer time between two pods, rounds interleaved (needs root)",
@@ -25,7 +25,7 @@ func benchQuickCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withSelf(cmd, func(ctx context.Context, exe string) error {
 				o.Exe, o.Log = exe, os.Stderr
-				return bench.Quick(ctx, o, os.Stdout)
+				return quick.Quick(ctx, o, os.Stdout)
 			})
 		},
 	}
@@ -39,7 +39,7 @@ func benchQuickCmd() *cobra.Command {
 }
 
 func benchMemoryCmd() *cobra.Command {
-	o := bench.MemoryOptions{Conns: 10000}
+	o := quick.MemoryOptions{Conns: 10000}
 	cmd := &cobra.Command{
 		Use:   "memory",
 		Short: "Agent RSS and BPF map memory, idle and with established accelerated connections (needs root)",
@@ -50,7 +50,7 @@ func benchMemoryCmd() *cobra.Command {
 				if o.Agent == "" {
 					o.Agent = filepath.Join(filepath.Dir(exe), "eztunnel")
 				}
-				return bench.Memory(ctx, o, os.Stdout)
+				return quick.Memory(ctx, o, os.Stdout)
 			})
 		},
 	}

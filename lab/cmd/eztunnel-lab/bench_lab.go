@@ -9,12 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/lab/bench"
+	"github.com/eztunnel/eztunnel/lab/bench/mesh"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
 )
 
 func benchLabCmd() *cobra.Command {
-	o := bench.DefaultLabOptions()
+	o := mesh.DefaultOptions()
 	var quick bool
 	var report string
 	cmd := &cobra.Command{
@@ -28,7 +28,7 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if report != "" {
-				rep, err := bench.RenderLabReport(report)
+				rep, err := mesh.RenderReport(report)
 				if err != nil {
 					return err
 				}
@@ -46,6 +46,8 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 					"transfer-mib":  func() { q.TransferMiB = o.TransferMiB },
 					"redis-n":       func() { q.RedisN = o.RedisN },
 					"http-duration": func() { q.HTTPDuration = o.HTTPDuration },
+					"workload":      func() { q.Workloads = o.Workloads },
+					"cpu":           func() { q.CPUs = o.CPUs },
 				} {
 					if f.Changed(name) {
 						apply()
@@ -58,15 +60,15 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 			}
 			return withSelf(cmd, func(ctx context.Context, exe string) error {
 				o.Exe, o.Log = exe, os.Stderr
-				return bench.Lab(ctx, o, os.Stdout)
+				return mesh.Bench(ctx, o, os.Stdout)
 			})
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "short run (one repetition, smaller workloads; about two minutes)")
+	f.BoolVar(&quick, "quick", false, "short run that repeats (4 interleaved repetitions of short workloads, pinned to one CPU; about a minute)")
 	f.StringVar(&report, "report", "", "render summary.md, runs.csv and plots again from a results directory and exit")
 	f.StringSliceVar(&o.Meshes, "mesh", o.Meshes, fmt.Sprintf("mesh modes, in order (%v)", meshlab.Meshes))
-	f.StringSliceVar(&o.Workloads, "workload", o.Workloads, fmt.Sprintf("workloads (%v)", bench.LabWorkloads))
+	f.StringSliceVar(&o.Workloads, "workload", o.Workloads, fmt.Sprintf("workloads (%v)", mesh.Workloads))
 	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of each baseline/eztunnel pair")
 	f.IntVar(&o.PacedN, "paced-n", o.PacedN, "paced ping-echo messages per run")
 	f.DurationVar(&o.Interval, "interval", o.Interval, "interval of the paced ping-echo")
@@ -76,7 +78,7 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 	f.IntVar(&o.RedisClients, "redis-clients", o.RedisClients, "redis-benchmark parallel clients")
 	f.DurationVar(&o.HTTPDuration, "http-duration", o.HTTPDuration, "wrk duration per run")
 	f.IntVar(&o.HTTPConns, "http-conns", o.HTTPConns, "wrk connections")
-	f.StringVar(&o.CPUs, "cpu", "", "pin every lab process to these CPUs (taskset list, e.g. 0 or 0-1); default unpinned")
+	f.StringVar(&o.CPUs, "cpu", "", "pin every lab process to these CPUs (list, e.g. 0 or 0-1; sched_setaffinity); default unpinned, --quick: the last CPU")
 	f.StringVar(&o.Out, "out", "", "results directory (default results/lab-<timestamp>)")
 	f.StringVar(&o.LabName, "lab-name", o.LabName, "netlab name of the node (tests run labs side by side)")
 	f.IntVar(&o.Subnet, "subnet", o.Subnet, "netlab subnet of the node: 10.77.<subnet>.0/24")

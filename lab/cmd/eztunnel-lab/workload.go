@@ -99,7 +99,7 @@ func workloadStreamCmd() *cobra.Command {
 			}
 			start := time.Now()
 			fails := workload.RunStreams(o)
-			json.NewEncoder(os.Stdout).Encode(map[string]any{"conns": o.Conns, "failures": fails, "seconds": time.Since(start).Seconds()})
+			json.NewEncoder(os.Stdout).Encode(workload.StreamReport{Conns: o.Conns, Failures: fails, Seconds: time.Since(start).Seconds()})
 			if len(fails) > 0 {
 				return fmt.Errorf("%d of %d connections failed; first: %s", len(fails), o.Conns, fails[0].Error)
 			}
@@ -118,16 +118,6 @@ func workloadStreamCmd() *cobra.Command {
 	f.DurationVar(&o.Pause, "pause", 0, "idle this long halfway through the upstream (a keep-alive connection)")
 	f.StringVar(&o.Bind, "bind", "", "local ip:port of every connection (SO_REUSEADDR+SO_REUSEPORT)")
 	return cmd
-}
-
-// PingPongResult is what `workload pingpong` prints.
-type PingPongResult struct {
-	Size    int           `json:"size"`
-	Micros  stats.Summary `json:"rtt_us"`
-	Samples []float64     `json:"samples_us,omitempty"`
-	// SpuriousEAGAIN counts EAGAINs the blocking reads had to retry (see
-	// workload.SpuriousEAGAIN); always 0 on plain TCP.
-	SpuriousEAGAIN int64 `json:"spurious_eagain"`
 }
 
 func workloadPingPongCmd() *cobra.Command {
@@ -173,7 +163,7 @@ func workloadPingPongCmd() *cobra.Command {
 			if err := <-errs; err != nil {
 				return err
 			}
-			res := PingPongResult{Size: size, Micros: stats.Summarize(all), SpuriousEAGAIN: workload.SpuriousEAGAIN.Load()}
+			res := workload.PingPongResult{Size: size, Micros: stats.Summarize(all), SpuriousEAGAIN: workload.SpuriousEAGAIN.Load()}
 			if raw {
 				res.Samples = all
 			}

@@ -1,17 +1,20 @@
-package bench
+package mesh
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
-// LabOptions configures `eztunnel bench lab`.
-type LabOptions struct {
+// Options configures `eztunnel bench lab`.
+type Options struct {
 	Meshes       []string      `json:"meshes"`
 	Reps         int           `json:"reps"`
 	Workloads    []string      `json:"workloads"`
@@ -23,7 +26,7 @@ type LabOptions struct {
 	RedisClients int           `json:"redis_clients"`
 	HTTPDuration time.Duration `json:"http_duration"`
 	HTTPConns    int           `json:"http_conns"`
-	CPUs         string        `json:"cpus"` // taskset list for every lab process; "" none
+	CPUs         string        `json:"cpus"` // CPU list every lab process is pinned to; "" none
 	Quick        bool          `json:"quick"`
 
 	Out     string    `json:"-"` // results directory
@@ -43,15 +46,15 @@ const (
 	WHTTP     = "http"
 )
 
-// LabWorkloads lists every workload.
-var LabWorkloads = []string{WPaced, WB2B, WTransfer, WRedis, WHTTP}
+// Workloads lists every workload.
+var Workloads = []string{WPaced, WB2B, WTransfer, WRedis, WHTTP}
 
-// DefaultLabOptions are the flag defaults: a full run (about 20 minutes).
-func DefaultLabOptions() LabOptions {
-	return LabOptions{
+// DefaultOptions are the flag defaults: a full run (about 20 minutes).
+func DefaultOptions() Options {
+	return Options{
 		Meshes:       []string{"none", "sidecar", "ambient"},
 		Reps:         5,
-		Workloads:    LabWorkloads,
+		Workloads:    Workloads,
 		PacedN:       100,
 		Interval:     100 * time.Millisecond,
 		PingN:        20000,
@@ -66,27 +69,34 @@ func DefaultLabOptions() LabOptions {
 	}
 }
 
-// ApplyQuick shortens a run to a couple of minutes: one repetition and
-// smaller workloads. Flags the user set explicitly are applied after it.
-func (o *LabOptions) ApplyQuick() {
+// QuickWorkloads are what a quick run measures: the paced ping-echo needs
+// minutes of 100 ms rounds to say anything and is left to full runs.
+var QuickWorkloads = []string{WB2B, WTransfer, WRedis, WHTTP}
+
+// ApplyQuick shortens a run to about a minute that still repeats: four
+// short repetitions per mesh (baseline and eztunnel interleaved ABBA),
+// every process pinned to one CPU so placement does not vary between
+// runs. Flags the user set explicitly are applied after it.
+func (o *Options) ApplyQuick() {
 	o.Quick = true
-	o.Reps = 1
-	o.PacedN = 20
-	o.PingN = 5000
-	o.TransferMiB = 256
-	o.RedisN = 20000
-	o.HTTPDuration = 2 * time.Second
+	o.Reps = 4
+	o.Workloads = QuickWorkloads
+	o.PingN = 4000
+	o.TransferMiB = 128
+	o.RedisN = 5000
+	o.HTTPDuration = time.Second
+	o.CPUs = strconv.Itoa(runtime.NumCPU() - 1)
 }
 
-func (o LabOptions) validate() error {
+func (o Options) validate() error {
 	for _, m := range o.Meshes {
 		if _, err := meshlab.ParseMesh(m); err != nil {
 			return err
 		}
 	}
 	for _, w := range o.Workloads {
-		if !contains(LabWorkloads, w) {
-			return fmt.Errorf("unknown workload %q (one of %v)", w, LabWorkloads)
+		if !contains(Workloads, w) {
+			return fmt.Errorf("unknown workload %q (one of %v)", w, Workloads)
 		}
 	}
 	switch {
@@ -102,6 +112,9 @@ func (o LabOptions) validate() error {
 		return errors.New("--transfer-mib, --redis-clients, --http-conns must be positive and --redis-n at least 100")
 	case o.Exe == "" || o.Out == "":
 		return errors.New("no eztunnel binary or no results directory")
+	}
+	if _, err := workload.ParseCPUs(o.CPUs); err != nil {
+		return fmt.Errorf("--cpu: %w", err)
 	}
 	return nil
 }
@@ -121,10 +134,10 @@ const (
 	ModeEztunnel = "eztunnel"
 )
 
-// LabRun is what one workload measured in one repetition of one mode of
+// Run is what one workload measured in one repetition of one mode of
 // one mesh: one raw JSON file. Latency fields a tool does not report
 // (redis-benchmark has no p25/p75, wrk no p25) are zero.
-type LabRun struct {
+type Run struct {
 	Mesh     string             `json:"mesh"`
 	Mode     string             `json:"mode"`
 	Rep      int                `json:"rep"`
@@ -137,8 +150,10 @@ type LabRun struct {
 	Seconds  float64            `json:"seconds"`              // wall time of the client
 	CPU      float64            `json:"cpu_s"`                // system-wide busy CPU seconds (/proc/stat) during the run
 	ProcCPU  ProcCPU            `json:"proc_cpu_s"`           // per process name (/proc/PID/stat; clients: rusage)
-	MemUsed  float64            `json:"mem_used_mb"`          // MemTotal - MemAvailable at the end of the run
-	BPFMaps  float64            `json:"bpf_maps_mb"`          // memlock of the datapath's maps (fdinfo), eztunnel mode
+	MemUsed  float64            `json:"mem_used_mb"`          // context only: MemTotal - MemAvailable at the end of the run
+	BPFMaps  float64            `json:"bpf_maps_mb"`          // MapInfo.Memlock of the datapath's maps, eztunnel mode
+	BPFProgs float64            `json:"bpf_progs_mb"`         // ProgramInfo.Memlock of its programs, eztunnel mode
+	SockMem  float64            `json:"sock_mem_mb"`          // peak rise of kernel TCP memory during the run (sockstat, system-wide)
 	Counters map[string]uint64  `json:"counters,omitempty"`   // datapath counter deltas, eztunnel mode
 	Extra    map[string]float64 `json:"extra,omitempty"`
 }
@@ -147,7 +162,7 @@ type LabRun struct {
 type ProcCPU map[string]float64
 
 // CPUPerOp is system-wide CPU seconds per operation.
-func (r LabRun) CPUPerOp() float64 {
+func (r Run) CPUPerOp() float64 {
 	if r.Ops == 0 {
 		return 0
 	}

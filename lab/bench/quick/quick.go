@@ -1,11 +1,10 @@
-// Package bench compares plain kernel TCP between two pods of a lab node
-// with the same traffic through the eztunnel datapath. `eztunnel bench
-// quick` (and `make demo`) run Quick.
-package bench
+// Package quick compares plain kernel TCP between two pods of a lab node
+// with the same traffic through the eztunnel datapath (`eztunnel-lab bench
+// quick`), and measures the agent's memory (`eztunnel-lab bench memory`).
+package quick
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/stats"
+	"github.com/eztunnel/eztunnel/lab/bench"
 )
 
 // Lab and datapath placement of the quick benchmark. The pin root is its own
@@ -23,7 +23,6 @@ const (
 	labName   = "bench"
 	labSubnet = 30
 	PinRoot   = "/sys/fs/bpf/ezbench"
-	drain     = 10 * time.Second
 )
 
 // Options of Quick.
@@ -94,7 +93,7 @@ func Quick(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	if err := preflight(); err != nil {
+	if err := bench.Preflight(); err != nil {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(datapath.DefaultPinRoot, datapath.Schema)); err == nil {
@@ -103,7 +102,7 @@ func Quick(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	start := time.Now()
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = PinRoot
-	if err := sweep(cfg); err != nil {
+	if err := bench.Sweep(cfg); err != nil {
 		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
 	}
 
@@ -134,7 +133,7 @@ func Quick(ctx context.Context, o Options, stdout io.Writer) (err error) {
 		return err
 	}
 	if o.Out != "" {
-		if err := writeJSON(filepath.Join(o.Out, "quick.json"), res); err != nil {
+		if err := bench.WriteJSON(filepath.Join(o.Out, "quick.json"), res); err != nil {
 			return err
 		}
 		fmt.Fprintf(o.Log, "results written to %s\n", filepath.Join(o.Out, "quick.json"))
@@ -172,7 +171,7 @@ func (r *runner) round(cfg datapath.Config, i int) (Round, error) {
 	if err == nil {
 		var after datapath.Counters
 		if after, err = dp.Counters(); err == nil {
-			rd.Counters = delta(before, after)
+			rd.Counters = bench.Delta(before, after)
 			r.logf("%s datapath: %d pairs, %d bytes redirected", tag, rd.Counters["pairs"], rd.Counters["bytes_redirected"])
 		}
 	}
@@ -180,7 +179,7 @@ func (r *runner) round(cfg datapath.Config, i int) (Round, error) {
 	if err != nil {
 		return rd, err
 	}
-	if err := datapath.Uninstall(cfg, drain); err != nil {
+	if err := datapath.Uninstall(cfg, bench.Drain); err != nil {
 		return rd, fmt.Errorf("uninstall datapath: %w", err)
 	}
 	r.installed = false
@@ -203,24 +202,4 @@ func (r *runner) measure(tag string) (Measurement, error) {
 	r.logf("%s: RTT 24 B p50 %.1f us, 64 KiB p50 %.1f us, %s FCT %.2f s",
 		tag, m.RTT24.P50, m.RTT64K.P50, sizeLabel(r.o.TransferBytes), m.FCT)
 	return m, nil
-}
-
-// delta returns after - before for every counter.
-func delta(before, after datapath.Counters) datapath.Counters {
-	d := datapath.Counters{}
-	for k, v := range after {
-		d[k] = v - before[k]
-	}
-	return d
-}
-
-func writeJSON(path string, v any) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

@@ -1,8 +1,10 @@
-package bench
+package mesh
 
 import (
 	"math"
 	"testing"
+
+	"github.com/prometheus/procfs"
 )
 
 func TestParseRedisCSV(t *testing.T) {
@@ -52,19 +54,29 @@ Transfer/sec:     51.03MB
 	}
 }
 
-func TestProcStatParsers(t *testing.T) {
-	// user nice system idle iowait irq softirq steal: busy = 100+2+50+3+10+1 ticks.
-	busy, err := parseCPULine("cpu  100 2 50 900 7 3 10 1 0 0")
+// The procfs fixture (testdata/proc) has a /proc/stat "cpu" line with
+// busy 100+2+50+3+10+1 ticks, one process (pid 1234, in testdata/cgroup)
+// with utime 250 + stime 75 ticks, 500 MiB used and 42 TCP memory pages.
+func TestProcReaders(t *testing.T) {
+	pfs, err := procfs.NewFS("testdata/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := systemBusy(pfs)
 	if err != nil || math.Abs(busy-1.66) > 1e-9 {
 		t.Errorf("busy %v, %v", busy, err)
 	}
-	pt, err := parseProcStat("1234 (redis server) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 4 0 100 0 0")
-	if err != nil || pt.name != "redis server" || math.Abs(pt.seconds-3.25) > 1e-9 {
-		t.Errorf("%+v, %v", pt, err)
+	pt := procTimes(pfs, "testdata/cgroup")
+	if len(pt) != 1 || pt[1234].name != "redis server" || math.Abs(pt[1234].seconds-3.25) > 1e-9 {
+		t.Errorf("proc times %+v", pt)
 	}
-	used, err := parseMemUsed("MemTotal:       2048000 kB\nMemFree:  100 kB\nMemAvailable:   1536000 kB\n")
+	used, err := memUsedMB(pfs)
 	if err != nil || used != 500 {
 		t.Errorf("used %v, %v", used, err)
+	}
+	pages, err := tcpMemPages(pfs)
+	if err != nil || pages != 42 {
+		t.Errorf("TCP mem pages %v, %v", pages, err)
 	}
 	d := procDelta(map[int]procTime{1: {"haproxy", 1}, 2: {"nginx", 2}, 3: {"haproxy", 1}},
 		map[int]procTime{1: {"haproxy", 1.5}, 2: {"nginx", 2.25}, 3: {"haproxy", 2}, 4: {"new", 9}})

@@ -1,4 +1,4 @@
-package bench
+package mesh
 
 import (
 	"context"
@@ -19,10 +19,10 @@ type Facts struct {
 	MemTotal float64           `json:"mem_total_mb"`
 	Go       string            `json:"go"`
 	Versions map[string]string `json:"versions"`
-	Options  LabOptions        `json:"options"`
+	Options  Options           `json:"options"`
 }
 
-func collectFacts(o LabOptions) Facts {
+func collectFacts(o Options) Facts {
 	f := Facts{Started: time.Now().UTC(), CPUs: runtime.NumCPU(), Go: runtime.Version(), Options: o,
 		Versions: map[string]string{}}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {

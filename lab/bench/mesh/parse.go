@@ -1,4 +1,4 @@
-package bench
+package mesh
 
 import (
 	"encoding/csv"

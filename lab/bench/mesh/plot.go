@@ -1,4 +1,4 @@
-package bench
+package mesh
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 // Plot writes the figures as SVG and PNG into dir: latency CDFs of both
 // ping-echo variants (every mesh, both modes) and box plots of the per-run
 // metrics and of the paced ping-echo latency samples.
-func (r *LabReport) Plot(dir string) error {
+func (r *Report) Plot(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -29,22 +29,22 @@ func (r *LabReport) Plot(dir string) error {
 		if err := save(p, dir, "cdf-"+w); err != nil {
 			return err
 		}
-		samples := func(x LabRun) []float64 { return x.Samples }
+		samples := func(x Run) []float64 { return x.Samples }
 		if err := save(r.boxPlot("Latency of "+w+" (us)", w, samples), dir, "box-"+w+"-latency"); err != nil {
 			return err
 		}
 	}
-	one := func(f func(LabRun) float64) func(LabRun) []float64 {
-		return func(x LabRun) []float64 { return []float64{f(x)} }
+	one := func(f func(Run) float64) func(Run) []float64 {
+		return func(x Run) []float64 { return []float64{f(x)} }
 	}
 	boxes := []struct {
 		file, title, workload string
-		f                     func(LabRun) []float64
+		f                     func(Run) []float64
 	}{
-		{"box-file-transfer-fct", "FCT of file-transfer (s)", WTransfer, one(func(x LabRun) float64 { return x.FCT })},
-		{"box-redis-ops", "OPS of redis", WRedis, one(func(x LabRun) float64 { return x.Rate })},
-		{"box-http-rps", "RPS of http", WHTTP, one(func(x LabRun) float64 { return x.Rate })},
-		{"box-ping-echo-b2b-rps", "RPS of back-to-back ping-echo", WB2B, one(func(x LabRun) float64 { return x.Rate })},
+		{"box-file-transfer-fct", "FCT of file-transfer (s)", WTransfer, one(func(x Run) float64 { return x.FCT })},
+		{"box-redis-ops", "OPS of redis", WRedis, one(func(x Run) float64 { return x.Rate })},
+		{"box-http-rps", "RPS of http", WHTTP, one(func(x Run) float64 { return x.Rate })},
+		{"box-ping-echo-b2b-rps", "RPS of back-to-back ping-echo", WB2B, one(func(x Run) float64 { return x.Rate })},
 	}
 	for _, b := range boxes {
 		if r.hasWorkload(b.workload) {
@@ -66,7 +66,7 @@ func save(p *plot.Plot, dir, name string) error {
 }
 
 // cdfPlot draws one line per mesh and mode, baseline dashed, on a log x axis.
-func (r *LabReport) cdfPlot(w string) *plot.Plot {
+func (r *Report) cdfPlot(w string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = "Latency CDF of " + w
 	p.X.Label.Text = "round-trip time (us, log scale)"
@@ -108,7 +108,7 @@ func (r *LabReport) cdfPlot(w string) *plot.Plot {
 
 // boxPlot draws one box per mesh and mode over the values f returns for
 // every run (all samples, or one value per run).
-func (r *LabReport) boxPlot(title, w string, f func(LabRun) []float64) *plot.Plot {
+func (r *Report) boxPlot(title, w string, f func(Run) []float64) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
 	var names []string

@@ -1,4 +1,4 @@
-package bench
+package mesh
 
 import (
 	"context"
@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
+	"github.com/eztunnel/eztunnel/lab/workload"
+	"github.com/prometheus/procfs"
 )
 
 // Lab runs the benchmark lab: for each mesh mode a fresh node, a warm-up
@@ -20,25 +23,25 @@ import (
 // runs.csv and the plots are rendered from them and the main table is
 // printed to stdout. Everything it creates is removed on return, also on
 // error and when ctx is cancelled (Ctrl-C).
-func Lab(ctx context.Context, o LabOptions, stdout io.Writer) (err error) {
+func Bench(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
 	if err := o.validate(); err != nil {
 		return err
 	}
-	if err := preflight(); err != nil {
+	if err := bench.Preflight(); err != nil {
 		return err
 	}
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = o.PinRoot
-	if err := sweep(cfg); err != nil {
+	if err := bench.Sweep(cfg); err != nil {
 		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
 	}
 	defer func() {
 		// Normally uninstalled after each eztunnel run; this covers errors.
 		if _, serr := os.Stat(cfg.Dir()); serr == nil {
-			if uerr := datapath.Uninstall(cfg, drain); uerr != nil {
+			if uerr := datapath.Uninstall(cfg, bench.Drain); uerr != nil {
 				err = errors.Join(err, fmt.Errorf("cleanup: %w", uerr))
 			}
 		}
@@ -47,13 +50,13 @@ func Lab(ctx context.Context, o LabOptions, stdout io.Writer) (err error) {
 		return err
 	}
 	facts := collectFacts(o)
-	if err := writeJSON(filepath.Join(o.Out, "machine.json"), facts); err != nil {
+	if err := bench.WriteJSON(filepath.Join(o.Out, "machine.json"), facts); err != nil {
 		return err
 	}
 	prog := newProgress(o.Log, len(o.Meshes)*o.Reps*2*len(o.Workloads))
 	for _, name := range o.Meshes {
 		mesh, _ := meshlab.ParseMesh(name)
-		if err := labMesh(ctx, o, cfg, mesh, prog); err != nil {
+		if err := benchMesh(ctx, o, cfg, mesh, prog); err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("interrupted: %w", ctx.Err())
 			}
@@ -61,7 +64,7 @@ func Lab(ctx context.Context, o LabOptions, stdout io.Writer) (err error) {
 		}
 	}
 	fmt.Fprintf(o.Log, "measurements took %s; rendering the report\n", prog.elapsed())
-	rep, err := RenderLabReport(o.Out)
+	rep, err := RenderReport(o.Out)
 	if err != nil {
 		return err
 	}
@@ -76,9 +79,17 @@ func Lab(ctx context.Context, o LabOptions, stdout io.Writer) (err error) {
 }
 
 // labMesh builds one node and runs every repetition on it.
-func labMesh(ctx context.Context, o LabOptions, cfg datapath.Config, mesh meshlab.Mesh, prog *progress) (err error) {
+func benchMesh(ctx context.Context, o Options, cfg datapath.Config, mesh meshlab.Mesh, prog *progress) (err error) {
 	prog.note("mesh %s: building the node", mesh)
-	n, err := meshlab.New(ctx, meshlab.Config{Name: o.LabName, Subnet: o.Subnet, Mesh: mesh, Exe: o.Exe, CPUs: o.CPUs, Log: o.Log})
+	cpus, err := workload.ParseCPUs(o.CPUs)
+	if err != nil {
+		return err
+	}
+	n, err := meshlab.New(ctx, meshlab.Config{Name: o.LabName, Subnet: o.Subnet, Mesh: mesh, Exe: o.Exe, CPUs: cpus, Log: o.Log})
+	if err != nil {
+		return err
+	}
+	pfs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return err
 	}
@@ -87,7 +98,8 @@ func labMesh(ctx context.Context, o LabOptions, cfg datapath.Config, mesh meshla
 			err = errors.Join(err, fmt.Errorf("remove node: %w", cerr))
 		}
 	}()
-	m := &meter{ctx: ctx, o: o, node: n, mesh: mesh.String()}
+	m := &meter{ctx: ctx, o: o, node: n, mesh: mesh.String(), fs: pfs,
+		wl: workload.Client{Exe: o.Exe, CPUs: cpus}}
 	prog.note("mesh %s: warm-up", mesh)
 	for _, w := range o.Workloads {
 		if w == WPaced {
@@ -124,21 +136,21 @@ func (m *meter) mode(cfg datapath.Config, mode string, rep int, prog *progress) 
 	var err error
 	for _, w := range m.o.Workloads {
 		prog.start(fmt.Sprintf("%s r%d %s %s", m.mesh, rep, mode, w))
-		var r LabRun
+		var r Run
 		if r, err = m.run(w, m.o.scale(), dp); err != nil {
 			err = fmt.Errorf("%s rep %d %s: %w", mode, rep, w, err)
 			break
 		}
 		r.Mode, r.Rep = mode, rep
 		path := filepath.Join(m.o.Out, "raw", fmt.Sprintf("%s_%s_r%d_%s.json", r.Mesh, mode, rep, w))
-		if err = writeJSON(path, r); err != nil {
+		if err = bench.WriteJSON(path, r); err != nil {
 			break
 		}
 		prog.done(headline(r))
 	}
 	if dp != nil {
 		dp.Close()
-		if uerr := datapath.Uninstall(cfg, drain); uerr != nil {
+		if uerr := datapath.Uninstall(cfg, bench.Drain); uerr != nil {
 			err = errors.Join(err, fmt.Errorf("uninstall datapath: %w", uerr))
 		}
 	}
@@ -148,15 +160,17 @@ func (m *meter) mode(cfg datapath.Config, mode string, rep int, prog *progress) 
 // meter runs workloads on a node and measures what they cost.
 type meter struct {
 	ctx  context.Context
-	o    LabOptions
+	o    Options
 	node *meshlab.Node
 	mesh string
+	fs   procfs.FS
+	wl   workload.Client // clients run in the client pod, pinned like the node
 }
 
 // run measures one workload: its own metrics, system-wide and per-process
 // CPU seconds, memory, and with dp the datapath's counters and map memory.
-func (m *meter) run(w string, s scale, dp *datapath.Datapath) (LabRun, error) {
-	r := LabRun{Mesh: m.mesh, Workload: w}
+func (m *meter) run(w string, s scale, dp *datapath.Datapath) (Run, error) {
+	r := Run{Mesh: m.mesh, Workload: w}
 	var before datapath.Counters
 	if dp != nil {
 		var err error
@@ -164,24 +178,29 @@ func (m *meter) run(w string, s scale, dp *datapath.Datapath) (LabRun, error) {
 			return r, err
 		}
 	}
-	procs0 := procTimes(m.node.Lab.Managed)
-	busy0, err := systemBusy()
+	procs0 := procTimes(m.fs, m.node.Lab.Managed)
+	busy0, err := systemBusy(m.fs)
 	if err != nil {
 		return r, err
 	}
-	res, err := workloadFuncs[w](m.ctx, m.node, m.o, s, &r)
+	stopPeak, err := sockMemPeak(m.fs)
 	if err != nil {
 		return r, err
 	}
-	busy1, err := systemBusy()
+	res, err := workloadFuncs[w](m, s, &r)
+	r.SockMem = stopPeak()
+	if err != nil {
+		return r, err
+	}
+	busy1, err := systemBusy(m.fs)
 	if err != nil {
 		return r, err
 	}
 	r.CPU = busy1 - busy0
-	r.ProcCPU = procDelta(procs0, procTimes(m.node.Lab.Managed))
-	r.ProcCPU[res.name] += res.cpu
-	r.Seconds = res.seconds
-	if r.MemUsed, err = memUsedMB(); err != nil {
+	r.ProcCPU = procDelta(procs0, procTimes(m.fs, m.node.Lab.Managed))
+	r.ProcCPU[res.name] += res.CPU
+	r.Seconds = res.Seconds
+	if r.MemUsed, err = memUsedMB(m.fs); err != nil {
 		return r, err
 	}
 	if dp != nil {
@@ -189,18 +208,20 @@ func (m *meter) run(w string, s scale, dp *datapath.Datapath) (LabRun, error) {
 		if err != nil {
 			return r, err
 		}
-		r.Counters = delta(before, after)
-		memlock, err := mapMemlock(os.Getpid())
+		r.Counters = bench.Delta(before, after)
+		// The datapath is loaded in this process: its fds are the BPF
+		// objects the lab holds.
+		mem, err := bench.ProcessBPFMemory(os.Getpid())
 		if err != nil {
 			return r, err
 		}
-		r.BPFMaps = float64(memlock) / (1 << 20)
+		r.BPFMaps, r.BPFProgs = float64(mem.Maps)/(1<<20), float64(mem.Programs)/(1<<20)
 	}
 	return r, nil
 }
 
 // headline is the one-line result of a run for the progress display.
-func headline(r LabRun) string {
+func headline(r Run) string {
 	var s string
 	switch r.Workload {
 	case WPaced, WB2B:

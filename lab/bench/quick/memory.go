@@ -1,7 +1,6 @@
-package bench
+package quick
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,13 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/netlab"
+	"github.com/eztunnel/eztunnel/lab/workload"
+	"github.com/prometheus/procfs"
 )
 
 // MemoryOptions configures `eztunnel bench memory`.
@@ -29,10 +30,11 @@ type MemoryOptions struct {
 
 // MemorySample is the agent's memory at one moment.
 type MemorySample struct {
-	Conns      int    `json:"conns"`
-	Pairs      uint64 `json:"pairs"`
-	AgentRSS   uint64 `json:"agent_rss_bytes"`
-	MapMemlock uint64 `json:"bpf_map_bytes"` // memlock of every BPF map the agent holds (fdinfo)
+	Conns       int    `json:"conns"`
+	Pairs       uint64 `json:"pairs"`
+	AgentRSS    uint64 `json:"agent_rss_bytes"`
+	MapMemlock  uint64 `json:"bpf_map_bytes"`  // MapInfo.Memlock of every BPF map the agent holds
+	ProgMemlock uint64 `json:"bpf_prog_bytes"` // ProgramInfo.Memlock of its BPF programs
 }
 
 // Memory runs the agent as `eztunnel run` on a lab node and reports its RSS
@@ -83,7 +85,7 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 		return err
 	}
 	defer agent.Wait()
-	if err := waitReady(ctx, agentReady, 20*time.Second); err != nil {
+	if err := workload.WaitReady(ctx, agentReady, 20*time.Second, nil); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	idle, err := sampleMemory(agent.Process.Pid, cfg, 0)
@@ -91,16 +93,12 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 		return err
 	}
 
-	srvReady := filepath.Join(tmp, "server")
-	srv := b.Cmd(ctx, o.Exe, "workload", "serve", "--stream", ":7000", "--ready-file", srvReady)
-	srv.Stderr = o.Log
-	if err := b.Start(srv); err != nil {
+	wl := workload.Client{Exe: o.Exe}
+	srv, err := wl.Serve(ctx, b, tmp, "--stream", ":7000")
+	if err != nil {
 		return err
 	}
-	defer srv.Wait()
-	if err := waitReady(ctx, srvReady, 10*time.Second); err != nil {
-		return fmt.Errorf("server: %w", err)
-	}
+	defer srv.Stop()
 	holdReady := filepath.Join(tmp, "hold")
 	fmt.Fprintf(o.Log, "opening %d connections\n", o.Conns)
 	hold := a.Cmd(ctx, o.Exe, "workload", "hold", "--addr", net.JoinHostPort(b.IPv4.String(), "7000"),
@@ -110,7 +108,7 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 		return err
 	}
 	defer hold.Wait()
-	if err := waitReady(ctx, holdReady, 5*time.Minute); err != nil {
+	if err := workload.WaitReady(ctx, holdReady, 5*time.Minute, nil); err != nil {
 		return fmt.Errorf("hold: %w", err)
 	}
 	time.Sleep(time.Second) // let the server's side settle
@@ -124,23 +122,6 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 		return fmt.Errorf("only %d of %d connections were accelerated", loaded.Pairs, o.Conns)
 	}
 	return nil
-}
-
-func waitReady(ctx context.Context, path string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %s", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 func sampleMemory(pid int, cfg datapath.Config, conns int) (MemorySample, error) {
@@ -158,77 +139,38 @@ func sampleMemory(pid int, cfg datapath.Config, conns int) (MemorySample, error)
 	if s.AgentRSS, err = procRSS(pid); err != nil {
 		return s, err
 	}
-	s.MapMemlock, err = mapMemlock(pid)
+	mem, err := bench.ProcessBPFMemory(pid)
+	s.MapMemlock, s.ProgMemlock = mem.Maps, mem.Programs
 	return s, err
 }
 
-// procRSS reads VmRSS of a process, in bytes.
+// procRSS is the resident set of a process in bytes (procfs).
 func procRSS(pid int) (uint64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
-}
-
-// mapMemlock sums the memlock of every distinct BPF map the process holds
-// an fd of, as its fdinfo reports it.
-func mapMemlock(pid int) (uint64, error) {
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	fds, err := os.ReadDir(dir)
+	st, err := p.Stat()
 	if err != nil {
 		return 0, err
 	}
-	seen := map[string]bool{}
-	var total uint64
-	for _, fd := range fds {
-		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
-		if err != nil || target != "anon_inode:bpf-map" {
-			continue
-		}
-		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
-		if err != nil {
-			continue
-		}
-		var id string
-		var memlock uint64
-		for _, line := range strings.Split(string(info), "\n") {
-			k, v, _ := strings.Cut(line, ":")
-			switch k {
-			case "map_id":
-				id = strings.TrimSpace(v)
-			case "memlock":
-				memlock, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			}
-		}
-		if id != "" && !seen[id] {
-			seen[id] = true
-			total += memlock
-		}
-	}
-	return total, nil
+	return uint64(st.ResidentMemory()), nil
 }
 
 func printMemory(w io.Writer, idle, loaded MemorySample) {
 	mb := func(b uint64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "connections\tpairs\tagent RSS (MB)\tBPF maps (MB)\ttotal (MB)\t")
+	fmt.Fprintln(tw, "connections\tpairs\tagent RSS (MB)\tBPF maps (MB)\tBPF programs (MB)\ttotal (MB)\t")
 	for _, s := range []MemorySample{idle, loaded} {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t\n", s.Conns, s.Pairs, mb(s.AgentRSS), mb(s.MapMemlock), mb(s.AgentRSS+s.MapMemlock))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t\n", s.Conns, s.Pairs, mb(s.AgentRSS), mb(s.MapMemlock), mb(s.ProgMemlock), mb(s.total()))
 	}
 	tw.Flush()
-	total := loaded.AgentRSS + loaded.MapMemlock
+	total := loaded.total()
 	verdict := "PASS"
 	if total >= 25<<20 {
 		verdict = "MISS"
 	}
-	fmt.Fprintf(w, "\ntarget: agent RSS + BPF map memory under 25 MB with %d connections: %s MB, %s\n", loaded.Conns, mb(total), verdict)
+	fmt.Fprintf(w, "\ntarget: agent RSS + BPF map and program memory under 25 MB with %d connections: %s MB, %s\n", loaded.Conns, mb(total), verdict)
 }
+
+func (s MemorySample) total() uint64 { return s.AgentRSS + s.MapMemlock + s.ProgMemlock }

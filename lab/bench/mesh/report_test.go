@@ -1,4 +1,4 @@
-package bench
+package mesh
 
 import (
 	"bytes"
@@ -15,11 +15,11 @@ import (
 // RPS 40000/30000 vs 80000/60000; FCT 1.0/1.2 s vs 0.5/0.6 s; CPU 1.0 s vs
 // 1.2 s per 100 ping-echo messages; memory used 1000/1002 MB vs 1010/1012 MB.
 func TestLabReportFromFixture(t *testing.T) {
-	runs, facts, err := LoadLab("testdata/lab")
+	runs, facts, err := Load("testdata/lab")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := NewLabReport(runs, facts)
+	rep := NewReport(runs, facts)
 	if len(rep.Meshes) != 1 || rep.Meshes[0] != "none" || !rep.Verified {
 		t.Fatalf("meshes %v verified %v", rep.Meshes, rep.Verified)
 	}
@@ -27,13 +27,12 @@ func TestLabReportFromFixture(t *testing.T) {
 		value float64
 		pass  bool
 	}{
-		"ping-echo-b2b p50":      {-50, true}, // 30 -> 15 us
-		"ping-echo-b2b RPS":      {100, true}, // median 35000 -> 70000
-		"file-transfer FCT":      {0.5, true}, // 0.55 s / 1.1 s
-		"ping-echo-b2b CPU s/op": {20, false}, // 0.010 -> 0.012
-		"file-transfer CPU s/op": {-50, true}, // 0.011 -> 0.0055
-		"memory added (system)":  {10, true},  // median 1001 -> 1011 MB
-		"BPF map memory":         {2.8, true},
+		"ping-echo-b2b p50":                     {-50, true}, // 30 -> 15 us
+		"ping-echo-b2b RPS":                     {100, true}, // median 35000 -> 70000
+		"file-transfer FCT":                     {-50, true}, // 1.0 -> 0.5 s and 1.2 -> 0.6 s
+		"ping-echo-b2b CPU s/op":                {20, false}, // 0.010 -> 0.012
+		"file-transfer CPU s/op":                {-50, true}, // 0.011 -> 0.0055
+		"datapath memory (BPF maps + programs)": {2.9, true}, // 2.8 + 0.1
 	}
 	for _, tg := range rep.Targets {
 		w, ok := want[tg.Name]
@@ -64,8 +63,10 @@ func TestLabReportFromFixture(t *testing.T) {
 		// FCT over repetitions: baseline 1.05, 1.1, 1.1, 1.15
 		"| 1.050 | 1.100 | 1.100 | 1.150 |",
 		"| 0.525 (-50.0%) | 0.550 (-50.0%) | 0.550 (-50.0%) | 0.575 (-50.0%) |",
-		// memory: differences in MB
-		"| 1010.5 (+10.0) | 1011.0 (+10.0) | 1011.0 (+10.0) | 1011.5 (+10.0) |",
+		// socket memory of file-transfer: 4, 6 MB vs 1, 2 MB
+		"| TCP socket memory, peak rise in file-transfer (sockstat) | 5.0 | 1.5 | 4.0..6.0 / 1.0..2.0 |",
+		"| context: machine MemTotal-MemAvailable | 1001.0 | 1011.0 |",
+		"| datapath BPF programs | - | 0.1 | - |",
 		"| none | ping-echo-b2b | 3, 3 | 1, 1 |",
 	} {
 		if !strings.Contains(s, frag) {
@@ -91,7 +92,7 @@ func TestRenderLabReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, err := RenderLabReport(dir)
+	rep, err := RenderReport(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +110,40 @@ func TestRenderLabReport(t *testing.T) {
 	rep.WriteMain(&b)
 	if !strings.Contains(b.String(), "ping-echo b2b p50 (us)") || !strings.Contains(b.String(), "-50.0%") {
 		t.Errorf("main table:\n%s", b.String())
+	}
+}
+
+// Paired changes take each repetition's baseline and eztunnel runs
+// together; the change shown is their median, the range their min..max.
+func TestPairedChanges(t *testing.T) {
+	var runs []Run
+	for rep, v := range [][2]float64{{100, 50}, {200, 90}, {100, 60}, {100, 40}} {
+		runs = append(runs, Run{Mesh: "none", Mode: ModeBaseline, Rep: rep + 1, Workload: WRedis, Rate: v[0]},
+			Run{Mesh: "none", Mode: ModeEztunnel, Rep: rep + 1, Workload: WRedis, Rate: v[1]})
+	}
+	runs = append(runs, Run{Mesh: "none", Mode: ModeEztunnel, Rep: 5, Workload: WRedis, Rate: 1}) // no partner
+	rep := NewReport(runs, Facts{Options: Options{Quick: true, Reps: 4}})
+	c := rep.change("none", WRedis, func(r Run) float64 { return r.Rate })
+	// changes -50, -55, -40, -60: median -52.5
+	if c.N != 4 || c.Median != -52.5 || c.Min != -60 || c.Max != -40 {
+		t.Errorf("spread %+v", c)
+	}
+	var b bytes.Buffer
+	if err := rep.WriteMain(&b); err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Join(strings.Fields(b.String()), " ")
+	for _, frag := range []string{
+		"| redis OPS | 100 | 50 | -52.5% | -60.0..-40.0% |", // eztunnel median of 50, 90, 60, 40, 1,
+		"| none | ping-echo-paced p50 | - | - | <= -45% | not judged by --quick |",
+		"| none | CPU s/op | - | - | <= +0% | not judged by --quick |",
+		"| none | redis OPS | -52.5% | -60.0..-40.0% | >= +40% | MISS |",
+	} {
+		if !strings.Contains(s, frag) {
+			t.Errorf("main output lacks %q:\n%s", frag, b.String())
+		}
+	}
+	if strings.Contains(s, "redis p50") {
+		t.Errorf("a quick run shows redis p50:\n%s", b.String())
 	}
 }
