@@ -12,7 +12,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
-	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd())
+	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd())
 	return cmd
 }
 
@@ -56,5 +56,22 @@ func benchMemoryCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&o.Conns, "conns", o.Conns, "established connections to hold")
 	cmd.Flags().StringVar(&o.Agent, "agent", "", "the eztunnel agent binary (default: eztunnel next to this binary)")
+	return cmd
+}
+
+func benchEarlyDataCmd() *cobra.Command {
+	o := quick.EarlyDataOptions{Conns: 1000}
+	cmd := &cobra.Command{
+		Use:   "early-data",
+		Short: "How often a client writing right after connect() settles for the kernel path: pinned, unpinned, under a CPU hog (needs root, stress-ng)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withSelf(cmd, func(ctx context.Context, exe string) error {
+				o.Exe, o.Log = exe, os.Stderr
+				return quick.EarlyData(ctx, o, os.Stdout)
+			})
+		},
+	}
+	cmd.Flags().IntVar(&o.Conns, "conns", o.Conns, "connections per placement, one after the other")
 	return cmd
 }
