@@ -2,7 +2,8 @@ package bench
 
 import (
 	"encoding/json"
-	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,12 +17,16 @@ const Drain = 10 * time.Second
 
 // Sweep removes what a killed earlier run left: labs whose owner is gone
 // (netlab.Sweep leaves labs of live processes alone) and the bench's pins.
-func Sweep(cfg datapath.Config) error {
-	errs := []error{netlab.Sweep()}
-	if _, err := os.Stat(cfg.Dir()); err == nil {
-		errs = append(errs, datapath.Uninstall(cfg, 0))
+// Labs of other runs that cannot be removed are only reported to log: the
+// bench's own lab name is claimed (and its leftovers removed) by netlab.New.
+func Sweep(cfg datapath.Config, log io.Writer) error {
+	if err := netlab.Sweep(); err != nil {
+		fmt.Fprintf(log, "warning: leftovers of other labs not removed: %v\n", err)
 	}
-	return errors.Join(errs...)
+	if _, err := os.Stat(cfg.Dir()); err == nil {
+		return datapath.Uninstall(cfg, 0)
+	}
+	return nil
 }
 
 // Delta returns after - before for every counter.

@@ -35,7 +35,7 @@ func Bench(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	}
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = o.PinRoot
-	if err := bench.Sweep(cfg); err != nil {
+	if err := bench.Sweep(cfg, o.Log); err != nil {
 		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
 	}
 	defer func() {

@@ -56,7 +56,7 @@ func EarlyData(ctx context.Context, o EarlyDataOptions, stdout io.Writer) (err e
 	}
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = "/sys/fs/bpf/ezbench-early"
-	if err := bench.Sweep(cfg); err != nil {
+	if err := bench.Sweep(cfg, o.Log); err != nil {
 		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
 	}
 	lab, err := netlab.New("early", 32)

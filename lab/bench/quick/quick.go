@@ -102,7 +102,7 @@ func Quick(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	start := time.Now()
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = PinRoot
-	if err := bench.Sweep(cfg); err != nil {
+	if err := bench.Sweep(cfg, o.Log); err != nil {
 		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
 	}
 
