@@ -73,17 +73,17 @@ func DefaultOptions() Options {
 // minutes of 100 ms rounds to say anything and is left to full runs.
 var QuickWorkloads = []string{WB2B, WTransfer, WRedis, WHTTP}
 
-// ApplyQuick shortens a run to about a minute that still repeats: four
+// ApplyQuick shortens a run to about a minute that still repeats: six
 // short repetitions per mesh (baseline and eztunnel interleaved ABBA),
 // every process pinned to one CPU so placement does not vary between
 // runs. Flags the user set explicitly are applied after it.
 func (o *Options) ApplyQuick() {
 	o.Quick = true
-	o.Reps = 4
+	o.Reps = 6
 	o.Workloads = QuickWorkloads
-	o.PingN = 4000
-	o.TransferMiB = 128
-	o.RedisN = 5000
+	o.PingN = 2000
+	o.TransferMiB = 64
+	o.RedisN = 3000
 	o.HTTPDuration = time.Second
 	o.CPUs = strconv.Itoa(runtime.NumCPU() - 1)
 }

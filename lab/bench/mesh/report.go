@@ -204,9 +204,55 @@ func spread(xs []float64) Spread {
 	return Spread{s.P50, slices.Min(xs), slices.Max(xs), len(xs)}
 }
 
-// change of a value: the median of the paired changes.
+// estimate of a value over a mode's repetitions: with f nil the p50 of
+// every latency sample pooled, else the trimmed mean of the per-run values
+// (the lowest and highest dropped from four runs on). NaN without runs.
+func (r *Report) estimate(mesh, mode, workload string, f func(Run) float64) float64 {
+	if f == nil {
+		s := r.pooled(mesh, mode, workload)
+		if s.N == 0 {
+			return math.NaN()
+		}
+		return s.P50
+	}
+	var xs []float64
+	for _, run := range r.runs(mesh, mode, workload) {
+		xs = append(xs, f(run))
+	}
+	return trimmedMean(xs)
+}
+
+func trimmedMean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	if len(xs) >= 4 {
+		xs = xs[1 : len(xs)-1]
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
+}
+
+// change of a value from baseline to eztunnel: Median is the change of the
+// two estimates (see estimate), Min..Max the range of the per-repetition
+// paired changes.
 func (r *Report) change(mesh, workload string, f func(Run) float64) Spread {
-	return spread(r.paired(mesh, workload, f))
+	b, e := r.estimate(mesh, ModeBaseline, workload, f), r.estimate(mesh, ModeEztunnel, workload, f)
+	perRun := f
+	if perRun == nil {
+		perRun = func(x Run) float64 { return x.Latency.P50 }
+	}
+	sp := spread(r.paired(mesh, workload, perRun))
+	sp.Median = stats.Change(b, e)
+	if math.IsNaN(b) || math.IsNaN(e) {
+		sp.N = 0
+	}
+	return sp
 }
 
 // memory is the median and range over runs of a memory item, in MB.
@@ -254,7 +300,7 @@ func (r *Report) targets(mesh string) []Target {
 	}
 	atMost := func(limit float64) func(float64) bool { return func(x float64) bool { return x <= limit } }
 	atLeast := func(limit float64) func(float64) bool { return func(x float64) bool { return x >= limit } }
-	p50 := func(x Run) float64 { return x.Latency.P50 }
+	var p50 func(Run) float64 // pooled samples
 	rate := func(x Run) float64 { return x.Rate }
 	pingGoal := map[string]float64{"none": -45, "sidecar": -40, "sidecar-tls": -40}
 	if goal, ok := pingGoal[mesh]; ok {

@@ -160,7 +160,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	o := f.Options
 	fmt.Fprintf(&b, "\nOptions: meshes %s, %d repetition(s), baseline and eztunnel interleaved; paced ping-echo %d x 24 B every %s, back-to-back %d x 24 B, file-transfer %d MiB, redis %d requests per test (SET, GET) with %d clients, http %s with %d connections, CPUs %q.\n",
 		strings.Join(o.Meshes, ", "), o.Reps, o.PacedN, o.Interval, o.PingN, o.TransferMiB, o.RedisN, o.RedisClients, o.HTTPDuration, o.HTTPConns, o.CPUs)
-	b.WriteString("\n## Main results (medians; change: median of paired per-repetition changes)\n\n")
+	b.WriteString("\n## Main results\n\nLatency p50 of all samples pooled, other values trimmed means over repetitions (lowest and highest dropped from four on); range: min..max of the per-repetition changes.\n\n")
 	b.WriteString(r.mainTable())
 	b.WriteString("\n## Targets\n\n")
 	b.WriteString(r.targetTable())
@@ -190,9 +190,11 @@ func (r *Report) hasWorkload(w string) bool {
 	return false
 }
 
-// mainTable is the comparison `bench lab` prints: per mesh mode the
-// medians over repetitions and the median of the per-repetition (paired)
-// changes with their range. A quick run shows only what it measures stably.
+// mainTable is the comparison `bench lab` prints: per mesh mode each
+// mode's estimate (latency p50: of every sample pooled; others: trimmed
+// mean over repetitions), their change, and the range of the
+// per-repetition (paired) changes. A quick run shows only what it
+// measures stably.
 func (r *Report) mainTable() string {
 	type metric struct {
 		name, workload string
@@ -203,8 +205,8 @@ func (r *Report) mainTable() string {
 	rate := func(x Run) float64 { return x.Rate }
 	p50 := func(x Run) float64 { return x.Latency.P50 }
 	metrics := []metric{
-		{"ping-echo paced p50 (us)", WPaced, 1, false, p50},
-		{"ping-echo b2b p50 (us)", WB2B, 1, true, p50},
+		{"ping-echo paced p50 (us)", WPaced, 1, false, nil}, // pooled samples
+		{"ping-echo b2b p50 (us)", WB2B, 1, true, nil},
 		{"ping-echo b2b RPS", WB2B, 0, false, rate},
 		{"file-transfer FCT (s)", WTransfer, 3, true, func(x Run) float64 { return x.FCT }},
 		{"redis OPS", WRedis, 0, true, rate},
@@ -220,7 +222,7 @@ func (r *Report) mainTable() string {
 			if quick && !m.quick {
 				continue
 			}
-			b, e := r.pairMedians(mesh, m.workload, m.f)
+			b, e := r.estimate(mesh, ModeBaseline, m.workload, m.f), r.estimate(mesh, ModeEztunnel, m.workload, m.f)
 			if math.IsNaN(b) && math.IsNaN(e) {
 				continue
 			}
@@ -275,8 +277,8 @@ func (r *Report) memoryTable() string {
 	for _, mesh := range r.Meshes {
 		maps := r.memory(mesh, ModeEztunnel, "", func(x Run) float64 { return x.BPFMaps })
 		progs := r.memory(mesh, ModeEztunnel, "", func(x Run) float64 { return x.BPFProgs })
-		rows = append(rows, []string{mesh, "datapath BPF maps", "-", mb(maps), "-"},
-			[]string{"", "datapath BPF programs", "-", mb(progs), "-"})
+		rows = append(rows, []string{mesh, "datapath BPF maps", "-", mb2(maps), "-"},
+			[]string{"", "datapath BPF programs", "-", mb2(progs), "-"})
 		sb := r.memory(mesh, ModeBaseline, WTransfer, func(x Run) float64 { return x.SockMem })
 		se := r.memory(mesh, ModeEztunnel, WTransfer, func(x Run) float64 { return x.SockMem })
 		if sb.N+se.N > 0 {
@@ -290,6 +292,13 @@ func (r *Report) memoryTable() string {
 	var b strings.Builder
 	bench.WriteTable(&b, []string{"mesh", "memory (MB, median over runs)", "baseline", "eztunnel", "range (baseline / eztunnel)"}, rows)
 	return b.String()
+}
+
+func mb2(s Spread) string {
+	if s.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", s.Median)
 }
 
 func mb(s Spread) string {
@@ -343,7 +352,7 @@ func (r *Report) WriteMain(w io.Writer) error {
 		kind = "quick run"
 	}
 	_, err := fmt.Fprintf(w, "\neztunnel bench lab (%s): %d mesh mode(s) x %d repetition(s), baseline and eztunnel interleaved ABBA, %s\n"+
-		"change = median of the per-repetition changes; range = their min..max\n\n%s\n%s\n%s",
+		"latency p50 of all samples pooled, other values trimmed means over repetitions; range = min..max of the per-repetition changes\n\n%s\n%s\n%s",
 		kind, len(r.Meshes), o.Reps, place, r.mainTable(), r.targetTable(), r.memoryTable())
 	return err
 }
