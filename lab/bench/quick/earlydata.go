@@ -40,7 +40,8 @@ type EarlyDataRow struct {
 // settles for the kernel path because its server socket was not
 // established yet (counter fallback_early_data): o.Conns connections one
 // after the other, with client and server on one CPU, unpinned, and
-// unpinned next to a CPU hog (stress-ng --cpu 2).
+// unpinned next to a CPU hog (stress-ng --cpu 2); pod to pod over the
+// bridge, and over loopback inside one pod (the app-to-sidecar hop).
 func EarlyData(ctx context.Context, o EarlyDataOptions, stdout io.Writer) (err error) {
 	if o.Conns < 1 {
 		return fmt.Errorf("--conns %d must be at least 1", o.Conns)
@@ -82,19 +83,26 @@ func EarlyData(ctx context.Context, o EarlyDataOptions, stdout io.Writer) (err e
 	}()
 	last := runtime.NumCPU() - 1
 	scenarios := []struct {
-		name string
-		cpus []int
-		hog  bool
+		name     string
+		cpus     []int
+		hog      bool
+		loopback bool // client in the server's pod, over lo (a sidecar's hop)
 	}{
-		{fmt.Sprintf("pinned (client and server on CPU %d)", last), []int{last}, false},
-		{"unpinned", nil, false},
-		{"unpinned, stress-ng --cpu 2 running", nil, true},
+		{fmt.Sprintf("pod to pod, pinned (client and server on CPU %d)", last), []int{last}, false, false},
+		{"pod to pod, unpinned", nil, false, false},
+		{"pod to pod, unpinned, stress-ng --cpu 2 running", nil, true, false},
+		{fmt.Sprintf("loopback in one pod, pinned (CPU %d)", last), []int{last}, false, true},
+		{"loopback in one pod, unpinned, stress-ng --cpu 2 running", nil, true, true},
 	}
 	var rows []EarlyDataRow
 	for _, sc := range scenarios {
 		wl := workload.Client{Exe: o.Exe, CPUs: sc.cpus}
 		fmt.Fprintf(o.Log, "%s: %d connections\n", sc.name, o.Conns)
-		row, err := earlyRun(ctx, o, dp, wl, a, b, sc.hog)
+		client, addr := a, net.JoinHostPort(b.IPv4.String(), "7001")
+		if sc.loopback {
+			client, addr = b, "127.0.0.1:7001"
+		}
+		row, err := earlyRun(ctx, o, dp, wl, client, b, addr, sc.hog)
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
@@ -113,7 +121,7 @@ func EarlyData(ctx context.Context, o EarlyDataOptions, stdout io.Writer) (err e
 	return err
 }
 
-func earlyRun(ctx context.Context, o EarlyDataOptions, dp *datapath.Datapath, wl workload.Client, a, b *netlab.Pod, hog bool) (EarlyDataRow, error) {
+func earlyRun(ctx context.Context, o EarlyDataOptions, dp *datapath.Datapath, wl workload.Client, a, b *netlab.Pod, addr string, hog bool) (EarlyDataRow, error) {
 	row := EarlyDataRow{Conns: o.Conns}
 	srv, err := wl.Serve(ctx, b, "", "--echo", ":7001")
 	if err != nil {
@@ -132,7 +140,7 @@ func earlyRun(ctx context.Context, o EarlyDataOptions, dp *datapath.Datapath, wl
 		return row, err
 	}
 	var res workload.EarlyResult
-	if _, err := wl.Workload(ctx, a, 5*time.Minute, &res, "early", "--addr", net.JoinHostPort(b.IPv4.String(), "7001"),
+	if _, err := wl.Workload(ctx, a, 5*time.Minute, &res, "early", "--addr", addr,
 		"--conns", strconv.Itoa(o.Conns)); err != nil {
 		return row, err
 	}
