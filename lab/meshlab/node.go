@@ -13,6 +13,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/netlab"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // Config of a node.
@@ -21,8 +22,9 @@ type Config struct {
 	Subnet int    // netlab subnet
 	Mesh   Mesh
 	Exe    string // eztunnel binary: the echo/stream server
-	CPUs   []int  // CPU affinity of every process of the node; empty: none
-	Log    io.Writer
+	// Placement of every process of the node (CPU affinity, niceness).
+	Placement workload.Placement
+	Log       io.Writer
 }
 
 // Node is a lab node with a client pod, a server pod running every server,

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/lab/netlab"
-	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // Proc is a long-running process of the node: a server or a proxy.
@@ -62,11 +61,11 @@ func (n *Node) Cmd(ctx context.Context, p *netlab.Pod, argv ...string) *exec.Cmd
 	return p.Cmd(ctx, argv[0], argv[1:]...)
 }
 
-// Start starts cmd in pod p, pinned to the node's CPUs when set
-// (sched_setaffinity before exec: the cgroup v2 cpuset controller is not
-// always available, e.g. on hybrid cgroup layouts).
+// Start starts cmd in pod p with the node's placement (CPU affinity and
+// niceness set on the forking thread: the cgroup v2 cpuset controller is
+// not always available, e.g. on hybrid cgroup layouts).
 func (n *Node) Start(p *netlab.Pod, cmd *exec.Cmd) error {
-	return workload.StartPinned(n.cfg.CPUs, func() error { return p.Start(cmd) })
+	return n.cfg.Placement.Start(func() error { return p.Start(cmd) })
 }
 
 // start runs argv in pod p until the node closes and waits until every one

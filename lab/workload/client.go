@@ -25,10 +25,16 @@ type Pod interface {
 }
 
 // Client starts the lab binary's workload commands (and other tools) in
-// pods, every process pinned to CPUs when set.
+// pods, every process placed as Placement says.
 type Client struct {
-	Exe  string // the eztunnel-lab binary
-	CPUs []int  // CPU affinity of every process started; empty: none
+	Exe string // the eztunnel-lab binary
+	Placement
+}
+
+// Placement is the CPU affinity and nice value a process starts with.
+type Placement struct {
+	CPUs []int // CPU affinity; empty: any CPU
+	Nice int   // scheduling niceness (-20..19); 0: unchanged
 }
 
 // Usage is what running one client process cost.
@@ -37,36 +43,44 @@ type Usage struct {
 	CPU     float64 // the process's own user+system seconds (rusage)
 }
 
-// Start starts cmd in p, with the client's CPU affinity from its first
-// instruction: the forking thread carries the mask, the child inherits it.
+// Start starts cmd in p, placed from its first instruction.
 func (c Client) Start(p Pod, cmd *exec.Cmd) error {
-	return StartPinned(c.CPUs, func() error { return p.Start(cmd) })
+	return c.Placement.Start(func() error { return p.Start(cmd) })
 }
 
-// StartPinned calls start (which forks) on a thread whose CPU affinity is
-// cpus, then restores the thread's mask. Empty cpus: start as is.
-func StartPinned(cpus []int, start func() error) error {
-	if len(cpus) == 0 {
+// Start calls start (which forks) on a thread with the placement's CPU
+// affinity and niceness, which the child inherits, then restores the
+// thread's own. A zero Placement starts as is.
+func (pl Placement) Start(start func() error) error {
+	if len(pl.CPUs) == 0 && pl.Nice == 0 {
 		return start()
 	}
-	var set unix.CPUSet
-	for _, c := range cpus {
-		set.Set(c)
-	}
 	runtime.LockOSThread()
-	var old unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("sched_getaffinity: %w", err)
+	var oldSet unix.CPUSet
+	oldNice, err := unix.Getpriority(unix.PRIO_PROCESS, 0) // this thread: 20 - nice
+	if err == nil {
+		err = unix.SchedGetaffinity(0, &oldSet)
 	}
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("sched_setaffinity %v: %w", cpus, err)
+	if err == nil && len(pl.CPUs) > 0 {
+		var set unix.CPUSet
+		for _, c := range pl.CPUs {
+			set.Set(c)
+		}
+		if err = unix.SchedSetaffinity(0, &set); err != nil {
+			err = fmt.Errorf("sched_setaffinity %v: %w", pl.CPUs, err)
+		}
 	}
-	err := start()
-	// A thread whose mask cannot be restored stays locked to this
-	// goroutine and exits with it; no other goroutine runs pinned.
-	if unix.SchedSetaffinity(0, &old) == nil {
+	if err == nil && pl.Nice != 0 {
+		if err = unix.Setpriority(unix.PRIO_PROCESS, 0, pl.Nice); err != nil {
+			err = fmt.Errorf("setpriority %d: %w", pl.Nice, err)
+		}
+	}
+	if err == nil {
+		err = start()
+	}
+	// A thread that cannot be restored stays locked to this goroutine and
+	// exits with it: no other goroutine runs with its placement.
+	if unix.SchedSetaffinity(0, &oldSet) == nil && unix.Setpriority(unix.PRIO_PROCESS, 0, 20-oldNice) == nil {
 		runtime.UnlockOSThread()
 	}
 	return err
@@ -138,6 +152,7 @@ type PingPongArgs struct {
 	Warmup   int
 	Interval time.Duration // 0: back to back
 	Raw      bool          // return every sample
+	Conns    int           // connections (default 1), one after the other
 }
 
 // PingPong runs one ping-pong client in p.
@@ -150,11 +165,15 @@ func (c Client) PingPong(ctx context.Context, p Pod, pp PingPongArgs) (PingPongR
 	if pp.Raw {
 		args = append(args, "--raw")
 	}
-	timeout := 3*time.Minute + time.Duration(pp.N+pp.Warmup)*pp.Interval
+	conns := max(pp.Conns, 1)
+	if conns > 1 {
+		args = append(args, "--conns", strconv.Itoa(conns), "--sequential")
+	}
+	timeout := 3*time.Minute + time.Duration(conns*(pp.N+pp.Warmup))*pp.Interval
 	var res PingPongResult
 	u, err := c.Workload(ctx, p, timeout, &res, args...)
-	if err == nil && pp.Raw && len(res.Samples) != pp.N {
-		err = fmt.Errorf("pingpong: %d samples, want %d", len(res.Samples), pp.N)
+	if err == nil && pp.Raw && len(res.Samples) != conns*pp.N {
+		err = fmt.Errorf("pingpong: %d samples, want %d", len(res.Samples), conns*pp.N)
 	}
 	return res, u, err
 }

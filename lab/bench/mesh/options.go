@@ -26,7 +26,9 @@ type Options struct {
 	RedisClients int           `json:"redis_clients"`
 	HTTPDuration time.Duration `json:"http_duration"`
 	HTTPConns    int           `json:"http_conns"`
-	CPUs         string        `json:"cpus"` // CPU list every lab process is pinned to; "" none
+	CPUs         string        `json:"cpus"`       // CPU list every lab process is pinned to; "" none
+	Nice         int           `json:"nice"`       // niceness of every lab process; 0 unchanged
+	PingConns    int           `json:"ping_conns"` // back-to-back ping-echo: connections per run, one after the other
 	Quick        bool          `json:"quick"`
 
 	Out     string    `json:"-"` // results directory
@@ -58,6 +60,7 @@ func DefaultOptions() Options {
 		PacedN:       100,
 		Interval:     100 * time.Millisecond,
 		PingN:        20000,
+		PingConns:    1,
 		TransferMiB:  1000,
 		RedisN:       100000,
 		RedisClients: 8,
@@ -74,18 +77,23 @@ func DefaultOptions() Options {
 var QuickWorkloads = []string{WB2B, WTransfer, WRedis, WHTTP}
 
 // ApplyQuick shortens a run to about a minute that still repeats: six
-// short repetitions per mesh (baseline and eztunnel interleaved ABBA),
-// every process pinned to one CPU so placement does not vary between
-// runs. Flags the user set explicitly are applied after it.
+// short repetitions per mesh (baseline and eztunnel interleaved ABBA);
+// back-to-back ping-echo over 20 connections one after the other, as the
+// round trip of a connection through the proxies varies from connection
+// to connection; every process pinned to one CPU, so placement does not
+// vary between runs, at niceness -10, so other load on that CPU takes
+// little of its time. Flags the user set explicitly are applied after it.
 func (o *Options) ApplyQuick() {
 	o.Quick = true
 	o.Reps = 6
 	o.Workloads = QuickWorkloads
-	o.PingN = 2000
+	o.PingN = 100
+	o.PingConns = 20
 	o.TransferMiB = 64
 	o.RedisN = 3000
 	o.HTTPDuration = time.Second
 	o.CPUs = strconv.Itoa(runtime.NumCPU() - 1)
+	o.Nice = -10
 }
 
 func (o Options) validate() error {
@@ -102,6 +110,8 @@ func (o Options) validate() error {
 	switch {
 	case len(o.Meshes) == 0 || len(o.Workloads) == 0:
 		return errors.New("nothing to run: give at least one mesh and one workload")
+	case o.PingConns < 1 || o.Nice < -20 || o.Nice > 19:
+		return errors.New("--ping-conns must be at least 1 and --nice within -20..19")
 	case o.Reps < 1:
 		return fmt.Errorf("--reps %d must be at least 1", o.Reps)
 	case o.PacedN < 2 || o.PingN < 10:

@@ -85,7 +85,8 @@ func benchMesh(ctx context.Context, o Options, cfg datapath.Config, mesh meshlab
 	if err != nil {
 		return err
 	}
-	n, err := meshlab.New(ctx, meshlab.Config{Name: o.LabName, Subnet: o.Subnet, Mesh: mesh, Exe: o.Exe, CPUs: cpus, Log: o.Log})
+	place := workload.Placement{CPUs: cpus, Nice: o.Nice}
+	n, err := meshlab.New(ctx, meshlab.Config{Name: o.LabName, Subnet: o.Subnet, Mesh: mesh, Exe: o.Exe, Placement: place, Log: o.Log})
 	if err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func benchMesh(ctx context.Context, o Options, cfg datapath.Config, mesh meshlab
 		}
 	}()
 	m := &meter{ctx: ctx, o: o, node: n, mesh: mesh.String(), fs: pfs,
-		wl: workload.Client{Exe: o.Exe, CPUs: cpus}}
+		wl: workload.Client{Exe: o.Exe, Placement: place}}
 	prog.note("mesh %s: warm-up", mesh)
 	for _, w := range o.Workloads {
 		if w == WPaced {

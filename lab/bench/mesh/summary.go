@@ -158,8 +158,8 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(&b, "- %s: `%s`\n", k, f.Versions[k])
 	}
 	o := f.Options
-	fmt.Fprintf(&b, "\nOptions: meshes %s, %d repetition(s), baseline and eztunnel interleaved; paced ping-echo %d x 24 B every %s, back-to-back %d x 24 B, file-transfer %d MiB, redis %d requests per test (SET, GET) with %d clients, http %s with %d connections, CPUs %q.\n",
-		strings.Join(o.Meshes, ", "), o.Reps, o.PacedN, o.Interval, o.PingN, o.TransferMiB, o.RedisN, o.RedisClients, o.HTTPDuration, o.HTTPConns, o.CPUs)
+	fmt.Fprintf(&b, "\nOptions: meshes %s, %d repetition(s), baseline and eztunnel interleaved (ABBA); paced ping-echo %d x 24 B every %s, back-to-back %d connection(s) x %d x 24 B, file-transfer %d MiB, redis %d requests per test (SET, GET) with %d clients, http %s with %d connections, CPUs %q, nice %d.\n",
+		strings.Join(o.Meshes, ", "), o.Reps, o.PacedN, o.Interval, max(o.PingConns, 1), o.PingN, o.TransferMiB, o.RedisN, o.RedisClients, o.HTTPDuration, o.HTTPConns, o.CPUs, o.Nice)
 	b.WriteString("\n## Main results\n\nLatency p50 of all samples pooled, other values trimmed means over repetitions (lowest and highest dropped from four on); range: min..max of the per-repetition changes.\n\n")
 	b.WriteString(r.mainTable())
 	b.WriteString("\n## Targets\n\n")
@@ -346,6 +346,9 @@ func (r *Report) WriteMain(w io.Writer) error {
 	place := "unpinned"
 	if o.CPUs != "" {
 		place = "every lab process on CPU " + o.CPUs
+	}
+	if o.Nice != 0 {
+		place += fmt.Sprintf(" at nice %d", o.Nice)
 	}
 	kind := "full run"
 	if o.Quick {

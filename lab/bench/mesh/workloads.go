@@ -24,7 +24,7 @@ func (o Options) scale() scale {
 
 // warmupScale is one short pass of every workload before a mesh's first
 // recorded run: caches, ARP, proxies' first connections.
-var warmupScale = scale{pacedN: 3, pingN: 500, transferMiB: 16, redisN: 2000, httpDuration: time.Second}
+var warmupScale = scale{pacedN: 3, pingN: 100, transferMiB: 16, redisN: 2000, httpDuration: time.Second}
 
 // clientResult is what a client process cost, by its name.
 type clientResult struct {
@@ -54,9 +54,9 @@ var workloadFuncs = map[string]workloadFunc{
 func pingEcho(paced bool) workloadFunc {
 	return func(m *meter, s scale, r *Run) (clientResult, error) {
 		n := m.node
-		pp := workload.PingPongArgs{Addr: n.Addr(meshlab.PortEcho), Size: 24, N: s.pingN, Warmup: max(s.pingN/20, 10), Raw: true}
+		pp := workload.PingPongArgs{Addr: n.Addr(meshlab.PortEcho), Size: 24, N: s.pingN, Warmup: max(s.pingN/20, 10), Raw: true, Conns: m.o.PingConns}
 		if paced {
-			pp.N, pp.Warmup, pp.Interval = s.pacedN, 2, m.o.Interval
+			pp.N, pp.Warmup, pp.Interval, pp.Conns = s.pacedN, 2, m.o.Interval, 1
 		}
 		out, u, err := m.wl.PingPong(m.ctx, n.Client, pp)
 		res := clientResult{u, "eztunnel-lab"}
@@ -65,9 +65,9 @@ func pingEcho(paced bool) workloadFunc {
 		}
 		r.Samples = out.Samples
 		r.Latency = stats.Summarize(out.Samples)
-		r.Ops = float64(pp.N)
-		if sum := r.Latency.Mean * float64(pp.N); sum > 0 {
-			r.Rate = float64(pp.N) / (sum / 1e6) // back to back: requests per second of round-trip time
+		r.Ops = float64(len(out.Samples))
+		if sum := r.Latency.Mean * r.Ops; sum > 0 {
+			r.Rate = r.Ops / (sum / 1e6) // back to back: requests per second of round-trip time
 		}
 		return res, nil
 	}

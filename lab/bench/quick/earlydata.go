@@ -96,7 +96,7 @@ func EarlyData(ctx context.Context, o EarlyDataOptions, stdout io.Writer) (err e
 	}
 	var rows []EarlyDataRow
 	for _, sc := range scenarios {
-		wl := workload.Client{Exe: o.Exe, CPUs: sc.cpus}
+		wl := workload.Client{Exe: o.Exe, Placement: workload.Placement{CPUs: sc.cpus}}
 		fmt.Fprintf(o.Log, "%s: %d connections\n", sc.name, o.Conns)
 		client, addr := a, net.JoinHostPort(b.IPv4.String(), "7001")
 		if sc.loopback {

@@ -48,6 +48,8 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 					"http-duration": func() { q.HTTPDuration = o.HTTPDuration },
 					"workload":      func() { q.Workloads = o.Workloads },
 					"cpu":           func() { q.CPUs = o.CPUs },
+					"nice":          func() { q.Nice = o.Nice },
+					"ping-conns":    func() { q.PingConns = o.PingConns },
 				} {
 					if f.Changed(name) {
 						apply()
@@ -72,7 +74,9 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of each baseline/eztunnel pair")
 	f.IntVar(&o.PacedN, "paced-n", o.PacedN, "paced ping-echo messages per run")
 	f.DurationVar(&o.Interval, "interval", o.Interval, "interval of the paced ping-echo")
-	f.IntVar(&o.PingN, "ping-n", o.PingN, "back-to-back ping-echo messages per run")
+	f.IntVar(&o.PingN, "ping-n", o.PingN, "back-to-back ping-echo messages per connection")
+	f.IntVar(&o.PingConns, "ping-conns", o.PingConns, "back-to-back ping-echo connections per run, one after the other (--quick: 20)")
+	f.IntVar(&o.Nice, "nice", 0, "niceness of every lab process (--quick: -10)")
 	f.IntVar(&o.TransferMiB, "transfer-mib", o.TransferMiB, "file-transfer size in MiB (one connection)")
 	f.IntVar(&o.RedisN, "redis-n", o.RedisN, "redis-benchmark requests per test (SET and GET)")
 	f.IntVar(&o.RedisClients, "redis-clients", o.RedisClients, "redis-benchmark parallel clients")

@@ -123,7 +123,7 @@ func workloadStreamCmd() *cobra.Command {
 func workloadPingPongCmd() *cobra.Command {
 	var addr string
 	var size, n, warmup, conns int
-	var raw bool
+	var raw, sequential bool
 	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:   "pingpong",
@@ -135,7 +135,7 @@ func workloadPingPongCmd() *cobra.Command {
 			errs := make(chan error, conns)
 			for i := 0; i < conns; i++ {
 				wg.Add(1)
-				go func() {
+				one := func() {
 					defer wg.Done()
 					fd, err := workload.RawDial(addr)
 					if err != nil {
@@ -156,7 +156,12 @@ func workloadPingPongCmd() *cobra.Command {
 					mu.Lock()
 					all = append(all, stats.Micros(rtts)...)
 					mu.Unlock()
-				}()
+				}
+				if sequential {
+					one()
+				} else {
+					go one()
+				}
 			}
 			wg.Wait()
 			close(errs)
@@ -175,7 +180,8 @@ func workloadPingPongCmd() *cobra.Command {
 	f.IntVar(&size, "size", 24, "message size in bytes (at least 8)")
 	f.IntVar(&n, "n", 10000, "recorded round trips per connection")
 	f.IntVar(&warmup, "warmup", 500, "unrecorded round trips first")
-	f.IntVar(&conns, "conns", 1, "connections in parallel")
+	f.IntVar(&conns, "conns", 1, "connections, in parallel unless --sequential")
+	f.BoolVar(&sequential, "sequential", false, "one connection after the other (each with its own warm-up)")
 	f.BoolVar(&raw, "raw", false, "include every sample")
 	f.DurationVar(&interval, "interval", 0, "send one message per interval instead of back-to-back (e.g. 100ms)")
 	return cmd
