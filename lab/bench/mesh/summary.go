@@ -160,7 +160,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	o := f.Options
 	fmt.Fprintf(&b, "\nOptions: meshes %s, %d repetition(s), baseline and eztunnel interleaved (ABBA); paced ping-echo %d x 24 B every %s, back-to-back %d connection(s) x %d x 24 B, file-transfer %d MiB, redis %d requests per test (SET, GET) with %d clients, http %s with %d connections, CPUs %q, nice %d.\n",
 		strings.Join(o.Meshes, ", "), o.Reps, o.PacedN, o.Interval, max(o.PingConns, 1), o.PingN, o.TransferMiB, o.RedisN, o.RedisClients, o.HTTPDuration, o.HTTPConns, o.CPUs, o.Nice)
-	b.WriteString("\n## Main results\n\nLatency p50 of all samples pooled, other values trimmed means over repetitions (lowest and highest dropped from four on); range: min..max of the per-repetition changes.\n\n")
+	b.WriteString("\n## Main results\n\nBaseline and eztunnel: latency p50 of all samples pooled, other values trimmed means over repetitions (lowest and highest dropped from four on). Change: the median of the per-repetition changes, each between the two adjacent runs of a repetition; range: their min..max.\n\n")
 	b.WriteString(r.mainTable())
 	b.WriteString("\n## Targets\n\n")
 	b.WriteString(r.targetTable())
@@ -355,7 +355,8 @@ func (r *Report) WriteMain(w io.Writer) error {
 		kind = "quick run"
 	}
 	_, err := fmt.Fprintf(w, "\neztunnel bench lab (%s): %d mesh mode(s) x %d repetition(s), baseline and eztunnel interleaved ABBA, %s\n"+
-		"latency p50 of all samples pooled, other values trimmed means over repetitions; range = min..max of the per-repetition changes\n\n%s\n%s\n%s",
+		"baseline, eztunnel: latency p50 of all samples pooled, other values trimmed means over repetitions;\n"+
+		"change: median of the per-repetition changes (adjacent runs paired), range: their min..max\n\n%s\n%s\n%s",
 		kind, len(r.Meshes), o.Reps, place, r.mainTable(), r.targetTable(), r.memoryTable())
 	return err
 }
