@@ -91,7 +91,7 @@ func (o *Options) ApplyQuick() {
 	o.Workloads = QuickWorkloads
 	o.PingN = 100
 	o.PingConns = 20
-	o.TransferMiB = 128
+	o.TransferMiB = 256
 	o.RedisN = 3000
 	o.HTTPDuration = time.Second
 	o.CPUs = strconv.Itoa(runtime.NumCPU() - 1)

@@ -306,7 +306,10 @@ func (r *Report) targets(mesh string) []Target {
 	add(WB2B+" RPS", r.change(mesh, WB2B, rate), "%", ">= +80%", atLeast(80), !quick)
 	add(WHTTP+" RPS", r.change(mesh, WHTTP, rate), "%", ">= +80%", atLeast(80), !quick)
 	add("file-transfer FCT", r.change(mesh, WTransfer, func(x Run) float64 { return x.FCT }), "%", "<= -45% (0.55x)", atMost(-45), true)
-	add("redis OPS", r.change(mesh, WRedis, rate), "%", ">= +40%", atLeast(40), true)
+	// A throughput change of +80% repeats to ±5 points only if each mode's
+	// rate does to about ±2.5%: more than a minute of short redis runs on
+	// a shared machine gives. A quick run shows redis p50 instead.
+	add("redis OPS", r.change(mesh, WRedis, rate), "%", ">= +40%", atLeast(40), !quick)
 	// System-wide CPU seconds move with everything else on the machine.
 	if quick {
 		add("CPU s/op", Spread{}, "%", "<= +0%", nil, false)

@@ -209,9 +209,9 @@ func (r *Report) mainTable() string {
 		{"ping-echo b2b p50 (us)", WB2B, 1, true, nil},
 		{"ping-echo b2b RPS", WB2B, 0, false, rate},
 		{"file-transfer FCT (s)", WTransfer, 3, true, func(x Run) float64 { return x.FCT }},
-		{"redis OPS", WRedis, 0, true, rate},
-		{"redis p50 (us)", WRedis, 1, false, p50},
-		{"http RPS", WHTTP, 0, true, rate},
+		{"redis OPS", WRedis, 0, false, rate},
+		{"redis p50 (us)", WRedis, 1, true, p50},
+		{"http RPS", WHTTP, 0, false, rate},
 		{"http p50 (us)", WHTTP, 1, false, p50},
 	}
 	quick := r.Facts.Options.Quick
@@ -242,7 +242,7 @@ func (r *Report) mainTable() string {
 
 // rangeOf prints min..max of a spread.
 func rangeOf(s Spread, unit string) string {
-	if s.N == 0 {
+	if s.N == 0 || math.IsNaN(s.Min) || math.IsNaN(s.Max) {
 		return "-"
 	}
 	if unit == "MB" {

@@ -67,7 +67,7 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "short run that repeats: 12 interleaved repetitions of short b2b ping-echo, file-transfer and redis runs, pinned to one CPU at nice -10; about a minute")
+	f.BoolVar(&quick, "quick", false, "short run that repeats: 12 interleaved repetitions of short b2b ping-echo, file-transfer and redis runs (latency, FCT; no throughput), pinned to one CPU at nice -10; about a minute")
 	f.StringVar(&report, "report", "", "render summary.md, runs.csv and plots again from a results directory and exit")
 	f.StringSliceVar(&o.Meshes, "mesh", o.Meshes, fmt.Sprintf("mesh modes, in order (%v)", meshlab.Meshes))
 	f.StringSliceVar(&o.Workloads, "workload", o.Workloads, fmt.Sprintf("workloads (%v)", mesh.Workloads))
