@@ -67,7 +67,7 @@ test-unit:
 test-e2e: build
 	$(GO) test -count=1 -timeout 14m -v ./test/e2e
 
-# Quick service-mesh lab comparison (about two minutes): baseline vs
+# Quick service-mesh lab comparison (about a minute): baseline vs
 # eztunnel in mesh modes none, sidecar and ambient, with its main table.
 demo:
 	@if [ "$$(id -u)" != 0 ]; then echo "make demo needs root: sudo make demo" >&2; exit 1; fi

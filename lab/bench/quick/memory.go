@@ -159,10 +159,11 @@ func procRSS(pid int) (uint64, error) {
 
 func printMemory(w io.Writer, idle, loaded MemorySample) {
 	mb := func(b uint64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+	mb2 := func(b uint64) string { return fmt.Sprintf("%.2f", float64(b)/(1<<20)) }
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "connections\tpairs\tagent RSS (MB)\tBPF maps (MB)\tBPF programs (MB)\ttotal (MB)\t")
 	for _, s := range []MemorySample{idle, loaded} {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t\n", s.Conns, s.Pairs, mb(s.AgentRSS), mb(s.MapMemlock), mb(s.ProgMemlock), mb(s.total()))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t\n", s.Conns, s.Pairs, mb(s.AgentRSS), mb(s.MapMemlock), mb2(s.ProgMemlock), mb(s.total()))
 	}
 	tw.Flush()
 	total := loaded.total()
