@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -263,9 +262,4 @@ func WaitReady(ctx context.Context, path string, timeout time.Duration, exited <
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-}
-
-// ReadyFile is a fresh path in dir for a --ready-file flag.
-func ReadyFile(dir, name string) string {
-	return filepath.Join(dir, fmt.Sprintf("ready-%s-%d", name, time.Now().UnixNano()))
 }

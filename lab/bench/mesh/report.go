@@ -164,15 +164,6 @@ func (r *Report) pairMedians(mesh, workload string, f func(Run) float64) (float6
 	return r.median(mesh, ModeBaseline, workload, f), r.median(mesh, ModeEztunnel, workload, f)
 }
 
-// pooledP50 returns baseline and eztunnel p50 of the pooled samples.
-func (r *Report) pooledP50(mesh, workload string) (float64, float64) {
-	b, e := r.pooled(mesh, ModeBaseline, workload), r.pooled(mesh, ModeEztunnel, workload)
-	if b.N == 0 || e.N == 0 {
-		return math.NaN(), math.NaN()
-	}
-	return b.P50, e.P50
-}
-
 // paired returns the change (%) of a per-run value from baseline to
 // eztunnel in every repetition that has both: the two runs of a repetition
 // are adjacent in time (ABBA order), so each pair saw the same machine.
