@@ -39,7 +39,6 @@ func init() {
 	register("unshare", "util-linux", "e2e: the no-BTF case runs the agent in a private mount namespace")
 	register("mount", "mount", "e2e: hides /sys/kernel/btf (inside unshare's sh -c)")
 	register("sh", "dash", "e2e: unshare's script")
-	register("taskset", "util-linux", "lab: CPU pinning")
 	register("cp", "coreutils", "e2e: copies the tree for the upgrade variant")
 	register("go", Toolchain, "e2e: builds the binaries under test")
 	register("clang-19", "clang-19", "go generate (bpf2go) in make and the upgrade test; bpftest compiles every header alone")

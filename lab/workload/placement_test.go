@@ -1,10 +1,13 @@
 package workload
 
 import (
-	"os/exec"
+	"context"
+	"os"
 	"runtime"
 	"testing"
+	"time"
 
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 )
@@ -16,7 +19,13 @@ func TestPlacementStart(t *testing.T) {
 	// Locked first, so Start works on this thread and it can be checked.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	cmd := exec.Command("sleep", "10")
+	// The child is this test binary, idling in TestPlacementHelper.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := sysexec.Command(context.Background(), exe, "-test.run=^TestPlacementHelper$")
+	cmd.Env = append(os.Environ(), "EZ_PLACEMENT_HELPER=1")
 	if err := (Placement{CPUs: []int{cpu}, Nice: 5}).Start(cmd.Start); err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +60,13 @@ func TestPlacementStart(t *testing.T) {
 	started := false
 	if err := (Placement{CPUs: []int{runtime.NumCPU() + 64}}).Start(func() error { started = true; return nil }); err == nil || started {
 		t.Errorf("placement on a missing CPU: err %v, started %v", err, started)
+	}
+}
+
+// TestPlacementHelper is the child of TestPlacementStart: it only waits.
+func TestPlacementHelper(t *testing.T) {
+	if os.Getenv("EZ_PLACEMENT_HELPER") == "1" {
+		time.Sleep(10 * time.Second)
 	}
 }
 

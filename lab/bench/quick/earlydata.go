@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
@@ -161,7 +162,7 @@ func earlyRun(ctx context.Context, o EarlyDataOptions, dp *datapath.Datapath, wl
 // startHog runs stress-ng --cpu 2 until stop is called.
 func startHog(ctx context.Context) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
-	cmd := exec.CommandContext(ctx, "stress-ng", "--cpu", "2", "--quiet")
+	cmd := sysexec.Command(ctx, "stress-ng", "--cpu", "2", "--quiet")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) } // its workers too
 	cmd.Stderr = os.Stderr
