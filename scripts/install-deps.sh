@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the benchmark lab need (Debian/Ubuntu).
 set -euo pipefail
-pkgs=(sudo clang-19 llvm-19 libbpf-dev bpftool iproute2 iptables util-linux mount haproxy redis-server redis-tools iperf3 nginx wrk stress-ng)
+pkgs=(sudo clang-19 llvm-19 libbpf-dev bpftool iproute2 iptables util-linux mount haproxy redis-server redis-tools iperf3 nginx wrk stress-ng
+	python3 curl default-jdk-headless) # the last three: test/e2e/eagain_test.go runs them
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
