@@ -2,7 +2,7 @@
 # Installs what building, testing and the benchmark lab need (Debian/Ubuntu).
 set -euo pipefail
 pkgs=(sudo clang-19 llvm-19 libbpf-dev bpftool iproute2 iptables util-linux mount haproxy redis-server redis-tools iperf3 nginx wrk stress-ng
-	python3 curl default-jdk-headless) # the last three: test/e2e/eagain_test.go runs them
+	python3 python3-minimal curl openjdk-17-jdk-headless openjdk-17-jre-headless) # test/e2e/eagain_test.go runs these
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

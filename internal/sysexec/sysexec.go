@@ -51,6 +51,12 @@ func init() {
 	register("redis-benchmark", "redis-tools", "bench lab: redis workload")
 	register("wrk", "wrk", "bench lab: HTTP workload")
 	register("stress-ng", "stress-ng", "stressed benchmark runs (CPU load)")
+	register("python3", "python3-minimal", "e2e eagain: a blocking Python client and the gate server (run as /usr/bin/python3; package python3 brings the stdlib)")
+	register("java", "openjdk-17-jre-headless", "e2e eagain: a blocking Java client")
+	register("javac", "openjdk-17-jdk-headless", "e2e eagain: compiles the Java client")
+	register("curl", "curl", "e2e eagain: an HTTP client blocked on a slow first byte")
+	register("redis-cli", "redis-tools", "e2e eagain: BLPOP blocked on an empty list, and the push that ends it")
+	register("ss", "iproute2", "e2e eagain: waits until redis-server listens")
 	// Shell scripts (scripts/*.sh) also run: flock, setsid (util-linux),
 	// sed, grep, diff, mktemp, seq, head (Essential), go, ip, nsenter.
 	register("flock", "util-linux", "scripts/crash-test.sh: the kernel-tests lock")

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -45,7 +46,8 @@ type eagainProgram struct {
 	accelerated map[string]string
 }
 
-const python = "/usr/bin/python3" // Debian's
+// Debian's python3 (registered as python3), by path: a pyenv shim may come first in PATH.
+const python = "/usr/bin/python3"
 
 var eagainPrograms = []eagainProgram{
 	{name: "python-recv", server: "raw", sig: syscall.SIGALRM, parse: parseJSONResult,
@@ -127,7 +129,7 @@ func TestEagainPrograms(t *testing.T) {
 	}
 	javaClasses = t.TempDir()
 	os.Chmod(javaClasses, 0o755)
-	if out, err := exec.Command("javac", "-d", javaClasses, testdata("BlockingClient.java")).CombinedOutput(); err != nil {
+	if out, err := sysexec.Command(context.Background(), "javac", "-d", javaClasses, testdata("BlockingClient.java")).CombinedOutput(); err != nil {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
 
