@@ -8,7 +8,9 @@ package sysexec
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -81,14 +83,46 @@ func Lookup(name string) (Program, bool) {
 	return p, ok
 }
 
-// Command is exec.CommandContext for a registered program or a path to a
-// binary the build made. An unknown name yields a Cmd whose Start fails
-// with an error naming it.
-func Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, name, args...)
+// SystemDirs is where Debian packages put programs. A program registered
+// with a package is run from there only, never from an earlier PATH entry
+// (a pyenv shim named python3, /usr/local/bin), so what runs is the file
+// depcheck proved belongs to that package.
+var SystemDirs = []string{"/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// Path resolves a registered program: a Debian package's from SystemDirs,
+// the Go toolchain's through PATH. A path is returned as it is.
+func Path(name string) (string, error) {
 	if err := Check(name); err != nil {
-		cmd.Err = err
+		return "", err
 	}
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	p := programs[name]
+	if p.Package == Toolchain {
+		return exec.LookPath(name)
+	}
+	for _, d := range SystemDirs {
+		path := filepath.Join(d, name)
+		if st, err := os.Stat(path); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("sysexec: %s not found in %s: install Debian package %s (scripts/install-deps.sh)", name, strings.Join(SystemDirs, ":"), p.Package)
+}
+
+// Command is exec.CommandContext for a registered program (resolved by Path)
+// or a path to a binary the build made. An unknown or missing program
+// yields a Cmd whose Start fails with an error naming it.
+func Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	path, err := Path(name)
+	if err != nil {
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Err = err
+		return cmd
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Args[0] = name
 	return cmd
 }
 

@@ -30,9 +30,14 @@ func (p *Pod) Run(cmd *exec.Cmd) error {
 // NetnsCmd prepares a command that nsenter moves into a named network
 // namespace; unlike `ip netns exec`, nsenter does not remount /sys.
 func NetnsCmd(ctx context.Context, netnsName, name string, args ...string) *exec.Cmd {
-	full := append([]string{"--net=/run/netns/" + netnsName, "--", name}, args...)
+	// nsenter would search PATH: give it the file sysexec resolved.
+	path, err := sysexec.Path(name)
+	if err != nil {
+		path = name
+	}
+	full := append([]string{"--net=/run/netns/" + netnsName, "--", path}, args...)
 	cmd := sysexec.Command(ctx, "nsenter", full...)
-	if err := sysexec.Check(name); err != nil {
+	if err != nil && cmd.Err == nil {
 		cmd.Err = err
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -122,9 +122,9 @@ func run(deps string, static bool) error {
 			errs = append(errs, fmt.Errorf("%s: package %s is not installed: run scripts/install-deps.sh", p.Name, p.Package))
 			continue
 		}
-		path, err := exec.LookPath(p.Name)
+		path, err := sysexec.Path(p.Name)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s not in PATH although package %s is installed", p.Name, p.Package))
+			errs = append(errs, fmt.Errorf("%s although package %s is installed", err, p.Package))
 			continue
 		}
 		got, err := owner(path)
