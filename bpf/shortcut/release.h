@@ -13,30 +13,56 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "shortcut/maps.h"
+#include "shortcut/unread.h"
 
-
-/* include/net/sock.h: sk_user_data carries three flag bits (NOCOPY 1, BPF 2,
- * PSOCK 4) and SK_USER_DATA_PTRMASK is ~7. Masking with ~3 left PSOCK set and
- * read msg_tot_len 4 bytes off (psock->state, never 0): no live socket was
- * ever released, and uninstall waited for applications to close. */
-#define EZ_SK_USER_DATA_PTRMASK (~7UL)
 
 SEC("iter/sockmap")
 int ez_release(struct bpf_iter__sockmap *ctx)
 {
 	struct sock *sk = ctx->sk;
 	__u64 *key = ctx->key;
-	struct sk_psock *psock;
 	__u64 cookie;
 
 	if (!sk || !key)
 		return 0;
-	psock = (struct sk_psock *)((unsigned long)BPF_CORE_READ(sk, sk_user_data) & EZ_SK_USER_DATA_PTRMASK);
-	if (psock && BPF_CORE_READ(psock, msg_tot_len))
+	/* Masked with ~3 this read psock->state (never 0): see unread.h. */
+	if (psock_queued(sk))
 		return 0; /* the application has not read everything yet: next pass */
 	cookie = *key;
 	if (!bpf_map_delete_elem(&ez_sockets, &cookie))
 		count(EZ_C_SOCKETS_RELEASED);
+	return 0;
+}
+
+/*
+ * iter/sockmap, run by the agent every ~100 ms: the backstop of sockops'
+ * on_segment, which needs a segment in or out. Removes each end of a
+ * switched connection once nothing redirected to it is unread (may_leave).
+ * A client still waiting for its outcome is left to sockops, which settles it.
+ */
+SEC("iter/sockmap")
+int ez_release_switched(struct bpf_iter__sockmap *ctx)
+{
+	struct sock *sk = ctx->sk;
+	__u64 *key = ctx->key;
+	struct ez_unread *u;
+	struct ez_sock *es;
+	__u64 ukey, cookie;
+
+	if (!sk || !key)
+		return 0;
+	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	if (!es || es->state != EZ_SOCK_PAIRED)
+		return 0;
+	ukey = unread_key(es);
+	u = bpf_map_lookup_elem(&ez_unreads, &ukey);
+	if (!u || !may_leave(u, es, sk))
+		return 0;
+	cookie = *key;
+	if (!bpf_map_delete_elem(&ez_sockets, &cookie)) {
+		es->state = EZ_SOCK_LEFT;
+		count(EZ_C_SOCKETS_RELEASED);
+	}
 	return 0;
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* Socket shortcut: sockops + sk_msg + SOCKHASH, with cgroup_skb egress for NAT. */
+/* Socket shortcut: sockops + sk_msg + SOCKHASH, with cgroup_skb egress for NAT and tp_btf for reads. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 
@@ -7,10 +7,12 @@
 #include "shortcut/maps.h"
 #include "shortcut/egress.h"
 #include "shortcut/nat.h"
+#include "shortcut/unread.h"
 #include "shortcut/sockops.h"
 #include "shortcut/skmsg.h"
 #include "shortcut/release.h"
 #include "shortcut/iter.h"
+#include "shortcut/recv.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

@@ -53,6 +53,8 @@ struct ez_pair {
 	struct ez_conn_key alias; /* the client's (pre-NAT) key, when has_alias */
 	__u32 state;		/* enum ez_pair_state */
 	__u32 has_alias;
+	__u32 client_rx_bound;	/* the client's bound on unread bytes (struct ez_unread), set when it claims */
+	__u32 _pad;
 };
 
 /*
@@ -106,6 +108,7 @@ enum ez_sock_state {
 	EZ_SOCK_WAITING = 1,	/* client in the sockhash; outcome in its ez_pair record */
 	EZ_SOCK_PAIRED = 2,	/* both ends in the sockhash: every byte is redirected */
 	EZ_SOCK_KERNEL = 3,	/* decided for the kernel path for the connection's life */
+	EZ_SOCK_LEFT = 4,	/* was paired; the connection switched to the kernel path and this end left the sockhash */
 };
 
 enum ez_sock_flags {
@@ -113,6 +116,21 @@ enum ez_sock_flags {
 	EZ_F_SYN_DATA = 2,	/* data rode on the SYN (TCP Fast Open) */
 	EZ_F_CLIENT = 4,
 	EZ_F_SERVER = 8,
+	EZ_F_UNREAD_REF = 16,	/* holds a reference on its connection's ez_unread record */
+};
+
+/*
+ * Redirected bytes a paired connection's receivers have not read yet
+ * (shortcut/unread.h), shared by both ends: HASH ez_unreads keyed by the
+ * client's socket cookie. Direction 0 is client to server (the server reads
+ * it), 1 server to client. Created when the connection pairs (refs = 2);
+ * each end drops its reference when it reaches TCP_CLOSE, the last removes it.
+ */
+struct ez_unread {
+	__s64 unread[2];	/* redirected in direction d, not yet read by its receiver */
+	__u32 bound[2];		/* most unread bytes direction d may hold */
+	__u32 switched;		/* 1: the connection left the shortcut for good (never cleared) */
+	__u32 refs;		/* ends still holding the record */
 };
 
 /*
@@ -152,11 +170,15 @@ struct ez_conn_record {
 	__u32 flags;		/* enum ez_sock_flags: EZ_F_CLIENT or EZ_F_SERVER */
 	__u32 state;		/* enum ez_sock_state */
 	__u32 tcp_state;	/* the socket's TCP state (BPF_TCP_*) */
+	__s64 rx_unread;	/* bytes redirected to this socket it has not read */
+	__u32 rx_bound;		/* the bound on rx_unread */
+	__u32 switched;		/* the connection switched to the kernel path (backpressure) */
 };
 
 /* Slots of the ez_control array. */
 enum ez_control {
 	EZ_CTL_DRAINING = 0,	/* uninstall: stop redirecting, hand sockets back */
+	EZ_CTL_RECV_OWNER = 1,	/* ez_cfg_instance of the one ez_recv that counts reads */
 	EZ_CTL_MAX,
 };
 
@@ -179,6 +201,7 @@ enum ez_counter {
 	EZ_C_FB_OTHER,			/* any other failed insert */
 	EZ_C_SOCKETS_RELEASED,		/* enrolled sockets handed back to the kernel path */
 	EZ_C_NAT_ALIASES,		/* handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK */
+	EZ_C_FB_BACKPRESSURE,		/* a receiver fell a bound behind: the connection switched to the kernel path */
 	EZ_C_MAX,
 };
 

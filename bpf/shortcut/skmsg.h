@@ -13,14 +13,19 @@
 #include <bpf/bpf_helpers.h>
 #include "shortcut/maps.h"
 #include "shortcut/sockops.h"
+#include "shortcut/unread.h"
 
 
 SEC("sk_msg")
 int ez_msg(struct sk_msg_md *msg)
 {
 	struct bpf_sock *sk = msg->sk;
+	__u32 size = msg->size;
+	struct ez_unread *u;
 	struct ez_sock *es;
-	__u32 state;
+	__u32 state, dir;
+	__u64 key;
+	__s64 total;
 
 	if (!sk)
 		return SK_PASS;
@@ -44,17 +49,37 @@ int ez_msg(struct sk_msg_md *msg)
 	 * application the EPIPE/ECONNRESET plain TCP gives: nothing is sent. */
 	if (sk->state != BPF_TCP_ESTABLISHED && sk->state != BPF_TCP_CLOSE_WAIT)
 		return SK_PASS;
-	/* The peer leaves the sockhash only when it is closed or reset: there is
-	 * no reader left to see an order, so the kernel path is the honest answer
-	 * (it produces the RST/EPIPE plain TCP would). */
+	key = unread_key(es);
+	u = bpf_map_lookup_elem(&ez_unreads, &key);
+	if (!u || u->switched)
+		return SK_PASS;
+	/* Backpressure (shortcut/unread.h): add, then check `switched`. The
+	 * receiver leaves the sockhash only after it read switched == 1 and then
+	 * unread <= 0, so either we see switched here or our bytes are counted
+	 * before it looks: it never leaves under a redirect of ours. A message
+	 * that would pass the bound switches the connection for good and takes
+	 * the kernel path itself; at most the bound stays unread. */
+	dir = tx_dir(es) & 1;
+	total = __sync_fetch_and_add(&u->unread[dir], size) + size;
+	if (u->switched || total > u->bound[dir]) {
+		__sync_fetch_and_add(&u->unread[dir], -(__s64)size);
+		if (__sync_val_compare_and_swap(&u->switched, 0, 1) == 0)
+			count(EZ_C_FB_BACKPRESSURE);
+		return SK_PASS;
+	}
+	/* The peer leaves the sockhash only when it is closed or reset (or
+	 * switched, which we checked): there is no reader left to see an order,
+	 * so the kernel path is the honest answer (it produces the RST/EPIPE
+	 * plain TCP would). */
 	if (bpf_msg_redirect_hash(msg, &ez_sockets, &es->peer_cookie, BPF_F_INGRESS) != SK_PASS) {
+		__sync_fetch_and_add(&u->unread[dir], -(__s64)size);
 		count(EZ_C_FB_PEER_GONE);
 		return SK_PASS;
 	}
 	es->tx_msgs++;
-	es->tx_bytes += msg->size;
+	es->tx_bytes += size;
 	count(EZ_C_MSGS_REDIRECTED);
-	count_add(EZ_C_BYTES_REDIRECTED, msg->size);
+	count_add(EZ_C_BYTES_REDIRECTED, size);
 	return SK_PASS;
 }
 

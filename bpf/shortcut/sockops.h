@@ -25,7 +25,14 @@
 #include "shortcut/maps.h"
 #include "shortcut/pair.h"
 #include "shortcut/select.h"
+#include "shortcut/unread.h"
 
+
+/* Callbacks an enrolled socket asks for: its state changes, and every
+ * segment in and out (on_segment). Set at enrolment rather than at the
+ * switch, which sk_msg cannot do: a paired socket has no segments. */
+#define EZ_SEGMENT_CB_FLAGS (BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG)
+#define EZ_ENROLLED_CB_FLAGS (BPF_SOCK_OPS_STATE_CB_FLAG | EZ_SEGMENT_CB_FLAGS)
 
 static __always_inline void syn_index_key(struct ez_syn_index *ix, const struct ez_conn_key *k, __u64 netns)
 {
@@ -137,10 +144,10 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_SYN, EZ_PAIR_CLAIMING) != EZ_PAIR_SYN)
 		goto ambiguous;
 	p->client_cookie = cookie;
+	p->client_rx_bound = sock_rx_bound(sk);
 	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_CLAIMING, EZ_PAIR_CLIENT) != EZ_PAIR_CLAIMING)
 		goto ambiguous;
-	/* Tell us when the connection leaves ESTABLISHED, to drop the record. */
-	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | EZ_ENROLLED_CB_FLAGS);
 	count(EZ_C_SOCKETS_ENROLLED);
 	return;
 ambiguous:
@@ -153,6 +160,7 @@ ambiguous:
 /* Server ESTABLISHED (the client's ACK created the accepted socket; no data received yet). */
 static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 {
+	struct ez_unread urec = { .refs = 2 };
 	struct bpf_sock *sk = skops->sk;
 	struct ez_conn_key key = {};
 	__u64 ccookie, cookie;
@@ -216,12 +224,25 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		goto decide_kernel;
 	}
 	p->server_cookie = cookie;
+	/* The unread record exists before anyone can redirect (PAIRED). */
+	urec.bound[0] = sock_rx_bound(sk);
+	urec.bound[1] = p->client_rx_bound ? p->client_rx_bound : EZ_UNREAD_AUTO_MAX;
+	err = bpf_map_update_elem(&ez_unreads, &ccookie, &urec, BPF_NOEXIST);
+	if (err) {
+		ses->state = EZ_SOCK_KERNEL;
+		bpf_map_delete_elem(&ez_sockets, &cookie);
+		count_insert_error(err);
+		goto decide_kernel;
+	}
 	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_CLIENT, EZ_PAIR_PAIRED) != EZ_PAIR_CLIENT) {
 		/* The client wrote first and took the kernel path: so do we. */
 		ses->state = EZ_SOCK_KERNEL;
+		bpf_map_delete_elem(&ez_unreads, &ccookie);
 		bpf_map_delete_elem(&ez_sockets, &cookie);
 		goto release_client;
 	}
+	ses->flags |= EZ_F_UNREAD_REF;
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | EZ_ENROLLED_CB_FLAGS);
 	/* The record stays until the client reads the outcome. */
 	count(EZ_C_SOCKETS_ENROLLED);
 	count(EZ_C_PAIRS);
@@ -259,6 +280,7 @@ static __always_inline __u32 settle_client(struct ez_sock *es)
 	if (old == EZ_PAIR_PAIRED) {
 		es->peer_cookie = p->server_cookie;
 		es->state = EZ_SOCK_PAIRED;
+		es->flags |= EZ_F_UNREAD_REF; /* the server took it for us */
 		bpf_map_delete_elem(&ez_pairs, &es->key);
 		return EZ_SOCK_PAIRED;
 	}
@@ -267,7 +289,12 @@ static __always_inline __u32 settle_client(struct ez_sock *es)
 	return EZ_SOCK_KERNEL;
 }
 
-/* Client left ESTABLISHED while still waiting: settle, and clean up what the server cannot. */
+/*
+ * A socket's TCP state changed. A waiting client settles (and cleans up
+ * what the server cannot); an end of a paired connection drops its
+ * reference on the unread record when it reaches TCP_CLOSE (tcp_done: also
+ * on the way to TIME_WAIT, and on reset).
+ */
 static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 {
 	struct bpf_sock *sk = skops->sk;
@@ -275,17 +302,63 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 
 	if (!sk)
 		return;
-	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~BPF_SOCK_OPS_STATE_CB_FLAG);
 	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
-	if (!es || es->state != EZ_SOCK_WAITING)
-		return;
-	if (settle_client(es) == EZ_SOCK_KERNEL) {
+	if (es && es->state == EZ_SOCK_WAITING && settle_client(es) == EZ_SOCK_KERNEL) {
 		struct ez_pair *p = bpf_map_lookup_elem(&ez_pairs, &es->key);
 
 		bpf_map_delete_elem(&ez_sockets, &es->self_cookie);
 		if (p && p->client_cookie == es->self_cookie && p->state != EZ_PAIR_AMBIGUOUS)
 			bpf_map_delete_elem(&ez_pairs, &es->key);
 	}
+	if (es && (es->flags & EZ_F_UNREAD_REF)) {
+		if (skops->args[1] != BPF_TCP_CLOSE)
+			return; /* keep the callback until the end */
+		es->flags &= ~EZ_F_UNREAD_REF;
+		unread_put(unread_key(es));
+	}
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~EZ_ENROLLED_CB_FLAGS);
+}
+
+/*
+ * A segment of an enrolled socket went in (PARSE_HDR_OPT_CB, from
+ * tcp_validate_incoming) or is going out (HDR_OPT_LEN_CB; no option space is
+ * reserved). Paired sockets exchange no segments: these run only once the
+ * connection switched to the kernel path (or while it closes), and leave the
+ * sockhash as soon as nothing redirected to this end is unread. sockops may
+ * delete from a sockhash (may_update_sockmap), sk_msg and tracing may not.
+ */
+static __always_inline void on_segment(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct ez_unread *u;
+	struct tcp_sock *tp;
+	struct ez_sock *es;
+	__u64 key;
+
+	if (!sk)
+		return;
+	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	if (!es || (es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_WAITING))
+		goto done;
+	key = unread_key(es);
+	u = bpf_map_lookup_elem(&ez_unreads, &key);
+	if (!u) {
+		if (es->state == EZ_SOCK_WAITING)
+			return; /* not paired yet: the server creates the record */
+		goto done;
+	}
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp || !may_leave(u, es, (struct sock *)tp))
+		return;
+	/* A waiting client never sent: learn the outcome now (drops the pairing record). */
+	if (es->state == EZ_SOCK_WAITING && settle_client(es) != EZ_SOCK_PAIRED)
+		goto done;
+	if (!bpf_map_delete_elem(&ez_sockets, &es->self_cookie))
+		count(EZ_C_SOCKETS_RELEASED);
+	es->state = EZ_SOCK_LEFT;
+done:
+	/* Keep STATE_CB while holding the unread record. */
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~EZ_SEGMENT_CB_FLAGS);
 }
 
 SEC("sockops")
@@ -307,6 +380,10 @@ int ez_sockops(struct bpf_sock_ops *skops)
 		break;
 	case BPF_SOCK_OPS_STATE_CB:
 		on_state_change(skops);
+		break;
+	case BPF_SOCK_OPS_PARSE_HDR_OPT_CB:
+	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
+		on_segment(skops);
 		break;
 	}
 	return 1;

@@ -9,6 +9,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "lib/parse.h"
+#include "lib/bound.h"
 #include "shortcut/key.h"
 #include "shortcut/select.h"
 #include "shortcut/egress.h"
@@ -109,6 +110,35 @@ int test_select(struct __sk_buff *skb)
 	if (!k)
 		return 2;
 	return key_selected(k);
+}
+
+/* ez_unread_bound on the inputs in test_bound: writes the bound there. */
+struct test_bound {
+	__u32 override;
+	__u32 userlocks;
+	__s32 rcvbuf;
+	__s32 rmem_max;
+	__u32 out;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct test_bound);
+} test_bound_io SEC(".maps");
+
+SEC("tc")
+int test_unread_bound(struct __sk_buff *skb)
+{
+	struct test_bound *b;
+	__u32 zero = 0;
+
+	b = bpf_map_lookup_elem(&test_bound_io, &zero);
+	if (!b)
+		return 1;
+	b->out = ez_unread_bound(b->override, b->userlocks, b->rcvbuf, b->rmem_max);
+	return 0;
 }
 
 /* Referenced so that BTF, and so bpf2go, carries the enums the tests use. */

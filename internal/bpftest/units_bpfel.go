@@ -66,13 +66,15 @@ const (
 )
 
 type unitsEzPair struct {
-	_            structs.HostLayout
-	CreatedNs    uint64
-	ClientCookie uint64
-	ServerCookie uint64
-	Alias        unitsEzConnKey
-	State        uint32
-	HasAlias     uint32
+	_             structs.HostLayout
+	CreatedNs     uint64
+	ClientCookie  uint64
+	ServerCookie  uint64
+	Alias         unitsEzConnKey
+	State         uint32
+	HasAlias      uint32
+	ClientRxBound uint32
+	Pad           uint32
 }
 
 type unitsEzRule uint32
@@ -114,6 +116,15 @@ type unitsEzSynIndex struct {
 	Pad          uint32
 }
 
+type unitsTestBound struct {
+	_         structs.HostLayout
+	Override  uint32
+	Userlocks uint32
+	Rcvbuf    int32
+	RmemMax   int32
+	Out       uint32
+}
+
 type unitsTestKeyIn struct {
 	_           structs.HostLayout
 	Ends        unitsEzSockEnds
@@ -138,26 +149,28 @@ type unitsTestParseOut struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	unitsMapEzAliases      = "ez_aliases"
-	unitsMapEzCidrRules    = "ez_cidr_rules"
-	unitsMapEzControl      = "ez_control"
-	unitsMapEzCounters     = "ez_counters"
-	unitsMapEzPairs        = "ez_pairs"
-	unitsMapEzPortRules    = "ez_port_rules"
-	unitsMapEzSockets      = "ez_sockets"
-	unitsMapEzSocks        = "ez_socks"
-	unitsMapEzSynIndex     = "ez_syn_index"
-	unitsMapTestKeyIn      = "test_key_in"
-	unitsMapTestKeyOut     = "test_key_out"
-	unitsMapTestParseOut   = "test_parse_out"
-	unitsProgEzEgress      = "ez_egress"
-	unitsProgTestKey       = "test_key"
-	unitsProgTestParse     = "test_parse"
-	unitsProgTestSelect    = "test_select"
-	unitsVarEzCfgFlagEnum  = "ez_cfg_flag_enum"
-	unitsVarEzCfgFlags     = "ez_cfg_flags"
-	unitsVarEzFlowFlagEnum = "ez_flow_flag_enum"
-	unitsVarEzRuleEnum     = "ez_rule_enum"
+	unitsMapEzAliases        = "ez_aliases"
+	unitsMapEzCidrRules      = "ez_cidr_rules"
+	unitsMapEzControl        = "ez_control"
+	unitsMapEzCounters       = "ez_counters"
+	unitsMapEzPairs          = "ez_pairs"
+	unitsMapEzPortRules      = "ez_port_rules"
+	unitsMapEzSockets        = "ez_sockets"
+	unitsMapEzSocks          = "ez_socks"
+	unitsMapEzSynIndex       = "ez_syn_index"
+	unitsMapTestBoundIo      = "test_bound_io"
+	unitsMapTestKeyIn        = "test_key_in"
+	unitsMapTestKeyOut       = "test_key_out"
+	unitsMapTestParseOut     = "test_parse_out"
+	unitsProgEzEgress        = "ez_egress"
+	unitsProgTestKey         = "test_key"
+	unitsProgTestParse       = "test_parse"
+	unitsProgTestSelect      = "test_select"
+	unitsProgTestUnreadBound = "test_unread_bound"
+	unitsVarEzCfgFlagEnum    = "ez_cfg_flag_enum"
+	unitsVarEzCfgFlags       = "ez_cfg_flags"
+	unitsVarEzFlowFlagEnum   = "ez_flow_flag_enum"
+	unitsVarEzRuleEnum       = "ez_rule_enum"
 )
 
 // loadUnits returns the embedded CollectionSpec for units.
@@ -202,10 +215,11 @@ type unitsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type unitsProgramSpecs struct {
-	EzEgress   *ebpf.ProgramSpec `ebpf:"ez_egress"`
-	TestKey    *ebpf.ProgramSpec `ebpf:"test_key"`
-	TestParse  *ebpf.ProgramSpec `ebpf:"test_parse"`
-	TestSelect *ebpf.ProgramSpec `ebpf:"test_select"`
+	EzEgress        *ebpf.ProgramSpec `ebpf:"ez_egress"`
+	TestKey         *ebpf.ProgramSpec `ebpf:"test_key"`
+	TestParse       *ebpf.ProgramSpec `ebpf:"test_parse"`
+	TestSelect      *ebpf.ProgramSpec `ebpf:"test_select"`
+	TestUnreadBound *ebpf.ProgramSpec `ebpf:"test_unread_bound"`
 }
 
 // unitsMapSpecs contains maps before they are loaded into the kernel.
@@ -221,6 +235,7 @@ type unitsMapSpecs struct {
 	EzSockets    *ebpf.MapSpec `ebpf:"ez_sockets"`
 	EzSocks      *ebpf.MapSpec `ebpf:"ez_socks"`
 	EzSynIndex   *ebpf.MapSpec `ebpf:"ez_syn_index"`
+	TestBoundIo  *ebpf.MapSpec `ebpf:"test_bound_io"`
 	TestKeyIn    *ebpf.MapSpec `ebpf:"test_key_in"`
 	TestKeyOut   *ebpf.MapSpec `ebpf:"test_key_out"`
 	TestParseOut *ebpf.MapSpec `ebpf:"test_parse_out"`
@@ -265,6 +280,7 @@ type unitsMaps struct {
 	EzSockets    *ebpf.Map `ebpf:"ez_sockets"`
 	EzSocks      *ebpf.Map `ebpf:"ez_socks"`
 	EzSynIndex   *ebpf.Map `ebpf:"ez_syn_index"`
+	TestBoundIo  *ebpf.Map `ebpf:"test_bound_io"`
 	TestKeyIn    *ebpf.Map `ebpf:"test_key_in"`
 	TestKeyOut   *ebpf.Map `ebpf:"test_key_out"`
 	TestParseOut *ebpf.Map `ebpf:"test_parse_out"`
@@ -281,6 +297,7 @@ func (m *unitsMaps) Close() error {
 		m.EzSockets,
 		m.EzSocks,
 		m.EzSynIndex,
+		m.TestBoundIo,
 		m.TestKeyIn,
 		m.TestKeyOut,
 		m.TestParseOut,
@@ -301,10 +318,11 @@ type unitsVariables struct {
 //
 // It can be passed to loadUnitsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type unitsPrograms struct {
-	EzEgress   *ebpf.Program `ebpf:"ez_egress"`
-	TestKey    *ebpf.Program `ebpf:"test_key"`
-	TestParse  *ebpf.Program `ebpf:"test_parse"`
-	TestSelect *ebpf.Program `ebpf:"test_select"`
+	EzEgress        *ebpf.Program `ebpf:"ez_egress"`
+	TestKey         *ebpf.Program `ebpf:"test_key"`
+	TestParse       *ebpf.Program `ebpf:"test_parse"`
+	TestSelect      *ebpf.Program `ebpf:"test_select"`
+	TestUnreadBound *ebpf.Program `ebpf:"test_unread_bound"`
 }
 
 func (p *unitsPrograms) Close() error {
@@ -313,6 +331,7 @@ func (p *unitsPrograms) Close() error {
 		p.TestKey,
 		p.TestParse,
 		p.TestSelect,
+		p.TestUnreadBound,
 	)
 }
 

@@ -63,13 +63,17 @@ type shortcutEzConnRecord struct {
 	Flags    uint32
 	State    uint32
 	TcpState uint32
+	RxUnread int64
+	RxBound  uint32
+	Switched uint32
 }
 
 type shortcutEzControl uint32
 
 const (
-	shortcutEzControlEZ_CTL_DRAINING shortcutEzControl = 0
-	shortcutEzControlEZ_CTL_MAX      shortcutEzControl = 1
+	shortcutEzControlEZ_CTL_DRAINING   shortcutEzControl = 0
+	shortcutEzControlEZ_CTL_RECV_OWNER shortcutEzControl = 1
+	shortcutEzControlEZ_CTL_MAX        shortcutEzControl = 2
 )
 
 type shortcutEzCounter uint32
@@ -92,17 +96,20 @@ const (
 	shortcutEzCounterEZ_C_FB_OTHER         shortcutEzCounter = 14
 	shortcutEzCounterEZ_C_SOCKETS_RELEASED shortcutEzCounter = 15
 	shortcutEzCounterEZ_C_NAT_ALIASES      shortcutEzCounter = 16
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 17
+	shortcutEzCounterEZ_C_FB_BACKPRESSURE  shortcutEzCounter = 17
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 18
 )
 
 type shortcutEzPair struct {
-	_            structs.HostLayout
-	CreatedNs    uint64
-	ClientCookie uint64
-	ServerCookie uint64
-	Alias        shortcutEzConnKey
-	State        uint32
-	HasAlias     uint32
+	_             structs.HostLayout
+	CreatedNs     uint64
+	ClientCookie  uint64
+	ServerCookie  uint64
+	Alias         shortcutEzConnKey
+	State         uint32
+	HasAlias      uint32
+	ClientRxBound uint32
+	Pad           uint32
 }
 
 type shortcutEzPairState uint32
@@ -138,10 +145,11 @@ type shortcutEzSock struct {
 type shortcutEzSockFlags uint32
 
 const (
-	shortcutEzSockFlagsEZ_F_SYN_SEEN shortcutEzSockFlags = 1
-	shortcutEzSockFlagsEZ_F_SYN_DATA shortcutEzSockFlags = 2
-	shortcutEzSockFlagsEZ_F_CLIENT   shortcutEzSockFlags = 4
-	shortcutEzSockFlagsEZ_F_SERVER   shortcutEzSockFlags = 8
+	shortcutEzSockFlagsEZ_F_SYN_SEEN   shortcutEzSockFlags = 1
+	shortcutEzSockFlagsEZ_F_SYN_DATA   shortcutEzSockFlags = 2
+	shortcutEzSockFlagsEZ_F_CLIENT     shortcutEzSockFlags = 4
+	shortcutEzSockFlagsEZ_F_SERVER     shortcutEzSockFlags = 8
+	shortcutEzSockFlagsEZ_F_UNREAD_REF shortcutEzSockFlags = 16
 )
 
 type shortcutEzSockState uint32
@@ -151,6 +159,7 @@ const (
 	shortcutEzSockStateEZ_SOCK_WAITING shortcutEzSockState = 1
 	shortcutEzSockStateEZ_SOCK_PAIRED  shortcutEzSockState = 2
 	shortcutEzSockStateEZ_SOCK_KERNEL  shortcutEzSockState = 3
+	shortcutEzSockStateEZ_SOCK_LEFT    shortcutEzSockState = 4
 )
 
 type shortcutEzSynIndex struct {
@@ -162,34 +171,47 @@ type shortcutEzSynIndex struct {
 	Pad          uint32
 }
 
+type shortcutEzUnread struct {
+	_        structs.HostLayout
+	Unread   [2]int64
+	Bound    [2]uint32
+	Switched uint32
+	Refs     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shortcutMapEzAliases        = "ez_aliases"
-	shortcutMapEzCidrRules      = "ez_cidr_rules"
-	shortcutMapEzControl        = "ez_control"
-	shortcutMapEzCounters       = "ez_counters"
-	shortcutMapEzPairs          = "ez_pairs"
-	shortcutMapEzPortRules      = "ez_port_rules"
-	shortcutMapEzSockets        = "ez_sockets"
-	shortcutMapEzSocks          = "ez_socks"
-	shortcutMapEzSynIndex       = "ez_syn_index"
-	shortcutProgEzConns         = "ez_conns"
-	shortcutProgEzEgress        = "ez_egress"
-	shortcutProgEzMsg           = "ez_msg"
-	shortcutProgEzNat           = "ez_nat"
-	shortcutProgEzRelease       = "ez_release"
-	shortcutProgEzSockops       = "ez_sockops"
-	shortcutVarEzCfgFlagEnum    = "ez_cfg_flag_enum"
-	shortcutVarEzCfgFlags       = "ez_cfg_flags"
-	shortcutVarEzConnRecordType = "ez_conn_record_type"
-	shortcutVarEzControlEnum    = "ez_control_enum"
-	shortcutVarEzCounterEnum    = "ez_counter_enum"
-	shortcutVarEzPairStateEnum  = "ez_pair_state_enum"
-	shortcutVarEzRuleEnum       = "ez_rule_enum"
-	shortcutVarEzSockFlagsEnum  = "ez_sock_flags_enum"
-	shortcutVarEzSockStateEnum  = "ez_sock_state_enum"
+	shortcutMapEzAliases          = "ez_aliases"
+	shortcutMapEzCidrRules        = "ez_cidr_rules"
+	shortcutMapEzControl          = "ez_control"
+	shortcutMapEzCounters         = "ez_counters"
+	shortcutMapEzPairs            = "ez_pairs"
+	shortcutMapEzPortRules        = "ez_port_rules"
+	shortcutMapEzSockets          = "ez_sockets"
+	shortcutMapEzSocks            = "ez_socks"
+	shortcutMapEzSynIndex         = "ez_syn_index"
+	shortcutMapEzUnreads          = "ez_unreads"
+	shortcutProgEzConns           = "ez_conns"
+	shortcutProgEzEgress          = "ez_egress"
+	shortcutProgEzMsg             = "ez_msg"
+	shortcutProgEzNat             = "ez_nat"
+	shortcutProgEzRecv            = "ez_recv"
+	shortcutProgEzRelease         = "ez_release"
+	shortcutProgEzReleaseSwitched = "ez_release_switched"
+	shortcutProgEzSockops         = "ez_sockops"
+	shortcutVarEzCfgFlagEnum      = "ez_cfg_flag_enum"
+	shortcutVarEzCfgFlags         = "ez_cfg_flags"
+	shortcutVarEzCfgInstance      = "ez_cfg_instance"
+	shortcutVarEzCfgMaxUnread     = "ez_cfg_max_unread"
+	shortcutVarEzConnRecordType   = "ez_conn_record_type"
+	shortcutVarEzControlEnum      = "ez_control_enum"
+	shortcutVarEzCounterEnum      = "ez_counter_enum"
+	shortcutVarEzPairStateEnum    = "ez_pair_state_enum"
+	shortcutVarEzRuleEnum         = "ez_rule_enum"
+	shortcutVarEzSockFlagsEnum    = "ez_sock_flags_enum"
+	shortcutVarEzSockStateEnum    = "ez_sock_state_enum"
 )
 
 // loadShortcut returns the embedded CollectionSpec for shortcut.
@@ -234,12 +256,14 @@ type shortcutSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutProgramSpecs struct {
-	EzConns   *ebpf.ProgramSpec `ebpf:"ez_conns"`
-	EzEgress  *ebpf.ProgramSpec `ebpf:"ez_egress"`
-	EzMsg     *ebpf.ProgramSpec `ebpf:"ez_msg"`
-	EzNat     *ebpf.ProgramSpec `ebpf:"ez_nat"`
-	EzRelease *ebpf.ProgramSpec `ebpf:"ez_release"`
-	EzSockops *ebpf.ProgramSpec `ebpf:"ez_sockops"`
+	EzConns           *ebpf.ProgramSpec `ebpf:"ez_conns"`
+	EzEgress          *ebpf.ProgramSpec `ebpf:"ez_egress"`
+	EzMsg             *ebpf.ProgramSpec `ebpf:"ez_msg"`
+	EzNat             *ebpf.ProgramSpec `ebpf:"ez_nat"`
+	EzRecv            *ebpf.ProgramSpec `ebpf:"ez_recv"`
+	EzRelease         *ebpf.ProgramSpec `ebpf:"ez_release"`
+	EzReleaseSwitched *ebpf.ProgramSpec `ebpf:"ez_release_switched"`
+	EzSockops         *ebpf.ProgramSpec `ebpf:"ez_sockops"`
 }
 
 // shortcutMapSpecs contains maps before they are loaded into the kernel.
@@ -255,6 +279,7 @@ type shortcutMapSpecs struct {
 	EzSockets   *ebpf.MapSpec `ebpf:"ez_sockets"`
 	EzSocks     *ebpf.MapSpec `ebpf:"ez_socks"`
 	EzSynIndex  *ebpf.MapSpec `ebpf:"ez_syn_index"`
+	EzUnreads   *ebpf.MapSpec `ebpf:"ez_unreads"`
 }
 
 // shortcutVariableSpecs contains global variables before they are loaded into the kernel.
@@ -263,6 +288,8 @@ type shortcutMapSpecs struct {
 type shortcutVariableSpecs struct {
 	EzCfgFlagEnum    *ebpf.VariableSpec `ebpf:"ez_cfg_flag_enum"`
 	EzCfgFlags       *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
+	EzCfgInstance    *ebpf.VariableSpec `ebpf:"ez_cfg_instance"`
+	EzCfgMaxUnread   *ebpf.VariableSpec `ebpf:"ez_cfg_max_unread"`
 	EzConnRecordType *ebpf.VariableSpec `ebpf:"ez_conn_record_type"`
 	EzControlEnum    *ebpf.VariableSpec `ebpf:"ez_control_enum"`
 	EzCounterEnum    *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
@@ -301,6 +328,7 @@ type shortcutMaps struct {
 	EzSockets   *ebpf.Map `ebpf:"ez_sockets"`
 	EzSocks     *ebpf.Map `ebpf:"ez_socks"`
 	EzSynIndex  *ebpf.Map `ebpf:"ez_syn_index"`
+	EzUnreads   *ebpf.Map `ebpf:"ez_unreads"`
 }
 
 func (m *shortcutMaps) Close() error {
@@ -314,6 +342,7 @@ func (m *shortcutMaps) Close() error {
 		m.EzSockets,
 		m.EzSocks,
 		m.EzSynIndex,
+		m.EzUnreads,
 	)
 }
 
@@ -323,6 +352,8 @@ func (m *shortcutMaps) Close() error {
 type shortcutVariables struct {
 	EzCfgFlagEnum    *ebpf.Variable `ebpf:"ez_cfg_flag_enum"`
 	EzCfgFlags       *ebpf.Variable `ebpf:"ez_cfg_flags"`
+	EzCfgInstance    *ebpf.Variable `ebpf:"ez_cfg_instance"`
+	EzCfgMaxUnread   *ebpf.Variable `ebpf:"ez_cfg_max_unread"`
 	EzConnRecordType *ebpf.Variable `ebpf:"ez_conn_record_type"`
 	EzControlEnum    *ebpf.Variable `ebpf:"ez_control_enum"`
 	EzCounterEnum    *ebpf.Variable `ebpf:"ez_counter_enum"`
@@ -336,12 +367,14 @@ type shortcutVariables struct {
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutPrograms struct {
-	EzConns   *ebpf.Program `ebpf:"ez_conns"`
-	EzEgress  *ebpf.Program `ebpf:"ez_egress"`
-	EzMsg     *ebpf.Program `ebpf:"ez_msg"`
-	EzNat     *ebpf.Program `ebpf:"ez_nat"`
-	EzRelease *ebpf.Program `ebpf:"ez_release"`
-	EzSockops *ebpf.Program `ebpf:"ez_sockops"`
+	EzConns           *ebpf.Program `ebpf:"ez_conns"`
+	EzEgress          *ebpf.Program `ebpf:"ez_egress"`
+	EzMsg             *ebpf.Program `ebpf:"ez_msg"`
+	EzNat             *ebpf.Program `ebpf:"ez_nat"`
+	EzRecv            *ebpf.Program `ebpf:"ez_recv"`
+	EzRelease         *ebpf.Program `ebpf:"ez_release"`
+	EzReleaseSwitched *ebpf.Program `ebpf:"ez_release_switched"`
+	EzSockops         *ebpf.Program `ebpf:"ez_sockops"`
 }
 
 func (p *shortcutPrograms) Close() error {
@@ -350,7 +383,9 @@ func (p *shortcutPrograms) Close() error {
 		p.EzEgress,
 		p.EzMsg,
 		p.EzNat,
+		p.EzRecv,
 		p.EzRelease,
+		p.EzReleaseSwitched,
 		p.EzSockops,
 	)
 }

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Backpressure. bpf_tcp_ingress charges redirected bytes to the receiver
+ * without ever comparing them with sk_rcvbuf, and nothing in BPF can block a
+ * sender on the shortcut (no ACKs, so no write_space wake-up): a receiver
+ * that stops reading would let its sender fill node TCP memory (ENOMEM).
+ * So each connection counts, per direction, the bytes redirected and not
+ * read yet (struct ez_unread); when one more message would pass the
+ * receiver's bound the connection switches to the kernel path for good, where
+ * TCP's window and the sender's sndbuf block, EAGAIN and poll as plain TCP.
+ * Bytes redirected before sit in the receiver's psock queue, which
+ * tcp_bpf_recvmsg reads before the TCP receive queue: no reorder. Each end
+ * then leaves the sockhash once nothing redirected to it is unread (sockops
+ * header-option callbacks; the agent's ez_release_switched iterator as a
+ * backstop), so FIONREAD (psock bytes only while enrolled) is exact again.
+ * Both ends leave: psock, sk_prot and sk_msg are per socket.
+ */
+#ifndef EZ_SHORTCUT_UNREAD_H
+#define EZ_SHORTCUT_UNREAD_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "lib/bound.h"
+#include "shortcut/maps.h"
+
+/* --max-unread, set before load; 0: per receiver (lib/bound.h). */
+volatile const __u32 ez_cfg_max_unread = 0;
+/* Tells this load's ez_recv from an earlier install's while both are attached. */
+volatile const __u32 ez_cfg_instance = 0;
+
+/* Connections being counted, by client cookie. Sized to the sockhash / 2 by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows use, not the bound */
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct ez_unread);
+} ez_unreads SEC(".maps");
+
+/* include/net/sock.h: sk_user_data carries three flag bits (NOCOPY 1, BPF 2,
+ * PSOCK 4) and SK_USER_DATA_PTRMASK is ~7. Masking with ~3 left PSOCK set and
+ * read msg_tot_len 4 bytes off (psock->state, never 0). */
+#define EZ_SK_USER_DATA_PTRMASK (~7UL)
+
+/* Bytes in a socket's psock ingress queue (0 without a psock). */
+static __always_inline __u32 psock_queued(struct sock *sk)
+{
+	struct sk_psock *psock;
+
+	psock = (struct sk_psock *)((unsigned long)BPF_CORE_READ(sk, sk_user_data) & EZ_SK_USER_DATA_PTRMASK);
+	return psock ? BPF_CORE_READ(psock, msg_tot_len) : 0;
+}
+
+static __always_inline __u64 unread_key(const struct ez_sock *es)
+{
+	return (es->flags & EZ_F_CLIENT) ? es->self_cookie : es->peer_cookie;
+}
+
+/* The direction this end sends (0: client to server); it receives the other. */
+static __always_inline __u32 tx_dir(const struct ez_sock *es)
+{
+	return (es->flags & EZ_F_CLIENT) ? 0 : 1;
+}
+
+static __always_inline __u32 rx_dir(const struct ez_sock *es)
+{
+	return tx_dir(es) ^ 1;
+}
+
+/* The bound of a socket sockops runs for, as a receiver (lib/bound.h). */
+static __always_inline __u32 sock_rx_bound(struct bpf_sock *bsk)
+{
+	struct tcp_sock *tp;
+	struct sock *sk;
+	struct net *net;
+	__s32 rmem_max = 0;
+
+	if (ez_cfg_max_unread)
+		return ez_cfg_max_unread;
+	tp = bpf_skc_to_tcp_sock(bsk);
+	if (!tp)
+		return ez_unread_bound(0, 0, 0, 0);
+	sk = (struct sock *)tp;
+	net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
+	if (net)
+		rmem_max = BPF_CORE_READ(net, ipv4.sysctl_tcp_rmem[2]);
+	return ez_unread_bound(0, BPF_CORE_READ(sk, sk_userlocks), BPF_CORE_READ(sk, sk_rcvbuf), rmem_max);
+}
+
+/* Drops one end's reference; the last one removes the record. */
+static __always_inline void unread_put(__u64 key)
+{
+	struct ez_unread *u = bpf_map_lookup_elem(&ez_unreads, &key);
+
+	if (u && __sync_fetch_and_add(&u->refs, -1) == 1)
+		bpf_map_delete_elem(&ez_unreads, &key);
+}
+
+/*
+ * Whether an end of a switched connection may leave the sockhash now:
+ * nothing redirected to it is queued or on its way. Ordering: a sender adds
+ * to unread[dir] before it reads `switched` (sk_msg), and we read `switched`
+ * before unread[dir]; the atomics are fully ordered. So a sender that saw
+ * switched == 0, and will redirect to us, has its bytes in unread before we
+ * can see switched == 1: a redirect never lands in a socket that left (it
+ * would get -EPIPE or be freed). Residual: two threads writing one socket
+ * at the switch, where the second's kernel-path bytes are read (and
+ * subtracted) before the first's redirect lands.
+ */
+static __always_inline bool may_leave(struct ez_unread *u, struct ez_sock *es, struct sock *sk)
+{
+	if (!u->switched)
+		return false;
+	if (u->unread[rx_dir(es) & 1] > 0)
+		return false;
+	return psock_queued(sk) == 0;
+}
+
+#endif
