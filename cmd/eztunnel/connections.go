@@ -43,10 +43,17 @@ func connectionsCmd() *cobra.Command {
 
 func printConnections(conns []datapath.Connection) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "COOKIE\tPEER\tROLE\tCLIENT\tSERVER\tNETNS\tNETNS_INODE\tTX_MSGS\tTX_BYTES")
+	fmt.Fprintln(w, "COOKIE\tPEER\tROLE\tCLIENT\tSERVER\tNETNS\tNETNS_INODE\tTX_MSGS\tTX_BYTES\tRX_UNREAD\tRX_BOUND\tPATH")
 	for _, c := range conns {
-		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n",
-			c.Cookie, c.PeerCookie, c.Role, c.Client, c.Server, c.NetnsCookie, c.NetnsInode, c.TxMsgs, c.TxBytes)
+		path := "shortcut"
+		switch {
+		case c.Left:
+			path = "kernel (switched, left)"
+		case c.Switched:
+			path = "switched (draining)"
+		}
+		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n",
+			c.Cookie, c.PeerCookie, c.Role, c.Client, c.Server, c.NetnsCookie, c.NetnsInode, c.TxMsgs, c.TxBytes, c.RxUnread, c.RxBound, path)
 	}
 	w.Flush()
 }

@@ -39,6 +39,7 @@ func runCmd() *cobra.Command {
 	f.StringVar(&rc.dp.PinRoot, "pin-path", rc.dp.PinRoot, "bpffs directory for the pinned datapath")
 	f.Uint32Var(&rc.dp.MaxSockets, "max-sockets", rc.dp.MaxSockets, "sockhash size (two entries per accelerated connection)")
 	f.Uint32Var(&rc.dp.MaxPairs, "max-pairs", rc.dp.MaxPairs, "connections in setup at once")
+	f.Uint32Var(&rc.dp.MaxUnread, "max-unread", 0, "bytes a connection's receiver may leave unread before the connection switches to the kernel path for good (0: the receiver's SO_RCVBUF if set, else min(tcp_rmem max, 4 MiB))")
 	f.StringVar(&rc.readyFile, "ready-file", "", "file created once everything is attached (for scripts and tests)")
 	f.DurationVar(&rc.pairAge, "pair-max-age", 60*time.Second, "age after which unclaimed or ambiguous pairing records are removed")
 	rc.selection.register(f)

@@ -20,6 +20,11 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
+// releaseEvery is how often drained ends of connections that switched to
+// the kernel path (backpressure) are taken out of the sockhash when sockops
+// has not done it at their next segment: FIONREAD is inexact until then.
+const releaseEvery = 100 * time.Millisecond
+
 // Config is what `eztunnel run` was told.
 type Config struct {
 	Cgroups     []string        // managed cgroup v2 subtrees; empty: the cgroup v2 root
@@ -88,11 +93,17 @@ func Run(ctx context.Context, cfg Config) error {
 
 	tick := time.NewTicker(cfg.PairMaxAge / 4)
 	defer tick.Stop()
+	release := time.NewTicker(releaseEvery)
+	defer release.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			slog.Info("stopping; the datapath stays pinned and keeps working", "pins", cfg.Datapath.Dir())
 			return nil
+		case <-release.C:
+			if err := dp.ReleaseSwitched(); err != nil {
+				slog.Warn("releasing switched connections", "err", err)
+			}
 		case <-tick.C:
 			if n, err := dp.AgePairs(cfg.PairMaxAge); err != nil {
 				slog.Warn("aging pairing records", "err", err)

@@ -42,6 +42,7 @@ const (
 	LinksDir      = "links"
 	KindCgroup    = "cgroup"    // links/cgroup/<cgroup id>/<program>
 	KindNetfilter = "netfilter" // links/netfilter/<program>_<family>
+	KindTracing   = "tracing"   // links/tracing/<program>
 	KindTCX       = "tcx"       // links/tcx/<netns cookie>/<ifindex>/<program> (no family uses it yet)
 )
 

@@ -24,7 +24,7 @@ import (
 
 // Schema names the layout of the pinned maps. Bump it whenever a map's key,
 // value or type changes; a datapath pinned under another schema is refused.
-const Schema = "v1"
+const Schema = "v2"
 
 // DefaultPinRoot is where the datapath is pinned unless configured otherwise.
 const DefaultPinRoot = "/sys/fs/bpf/eztunnel"
@@ -62,6 +62,7 @@ type Config struct {
 	PinRoot    string // bpffs directory; the datapath lives in PinRoot/Schema
 	MaxSockets uint32 // entries of the sockhash (two per accelerated connection)
 	MaxPairs   uint32 // connections being set up at once
+	MaxUnread  uint32 // bytes a direction may leave unread before switching to the kernel path; 0: per receiver
 	Select     Selection
 }
 
@@ -71,7 +72,7 @@ func DefaultConfig() Config {
 }
 
 func (c Config) shortcut() shortcut.Config {
-	return shortcut.Config{MaxSockets: c.MaxSockets, MaxPairs: c.MaxPairs, Select: c.Select}
+	return shortcut.Config{MaxSockets: c.MaxSockets, MaxPairs: c.MaxPairs, MaxUnread: c.MaxUnread, Select: c.Select}
 }
 
 // Validate rejects a configuration before anything is loaded.
@@ -122,3 +123,7 @@ func Connections(cfg Config) ([]Connection, error) { return shortcut.Connections
 // AgePairs deletes the socket shortcut's pairing records that can no longer
 // complete, older than maxAge.
 func (d *Datapath) AgePairs(maxAge time.Duration) (int, error) { return d.sc.AgePairs(maxAge) }
+
+// ReleaseSwitched hands back to the kernel path the drained ends of
+// connections that switched for backpressure (shortcut.ReleaseSwitched).
+func (d *Datapath) ReleaseSwitched() error { return d.sc.ReleaseSwitched() }

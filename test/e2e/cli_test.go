@@ -155,6 +155,7 @@ func TestBadInput(t *testing.T) {
 		{"cgroup v1", []string{"--cgroup", v1}, nil, "cgroup v1"},
 		{"not a cgroup", []string{"--cgroup", "/tmp"}, nil, "not in a cgroup v2"},
 		{"bad map size", []string{"--cgroup", e.lab.Managed, "--max-sockets", "0"}, nil, "max sockets"},
+		{"bad max unread", []string{"--cgroup", e.lab.Managed, "--max-unread", "100"}, nil, "max unread (--max-unread) 100 bytes out of range"},
 		{"relative pin path", []string{"--cgroup", e.lab.Managed, "--pin-path", "bpf/x"}, nil, "absolute"},
 		{"unknown flag", []string{"--cgroup", e.lab.Managed, "--frobnicate"}, nil, "frobnicate"},
 		{"not root", []string{"--cgroup", e.lab.Managed}, func(c *exec.Cmd) {

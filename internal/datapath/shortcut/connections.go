@@ -29,6 +29,15 @@ type Connection struct {
 	NetnsInode  uint32         `json:"netns_inode"`
 	TxMsgs      uint64         `json:"tx_msgs"`  // messages this end redirected to its peer
 	TxBytes     uint64         `json:"tx_bytes"` // bytes this end redirected to its peer
+	// RxUnread is what was redirected to this end and not read yet (the
+	// client's row is the server-to-client direction); RxBound its bound.
+	RxUnread int64  `json:"rx_unread"`
+	RxBound  uint32 `json:"rx_bound"`
+	// Switched: the receiver fell RxBound behind in one direction and the
+	// connection moved to the kernel path for good; Left: this end has left
+	// the sockhash since (nothing redirected to it was unread).
+	Switched bool `json:"switched"`
+	Left     bool `json:"left"`
 }
 
 // Connections lists the accelerated sockets of the datapath pinned under
@@ -43,17 +52,21 @@ func Connections(dir string) ([]Connection, error) {
 		return nil, fmt.Errorf("open pinned map ez_socks: %w", err)
 	}
 	defer socks.Close()
+	unreads, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzUnreads), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("open pinned map ez_unreads: %w", err)
+	}
+	defer unreads.Close()
 
 	spec, err := loadShortcut()
 	if err != nil {
 		return nil, fmt.Errorf("datapath: parse embedded object: %w", err)
 	}
-	// Only the iterator is loaded; ez_socks, should it ever reference the
-	// map, is the pinned one.
+	// Only the iterator is loaded, against the pinned maps it reads.
 	var objs struct {
 		EzConns *ebpf.Program `ebpf:"ez_conns"`
 	}
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{shortcutMapEzSocks: socks}}
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{shortcutMapEzSocks: socks, shortcutMapEzUnreads: unreads}}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -119,5 +132,9 @@ func connectionOf(rec *shortcutEzConnRecord) Connection {
 		NetnsInode:  rec.NetnsIno,
 		TxMsgs:      rec.TxMsgs,
 		TxBytes:     rec.TxBytes,
+		RxUnread:    rec.RxUnread,
+		RxBound:     rec.RxBound,
+		Switched:    rec.Switched != 0,
+		Left:        rec.State == uint32(shortcutEzSockStateEZ_SOCK_LEFT),
 	}
 }

@@ -29,6 +29,7 @@ var counterNames = map[shortcutEzCounter]string{
 	shortcutEzCounterEZ_C_FB_OTHER:         "fallback_other",
 	shortcutEzCounterEZ_C_SOCKETS_RELEASED: "sockets_released",
 	shortcutEzCounterEZ_C_NAT_ALIASES:      "nat_aliases",
+	shortcutEzCounterEZ_C_FB_BACKPRESSURE:  "fallback_backpressure",
 }
 
 func counterName(c shortcutEzCounter) string {

@@ -3,6 +3,8 @@ package shortcut
 import (
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -21,6 +23,7 @@ var Requirements = []bpfsys.Requirement{
 	{Name: "program type netfilter (BPF netfilter links, Linux 6.4)", Check: bpfsys.ProgType(ebpf.Netfilter)},
 	{Name: "map type sockhash", Check: bpfsys.MapType(ebpf.SockHash)},
 	{Name: "map type sk_storage", Check: bpfsys.MapType(ebpf.SkStorage)},
+	{Name: "program type tracing (tp_btf/sock_recv_length)", Check: bpfsys.ProgType(ebpf.Tracing)},
 	{Name: "helper bpf_msg_redirect_hash (sk_msg)", Check: bpfsys.Helper(ebpf.SkMsg, asm.FnMsgRedirectHash)},
 	{Name: "helper bpf_sk_storage_get (sk_msg)", Check: bpfsys.Helper(ebpf.SkMsg, asm.FnSkStorageGet)},
 	{Name: "helper bpf_get_netns_cookie (sock_ops)", Check: bpfsys.Helper(ebpf.SockOps, asm.FnGetNetnsCookie)},
@@ -30,8 +33,19 @@ var Requirements = []bpfsys.Requirement{
 type Config struct {
 	MaxSockets uint32 // entries of the sockhash (two per accelerated connection)
 	MaxPairs   uint32 // connections being set up at once
-	Select     Selection
+	// MaxUnread bounds the bytes a direction may have redirected and not
+	// read before the connection switches to the kernel path; 0: per
+	// receiver, what plain TCP would let it hold (bpf/lib/bound.h).
+	MaxUnread uint32
+	Select    Selection
 }
+
+// MaxUnread limits: below one socket page-frag refill every write would
+// switch; above 1 GiB the bound no longer protects a node.
+const (
+	MinMaxUnread = 64 << 10
+	MaxMaxUnread = 1 << 30
+)
 
 // Validate rejects a configuration before anything is loaded.
 func (c Config) Validate() error {
@@ -41,15 +55,20 @@ func (c Config) Validate() error {
 	if c.MaxPairs < 1 || c.MaxPairs > 1<<24 {
 		return fmt.Errorf("max pairs %d out of range [1, %d]", c.MaxPairs, 1<<24)
 	}
+	if c.MaxUnread != 0 && (c.MaxUnread < MinMaxUnread || c.MaxUnread > MaxMaxUnread) {
+		return fmt.Errorf("max unread (--max-unread) %d bytes out of range: 0 (per receiver) or [%d, %d]", c.MaxUnread, MinMaxUnread, MaxMaxUnread)
+	}
 	return c.Select.Validate()
 }
 
 // Shortcut is the loaded socket shortcut. Its maps and links are pinned in
 // its directory: closing it releases this process's handles only.
 type Shortcut struct {
-	dir   string
-	objs  shortcutObjects
-	links []link.Link
+	dir      string
+	objs     shortcutObjects
+	links    []link.Link
+	instance uint32     // ez_cfg_instance of this load (recv.h)
+	release  *link.Iter // ez_release_switched over the sockhash, run by ReleaseSwitched
 }
 
 // Load loads the programs, reusing the maps pinned in dir by an installed
@@ -71,15 +90,23 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	specs.EzPairs.MaxEntries = cfg.MaxPairs
 	specs.EzAliases.MaxEntries = cfg.MaxPairs
 	specs.EzSynIndex.MaxEntries = cfg.MaxPairs
-	if err := specs.EzCfgFlags.Set(cfg.Select.flags()); err != nil {
-		return nil, fmt.Errorf("datapath: %w", err)
+	specs.EzUnreads.MaxEntries = max(cfg.MaxSockets/2, 1)
+	instance := rand.Uint32() | 1 // never 0, the owner slot's initial value
+	for v, val := range map[*ebpf.VariableSpec]uint32{
+		specs.EzCfgFlags:     cfg.Select.flags(),
+		specs.EzCfgMaxUnread: cfg.MaxUnread,
+		specs.EzCfgInstance:  instance,
+	} {
+		if err := v.Set(val); err != nil {
+			return nil, fmt.Errorf("datapath: %w", err)
+		}
 	}
 	// Selection rule maps are left unpinned: every load writes its own.
-	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl} {
+	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl, specs.EzUnreads} {
 		m.Pinning = ebpf.PinByName
 	}
 
-	s := &Shortcut{dir: dir}
+	s := &Shortcut{dir: dir, instance: instance}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
 	if err := spec.LoadAndAssign(&s.objs, opts); err != nil {
 		var verr *ebpf.VerifierError
@@ -99,13 +126,17 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 }
 
 // Attach attaches the shortcut within tx: sk_msg on the sockhash (once),
-// ez_nat on POST_ROUTING, then ez_egress and ez_sockops on every cgroup.
-// Pinned links of an earlier install are updated in place.
+// ez_nat on POST_ROUTING, ez_recv on tp_btf/sock_recv_length, then ez_egress
+// and ez_sockops on every cgroup (so reads are counted before any
+// connection can pair). Pinned links of an earlier install are updated in place.
 func (s *Shortcut) Attach(tx *bpfsys.Tx, cgroups []string) error {
 	if err := s.attachMsg(tx); err != nil {
 		return err
 	}
 	if err := s.attachNAT(tx); err != nil {
+		return err
+	}
+	if err := s.attachRecv(tx); err != nil {
 		return err
 	}
 	for _, cg := range cgroups {
@@ -120,9 +151,34 @@ func (s *Shortcut) Attach(tx *bpfsys.Tx, cgroups []string) error {
 // state stays.
 func (s *Shortcut) Close() error {
 	var errs []error
+	if s.release != nil {
+		errs = append(errs, s.release.Close())
+		s.release = nil
+	}
 	for i := len(s.links) - 1; i >= 0; i-- {
 		errs = append(errs, s.links[i].Close())
 	}
 	s.links = nil
 	return errors.Join(append(errs, s.objs.Close())...)
+}
+
+// ReleaseSwitched runs the ez_release_switched iterator once: ends of
+// connections that switched to the kernel path (backpressure) leave the
+// sockhash once nothing redirected to them is unread. sockops does this at
+// the socket's next segment; this is the backstop for sockets that see none.
+func (s *Shortcut) ReleaseSwitched() error {
+	if s.release == nil {
+		it, err := link.AttachIter(link.IterOptions{Program: s.objs.EzReleaseSwitched, Map: s.objs.EzSockets})
+		if err != nil {
+			return fmt.Errorf("attach release iterator: %w", err)
+		}
+		s.release = it
+	}
+	r, err := s.release.Open()
+	if err != nil {
+		return fmt.Errorf("run release iterator: %w", err)
+	}
+	defer r.Close()
+	_, err = io.Copy(io.Discard, r)
+	return err
 }

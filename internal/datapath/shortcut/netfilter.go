@@ -67,3 +67,54 @@ func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
 	}
 	return nil
 }
+
+// attachRecv attaches ez_recv to tp_btf/sock_recv_length. Tracing links
+// cannot be updated in place: over an earlier install the new link runs next
+// to the pinned one until commit, and exactly one of them counts reads (the
+// ez_control owner slot, bpf/shortcut/recv.h): the old one until commit
+// moves the slot to this load, then the old link is detached.
+func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
+	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, "ez_recv")
+	old, err := link.LoadPinnedLink(pin, nil)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("open pinned link %s: %w", pin, err)
+	}
+	owner := uint32(shortcutEzControlEZ_CTL_RECV_OWNER)
+	setOwner := func(v uint32) error {
+		if err := s.objs.EzControl.Put(owner, v); err != nil {
+			return fmt.Errorf("set the counting ez_recv: %w", err)
+		}
+		return nil
+	}
+	if old == nil {
+		// Nothing counts reads yet: this one counts from its first.
+		var prev uint32
+		if err := s.objs.EzControl.Lookup(owner, &prev); err != nil {
+			return fmt.Errorf("read the counting ez_recv: %w", err)
+		}
+		if err := setOwner(s.instance); err != nil {
+			return err
+		}
+		tx.OnRollback(func() error { return setOwner(prev) })
+	}
+	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.EzRecv})
+	if err != nil {
+		if old != nil {
+			old.Close()
+		}
+		return fmt.Errorf("attach ez_recv to tp_btf/sock_recv_length: %w", err)
+	}
+	s.links = append(s.links, l)
+	if old == nil {
+		return tx.PinLink(l, pin)
+	}
+	tx.OnDone(old.Close)
+	next := pin + "_next"
+	if err := tx.PinLink(l, next); err != nil {
+		return err
+	}
+	tx.OnCommit(func() error { return setOwner(s.instance) })
+	// Renaming over the old pin drops it; closing old detaches it.
+	tx.OnCommit(func() error { return os.Rename(next, pin) })
+	return nil
+}

@@ -19,6 +19,7 @@ type Pinned struct {
 	Sockets  *ebpf.Map
 	Pairs    *ebpf.Map
 	Aliases  *ebpf.Map
+	Unreads  *ebpf.Map // per paired connection: redirected bytes not read yet
 }
 
 // OpenPinned opens the maps of the datapath pinned under dir.
@@ -30,7 +31,7 @@ func OpenPinned(dir string) (*Pinned, error) {
 	for _, m := range []struct {
 		name string
 		dst  **ebpf.Map
-	}{{shortcutMapEzCounters, &p.Counters}, {shortcutMapEzSockets, &p.Sockets}, {shortcutMapEzPairs, &p.Pairs}, {shortcutMapEzAliases, &p.Aliases}} {
+	}{{shortcutMapEzCounters, &p.Counters}, {shortcutMapEzSockets, &p.Sockets}, {shortcutMapEzPairs, &p.Pairs}, {shortcutMapEzAliases, &p.Aliases}, {shortcutMapEzUnreads, &p.Unreads}} {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
 			p.Close()
@@ -43,7 +44,7 @@ func OpenPinned(dir string) (*Pinned, error) {
 
 // Close releases the handles.
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases} {
+	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.Unreads} {
 		if m != nil {
 			m.Close()
 		}
