@@ -13,14 +13,16 @@ import (
 // objects are the unit-test programs and the maps they use; nothing else of
 // the object (the egress program, the sockhash) is created.
 type objects struct {
-	TestParse  *ebpf.Program `ebpf:"test_parse"`
-	TestKey    *ebpf.Program `ebpf:"test_key"`
-	TestSelect *ebpf.Program `ebpf:"test_select"`
-	ParseOut   *ebpf.Map     `ebpf:"test_parse_out"`
-	KeyIn      *ebpf.Map     `ebpf:"test_key_in"`
-	KeyOut     *ebpf.Map     `ebpf:"test_key_out"`
-	PortRules  *ebpf.Map     `ebpf:"ez_port_rules"`
-	CIDRRules  *ebpf.Map     `ebpf:"ez_cidr_rules"`
+	TestParse       *ebpf.Program `ebpf:"test_parse"`
+	TestKey         *ebpf.Program `ebpf:"test_key"`
+	TestSelect      *ebpf.Program `ebpf:"test_select"`
+	TestUnreadBound *ebpf.Program `ebpf:"test_unread_bound"`
+	BoundIO         *ebpf.Map     `ebpf:"test_bound_io"`
+	ParseOut        *ebpf.Map     `ebpf:"test_parse_out"`
+	KeyIn           *ebpf.Map     `ebpf:"test_key_in"`
+	KeyOut          *ebpf.Map     `ebpf:"test_key_out"`
+	PortRules       *ebpf.Map     `ebpf:"ez_port_rules"`
+	CIDRRules       *ebpf.Map     `ebpf:"ez_cidr_rules"`
 }
 
 // load loads the programs with the selection flags (enum ez_cfg_flag) set.
@@ -45,7 +47,7 @@ func load(t *testing.T, cfgFlags unitsEzCfgFlag) *objects {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, c := range []interface{ Close() error }{o.TestParse, o.TestKey, o.TestSelect, o.ParseOut, o.KeyIn, o.KeyOut, o.PortRules, o.CIDRRules} {
+		for _, c := range []interface{ Close() error }{o.TestParse, o.TestKey, o.TestSelect, o.TestUnreadBound, o.BoundIO, o.ParseOut, o.KeyIn, o.KeyOut, o.PortRules, o.CIDRRules} {
 			c.Close()
 		}
 	})
@@ -451,6 +453,46 @@ func TestSelect(t *testing.T) {
 			}
 			if got := ret == 1; got != c.want {
 				t.Errorf("selected %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestUnreadBound: ez_unread_bound (bpf/lib/bound.h), the bound on a
+// receiver's redirected-but-unread bytes.
+func TestUnreadBound(t *testing.T) {
+	const autoMax = 4 << 20
+	cases := []struct {
+		name string
+		in   unitsTestBound
+		want uint32
+	}{
+		{"autotuning: tcp_rmem max above the cap", unitsTestBound{Rcvbuf: 131072, RmemMax: 32 << 20}, autoMax},
+		{"autotuning: tcp_rmem max below the cap", unitsTestBound{Rcvbuf: 131072, RmemMax: 1 << 20}, 1 << 20},
+		{"autotuning: tcp_rmem max unreadable", unitsTestBound{Rcvbuf: 131072}, autoMax},
+		{"SO_RCVBUF locked", unitsTestBound{Userlocks: 2, Rcvbuf: 262144, RmemMax: 32 << 20}, 262144},
+		{"SO_SNDBUF locked only", unitsTestBound{Userlocks: 1, Rcvbuf: 262144, RmemMax: 32 << 20}, autoMax},
+		{"SO_RCVBUF locked above the cap", unitsTestBound{Userlocks: 3, Rcvbuf: 16 << 20, RmemMax: 32 << 20}, 16 << 20},
+		{"override wins", unitsTestBound{Override: 1 << 20, Userlocks: 2, Rcvbuf: 262144, RmemMax: 32 << 20}, 1 << 20},
+	}
+	o := load(t, 0)
+	var zero uint32
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := c.in
+			in.Out = 0xdeadbeef
+			if err := o.BoundIO.Put(&zero, &in); err != nil {
+				t.Fatal(err)
+			}
+			if ret := run(t, o.TestUnreadBound, eth(ethIPv4, make([]byte, 40))); ret != 0 {
+				t.Fatalf("program returned %d", ret)
+			}
+			var out unitsTestBound
+			if err := o.BoundIO.Lookup(&zero, &out); err != nil {
+				t.Fatal(err)
+			}
+			if out.Out != c.want {
+				t.Errorf("bound %d, want %d", out.Out, c.want)
 			}
 		})
 	}

@@ -28,6 +28,8 @@ var scenarios = map[string]scenario{
 	"splice_read":     {client: spliceReadClient, server: sinkHash(true)},
 	"nonblock_eagain": {client: nonblockClient, server: nonblockServer},
 	"recv_wakeup":     {client: recvWakeupClient, server: recvWakeupServer},
+	"stuck_nonblock":  {client: stuckNonblockClient, server: stuckNonblockServer},
+	"stuck_blocking":  {client: stuckBlockingClient, server: stuckBlockingServer},
 }
 
 func sendPattern(n int, seed uint64) func(*pconn) error {
@@ -520,5 +522,198 @@ func recvWakeupClient(c *pconn, o Observation) error {
 	o["2_shutdown_wr"] = result(0, <-shut)
 	rest, err := c.readToEOF(nil)
 	o["3_rest_to_eof"] = result(rest, err)
+	return nil
+}
+
+// stuck_nonblock: the server reads nothing until told; a non-blocking client
+// fills the connection until EAGAIN and asks poll and epoll (level and edge
+// triggered) whether it is writable, then the server reads everything.
+func stuckNonblockServer(c *pconn) error {
+	select {
+	case <-drainChan(c.id):
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("no drain request")
+	}
+	return checkStream(c)
+}
+
+// checkStream reads the checked stream (streamByte) to EOF and answers
+// "<bytes> ok" or "<bytes> bad at <offset>".
+func checkStream(c *pconn) error {
+	off, bad := 0, -1
+	if _, err := c.readToEOF(func(b []byte) {
+		for i := 0; i < len(b) && bad < 0; i++ {
+			if b[i] != streamByte(off+i) {
+				bad = off + i
+			}
+		}
+		off += len(b)
+	}); err != nil {
+		return err
+	}
+	if bad >= 0 {
+		return c.writeAll(fmt.Appendf(nil, "%d bad at %d\n", off, bad))
+	}
+	return c.writeAll(fmt.Appendf(nil, "%d ok\n", off))
+}
+
+func epollOut(fd int, et bool, timeoutMs int) (int, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(ep)
+	ev := unix.EpollEvent{Events: unix.EPOLLOUT, Fd: int32(fd)}
+	if et {
+		ev.Events |= unix.EPOLLET
+	}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return 0, err
+	}
+	evs := make([]unix.EpollEvent, 1)
+	for {
+		n, err := unix.EpollWait(ep, evs, timeoutMs)
+		if err == unix.EINTR {
+			continue
+		}
+		return n, err
+	}
+}
+
+func stuckNonblockClient(c *pconn, o Observation) error {
+	if err := c.setNonblock(true); err != nil {
+		return err
+	}
+	// The count differs legitimately (the shortcut's bound plus the
+	// kernel's buffers); reaching EAGAIN, and what poll says then, is compared.
+	const limit = 256 << 20
+	chunk := make([]byte, 64<<10)
+	sent := 0
+	o["1_send_until"] = "limit"
+	for sent < limit {
+		fillStream(chunk, sent)
+		n, err := c.send(chunk, 0)
+		if err == unix.EAGAIN {
+			o["1_send_until"] = "EAGAIN"
+			break
+		}
+		if err != nil {
+			o["1_send_until"] = errName(err)
+			break
+		}
+		sent += n
+	}
+	o["2_poll"] = pollNames(c.poll(unix.POLLOUT, 0))
+	n, err := epollOut(c.fd, false, 0)
+	o["3_epoll_lt"] = result(n, err)
+	n, err = epollOut(c.fd, true, 0)
+	o["3_epoll_et"] = result(n, err)
+	ctl, err := dialProbe(c.addr)
+	if err != nil {
+		return fmt.Errorf("drain connection: %w", err)
+	}
+	err = ctl.writeAll(fmt.Appendf(nil, "drain %d\n", c.id))
+	ctl.close()
+	if err != nil {
+		return err
+	}
+	o["4_pollout"] = pollNames(c.poll(unix.POLLOUT, 10000))
+	n, err = epollOut(c.fd, true, 10000)
+	o["5_epoll_et"] = result(n, err)
+	if err := c.setNonblock(false); err != nil {
+		return err
+	}
+	o["6_shutdown_wr"] = result(0, unix.Shutdown(c.fd, unix.SHUT_WR))
+	line, err := c.readLine()
+	if err != nil {
+		o["7_server"] = errName(err)
+		return nil
+	}
+	o["7_server_got_all"] = line == fmt.Sprintf("%d ok", sent)
+	return nil
+}
+
+// stuck_blocking: a blocking client writes 16 MiB to a server that reads
+// nothing until told: the write must still be blocked after a while (on the
+// shortcut too: the connection switched to the kernel path). Then the server
+// reads it all, checks it, and reports FIONREAD for 1000 more bytes, which
+// is exact only off the sockhash.
+const stuckBlockingBytes = 16 << 20
+
+func stuckBlockingServer(c *pconn) error {
+	select {
+	case <-drainChan(c.id):
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("no drain request")
+	}
+	off, bad := 0, -1
+	for off < stuckBlockingBytes {
+		b, err := c.loopRecv(min(64<<10, stuckBlockingBytes-off))
+		if err != nil {
+			return err
+		}
+		if len(b) == 0 {
+			break
+		}
+		for i := 0; i < len(b) && bad < 0; i++ {
+			if b[i] != streamByte(off+i) {
+				bad = off + i
+			}
+		}
+		off += len(b)
+	}
+	if err := c.writeAll(fmt.Appendf(nil, "%d bad=%d\n", off, bad)); err != nil {
+		return err
+	}
+	c.poll(unix.POLLIN, 5000)
+	time.Sleep(settle)
+	return c.writeAll(fmt.Appendf(nil, "%v\n", c.inq()))
+}
+
+func stuckBlockingClient(c *pconn, o Observation) error {
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 1<<20)
+		for off := 0; off < stuckBlockingBytes; off += len(buf) {
+			fillStream(buf, off)
+			if err := c.writeAll(buf); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		o["1_blocked"] = false
+		o["1_early"] = result(0, err)
+	case <-time.After(3 * time.Second):
+		o["1_blocked"] = true
+	}
+	ctl, err := dialProbe(c.addr)
+	if err != nil {
+		return fmt.Errorf("drain connection: %w", err)
+	}
+	err = ctl.writeAll(fmt.Appendf(nil, "drain %d\n", c.id))
+	ctl.close()
+	if err != nil {
+		return err
+	}
+	if o["1_blocked"] == true {
+		o["2_write"] = result(stuckBlockingBytes, <-done)
+	}
+	line, err := c.readLine()
+	o["3_server"] = result(0, err)
+	if err == nil {
+		o["3_server"] = line
+	}
+	if err := c.writeAll(pattern(1000, 9)); err != nil {
+		return err
+	}
+	line, err = c.readLine()
+	o["4_fionread"] = result(0, err)
+	if err == nil {
+		o["4_fionread"] = line
+	}
 	return nil
 }

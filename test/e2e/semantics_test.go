@@ -26,6 +26,7 @@ type semCase struct {
 	unmanagedPeer  bool // the server lives in an unmanaged pod: never accelerated
 	v6             bool
 	conns          uint64 // connections the scenario opens (pairs expected)
+	backpressure   uint64 // connections expected to switch to the kernel path (fallback_backpressure)
 }
 
 var semCases = []semCase{
@@ -42,7 +43,9 @@ var semCases = []semCase{
 	{name: "sendfile", scenario: "sendfile", conns: 1},
 	{name: "splice", scenario: "splice", conns: 1},
 	{name: "splice_read", scenario: "splice_read", conns: 1},
-	{name: "nonblock_eagain", scenario: "nonblock_eagain", conns: 2},
+	{name: "nonblock_eagain", scenario: "nonblock_eagain", conns: 2, backpressure: 1},
+	{name: "stuck_nonblock", scenario: "stuck_nonblock", conns: 2, backpressure: 1},
+	{name: "stuck_blocking", scenario: "stuck_blocking", conns: 2, backpressure: 1},
 	{name: "recv_wakeup", scenario: "recv_wakeup", conns: 1},
 }
 
@@ -165,6 +168,9 @@ func TestSemantics(t *testing.T) {
 				} else if d["pairs"] != c.conns || d["bytes_redirected"] == 0 {
 					t.Errorf("want %d pair(s) and redirected bytes, so the comparison means something: %v", c.conns, d)
 				}
+				if d["fallback_backpressure"] != c.backpressure {
+					t.Errorf("want %d connection(s) switched for backpressure: %v", c.backpressure, d)
+				}
 				want, ok := baseline[c.name]
 				if !ok {
 					t.Fatal("no baseline observation")
@@ -212,8 +218,6 @@ var kernelDivergences = map[string]struct {
 		"sock_map_close discards the unread psock queue and __tcp_close only scans sk_receive_queue, so the peer gets FIN, not RST; the RST follows the peer's next write"},
 	"splice_read": {[]string{"server"},
 		"tcp_splice_read reads only sk_receive_queue; redirected bytes sit in the psock queue, invisible to splice(socket -> pipe)"},
-	"nonblock_eagain": {[]string{"2_send_until"},
-		"bpf_tcp_ingress charges the receiver with no sk_rcvbuf limit: a sender to a peer that does not read never sees EAGAIN"},
 	"recv_wakeup": {[]string{"1_blocking_recv", "3_rest_to_eof"},
 		"tcp_msg_wait_data returns after one wakeup without data (a state change, or a signal such as Go's SIGURG preemption) and tcp_bpf_recvmsg answers EAGAIN even on a blocking socket"},
 }

@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// struct ez_conn_record is 104 bytes in C: 5 u64, the 48-byte key, 4 u32.
+// struct ez_conn_record is 120 bytes in C: 5 u64, the 48-byte key, 4 u32, an s64, 2 u32.
 func TestConnRecordSize(t *testing.T) {
-	if n := binary.Size(shortcutEzConnRecord{}); n != 104 {
-		t.Fatalf("ez_conn_record decodes %d bytes, want 104", n)
+	if n := binary.Size(shortcutEzConnRecord{}); n != 120 {
+		t.Fatalf("ez_conn_record decodes %d bytes, want 120", n)
 	}
 }
 
@@ -21,8 +21,10 @@ func TestReadConnections(t *testing.T) {
 	rec.Key.ClientIp = netip.MustParseAddr("::ffff:10.0.0.2").As16()
 	rec.Key.ServerIp = netip.MustParseAddr("fd00::3").As16()
 	rec.Key.ClientPort, rec.Key.ServerPort = 40000, 7000
+	rec.RxUnread, rec.RxBound = 4096, 1<<22
 	binary.Write(&buf, binary.LittleEndian, &rec)
 	rec.Cookie, rec.PeerCookie, rec.Flags = 12, 11, uint32(shortcutEzSockFlagsEZ_F_SERVER)
+	rec.Switched, rec.State = 1, uint32(shortcutEzSockStateEZ_SOCK_LEFT)
 	binary.Write(&buf, binary.LittleEndian, &rec)
 
 	conns, err := readConnections(&buf)
@@ -41,6 +43,9 @@ func TestReadConnections(t *testing.T) {
 	}
 	if c.TxMsgs != 3 || c.TxBytes != 300 || c.NetnsCookie != 4096 || c.NetnsInode != 4026531840 {
 		t.Errorf("counts: %+v", c)
+	}
+	if c.RxUnread != 4096 || c.RxBound != 1<<22 || c.Switched || c.Left || !s.Switched || !s.Left {
+		t.Errorf("unread: %+v %+v", c, s)
 	}
 
 	// A truncated record is an error, not a silent drop.

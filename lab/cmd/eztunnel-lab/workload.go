@@ -22,7 +22,7 @@ import (
 // inside lab pods. Hidden: they are tools of the lab, not of the agent.
 func workloadCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "workload", Short: "Traffic generators for tests and benchmarks", Hidden: true}
-	cmd.AddCommand(append([]*cobra.Command{workloadServeCmd(), workloadStreamCmd(), workloadPingPongCmd(), workloadHoldCmd(), workloadUDPCmd(), workloadEarlyCmd()}, workloadProbeCmds()...)...)
+	cmd.AddCommand(append([]*cobra.Command{workloadServeCmd(), workloadStreamCmd(), workloadPingPongCmd(), workloadHoldCmd(), workloadUDPCmd(), workloadEarlyCmd()}, append(workloadProbeCmds(), workloadStuckCmds()...)...)...)
 	return cmd
 }
 
@@ -211,4 +211,50 @@ func workloadHoldCmd() *cobra.Command {
 	cmd.Flags().IntVar(&parallel, "parallel", 64, "connects at once")
 	cmd.Flags().StringVar(&ready, "ready-file", "", "file written once every connection is open")
 	return cmd
+}
+
+// workloadStuckCmds: servers whose readers stop (or crawl) and the clients
+// that fill them, for the backpressure tests.
+func workloadStuckCmds() []*cobra.Command {
+	var srv workload.StuckServerConfig
+	var addr, ready string
+	server := &cobra.Command{
+		Use:   "stuck-server",
+		Short: "Accept and read nothing until --go-file exists (or read at --rate), then check the stream",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ln, err := workload.ListenStuck(addr, srv.Rcvbuf)
+			if err != nil {
+				return err
+			}
+			if ready != "" {
+				if err := os.WriteFile(ready, []byte("ready\n"), 0o644); err != nil {
+					return err
+				}
+			}
+			return workload.ServeStuck(ln, srv)
+		},
+	}
+	server.Flags().StringVar(&addr, "addr", ":7200", "listen address")
+	server.Flags().StringVar(&ready, "ready-file", "", "file created once listening")
+	server.Flags().StringVar(&srv.GoFile, "go-file", "", "readers start when this file exists")
+	server.Flags().IntVar(&srv.Rate, "rate", 0, "read at most this many bytes/s per connection (0: unlimited)")
+	server.Flags().IntVar(&srv.Rcvbuf, "rcvbuf", 0, "SO_RCVBUF of the listener (0: autotuning)")
+
+	var cli workload.StuckClientConfig
+	client := &cobra.Command{
+		Use:   "stuck-client",
+		Short: "Write --bytes of a checked stream on each of --conns connections with blocking writes",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cli.Conns < 1 || cli.Bytes < 1 || cli.Chunk < 1 {
+				return fmt.Errorf("--conns, --bytes and --chunk must be positive")
+			}
+			return workload.StuckClient(cli)
+		},
+	}
+	client.Flags().StringVar(&cli.Addr, "addr", "", "server address")
+	client.Flags().IntVar(&cli.Conns, "conns", 1, "connections")
+	client.Flags().IntVar(&cli.Bytes, "bytes", 64<<20, "bytes per connection")
+	client.Flags().IntVar(&cli.Chunk, "chunk", 1<<20, "bytes per write")
+	client.Flags().IntVar(&cli.Sndbuf, "sndbuf", 0, "SO_SNDBUF (0: autotuning)")
+	return []*cobra.Command{server, client}
 }
