@@ -1,0 +1,262 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/lab/netlab"
+)
+
+// tcpMem is the node's TCP memory (/proc/net/sockstat "TCP: ... mem", pages,
+// in bytes): tcp_memory_allocated, which is global, not per namespace.
+func tcpMem(t *testing.T) int {
+	t.Helper()
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := fs.NetSockstat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range s.Protocols {
+		if p.Protocol == "TCP" && p.Memory != nil {
+			return *p.Memory
+		}
+	}
+	t.Fatal("no TCP mem in /proc/net/sockstat")
+	return 0
+}
+
+// stuckRun is one stuck-server/stuck-client run between two pods.
+type stuckRun struct {
+	conns, bytes   int
+	rcvbuf, sndbuf int // 0: autotuning
+	rate           int // server reads at this rate from the start; 0: stuck until released
+	port           int
+}
+
+// stuckResult: the peak of node TCP memory above the baseline while the
+// client ran, and whether the client was still blocked when the readers
+// were released.
+type stuckResult struct {
+	peak    int
+	blocked bool
+}
+
+// run starts the server in b and the client in a. A stuck server's readers
+// are released once node TCP memory stopped growing (the senders are
+// blocked); then every connection must deliver its stream byte-exact.
+func (r stuckRun) run(t *testing.T, e *env, a, b *netlab.Pod) stuckResult {
+	t.Helper()
+	dir := t.TempDir()
+	goFile, ready := filepath.Join(dir, "go"), filepath.Join(dir, "ready")
+	args := []string{"workload", "stuck-server", "--addr", ":" + strconv.Itoa(r.port), "--ready-file", ready,
+		"--rcvbuf", strconv.Itoa(r.rcvbuf), "--rate", strconv.Itoa(r.rate)}
+	if r.rate == 0 {
+		args = append(args, "--go-file", goFile)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	srv := b.Cmd(sctx, labBin, args...)
+	var srvErr bytes.Buffer
+	srv.Stderr = &srvErr
+	if err := b.Start(srv); err != nil {
+		scancel()
+		t.Fatal(err)
+	}
+	defer func() { scancel(); srv.Wait() }()
+	waitFile(t, ready, func() string { return srvErr.String() })
+
+	base := tcpMem(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cli := a.Cmd(ctx, labBin, "workload", "stuck-client", "--addr", hostport(b.IPv4, r.port),
+		"--conns", strconv.Itoa(r.conns), "--bytes", strconv.Itoa(r.bytes), "--chunk", strconv.Itoa(1<<20),
+		"--sndbuf", strconv.Itoa(r.sndbuf))
+	var out bytes.Buffer
+	cli.Stdout, cli.Stderr = &out, &out
+	if err := a.Start(cli); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cli.Wait() }()
+
+	res := stuckResult{}
+	sample := func() {
+		if m := tcpMem(t) - base; m > res.peak {
+			res.peak = m
+		}
+	}
+	if r.rate == 0 {
+		// Wait until memory stops growing for a second: the senders are blocked.
+		last, still := -1, 0
+		for still < 10 {
+			select {
+			case err := <-done:
+				t.Fatalf("client finished while the server read nothing (%v): %s", err, out.String())
+			case <-time.After(100 * time.Millisecond):
+			}
+			sample()
+			if m := tcpMem(t) - base; m-last < 64<<10 {
+				still++
+			} else {
+				last, still = m, 0
+			}
+		}
+		res.blocked = true
+		if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("client: %v: %s (server: %s)", err, out.String(), srvErr.String())
+			}
+			return res
+		case <-time.After(100 * time.Millisecond):
+			sample()
+		}
+	}
+}
+
+// unreadEntries counts the pinned per-connection unread records.
+func unreadEntries(t *testing.T, e *env) int {
+	t.Helper()
+	p, err := datapath.OpenPinned(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	n, err := datapath.Entries(p.Unreads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitUnread waits for the unread records to return to n (both ends of
+// every connection closed).
+func waitUnread(t *testing.T, e *env, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := unreadEntries(t, e)
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unread records did not return to %d: %d", n, got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+const mib = 1 << 20
+
+// TestBackpressureStuckReader: the server accepts and never reads, the
+// client writes 1 MiB chunks. Plain TCP blocks the writer after a few MB;
+// accelerated, node TCP memory must stay as bounded (it grew to tcp_mem's
+// limits and ended in ENOMEM before), the writer must block, and once the
+// reader resumes every byte arrives in order. The connection switched for
+// backpressure, and both ends left the sockhash once drained.
+func TestBackpressureStuckReader(t *testing.T) {
+	e := newEnv(t, "bpstuck", 61)
+	a, b := e.pod("a", true), e.pod("b", true)
+	run := stuckRun{conns: 1, bytes: 64 * mib, port: 7200}
+	plain := run.run(t, e, a, b)
+	t.Logf("plain TCP: node TCP memory peaked %.1f MiB above baseline; writer blocked: %v", float64(plain.peak)/mib, plain.blocked)
+
+	e.accelerate()
+	u0 := unreadEntries(t, e)
+	before := e.counters()
+	run.port++
+	accel := run.run(t, e, a, b)
+	d := delta(before, e.counters())
+	t.Logf("accelerated: node TCP memory peaked %.1f MiB above baseline; counters %v", float64(accel.peak)/mib, d)
+	if accel.peak > 16*mib {
+		t.Errorf("node TCP memory grew %.1f MiB with a stuck reader, bound 16 MiB (plain TCP: %.1f MiB)", float64(accel.peak)/mib, float64(plain.peak)/mib)
+	}
+	if d["pairs"] != 1 || d["bytes_redirected"] == 0 {
+		t.Errorf("the connection was not accelerated, nothing was tested: %v", d)
+	}
+	if d["fallback_backpressure"] != 1 {
+		t.Errorf("fallback_backpressure %d, want 1", d["fallback_backpressure"])
+	}
+	if d["sockets_released"] != 2 {
+		t.Errorf("sockets_released %d, want 2: both ends leave the sockhash once drained", d["sockets_released"])
+	}
+	if d["bytes_redirected"] > 16*mib {
+		t.Errorf("%d bytes redirected to a stuck reader", d["bytes_redirected"])
+	}
+	waitUnread(t, e, u0)
+}
+
+// TestBackpressureSlowReader: a reader at 1 MiB/s against a writer as fast
+// as it can, for about 20 s: byte-exact, memory bounded like plain TCP's.
+func TestBackpressureSlowReader(t *testing.T) {
+	e := newEnv(t, "bpslow", 62)
+	a, b := e.pod("a", true), e.pod("b", true)
+	run := stuckRun{conns: 1, bytes: 20 * mib, rate: mib, port: 7200}
+	plain := run.run(t, e, a, b)
+	t.Logf("plain TCP: node TCP memory peaked %.1f MiB above baseline", float64(plain.peak)/mib)
+
+	e.accelerate()
+	u0 := unreadEntries(t, e)
+	before := e.counters()
+	run.port++
+	accel := run.run(t, e, a, b)
+	d := delta(before, e.counters())
+	t.Logf("accelerated: node TCP memory peaked %.1f MiB above baseline; counters %v", float64(accel.peak)/mib, d)
+	if accel.peak > 16*mib {
+		t.Errorf("node TCP memory grew %.1f MiB with a slow reader, bound 16 MiB (plain TCP: %.1f MiB)", float64(accel.peak)/mib, float64(plain.peak)/mib)
+	}
+	if d["pairs"] != 1 || d["bytes_redirected"] == 0 {
+		t.Errorf("the connection was not accelerated, nothing was tested: %v", d)
+	}
+	waitUnread(t, e, u0)
+}
+
+// TestBackpressureManyStuckReaders: 100 connections to readers that stop,
+// with SO_RCVBUF and SO_SNDBUF set by the applications (so the bound is the
+// receiver's sk_rcvbuf): node TCP memory stays proportional to what each
+// connection may hold, and every stream arrives byte-exact on resume.
+func TestBackpressureManyStuckReaders(t *testing.T) {
+	e := newEnv(t, "bpmany", 63)
+	a, b := e.pod("a", true), e.pod("b", true)
+	const conns, buf = 100, 256 << 10
+	run := stuckRun{conns: conns, bytes: 8 * mib, rcvbuf: buf, sndbuf: buf, port: 7200}
+	plain := run.run(t, e, a, b)
+	t.Logf("plain TCP, %d stuck readers: node TCP memory peaked %.1f MiB above baseline", conns, float64(plain.peak)/mib)
+
+	e.accelerate()
+	u0 := unreadEntries(t, e)
+	before := e.counters()
+	run.port++
+	accel := run.run(t, e, a, b)
+	d := delta(before, e.counters())
+	t.Logf("accelerated, %d stuck readers: node TCP memory peaked %.1f MiB above baseline; counters %v", conns, float64(accel.peak)/mib, d)
+	// Per connection: the bound (sk_rcvbuf, twice SO_RCVBUF), the sender's
+	// sk_sndbuf (twice SO_SNDBUF) after the switch, and slack for what TCP
+	// has in flight.
+	if limit := conns * (2*buf + 2*buf + 2*buf); accel.peak > limit {
+		t.Errorf("node TCP memory grew %.1f MiB with %d stuck readers, bound %.1f MiB (plain TCP: %.1f MiB)",
+			float64(accel.peak)/mib, conns, float64(limit)/mib, float64(plain.peak)/mib)
+	}
+	if d["pairs"] != conns {
+		t.Errorf("pairs %d, want %d: %v", d["pairs"], conns, d)
+	}
+	if d["fallback_backpressure"] != conns {
+		t.Errorf("fallback_backpressure %d, want %d", d["fallback_backpressure"], conns)
+	}
+	waitUnread(t, e, u0)
+}
