@@ -4,6 +4,7 @@
 #define EZ_LIB_BOUND_H
 
 #include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
 
 /* Autotuning's ceiling is capped here: tcp_rmem[2] is often 6-32 MiB. */
 #define EZ_UNREAD_AUTO_MAX (4u << 20)

@@ -166,7 +166,11 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 	install(t, cfg, cgs[:2])
 	before := pinnedLinks(t, cfg.Dir())
 	msgBefore := skMsgProgram(t, cfg.Dir())
-	if len(before) != 6 { // 2 cgroups x 2 hooks, 2 netfilter families
+	ownerBefore := recvOwner(t, cfg.Dir())
+	if ownerBefore == 0 {
+		t.Fatal("no ez_recv counts reads after install")
+	}
+	if len(before) != 7 { // 2 cgroups x 2 hooks, 2 netfilter families, ez_recv
 		t.Fatalf("pinned links after install: %v", before)
 	}
 
@@ -209,7 +213,10 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 		if n := cgroupPrograms(t, cgs[2], ebpf.AttachCGroupSockOps); n != 0 {
 			t.Errorf("fail at %s: %d sockops programs left on the new cgroup", failAt, n)
 		}
-		for _, leftover := range []string{"prog_ez_msg_next", "links/netfilter/ez_nat_ipv4_next"} {
+		if got := recvOwner(t, cfg.Dir()); got != ownerBefore {
+			t.Errorf("fail at %s: the counting ez_recv is %d, want the old %d", failAt, got, ownerBefore)
+		}
+		for _, leftover := range []string{"prog_ez_msg_next", "links/netfilter/ez_nat_ipv4_next", "links/tracing/ez_recv_next"} {
 			if bpfsys.Exists(filepath.Join(cfg.Dir(), leftover)) {
 				t.Errorf("fail at %s: %s left pinned", failAt, leftover)
 			}
@@ -227,8 +234,14 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 			t.Errorf("%s: link/program %v after upgrade, was %v: want the same link with a new program", pin, got, ids)
 		}
 	}
-	if len(after) != 8 {
+	if len(after) != 9 {
 		t.Errorf("pinned links after the upgrade: %v", after)
+	}
+	if got := recvOwner(t, cfg.Dir()); got == 0 || got == ownerBefore {
+		t.Errorf("the counting ez_recv is %d after the upgrade, was %d: want the new one", got, ownerBefore)
+	}
+	if after["links/tracing/ez_recv"][0] == before["links/tracing/ez_recv"][0] {
+		t.Errorf("ez_recv link not replaced: %v", after["links/tracing/ez_recv"])
 	}
 }
 
@@ -259,6 +272,11 @@ func pinFlat(t *testing.T, dir string) {
 			name = "link_" + strings.TrimPrefix(rel[1], "ez_")
 		case bpfsys.KindCgroup: // <id>/ez_egress -> link_egress_<id>
 			name = "link_" + strings.TrimPrefix(rel[2], "ez_") + "_" + rel[1]
+		case bpfsys.KindTracing: // not in the flat layout: dropped (detached)
+			if err := os.Remove(pin); err != nil {
+				t.Fatal(err)
+			}
+			continue
 		}
 		if err := os.Rename(pin, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
@@ -312,4 +330,19 @@ func TestAdoptFlatLayout(t *testing.T) {
 	if bpfsys.Exists(cfg.Dir()) {
 		t.Error("pin directory left after uninstall")
 	}
+}
+
+// recvOwner reads EZ_CTL_RECV_OWNER: the instance of the ez_recv that counts reads.
+func recvOwner(t *testing.T, dir string) uint32 {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "ez_control"), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var v uint32
+	if err := m.Lookup(uint32(1), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
