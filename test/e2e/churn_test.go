@@ -32,7 +32,11 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s, p + a
+		u, err := datapath.Entries(pinned.Unreads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, p + a + u
 	}
 	s0, p0 := entries()
 	const conns = 200000
@@ -49,7 +53,7 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("maps did not return to start: sockets %d (start %d), pairs+aliases %d (start %d)", s, s0, p, p0)
+			t.Fatalf("maps did not return to start: sockets %d (start %d), pairs+aliases+unread %d (start %d)", s, s0, p, p0)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
