@@ -28,8 +28,8 @@ func tcpMem(t *testing.T) int {
 		t.Fatal(err)
 	}
 	for _, p := range s.Protocols {
-		if p.Protocol == "TCP" && p.Memory != nil {
-			return *p.Memory
+		if p.Protocol == "TCP" && p.Mem != nil {
+			return *p.Mem * os.Getpagesize()
 		}
 	}
 	t.Fatal("no TCP mem in /proc/net/sockstat")
@@ -170,7 +170,7 @@ const mib = 1 << 20
 // reader resumes every byte arrives in order. The connection switched for
 // backpressure, and both ends left the sockhash once drained.
 func TestBackpressureStuckReader(t *testing.T) {
-	e := newEnv(t, "bpstuck", 61)
+	e := newEnv(t, "bpstck", 61)
 	a, b := e.pod("a", true), e.pod("b", true)
 	run := stuckRun{conns: 1, bytes: 64 * mib, port: 7200}
 	plain := run.run(t, e, a, b)
