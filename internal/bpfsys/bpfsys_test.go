@@ -118,3 +118,12 @@ func TestInNetNS(t *testing.T) {
 		t.Error("a missing netns was entered")
 	}
 }
+
+func TestTracepoint(t *testing.T) {
+	if err := Tracepoint("sock_recv_length")(); err != nil {
+		t.Errorf("sock_recv_length: %v", err)
+	}
+	if err := Tracepoint("no_such_tracepoint_xyz")(); err == nil {
+		t.Error("a missing tracepoint passed")
+	}
+}

@@ -48,6 +48,23 @@ func BTF() error {
 	return err
 }
 
+// Tracepoint checks the kernel has a BTF-enabled tracepoint (tp_btf/<name>):
+// its btf_trace_<name> typedef is in the kernel's BTF. (Probing the tracing
+// program type itself needs an attach target: features refuses it with EPERM.)
+func Tracepoint(name string) func() error {
+	return func() error {
+		spec, err := btf.LoadKernelSpec()
+		if err != nil {
+			return err
+		}
+		var td *btf.Typedef
+		if err := spec.TypeByName("btf_trace_"+name, &td); err != nil {
+			return fmt.Errorf("no tracepoint %s in the kernel's BTF: %w", name, err)
+		}
+		return nil
+	}
+}
+
 // ProgType checks the kernel supports a program type.
 func ProgType(t ebpf.ProgramType) func() error {
 	return func() error { return features.HaveProgramType(t) }

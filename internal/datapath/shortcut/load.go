@@ -23,7 +23,7 @@ var Requirements = []bpfsys.Requirement{
 	{Name: "program type netfilter (BPF netfilter links, Linux 6.4)", Check: bpfsys.ProgType(ebpf.Netfilter)},
 	{Name: "map type sockhash", Check: bpfsys.MapType(ebpf.SockHash)},
 	{Name: "map type sk_storage", Check: bpfsys.MapType(ebpf.SkStorage)},
-	{Name: "program type tracing (tp_btf/sock_recv_length)", Check: bpfsys.ProgType(ebpf.Tracing)},
+	{Name: "tracepoint sock_recv_length (tp_btf)", Check: bpfsys.Tracepoint("sock_recv_length")},
 	{Name: "helper bpf_msg_redirect_hash (sk_msg)", Check: bpfsys.Helper(ebpf.SkMsg, asm.FnMsgRedirectHash)},
 	{Name: "helper bpf_sk_storage_get (sk_msg)", Check: bpfsys.Helper(ebpf.SkMsg, asm.FnSkStorageGet)},
 	{Name: "helper bpf_get_netns_cookie (sock_ops)", Check: bpfsys.Helper(ebpf.SockOps, asm.FnGetNetnsCookie)},
