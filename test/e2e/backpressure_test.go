@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
@@ -41,6 +42,7 @@ type stuckRun struct {
 	conns, bytes   int
 	rcvbuf, sndbuf int // 0: autotuning
 	rate           int // server reads at this rate from the start; 0: stuck until released
+	chunk          int // bytes per write; 0: 1 MiB
 	port           int
 }
 
@@ -79,7 +81,7 @@ func (r stuckRun) run(t *testing.T, e *env, a, b *netlab.Pod) stuckResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cli := a.Cmd(ctx, labBin, "workload", "stuck-client", "--addr", hostport(b.IPv4, r.port),
-		"--conns", strconv.Itoa(r.conns), "--bytes", strconv.Itoa(r.bytes), "--chunk", strconv.Itoa(1<<20),
+		"--conns", strconv.Itoa(r.conns), "--bytes", strconv.Itoa(r.bytes), "--chunk", strconv.Itoa(cmp.Or(r.chunk, 1<<20)),
 		"--sndbuf", strconv.Itoa(r.sndbuf))
 	var out bytes.Buffer
 	cli.Stdout, cli.Stderr = &out, &out
@@ -234,7 +236,8 @@ func TestBackpressureManyStuckReaders(t *testing.T) {
 	e := newEnv(t, "bpmany", 63)
 	a, b := e.pod("a", true), e.pod("b", true)
 	const conns, buf = 100, 256 << 10
-	run := stuckRun{conns: conns, bytes: 8 * mib, rcvbuf: buf, sndbuf: buf, port: 7200}
+	// 64 KiB writes: a message smaller than the bound is redirected first.
+	run := stuckRun{conns: conns, bytes: 8 * mib, rcvbuf: buf, sndbuf: buf, chunk: 64 << 10, port: 7200}
 	plain := run.run(t, e, a, b)
 	t.Logf("plain TCP, %d stuck readers: node TCP memory peaked %.1f MiB above baseline", conns, float64(plain.peak)/mib)
 
@@ -252,8 +255,8 @@ func TestBackpressureManyStuckReaders(t *testing.T) {
 		t.Errorf("node TCP memory grew %.1f MiB with %d stuck readers, bound %.1f MiB (plain TCP: %.1f MiB)",
 			float64(accel.peak)/mib, conns, float64(limit)/mib, float64(plain.peak)/mib)
 	}
-	if d["pairs"] != conns {
-		t.Errorf("pairs %d, want %d: %v", d["pairs"], conns, d)
+	if d["pairs"] != conns || d["bytes_redirected"] == 0 {
+		t.Errorf("pairs %d, want %d, and redirected bytes: %v", d["pairs"], conns, d)
 	}
 	if d["fallback_backpressure"] != conns {
 		t.Errorf("fallback_backpressure %d, want %d", d["fallback_backpressure"], conns)

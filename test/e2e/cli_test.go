@@ -98,7 +98,7 @@ func TestAgentLifecycle(t *testing.T) {
 			}
 			pins = append(pins, l.Pin)
 		}
-		if len(pins) != 4 || !slices.Contains(pins, "links/netfilter/ez_nat_ipv4") || !slices.ContainsFunc(pins, func(p string) bool {
+		if len(pins) != 5 || !slices.Contains(pins, "links/netfilter/ez_nat_ipv4") || !slices.Contains(pins, "links/tracing/ez_recv") || !slices.ContainsFunc(pins, func(p string) bool {
 			return strings.HasPrefix(p, "links/cgroup/") && strings.HasSuffix(p, "/ez_sockops")
 		}) {
 			t.Errorf("status: pinned links %v", pins)

@@ -41,6 +41,14 @@ func startAgent(t *testing.T, binary, cgroup, pin string, extra ...string) *agen
 	return a
 }
 
+// bulkUnread is for the tests of restart, upgrade and uninstall under an
+// accelerated bulk transfer. Their stream readers check every byte and are
+// slower than their writers, which the shortcut never blocks: with the
+// default bound the transfer switches to the kernel path (backpressure) after
+// a few MiB, and nothing would be accelerated while the agent changes. 1 GiB
+// keeps them on the shortcut, as before bounds existed.
+var bulkUnread = []string{"--max-unread", "1073741824"}
+
 func (a *agent) kill(t *testing.T) {
 	t.Helper()
 	a.cmd.Process.Signal(syscall.SIGKILL)
@@ -140,10 +148,10 @@ func (e *env) podByName(name string) *netlab.Pod {
 // accelerated, and new connections are accelerated.
 func TestAgentKilledDuringTransfer(t *testing.T) {
 	e, a, b, pin := agentEnv(t, "kill", 26)
-	ag := startAgent(t, bin, e.lab.Managed, pin)
+	ag := startAgent(t, bin, e.lab.Managed, pin, bulkUnread...)
 	e.transferDuring(pin, func() {
 		ag.kill(t)
-		startAgent(t, bin, e.lab.Managed, pin)
+		startAgent(t, bin, e.lab.Managed, pin, bulkUnread...)
 	})
 	before := pinnedCounters(t, pin)
 	if out, err := e.run(a, streamCase{conns: 5, parallel: 5, up: 1 << 20, down: 1 << 20, chunk: 65536}.args(hostport(b.IPv4, 7000), 3)...); err != nil {
@@ -158,10 +166,10 @@ func TestAgentKilledDuringTransfer(t *testing.T) {
 func TestUpgradeDuringTransfer(t *testing.T) {
 	newBin := buildVariant(t)
 	e, a, b, pin := agentEnv(t, "upg", 27)
-	old := startAgent(t, bin, e.lab.Managed, pin)
+	old := startAgent(t, bin, e.lab.Managed, pin, bulkUnread...)
 	oldProg := sockopsProgramID(t, pin)
 	e.transferDuring(pin, func() {
-		startAgent(t, newBin, e.lab.Managed, pin) // adopts the pinned datapath
+		startAgent(t, newBin, e.lab.Managed, pin, bulkUnread...) // adopts the pinned datapath
 		old.kill(t)
 	})
 	if sockopsProgramID(t, pin) == oldProg {
@@ -220,7 +228,7 @@ func buildVariant(t *testing.T) string {
 // arrives in order, and nothing of eztunnel is left on the cgroup or in bpffs.
 func TestUninstallUnderTraffic(t *testing.T) {
 	e, a, b, pin := agentEnv(t, "unin", 28)
-	ag := startAgent(t, bin, e.lab.Managed, pin)
+	ag := startAgent(t, bin, e.lab.Managed, pin, bulkUnread...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
