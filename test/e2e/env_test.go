@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/lab/netlab"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // env is one test's node: a lab and, once accelerate is called, a datapath
@@ -102,17 +102,11 @@ func delta(before, after datapath.Counters) datapath.Counters {
 // serve starts `eztunnel workload serve args...` in pod and waits until it listens.
 func (e *env) serve(p *netlab.Pod, args ...string) {
 	e.t.Helper()
-	ready := filepath.Join(e.t.TempDir(), "ready")
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := p.Cmd(ctx, labBin, append([]string{"workload", "serve", "--ready-file", ready}, args...)...)
-	stderr := &lockedBuffer{} // written by the child while waitFile reads it
-	cmd.Stderr = stderr
-	if err := p.Start(cmd); err != nil {
-		cancel()
+	srv, err := workload.Client{Exe: labBin}.Serve(context.Background(), p, e.t.TempDir(), args...)
+	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() { cancel(); cmd.Wait() })
-	waitFile(e.t, ready, stderr.String)
+	e.t.Cleanup(srv.Stop)
 }
 
 // startIn starts any command in a pod; it is killed at cleanup.
