@@ -70,12 +70,8 @@ func addMap(fd int, seen map[ebpf.MapID]bool, total *uint64) error {
 		return fmt.Errorf("bpf map info: %w", err)
 	}
 	id, _ := info.ID()
-	if seen[id] {
-		return nil
-	}
-	seen[id] = true
 	n, _ := info.Memlock()
-	*total += n
+	addOnce(id, n, seen, total)
 	return nil
 }
 
@@ -90,11 +86,17 @@ func addProgram(fd int, seen map[ebpf.ProgramID]bool, total *uint64) error {
 		return fmt.Errorf("bpf program info: %w", err)
 	}
 	id, _ := info.ID()
+	n, _ := info.Memlock()
+	addOnce(id, n, seen, total)
+	return nil
+}
+
+// addOnce adds n to total the first time id is seen (a process may hold
+// several fds of one object).
+func addOnce[ID comparable](id ID, n uint64, seen map[ID]bool, total *uint64) {
 	if seen[id] {
-		return nil
+		return
 	}
 	seen[id] = true
-	n, _ := info.Memlock()
 	*total += n
-	return nil
 }

@@ -454,29 +454,9 @@ func nonblockClient(c *pconn, o Observation) error {
 	o["1_recv_empty"] = result(len(b), err)
 	// Fill until EAGAIN; the count differs legitimately, only reaching
 	// EAGAIN is compared. The cap is far above any TCP buffer.
-	const limit = 128 << 20
-	chunk := make([]byte, 64<<10)
-	sent := 0
-	o["2_send_until"] = "limit"
-	for sent < limit {
-		n, err := c.send(chunk, 0)
-		if err == unix.EAGAIN {
-			o["2_send_until"] = "EAGAIN"
-			break
-		}
-		if err != nil {
-			o["2_send_until"] = errName(err)
-			break
-		}
-		sent += n
-	}
-	ctl, err := dialProbe(c.addr)
-	if err != nil {
-		return fmt.Errorf("drain connection: %w", err)
-	}
-	err = ctl.writeAll(fmt.Appendf(nil, "drain %d\n", c.id))
-	ctl.close()
-	if err != nil {
+	sent, until := sendUntilEAGAIN(c, 128<<20, nil)
+	o["2_send_until"] = until
+	if err := requestDrain(c); err != nil {
 		return err
 	}
 	o["4_pollout"] = pollNames(c.poll(unix.POLLOUT, 10000))
@@ -557,6 +537,41 @@ func checkStream(c *pconn) error {
 	return c.writeAll(fmt.Appendf(nil, "%d ok\n", off))
 }
 
+// sendUntilEAGAIN sends 64 KiB chunks on the non-blocking c until EAGAIN,
+// an error or limit bytes; fill (may be nil) writes the chunk for its stream
+// offset. It returns the bytes sent and what stopped it: "EAGAIN", the
+// error's name or "limit".
+func sendUntilEAGAIN(c *pconn, limit int, fill func(b []byte, off int)) (int, string) {
+	chunk := make([]byte, 64<<10)
+	sent := 0
+	for sent < limit {
+		if fill != nil {
+			fill(chunk, sent)
+		}
+		n, err := c.send(chunk, 0)
+		if err == unix.EAGAIN {
+			return sent, "EAGAIN"
+		}
+		if err != nil {
+			return sent, errName(err)
+		}
+		sent += n
+	}
+	return sent, "limit"
+}
+
+// requestDrain tells the probe server, on a second connection, to start
+// reading connection c.
+func requestDrain(c *pconn) error {
+	ctl, err := dialProbe(c.addr)
+	if err != nil {
+		return fmt.Errorf("drain connection: %w", err)
+	}
+	err = ctl.writeAll(fmt.Appendf(nil, "drain %d\n", c.id))
+	ctl.close()
+	return err
+}
+
 func epollOut(fd int, et bool, timeoutMs int) (int, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
@@ -586,35 +601,14 @@ func stuckNonblockClient(c *pconn, o Observation) error {
 	}
 	// The count differs legitimately (the shortcut's bound plus the
 	// kernel's buffers); reaching EAGAIN, and what poll says then, is compared.
-	const limit = 256 << 20
-	chunk := make([]byte, 64<<10)
-	sent := 0
-	o["1_send_until"] = "limit"
-	for sent < limit {
-		fillStream(chunk, sent)
-		n, err := c.send(chunk, 0)
-		if err == unix.EAGAIN {
-			o["1_send_until"] = "EAGAIN"
-			break
-		}
-		if err != nil {
-			o["1_send_until"] = errName(err)
-			break
-		}
-		sent += n
-	}
+	sent, until := sendUntilEAGAIN(c, 256<<20, fillStream)
+	o["1_send_until"] = until
 	o["2_poll"] = pollNames(c.poll(unix.POLLOUT, 0))
 	n, err := epollOut(c.fd, false, 0)
 	o["3_epoll_lt"] = result(n, err)
 	n, err = epollOut(c.fd, true, 0)
 	o["3_epoll_et"] = result(n, err)
-	ctl, err := dialProbe(c.addr)
-	if err != nil {
-		return fmt.Errorf("drain connection: %w", err)
-	}
-	err = ctl.writeAll(fmt.Appendf(nil, "drain %d\n", c.id))
-	ctl.close()
-	if err != nil {
+	if err := requestDrain(c); err != nil {
 		return err
 	}
 	o["4_pollout"] = pollNames(c.poll(unix.POLLOUT, 10000))
@@ -690,13 +684,7 @@ func stuckBlockingClient(c *pconn, o Observation) error {
 	case <-time.After(3 * time.Second):
 		o["1_blocked"] = true
 	}
-	ctl, err := dialProbe(c.addr)
-	if err != nil {
-		return fmt.Errorf("drain connection: %w", err)
-	}
-	err = ctl.writeAll(fmt.Appendf(nil, "drain %d\n", c.id))
-	ctl.close()
-	if err != nil {
+	if err := requestDrain(c); err != nil {
 		return err
 	}
 	if o["1_blocked"] == true {
