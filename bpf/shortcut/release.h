@@ -48,6 +48,7 @@ int ez_release_switched(struct bpf_iter__sockmap *ctx)
 	struct ez_unread *u;
 	struct ez_sock *es;
 	__u64 ukey, cookie;
+	char one = 1;
 
 	if (!sk || !key)
 		return 0;
@@ -56,13 +57,16 @@ int ez_release_switched(struct bpf_iter__sockmap *ctx)
 		return 0;
 	ukey = unread_key(es);
 	u = bpf_map_lookup_elem(&ez_unreads, &ukey);
-	if (!u || !may_leave(u, es, sk))
+	if (!u || !u->switched)
 		return 0;
 	cookie = *key;
-	if (!bpf_map_delete_elem(&ez_sockets, &cookie)) {
+	if (may_leave(u, es, sk) && !bpf_map_delete_elem(&ez_sockets, &cookie)) {
 		es->state = EZ_SOCK_LEFT;
 		count(EZ_C_SOCKETS_RELEASED);
+		return 0;
 	}
+	/* Still holds unread bytes: one byte tells the agent to pass again. */
+	bpf_seq_write(ctx->meta->seq, &one, 1);
 	return 0;
 }
 

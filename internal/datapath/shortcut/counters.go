@@ -51,18 +51,27 @@ func CounterNames() []string {
 // ReadCounters sums the per-CPU counters of a counters map.
 func ReadCounters(m *ebpf.Map) (Counters, error) {
 	out := make(Counters, shortcutEzCounterEZ_C_MAX)
-	var perCPU []uint64
 	for c := shortcutEzCounter(0); c < shortcutEzCounterEZ_C_MAX; c++ {
-		if err := m.Lookup(uint32(c), &perCPU); err != nil {
-			return nil, fmt.Errorf("read counter %s: %w", counterName(c), err)
-		}
-		var sum uint64
-		for _, v := range perCPU {
-			sum += v
+		sum, err := readCounter(m, c)
+		if err != nil {
+			return nil, err
 		}
 		out[counterName(c)] = sum
 	}
 	return out, nil
+}
+
+// readCounter sums one per-CPU counter.
+func readCounter(m *ebpf.Map, c shortcutEzCounter) (uint64, error) {
+	var perCPU []uint64
+	if err := m.Lookup(uint32(c), &perCPU); err != nil {
+		return 0, fmt.Errorf("read counter %s: %w", counterName(c), err)
+	}
+	var sum uint64
+	for _, v := range perCPU {
+		sum += v
+	}
+	return sum, nil
 }
 
 // Counters reads this shortcut's counters.

@@ -69,6 +69,11 @@ type Shortcut struct {
 	links    []link.Link
 	instance uint32     // ez_cfg_instance of this load (recv.h)
 	release  *link.Iter // ez_release_switched over the sockhash, run by ReleaseSwitched
+	// What the last ReleaseSwitched pass left: the backpressure counter it
+	// saw and the switched sockets it found still waiting. A pass with no
+	// new switch and none waiting would walk the sockhash for nothing.
+	switchesSeen uint64
+	waiting      int64
 }
 
 // Load loads the programs, reusing the maps pinned in dir by an installed
@@ -167,6 +172,13 @@ func (s *Shortcut) Close() error {
 // sockhash once nothing redirected to them is unread. sockops does this at
 // the socket's next segment; this is the backstop for sockets that see none.
 func (s *Shortcut) ReleaseSwitched() error {
+	switches, err := readCounter(s.objs.EzCounters, shortcutEzCounterEZ_C_FB_BACKPRESSURE)
+	if err != nil {
+		return err
+	}
+	if switches == s.switchesSeen && s.waiting == 0 {
+		return nil
+	}
 	if s.release == nil {
 		it, err := link.AttachIter(link.IterOptions{Program: s.objs.EzReleaseSwitched, Map: s.objs.EzSockets})
 		if err != nil {
@@ -179,6 +191,12 @@ func (s *Shortcut) ReleaseSwitched() error {
 		return fmt.Errorf("run release iterator: %w", err)
 	}
 	defer r.Close()
-	_, err = io.Copy(io.Discard, r)
-	return err
+	// The iterator writes one byte per switched socket it had to leave in
+	// the sockhash (bytes still unread): those need another pass.
+	n, err := io.Copy(io.Discard, r)
+	if err != nil {
+		return err
+	}
+	s.switchesSeen, s.waiting = switches, n
+	return nil
 }
