@@ -86,6 +86,16 @@ struct {
 	__type(value, __u32);		/* enum ez_rule; the longest prefix decides */
 } ez_cidr_rules SEC(".maps");
 
+/* Selected cgroups (EZ_CFG_CGROUP_FILTER), by cgroup id. Pinned: a restart
+ * keeps the selection until the new agent writes its own. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct ez_cgroup);
+} ez_cgroups SEC(".maps");
+
 EZ_COUNTER_MAP(ez_counters, EZ_C_MAX);
 
 static __always_inline void count_add(__u32 c, __u64 n)

@@ -142,6 +142,16 @@ enum ez_cfg_flag {
 	EZ_CFG_NO_IPV6 = 1,		/* only IPv4 (and v4-mapped) connections */
 	EZ_CFG_PORT_ALLOWLIST = 2,	/* only server ports with an INCLUDE rule */
 	EZ_CFG_CIDR_ALLOWLIST = 4,	/* only addresses inside an INCLUDE prefix */
+	EZ_CFG_CGROUP_FILTER = 8,	/* only sockets of cgroups in ez_cgroups (Kubernetes mode) */
+};
+
+/*
+ * A selected cgroup (a pod's cgroup in Kubernetes mode), value of ez_cgroups
+ * by cgroup id (the cgroup directory's inode number). The agent inserts and
+ * deletes entries; BPF only counts.
+ */
+struct ez_cgroup {
+	__u64 enrolled;		/* sockets of this cgroup enrolled in the sockhash */
 };
 
 enum ez_rule {

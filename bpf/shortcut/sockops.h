@@ -24,6 +24,7 @@
 #include "shortcut/key.h"
 #include "shortcut/maps.h"
 #include "shortcut/pair.h"
+#include "shortcut/scope.h"
 #include "shortcut/select.h"
 #include "shortcut/unread.h"
 
@@ -93,6 +94,7 @@ static __always_inline void on_syn(struct bpf_sock_ops *skops)
 /* Client ESTABLISHED (SYN-ACK received, so a managed server already registered the SYN). */
 static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 {
+	struct ez_cgroup *scope = NULL;
 	struct bpf_sock *sk = skops->sk;
 	struct ez_sock *es;
 	struct ez_pair *p;
@@ -117,7 +119,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 	else
 		es->key.netns = key_needs_netns(&es->key) ? bpf_get_netns_cookie(skops) : 0;
 	p = lookup_pair_for_client(es);
-	if (!key_selected(&es->key)) {
+	if (!key_selected(&es->key) || !scope_selected(sk, &scope)) {
 		count(EZ_C_FB_EXCLUDED);
 		return;
 	}
@@ -149,6 +151,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 		goto ambiguous;
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | EZ_ENROLLED_CB_FLAGS);
 	count(EZ_C_SOCKETS_ENROLLED);
+	scope_count(scope);
 	return;
 ambiguous:
 	pair_make_ambiguous(p);
@@ -161,6 +164,7 @@ ambiguous:
 static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 {
 	struct ez_unread urec = { .refs = 2 };
+	struct ez_cgroup *scope = NULL;
 	struct bpf_sock *sk = skops->sk;
 	struct ez_conn_key key = {};
 	__u64 ccookie, cookie;
@@ -202,6 +206,10 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	}
 	if (old != EZ_PAIR_CLIENT)
 		goto release_client; /* KERNEL: the client wrote before we existed */
+	if (!scope_selected(sk, &scope)) {
+		count(EZ_C_FB_EXCLUDED); /* a selected client, a server outside the scope */
+		goto decide_kernel;
+	}
 	if (skops->bytes_received) {
 		count(EZ_C_FB_SYN_DATA);
 		goto decide_kernel;
@@ -246,6 +254,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	/* The record stays until the client reads the outcome. */
 	count(EZ_C_SOCKETS_ENROLLED);
 	count(EZ_C_PAIRS);
+	scope_count(scope);
 	return;
 
 decide_kernel:

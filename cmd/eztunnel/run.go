@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eztunnel/eztunnel/internal/agent"
+	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
@@ -18,8 +19,13 @@ type runConfig struct {
 	dp        datapath.Config
 	readyFile string
 	metrics   string
+	health    string
 	selection selectionFlags
 	pairAge   time.Duration
+	lockFile  string
+	takeover  bool
+	lockWait  time.Duration
+	kube      kubeFlags
 }
 
 func runCmd() *cobra.Command {
@@ -44,6 +50,11 @@ func runCmd() *cobra.Command {
 	f.DurationVar(&rc.pairAge, "pair-max-age", 60*time.Second, "age after which unclaimed or ambiguous pairing records are removed")
 	rc.selection.register(f)
 	f.StringVar(&rc.metrics, "metrics-addr", "", "serve Prometheus metrics on this host:port at /metrics (default off)")
+	f.StringVar(&rc.health, "health-addr", "", "serve /healthz and /readyz on this host:port (default off)")
+	f.StringVar(&rc.lockFile, "lock-file", "", "lock file that keeps one agent per pinned datapath (default: "+agentlock.Dir+"/agent.lock for the default --pin-path, a file named after the pin path otherwise)")
+	f.BoolVar(&rc.takeover, "takeover", false, "if another agent runs, ask it to hand over (it stands by until stopped) instead of refusing")
+	f.DurationVar(&rc.lockWait, "takeover-timeout", 60*time.Second, "how long --takeover waits for the running agent to hand over")
+	rc.kube.register(f)
 	f.MarkHidden("ready-file")
 	return cmd
 }
@@ -54,8 +65,16 @@ func run(ctx context.Context, rc runConfig) error {
 		return err
 	}
 	rc.dp.Select = sel
+	if rc.lockFile == "" {
+		rc.lockFile = agentlock.ForPins(rc.dp.PinRoot)
+	}
+	kc, err := rc.kube.parse()
+	if err != nil {
+		return err
+	}
 	return agent.Run(ctx, agent.Config{
 		Cgroups: rc.cgroups, Datapath: rc.dp, ReadyFile: rc.readyFile,
-		MetricsAddr: rc.metrics, PairMaxAge: rc.pairAge, Version: version,
+		MetricsAddr: rc.metrics, HealthAddr: rc.health, PairMaxAge: rc.pairAge, Version: version,
+		LockFile: rc.lockFile, Takeover: rc.takeover, LockWait: rc.lockWait, Kubernetes: kc,
 	})
 }

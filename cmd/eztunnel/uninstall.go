@@ -6,25 +6,40 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
 func uninstallCmd() *cobra.Command {
 	cfg := datapath.DefaultConfig()
-	var drain time.Duration
+	var drain, lockWait time.Duration
+	var lockFile string
 	cmd := &cobra.Command{
 		Use:   "uninstall",
 		Short: "Stop enrolling sockets, wait for accelerated connections to end, remove every program and pin",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := datapath.Uninstall(cfg, drain); err != nil {
+			// A running agent would put back what this removes: it hands
+			// over first and stands by until stopped.
+			if lockFile == "" {
+				lockFile = agentlock.ForPins(cfg.PinRoot)
+			}
+			lock, err := agentlock.Acquire(lockFile, "eztunnel uninstall", true, lockWait)
+			if err != nil {
 				return err
 			}
+			if err := datapath.Uninstall(cfg, drain); err != nil {
+				lock.Release()
+				return err
+			}
+			lock.Remove()
 			slog.Info("uninstalled", "pins", cfg.Dir())
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
 	cmd.Flags().DurationVar(&drain, "drain-timeout", 30*time.Second, "how long to wait for accelerated connections to close")
+	cmd.Flags().StringVar(&lockFile, "lock-file", "", "the agents' lock file (default: derived from --pin-path as for run): a running agent is asked to stand down first")
+	cmd.Flags().DurationVar(&lockWait, "takeover-timeout", 60*time.Second, "how long to wait for a running agent to stand down")
 	return cmd
 }

@@ -1,7 +1,9 @@
 // Package agent is the node agent's run loop: it checks the kernel and the
-// configuration, installs (or adopts) the pinned datapath, serves metrics and
-// ages pairing records until its context ends. Stopping it leaves the
-// datapath pinned and working.
+// configuration, takes the node's agent lock, installs (or adopts) the
+// pinned datapath, converges what is attached and selected to what it was
+// told (cgroups, or in Kubernetes mode the selected pods), serves metrics
+// and health, and ages pairing records until its context ends. Stopping it
+// leaves the datapath pinned and working.
 package agent
 
 import (
@@ -15,6 +17,7 @@ import (
 
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
@@ -25,14 +28,23 @@ import (
 // has not done it at their next segment: FIONREAD is inexact until then.
 const releaseEvery = 100 * time.Millisecond
 
+// reconcileEvery is how often plain mode checks its cgroups (removed,
+// re-created) against what is attached.
+const reconcileEvery = time.Second
+
 // Config is what `eztunnel run` was told.
 type Config struct {
-	Cgroups     []string        // managed cgroup v2 subtrees; empty: the cgroup v2 root
+	Cgroups     []string        // managed cgroup v2 subtrees; empty: the cgroup v2 root (plain mode)
 	Datapath    datapath.Config // maps, pins and selection rules
 	ReadyFile   string          // created once everything is attached (scripts and tests)
 	MetricsAddr string          // host:port for /metrics; empty: off
+	HealthAddr  string          // host:port for /healthz and /readyz; empty: off
 	PairMaxAge  time.Duration   // age after which unfinished pairing records are removed
 	Version     string          // reported in eztunnel_agent_info
+	LockFile    string          // one agent per node (agentlock)
+	Takeover    bool            // ask a running agent to hand over instead of refusing
+	LockWait    time.Duration   // how long a takeover waits for the holder
+	Kubernetes  *KubeConfig     // Kubernetes mode; nil: plain mode
 }
 
 // Run validates cfg, installs the datapath and serves until ctx is done.
@@ -43,6 +55,21 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.PairMaxAge <= 0 {
 		return fmt.Errorf("--pair-max-age %s must be positive", cfg.PairMaxAge)
+	}
+	if cfg.LockWait <= 0 {
+		cfg.LockWait = 60 * time.Second
+	}
+	var pods *podScope
+	if cfg.Kubernetes != nil {
+		if len(cfg.Cgroups) > 0 {
+			return fmt.Errorf("--cgroup and --kubernetes exclude each other: in Kubernetes mode the pods' root cgroup is attached (--pods-cgroup)")
+		}
+		var err error
+		if pods, err = newPodScope(*cfg.Kubernetes); err != nil {
+			return err
+		}
+		cfg.Cgroups = []string{pods.root}
+		cfg.Datapath.CgroupFilter = true
 	}
 	if len(cfg.Cgroups) == 0 {
 		root, err := cgroupv2.Root()
@@ -63,19 +90,50 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("remove memlock limit: %w", err)
 	}
 
+	hl, err := listenHealth(cfg.HealthAddr)
+	if err != nil {
+		return err
+	}
+	defer hl.close()
 	msrv, err := listenMetrics(cfg.MetricsAddr)
 	if err != nil {
 		return err
 	}
-	dp, err := datapath.Install(cfg.Datapath, cfg.Cgroups)
-	if err != nil {
+	closeMetrics := func() {
 		if msrv != nil {
 			msrv.Close()
 		}
+	}
+	// Liveness from the start: waiting for a takeover is not a failure.
+	hctx, stopHealth := context.WithCancel(ctx)
+	defer stopHealth()
+	hl.serve(hctx)
+	lock, err := agentlock.Acquire(cfg.LockFile, lockOwner(), cfg.Takeover, cfg.LockWait)
+	if err != nil {
+		closeMetrics()
+		return err
+	}
+	defer lock.Release()
+
+	dp, err := datapath.Install(cfg.Datapath, cfg.Cgroups)
+	if err != nil {
+		closeMetrics()
 		return err
 	}
 	defer dp.Close()
-	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version)
+	if pruned := dp.Pruned(); len(pruned) > 0 {
+		slog.Info("detached cgroups no longer managed (or removed)", "cgroup_ids", pruned)
+	}
+	if pods == nil {
+		// Plain mode selects whole subtrees: a selection left by a
+		// Kubernetes-mode agent means nothing now.
+		if _, n, err := dp.SetScope(nil); err != nil {
+			return err
+		} else if n > 0 {
+			slog.Info("cleared the pod selection of an earlier Kubernetes-mode agent", "cgroups", n)
+		}
+	}
+	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version, pods)
 	if err != nil {
 		return err
 	}
@@ -84,22 +142,72 @@ func Run(ctx context.Context, cfg Config) error {
 	// needs it any more: give it back before serving for months.
 	runtime.GC()
 	debug.FreeOSMemory()
-	slog.Info("datapath attached", "cgroups", cfg.Cgroups, "pins", cfg.Datapath.Dir())
-	if cfg.ReadyFile != "" {
+	slog.Info("datapath attached", "cgroups", cfg.Cgroups, "pins", cfg.Datapath.Dir(), "kubernetes", pods != nil)
+
+	var synced <-chan struct{}
+	var removed <-chan struct{}
+	kctx, stopKube := context.WithCancel(ctx)
+	defer stopKube()
+	if pods != nil {
+		if synced, removed, err = pods.start(kctx, dp); err != nil {
+			return err
+		}
+	} else {
+		synced = closedChan()
+	}
+	if cfg.ReadyFile != "" && pods == nil {
 		if err := os.WriteFile(cfg.ReadyFile, []byte("ready\n"), 0o600); err != nil {
 			return err
 		}
 	}
+	hl.setReady(false, "waiting for the first sync of the pods")
 
 	tick := time.NewTicker(cfg.PairMaxAge / 4)
 	defer tick.Stop()
 	release := time.NewTicker(releaseEvery)
 	defer release.Stop()
+	reconcile := time.NewTicker(reconcileEvery)
+	defer reconcile.Stop()
 	for {
+		hl.tick()
 		select {
 		case <-ctx.Done():
 			slog.Info("stopping; the datapath stays pinned and keeps working", "pins", cfg.Datapath.Dir())
 			return nil
+		case <-synced:
+			synced = nil
+			hl.setReady(true, "")
+			if cfg.ReadyFile != "" && pods != nil {
+				if err := os.WriteFile(cfg.ReadyFile, []byte("ready\n"), 0o600); err != nil {
+					return err
+				}
+			}
+			slog.Info("ready")
+		case <-removed:
+			// Our DaemonSet is gone: this is `helm uninstall`, not an update.
+			stopKube()
+			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
+			return uninstallOnRemoval(ctx, dp, cfg, lock)
+		case who := <-lock.Requested():
+			stopKube()
+			hl.setReady(false, "handed over to "+who)
+			slog.Info("handing the datapath over; standing by until stopped (the datapath stays pinned)", "to", who)
+			dp.Close()
+			stopMetrics()
+			lock.Release()
+			<-ctx.Done()
+			return nil
+		case <-reconcile.C:
+			if pods != nil {
+				continue // the pods' root stays; pods converge through the selection
+			}
+			attached, missing, pruned, err := dp.ReconcileCgroups(cfg.Cgroups)
+			if err != nil {
+				slog.Warn("reconciling cgroups", "err", err)
+			}
+			if len(attached)+len(pruned) > 0 {
+				slog.Info("cgroups reconciled", "attached", attached, "detached_ids", pruned, "missing", missing)
+			}
 		case <-release.C:
 			if err := dp.ReleaseSwitched(); err != nil {
 				slog.Warn("releasing switched connections", "err", err)
@@ -112,4 +220,19 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 	}
+}
+
+// lockOwner names this agent in the lock file: the pod in Kubernetes, else the host.
+func lockOwner() string {
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return "pod " + os.Getenv("POD_NAMESPACE") + "/" + pod
+	}
+	host, _ := os.Hostname()
+	return "eztunnel run on " + host
+}
+
+func closedChan() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }

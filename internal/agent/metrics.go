@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/metrics"
@@ -19,7 +20,7 @@ func listenMetrics(addr string) (*metrics.Server, error) {
 
 // serveMetrics serves the pinned datapath's metrics on srv until ctx is done.
 // The returned function stops the server and releases the maps.
-func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config, version string) (func(), error) {
+func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config, version string, pods *podScope) (func(), error) {
 	if srv == nil {
 		return func() {}, nil
 	}
@@ -38,5 +39,6 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config,
 		}
 	}()
 	slog.Info("serving metrics", "addr", srv.Addr().String(), "path", "/metrics")
-	return func() { cancel(); <-done; p.Close() }, nil
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done; p.Close() }) }, nil
 }

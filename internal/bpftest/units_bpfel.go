@@ -25,7 +25,13 @@ const (
 	unitsEzCfgFlagEZ_CFG_NO_IPV6        unitsEzCfgFlag = 1
 	unitsEzCfgFlagEZ_CFG_PORT_ALLOWLIST unitsEzCfgFlag = 2
 	unitsEzCfgFlagEZ_CFG_CIDR_ALLOWLIST unitsEzCfgFlag = 4
+	unitsEzCfgFlagEZ_CFG_CGROUP_FILTER  unitsEzCfgFlag = 8
 )
+
+type unitsEzCgroup struct {
+	_        structs.HostLayout
+	Enrolled uint64
+}
 
 type unitsEzCidrKey struct {
 	_         structs.HostLayout
@@ -150,6 +156,7 @@ type unitsTestParseOut struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	unitsMapEzAliases        = "ez_aliases"
+	unitsMapEzCgroups        = "ez_cgroups"
 	unitsMapEzCidrRules      = "ez_cidr_rules"
 	unitsMapEzControl        = "ez_control"
 	unitsMapEzCounters       = "ez_counters"
@@ -227,6 +234,7 @@ type unitsProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type unitsMapSpecs struct {
 	EzAliases    *ebpf.MapSpec `ebpf:"ez_aliases"`
+	EzCgroups    *ebpf.MapSpec `ebpf:"ez_cgroups"`
 	EzCidrRules  *ebpf.MapSpec `ebpf:"ez_cidr_rules"`
 	EzControl    *ebpf.MapSpec `ebpf:"ez_control"`
 	EzCounters   *ebpf.MapSpec `ebpf:"ez_counters"`
@@ -272,6 +280,7 @@ func (o *unitsObjects) Close() error {
 // It can be passed to loadUnitsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type unitsMaps struct {
 	EzAliases    *ebpf.Map `ebpf:"ez_aliases"`
+	EzCgroups    *ebpf.Map `ebpf:"ez_cgroups"`
 	EzCidrRules  *ebpf.Map `ebpf:"ez_cidr_rules"`
 	EzControl    *ebpf.Map `ebpf:"ez_control"`
 	EzCounters   *ebpf.Map `ebpf:"ez_counters"`
@@ -289,6 +298,7 @@ type unitsMaps struct {
 func (m *unitsMaps) Close() error {
 	return _UnitsClose(
 		m.EzAliases,
+		m.EzCgroups,
 		m.EzCidrRules,
 		m.EzControl,
 		m.EzCounters,

@@ -64,6 +64,9 @@ type Config struct {
 	MaxPairs   uint32 // connections being set up at once
 	MaxUnread  uint32 // bytes a direction may leave unread before switching to the kernel path; 0: per receiver
 	Select     Selection
+	// CgroupFilter (Kubernetes mode): of the attached cgroup subtrees, only
+	// the cgroups given to SetScope, and their descendants, are accelerated.
+	CgroupFilter bool
 }
 
 // DefaultConfig is what `eztunnel run` uses without flags.
@@ -72,7 +75,7 @@ func DefaultConfig() Config {
 }
 
 func (c Config) shortcut() shortcut.Config {
-	return shortcut.Config{MaxSockets: c.MaxSockets, MaxPairs: c.MaxPairs, MaxUnread: c.MaxUnread, Select: c.Select}
+	return shortcut.Config{MaxSockets: c.MaxSockets, MaxPairs: c.MaxPairs, MaxUnread: c.MaxUnread, Select: c.Select, CgroupFilter: c.CgroupFilter}
 }
 
 // Validate rejects a configuration before anything is loaded.
@@ -127,3 +130,18 @@ func (d *Datapath) AgePairs(maxAge time.Duration) (int, error) { return d.sc.Age
 // ReleaseSwitched hands back to the kernel path the drained ends of
 // connections that switched for backpressure (shortcut.ReleaseSwitched).
 func (d *Datapath) ReleaseSwitched() error { return d.sc.ReleaseSwitched() }
+
+// SetScope makes the selected cgroups exactly ids (with CgroupFilter; see
+// shortcut.SetScope). New connections see the change, established ones keep
+// their path.
+func (d *Datapath) SetScope(ids []uint64) (added, removed int, err error) { return d.sc.SetScope(ids) }
+
+// ReconcileCgroups converges the attached cgroups to paths while the agent
+// runs (shortcut.ReconcileCgroups).
+func (d *Datapath) ReconcileCgroups(paths []string) (attached, missing []string, pruned []uint64, err error) {
+	return d.sc.ReconcileCgroups(paths)
+}
+
+// Pruned lists the cgroups whose links Install detached: attached by an
+// earlier agent and not wanted now, or removed since.
+func (d *Datapath) Pruned() []uint64 { return d.sc.Pruned() }

@@ -169,7 +169,9 @@ func TestUpgradeDuringTransfer(t *testing.T) {
 	old := startAgent(t, bin, e.lab.Managed, pin, bulkUnread...)
 	oldProg := sockopsProgramID(t, pin)
 	e.transferDuring(pin, func() {
-		startAgent(t, newBin, e.lab.Managed, pin, bulkUnread...) // adopts the pinned datapath
+		// Adopts the pinned datapath; the old agent hands over (a DaemonSet
+		// update with maxSurge runs both for a while).
+		startAgent(t, newBin, e.lab.Managed, pin, append([]string{"--takeover"}, bulkUnread...)...)
 		old.kill(t)
 	})
 	if sockopsProgramID(t, pin) == oldProg {

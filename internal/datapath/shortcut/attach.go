@@ -70,36 +70,36 @@ func (s *Shortcut) attachMsg(tx *bpfsys.Tx) error {
 
 // attachCgroup attaches the cgroup hooks to a cgroup v2 subtree, updating
 // the links pinned for it by an earlier install in place (no gap).
-func (s *Shortcut) attachCgroup(tx *bpfsys.Tx, cgroupPath string) error {
+func (s *Shortcut) attachCgroup(tx *bpfsys.Tx, cgroupPath string) (uint64, error) {
 	if err := cgroupv2.Validate(cgroupPath); err != nil {
-		return err
+		return 0, err
 	}
 	cgID, err := cgroupv2.ID(cgroupPath)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, h := range cgroupHooks {
 		pin := bpfsys.LinkPin(s.dir, bpfsys.KindCgroup, strconv.FormatUint(cgID, 10), h.name)
 		l, ok, err := tx.UpdatePinned(pin, h.prog(s))
 		if l != nil {
-			s.links = append(s.links, l)
+			s.cgLinks[cgID] = append(s.cgLinks[cgID], l)
 		}
 		if err != nil {
-			return fmt.Errorf("%s on cgroup %s: %w", h.name, cgroupPath, err)
+			return 0, fmt.Errorf("%s on cgroup %s: %w", h.name, cgroupPath, err)
 		}
 		if ok {
 			continue
 		}
 		l, err = link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: h.attach, Program: h.prog(s)})
 		if err != nil {
-			return fmt.Errorf("attach %s to cgroup %s: %w", h.name, cgroupPath, err)
+			return 0, fmt.Errorf("attach %s to cgroup %s: %w", h.name, cgroupPath, err)
 		}
-		s.links = append(s.links, l)
+		s.cgLinks[cgID] = append(s.cgLinks[cgID], l)
 		if err := tx.PinLink(l, pin); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return cgID, nil
 }
 
 // MigrateFlatLinks moves the links pinned by builds before per-kind link

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -38,6 +39,10 @@ type Config struct {
 	// receiver, what plain TCP would let it hold (bpf/lib/bound.h).
 	MaxUnread uint32
 	Select    Selection
+	// CgroupFilter enrols only sockets of the cgroups SetScope selected
+	// (and their descendants); without it every socket of an attached
+	// cgroup subtree may enrol.
+	CgroupFilter bool
 }
 
 // MaxUnread limits: below one socket page-frag refill every write would
@@ -66,6 +71,10 @@ func (c Config) Validate() error {
 type Shortcut struct {
 	dir      string
 	objs     shortcutObjects
+	pruned   []uint64 // cgroups the last Attach detached (no longer wanted)
+	// This process's handles on cgroup links, by cgroup id: a link stays
+	// attached while a pin or a handle holds it, so pruning closes these.
+	cgLinks map[uint64][]link.Link
 	links    []link.Link
 	instance uint32     // ez_cfg_instance of this load (recv.h)
 	release  *link.Iter // ez_release_switched over the sockhash, run by ReleaseSwitched
@@ -96,9 +105,14 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	specs.EzAliases.MaxEntries = cfg.MaxPairs
 	specs.EzSynIndex.MaxEntries = cfg.MaxPairs
 	specs.EzUnreads.MaxEntries = max(cfg.MaxSockets/2, 1)
+	specs.EzCgroups.MaxEntries = MaxScope
+	flags := cfg.Select.flags()
+	if cfg.CgroupFilter {
+		flags |= uint32(shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER)
+	}
 	instance := rand.Uint32() | 1 // never 0, the owner slot's initial value
 	for v, val := range map[*ebpf.VariableSpec]uint32{
-		specs.EzCfgFlags:     cfg.Select.flags(),
+		specs.EzCfgFlags:     flags,
 		specs.EzCfgMaxUnread: cfg.MaxUnread,
 		specs.EzCfgInstance:  instance,
 	} {
@@ -107,11 +121,11 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 		}
 	}
 	// Selection rule maps are left unpinned: every load writes its own.
-	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl, specs.EzUnreads} {
+	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl, specs.EzUnreads, specs.EzCgroups} {
 		m.Pinning = ebpf.PinByName
 	}
 
-	s := &Shortcut{dir: dir, instance: instance}
+	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
 	if err := spec.LoadAndAssign(&s.objs, opts); err != nil {
 		var verr *ebpf.VerifierError
@@ -144,13 +158,47 @@ func (s *Shortcut) Attach(tx *bpfsys.Tx, cgroups []string) error {
 	if err := s.attachRecv(tx); err != nil {
 		return err
 	}
+	want := map[uint64]bool{}
 	for _, cg := range cgroups {
-		if err := s.attachCgroup(tx, cg); err != nil {
+		id, err := s.attachCgroup(tx, cg)
+		if err != nil {
 			return err
 		}
+		want[id] = true
 	}
+	return s.pruneCgroups(tx, want)
+}
+
+// pruneCgroups detaches, once tx commits, the links pinned for cgroups not
+// in want: cgroups an earlier agent was told to manage and this one is not,
+// and cgroups removed since (their links are defunct).
+func (s *Shortcut) pruneCgroups(tx *bpfsys.Tx, want map[uint64]bool) error {
+	ids, err := AttachedCgroups(s.dir)
+	if err != nil {
+		return err
+	}
+	s.pruned = s.pruned[:0]
+	for _, id := range ids {
+		if !want[id] {
+			s.pruned = append(s.pruned, id)
+		}
+	}
+	tx.OnCommit(func() error {
+		var errs []error
+		for _, id := range s.pruned {
+			for _, l := range s.cgLinks[id] {
+				errs = append(errs, l.Close())
+			}
+			delete(s.cgLinks, id)
+			errs = append(errs, DetachCgroup(s.dir, id))
+		}
+		return errors.Join(errs...)
+	})
 	return nil
 }
+
+// Pruned lists the cgroup ids whose links the last Attach detached.
+func (s *Shortcut) Pruned() []uint64 { return slices.Clone(s.pruned) }
 
 // Close releases this process's handles and joins their errors. Pinned
 // state stays.
@@ -164,6 +212,12 @@ func (s *Shortcut) Close() error {
 		errs = append(errs, s.links[i].Close())
 	}
 	s.links = nil
+	for id, ls := range s.cgLinks {
+		for _, l := range ls {
+			errs = append(errs, l.Close())
+		}
+		delete(s.cgLinks, id)
+	}
 	return errors.Join(append(errs, s.objs.Close())...)
 }
 

@@ -20,6 +20,7 @@ type Pinned struct {
 	Pairs    *ebpf.Map
 	Aliases  *ebpf.Map
 	Unreads  *ebpf.Map // per paired connection: redirected bytes not read yet
+	Cgroups  *ebpf.Map // selected cgroups (Kubernetes mode); nil when pinned by a build without it
 }
 
 // OpenPinned opens the maps of the datapath pinned under dir.
@@ -39,12 +40,16 @@ func OpenPinned(dir string) (*Pinned, error) {
 		}
 		*m.dst = mp
 	}
+	cg, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzCgroups), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err == nil {
+		p.Cgroups = cg
+	}
 	return p, nil
 }
 
 // Close releases the handles.
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.Unreads} {
+	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.Unreads, p.Cgroups} {
 		if m != nil {
 			m.Close()
 		}

@@ -25,7 +25,13 @@ const (
 	shortcutEzCfgFlagEZ_CFG_NO_IPV6        shortcutEzCfgFlag = 1
 	shortcutEzCfgFlagEZ_CFG_PORT_ALLOWLIST shortcutEzCfgFlag = 2
 	shortcutEzCfgFlagEZ_CFG_CIDR_ALLOWLIST shortcutEzCfgFlag = 4
+	shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER  shortcutEzCfgFlag = 8
 )
+
+type shortcutEzCgroup struct {
+	_        structs.HostLayout
+	Enrolled uint64
+}
 
 type shortcutEzCidrKey struct {
 	_         structs.HostLayout
@@ -184,6 +190,7 @@ type shortcutEzUnread struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	shortcutMapEzAliases          = "ez_aliases"
+	shortcutMapEzCgroups          = "ez_cgroups"
 	shortcutMapEzCidrRules        = "ez_cidr_rules"
 	shortcutMapEzControl          = "ez_control"
 	shortcutMapEzCounters         = "ez_counters"
@@ -271,6 +278,7 @@ type shortcutProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutMapSpecs struct {
 	EzAliases   *ebpf.MapSpec `ebpf:"ez_aliases"`
+	EzCgroups   *ebpf.MapSpec `ebpf:"ez_cgroups"`
 	EzCidrRules *ebpf.MapSpec `ebpf:"ez_cidr_rules"`
 	EzControl   *ebpf.MapSpec `ebpf:"ez_control"`
 	EzCounters  *ebpf.MapSpec `ebpf:"ez_counters"`
@@ -320,6 +328,7 @@ func (o *shortcutObjects) Close() error {
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutMaps struct {
 	EzAliases   *ebpf.Map `ebpf:"ez_aliases"`
+	EzCgroups   *ebpf.Map `ebpf:"ez_cgroups"`
 	EzCidrRules *ebpf.Map `ebpf:"ez_cidr_rules"`
 	EzControl   *ebpf.Map `ebpf:"ez_control"`
 	EzCounters  *ebpf.Map `ebpf:"ez_counters"`
@@ -334,6 +343,7 @@ type shortcutMaps struct {
 func (m *shortcutMaps) Close() error {
 	return _ShortcutClose(
 		m.EzAliases,
+		m.EzCgroups,
 		m.EzCidrRules,
 		m.EzControl,
 		m.EzCounters,

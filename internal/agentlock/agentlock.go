@@ -1,0 +1,174 @@
+// Package agentlock keeps one agent per node. The agent holds an exclusive
+// flock on a lock file (a hostPath shared by every agent pod of the node)
+// for as long as it manages the datapath. A second agent either refuses, or,
+// asked to take over (a DaemonSet update with maxSurge runs the new agent
+// before the old one stops), writes a takeover request next to the lock and
+// waits: the holder sees the request, stops managing, releases the lock and
+// stays up on standby until it is stopped. `eztunnel uninstall` takes over
+// the same way, so a running agent does not put back what it removes.
+package agentlock
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Dir holds the lock files.
+const Dir = "/run/eztunnel"
+
+// ForPins is the default lock file of the datapath pinned under pinRoot:
+// one agent per pinned datapath (tests and labs pin several).
+func ForPins(pinRoot string) string {
+	if filepath.Clean(pinRoot) == "/sys/fs/bpf/eztunnel" {
+		return filepath.Join(Dir, "agent.lock")
+	}
+	name := strings.Trim(strings.ReplaceAll(filepath.Clean(pinRoot), "/", "_"), "_")
+	return filepath.Join(Dir, "agent-"+name+".lock")
+}
+
+// poll is how often a waiting agent retries the lock and a holder looks for
+// a takeover request.
+const poll = 100 * time.Millisecond
+
+// Lock is a held agent lock.
+type Lock struct {
+	path string
+	f    *os.File
+	done chan struct{}
+	req  chan string
+}
+
+// RequestPath is where a takeover request for the lock at path is written.
+func RequestPath(path string) string { return path + ".takeover" }
+
+// Acquire takes the lock at path for who (written into the lock file, shown
+// to whoever finds it held). If another process holds it: without takeover
+// it fails naming the holder; with takeover it asks the holder to hand over
+// and waits up to wait.
+func Acquire(path, who string, takeover bool, wait time.Duration) (*Lock, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("lock file %q must be an absolute path", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("lock file directory: %w", err)
+	}
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("open lock file: %w", err)
+		}
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			holder := readHolder(path)
+			if !takeover {
+				f.Close()
+				return nil, fmt.Errorf("another eztunnel agent manages this datapath (lock %s held by %s); stop it, or pass --takeover to ask it to hand over", path, holder)
+			}
+			err = waitHandover(f, path, who, holder, wait)
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		// Remove (uninstall) may have unlinked the file we locked: the lock
+		// is only ours if the path still names it.
+		if !samePath(f, path) {
+			f.Close()
+			continue
+		}
+		// Ours now: a request left by a waiter that gave up is stale.
+		os.Remove(RequestPath(path))
+		if err := f.Truncate(0); err == nil {
+			f.WriteAt([]byte(fmt.Sprintf("%s pid %d since %s\n", who, os.Getpid(), time.Now().UTC().Format(time.RFC3339))), 0)
+		}
+		l := &Lock{path: path, f: f, done: make(chan struct{}), req: make(chan string, 1)}
+		go l.watch()
+		return l, nil
+	}
+}
+
+func samePath(f *os.File, path string) bool {
+	a, err1 := f.Stat()
+	b, err2 := os.Stat(path)
+	return err1 == nil && err2 == nil && os.SameFile(a, b)
+}
+
+func waitHandover(f *os.File, path, who, holder string, wait time.Duration) error {
+	req := RequestPath(path)
+	if err := os.WriteFile(req, []byte(who+"\n"), 0o644); err != nil {
+		return fmt.Errorf("write takeover request: %w", err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("lock %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			os.Remove(req)
+			return fmt.Errorf("the agent holding %s (%s) did not hand over within %s", path, holder, wait)
+		}
+		time.Sleep(poll)
+	}
+}
+
+func readHolder(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return "an unknown process"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// watch reports the first takeover request on Requested.
+func (l *Lock) watch() {
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+			b, err := os.ReadFile(RequestPath(l.path))
+			if err != nil {
+				continue
+			}
+			l.req <- strings.TrimSpace(string(b))
+			return
+		}
+	}
+}
+
+// Requested delivers who asked to take over, once.
+func (l *Lock) Requested() <-chan string { return l.req }
+
+// Remove deletes the lock file while holding it (after uninstall: nothing
+// is left to manage), then releases it.
+func (l *Lock) Remove() error {
+	os.Remove(RequestPath(l.path))
+	err := os.Remove(l.path)
+	if rerr := l.Release(); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// Release lets the lock go (the next agent may take it).
+func (l *Lock) Release() error {
+	select {
+	case <-l.done:
+		return nil
+	default:
+	}
+	close(l.done)
+	return l.f.Close() // closing the last descriptor drops the flock
+}

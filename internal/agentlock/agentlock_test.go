@@ -1,0 +1,94 @@
+package agentlock
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSecondAgentRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.lock")
+	a, err := Acquire(path, "agent-a", false, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	_, err = Acquire(path, "agent-b", false, time.Second)
+	if err == nil || !strings.Contains(err.Error(), "agent-a") || !strings.Contains(err.Error(), "--takeover") {
+		t.Fatalf("second agent: %v, want a refusal naming agent-a and --takeover", err)
+	}
+}
+
+func TestTakeoverHandsOver(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.lock")
+	a, err := Acquire(path, "agent-a", false, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		who := <-a.Requested()
+		if who != "agent-b" {
+			t.Errorf("request from %q, want agent-b", who)
+		}
+		a.Release()
+	}()
+	b, err := Acquire(path, "agent-b", true, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	if _, err := os.Stat(RequestPath(path)); !os.IsNotExist(err) {
+		t.Fatalf("takeover request left behind: %v", err)
+	}
+	if got, _ := os.ReadFile(path); !strings.HasPrefix(string(got), "agent-b pid ") {
+		t.Fatalf("lock file says %q, want agent-b as holder", got)
+	}
+	select {
+	case who := <-b.Requested():
+		t.Fatalf("new holder saw a takeover request from %q", who)
+	case <-time.After(3 * poll):
+	}
+}
+
+func TestTakeoverTimesOut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.lock")
+	a, err := Acquire(path, "agent-a", false, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	_, err = Acquire(path, "agent-b", true, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "did not hand over") {
+		t.Fatalf("takeover of a holder that never releases: %v", err)
+	}
+	if _, err := os.Stat(RequestPath(path)); !os.IsNotExist(err) {
+		t.Fatalf("request of a waiter that gave up left behind: %v", err)
+	}
+}
+
+func TestRelativePathRefused(t *testing.T) {
+	if _, err := Acquire("agent.lock", "x", false, time.Second); err == nil || !strings.Contains(err.Error(), "absolute") {
+		t.Fatalf("relative path: %v", err)
+	}
+}
+
+func TestRemoveThenAcquire(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.lock")
+	a, err := Acquire(path, "agent-a", false, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("lock file still there after Remove: %v", err)
+	}
+	b, err := Acquire(path, "agent-b", false, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+}
