@@ -16,7 +16,9 @@ type KubeConfig struct {
 
 type podScope struct{ root string }
 
-func newPodScope(KubeConfig) (*podScope, error) { return nil, errors.New("kubernetes mode: not built yet") }
+func newPodScope(KubeConfig) (*podScope, error) {
+	return nil, errors.New("kubernetes mode: not built yet")
+}
 
 func (p *podScope) start(context.Context, *datapath.Datapath) (<-chan struct{}, <-chan struct{}, error) {
 	return nil, nil, errors.New("not built")

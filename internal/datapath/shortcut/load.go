@@ -69,12 +69,12 @@ func (c Config) Validate() error {
 // Shortcut is the loaded socket shortcut. Its maps and links are pinned in
 // its directory: closing it releases this process's handles only.
 type Shortcut struct {
-	dir      string
-	objs     shortcutObjects
-	pruned   []uint64 // cgroups the last Attach detached (no longer wanted)
+	dir    string
+	objs   shortcutObjects
+	pruned []uint64 // cgroups the last Attach detached (no longer wanted)
 	// This process's handles on cgroup links, by cgroup id: a link stays
 	// attached while a pin or a handle holds it, so pruning closes these.
-	cgLinks map[uint64][]link.Link
+	cgLinks  map[uint64][]link.Link
 	links    []link.Link
 	instance uint32     // ez_cfg_instance of this load (recv.h)
 	release  *link.Iter // ez_release_switched over the sockhash, run by ReleaseSwitched
