@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/eztunnel/eztunnel/lab/bench/scope"
 	"os"
 	"path/filepath"
 
@@ -12,7 +13,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
-	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd())
+	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd())
 	return cmd
 }
 
@@ -73,5 +74,20 @@ func benchEarlyDataCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&o.Conns, "conns", o.Conns, "connections per placement, one after the other")
+	return cmd
+}
+
+func benchScopeCmd() *cobra.Command {
+	o := scope.Options{Pods: 500, Rounds: 5, Log: os.Stderr}
+	cmd := &cobra.Command{
+		Use:   "scope",
+		Short: "Cost of selecting pods: a link pair per pod cgroup vs one attachment and a map entry per pod (needs root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return scope.Run(o, os.Stdout)
+		},
+	}
+	cmd.Flags().IntVar(&o.Pods, "pods", o.Pods, "pod cgroups to select")
+	cmd.Flags().IntVar(&o.Rounds, "rounds", o.Rounds, "rounds of each measurement")
 	return cmd
 }
