@@ -10,7 +10,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
-.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-memory clean deps
+.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-memory clean deps helm
 
 all: build
 
@@ -85,6 +85,12 @@ bench-quick:
 # Agent RSS + BPF map memory with 10k established accelerated connections.
 bench-memory: build
 	./$(LAB_BIN) bench memory
+
+# The helm CLI built from its Go module (tools/helm) into a cache outside the
+# repository (/var/cache/eztunnel/tools/helm-<hash>/helm, keyed by its
+# go.mod and go.sum); prints the path, reusing a cached build.
+helm:
+	@$(GO) run ./scripts/toolbin helm
 
 # Debian packages the tests and the lab use.
 deps:
