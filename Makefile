@@ -10,7 +10,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
-.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-memory clean deps helm
+.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-memory clean deps helm image
 
 all: build
 
@@ -50,6 +50,7 @@ test:
 	$(MAKE) depcheck
 	$(MAKE) build
 	$(GO) test -count=1 -timeout 14m ./...
+	cd tools/ezimage && $(GO) test -count=1 ./...
 
 # SIGKILL the e2e tests mid-run, rerun them, and check the host is as before.
 test-crash:
@@ -63,6 +64,7 @@ test-stress: build
 
 test-unit:
 	$(GO) test -count=1 ./internal/... ./lab/... ./cmd/...
+	cd tools/ezimage && $(GO) test -count=1 ./...
 
 test-e2e: build
 	$(GO) test -count=1 -timeout 14m -v ./test/e2e
@@ -91,6 +93,22 @@ bench-memory: build
 # go.mod and go.sum); prints the path, reusing a cached build.
 helm:
 	@$(GO) run ./scripts/toolbin helm
+
+# The agent's container image: bin/eztunnel-image.tar, one layer with only the
+# static agent at /eztunnel (no shell, no lab), run as user 0 (BPF needs
+# capabilities). An OCI layout and a docker save archive in one tar:
+# `ctr -n k8s.io images import`, `skopeo copy oci-archive:...`, `crane push`.
+# Reproducible: the same commit gives the same digest (time stamps from the
+# commit, see tools/ezimage).
+IMAGE_REPO ?= ghcr.io/eztunnel/eztunnel
+IMAGE_TAG  ?= $(VERSION)
+IMAGE      := bin/eztunnel-image.tar
+image: $(BIN)
+	@ezimage=$$($(GO) run ./scripts/toolbin ezimage) && \
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $$ezimage --out $(IMAGE) \
+	  --name $(IMAGE_REPO):$(IMAGE_TAG) --file $(BIN):/eztunnel:0755 --entrypoint /eztunnel \
+	  --label org.opencontainers.image.source=https://github.com/eztunnel/eztunnel \
+	  --label org.opencontainers.image.version=$(VERSION)
 
 # Debian packages the tests and the lab use.
 deps:
