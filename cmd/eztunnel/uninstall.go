@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -29,7 +30,11 @@ func uninstallCmd() *cobra.Command {
 				return err
 			}
 			if err := datapath.Uninstall(cfg, drain); err != nil {
-				lock.Release()
+				if errors.Is(err, datapath.ErrNotInstalled) {
+					lock.Remove() // nothing to manage: no lock file either
+				} else {
+					lock.Release()
+				}
 				return err
 			}
 			lock.Remove()

@@ -144,17 +144,15 @@ func Run(ctx context.Context, cfg Config) error {
 	debug.FreeOSMemory()
 	slog.Info("datapath attached", "cgroups", cfg.Cgroups, "pins", cfg.Datapath.Dir(), "kubernetes", pods != nil)
 
-	var synced <-chan struct{}
-	var removed <-chan struct{}
+	ev := kubeEvents{synced: closedChan()}
 	kctx, stopKube := context.WithCancel(ctx)
 	defer stopKube()
 	if pods != nil {
-		if synced, removed, err = pods.start(kctx, dp); err != nil {
+		if ev, err = pods.start(kctx, dp); err != nil {
 			return err
 		}
-	} else {
-		synced = closedChan()
 	}
+	synced := ev.synced
 	if cfg.ReadyFile != "" && pods == nil {
 		if err := os.WriteFile(cfg.ReadyFile, []byte("ready\n"), 0o600); err != nil {
 			return err
@@ -183,7 +181,9 @@ func Run(ctx context.Context, cfg Config) error {
 				}
 			}
 			slog.Info("ready")
-		case <-removed:
+		case err := <-ev.failed:
+			return fmt.Errorf("watching the node's pods: %w", err)
+		case <-ev.removed:
 			// Our DaemonSet is gone: this is `helm uninstall`, not an update.
 			stopKube()
 			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")

@@ -30,6 +30,9 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config,
 		return nil, err
 	}
 	reg := metrics.Registry(metrics.NewCollector(p, version))
+	if pods != nil {
+		reg.MustRegister(metrics.NewPodCollector(podMetrics{pods, p}))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -42,3 +45,11 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config,
 	var once sync.Once
 	return func() { once.Do(func() { cancel(); <-done; p.Close() }) }, nil
 }
+
+// podMetrics joins the agent's pod selection and the pinned per-cgroup counts.
+type podMetrics struct {
+	*podScope
+	pinned *datapath.Pinned
+}
+
+func (m podMetrics) ReadScope() (map[uint64]uint64, error) { return m.pinned.ReadScope() }

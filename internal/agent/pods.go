@@ -5,7 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/metrics"
 )
 
 // KubeConfig configures Kubernetes mode.
@@ -16,14 +18,20 @@ type KubeConfig struct {
 
 type podScope struct{ root string }
 
-func newPodScope(KubeConfig) (*podScope, error) {
-	return nil, errors.New("kubernetes mode: not built yet")
+func newPodScope(KubeConfig) (*podScope, error) { return nil, errors.New("kubernetes mode: not built yet") }
+
+func (p *podScope) Pods() []metrics.Pod { return nil }
+
+type kubeEvents struct {
+	synced  <-chan struct{}
+	removed <-chan struct{}
+	failed  <-chan error
 }
 
-func (p *podScope) start(context.Context, *datapath.Datapath) (<-chan struct{}, <-chan struct{}, error) {
-	return nil, nil, errors.New("not built")
+func (p *podScope) start(context.Context, *datapath.Datapath) (kubeEvents, error) {
+	return kubeEvents{}, errors.New("not built")
 }
 
-func uninstallOnRemoval(context.Context, *datapath.Datapath, Config, interface{ Release() error }) error {
+func uninstallOnRemoval(context.Context, *datapath.Datapath, Config, *agentlock.Lock) error {
 	return errors.New("not built")
 }

@@ -68,8 +68,10 @@ func (tx *Tx) finish() error {
 
 // UpdatePinned points the link pinned at pin to prog in place (no gap); on
 // rollback it gets its previous program back. It returns false, and no
-// error, when nothing is pinned there.
-func (tx *Tx) UpdatePinned(pin string, prog *ebpf.Program) (link.Link, bool, error) {
+// error, when nothing is pinned there. prev is the program the link runs now
+// if the caller has it pinned; nil: it is found by id, which needs
+// CAP_SYS_ADMIN (BPF_PROG_GET_FD_BY_ID).
+func (tx *Tx) UpdatePinned(pin string, prog, prev *ebpf.Program) (link.Link, bool, error) {
 	l, err := link.LoadPinnedLink(pin, nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, false, nil
@@ -83,10 +85,22 @@ func (tx *Tx) UpdatePinned(pin string, prog *ebpf.Program) (link.Link, bool, err
 		return nil, false, fmt.Errorf("link info of %s: %w", pin, err)
 	}
 	// Hold the old program: once the link lets go of it, this fd keeps it.
-	old, err := ebpf.NewProgramFromID(info.Program)
-	if err != nil {
-		l.Close()
-		return nil, false, fmt.Errorf("program %d of pinned link %s: %w", info.Program, pin, err)
+	var old *ebpf.Program
+	if prev != nil {
+		if pi, err := prev.Info(); err == nil {
+			if id, ok := pi.ID(); ok && id == info.Program {
+				if old, err = prev.Clone(); err != nil {
+					l.Close()
+					return nil, false, fmt.Errorf("hold program %d of %s: %w", info.Program, pin, err)
+				}
+			}
+		}
+	}
+	if old == nil {
+		if old, err = ebpf.NewProgramFromID(info.Program); err != nil {
+			l.Close()
+			return nil, false, fmt.Errorf("program %d of pinned link %s: %w", info.Program, pin, err)
+		}
 	}
 	tx.OnDone(old.Close)
 	if err := l.Update(prog); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,6 +131,7 @@ func undoRecord(line string) error {
 	}
 	switch f[0] {
 	case RecPin:
+		os.Remove(agentlock.ForPins(f[1])) // the lock file of that datapath's agents
 		return os.RemoveAll(f[1])
 	case RecSysctl:
 		return os.WriteFile(f[1], []byte(f[2]+"\n"), 0o644)

@@ -68,6 +68,37 @@ func (s *Shortcut) attachMsg(tx *bpfsys.Tx) error {
 	return nil
 }
 
+// progsDir holds the programs of the cgroup links, pinned so that the next
+// install can hold a link's current program for rollback without looking it
+// up by id (which needs CAP_SYS_ADMIN).
+const progsDir = "progs"
+
+// pinCgroupPrograms pins this install's cgroup programs under progsDir (the
+// earlier install's pins are replaced on commit) and opens the earlier ones.
+func (s *Shortcut) pinCgroupPrograms(tx *bpfsys.Tx) error {
+	dir := filepath.Join(s.dir, progsDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	s.prevProgs = map[string]*ebpf.Program{}
+	tx.OnDone(func() error { s.prevProgs = nil; return nil })
+	for _, h := range cgroupHooks {
+		pin := filepath.Join(dir, h.name)
+		if old, err := ebpf.LoadPinnedProgram(pin, nil); err == nil {
+			s.prevProgs[h.name] = old
+			tx.OnDone(old.Close)
+		}
+		next := pin + "_next"
+		os.Remove(next)
+		if err := h.prog(s).Pin(next); err != nil {
+			return fmt.Errorf("pin %s: %w", h.name, err)
+		}
+		tx.OnRollback(func() error { return os.Remove(next) })
+		tx.OnCommit(func() error { return os.Rename(next, pin) })
+	}
+	return nil
+}
+
 // attachCgroup attaches the cgroup hooks to a cgroup v2 subtree, updating
 // the links pinned for it by an earlier install in place (no gap).
 func (s *Shortcut) attachCgroup(tx *bpfsys.Tx, cgroupPath string) (uint64, error) {
@@ -80,7 +111,7 @@ func (s *Shortcut) attachCgroup(tx *bpfsys.Tx, cgroupPath string) (uint64, error
 	}
 	for _, h := range cgroupHooks {
 		pin := bpfsys.LinkPin(s.dir, bpfsys.KindCgroup, strconv.FormatUint(cgID, 10), h.name)
-		l, ok, err := tx.UpdatePinned(pin, h.prog(s))
+		l, ok, err := tx.UpdatePinned(pin, h.prog(s), s.prevProgs[h.name])
 		if l != nil {
 			s.cgLinks[cgID] = append(s.cgLinks[cgID], l)
 		}

@@ -74,10 +74,13 @@ type Shortcut struct {
 	pruned []uint64 // cgroups the last Attach detached (no longer wanted)
 	// This process's handles on cgroup links, by cgroup id: a link stays
 	// attached while a pin or a handle holds it, so pruning closes these.
-	cgLinks  map[uint64][]link.Link
-	links    []link.Link
-	instance uint32     // ez_cfg_instance of this load (recv.h)
-	release  *link.Iter // ez_release_switched over the sockhash, run by ReleaseSwitched
+	cgLinks map[uint64][]link.Link
+	// The cgroup programs of the earlier install, from their pins, while an
+	// Attach or ReconcileCgroups runs.
+	prevProgs map[string]*ebpf.Program
+	links     []link.Link
+	instance  uint32     // ez_cfg_instance of this load (recv.h)
+	release   *link.Iter // ez_release_switched over the sockhash, run by ReleaseSwitched
 	// What the last ReleaseSwitched pass left: the backpressure counter it
 	// saw and the switched sockets it found still waiting. A pass with no
 	// new switch and none waiting would walk the sockhash for nothing.
@@ -156,6 +159,9 @@ func (s *Shortcut) Attach(tx *bpfsys.Tx, cgroups []string) error {
 		return err
 	}
 	if err := s.attachRecv(tx); err != nil {
+		return err
+	}
+	if err := s.pinCgroupPrograms(tx); err != nil {
 		return err
 	}
 	want := map[uint64]bool{}

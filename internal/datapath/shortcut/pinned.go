@@ -73,3 +73,12 @@ func Entries(m *ebpf.Map) (int, error) {
 	}
 	return n, it.Err()
 }
+
+// ReadScope returns the selected cgroups (Kubernetes mode) with the sockets
+// each enrolled; empty when the datapath was pinned by a build without them.
+func (p *Pinned) ReadScope() (map[uint64]uint64, error) {
+	if p.Cgroups == nil {
+		return map[uint64]uint64{}, nil
+	}
+	return ReadScope(p.Cgroups)
+}
