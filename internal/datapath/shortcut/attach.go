@@ -95,6 +95,9 @@ func (s *Shortcut) pinCgroupPrograms(tx *bpfsys.Tx) error {
 		}
 		tx.OnRollback(func() error { return os.Remove(next) })
 		tx.OnCommit(func() error { return os.Rename(next, pin) })
+		if err := tx.Changed("pin program " + h.name); err != nil {
+			return err
+		}
 	}
 	return nil
 }
