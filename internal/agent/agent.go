@@ -8,6 +8,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -90,6 +91,20 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("remove memlock limit: %w", err)
 	}
 
+	// The lock first: during a DaemonSet update with maxSurge the agent we
+	// take over from holds the health and metrics ports (host network) until
+	// it hands over.
+	lock, err := agentlock.Acquire(cfg.LockFile, lockOwner(), cfg.Takeover, cfg.LockWait)
+	if errors.Is(err, agentlock.ErrSuperseded) {
+		// This pod is being replaced and its container was restarted.
+		slog.Info("standing by until stopped: a newer agent manages the datapath", "reason", err.Error())
+		<-ctx.Done()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	hl, err := listenHealth(cfg.HealthAddr)
 	if err != nil {
 		return err
@@ -104,16 +119,8 @@ func Run(ctx context.Context, cfg Config) error {
 			msrv.Close()
 		}
 	}
-	// Liveness from the start: waiting for a takeover is not a failure.
-	hctx, stopHealth := context.WithCancel(ctx)
+	stopHealth := hl.serve(ctx)
 	defer stopHealth()
-	hl.serve(hctx)
-	lock, err := agentlock.Acquire(cfg.LockFile, lockOwner(), cfg.Takeover, cfg.LockWait)
-	if err != nil {
-		closeMetrics()
-		return err
-	}
-	defer lock.Release()
 
 	dp, err := datapath.Install(cfg.Datapath, cfg.Cgroups)
 	if err != nil {
@@ -189,11 +196,14 @@ func Run(ctx context.Context, cfg Config) error {
 			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
 			return uninstallOnRemoval(ctx, dp, cfg, lock)
 		case who := <-lock.Requested():
+			// Everything the next agent needs goes before the lock: our
+			// hold on the datapath, and the health and metrics ports.
 			stopKube()
 			hl.setReady(false, "handed over to "+who)
 			slog.Info("handing the datapath over; standing by until stopped (the datapath stays pinned)", "to", who)
 			dp.Close()
 			stopMetrics()
+			stopHealth()
 			lock.Release()
 			<-ctx.Done()
 			return nil
@@ -228,7 +238,7 @@ func lockOwner() string {
 		return "pod " + os.Getenv("POD_NAMESPACE") + "/" + pod
 	}
 	host, _ := os.Hostname()
-	return "eztunnel run on " + host
+	return fmt.Sprintf("eztunnel run (pid %d) on %s", os.Getpid(), host)
 }
 
 func closedChan() <-chan struct{} {

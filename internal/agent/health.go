@@ -46,10 +46,11 @@ func (h *health) setReady(ok bool, why string) {
 
 func (h *health) tick() { h.beat.Store(time.Now().UnixNano()) }
 
-// serve serves until ctx is done; nothing when no address was given.
-func (h *health) serve(ctx context.Context) {
+// serve serves until stop is called or ctx is done; stop returns once the
+// address is free again. Nothing is served when no address was given.
+func (h *health) serve(ctx context.Context) (stop func()) {
 	if h.ln == nil {
-		return
+		return func() {}
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -67,18 +68,22 @@ func (h *health) serve(ctx context.Context) {
 		fmt.Fprintln(w, "ready")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	go func() {
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
 		srv.Shutdown(sctx)
 	}()
 	go func() {
+		defer close(done)
 		if err := srv.Serve(h.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Error("health server stopped", "err", err)
 		}
 	}()
 	slog.Info("serving health", "addr", h.ln.Addr().String(), "paths", "/healthz /readyz")
+	return func() { cancel(); <-done }
 }
 
 func (h *health) close() {

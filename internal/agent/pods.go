@@ -18,7 +18,9 @@ type KubeConfig struct {
 
 type podScope struct{ root string }
 
-func newPodScope(KubeConfig) (*podScope, error) { return nil, errors.New("kubernetes mode: not built yet") }
+func newPodScope(KubeConfig) (*podScope, error) {
+	return nil, errors.New("kubernetes mode: not built yet")
+}
 
 func (p *podScope) Pods() []metrics.Pod { return nil }
 

@@ -64,8 +64,14 @@ func Acquire(path, who string, takeover bool, wait time.Duration) (*Lock, error)
 			return nil, fmt.Errorf("open lock file: %w", err)
 		}
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		var from string
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			holder := readHolder(path)
+			holder, supersededBy := readHolder(path), tookOverFrom(path)
+			if takeover && supersededBy == who {
+				f.Close()
+				return nil, fmt.Errorf("%w: %s took over from %s; not asking for the datapath back", ErrSuperseded, holder, who)
+			}
+			from = holder
 			if !takeover {
 				f.Close()
 				return nil, fmt.Errorf("another eztunnel agent manages this datapath (lock %s held by %s); stop it, or pass --takeover to ask it to hand over", path, holder)
@@ -85,7 +91,11 @@ func Acquire(path, who string, takeover bool, wait time.Duration) (*Lock, error)
 		// Ours now: a request left by a waiter that gave up is stale.
 		os.Remove(RequestPath(path))
 		if err := f.Truncate(0); err == nil {
-			f.WriteAt([]byte(fmt.Sprintf("%s pid %d since %s\n", who, os.Getpid(), time.Now().UTC().Format(time.RFC3339))), 0)
+			rec := fmt.Sprintf("%s\npid %d since %s\n", who, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
+			if from != "" {
+				rec += tookOverPrefix + from + "\n"
+			}
+			f.WriteAt([]byte(rec), 0)
 		}
 		l := &Lock{path: path, f: f, done: make(chan struct{}), req: make(chan string, 1)}
 		go l.watch()
@@ -121,12 +131,31 @@ func waitHandover(f *os.File, path, who, holder string, wait time.Duration) erro
 	}
 }
 
+// ErrSuperseded: the agent asking for the lock is the one the holder took
+// it over from (a restarted container of the pod being replaced).
+var ErrSuperseded = errors.New("superseded")
+
+const tookOverPrefix = "took over from "
+
+// readHolder is the lock file's first line: who holds it.
 func readHolder(path string) string {
 	b, err := os.ReadFile(path)
-	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+	first, _, _ := strings.Cut(string(b), "\n")
+	if err != nil || strings.TrimSpace(first) == "" {
 		return "an unknown process"
 	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(first)
+}
+
+// tookOverFrom is whom the holder took the lock over from, if anyone.
+func tookOverFrom(path string) string {
+	b, _ := os.ReadFile(path)
+	for _, line := range strings.Split(string(b), "\n") {
+		if from, ok := strings.CutPrefix(line, tookOverPrefix); ok {
+			return from
+		}
+	}
+	return ""
 }
 
 // watch reports the first takeover request on Requested.

@@ -1,6 +1,7 @@
 package agentlock
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,7 +43,7 @@ func TestTakeoverHandsOver(t *testing.T) {
 	if _, err := os.Stat(RequestPath(path)); !os.IsNotExist(err) {
 		t.Fatalf("takeover request left behind: %v", err)
 	}
-	if got, _ := os.ReadFile(path); !strings.HasPrefix(string(got), "agent-b pid ") {
+	if got, _ := os.ReadFile(path); !strings.HasPrefix(string(got), "agent-b\npid ") || !strings.Contains(string(got), "took over from agent-a") {
 		t.Fatalf("lock file says %q, want agent-b as holder", got)
 	}
 	select {
@@ -91,4 +92,32 @@ func TestRemoveThenAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Release()
+}
+
+// A restarted container of the pod being replaced must not ask for the
+// datapath back: whoever the holder took over from is refused.
+func TestSupersededDoesNotTakeBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.lock")
+	a, err := Acquire(path, "pod ns/old", false, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-a.Requested(); a.Release() }()
+	b, err := Acquire(path, "pod ns/new", true, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	if _, err := Acquire(path, "pod ns/old", true, time.Second); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("the replaced pod asking again: %v, want ErrSuperseded", err)
+	}
+	if _, err := os.Stat(RequestPath(path)); !os.IsNotExist(err) {
+		t.Fatalf("a superseded agent left a takeover request: %v", err)
+	}
+	go func() { <-b.Requested(); b.Release() }()
+	c, err := Acquire(path, "pod ns/newer", true, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the next update: %v", err)
+	}
+	c.Release()
 }

@@ -124,8 +124,9 @@ func TestAgentConvergesCgroups(t *testing.T) {
 }
 
 // TestOneAgentPerDatapath: a second agent on the same pins refuses, naming
-// the first; with --takeover the first hands over and stands by (not ready,
-// still alive) and the second serves: new connections are accelerated by it.
+// the first; with --takeover (a DaemonSet update with maxSurge: same host
+// ports) the first hands over, frees the health port and stands by, alive,
+// and the second serves health and accelerates new connections.
 // `uninstall` takes over from a running agent the same way, so the agent
 // cannot put back what uninstall removes.
 func TestOneAgentPerDatapath(t *testing.T) {
@@ -143,7 +144,7 @@ func TestOneAgentPerDatapath(t *testing.T) {
 	}
 	waitFor(t, "first agent ready", 5*time.Second, func() bool { code, _ := get("/readyz"); return code == 200 }, first.logs.String)
 
-	out, err := eztunnelOut("run", "--cgroup", e.lab.Managed, "--pin-path", pin)
+	out, err := eztunnelOut("run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--health-addr", health)
 	if err == nil || !strings.Contains(out, "another eztunnel agent") || !strings.Contains(out, "--takeover") {
 		t.Fatalf("second agent without --takeover: %v\n%s", err, out)
 	}
@@ -151,13 +152,19 @@ func TestOneAgentPerDatapath(t *testing.T) {
 		t.Fatal("the first agent exited")
 	}
 
-	second := startAgent(t, bin, e.lab.Managed, pin, "--takeover")
-	waitFor(t, "first agent standing by", 5*time.Second, func() bool {
-		code, body := get("/readyz")
-		return code == 503 && strings.Contains(body, "handed over")
+	second := startAgent(t, bin, e.lab.Managed, pin, "--takeover", "--health-addr", health)
+	waitFor(t, "the first agent handing over", 5*time.Second, func() bool {
+		return strings.Contains(first.logs.String(), "handing the datapath over")
 	}, first.logs.String)
+	waitFor(t, "the second agent serving health on the same port", 5*time.Second, func() bool {
+		code, _ := get("/readyz")
+		return code == 200 && strings.Contains(second.logs.String(), "serving health")
+	}, second.logs.String)
 	if code, _ := get("/healthz"); code != 200 {
-		t.Errorf("standby agent's /healthz: %d, want 200 (it is alive)", code)
+		t.Errorf("/healthz after the handover: %d", code)
+	}
+	if first.cmd.ProcessState != nil {
+		t.Fatal("the first agent exited instead of standing by")
 	}
 	before := pinnedCounters(t, pin)
 	if out, err := e.run(a, streamCase{conns: 5, parallel: 5, up: 1 << 20, down: 1 << 20, chunk: 65536}.args(hostport(b.IPv4, 7000), 3)...); err != nil {
