@@ -1,0 +1,86 @@
+{{- define "eztunnel.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The DaemonSet's name; the Role's resourceNames names it too. */}}
+{{- define "eztunnel.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "eztunnel.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "eztunnel.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "eztunnel.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "eztunnel.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "eztunnel.serviceAccountName" -}}
+{{- default (include "eztunnel.fullname" .) .Values.serviceAccount.name }}
+{{- end }}
+
+{{- define "eztunnel.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The agent's arguments, one per line, from the values. */}}
+{{- define "eztunnel.args" -}}
+- run
+- --kubernetes
+- --node-name=$(NODE_NAME)
+- --default-policy={{ .Values.defaultPolicy }}
+- --cgroup2-root={{ .Values.cgroup2Path }}
+{{- with .Values.podsCgroup }}
+- --pods-cgroup={{ . }}
+{{- end }}
+- --cgroup-driver={{ .Values.cgroupDriver }}
+- --pin-path={{ .Values.pinPath }}
+- --lock-file={{ .Values.lockDir }}/agent.lock
+- --takeover
+- --uninstall-on-removal
+- --metrics-addr={{ .Values.bindAddress }}:{{ .Values.metrics.port }}
+- --health-addr={{ .Values.bindAddress }}:{{ .Values.health.port }}
+{{- if not (kindIs "invalid" .Values.maxSockets) }}
+- --max-sockets={{ int64 .Values.maxSockets }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.maxPairs) }}
+- --max-pairs={{ int64 .Values.maxPairs }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.maxUnread) }}
+- --max-unread={{ int64 .Values.maxUnread }}
+{{- end }}
+{{- with .Values.pairMaxAge }}
+- --pair-max-age={{ . }}
+{{- end }}
+- --ipv6={{ .Values.ipv6 }}
+{{- with .Values.traffic.includePorts }}
+- --include-ports={{ join "," . }}
+{{- end }}
+{{- with .Values.traffic.excludePorts }}
+- --exclude-ports={{ join "," . }}
+{{- end }}
+{{- with .Values.traffic.includeCIDRs }}
+- --include-cidrs={{ join "," . }}
+{{- end }}
+{{- with .Values.traffic.excludeCIDRs }}
+- --exclude-cidrs={{ join "," . }}
+{{- end }}
+- --log-level={{ .Values.log.level }}
+- --log-format={{ .Values.log.format }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
