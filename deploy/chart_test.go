@@ -344,6 +344,7 @@ var valueFlags = []struct{ value, set, arg string }{
 	{"maxSockets", "maxSockets=262144", "--max-sockets=262144"},
 	{"maxPairs", "maxPairs=4096", "--max-pairs=4096"},
 	{"maxUnread", "maxUnread=1048576", "--max-unread=1048576"},
+	{"takeoverTimeout", "takeoverTimeout=90s", "--takeover-timeout=90s"},
 	{"pairMaxAge", "pairMaxAge=2m", "--pair-max-age=2m"},
 	{"ipv6", "ipv6=false", "--ipv6=false"},
 	{"traffic.includePorts", "traffic.includePorts={80,443}", "--include-ports=80,443"},
@@ -367,9 +368,8 @@ var fixedFlags = []string{"--kubernetes", "--node-name", "--takeover", "--uninst
 // pendingFlags are Kubernetes-mode flags of the agent (issue #11) the chart
 // passes before the agent has them: reported, not failed. Once `eztunnel run
 // --help` lists them all, this list should be emptied.
-var pendingFlags = map[string]bool{"--kubernetes": true, "--node-name": true, "--default-policy": true,
-	"--pods-cgroup": true, "--cgroup2-root": true, "--cgroup-driver": true, "--lock-file": true, "--takeover": true,
-	"--health-addr": true, "--uninstall-on-removal": true}
+var pendingFlags = map[string]bool{"--node-name": true, "--default-policy": true,
+	"--pods-cgroup": true, "--cgroup2-root": true, "--cgroup-driver": true, "--uninstall-on-removal": true}
 
 // leaves lists values.yaml's settings as dotted paths.
 func leaves(prefix string, v any, out *[]string) {

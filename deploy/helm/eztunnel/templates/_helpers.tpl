@@ -50,6 +50,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --pin-path={{ .Values.pinPath }}
 - --lock-file={{ .Values.lockDir }}/agent.lock
 - --takeover
+{{- with .Values.takeoverTimeout }}
+- --takeover-timeout={{ . }}
+{{- end }}
 - --uninstall-on-removal
 - --metrics-addr={{ .Values.bindAddress }}:{{ .Values.metrics.port }}
 - --health-addr={{ .Values.bindAddress }}:{{ .Values.health.port }}
