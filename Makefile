@@ -106,7 +106,7 @@ IMAGE      := bin/eztunnel-image.tar
 image: $(BIN)
 	@ezimage=$$($(GO) run ./scripts/toolbin ezimage) && \
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $$ezimage --out $(IMAGE) \
-	  --name $(IMAGE_REPO):$(IMAGE_TAG) --file $(BIN):/eztunnel:0755 --entrypoint /eztunnel \
+	  --name $(IMAGE_REPO):$(IMAGE_TAG) --file $(BIN):/eztunnel:0755 --entrypoint /eztunnel --platform linux/$$($(GO) env GOARCH) \
 	  --label org.opencontainers.image.source=https://github.com/eztunnel/eztunnel \
 	  --label org.opencontainers.image.version=$(VERSION)
 
