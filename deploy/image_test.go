@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,7 @@ func TestAgentImage(t *testing.T) {
 	for i := range 2 {
 		out := filepath.Join(dir, "image"+string(rune('0'+i))+".tar")
 		cmd := sysexec.Command(t.Context(), ezimage, "--out", out, "--name", "ghcr.io/eztunnel/eztunnel:test",
-			"--file", bin+":/eztunnel:0755", "--entrypoint", "/eztunnel")
+			"--file", bin+":/eztunnel:0755", "--entrypoint", "/eztunnel", "--platform", "linux/"+runtime.GOARCH)
 		cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1700000000")
 		o, err := cmd.CombinedOutput()
 		if err != nil {
@@ -116,7 +117,7 @@ func TestAgentImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(config.Config.Entrypoint, []string{"/eztunnel"}) || config.Config.Cmd != nil ||
-		config.Config.User != "0" || config.OS != "linux" || config.Architecture != "amd64" {
+		config.Config.User != "0" || config.OS != "linux" || config.Architecture != runtime.GOARCH {
 		t.Errorf("image config %+v", config)
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(blob(manifest.Layers[0].Digest)))
