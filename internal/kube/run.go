@@ -1,0 +1,349 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+)
+
+// Timings of the reconciliation loop.
+const (
+	Debounce     = 100 * time.Millisecond // events to apply, at most
+	PollInterval = 200 * time.Millisecond // pods waiting for their cgroup, pods being deleted
+	retryMin     = 200 * time.Millisecond // apply errors: doubling backoff
+	retryMax     = 5 * time.Second
+)
+
+// Clients are the typed clients the package uses (core/v1 and apps/v1 only,
+// to keep the agent binary small).
+type Clients struct {
+	Core corev1client.CoreV1Interface
+	Apps appsv1client.AppsV1Interface
+}
+
+// NewClients connects with RESTConfig(cfg).
+func NewClients(cfg Config) (Clients, error) {
+	rc, err := RESTConfig(cfg)
+	if err != nil {
+		return Clients{}, err
+	}
+	rc.UserAgent = "eztunnel"
+	core, err := corev1client.NewForConfig(rc)
+	if err != nil {
+		return Clients{}, fmt.Errorf("kubernetes: core/v1 client: %w", err)
+	}
+	apps, err := appsv1client.NewForConfig(rc)
+	if err != nil {
+		return Clients{}, fmt.Errorf("kubernetes: apps/v1 client: %w", err)
+	}
+	return Clients{Core: core, Apps: apps}, nil
+}
+
+// Run watches the node's pods and all namespaces and calls apply with the
+// full desired set (sorted by namespace/name) whenever it changes, at most
+// Debounce after the event. The first apply always happens (possibly with an
+// empty set) once the caches synced; synced is then called once after that
+// apply succeeded. A failed apply is logged and retried with backoff. Pods
+// whose cgroup does not exist yet are retried every PollInterval. Run
+// returns nil when ctx ends.
+func Run(ctx context.Context, cfg Config, apply func([]Target) error, synced func()) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	c, err := NewClients(cfg)
+	if err != nil {
+		return err
+	}
+	return RunWith(ctx, cfg, c.Core, apply, synced)
+}
+
+// RunWith is Run with a given core/v1 client (a fake one in tests).
+func RunWith(ctx context.Context, cfg Config, core corev1client.CoreV1Interface, apply func([]Target) error, synced func()) error {
+	layout, err := DetectLayout(cfg)
+	if err != nil {
+		return err
+	}
+	r := newReconciler(cfg, layout)
+	r.log.Info("kubernetes: watching pods", "node", cfg.NodeName, "pods_cgroup", layout.PodsRoot,
+		"driver", layout.Driver, "default_policy", cfg.defaultPolicy())
+
+	nodeSel := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+	podStore, podCtl := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = nodeSel
+				return core.Pods(metav1.NamespaceAll).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = nodeSel
+				return core.Pods(metav1.NamespaceAll).Watch(ctx, o)
+			},
+		},
+		ObjectType: &corev1.Pod{},
+		Handler:    r.handler("pod "),
+		Transform:  slimPod,
+	})
+	nsStore, nsCtl := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return core.Namespaces().List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return core.Namespaces().Watch(ctx, o)
+			},
+		},
+		ObjectType: &corev1.Namespace{},
+		Handler:    r.handler("namespace "),
+		Transform:  slimNamespace,
+	})
+	r.pods, r.nss = podStore, nsStore
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go podCtl.RunWithContext(ctx)
+	go nsCtl.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), podCtl.HasSynced, nsCtl.HasSynced) {
+		return nil // ctx ended
+	}
+	r.loop(ctx, apply, synced)
+	return nil
+}
+
+// slimPod keeps only what selection and cgroup mapping read.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{}
+	out.Name, out.Namespace, out.UID = p.Name, p.Namespace, p.UID
+	out.ResourceVersion = p.ResourceVersion
+	out.DeletionTimestamp = p.DeletionTimestamp
+	if v, ok := p.Annotations[Key]; ok {
+		out.Annotations = map[string]string{Key: v}
+	}
+	out.Spec.NodeName, out.Spec.HostNetwork = p.Spec.NodeName, p.Spec.HostNetwork
+	out.Status.Phase, out.Status.QOSClass = p.Status.Phase, p.Status.QOSClass
+	return out, nil
+}
+
+func slimNamespace(obj any) (any, error) {
+	n, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Namespace{}
+	out.Name, out.UID, out.ResourceVersion = n.Name, n.UID, n.ResourceVersion
+	if v, ok := n.Labels[Key]; ok {
+		out.Labels = map[string]string{Key: v}
+	}
+	return out, nil
+}
+
+type resolved struct {
+	path string
+	id   uint64
+}
+
+type reconciler struct {
+	cfg    Config
+	layout Layout
+	log    *slog.Logger
+	pol    *policy
+	pods   cache.Store
+	nss    cache.Store
+	kick   chan struct{}
+
+	cgroups map[string]resolved // pod UID -> its cgroup, as last found
+	errLog  map[string]string   // pod UID -> last cgroup error logged
+	poll    bool                // some selected pod waits for its cgroup or is being deleted
+}
+
+func newReconciler(cfg Config, layout Layout) *reconciler {
+	return &reconciler{
+		cfg: cfg, layout: layout, log: cfg.logger(), pol: newPolicy(cfg),
+		kick:    make(chan struct{}, 1),
+		cgroups: map[string]resolved{},
+		errLog:  map[string]string{},
+	}
+}
+
+func (r *reconciler) handler(kind string) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { r.wake() },
+		UpdateFunc: func(any, any) { r.wake() },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if m, ok := obj.(metav1.Object); ok {
+				name := m.GetName()
+				if m.GetNamespace() != "" {
+					name = m.GetNamespace() + "/" + name
+				}
+				r.pol.forget(kind + name)
+			}
+			r.wake()
+		},
+	}
+}
+
+func (r *reconciler) wake() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop runs after the caches synced: apply at once, then debounce events,
+// poll while pods wait for their cgroups, and back off after apply errors.
+func (r *reconciler) loop(ctx context.Context, apply func([]Target) error, synced func()) {
+	var (
+		last     []Target
+		applied  bool
+		retry    time.Duration
+		debounce <-chan time.Time // armed by the first event, not pushed back by later ones
+		backoff  <-chan time.Time // armed while apply fails
+	)
+	tick := time.NewTicker(PollInterval)
+	defer tick.Stop()
+
+	reconcile := func() {
+		set := r.desired()
+		if applied && slices.Equal(set, last) {
+			return
+		}
+		if err := apply(set); err != nil {
+			if retry == 0 {
+				retry = retryMin
+			} else {
+				retry = min(2*retry, retryMax)
+			}
+			r.log.Error("kubernetes: applying the selected pods failed, retrying", "pods", len(set), "retry_in", retry, "err", err)
+			backoff = time.After(retry)
+			return
+		}
+		if retry != 0 {
+			r.log.Info("kubernetes: applying the selected pods succeeded after retries", "pods", len(set))
+		}
+		retry, backoff = 0, nil
+		first := !applied
+		last, applied = set, true
+		if first {
+			r.log.Info("kubernetes: pods synced", "selected", len(set))
+			if synced != nil {
+				synced()
+			}
+		}
+	}
+
+	reconcile()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+			if debounce == nil {
+				debounce = time.After(Debounce)
+			}
+		case <-debounce:
+			debounce = nil
+			if backoff == nil {
+				reconcile()
+			}
+		case <-backoff:
+			backoff = nil
+			reconcile()
+		case <-tick.C:
+			if r.poll && backoff == nil && debounce == nil {
+				reconcile()
+			}
+		}
+	}
+}
+
+// desired computes the selected pods whose cgroups exist now.
+func (r *reconciler) desired() []Target {
+	var set []Target
+	seen := make(map[string]struct{}, len(r.cgroups))
+	r.poll = false
+	for _, obj := range r.pods.List() {
+		p := obj.(*corev1.Pod)
+		// The API server filters by node; fake clients do not.
+		if p.Spec.NodeName != r.cfg.NodeName || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		var ns *corev1.Namespace
+		if o, ok, _ := r.nss.GetByKey(p.Namespace); ok {
+			ns = o.(*corev1.Namespace)
+		}
+		if !r.pol.decide(p, ns).Selected {
+			continue
+		}
+		uid := string(p.UID)
+		seen[uid] = struct{}{}
+		if p.DeletionTimestamp != nil {
+			r.poll = true // selected until its cgroup is gone
+		}
+		cg, ok := r.cgroup(p)
+		if !ok {
+			r.poll = true
+			continue
+		}
+		set = append(set, Target{Namespace: p.Namespace, Name: p.Name, UID: uid, CgroupID: cg.id, CgroupPath: cg.path})
+	}
+	for uid := range r.cgroups {
+		if _, ok := seen[uid]; !ok {
+			delete(r.cgroups, uid)
+		}
+	}
+	for uid := range r.errLog {
+		if _, ok := seen[uid]; !ok {
+			delete(r.errLog, uid)
+		}
+	}
+	slices.SortFunc(set, func(a, b Target) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return set
+}
+
+// cgroup finds a pod's cgroup: the known path if it still exists (same
+// inode check as the BPF side: the ID is the inode), else the candidates.
+func (r *reconciler) cgroup(p *corev1.Pod) (resolved, bool) {
+	uid := string(p.UID)
+	if cg, ok := r.cgroups[uid]; ok {
+		if id, err := cgroupv2.ID(cg.path); err == nil {
+			return resolved{cg.path, id}, true
+		}
+		delete(r.cgroups, uid)
+	}
+	path, id, ok, err := r.layout.Resolve(uid, p.Status.QOSClass)
+	if err != nil && r.errLog[uid] != err.Error() {
+		r.errLog[uid] = err.Error()
+		r.log.Warn("kubernetes: pod cgroup unreadable", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
+	if !ok {
+		return resolved{}, false
+	}
+	cg := resolved{path, id}
+	r.cgroups[uid] = cg
+	return cg, true
+}

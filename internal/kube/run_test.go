@@ -1,0 +1,335 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+const node = "node-1"
+
+// fakeCluster is a fake API server (client-go's fake clientset) plus a
+// kubelet-shaped cgroupfs tree in a temp dir.
+type fakeCluster struct {
+	t       *testing.T
+	cs      *fake.Clientset
+	root    string // cgroup2 mount
+	layout  Layout
+	watches chan string // resource of each watch started
+}
+
+func newFakeCluster(t *testing.T, objs ...runtime.Object) *fakeCluster {
+	t.Helper()
+	root := t.TempDir()
+	mkdirs(t, filepath.Join(root, "kubepods", "burstable"), filepath.Join(root, "kubepods", "besteffort"))
+	cs := fake.NewSimpleClientset(objs...)
+	fc := &fakeCluster{t: t, cs: cs, root: root, watches: make(chan string, 16),
+		layout: Layout{PodsRoot: filepath.Join(root, "kubepods"), Driver: DriverCgroupfs}}
+	// The fake tracker only sends events to watches already registered: tell
+	// the test when each informer's watch is in place.
+	cs.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := cs.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		if err != nil {
+			return false, nil, err
+		}
+		fc.watches <- a.GetResource().Resource
+		return true, w, nil
+	})
+	return fc
+}
+
+func (fc *fakeCluster) waitWatches(resources ...string) {
+	fc.t.Helper()
+	want := map[string]bool{}
+	for _, r := range resources {
+		want[r] = true
+	}
+	deadline := time.After(10 * time.Second)
+	for len(want) > 0 {
+		select {
+		case r := <-fc.watches:
+			delete(want, r)
+		case <-deadline:
+			fc.t.Fatalf("watches not started: %v", want)
+		}
+	}
+}
+
+// cgroupDir makes (or returns) a pod's directory in the tree.
+func (fc *fakeCluster) cgroupDir(p *corev1.Pod, create bool) string {
+	fc.t.Helper()
+	dir := fc.layout.PodPaths(string(p.UID), p.Status.QOSClass)[0]
+	if create {
+		mkdirs(fc.t, filepath.Join(dir, "c0ffee"))
+	}
+	return dir
+}
+
+func ns(name string, label string) *corev1.Namespace {
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("ns-" + name)}}
+	if label != "" {
+		n.Labels = map[string]string{Key: label, "team": "x"}
+	}
+	return n
+}
+
+func pod(namespace, name string, mod ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID(fmt.Sprintf("uid-%s-%s", namespace, name))},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, QOSClass: corev1.PodQOSBurstable},
+	}
+	for _, m := range mod {
+		m(p)
+	}
+	return p
+}
+
+// recorder collects apply calls.
+type recorder struct {
+	mu    sync.Mutex
+	calls [][]Target
+	ch    chan []Target
+	fail  int // fail this many calls first
+}
+
+func newRecorder() *recorder { return &recorder{ch: make(chan []Target, 100)} }
+
+func (r *recorder) apply(set []Target) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, slices.Clone(set))
+	if r.fail > 0 {
+		r.fail--
+		return errors.New("map full (test)")
+	}
+	r.ch <- slices.Clone(set)
+	return nil
+}
+
+func names(set []Target) string {
+	var s []string
+	for _, t := range set {
+		s = append(s, t.Namespace+"/"+t.Name)
+	}
+	return strings.Join(s, ",")
+}
+
+// next waits for the next successful apply and checks its set.
+func (fc *fakeCluster) next(rec *recorder, want string) []Target {
+	fc.t.Helper()
+	select {
+	case set := <-rec.ch:
+		if got := names(set); got != want {
+			fc.t.Fatalf("apply(%s), want apply(%s)", got, want)
+		}
+		for _, tg := range set {
+			if id := inode(fc.t, tg.CgroupPath); id != tg.CgroupID {
+				fc.t.Fatalf("%s/%s: cgroup id %d, inode of %s is %d", tg.Namespace, tg.Name, tg.CgroupID, tg.CgroupPath, id)
+			}
+		}
+		return set
+	case <-time.After(10 * time.Second):
+		fc.t.Fatalf("no apply; want apply(%s)", want)
+		return nil
+	}
+}
+
+func (fc *fakeCluster) update(o any) {
+	fc.t.Helper()
+	ctx := context.Background()
+	var err error
+	switch o := o.(type) {
+	case *corev1.Pod:
+		_, err = fc.cs.CoreV1().Pods(o.Namespace).Update(ctx, o, metav1.UpdateOptions{})
+	case *corev1.Namespace:
+		_, err = fc.cs.CoreV1().Namespaces().Update(ctx, o, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		fc.t.Fatal(err)
+	}
+}
+
+func (fc *fakeCluster) run(ctx context.Context, cfg Config, rec *recorder) (synced chan struct{}, done chan error) {
+	cfg.NodeName, cfg.Cgroup2Root = node, fc.root
+	synced, done = make(chan struct{}), make(chan error, 1)
+	var once sync.Once
+	go func() {
+		done <- RunWith(ctx, cfg, fc.cs.CoreV1(), rec.apply, func() {
+			once.Do(func() { close(synced) }) // a second call would panic the test
+		})
+	}()
+	return synced, done
+}
+
+// TestRunConverges drives Run through pods added, relabelled (namespace label
+// and pod annotation), deleted, and a cgroup appearing late.
+func TestRunConverges(t *testing.T) {
+	var logs syncBuffer
+	selfPod := pod("a", "agent", func(p *corev1.Pod) { p.Spec.HostNetwork = true })
+	p1 := pod("a", "p1")
+	p2 := pod("b", "p2", func(p *corev1.Pod) { p.Status.QOSClass = corev1.PodQOSBestEffort })
+	hostNet := pod("a", "hostnet", func(p *corev1.Pod) { p.Spec.HostNetwork = true })
+	otherNode := pod("a", "elsewhere", func(p *corev1.Pod) { p.Spec.NodeName = "node-2" })
+	done := pod("a", "done", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })
+	late := pod("a", "late", func(p *corev1.Pod) { p.Status.QOSClass = "" }) // QoS not reported yet
+	guaranteed := pod("c", "g", func(p *corev1.Pod) { p.Status.QOSClass = corev1.PodQOSGuaranteed })
+	fc := newFakeCluster(t, ns("a", "enabled"), ns("b", ""), ns("c", "bogus"),
+		selfPod, p1, p2, hostNet, otherNode, done, late, guaranteed)
+	for _, p := range []*corev1.Pod{selfPod, p1, p2, hostNet, otherNode, done, guaranteed} {
+		fc.cgroupDir(p, true)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	rec := newRecorder()
+	synced, runDone := fc.run(ctx, Config{SelfUID: string(selfPod.UID), Logger: slog.New(slog.NewTextHandler(&logs, nil))}, rec)
+	fc.waitWatches("pods", "namespaces")
+
+	// Labelled namespace a: p1 only (hostnet, agent, other node, terminal and
+	// cgroup-less pods are out); b unlabelled, c invalid: default disabled.
+	fc.next(rec, "a/p1")
+	<-synced
+
+	// The kubelet makes the late pod's cgroup (burstable, QoS still empty).
+	mkdirs(t, filepath.Join(fc.root, "kubepods", "burstable", "pod"+string(late.UID)))
+	fc.next(rec, "a/late,a/p1")
+
+	// Namespace b labelled enabled.
+	fc.update(ns("b", "enabled"))
+	fc.next(rec, "a/late,a/p1,b/p2")
+
+	// Pod annotation overrides the namespace label.
+	p1.Annotations = map[string]string{Key: "disabled"}
+	fc.update(p1)
+	fc.next(rec, "a/late,b/p2")
+
+	// Host-network pod and the agent itself, asked for by annotation; the
+	// Guaranteed pod in the invalidly labelled namespace by annotation too.
+	hostNet.Annotations = map[string]string{Key: "enabled"}
+	fc.update(hostNet)
+	fc.next(rec, "a/hostnet,a/late,b/p2")
+	selfPod.Annotations = map[string]string{Key: "enabled"}
+	guaranteed.Annotations = map[string]string{Key: "enabled"}
+	fc.update(selfPod)
+	fc.update(guaranteed)
+	set := fc.next(rec, "a/agent,a/hostnet,a/late,b/p2,c/g")
+	if set[4].CgroupPath != filepath.Join(fc.root, "kubepods", "pod"+string(guaranteed.UID)) {
+		t.Fatalf("guaranteed pod at %s", set[4].CgroupPath)
+	}
+
+	// A change that selects nothing new gives no apply: the next apply seen is
+	// the deletion below.
+	p2.Labels = map[string]string{"app": "x"}
+	fc.update(p2)
+	fc.update(ns("a", "enabled"))
+
+	// Pod deleted.
+	if err := fc.cs.CoreV1().Pods("b").Delete(ctx, "p2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fc.next(rec, "a/agent,a/hostnet,a/late,c/g")
+
+	// Pod being deleted: selected while its cgroup is there, dropped once the
+	// kubelet removed it (no API event needed).
+	now := metav1.Now()
+	late.DeletionTimestamp = &now
+	fc.update(late)
+	p1.Annotations = nil // the next apply shows late still selected
+	fc.update(p1)
+	fc.next(rec, "a/agent,a/hostnet,a/late,a/p1,c/g")
+	lateDir := filepath.Join(fc.root, "kubepods", "burstable", "pod"+string(late.UID))
+	if err := os.RemoveAll(lateDir); err != nil {
+		t.Fatal(err)
+	}
+	fc.next(rec, "a/agent,a/hostnet,a/p1,c/g")
+
+	// Pod turned terminal.
+	hostNet.Status.Phase = corev1.PodFailed
+	fc.update(hostNet)
+	fc.next(rec, "a/agent,a/p1,c/g")
+
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i := 1; i < len(rec.calls); i++ {
+		if names(rec.calls[i]) == names(rec.calls[i-1]) {
+			t.Errorf("apply %d repeated an unchanged set %s", i, names(rec.calls[i]))
+		}
+	}
+	if n := strings.Count(logs.String(), `object="namespace c"`); n != 1 {
+		t.Errorf("invalid namespace label logged %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// TestRunApplyRetries: a failing apply is retried (with the current set) and
+// synced waits for the first success.
+func TestRunApplyRetries(t *testing.T) {
+	p1 := pod("a", "p1")
+	fc := newFakeCluster(t, ns("a", ""), p1)
+	fc.cgroupDir(p1, true)
+	rec := newRecorder()
+	rec.fail = 3
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	synced, _ := fc.run(ctx, Config{Default: Enabled, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, rec)
+	fc.next(rec, "a/p1")
+	<-synced
+	rec.mu.Lock()
+	n := len(rec.calls)
+	rec.mu.Unlock()
+	if n != 4 {
+		t.Fatalf("%d apply calls, want 3 failed + 1", n)
+	}
+	if c := strings.Count(logs.String(), "map full (test)"); c != 3 {
+		t.Fatalf("%d errors logged, want 3:\n%s", c, logs.String())
+	}
+}
+
+// TestRunEmptyFirstApply: with nothing selected the first apply still
+// happens (empty), so the caller can drop stale state, and synced follows.
+func TestRunEmptyFirstApply(t *testing.T) {
+	fc := newFakeCluster(t, ns("a", ""), pod("a", "p1"))
+	rec := newRecorder()
+	synced, _ := fc.run(t.Context(), Config{}, rec)
+	fc.next(rec, "")
+	<-synced
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
