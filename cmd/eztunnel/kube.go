@@ -1,23 +1,55 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"time"
+
 	"github.com/spf13/pflag"
 
 	"github.com/eztunnel/eztunnel/internal/agent"
+	"github.com/eztunnel/eztunnel/internal/kube"
 )
 
 // kubeFlags are the flags of Kubernetes mode (`run --kubernetes`).
 type kubeFlags struct {
-	enabled bool
+	enabled   bool
+	cfg       kube.Config
+	policy    string
+	uninstall bool
+	drain     time.Duration
 }
 
 func (k *kubeFlags) register(f *pflag.FlagSet) {
-	f.BoolVar(&k.enabled, "kubernetes", false, "Kubernetes mode: accelerate the selected pods of this node")
+	f.BoolVar(&k.enabled, "kubernetes", false, "Kubernetes mode: attach once at the pods' root cgroup and accelerate the selected pods of this node")
+	f.StringVar(&k.cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster configuration)")
+	f.StringVar(&k.cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
+	f.StringVar(&k.policy, "default-policy", string(kube.Disabled), "pods without a "+kube.Key+" namespace label or pod annotation: enabled or disabled")
+	f.StringVar(&k.cfg.PodsCgroup, "pods-cgroup", "", "the pods' root cgroup (default: kubepods or kubepods.slice under the cgroup2 mount)")
+	f.StringVar(&k.cfg.Cgroup2Root, "cgroup2-root", "", "the cgroup2 mount (default: the first in /proc/mounts)")
+	f.StringVar(&k.cfg.Driver, "cgroup-driver", kube.DriverAuto, "the kubelet's cgroup driver: auto, cgroupfs or systemd")
+	f.BoolVar(&k.uninstall, "uninstall-on-removal", false, "when this agent's DaemonSet is deleted (helm uninstall, not an update), drain and remove the datapath")
+	f.DurationVar(&k.drain, "removal-drain-timeout", 30*time.Second, "with --uninstall-on-removal: how long to wait for accelerated connections to close")
 }
 
-func (k *kubeFlags) parse() (*agent.KubeConfig, error) {
+func (k *kubeFlags) parse(f *pflag.FlagSet) (*agent.KubeConfig, error) {
 	if !k.enabled {
+		for _, name := range []string{"kubeconfig", "default-policy", "pods-cgroup", "cgroup2-root", "cgroup-driver", "uninstall-on-removal", "removal-drain-timeout"} {
+			if f.Changed(name) {
+				return nil, fmt.Errorf("--%s needs --kubernetes", name)
+			}
+		}
 		return nil, nil
 	}
-	return &agent.KubeConfig{}, nil
+	p, err := kube.ParsePolicy(k.policy)
+	if err != nil {
+		return nil, fmt.Errorf("--default-policy: %v", err)
+	}
+	k.cfg.Default = p
+	k.cfg.SelfUID = os.Getenv("POD_UID")
+	return &agent.KubeConfig{
+		Config:       k.cfg,
+		PodNamespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"),
+		UninstallOnRemoval: k.uninstall, Drain: k.drain,
+	}, nil
 }

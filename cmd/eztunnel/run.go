@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/eztunnel/eztunnel/internal/agent"
 	"github.com/eztunnel/eztunnel/internal/agentlock"
@@ -37,7 +38,7 @@ func runCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return run(ctx, rc)
+			return run(ctx, cmd.Flags(), rc)
 		},
 	}
 	f := cmd.Flags()
@@ -59,7 +60,7 @@ func runCmd() *cobra.Command {
 	return cmd
 }
 
-func run(ctx context.Context, rc runConfig) error {
+func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	sel, err := rc.selection.parse()
 	if err != nil {
 		return err
@@ -68,7 +69,7 @@ func run(ctx context.Context, rc runConfig) error {
 	if rc.lockFile == "" {
 		rc.lockFile = agentlock.ForPins(rc.dp.PinRoot)
 	}
-	kc, err := rc.kube.parse()
+	kc, err := rc.kube.parse(flags)
 	if err != nil {
 		return err
 	}
