@@ -20,19 +20,19 @@ import (
 // but not when it is updated (a rolling update). The channel stays open when
 // ctx ends. It needs get on the pod and get/list/watch on that DaemonSet.
 func WatchRemoval(ctx context.Context, cfg Config, podNamespace, podName string) (<-chan struct{}, error) {
-	c, err := NewClients(cfg)
+	api, err := NewAPI(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return WatchRemovalWith(ctx, cfg, c, podNamespace, podName)
+	return WatchRemovalWith(ctx, cfg, api, podNamespace, podName)
 }
 
 // DaemonSetOwner returns the DaemonSet that owns a pod (name and UID).
-func DaemonSetOwner(ctx context.Context, c Clients, podNamespace, podName string) (string, types.UID, error) {
+func DaemonSetOwner(ctx context.Context, api API, podNamespace, podName string) (string, types.UID, error) {
 	if podNamespace == "" || podName == "" {
 		return "", "", fmt.Errorf("kubernetes: agent pod namespace/name %q/%q: both needed (set $POD_NAMESPACE and $POD_NAME)", podNamespace, podName)
 	}
-	pod, err := c.Core.Pods(podNamespace).Get(ctx, podName, metav1.GetOptions{})
+	pod, err := api.GetPod(ctx, podNamespace, podName)
 	if err != nil {
 		return "", "", fmt.Errorf("kubernetes: get agent pod %s/%s: %w", podNamespace, podName, err)
 	}
@@ -44,15 +44,14 @@ func DaemonSetOwner(ctx context.Context, c Clients, podNamespace, podName string
 	return "", "", fmt.Errorf("kubernetes: agent pod %s/%s has no DaemonSet owner", podNamespace, podName)
 }
 
-// WatchRemovalWith is WatchRemoval with given clients.
-func WatchRemovalWith(ctx context.Context, cfg Config, c Clients, podNamespace, podName string) (<-chan struct{}, error) {
-	name, uid, err := DaemonSetOwner(ctx, c, podNamespace, podName)
+// WatchRemovalWith is WatchRemoval on a given API.
+func WatchRemovalWith(ctx context.Context, cfg Config, api API, podNamespace, podName string) (<-chan struct{}, error) {
+	name, uid, err := DaemonSetOwner(ctx, api, podNamespace, podName)
 	if err != nil {
 		return nil, err
 	}
 	log := cfg.logger()
 	dsName := podNamespace + "/" + name
-	dsc := c.Apps.DaemonSets(podNamespace)
 	removed := make(chan struct{})
 	var once sync.Once
 	fire := func(how string) {
@@ -63,7 +62,7 @@ func WatchRemovalWith(ctx context.Context, cfg Config, c Clients, podNamespace, 
 	}
 	// A plain get first, so that a missing RBAC rule is an error here rather
 	// than an informer retrying forever.
-	ds, err := dsc.Get(ctx, name, metav1.GetOptions{})
+	ds, err := api.GetDaemonSet(ctx, podNamespace, name)
 	switch {
 	case apierrors.IsNotFound(err):
 		fire("not found at start")
@@ -97,11 +96,11 @@ func WatchRemovalWith(ctx context.Context, cfg Config, c Clients, podNamespace, 
 		ListerWatcher: &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.FieldSelector = sel
-				return dsc.List(ctx, o)
+				return api.ListDaemonSets(ctx, podNamespace, o)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				o.FieldSelector = sel
-				return dsc.Watch(ctx, o)
+				return api.WatchDaemonSets(ctx, podNamespace, o)
 			},
 		},
 		ObjectType: &appsv1.DaemonSet{},

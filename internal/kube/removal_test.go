@@ -42,7 +42,7 @@ func closed(ch <-chan struct{}, wait time.Duration) bool {
 func startRemoval(t *testing.T, ctx context.Context, objs ...runtime.Object) (*fakeCluster, <-chan struct{}) {
 	t.Helper()
 	fc := newFakeCluster(t, objs...)
-	ch, err := WatchRemovalWith(ctx, Config{}, Clients{Core: fc.cs.CoreV1(), Apps: fc.cs.AppsV1()}, "eztunnel", "eztunnel-abcde")
+	ch, err := WatchRemovalWith(ctx, Config{}, fromClientset(fc.cs), "eztunnel", "eztunnel-abcde")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestWatchRemovalReplaced(t *testing.T) {
 
 func TestWatchRemovalAlreadyGone(t *testing.T) {
 	fc := newFakeCluster(t, agentPod(dsOwner("eztunnel", "ds-1")))
-	ch, err := WatchRemovalWith(t.Context(), Config{}, Clients{Core: fc.cs.CoreV1(), Apps: fc.cs.AppsV1()}, "eztunnel", "eztunnel-abcde")
+	ch, err := WatchRemovalWith(t.Context(), Config{}, fromClientset(fc.cs), "eztunnel", "eztunnel-abcde")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestWatchRemovalErrors(t *testing.T) {
 		{"no name", nil, "eztunnel", "", "POD_NAME"},
 	} {
 		fc := newFakeCluster(t, c.objs...)
-		_, err := WatchRemovalWith(t.Context(), Config{}, Clients{Core: fc.cs.CoreV1(), Apps: fc.cs.AppsV1()}, c.ns, c.pod)
+		_, err := WatchRemovalWith(t.Context(), Config{}, fromClientset(fc.cs), c.ns, c.pod)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want %q in it", c.name, err, c.want)
 		}
@@ -139,7 +139,7 @@ func TestWatchRemovalErrors(t *testing.T) {
 	fc.cs.PrependReactor("get", "daemonsets", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "daemonsets"}, "eztunnel", nil)
 	})
-	_, err := WatchRemovalWith(t.Context(), Config{}, Clients{Core: fc.cs.CoreV1(), Apps: fc.cs.AppsV1()}, "eztunnel", "eztunnel-abcde")
+	_, err := WatchRemovalWith(t.Context(), Config{}, fromClientset(fc.cs), "eztunnel", "eztunnel-abcde")
 	if err == nil || !strings.Contains(err.Error(), "DaemonSet eztunnel/eztunnel") || !apierrors.IsForbidden(err) {
 		t.Errorf("forbidden: err = %v", err)
 	}

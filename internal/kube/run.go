@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -13,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
@@ -28,31 +25,6 @@ const (
 	retryMax     = 5 * time.Second
 )
 
-// Clients are the typed clients the package uses (core/v1 and apps/v1 only,
-// to keep the agent binary small).
-type Clients struct {
-	Core corev1client.CoreV1Interface
-	Apps appsv1client.AppsV1Interface
-}
-
-// NewClients connects with RESTConfig(cfg).
-func NewClients(cfg Config) (Clients, error) {
-	rc, err := RESTConfig(cfg)
-	if err != nil {
-		return Clients{}, err
-	}
-	rc.UserAgent = "eztunnel"
-	core, err := corev1client.NewForConfig(rc)
-	if err != nil {
-		return Clients{}, fmt.Errorf("kubernetes: core/v1 client: %w", err)
-	}
-	apps, err := appsv1client.NewForConfig(rc)
-	if err != nil {
-		return Clients{}, fmt.Errorf("kubernetes: apps/v1 client: %w", err)
-	}
-	return Clients{Core: core, Apps: apps}, nil
-}
-
 // Run watches the node's pods and all namespaces and calls apply with the
 // full desired set (sorted by namespace/name) whenever it changes, at most
 // Debounce after the event. The first apply always happens (possibly with an
@@ -64,15 +36,15 @@ func Run(ctx context.Context, cfg Config, apply func([]Target) error, synced fun
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	c, err := NewClients(cfg)
+	api, err := NewAPI(cfg)
 	if err != nil {
 		return err
 	}
-	return RunWith(ctx, cfg, c.Core, apply, synced)
+	return RunWith(ctx, cfg, api, apply, synced)
 }
 
-// RunWith is Run with a given core/v1 client (a fake one in tests).
-func RunWith(ctx context.Context, cfg Config, core corev1client.CoreV1Interface, apply func([]Target) error, synced func()) error {
+// RunWith is Run on a given API (kubetest.FromClientset in tests).
+func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) error, synced func()) error {
 	layout, err := DetectLayout(cfg)
 	if err != nil {
 		return err
@@ -86,11 +58,11 @@ func RunWith(ctx context.Context, cfg Config, core corev1client.CoreV1Interface,
 		ListerWatcher: &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.FieldSelector = nodeSel
-				return core.Pods(metav1.NamespaceAll).List(ctx, o)
+				return api.ListPods(ctx, o)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				o.FieldSelector = nodeSel
-				return core.Pods(metav1.NamespaceAll).Watch(ctx, o)
+				return api.WatchPods(ctx, o)
 			},
 		},
 		ObjectType: &corev1.Pod{},
@@ -100,10 +72,10 @@ func RunWith(ctx context.Context, cfg Config, core corev1client.CoreV1Interface,
 	nsStore, nsCtl := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return core.Namespaces().List(ctx, o)
+				return api.ListNamespaces(ctx, o)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return core.Namespaces().Watch(ctx, o)
+				return api.WatchNamespaces(ctx, o)
 			},
 		},
 		ObjectType: &corev1.Namespace{},

@@ -172,7 +172,7 @@ func (fc *fakeCluster) run(ctx context.Context, cfg Config, rec *recorder) (sync
 	synced, done = make(chan struct{}), make(chan error, 1)
 	var once sync.Once
 	go func() {
-		done <- RunWith(ctx, cfg, fc.cs.CoreV1(), rec.apply, func() {
+		done <- RunWith(ctx, cfg, fromClientset(fc.cs), rec.apply, func() {
 			once.Do(func() { close(synced) }) // a second call would panic the test
 		})
 	}()
