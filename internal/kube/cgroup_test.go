@@ -14,7 +14,7 @@ import (
 
 const testUID = "0b5c7a4e-1f2d-4c3b-9a8e-7d6f5e4c3b2a"
 
-func mkdirs(t *testing.T, paths ...string) {
+func mkdirs(t testing.TB, paths ...string) {
 	t.Helper()
 	for _, p := range paths {
 		if err := os.MkdirAll(p, 0o755); err != nil {
@@ -23,7 +23,7 @@ func mkdirs(t *testing.T, paths ...string) {
 	}
 }
 
-func inode(t *testing.T, p string) uint64 {
+func inode(t testing.TB, p string) uint64 {
 	t.Helper()
 	fi, err := os.Stat(p)
 	if err != nil {

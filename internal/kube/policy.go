@@ -30,7 +30,8 @@ func newPolicy(cfg Config) *policy {
 }
 
 // value reads Key from m; an invalid value is logged and treated as unset.
-func (p *policy) value(m map[string]string, kind, object string) Policy {
+// object is "pod <ns>/<name>" or "namespace <name>", built only when needed.
+func (p *policy) value(m map[string]string, kind, prefix, ns, name string) Policy {
 	v, ok := m[Key]
 	if !ok {
 		return ""
@@ -38,6 +39,10 @@ func (p *policy) value(m map[string]string, kind, object string) Policy {
 	switch Policy(v) {
 	case Enabled, Disabled:
 		return Policy(v)
+	}
+	object := prefix + name
+	if ns != "" {
+		object = prefix + ns + "/" + name
 	}
 	p.mu.Lock()
 	seen, logged := p.warned[object]
@@ -61,8 +66,7 @@ func (p *policy) forget(object string) {
 // pods and the agent's own pod are excluded otherwise; then the namespace
 // label; then the default. ns may be nil (namespace not known).
 func (p *policy) decide(pod *corev1.Pod, ns *corev1.Namespace) Decision {
-	podObj := "pod " + pod.Namespace + "/" + pod.Name
-	switch p.value(pod.Annotations, "pod annotation", podObj) {
+	switch p.value(pod.Annotations, "pod annotation", "pod ", pod.Namespace, pod.Name) {
 	case Enabled:
 		return Decision{true, "pod annotation"}
 	case Disabled:
@@ -75,7 +79,7 @@ func (p *policy) decide(pod *corev1.Pod, ns *corev1.Namespace) Decision {
 		return Decision{false, "agent's own pod"}
 	}
 	if ns != nil {
-		switch p.value(ns.Labels, "namespace label", "namespace "+ns.Name) {
+		switch p.value(ns.Labels, "namespace label", "namespace ", "", ns.Name) {
 		case Enabled:
 			return Decision{true, "namespace label"}
 		case Disabled:

@@ -28,14 +28,14 @@ const node = "node-1"
 // fakeCluster is a fake API server (client-go's fake clientset) plus a
 // kubelet-shaped cgroupfs tree in a temp dir.
 type fakeCluster struct {
-	t       *testing.T
+	t       testing.TB
 	cs      *fake.Clientset
 	root    string // cgroup2 mount
 	layout  Layout
 	watches chan string // resource of each watch started
 }
 
-func newFakeCluster(t *testing.T, objs ...runtime.Object) *fakeCluster {
+func newFakeCluster(t testing.TB, objs ...runtime.Object) *fakeCluster {
 	t.Helper()
 	root := t.TempDir()
 	mkdirs(t, filepath.Join(root, "kubepods", "burstable"), filepath.Join(root, "kubepods", "besteffort"))
