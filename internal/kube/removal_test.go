@@ -32,6 +32,11 @@ func closed(ch <-chan struct{}, wait time.Duration) bool {
 	select {
 	case <-ch:
 		return true
+	default:
+	}
+	select {
+	case <-ch:
+		return true
 	case <-time.After(wait):
 		return false
 	}
