@@ -59,6 +59,12 @@ func init() {
 	register("curl", "curl", "e2e eagain: an HTTP client blocked on a slow first byte")
 	register("redis-cli", "redis-tools", "e2e eagain: BLPOP blocked on an empty list, and the push that ends it")
 	register("ss", "iproute2", "e2e eagain: waits until redis-server listens")
+	register("etcd", "etcd-server", "lab/k8scluster: the cluster's etcd")
+	register("containerd", "containerd", "lab/k8scluster: the cluster's container runtime (runs containerd-shim-runc-v2 and runc)")
+	register("ctr", "containerd", "lab/k8scluster: imports the locally built OCI images")
+	register("iptables-save", "iptables", "lab/k8scluster: finds the KUBE-/CNI- chains to remove")
+	register("ip6tables-save", "iptables", "lab/k8scluster: finds the KUBE-/CNI- chains to remove")
+	register("ip6tables", "iptables", "lab/k8scluster: removes the KUBE-/CNI- chains")
 	// Shell scripts (scripts/*.sh) also run: flock, setsid (util-linux),
 	// sed, grep, diff, mktemp, seq, head (Essential), go, ip, nsenter.
 	register("flock", "util-linux", "scripts/crash-test.sh: the kernel-tests lock")

@@ -1,0 +1,241 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/lab/k8scluster"
+	"github.com/eztunnel/eztunnel/lab/workload"
+)
+
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := cl.Kubectl(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+func apply(t *testing.T, yaml string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cl.KubectlIn(ctx, strings.NewReader(yaml), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// app is a namespace with a server pod, a client pod and a ClusterIP
+// Service in front of the server; both pods run the lab's workload server
+// (streams on 7000, echo on 7001), the client is where streams start.
+type app struct {
+	ns       string
+	serverIP string
+	svcIP    string
+}
+
+// newApp creates namespace ns (with labels) and its pods and Service, and
+// deletes the namespace when the test ends.
+func newApp(t *testing.T, ns string, labels map[string]string) *app {
+	t.Helper()
+	var lb strings.Builder
+	for k, v := range labels {
+		fmt.Fprintf(&lb, "    %s: %q\n", k, v)
+	}
+	pod := func(name string) string {
+		return fmt.Sprintf(`---
+apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: %s, labels: {app: %s}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: w
+    image: %s
+    imagePullPolicy: Never
+    args: [workload, serve, --stream, "0.0.0.0:7000", --echo, "0.0.0.0:7001"]
+`, name, ns, name, labImage)
+	}
+	apply(t, fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: %s
+  labels:
+    test: eztunnel-k8s
+%s%s%s---
+apiVersion: v1
+kind: Service
+metadata: {name: server, namespace: %s}
+spec:
+  selector: {app: server}
+  ports: [{name: stream, port: 80, targetPort: 7000}, {name: echo, port: 81, targetPort: 7001}]
+`, ns, lb.String(), pod("server"), pod("client"), ns))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cl.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=90s")
+	})
+	kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "pod/server", "pod/client", "--timeout=120s")
+	a := &app{ns: ns}
+	a.serverIP = strings.TrimSpace(kubectl(t, "-n", ns, "get", "pod", "server", "-o", "jsonpath={.status.podIP}"))
+	a.svcIP = strings.TrimSpace(kubectl(t, "-n", ns, "get", "service", "server", "-o", "jsonpath={.spec.clusterIP}"))
+	if a.serverIP == "" || a.svcIP == "" {
+		t.Fatalf("%s: server pod IP %q, service IP %q", ns, a.serverIP, a.svcIP)
+	}
+	// Both sides up and reachable before anything is measured.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		if _, err := a.streamErr(ctx, a.serverIP+":7000", 1, 1024, false, 0); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			t.Fatalf("%s: server not reachable: %v", ns, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	return a
+}
+
+// streamErr runs `eztunnel-lab workload stream` in the client pod: conns
+// byte-exact streams of size bytes each way (the server checks the upstream,
+// the client the downstream, against the same seeded generator).
+func (a *app) streamErr(ctx context.Context, addr string, conns int, size uint64, _ bool, pause time.Duration) (workload.StreamReport, error) {
+	args := []string{"-n", a.ns, "exec", "client", "--", "/eztunnel-lab", "workload", "stream",
+		"--addr", addr, "--conns", strconv.Itoa(conns), "--up", strconv.FormatUint(size, 10),
+		"--down", strconv.FormatUint(size, 10), "--seed", strconv.FormatInt(time.Now().UnixNano()%1e9, 10)}
+	if pause > 0 {
+		args = append(args, "--pause", pause.String())
+	}
+	out, err := cl.Kubectl(ctx, args...)
+	var rep workload.StreamReport
+	if jerr := json.Unmarshal(out, &rep); jerr != nil && err == nil {
+		err = fmt.Errorf("stream report %q: %w", out, jerr)
+	}
+	return rep, err
+}
+
+func (a *app) stream(t *testing.T, addr string, conns int, size uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := a.streamErr(ctx, addr, conns, size, false, 0)
+	if err != nil {
+		t.Fatalf("%s: streams to %s: %v", a.ns, addr, err)
+	}
+	if rep.Conns != conns || len(rep.Failures) != 0 {
+		t.Fatalf("%s: streams to %s: %+v", a.ns, addr, rep)
+	}
+}
+
+// metrics scrapes the agent's metrics endpoint (hostNetwork, node IP).
+func metrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	m, err := scrape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func scrape() (map[string]float64, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	r, err := c.Get("http://" + k8scluster.NodeIP + ":9876/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer r.Body.Close()
+	if r.StatusCode != 200 {
+		return nil, fmt.Errorf("metrics: %s", r.Status)
+	}
+	m := map[string]float64{}
+	sc := bufio.NewScanner(r.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				m[line[:i]] += v
+			}
+		}
+	}
+	return m, sc.Err()
+}
+
+// pairs is the agent's count of connections with both directions on the
+// shortcut.
+func pairs(t *testing.T) float64 {
+	t.Helper()
+	v, ok := metrics(t)["eztunnel_pairs_total"]
+	if !ok {
+		t.Fatal("eztunnel_pairs_total missing from the agent's metrics")
+	}
+	return v
+}
+
+// agentPods lists the running agent pods.
+func agentPods(t *testing.T) []string {
+	t.Helper()
+	out := kubectl(t, "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=eztunnel", "-o", "jsonpath={.items[*].metadata.name}")
+	return strings.Fields(out)
+}
+
+// podsCgroup is the pods' root cgroup in the cgroup2 hierarchy (cgroupfs
+// driver: kubepods).
+func podsCgroup() string { return filepath.Join(cg2Root, "kubepods") }
+
+// leftovers reports pins under pinPath and eztunnel programs (ez_*) still
+// attached anywhere (BPF links) or on the pods' root cgroup.
+func leftovers() []string {
+	var out []string
+	if ents, err := os.ReadDir(pinPath); err == nil {
+		for _, e := range ents {
+			out = append(out, "pinned: "+filepath.Join(pinPath, e.Name()))
+		}
+	}
+	it := new(link.Iterator)
+	defer it.Close()
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil {
+			continue
+		}
+		p, err := ebpf.NewProgramFromID(info.Program)
+		if err != nil {
+			continue
+		}
+		pi, err := p.Info()
+		p.Close()
+		if err == nil && strings.HasPrefix(pi.Name, "ez_") {
+			out = append(out, fmt.Sprintf("link %d: program %s (type %d)", info.ID, pi.Name, info.Type))
+		}
+	}
+	if f, err := os.Open(podsCgroup()); err == nil {
+		defer f.Close()
+		for _, at := range []ebpf.AttachType{ebpf.AttachCGroupSockOps, ebpf.AttachCGroupInetEgress} {
+			if res, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: at}); err == nil && len(res.Programs) > 0 {
+				out = append(out, fmt.Sprintf("%d programs on %s (%s)", len(res.Programs), podsCgroup(), at))
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,314 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eztunnel/eztunnel/internal/sysexec"
+)
+
+const (
+	agentNS   = "eztunnel-system"
+	release   = "eztunnel"
+	chartDir  = "../../deploy/eztunnel"
+	labelKey  = "eztunnel.io/shortcut"
+	streamLen = 4 << 20 // bytes each way per connection
+)
+
+// installer puts the agent DaemonSet on the cluster: the chart with helm
+// once deploy/ has it, the stand-in manifest (testdata/agent.yaml) before.
+type installer interface {
+	install(t *testing.T, tag string)
+	upgrade(t *testing.T, tag string)
+	uninstall(t *testing.T)
+}
+
+func newInstaller(t *testing.T) installer {
+	if _, err := os.Stat(filepath.Join(chartDir, "Chart.yaml")); err == nil {
+		return &helmInstaller{bin: buildHelm(t)}
+	}
+	t.Logf("no chart in %s yet: installing testdata/agent.yaml with kubectl", chartDir)
+	return manifestInstaller{}
+}
+
+type manifestInstaller struct{}
+
+func (manifestInstaller) render(t *testing.T, tag string) string {
+	b, err := os.ReadFile("testdata/agent.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.NewReplacer("IMAGE", agentRepo+":"+tag, "CGROUP2", cg2Root).Replace(string(b))
+}
+
+func (m manifestInstaller) install(t *testing.T, tag string) {
+	apply(t, m.render(t, tag))
+	waitAgentReady(t)
+}
+
+func (m manifestInstaller) upgrade(t *testing.T, tag string) { m.install(t, tag) }
+
+func (m manifestInstaller) uninstall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := cl.KubectlIn(ctx, strings.NewReader(m.render(t, agentTag)), "delete", "-f", "-", "--wait=true", "--timeout=150s"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type helmInstaller struct{ bin string }
+
+func (h *helmInstaller) helm(t *testing.T, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := sysexec.Command(ctx, h.bin, append(args, "--kubeconfig", cl.Kubeconfig)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (h *helmInstaller) install(t *testing.T, tag string) {
+	h.helm(t, "upgrade", "--install", release, chartDir, "-n", agentNS, "--create-namespace",
+		"--set", "image.repository="+agentRepo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
+		"--set", "cgroup2Path="+cg2Root, "--wait", "--timeout", "3m")
+	waitAgentReady(t)
+}
+
+func (h *helmInstaller) upgrade(t *testing.T, tag string) { h.install(t, tag) }
+
+func (h *helmInstaller) uninstall(t *testing.T) {
+	h.helm(t, "uninstall", release, "-n", agentNS, "--wait", "--timeout", "3m")
+}
+
+// buildHelm builds helm from the tools/helm module into the test's dir.
+func buildHelm(t *testing.T) string {
+	out := filepath.Join(workDir, "helm")
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	dir, _ := filepath.Abs("../../tools/helm")
+	cmd := sysexec.Command(context.Background(), "go", "build", "-trimpath", "-o", out, "helm.sh/helm/v3/cmd/helm")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build helm from %s: %v\n%s", dir, err, b)
+	}
+	return out
+}
+
+// waitAgentReady waits for the rollout to finish and the agent to serve
+// metrics.
+func waitAgentReady(t *testing.T) {
+	t.Helper()
+	kubectl(t, "-n", agentNS, "rollout", "status", "daemonset/"+release, "--timeout=180s")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := scrape()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent metrics: %v\n%s", err, agentLogs(t))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func agentLogs(t *testing.T) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := cl.Kubectl(ctx, "-n", agentNS, "logs", "daemonset/"+release, "--tail=50")
+	if err != nil {
+		return err.Error()
+	}
+	return string(out)
+}
+
+// accelerated runs conns streams from a's client to addr and reports how
+// many connection pairs the agent put on the shortcut meanwhile.
+func accelerated(t *testing.T, a *app, addr string, conns int) float64 {
+	t.Helper()
+	before := pairs(t)
+	a.stream(t, addr, conns, streamLen)
+	return pairs(t) - before
+}
+
+// waitPolicy polls short streams until the shortcut is (or is not) taken,
+// so that a relabelling has reached the agent before the counted run.
+func waitPolicy(t *testing.T, a *app, on bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n := accelerated(t, a, a.serverIP+":7000", 1)
+		if (n > 0) == on {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: shortcut taken=%v 30 s after relabelling; agent log:\n%s", a.ns, n > 0, agentLogs(t))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestKubernetes installs the agent and runs the checks in order on one
+// install: selection and relabelling, pod to pod and through a Service, the
+// agent's logs, metrics and CLI, an image upgrade under traffic and the
+// uninstall under traffic.
+func TestKubernetes(t *testing.T) {
+	if l := leftovers(); len(l) > 0 {
+		t.Fatalf("eztunnel state before the install: %v", l)
+	}
+	inst := newInstaller(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent log:\n%s", agentLogs(t))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cl.Kubectl(ctx, "delete", "namespace", agentNS, "--ignore-not-found", "--wait=true", "--timeout=90s")
+	})
+	start := time.Now()
+	inst.install(t, agentTag)
+	t.Logf("agent installed and ready in %.1fs", time.Since(start).Seconds())
+
+	on := newApp(t, "ez-on", map[string]string{labelKey: "enabled"})
+	off := newApp(t, "ez-off", nil)
+	const conns = 8
+
+	t.Run("selection", func(t *testing.T) {
+		for _, a := range []*app{on, off} {
+			for _, addr := range []string{a.serverIP + ":7000", a.svcIP + ":80"} {
+				n := accelerated(t, a, addr, conns)
+				switch {
+				case a == on && n < conns:
+					t.Errorf("%s -> %s: %v of %d connections on the shortcut, want all", a.ns, addr, n, conns)
+				case a == off && n != 0:
+					t.Errorf("%s (unlabelled) -> %s: %v connections on the shortcut, want none", a.ns, addr, n)
+				default:
+					t.Logf("%s -> %s: %d byte-exact streams of %d MiB each way, %v on the shortcut", a.ns, addr, conns, streamLen>>20, n)
+				}
+			}
+		}
+	})
+
+	t.Run("relabel", func(t *testing.T) {
+		kubectl(t, "label", "namespace", off.ns, labelKey+"=enabled", "--overwrite")
+		kubectl(t, "label", "namespace", on.ns, labelKey+"=disabled", "--overwrite")
+		waitPolicy(t, off, true)
+		waitPolicy(t, on, false)
+		if n := accelerated(t, off, off.svcIP+":80", conns); n < conns {
+			t.Errorf("%s relabelled enabled: %v of %d on the shortcut", off.ns, n, conns)
+		}
+		if n := accelerated(t, on, on.svcIP+":80", conns); n != 0 {
+			t.Errorf("%s relabelled disabled: %v on the shortcut", on.ns, n)
+		}
+		kubectl(t, "label", "namespace", off.ns, labelKey+"-")
+		kubectl(t, "label", "namespace", on.ns, labelKey+"=enabled", "--overwrite")
+		waitPolicy(t, off, false)
+		waitPolicy(t, on, true)
+	})
+
+	t.Run("observability", func(t *testing.T) {
+		pods := agentPods(t)
+		if len(pods) != 1 {
+			t.Fatalf("agent pods: %v", pods)
+		}
+		logs := kubectl(t, "-n", agentNS, "logs", pods[0])
+		if strings.TrimSpace(logs) == "" {
+			t.Error("kubectl logs of the agent pod: empty")
+		}
+		m := metrics(t)
+		if m["eztunnel_datapath_up"] != 1 {
+			t.Errorf("eztunnel_datapath_up = %v, want 1", m["eztunnel_datapath_up"])
+		}
+		if m["eztunnel_pairs_total"] < 2*conns {
+			t.Errorf("eztunnel_pairs_total = %v after the selected streams", m["eztunnel_pairs_total"])
+		}
+		for _, args := range [][]string{{"status"}, {"connections"}} {
+			out := kubectl(t, append([]string{"-n", agentNS, "exec", pods[0], "--", "/eztunnel"}, args...)...)
+			if strings.TrimSpace(out) == "" {
+				t.Errorf("eztunnel %s in the agent pod: no output", args[0])
+			}
+		}
+	})
+
+	// underTraffic starts streams that connect, pause in the middle (while
+	// do runs) and then finish, and checks every byte arrived.
+	underTraffic := func(t *testing.T, what string, do func()) {
+		t.Helper()
+		before := pairs(t)
+		type res struct {
+			addr string
+			err  error
+		}
+		done := make(chan res, 2)
+		for _, addr := range []string{on.serverIP + ":7000", on.svcIP + ":80"} {
+			go func(addr string) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				rep, err := on.streamErr(ctx, addr, conns, streamLen, false, 20*time.Second)
+				if err == nil && (rep.Conns != conns || len(rep.Failures) > 0) {
+					err = fmt.Errorf("report %+v", rep)
+				}
+				done <- res{addr, err}
+			}(addr)
+		}
+		// The connections are paired before the change.
+		deadline := time.Now().Add(15 * time.Second)
+		for pairs(t)-before < 2*conns {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: only %v of %d connections on the shortcut before the change", what, pairs(t)-before, 2*conns)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		do()
+		for range 2 {
+			r := <-done
+			if r.err != nil {
+				t.Errorf("%s: streams to %s: %v", what, r.addr, r.err)
+			}
+		}
+	}
+
+	t.Run("upgrade", func(t *testing.T) {
+		old := agentPods(t)
+		underTraffic(t, "image upgrade", func() { inst.upgrade(t, agentTagNew) })
+		now := agentPods(t)
+		if len(now) != 1 || now[0] == old[0] {
+			t.Fatalf("agent pods before %v, after the upgrade %v", old, now)
+		}
+		img := kubectl(t, "-n", agentNS, "get", "pod", now[0], "-o", "jsonpath={.spec.containers[0].image}")
+		if img != agentRepo+":"+agentTagNew {
+			t.Errorf("agent image after the upgrade: %q", img)
+		}
+		if n := accelerated(t, on, on.svcIP+":80", conns); n < conns {
+			t.Errorf("after the upgrade: %v of %d new connections on the shortcut", n, conns)
+		}
+	})
+
+	t.Run("uninstall", func(t *testing.T) {
+		underTraffic(t, "uninstall", func() { inst.uninstall(t) })
+		// The DaemonSet's pods are gone; the last agent drained and removed
+		// the datapath.
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			l := leftovers()
+			if len(l) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the uninstall: %v", l)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		on.stream(t, on.svcIP+":80", conns, streamLen) // plain TCP still works
+	})
+}
