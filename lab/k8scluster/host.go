@@ -98,9 +98,10 @@ func (c *Cluster) setupHost(ctx context.Context) error {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
 		return err
 	}
-	// The node IP lives on a dummy interface: a real, non-loopback address
-	// the node registers as InternalIP, reachable only from this machine.
-	d := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: NodeLink}}
+	// The node IP lives on an interface of its own: a real, non-loopback
+	// address the node registers as InternalIP, reachable only from this
+	// machine. A bridge without ports (this kernel has no dummy driver).
+	d := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: NodeLink}}
 	if err := netlink.LinkAdd(d); err != nil {
 		return fmt.Errorf("add %s: %w", NodeLink, err)
 	}
