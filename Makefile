@@ -10,6 +10,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
+.PHONY: k8s-bin test-k8s
 .PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-memory clean deps helm image manifests check-manifests
 
 all: build
@@ -51,6 +52,19 @@ test:
 	$(MAKE) build
 	$(GO) test -count=1 -timeout 14m ./...
 	cd tools/ezimage && $(GO) test -count=1 ./...
+
+# Kubernetes binaries from tools/kube (its own Go module), cached under
+# /var/cache/eztunnel/k8s/<hash of go.mod+go.sum>/bin (about 15 min cold).
+k8s-bin:
+	./tools/kube/build.sh
+
+# A real single-node cluster on this machine (lab/k8scluster) running the
+# agent DaemonSet (test/k8s).
+test-k8s:
+	@if [ "$$(id -u)" != 0 ]; then echo "make test-k8s needs root: sudo make test-k8s" >&2; exit 1; fi
+	./scripts/install-deps.sh
+	$(MAKE) k8s-bin
+	$(GO) test -tags k8s -count=1 -timeout 30m -v ./test/k8s
 
 # SIGKILL the e2e tests mid-run, rerun them, and check the host is as before.
 test-crash:

@@ -5,103 +5,61 @@ package k8s
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/internal/toolbin"
 )
 
 const (
 	agentNS   = "eztunnel-system"
 	release   = "eztunnel"
-	chartDir  = "../../deploy/eztunnel"
+	chartDir  = "../../deploy/helm/eztunnel"
 	labelKey  = "eztunnel.io/shortcut"
 	streamLen = 4 << 20 // bytes each way per connection
 )
 
-// installer puts the agent DaemonSet on the cluster: the chart with helm
-// once deploy/ has it, the stand-in manifest (testdata/agent.yaml) before.
-type installer interface {
-	install(t *testing.T, tag string)
-	upgrade(t *testing.T, tag string)
-	uninstall(t *testing.T)
-}
+// installer puts the agent DaemonSet on the cluster with helm and the
+// chart in deploy/.
+type installer struct{ bin string }
 
-func newInstaller(t *testing.T) installer {
-	if _, err := os.Stat(filepath.Join(chartDir, "Chart.yaml")); err == nil {
-		return &helmInstaller{bin: buildHelm(t)}
-	}
-	t.Logf("no chart in %s yet: installing testdata/agent.yaml with kubectl", chartDir)
-	return manifestInstaller{}
-}
-
-type manifestInstaller struct{}
-
-func (manifestInstaller) render(t *testing.T, tag string) string {
-	b, err := os.ReadFile("testdata/agent.yaml")
+func newInstaller(t *testing.T) *installer {
+	repo, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.NewReplacer("IMAGE", agentRepo+":"+tag, "CGROUP2", cg2Root).Replace(string(b))
-}
-
-func (m manifestInstaller) install(t *testing.T, tag string) {
-	apply(t, m.render(t, tag))
-	waitAgentReady(t)
-}
-
-func (m manifestInstaller) upgrade(t *testing.T, tag string) { m.install(t, tag) }
-
-func (m manifestInstaller) uninstall(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	if _, err := cl.KubectlIn(ctx, strings.NewReader(m.render(t, agentTag)), "delete", "-f", "-", "--wait=true", "--timeout=150s"); err != nil {
-		t.Fatal(err)
+	bin, err := toolbin.Build(ctx, repo, "helm")
+	if err != nil {
+		t.Fatalf("helm: %v", err)
 	}
+	return &installer{bin: bin}
 }
 
-type helmInstaller struct{ bin string }
-
-func (h *helmInstaller) helm(t *testing.T, args ...string) {
+func (h *installer) helm(t *testing.T, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := sysexec.Command(ctx, h.bin, append(args, "--kubeconfig", cl.Kubeconfig)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("helm %s: %v\n%s\nagent log:\n%s", strings.Join(args, " "), err, out, agentLogs(t))
 	}
 }
 
-func (h *helmInstaller) install(t *testing.T, tag string) {
+func (h *installer) install(t *testing.T, tag string) {
 	h.helm(t, "upgrade", "--install", release, chartDir, "-n", agentNS, "--create-namespace",
 		"--set", "image.repository="+agentRepo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
 		"--set", "cgroup2Path="+cg2Root, "--wait", "--timeout", "3m")
 	waitAgentReady(t)
 }
 
-func (h *helmInstaller) upgrade(t *testing.T, tag string) { h.install(t, tag) }
+func (h *installer) upgrade(t *testing.T, tag string) { h.install(t, tag) }
 
-func (h *helmInstaller) uninstall(t *testing.T) {
+func (h *installer) uninstall(t *testing.T) {
 	h.helm(t, "uninstall", release, "-n", agentNS, "--wait", "--timeout", "3m")
-}
-
-// buildHelm builds helm from the tools/helm module into the test's dir.
-func buildHelm(t *testing.T) string {
-	out := filepath.Join(workDir, "helm")
-	if _, err := os.Stat(out); err == nil {
-		return out
-	}
-	dir, _ := filepath.Abs("../../tools/helm")
-	cmd := sysexec.Command(context.Background(), "go", "build", "-trimpath", "-o", out, "helm.sh/helm/v3/cmd/helm")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build helm from %s: %v\n%s", dir, err, b)
-	}
-	return out
 }
 
 // waitAgentReady waits for the rollout to finish and the agent to serve
