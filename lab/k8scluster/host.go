@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // sysctls the cluster changes (ip_forward) or its daemons may change
@@ -65,6 +66,20 @@ func claim(runDir string, pins []string) error {
 			fmt.Fprintf(&b, "sysctl\t%s\t%s\n", p, strings.TrimSpace(string(v)))
 		}
 	}
+	// Tables iptables-nft will make for the cluster (kube-proxy, kubelet,
+	// CNI, our chain): registered base chains are netfilter hooks every
+	// packet of the host then passes, so Cleanup deletes them, empty.
+	for _, fam := range []string{"ip", "ip6"} {
+		for _, table := range []string{"filter", "nat", "mangle", "raw"} {
+			exists, err := netlab.NFTableExists(fam, table)
+			if err != nil {
+				return fmt.Errorf("k8scluster: %w", err)
+			}
+			if !exists {
+				fmt.Fprintf(&b, "nftable\t%s\t%s\n", fam, table)
+			}
+		}
+	}
 	for _, p := range pins {
 		if !strings.HasPrefix(filepath.Clean(p), "/sys/fs/bpf/") {
 			return fmt.Errorf("k8scluster: pin %q outside /sys/fs/bpf", p)
@@ -87,7 +102,7 @@ func readOwner(runDir string) (pid int, recs [][]string) {
 			continue
 		}
 		f := strings.Split(sc.Text(), "\t")
-		if len(f) == 3 && (f[0] == "sysctl" && strings.HasPrefix(f[1], "/proc/sys/") || f[0] == "pin" && strings.HasPrefix(f[1], "/sys/fs/bpf/")) {
+		if len(f) == 3 && (f[0] == "sysctl" && strings.HasPrefix(f[1], "/proc/sys/") || f[0] == "pin" && strings.HasPrefix(f[1], "/sys/fs/bpf/") || f[0] == "nftable") {
 			recs = append(recs, f)
 		}
 	}
@@ -194,6 +209,10 @@ func Cleanup(runDir string) error {
 			if err := os.RemoveAll(r[1]); err != nil {
 				errs = append(errs, err)
 			}
+			continue
+		}
+		if r[0] == "nftable" {
+			errs = append(errs, netlab.DeleteEmptyNFTable(r[1], r[2]))
 			continue
 		}
 		if err := os.WriteFile(r[1], []byte(r[2]+"\n"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -242,6 +242,10 @@ func deleteNFChain(family, table, chain string) error {
 	return nil
 }
 
+// DeleteEmptyNFTable deletes family/table if no chain of it holds a rule:
+// what iptables-nft left after its user removed every rule and chain.
+func DeleteEmptyNFTable(family, table string) error { return deleteEmptyNFTable(family, table) }
+
 func deleteEmptyNFTable(family, table string) error {
 	t, c, err := findNFTable(family, table)
 	if err != nil || t == nil {
