@@ -16,6 +16,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/internal/toolbin"
 	"github.com/eztunnel/eztunnel/lab/k8scluster"
 )
 
@@ -73,28 +74,33 @@ func run(m *testing.M) (code int) {
 		}
 	}
 	w := func(p string) string { return filepath.Join(workDir, p) }
-	images := []struct {
-		tar string
-		img k8scluster.Image
-	}{
-		{w("pause.tar"), k8scluster.Image{Ref: k8scluster.PauseImage, Entrypoint: []string{"/pause"},
-			Files: map[string]k8scluster.ImageFile{"/pause": {Src: w("pause")}}}},
-		{w("lab.tar"), k8scluster.Image{Ref: labImage, Entrypoint: []string{"/eztunnel-lab"},
-			Files: map[string]k8scluster.ImageFile{"/eztunnel-lab": {Src: w("eztunnel-lab")}}}},
-		{w("agent1.tar"), k8scluster.Image{Ref: agentRepo + ":" + agentTag, Entrypoint: []string{"/eztunnel"},
-			Files: map[string]k8scluster.ImageFile{"/eztunnel": {Src: w("eztunnel")}}}},
-	}
 	if err := os.WriteFile(w("VERSION"), []byte(agentTagNew+"\n"), 0o644); err != nil {
 		fail("%v", err)
 	}
-	images = append(images, struct {
-		tar string
-		img k8scluster.Image
-	}{w("agent2.tar"), k8scluster.Image{Ref: agentRepo + ":" + agentTagNew, Entrypoint: []string{"/eztunnel"},
-		Files: map[string]k8scluster.ImageFile{"/eztunnel": {Src: w("eztunnel")}, "/VERSION": {Src: w("VERSION"), Mode: 0o644}}}})
-	for _, im := range images {
-		if err := k8scluster.WriteOCIArchive(im.tar, im.img); err != nil {
-			fail("image %s: %v", im.img.Ref, err)
+	repo, err := toolbin.RepoRoot()
+	if err != nil {
+		fail("%v", err)
+	}
+	ezimage, err := toolbin.Build(context.Background(), repo, "ezimage")
+	if err != nil {
+		fail("build ezimage: %v", err)
+	}
+	// Reproducible OCI archives (tools/ezimage), imported with ctr.
+	for _, im := range []struct {
+		tar, ref, entry string
+		files           []string
+	}{
+		{w("pause.tar"), k8scluster.PauseImage, "/pause", []string{w("pause") + ":/pause"}},
+		{w("lab.tar"), labImage, "/eztunnel-lab", []string{w("eztunnel-lab") + ":/eztunnel-lab"}},
+		{w("agent1.tar"), agentRepo + ":" + agentTag, "/eztunnel", []string{w("eztunnel") + ":/eztunnel"}},
+		{w("agent2.tar"), agentRepo + ":" + agentTagNew, "/eztunnel", []string{w("eztunnel") + ":/eztunnel", w("VERSION") + ":/VERSION:0644"}},
+	} {
+		args := []string{"--out", im.tar, "--name", im.ref, "--entrypoint", im.entry}
+		for _, f := range im.files {
+			args = append(args, "--file", f)
+		}
+		if out, err := sysexec.Command(context.Background(), ezimage, args...).CombinedOutput(); err != nil {
+			fail("image %s: %v\n%s", im.ref, err, out)
 		}
 	}
 	fmt.Fprintf(os.Stderr, "k8s: binaries and images built (%.0fs)\n", time.Since(t1).Seconds())
@@ -113,9 +119,9 @@ func run(m *testing.M) (code int) {
 			code = 1
 		}
 	}()
-	for _, im := range images[1:] {
-		if err := cl.ImportImage(ctx, im.tar); err != nil {
-			fmt.Fprintf(os.Stderr, "k8s: FAIL: import %s: %v\n", im.img.Ref, err)
+	for _, tar := range []string{w("lab.tar"), w("agent1.tar"), w("agent2.tar")} {
+		if err := cl.ImportImage(ctx, tar); err != nil {
+			fmt.Fprintf(os.Stderr, "k8s: FAIL: import %s: %v\n", tar, err)
 			return 1
 		}
 	}
