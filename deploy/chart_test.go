@@ -477,3 +477,12 @@ func sortFlags(args, known map[string]bool) (unknown, pending []string) {
 	sort.Strings(pending)
 	return unknown, pending
 }
+
+// A numeric tag (`--set image.tag=2`, which helm parses as a number) still
+// names the image repository:2.
+func TestChartNumericTag(t *testing.T) {
+	c := container(t, render(t, "image.repository=registry.local/ez", "image.tag=2"))
+	if img, _ := get(c, "image").(string); img != "registry.local/ez:2" {
+		t.Fatalf("image %q, want registry.local/ez:2", img)
+	}
+}
