@@ -80,6 +80,12 @@ func claim(runDir string, pins []string) error {
 			}
 		}
 	}
+	// bpffs becomes a shared mount, as systemd makes every mount on a real
+	// node (the chart mounts it with HostToContainer propagation, which
+	// containerd refuses on a private mount); Cleanup makes it private again.
+	if !sharedMount(bpffs) {
+		fmt.Fprintf(&b, "private\t%s\t-\n", bpffs)
+	}
 	for _, p := range pins {
 		if !strings.HasPrefix(filepath.Clean(p), "/sys/fs/bpf/") {
 			return fmt.Errorf("k8scluster: pin %q outside /sys/fs/bpf", p)
@@ -102,14 +108,39 @@ func readOwner(runDir string) (pid int, recs [][]string) {
 			continue
 		}
 		f := strings.Split(sc.Text(), "\t")
-		if len(f) == 3 && (f[0] == "sysctl" && strings.HasPrefix(f[1], "/proc/sys/") || f[0] == "pin" && strings.HasPrefix(f[1], "/sys/fs/bpf/") || f[0] == "nftable") {
+		if len(f) == 3 && (f[0] == "sysctl" && strings.HasPrefix(f[1], "/proc/sys/") || f[0] == "pin" && strings.HasPrefix(f[1], "/sys/fs/bpf/") || f[0] == "nftable" || f[0] == "private" && f[1] == bpffs) {
 			recs = append(recs, f)
 		}
 	}
 	return pid, recs
 }
 
+const bpffs = "/sys/fs/bpf"
+
+// sharedMount reports whether the mount at path propagates (shared:N in
+// /proc/self/mountinfo).
+func sharedMount(path string) bool {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 6 && f[4] == path {
+			for _, opt := range f[6:] {
+				if opt == "-" {
+					break
+				}
+				if strings.HasPrefix(opt, "shared:") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 func (c *Cluster) setupHost(ctx context.Context) error {
+	if err := unix.Mount("", bpffs, "", unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", bpffs, err)
+	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
 		return err
 	}
@@ -208,6 +239,12 @@ func Cleanup(runDir string) error {
 		if r[0] == "pin" {
 			if err := os.RemoveAll(r[1]); err != nil {
 				errs = append(errs, err)
+			}
+			continue
+		}
+		if r[0] == "private" {
+			if err := unix.Mount("", r[1], "", unix.MS_PRIVATE, ""); err != nil {
+				errs = append(errs, fmt.Errorf("make %s private again: %w", r[1], err))
 			}
 			continue
 		}

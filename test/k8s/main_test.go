@@ -114,6 +114,10 @@ func run(m *testing.M) (code int) {
 		fail("%v", err)
 	}
 	defer func() {
+		if os.Getenv("EZTUNNEL_K8S_KEEP") != "" { // debugging: the next run's Start cleans up
+			fmt.Fprintf(os.Stderr, "k8s: cluster kept running (EZTUNNEL_K8S_KEEP): KUBECONFIG=%s\n", cl.Kubeconfig)
+			return
+		}
 		if err := cl.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "k8s: FAIL: teardown:", err)
 			code = 1

@@ -5,6 +5,7 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -49,14 +50,18 @@ func (h *installer) helm(t *testing.T, args ...string) {
 	}
 }
 
-func (h *installer) install(t *testing.T, tag string) {
-	h.helm(t, "upgrade", "--install", release, chartDir, "-n", agentNS, "--create-namespace",
-		"--set", "image.repository="+agentRepo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
-		"--set", "cgroup2Path="+cg2Root, "--wait", "--timeout", "3m")
+func (h *installer) install(t *testing.T, tag string, set ...string) {
+	args := []string{"upgrade", "--install", release, chartDir, "-n", agentNS, "--create-namespace",
+		"--set", "image.repository=" + agentRepo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
+		"--set", "cgroup2Path=" + cg2Root, "--wait", "--timeout", "3m"}
+	for _, kv := range set {
+		args = append(args, "--set", kv)
+	}
+	h.helm(t, args...)
 	waitAgentReady(t)
 }
 
-func (h *installer) upgrade(t *testing.T, tag string) { h.install(t, tag) }
+func (h *installer) upgrade(t *testing.T, tag string, set ...string) { h.install(t, tag, set...) }
 
 func (h *installer) uninstall(t *testing.T) {
 	h.helm(t, "uninstall", release, "-n", agentNS, "--wait", "--timeout", "3m")
@@ -85,7 +90,9 @@ func agentLogs(t *testing.T) string {
 	defer cancel()
 	out, err := cl.Kubectl(ctx, "-n", agentNS, "logs", "daemonset/"+release, "--tail=50")
 	if err != nil {
-		return err.Error()
+		// Not started: the pod's events say why.
+		desc, _ := cl.Kubectl(ctx, "-n", agentNS, "describe", "pods")
+		return err.Error() + "\n" + string(desc)
 	}
 	return string(out)
 }
@@ -190,6 +197,19 @@ func TestKubernetes(t *testing.T) {
 		if m["eztunnel_pairs_total"] < 2*conns {
 			t.Errorf("eztunnel_pairs_total = %v after the selected streams", m["eztunnel_pairs_total"])
 		}
+		// Per-pod counts, labelled with the selected pods only.
+		var onPods, offPods float64
+		for k, v := range m {
+			if strings.HasPrefix(k, `eztunnel_pod_sockets_enrolled_total{namespace="`+on.ns+`"`) {
+				onPods += v
+			}
+			if strings.HasPrefix(k, `eztunnel_pod_sockets_enrolled_total{namespace="`+off.ns+`"`) {
+				offPods++
+			}
+		}
+		if onPods < 2*conns || offPods != 0 || m["eztunnel_pods_selected"] < 2 {
+			t.Errorf("per-pod metrics: %v sockets enrolled in %s, %v series for %s, %v pods selected", onPods, on.ns, offPods, off.ns, m["eztunnel_pods_selected"])
+		}
 		for _, args := range [][]string{{"status"}, {"connections"}} {
 			out := kubectl(t, append([]string{"-n", agentNS, "exec", pods[0], "--", "/eztunnel"}, args...)...)
 			if strings.TrimSpace(out) == "" {
@@ -249,6 +269,27 @@ func TestKubernetes(t *testing.T) {
 		}
 		if n := accelerated(t, on, on.svcIP+":80", conns); n < conns {
 			t.Errorf("after the upgrade: %v of %d new connections on the shortcut", n, conns)
+		}
+	})
+
+	// The other surge mode: the new agent starts next to the old one (same
+	// host ports), which hands over through the node lock.
+	t.Run("upgrade-surge", func(t *testing.T) {
+		old := agentPods(t)
+		underTraffic(t, "surge upgrade", func() {
+			inst.upgrade(t, agentTag, "updateStrategy.rollingUpdate.maxSurge=1", "updateStrategy.rollingUpdate.maxUnavailable=0")
+		})
+		now := agentPods(t)
+		if len(now) != 1 || now[0] == old[0] {
+			t.Fatalf("agent pods before %v, after the upgrade %v", old, now)
+		}
+		// The node lock (a hostPath) names the new holder and whom it took over from.
+		lock, err := os.ReadFile("/run/eztunnel/agent.lock")
+		if err != nil || !strings.Contains(string(lock), "pod "+agentNS+"/"+now[0]) || !strings.Contains(string(lock), "took over from pod "+agentNS+"/"+old[0]) {
+			t.Errorf("node lock after the surge upgrade (old %s, new %s): %q, %v", old[0], now[0], lock, err)
+		}
+		if n := accelerated(t, on, on.svcIP+":80", conns); n < conns {
+			t.Errorf("after the surge upgrade: %v of %d new connections on the shortcut", n, conns)
 		}
 	})
 
