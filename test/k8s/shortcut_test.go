@@ -197,18 +197,25 @@ func TestKubernetes(t *testing.T) {
 		if m["eztunnel_pairs_total"] < 2*conns {
 			t.Errorf("eztunnel_pairs_total = %v after the selected streams", m["eztunnel_pairs_total"])
 		}
-		// Per-pod counts, labelled with the selected pods only.
-		var onPods, offPods float64
-		for k, v := range m {
-			if strings.HasPrefix(k, `eztunnel_pod_sockets_enrolled_total{namespace="`+on.ns+`"`) {
-				onPods += v
+		// Per-pod counts, labelled with the selected pods only: conns more
+		// connections enrol 2*conns sockets in the client and server pods.
+		podCounts := func() (onPods, offSeries float64) {
+			for k, v := range metrics(t) {
+				if strings.HasPrefix(k, `eztunnel_pod_sockets_enrolled_total{namespace="`+on.ns+`"`) {
+					onPods += v
+				}
+				if strings.HasPrefix(k, `eztunnel_pod_sockets_enrolled_total{namespace="`+off.ns+`"`) {
+					offSeries++
+				}
 			}
-			if strings.HasPrefix(k, `eztunnel_pod_sockets_enrolled_total{namespace="`+off.ns+`"`) {
-				offPods++
-			}
+			return onPods, offSeries
 		}
-		if onPods < 2*conns || offPods != 0 || m["eztunnel_pods_selected"] < 2 {
-			t.Errorf("per-pod metrics: %v sockets enrolled in %s, %v series for %s, %v pods selected", onPods, on.ns, offPods, off.ns, m["eztunnel_pods_selected"])
+		on0, _ := podCounts()
+		accelerated(t, on, on.svcIP+":80", conns)
+		on1, offSeries := podCounts()
+		if on1-on0 < 2*conns || offSeries != 0 || metrics(t)["eztunnel_pods_selected"] < 2 {
+			t.Errorf("per-pod metrics: %v sockets of %s enrolled by %d connections, %v series for %s, %v pods selected",
+				on1-on0, on.ns, conns, offSeries, off.ns, metrics(t)["eztunnel_pods_selected"])
 		}
 		for _, args := range [][]string{{"status"}, {"connections"}} {
 			out := kubectl(t, append([]string{"-n", agentNS, "exec", pods[0], "--", "/eztunnel"}, args...)...)
