@@ -79,17 +79,29 @@ func UnpinLinks(dir string) error {
 	}
 	slices.Reverse(pins)
 	for _, pin := range pins {
-		l, err := link.LoadPinnedLink(pin, nil)
-		if err != nil {
-			return fmt.Errorf("open pinned link %s: %w", pin, err)
-		}
-		err = l.Unpin()
-		l.Close()
-		if err != nil {
-			return fmt.Errorf("unpin %s: %w", pin, err)
+		if err := UnpinLink(pin); err != nil {
+			return err
 		}
 	}
 	return os.RemoveAll(filepath.Join(dir, LinksDir))
+}
+
+// UnpinLink unpins the link pinned at pin; it is detached once no process
+// holds it either. Nothing pinned there is not an error.
+func UnpinLink(pin string) error {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open pinned link %s: %w", pin, err)
+	}
+	err = l.Unpin()
+	l.Close()
+	if err != nil {
+		return fmt.Errorf("unpin %s: %w", pin, err)
+	}
+	return nil
 }
 
 // MovePin renames a pin (bpffs supports rename), creating the directories of to.

@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
@@ -97,18 +96,8 @@ func AttachedCgroups(dir string) ([]uint64, error) {
 func DetachCgroup(dir string, id uint64) error {
 	base := bpfsys.LinkPin(dir, bpfsys.KindCgroup, strconv.FormatUint(id, 10))
 	for _, h := range slices.Backward(cgroupHooks) {
-		pin := filepath.Join(base, h.name)
-		l, err := link.LoadPinnedLink(pin, nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("open pinned link %s: %w", pin, err)
-		}
-		err = l.Unpin()
-		l.Close()
-		if err != nil {
-			return fmt.Errorf("unpin %s: %w", pin, err)
+		if err := bpfsys.UnpinLink(filepath.Join(base, h.name)); err != nil {
+			return err
 		}
 	}
 	if err := os.Remove(base); err != nil && !errors.Is(err, os.ErrNotExist) {
