@@ -17,7 +17,7 @@ import (
 )
 
 // API is the part of the Kubernetes API the package reads. NewAPI talks to
-// an API server; kubetest.FromClientset adapts client-go's (fake) clientset.
+// an API server; the tests adapt client-go's fake clientset (fakeapi_test.go).
 //
 // The typed clientsets are not used here: they import client-go's scheme,
 // which registers every API group and adds about 23 MB to the agent binary.

@@ -1,4 +1,4 @@
-// Code copied from kubetest (which this package cannot import in its own tests).
+// The API over client-go's (fake) clientset, for the tests: only tests may link the typed clientsets.
 package kube
 
 import (

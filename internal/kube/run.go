@@ -43,7 +43,7 @@ func Run(ctx context.Context, cfg Config, apply func([]Target) error, synced fun
 	return RunWith(ctx, cfg, api, apply, synced)
 }
 
-// RunWith is Run on a given API (kubetest.FromClientset in tests).
+// RunWith is Run on a given API (client-go's fake clientset in tests, fakeapi_test.go).
 func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) error, synced func()) error {
 	layout, err := DetectLayout(cfg)
 	if err != nil {
