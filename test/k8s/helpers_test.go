@@ -22,7 +22,7 @@ import (
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
-func kubectl(t *testing.T, args ...string) string {
+func kubectl(t testing.TB, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -33,7 +33,7 @@ func kubectl(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-func apply(t *testing.T, yaml string) {
+func apply(t testing.TB, yaml string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -53,7 +53,7 @@ type app struct {
 
 // newApp creates namespace ns (with labels) and its pods and Service, and
 // deletes the namespace when the test ends.
-func newApp(t *testing.T, ns string, labels map[string]string) *app {
+func newApp(t testing.TB, ns string, labels map[string]string) *app {
 	t.Helper()
 	var lb strings.Builder
 	for k, v := range labels {
@@ -131,7 +131,7 @@ func (a *app) streamErr(ctx context.Context, addr string, conns int, size uint64
 	return rep, err
 }
 
-func (a *app) stream(t *testing.T, addr string, conns int, size uint64) {
+func (a *app) stream(t testing.TB, addr string, conns int, size uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -145,7 +145,7 @@ func (a *app) stream(t *testing.T, addr string, conns int, size uint64) {
 }
 
 // metrics scrapes the agent's metrics endpoint (hostNetwork, node IP).
-func metrics(t *testing.T) map[string]float64 {
+func metrics(t testing.TB) map[string]float64 {
 	t.Helper()
 	m, err := scrape()
 	if err != nil {
@@ -183,7 +183,7 @@ func scrape() (map[string]float64, error) {
 
 // pairs is the agent's count of connections with both directions on the
 // shortcut.
-func pairs(t *testing.T) float64 {
+func pairs(t testing.TB) float64 {
 	t.Helper()
 	v, ok := metrics(t)["eztunnel_pairs_total"]
 	if !ok {
@@ -193,7 +193,7 @@ func pairs(t *testing.T) float64 {
 }
 
 // agentPods lists the running agent pods.
-func agentPods(t *testing.T) []string {
+func agentPods(t testing.TB) []string {
 	t.Helper()
 	out := kubectl(t, "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=eztunnel", "-o", "jsonpath={.items[*].metadata.name}")
 	return strings.Fields(out)

@@ -26,7 +26,7 @@ const (
 // chart in deploy/.
 type installer struct{ bin string }
 
-func newInstaller(t *testing.T) *installer {
+func newInstaller(t testing.TB) *installer {
 	repo, err := toolbin.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,7 @@ func newInstaller(t *testing.T) *installer {
 	return &installer{bin: bin}
 }
 
-func (h *installer) helm(t *testing.T, args ...string) {
+func (h *installer) helm(t testing.TB, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -50,7 +50,7 @@ func (h *installer) helm(t *testing.T, args ...string) {
 	}
 }
 
-func (h *installer) install(t *testing.T, tag string, set ...string) {
+func (h *installer) install(t testing.TB, tag string, set ...string) {
 	args := []string{"upgrade", "--install", release, chartDir, "-n", agentNS, "--create-namespace",
 		"--set", "image.repository=" + agentRepo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
 		"--set", "cgroup2Path=" + cg2Root, "--wait", "--timeout", "3m"}
@@ -61,15 +61,15 @@ func (h *installer) install(t *testing.T, tag string, set ...string) {
 	waitAgentReady(t)
 }
 
-func (h *installer) upgrade(t *testing.T, tag string, set ...string) { h.install(t, tag, set...) }
+func (h *installer) upgrade(t testing.TB, tag string, set ...string) { h.install(t, tag, set...) }
 
-func (h *installer) uninstall(t *testing.T) {
+func (h *installer) uninstall(t testing.TB) {
 	h.helm(t, "uninstall", release, "-n", agentNS, "--wait", "--timeout", "3m")
 }
 
 // waitAgentReady waits for the rollout to finish and the agent to serve
 // metrics.
-func waitAgentReady(t *testing.T) {
+func waitAgentReady(t testing.TB) {
 	t.Helper()
 	kubectl(t, "-n", agentNS, "rollout", "status", "daemonset/"+release, "--timeout=180s")
 	deadline := time.Now().Add(time.Minute)
@@ -85,7 +85,7 @@ func waitAgentReady(t *testing.T) {
 	}
 }
 
-func agentLogs(t *testing.T) string {
+func agentLogs(t testing.TB) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := cl.Kubectl(ctx, "-n", agentNS, "logs", "daemonset/"+release, "--tail=50")
@@ -99,7 +99,7 @@ func agentLogs(t *testing.T) string {
 
 // accelerated runs conns streams from a's client to addr and reports how
 // many connection pairs the agent put on the shortcut meanwhile.
-func accelerated(t *testing.T, a *app, addr string, conns int) float64 {
+func accelerated(t testing.TB, a *app, addr string, conns int) float64 {
 	t.Helper()
 	before := pairs(t)
 	a.stream(t, addr, conns, streamLen)
@@ -108,7 +108,7 @@ func accelerated(t *testing.T, a *app, addr string, conns int) float64 {
 
 // waitPolicy polls short streams until the shortcut is (or is not) taken,
 // so that a relabelling has reached the agent before the counted run.
-func waitPolicy(t *testing.T, a *app, on bool) {
+func waitPolicy(t testing.TB, a *app, on bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
