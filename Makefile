@@ -10,7 +10,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
-.PHONY: k8s-bin test-k8s
+.PHONY: k8s-bin test-k8s bench-k8s
 .PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-memory clean deps helm image manifests check-manifests
 
 all: build
@@ -65,6 +65,15 @@ test-k8s:
 	./scripts/install-deps.sh
 	$(MAKE) k8s-bin
 	$(GO) test -tags k8s -count=1 -timeout 30m -v ./test/k8s
+
+# Ping-echo and redis between pods on that cluster, the namespace not
+# selected and selected in interleaved rounds; prints a Markdown table
+# (docs/kubernetes.md). Not part of test-k8s.
+bench-k8s:
+	@if [ "$$(id -u)" != 0 ]; then echo "make bench-k8s needs root: sudo make bench-k8s" >&2; exit 1; fi
+	./scripts/install-deps.sh
+	$(MAKE) k8s-bin
+	$(GO) test -tags k8s -count=1 -timeout 30m -run '^$$' -bench Pods -benchtime 1x -v ./test/k8s
 
 # SIGKILL the e2e tests mid-run, rerun them, and check the host is as before.
 test-crash:

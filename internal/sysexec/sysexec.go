@@ -65,6 +65,7 @@ func init() {
 	register("iptables-save", "iptables", "lab/k8scluster: finds the KUBE-/CNI- chains to remove")
 	register("ip6tables-save", "iptables", "lab/k8scluster: finds the KUBE-/CNI- chains to remove")
 	register("ip6tables", "iptables", "lab/k8scluster: removes the KUBE-/CNI- chains")
+	register("ldd", "libc-bin", "test/k8s bench: the shared libraries the redis image needs")
 	// Shell scripts (scripts/*.sh) also run: flock, setsid (util-linux),
 	// sed, grep, diff, mktemp, seq, head (Essential), go, ip, nsenter.
 	register("flock", "util-linux", "scripts/crash-test.sh: the kernel-tests lock")

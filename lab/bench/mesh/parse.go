@@ -8,17 +8,18 @@ import (
 	"strings"
 )
 
-// redisTest is one line of `redis-benchmark --csv`.
-type redisTest struct {
+// RedisTest is one line of `redis-benchmark --csv` (the lab and the
+// Kubernetes bench between pods read it).
+type RedisTest struct {
 	Name                string
 	RPS                 float64
 	AvgMs, P50Ms, P95Ms float64
 	P99Ms, MinMs, MaxMs float64
 }
 
-// parseRedisCSV reads redis-benchmark 7's --csv output:
+// ParseRedisCSV reads redis-benchmark 7's --csv output:
 // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms".
-func parseRedisCSV(out string) ([]redisTest, error) {
+func ParseRedisCSV(out string) ([]RedisTest, error) {
 	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	if err != nil {
 		return nil, fmt.Errorf("redis-benchmark csv: %w", err)
@@ -30,10 +31,10 @@ func parseRedisCSV(out string) ([]redisTest, error) {
 	for i, h := range recs[0] {
 		col[h] = i
 	}
-	var tests []redisTest
+	var tests []RedisTest
 	for _, r := range recs[1:] {
 		num := func(name string) (float64, error) { return strconv.ParseFloat(r[col[name]], 64) }
-		t := redisTest{Name: r[0]}
+		t := RedisTest{Name: r[0]}
 		var errs [7]error
 		t.RPS, errs[0] = num("rps")
 		t.AvgMs, errs[1] = num("avg_latency_ms")

@@ -12,14 +12,14 @@ func TestParseRedisCSV(t *testing.T) {
 "SET","48780.49","0.055","0.016","0.055","0.103","0.143","0.247"
 "GET","60606.06","0.043","0.016","0.047","0.063","0.111","0.207"
 `
-	tests, err := parseRedisCSV(out)
+	tests, err := ParseRedisCSV(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(tests) != 2 || tests[0].Name != "SET" || tests[0].RPS != 48780.49 || tests[1].P50Ms != 0.047 || tests[1].P99Ms != 0.111 {
 		t.Errorf("%+v", tests)
 	}
-	if _, err := parseRedisCSV("ERROR: connection refused\n"); err == nil {
+	if _, err := ParseRedisCSV("ERROR: connection refused\n"); err == nil {
 		t.Error("garbage parsed")
 	}
 }

@@ -100,7 +100,7 @@ func redisBench(m *meter, s scale, r *Run) (clientResult, error) {
 	if err != nil {
 		return res, err
 	}
-	tests, err := parseRedisCSV(string(out))
+	tests, err := ParseRedisCSV(string(out))
 	if err != nil {
 		return res, err
 	}
