@@ -27,7 +27,7 @@ import (
 // What one round of BenchmarkPods measures in each mode.
 const (
 	benchNS      = "ez-bench"
-	benchRounds  = 5     // rounds; each runs both modes, order alternating (ABBA)
+	benchRounds  = 10    // rounds; each runs both modes, order alternating (ABBA)
 	pingN        = 20000 // back-to-back 24-byte round trips per round, one connection
 	pingWarmup   = 1000
 	redisN       = 100000 // requests per redis-benchmark test (SET, GET) per round
@@ -100,6 +100,7 @@ spec:
 	kubectl(b, pingArgs(1000, 100)...)
 	kubectl(b, redisArgs(5000)...)
 
+	load0 := loadAvg()
 	var runs []podRun
 	for round := 1; round <= benchRounds; round++ {
 		modes := []bool{false, true}
@@ -140,7 +141,7 @@ spec:
 		}
 	}
 	setSelected(b, a, false)
-	fmt.Print(podTable(runs, strings.Join(placed, ", ")))
+	fmt.Print(podTable(runs, strings.Join(placed, ", "), load0+" -> "+loadAvg()))
 }
 
 const (
@@ -174,7 +175,7 @@ func redisLine(tests []mesh.RedisTest) string {
 // podTable: per metric the median over rounds of each mode and the
 // eztunnel/baseline ratio of each round (the two modes of a round ran
 // back to back): its median and range.
-func podTable(runs []podRun, placement string) string {
+func podTable(runs []podRun, placement, load string) string {
 	metrics := []struct {
 		name   string
 		digits int
@@ -216,8 +217,8 @@ func podTable(runs []podRun, placement string) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\neztunnel bench between pods (%s, kernel %s, %d CPUs): %d rounds, baseline and eztunnel interleaved ABBA\n"+
 		"ping-echo: %d x 24 B back to back on one connection per round; redis: redis-benchmark -c %d -n %d -t set,get\n"+
-		"placement: %s\nbaseline, eztunnel: median over rounds; ratio: eztunnel/baseline per round, median and range\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), kernelRelease(), runtime.NumCPU(), benchRounds, pingN, redisClients, redisN, placement)
+		"placement: %s; machine load average (1 min) before -> after: %s (the VM is shared)\nbaseline, eztunnel: median over rounds; ratio: eztunnel/baseline per round, median and range\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), kernelRelease(), runtime.NumCPU(), benchRounds, pingN, redisClients, redisN, placement, load)
 	bench.WriteTable(&sb, []string{"metric", "baseline", "eztunnel", "ratio", "ratio range"}, rows)
 	fmt.Fprintf(&sb, "\nconnections on the shortcut per eztunnel round (eztunnel_pairs_total): ping-echo %s; redis %s; baseline rounds: 0\n",
 		strings.Join(pp, ", "), strings.Join(rp, ", "))
@@ -229,6 +230,15 @@ func median(xs []float64) float64 {
 		return math.NaN()
 	}
 	return stats.Summarize(xs).P50
+}
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
 
 func kernelRelease() string {
