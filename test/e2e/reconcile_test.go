@@ -115,11 +115,11 @@ func TestAgentConvergesCgroups(t *testing.T) {
 	if err := os.Remove(later); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the removed cgroup's links unpinned", 3*time.Second, func() bool { return !has(laterID) }, third.logs.String)
+	waitFor(t, "the removed cgroup's links unpinned", 15*time.Second, func() bool { return !has(laterID) }, third.logs.String)
 	if err := os.Mkdir(later, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the re-made cgroup attached", 3*time.Second, func() bool { return attachedPrograms(t, later) == 2 }, third.logs.String)
+	waitFor(t, "the re-made cgroup attached", 15*time.Second, func() bool { return attachedPrograms(t, later) == 2 }, third.logs.String)
 	stopAgent(t, third)
 }
 
@@ -142,7 +142,7 @@ func TestOneAgentPerDatapath(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	waitFor(t, "first agent ready", 5*time.Second, func() bool { code, _ := get("/readyz"); return code == 200 }, first.logs.String)
+	waitFor(t, "first agent ready", 15*time.Second, func() bool { code, _ := get("/readyz"); return code == 200 }, first.logs.String)
 
 	out, err := eztunnelOut("run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--health-addr", health)
 	if err == nil || !strings.Contains(out, "another eztunnel agent") || !strings.Contains(out, "--takeover") {
@@ -153,10 +153,10 @@ func TestOneAgentPerDatapath(t *testing.T) {
 	}
 
 	second := startAgent(t, bin, e.lab.Managed, pin, "--takeover", "--health-addr", health)
-	waitFor(t, "the first agent handing over", 5*time.Second, func() bool {
+	waitFor(t, "the first agent handing over", 15*time.Second, func() bool {
 		return strings.Contains(first.logs.String(), "handing the datapath over")
 	}, first.logs.String)
-	waitFor(t, "the second agent serving health on the same port", 5*time.Second, func() bool {
+	waitFor(t, "the second agent serving health on the same port", 15*time.Second, func() bool {
 		code, _ := get("/readyz")
 		return code == 200 && strings.Contains(second.logs.String(), "serving health")
 	}, second.logs.String)
@@ -179,7 +179,7 @@ func TestOneAgentPerDatapath(t *testing.T) {
 	if out, err := sysexec.Command(ctx, bin, "uninstall", "--pin-path", pin).CombinedOutput(); err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out)
 	}
-	time.Sleep(1500 * time.Millisecond) // more than one reconcile period
+	time.Sleep(2500 * time.Millisecond) // more than two reconcile periods
 	assertRemoved(t, e.lab.Managed, pin)
 	if !strings.Contains(second.logs.String(), "handing the datapath over") {
 		t.Errorf("the running agent did not stand down for uninstall:\n%s", second.logs.String())
