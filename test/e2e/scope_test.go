@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"testing"
 	"time"
@@ -100,6 +101,13 @@ func TestCgroupScope(t *testing.T) {
 	counts := scopeCounts(t, pin)
 	if len(counts) != 2 || counts[cgroupID(t, a.Cgroup)] < 10 || counts[cgroupID(t, b.Cgroup)] < 10 {
 		t.Errorf("per-cgroup enrolments %v, want a and b with at least 10 each", counts)
+	}
+	out, err := eztunnelOut("status", "-o", "json", "--pin-path", pin)
+	var rep struct {
+		Maps map[string]datapath.MapFill `json:"maps"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || rep.Maps["cgroups"].Entries != 2 {
+		t.Errorf("status: %v, selected cgroups %+v, want 2 entries\n%s", err, rep.Maps["cgroups"], out)
 	}
 
 	// Deselect both in the middle of an accelerated transfer: it stays on

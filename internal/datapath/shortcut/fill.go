@@ -13,16 +13,21 @@ type MapFill struct {
 }
 
 // FillNames are the maps ReadFill reports, in display order.
-var FillNames = []string{"sockets", "pairs", "aliases", "unread"}
+var FillNames = []string{"sockets", "pairs", "aliases", "unread", "cgroups"}
 
 // ReadCounters reads the pinned datapath's counters.
 func (p *Pinned) ReadCounters() (Counters, error) { return ReadCounters(p.Counters) }
 
-// ReadFill counts the entries of the sockhash, the pairing records and the
-// aliases and the unread-bytes records, keyed by FillNames.
+// ReadFill counts the entries of the sockhash, the pairing records, the
+// aliases, the unread-bytes records and the selected cgroups (Kubernetes
+// mode: the selected pods), keyed by FillNames. A datapath pinned by a build
+// without ez_cgroups reports no "cgroups".
 func (p *Pinned) ReadFill() (map[string]MapFill, error) {
 	out := make(map[string]MapFill, len(FillNames))
-	for i, m := range []*ebpf.Map{p.Sockets, p.Pairs, p.Aliases, p.Unreads} {
+	for i, m := range []*ebpf.Map{p.Sockets, p.Pairs, p.Aliases, p.Unreads, p.Cgroups} {
+		if m == nil {
+			continue
+		}
 		n, err := Entries(m)
 		if err != nil {
 			return nil, fmt.Errorf("count %s: %w", FillNames[i], err)
