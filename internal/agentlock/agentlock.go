@@ -60,6 +60,13 @@ func Acquire(path, who string, takeover bool, wait time.Duration) (*Lock, error)
 	}
 	for {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if errors.Is(err, os.ErrNotExist) {
+			// Remove took the directory away meanwhile: make it again.
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return nil, fmt.Errorf("lock file directory: %w", err)
+			}
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open lock file: %w", err)
 		}
@@ -181,13 +188,14 @@ func (l *Lock) watch() {
 func (l *Lock) Requested() <-chan string { return l.req }
 
 // Remove deletes the lock file while holding it (after uninstall: nothing
-// is left to manage), then releases it.
+// is left to manage), then releases it, and removes its directory if empty.
 func (l *Lock) Remove() error {
 	os.Remove(RequestPath(l.path))
 	err := os.Remove(l.path)
 	if rerr := l.Release(); err == nil {
 		err = rerr
 	}
+	os.Remove(filepath.Dir(l.path)) // only if no other lock lives there
 	return err
 }
 

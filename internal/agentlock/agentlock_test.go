@@ -76,7 +76,7 @@ func TestRelativePathRefused(t *testing.T) {
 }
 
 func TestRemoveThenAcquire(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "agent.lock")
+	path := filepath.Join(t.TempDir(), "run", "agent.lock")
 	a, err := Acquire(path, "agent-a", false, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +86,9 @@ func TestRemoveThenAcquire(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("lock file still there after Remove: %v", err)
+	}
+	if _, err := os.Stat(filepath.Dir(path)); !os.IsNotExist(err) {
+		t.Fatalf("empty lock directory still there after Remove: %v", err)
 	}
 	b, err := Acquire(path, "agent-b", false, time.Second)
 	if err != nil {
