@@ -230,6 +230,7 @@ func TestKubernetes(t *testing.T) {
 	underTraffic := func(t *testing.T, what string, do func()) {
 		t.Helper()
 		before := pairs(t)
+		paired0, _ := shortcutCounts(t)
 		type res struct {
 			addr string
 			err  error
@@ -253,6 +254,11 @@ func TestKubernetes(t *testing.T) {
 				t.Fatalf("%s: only %v of %d connections on the shortcut before the change", what, pairs(t)-before, 2*conns)
 			}
 			time.Sleep(200 * time.Millisecond)
+		}
+		// Most of them are paired, not early-data fallbacks: what is under
+		// test is the paired ones.
+		if paired, early := shortcutCounts(t); paired-paired0 < conns {
+			t.Fatalf("%s: %v of %d connections paired before the change (%v early-data fallbacks in all)", what, paired-paired0, 2*conns, early)
 		}
 		do()
 		for range 2 {
