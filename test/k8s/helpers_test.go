@@ -191,6 +191,18 @@ func pairs(t testing.TB) float64 {
 	return paired + early
 }
 
+// fallbacks lists the agent's fallback counters (why connections were not paired).
+func fallbacks(t testing.TB) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for k, v := range metrics(t) {
+		if strings.HasPrefix(k, "eztunnel_fallbacks_total{") && v > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // shortcutCounts reads the agent's paired connections and early-data fallbacks.
 func shortcutCounts(t testing.TB) (paired, early float64) {
 	t.Helper()

@@ -251,7 +251,7 @@ func TestKubernetes(t *testing.T) {
 		deadline := time.Now().Add(15 * time.Second)
 		for pairs(t)-before < 2*conns {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: only %v of %d connections on the shortcut before the change", what, pairs(t)-before, 2*conns)
+				t.Fatalf("%s: only %v of %d connections on the shortcut before the change; fallbacks: %v", what, pairs(t)-before, 2*conns, fallbacks(t))
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
