@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -132,6 +133,23 @@ func (r stuckRun) run(t *testing.T, e *env, a, b *netlab.Pod) stuckResult {
 }
 
 // unreadEntries counts the pinned per-connection unread records.
+// compare runs r over plain TCP, then with the datapath installed (on the
+// next port), and returns both results, the counters' change over the
+// accelerated run and the unread records before it (for waitUnread).
+func (r stuckRun) compare(t *testing.T, e *env, a, b *netlab.Pod, what string) (plain, accel stuckResult, d datapath.Counters, unread0 int) {
+	t.Helper()
+	plain = r.run(t, e, a, b)
+	t.Logf("plain TCP, %s: node TCP memory peaked %.1f MiB above baseline; writer blocked: %v", what, float64(plain.peak)/mib, plain.blocked)
+	e.accelerate()
+	unread0 = unreadEntries(t, e)
+	before := e.counters()
+	r.port++
+	accel = r.run(t, e, a, b)
+	d = delta(before, e.counters())
+	t.Logf("accelerated, %s: node TCP memory peaked %.1f MiB above baseline; counters %v", what, float64(accel.peak)/mib, d)
+	return plain, accel, d, unread0
+}
+
 func unreadEntries(t *testing.T, e *env) int {
 	t.Helper()
 	p, err := datapath.OpenPinned(e.cfg)
@@ -174,17 +192,7 @@ const mib = 1 << 20
 func TestBackpressureStuckReader(t *testing.T) {
 	e := newEnv(t, "bpstck", 61)
 	a, b := e.pod("a", true), e.pod("b", true)
-	run := stuckRun{conns: 1, bytes: 64 * mib, port: 7200}
-	plain := run.run(t, e, a, b)
-	t.Logf("plain TCP: node TCP memory peaked %.1f MiB above baseline; writer blocked: %v", float64(plain.peak)/mib, plain.blocked)
-
-	e.accelerate()
-	u0 := unreadEntries(t, e)
-	before := e.counters()
-	run.port++
-	accel := run.run(t, e, a, b)
-	d := delta(before, e.counters())
-	t.Logf("accelerated: node TCP memory peaked %.1f MiB above baseline; counters %v", float64(accel.peak)/mib, d)
+	plain, accel, d, u0 := stuckRun{conns: 1, bytes: 64 * mib, port: 7200}.compare(t, e, a, b, "a stuck reader")
 	if accel.peak > 16*mib {
 		t.Errorf("node TCP memory grew %.1f MiB with a stuck reader, bound 16 MiB (plain TCP: %.1f MiB)", float64(accel.peak)/mib, float64(plain.peak)/mib)
 	}
@@ -208,17 +216,7 @@ func TestBackpressureStuckReader(t *testing.T) {
 func TestBackpressureSlowReader(t *testing.T) {
 	e := newEnv(t, "bpslow", 62)
 	a, b := e.pod("a", true), e.pod("b", true)
-	run := stuckRun{conns: 1, bytes: 20 * mib, rate: mib, port: 7200}
-	plain := run.run(t, e, a, b)
-	t.Logf("plain TCP: node TCP memory peaked %.1f MiB above baseline", float64(plain.peak)/mib)
-
-	e.accelerate()
-	u0 := unreadEntries(t, e)
-	before := e.counters()
-	run.port++
-	accel := run.run(t, e, a, b)
-	d := delta(before, e.counters())
-	t.Logf("accelerated: node TCP memory peaked %.1f MiB above baseline; counters %v", float64(accel.peak)/mib, d)
+	plain, accel, d, u0 := stuckRun{conns: 1, bytes: 20 * mib, rate: mib, port: 7200}.compare(t, e, a, b, "a slow reader")
 	if accel.peak > 16*mib {
 		t.Errorf("node TCP memory grew %.1f MiB with a slow reader, bound 16 MiB (plain TCP: %.1f MiB)", float64(accel.peak)/mib, float64(plain.peak)/mib)
 	}
@@ -238,16 +236,7 @@ func TestBackpressureManyStuckReaders(t *testing.T) {
 	const conns, buf = 100, 256 << 10
 	// 64 KiB writes: a message smaller than the bound is redirected first.
 	run := stuckRun{conns: conns, bytes: 8 * mib, rcvbuf: buf, sndbuf: buf, chunk: 64 << 10, port: 7200}
-	plain := run.run(t, e, a, b)
-	t.Logf("plain TCP, %d stuck readers: node TCP memory peaked %.1f MiB above baseline", conns, float64(plain.peak)/mib)
-
-	e.accelerate()
-	u0 := unreadEntries(t, e)
-	before := e.counters()
-	run.port++
-	accel := run.run(t, e, a, b)
-	d := delta(before, e.counters())
-	t.Logf("accelerated, %d stuck readers: node TCP memory peaked %.1f MiB above baseline; counters %v", conns, float64(accel.peak)/mib, d)
+	plain, accel, d, u0 := run.compare(t, e, a, b, fmt.Sprintf("%d stuck readers", conns))
 	// Per connection: the bound (sk_rcvbuf, twice SO_RCVBUF), the sender's
 	// sk_sndbuf (twice SO_SNDBUF) after the switch, and slack for what TCP
 	// has in flight.
