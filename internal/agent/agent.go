@@ -160,11 +160,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	synced := ev.synced
-	if cfg.ReadyFile != "" && pods == nil {
-		if err := os.WriteFile(cfg.ReadyFile, []byte("ready\n"), 0o600); err != nil {
-			return err
-		}
-	}
 	hl.setReady(false, "waiting for the first sync of the pods")
 
 	tick := time.NewTicker(cfg.PairMaxAge / 4)
@@ -182,7 +177,9 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-synced:
 			synced = nil
 			hl.setReady(true, "")
-			if cfg.ReadyFile != "" && pods != nil {
+			// Plain mode: at once (synced is closed); Kubernetes mode: after
+			// the first selection is applied.
+			if cfg.ReadyFile != "" {
 				if err := os.WriteFile(cfg.ReadyFile, []byte("ready\n"), 0o600); err != nil {
 					return err
 				}
