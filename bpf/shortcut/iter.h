@@ -36,7 +36,7 @@ int ez_conns(struct bpf_iter__bpf_sk_storage_map *ctx)
 	rec.tx_msgs = es->tx_msgs;
 	rec.tx_bytes = es->tx_bytes;
 	rec.key = es->key;
-	rec.flags = es->flags & (EZ_F_CLIENT | EZ_F_SERVER);
+	rec.flags = es->flags & (EZ_F_CLIENT | EZ_F_SERVER | EZ_F_ADOPTED);
 	rec.state = es->state;
 	rec.tcp_state = sk->__sk_common.skc_state;
 	ukey = unread_key(es);

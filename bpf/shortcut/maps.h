@@ -96,7 +96,36 @@ struct {
 	__type(value, struct ez_cgroup);
 } ez_cgroups SEC(".maps");
 
+/* Adoption (shortcut/adopt.h): records by client cookie, written by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct ez_adopt);
+} ez_adopts SEC(".maps");
+
+/* Each end's cookie to its ez_adopts record and role. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 32768);
+	__type(key, __u64);
+	__type(value, struct ez_adopt_ref);
+} ez_adopt_socks SEC(".maps");
+
+/* cgroup ids where ez_sockops is attached (the agent keeps it in sync with
+ * its links): only their sockets get the callbacks adoption's tripwire needs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u32);
+} ez_adopt_hooks SEC(".maps");
+
 EZ_COUNTER_MAP(ez_counters, EZ_C_MAX);
+EZ_COUNTER_MAP(ez_adopt_counters, EZ_A_MAX);
 
 static __always_inline void count_add(__u32 c, __u64 n)
 {
@@ -106,6 +135,11 @@ static __always_inline void count_add(__u32 c, __u64 n)
 static __always_inline void count(__u32 c)
 {
 	count_add(c, 1);
+}
+
+static __always_inline void adopt_count(__u32 c)
+{
+	ez_counter_add(&ez_adopt_counters, c, 1);
 }
 
 /* Maps an insert error to the fallback reason it is counted under. */

@@ -15,6 +15,7 @@
 #include <bpf/bpf_tracing.h>
 #include "shortcut/maps.h"
 #include "shortcut/unread.h"
+#include "shortcut/adopt.h"
 
 #define EZ_MSG_PEEK 2
 
@@ -39,7 +40,11 @@ int BPF_PROG(ez_recv, struct sock *sk, int ret, int flags)
 	if (ret <= 0 || (flags & EZ_MSG_PEEK) || !sk || sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
-	if (!es || (es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_WAITING))
+	if (!es)
+		return 0;
+	if (es->state == EZ_SOCK_ADOPT_IN)
+		adopt_settle(es); /* its peer may have redirected since activation */
+	if (es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_WAITING)
 		return 0;
 	if (!recv_owner())
 		return 0;

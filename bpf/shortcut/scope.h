@@ -26,10 +26,9 @@
  * two more for runtimes that nest a level). */
 #define EZ_SCOPE_DEPTH 4
 
-/* The ez_cgroups entry that selects sk's cgroup, NULL when none does. */
-static __always_inline struct ez_cgroup *scope_entry(struct bpf_sock *sk)
+/* The ez_cgroups entry that selects tp's cgroup, NULL when none does. */
+static __always_inline struct ez_cgroup *scope_entry_tp(struct tcp_sock *tp)
 {
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 	struct cgroup *cg;
 
 	if (!tp)
@@ -46,6 +45,11 @@ static __always_inline struct ez_cgroup *scope_entry(struct bpf_sock *sk)
 	return NULL;
 }
 
+static __always_inline struct ez_cgroup *scope_entry(struct bpf_sock *sk)
+{
+	return scope_entry_tp(bpf_skc_to_tcp_sock(sk));
+}
+
 /* May sk enrol? Always without the cgroup filter; *entry is the selecting
  * ez_cgroups entry (scope_count counts the enrolment there). */
 static __always_inline bool scope_selected(struct bpf_sock *sk, struct ez_cgroup **entry)
@@ -54,6 +58,16 @@ static __always_inline bool scope_selected(struct bpf_sock *sk, struct ez_cgroup
 	if (!(ez_cfg_flags & EZ_CFG_CGROUP_FILTER))
 		return true;
 	*entry = scope_entry(sk);
+	return *entry != NULL;
+}
+
+/* scope_selected for a socket an iterator holds. */
+static __always_inline bool scope_selected_tp(struct tcp_sock *tp, struct ez_cgroup **entry)
+{
+	*entry = NULL;
+	if (!(ez_cfg_flags & EZ_CFG_CGROUP_FILTER))
+		return true;
+	*entry = scope_entry_tp(tp);
 	return *entry != NULL;
 }
 

@@ -13,6 +13,7 @@
 #include "shortcut/release.h"
 #include "shortcut/iter.h"
 #include "shortcut/recv.h"
+#include "shortcut/adopt.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

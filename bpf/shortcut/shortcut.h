@@ -109,6 +109,8 @@ enum ez_sock_state {
 	EZ_SOCK_PAIRED = 2,	/* both ends in the sockhash: every byte is redirected */
 	EZ_SOCK_KERNEL = 3,	/* decided for the kernel path for the connection's life */
 	EZ_SOCK_LEFT = 4,	/* was paired; the connection switched to the kernel path and this end left the sockhash */
+	EZ_SOCK_ADOPT_ARMED = 5, /* established before the agent; confirmed quiet for adoption, tripwire on, not in the sockhash */
+	EZ_SOCK_ADOPT_IN = 6,	/* being adopted: in the sockhash, its connection's ez_adopt record not PAIRED yet */
 };
 
 enum ez_sock_flags {
@@ -117,6 +119,7 @@ enum ez_sock_flags {
 	EZ_F_CLIENT = 4,
 	EZ_F_SERVER = 8,
 	EZ_F_UNREAD_REF = 16,	/* holds a reference on its connection's ez_unread record */
+	EZ_F_ADOPTED = 32,	/* paired by adoption (shortcut/adopt.h), not at its handshake */
 };
 
 /*
@@ -177,12 +180,85 @@ struct ez_conn_record {
 	__u64 tx_bytes;
 	struct ez_conn_key key;	/* client and server ip:port (client's side, after NAT) */
 	__u32 netns_ino;	/* inode of the network namespace (as in /proc/PID/ns/net) */
-	__u32 flags;		/* enum ez_sock_flags: EZ_F_CLIENT or EZ_F_SERVER */
+	__u32 flags;		/* enum ez_sock_flags: EZ_F_CLIENT or EZ_F_SERVER, and EZ_F_ADOPTED */
 	__u32 state;		/* enum ez_sock_state */
 	__u32 tcp_state;	/* the socket's TCP state (BPF_TCP_*) */
 	__s64 rx_unread;	/* bytes redirected to this socket it has not read */
 	__u32 rx_bound;		/* the bound on rx_unread */
 	__u32 switched;		/* the connection switched to the kernel path (backpressure) */
+};
+
+/*
+ * Adoption of a connection established before the agent (shortcut/adopt.h):
+ * one record per connection in ez_adopts, keyed by the client's (role 0)
+ * socket cookie, written by the agent (CANDIDATE) and advanced by BPF with
+ * cmpxchg only. ez_adopt_socks maps each end's cookie to its record.
+ */
+struct ez_adopt {
+	__u64 cookie[2];	/* role 0: client (sends direction 0), role 1: server */
+	struct ez_conn_key key;	/* client and server ip:port after NAT, as the agent matched them */
+	__u32 state;		/* enum ez_adopt_state */
+	__u32 confirmed;	/* bit per role: that end was quiet under its lock, tripwire on */
+	__u32 inserted;		/* bit per role: that end is in the sockhash */
+	__u32 bound[2];		/* each role's bound as a receiver (struct ez_unread), set at its confirm */
+	__u32 reason;		/* the enum ez_adopt_counter an abort was counted under */
+};
+
+struct ez_adopt_ref {
+	__u64 conn;		/* key of the ez_adopts record: the client's cookie */
+	__u32 role;		/* 0 client, 1 server */
+	__u32 _pad;
+};
+
+enum ez_adopt_state {
+	EZ_ADOPT_CANDIDATE = 1,	/* matched by the agent */
+	EZ_ADOPT_CONFIRMED = 2,	/* both ends quiet under their own lock, tripwires on */
+	EZ_ADOPT_ONE_IN = 3,	/* one end in the sockhash */
+	EZ_ADOPT_PAIRED = 4,	/* both in, activated: redirected like a handshake pair */
+	EZ_ADOPT_ABORTED = 5,	/* given up this round; its ends are handed back */
+};
+
+/* Why a socket cannot be adopted now (struct ez_adopt_sock.busy); 0: quiet. */
+enum ez_adopt_busy {
+	EZ_AB_UNACKED = 1,	/* sent bytes not acknowledged yet (write_seq != snd_una) */
+	EZ_AB_UNREAD = 2,	/* received bytes the application has not read */
+	EZ_AB_QUEUED = 4,	/* out-of-order queue or backlog not empty */
+	EZ_AB_SLEEPER = 8,	/* a thread sleeps on the socket (blocking recv/send, poll) or waits for its lock */
+	EZ_AB_CLOSING = 16,	/* shutdown, error or urgent data */
+	EZ_AB_UNSUPPORTED = 32,	/* another sockmap/ULP user, TCP repair, MD5 */
+	EZ_AB_SACK = 64,	/* 3 or more SACK/D-SACK blocks to send: with timestamps they fill the option space the tripwire needs */
+};
+
+/* One socket as ez_adopt_scan emits it: established sockets and listeners of one netns. */
+struct ez_adopt_sock {
+	__u64 cookie;
+	__u64 netns_cookie;
+	__u64 cgroup_id;
+	__u8 local_ip[16];	/* v4-mapped for IPv4 */
+	__u8 remote_ip[16];
+	__u32 netns_ino;
+	__u32 tcp_state;	/* BPF_TCP_ESTABLISHED or BPF_TCP_LISTEN */
+	__u16 local_port;	/* host order */
+	__u16 remote_port;
+	__u32 busy;		/* enum ez_adopt_busy bits */
+	__u32 snd_nxt;		/* next sequence number this end sends */
+	__u32 rcv_nxt;		/* next sequence number it expects */
+	__u32 state;		/* enum ez_sock_state of its sk_storage (0 without) */
+	__u32 _pad;
+};
+
+/* Per-CPU counters of adoption (ez_adopt_counters). The agent adds the ones it decides. */
+enum ez_adopt_counter {
+	EZ_A_ROUNDS = 0,	/* adoption rounds run (agent) */
+	EZ_A_ADOPTED,		/* connections adopted: both ends paired */
+	EZ_A_SKIP_BUSY,		/* bytes in flight or queued, a thread in a socket call, or data sent during the round */
+	EZ_A_SKIP_NO_PEER,	/* the other end is not a socket in a managed cgroup of this node (agent) */
+	EZ_A_SKIP_NAT_UNKNOWN,	/* a local socket matches by sequence numbers, but no tuple or conntrack entry links them (agent) */
+	EZ_A_SKIP_EXCLUDED,	/* selection rules or scope */
+	EZ_A_SKIP_AMBIGUOUS,	/* two candidates for one end, or neither end is a listener's (agent) */
+	EZ_A_SKIP_UNSUPPORTED,	/* another sockmap/ULP user, repair, MD5, closing, or a failed insert */
+	EZ_A_LATE_STACK,	/* an adopted socket sent data through the stack after activation (must stay 0) */
+	EZ_A_MAX,
 };
 
 /* Slots of the ez_control array. */

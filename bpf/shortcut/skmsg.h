@@ -14,6 +14,7 @@
 #include "shortcut/maps.h"
 #include "shortcut/sockops.h"
 #include "shortcut/unread.h"
+#include "shortcut/adopt.h"
 
 
 SEC("sk_msg")
@@ -36,6 +37,17 @@ int ez_msg(struct sk_msg_md *msg)
 	/* sendmsg holds the socket lock, as does the STATE_CB settle. */
 	if (state == EZ_SOCK_WAITING)
 		state = settle_client(es);
+	/* Adopted while this end was not activated yet: settle, or abort and
+	 * take the kernel path (its tripwire then unlinks both ends before
+	 * the segment leaves). */
+	if (state == EZ_SOCK_ADOPT_IN) {
+		struct ez_adopt *a = adopt_record(es);
+
+		if (a && !adopt_abort(a, EZ_A_SKIP_BUSY))
+			state = adopt_settle(es);
+		if (state != EZ_SOCK_PAIRED)
+			return SK_PASS;
+	}
 	if (state != EZ_SOCK_PAIRED)
 		return SK_PASS;
 	/* Uninstall: from this message on, this direction takes the kernel path.

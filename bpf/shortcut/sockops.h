@@ -27,6 +27,7 @@
 #include "shortcut/scope.h"
 #include "shortcut/select.h"
 #include "shortcut/unread.h"
+#include "shortcut/adopt.h"
 
 
 /* Callbacks an enrolled socket asks for: its state changes, and every
@@ -312,6 +313,8 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 	if (!sk)
 		return;
 	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	if (adopting(es) && !adopt_on_sockops(skops, es, true))
+		return;
 	if (es && es->state == EZ_SOCK_WAITING && settle_client(es) == EZ_SOCK_KERNEL) {
 		struct ez_pair *p = bpf_map_lookup_elem(&ez_pairs, &es->key);
 
@@ -347,6 +350,8 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 	if (!sk)
 		return;
 	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	if (adopting(es) && !adopt_on_sockops(skops, es, false))
+		return;
 	if (!es || (es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_WAITING))
 		goto done;
 	key = unread_key(es);
@@ -356,6 +361,13 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 			return; /* not paired yet: the server creates the record */
 		goto done;
 	}
+	/* An adopted socket sending data through the stack while its
+	 * connection is on the shortcut: a send that raced the insert
+	 * (docs/architecture.md, Adoption residuals). Counted; the tests
+	 * assert it never happens. */
+	if ((es->flags & EZ_F_ADOPTED) && EZ_SOCKOPS_U32(skops, op) == BPF_SOCK_OPS_HDR_OPT_LEN_CB && EZ_SOCKOPS_U32(skops, skb_len) &&
+	    !u->switched && !draining() && sk->state == BPF_TCP_ESTABLISHED)
+		adopt_count(EZ_A_LATE_STACK);
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp || !may_leave(u, es, (struct sock *)tp))
 		return;

@@ -51,6 +51,8 @@ func printConnections(conns []datapath.Connection) {
 			path = "kernel (switched, left)"
 		case c.Switched:
 			path = "switched (draining)"
+		case c.Adopted:
+			path = "shortcut (adopted)"
 		}
 		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n",
 			c.Cookie, c.PeerCookie, c.Role, c.Client, c.Server, c.NetnsCookie, c.NetnsInode, c.TxMsgs, c.TxBytes, c.RxUnread, c.RxBound, path)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -27,6 +28,8 @@ type runConfig struct {
 	takeover  bool
 	lockWait  time.Duration
 	kube      kubeFlags
+	adopt     bool
+	adoptIvl  time.Duration
 }
 
 func runCmd() *cobra.Command {
@@ -55,6 +58,8 @@ func runCmd() *cobra.Command {
 	f.StringVar(&rc.lockFile, "lock-file", "", "lock file that keeps one agent per pinned datapath (default: "+agentlock.Dir+"/agent.lock for the default --pin-path, a file named after the pin path otherwise)")
 	f.BoolVar(&rc.takeover, "takeover", false, "if another agent runs, ask it to hand over (it stands by until stopped) instead of refusing")
 	f.DurationVar(&rc.lockWait, "takeover-timeout", 60*time.Second, "how long --takeover waits for the running agent to hand over")
+	f.BoolVar(&rc.adopt, "adopt", true, "adopt connections established before the agent (once ready, every --adopt-interval, and on `eztunnel adopt`) when that is provably safe")
+	f.DurationVar(&rc.adoptIvl, "adopt-interval", 30*time.Second, "how often to look for connections to adopt (0: only once ready and on `eztunnel adopt`)")
 	rc.kube.register(f)
 	f.MarkHidden("ready-file")
 	return cmd
@@ -73,9 +78,13 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	if err != nil {
 		return err
 	}
+	if rc.adoptIvl < 0 {
+		return fmt.Errorf("--adopt-interval %s must not be negative", rc.adoptIvl)
+	}
 	return agent.Run(ctx, agent.Config{
 		Cgroups: rc.cgroups, Datapath: rc.dp, ReadyFile: rc.readyFile,
 		MetricsAddr: rc.metrics, HealthAddr: rc.health, PairMaxAge: rc.pairAge, Version: version,
 		LockFile: rc.lockFile, Takeover: rc.takeover, LockWait: rc.lockWait, Kubernetes: kc,
+		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl,
 	})
 }

@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf/rlimit"
@@ -46,6 +48,11 @@ type Config struct {
 	Takeover    bool            // ask a running agent to hand over instead of refusing
 	LockWait    time.Duration   // how long a takeover waits for the holder
 	Kubernetes  *KubeConfig     // Kubernetes mode; nil: plain mode
+	// Adoption of connections established before the agent: a round once
+	// ready, on SIGUSR1 (`eztunnel adopt`), and every AdoptEvery (0: only
+	// those). Off when !Adopt.
+	Adopt      bool
+	AdoptEvery time.Duration
 }
 
 // Run validates cfg, installs the datapath and serves until ctx is done.
@@ -162,6 +169,30 @@ func Run(ctx context.Context, cfg Config) error {
 	synced := ev.synced
 	hl.setReady(false, "waiting for the first sync of the pods")
 
+	adoptNow := make(chan os.Signal, 1)
+	signal.Notify(adoptNow, syscall.SIGUSR1)
+	defer signal.Stop(adoptNow)
+	var adoptTick <-chan time.Time
+	if cfg.Adopt && cfg.AdoptEvery > 0 {
+		t := time.NewTicker(cfg.AdoptEvery)
+		defer t.Stop()
+		adoptTick = t.C
+	}
+	adopt := func(why string) {
+		if !cfg.Adopt {
+			slog.Info("adoption is off (--adopt=false): nothing done", "trigger", why)
+			return
+		}
+		rep, err := dp.Adopt(cfg.Cgroups)
+		if err != nil {
+			slog.Warn("adoption round", "err", err)
+		}
+		if rep.Adopted > 0 || len(rep.Skipped) > 0 || why != "interval" {
+			slog.Info("adoption round", "trigger", why, "namespaces", rep.Namespaces, "sockets", rep.Sockets,
+				"candidates", rep.Candidates, "adopted", rep.Adopted, "skipped", rep.Skipped, "took", rep.Took)
+		}
+	}
+
 	tick := time.NewTicker(cfg.PairMaxAge / 4)
 	defer tick.Stop()
 	release := time.NewTicker(releaseEvery)
@@ -185,6 +216,17 @@ func Run(ctx context.Context, cfg Config) error {
 				}
 			}
 			slog.Info("ready")
+			if cfg.Adopt {
+				adopt("start")
+			}
+		case <-adoptNow:
+			if synced == nil {
+				adopt("request")
+			}
+		case <-adoptTick:
+			if synced == nil {
+				adopt("interval")
+			}
 		case err := <-ev.failed:
 			return fmt.Errorf("watching the node's pods: %w", err)
 		case <-ev.removed:

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -208,4 +209,37 @@ func (l *Lock) Release() error {
 	}
 	close(l.done)
 	return l.f.Close() // closing the last descriptor drops the flock
+}
+
+// ErrNoAgent: nobody holds the lock.
+var ErrNoAgent = errors.New("no agent holds the lock")
+
+// HolderPID is the process id of the agent holding the lock at path, or
+// ErrNoAgent when the lock is free (the file of an agent that stopped).
+func HolderPID(path string) (int, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("%w %s", ErrNoAgent, path)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		return 0, fmt.Errorf("%w %s", ErrNoAgent, path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "pid "); ok {
+			f, _, _ := strings.Cut(rest, " ")
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("lock file %s names no pid", path)
 }

@@ -15,6 +15,16 @@ func InNetNS(name string, fn func() error) (err error) {
 	if name == "" {
 		return fn()
 	}
+	return inNetNS(name, func() (netns.NsHandle, error) { return netns.GetFromName(name) }, fn)
+}
+
+// InNetNSPath is InNetNS for a namespace named by an nsfs file
+// (/proc/PID/ns/net, a bind mount under /run/netns).
+func InNetNSPath(path string, fn func() error) error {
+	return inNetNS(path, func() (netns.NsHandle, error) { return netns.GetFromPath(path) }, fn)
+}
+
+func inNetNS(name string, get func() (netns.NsHandle, error), fn func() error) (err error) {
 	runtime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
@@ -22,7 +32,7 @@ func InNetNS(name string, fn func() error) (err error) {
 		return err
 	}
 	defer orig.Close()
-	target, err := netns.GetFromName(name)
+	target, err := get()
 	if err != nil {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("netns %s: %w", name, err)

@@ -13,6 +13,24 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type unitsEzAdopt struct {
+	_         structs.HostLayout
+	Cookie    [2]uint64
+	Key       unitsEzConnKey
+	State     uint32
+	Confirmed uint32
+	Inserted  uint32
+	Bound     [2]uint32
+	Reason    uint32
+}
+
+type unitsEzAdoptRef struct {
+	_    structs.HostLayout
+	Conn uint64
+	Role uint32
+	Pad  uint32
+}
+
 type unitsEzAlias struct {
 	_         structs.HostLayout
 	CreatedNs uint64
@@ -155,6 +173,10 @@ type unitsTestParseOut struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	unitsMapEzAdoptCounters  = "ez_adopt_counters"
+	unitsMapEzAdoptHooks     = "ez_adopt_hooks"
+	unitsMapEzAdoptSocks     = "ez_adopt_socks"
+	unitsMapEzAdopts         = "ez_adopts"
 	unitsMapEzAliases        = "ez_aliases"
 	unitsMapEzCgroups        = "ez_cgroups"
 	unitsMapEzCidrRules      = "ez_cidr_rules"
@@ -233,20 +255,24 @@ type unitsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type unitsMapSpecs struct {
-	EzAliases    *ebpf.MapSpec `ebpf:"ez_aliases"`
-	EzCgroups    *ebpf.MapSpec `ebpf:"ez_cgroups"`
-	EzCidrRules  *ebpf.MapSpec `ebpf:"ez_cidr_rules"`
-	EzControl    *ebpf.MapSpec `ebpf:"ez_control"`
-	EzCounters   *ebpf.MapSpec `ebpf:"ez_counters"`
-	EzPairs      *ebpf.MapSpec `ebpf:"ez_pairs"`
-	EzPortRules  *ebpf.MapSpec `ebpf:"ez_port_rules"`
-	EzSockets    *ebpf.MapSpec `ebpf:"ez_sockets"`
-	EzSocks      *ebpf.MapSpec `ebpf:"ez_socks"`
-	EzSynIndex   *ebpf.MapSpec `ebpf:"ez_syn_index"`
-	TestBoundIo  *ebpf.MapSpec `ebpf:"test_bound_io"`
-	TestKeyIn    *ebpf.MapSpec `ebpf:"test_key_in"`
-	TestKeyOut   *ebpf.MapSpec `ebpf:"test_key_out"`
-	TestParseOut *ebpf.MapSpec `ebpf:"test_parse_out"`
+	EzAdoptCounters *ebpf.MapSpec `ebpf:"ez_adopt_counters"`
+	EzAdoptHooks    *ebpf.MapSpec `ebpf:"ez_adopt_hooks"`
+	EzAdoptSocks    *ebpf.MapSpec `ebpf:"ez_adopt_socks"`
+	EzAdopts        *ebpf.MapSpec `ebpf:"ez_adopts"`
+	EzAliases       *ebpf.MapSpec `ebpf:"ez_aliases"`
+	EzCgroups       *ebpf.MapSpec `ebpf:"ez_cgroups"`
+	EzCidrRules     *ebpf.MapSpec `ebpf:"ez_cidr_rules"`
+	EzControl       *ebpf.MapSpec `ebpf:"ez_control"`
+	EzCounters      *ebpf.MapSpec `ebpf:"ez_counters"`
+	EzPairs         *ebpf.MapSpec `ebpf:"ez_pairs"`
+	EzPortRules     *ebpf.MapSpec `ebpf:"ez_port_rules"`
+	EzSockets       *ebpf.MapSpec `ebpf:"ez_sockets"`
+	EzSocks         *ebpf.MapSpec `ebpf:"ez_socks"`
+	EzSynIndex      *ebpf.MapSpec `ebpf:"ez_syn_index"`
+	TestBoundIo     *ebpf.MapSpec `ebpf:"test_bound_io"`
+	TestKeyIn       *ebpf.MapSpec `ebpf:"test_key_in"`
+	TestKeyOut      *ebpf.MapSpec `ebpf:"test_key_out"`
+	TestParseOut    *ebpf.MapSpec `ebpf:"test_parse_out"`
 }
 
 // unitsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -279,24 +305,32 @@ func (o *unitsObjects) Close() error {
 //
 // It can be passed to loadUnitsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type unitsMaps struct {
-	EzAliases    *ebpf.Map `ebpf:"ez_aliases"`
-	EzCgroups    *ebpf.Map `ebpf:"ez_cgroups"`
-	EzCidrRules  *ebpf.Map `ebpf:"ez_cidr_rules"`
-	EzControl    *ebpf.Map `ebpf:"ez_control"`
-	EzCounters   *ebpf.Map `ebpf:"ez_counters"`
-	EzPairs      *ebpf.Map `ebpf:"ez_pairs"`
-	EzPortRules  *ebpf.Map `ebpf:"ez_port_rules"`
-	EzSockets    *ebpf.Map `ebpf:"ez_sockets"`
-	EzSocks      *ebpf.Map `ebpf:"ez_socks"`
-	EzSynIndex   *ebpf.Map `ebpf:"ez_syn_index"`
-	TestBoundIo  *ebpf.Map `ebpf:"test_bound_io"`
-	TestKeyIn    *ebpf.Map `ebpf:"test_key_in"`
-	TestKeyOut   *ebpf.Map `ebpf:"test_key_out"`
-	TestParseOut *ebpf.Map `ebpf:"test_parse_out"`
+	EzAdoptCounters *ebpf.Map `ebpf:"ez_adopt_counters"`
+	EzAdoptHooks    *ebpf.Map `ebpf:"ez_adopt_hooks"`
+	EzAdoptSocks    *ebpf.Map `ebpf:"ez_adopt_socks"`
+	EzAdopts        *ebpf.Map `ebpf:"ez_adopts"`
+	EzAliases       *ebpf.Map `ebpf:"ez_aliases"`
+	EzCgroups       *ebpf.Map `ebpf:"ez_cgroups"`
+	EzCidrRules     *ebpf.Map `ebpf:"ez_cidr_rules"`
+	EzControl       *ebpf.Map `ebpf:"ez_control"`
+	EzCounters      *ebpf.Map `ebpf:"ez_counters"`
+	EzPairs         *ebpf.Map `ebpf:"ez_pairs"`
+	EzPortRules     *ebpf.Map `ebpf:"ez_port_rules"`
+	EzSockets       *ebpf.Map `ebpf:"ez_sockets"`
+	EzSocks         *ebpf.Map `ebpf:"ez_socks"`
+	EzSynIndex      *ebpf.Map `ebpf:"ez_syn_index"`
+	TestBoundIo     *ebpf.Map `ebpf:"test_bound_io"`
+	TestKeyIn       *ebpf.Map `ebpf:"test_key_in"`
+	TestKeyOut      *ebpf.Map `ebpf:"test_key_out"`
+	TestParseOut    *ebpf.Map `ebpf:"test_parse_out"`
 }
 
 func (m *unitsMaps) Close() error {
 	return _UnitsClose(
+		m.EzAdoptCounters,
+		m.EzAdoptHooks,
+		m.EzAdoptSocks,
+		m.EzAdopts,
 		m.EzAliases,
 		m.EzCgroups,
 		m.EzCidrRules,

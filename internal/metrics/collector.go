@@ -17,6 +17,9 @@ const namespace = "eztunnel"
 // eztunnel_fallbacks_total{reason=...}.
 const fallbackPrefix = "fallback_"
 
+// adoptSkipPrefix names the adoption skip counters, exported as one vector.
+const adoptSkipPrefix = "adopt_skipped_"
+
 // Source reads the datapath. *datapath.Pinned is one.
 type Source interface {
 	ReadCounters() (datapath.Counters, error)
@@ -25,14 +28,15 @@ type Source interface {
 
 // Collector is a prometheus.Collector reading a Source on every scrape.
 type Collector struct {
-	src      Source
-	version  string
-	counters map[string]*prometheus.Desc // datapath counter name -> its own metric
-	fallback *prometheus.Desc
-	entries  *prometheus.Desc
-	maxEnt   *prometheus.Desc
-	info     *prometheus.Desc
-	up       *prometheus.Desc
+	src       Source
+	version   string
+	counters  map[string]*prometheus.Desc // datapath counter name -> its own metric
+	fallback  *prometheus.Desc
+	adoptSkip *prometheus.Desc
+	entries   *prometheus.Desc
+	maxEnt    *prometheus.Desc
+	info      *prometheus.Desc
+	up        *prometheus.Desc
 }
 
 // NewCollector describes one metric per datapath counter (the fallback_*
@@ -42,6 +46,8 @@ func NewCollector(src Source, version string) *Collector {
 		src:      src,
 		version:  version,
 		counters: map[string]*prometheus.Desc{},
+		adoptSkip: prometheus.NewDesc(namespace+"_adopt_skipped_total",
+			"Connections established before the agent that an adoption round left on the kernel path, by reason (counted per round).", []string{"reason"}, nil),
 		fallback: prometheus.NewDesc(namespace+"_fallbacks_total",
 			"Connections (or messages, for peer_gone) left on the kernel path, by reason.", []string{"reason"}, nil),
 		entries: prometheus.NewDesc(namespace+"_map_entries",
@@ -54,7 +60,7 @@ func NewCollector(src Source, version string) *Collector {
 			"1 if this scrape read every datapath map, 0 if a read failed (the agent logs why).", nil, nil),
 	}
 	for _, name := range datapath.CounterNames() {
-		if strings.HasPrefix(name, fallbackPrefix) {
+		if strings.HasPrefix(name, fallbackPrefix) || strings.HasPrefix(name, adoptSkipPrefix) {
 			continue
 		}
 		c.counters[name] = prometheus.NewDesc(namespace+"_"+name+"_total", counterHelp(name), nil, nil)
@@ -67,7 +73,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.fallback, c.entries, c.maxEnt, c.info, c.up} {
+	for _, d := range []*prometheus.Desc{c.fallback, c.adoptSkip, c.entries, c.maxEnt, c.info, c.up} {
 		ch <- d
 	}
 }
@@ -83,6 +89,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for name, v := range counters {
 			if reason, ok := strings.CutPrefix(name, fallbackPrefix); ok {
 				ch <- prometheus.MustNewConstMetric(c.fallback, prometheus.CounterValue, float64(v), reason)
+			} else if reason, ok := strings.CutPrefix(name, adoptSkipPrefix); ok {
+				ch <- prometheus.MustNewConstMetric(c.adoptSkip, prometheus.CounterValue, float64(v), reason)
 			} else if d, ok := c.counters[name]; ok {
 				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 			}
@@ -108,6 +116,9 @@ var help = map[string]string{
 	"handshakes":          "SYNs registered by managed listeners.",
 	"nat_aliases":         "Handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK.",
 	"sockets_released":    "Enrolled sockets handed back to the kernel path.",
+	"adopt_rounds":        "Rounds looking for connections established before the agent to adopt.",
+	"adopted":             "Connections established before the agent and adopted onto the shortcut.",
+	"adopt_late_stack":    "Adopted sockets that sent data through the kernel path while on the shortcut (should stay 0).",
 }
 
 func counterHelp(name string) string {

@@ -38,6 +38,8 @@ type Connection struct {
 	// the sockhash since (nothing redirected to it was unread).
 	Switched bool `json:"switched"`
 	Left     bool `json:"left"`
+	// Adopted: paired by adoption (established before the agent), not at its handshake.
+	Adopted bool `json:"adopted,omitempty"`
 }
 
 // Connections lists the accelerated sockets of the datapath pinned under
@@ -136,5 +138,6 @@ func connectionOf(rec *shortcutEzConnRecord) Connection {
 		RxBound:     rec.RxBound,
 		Switched:    rec.Switched != 0,
 		Left:        rec.State == uint32(shortcutEzSockStateEZ_SOCK_LEFT),
+		Adopted:     rec.Flags&uint32(shortcutEzSockFlagsEZ_F_ADOPTED) != 0,
 	}
 }

@@ -2,6 +2,7 @@ package shortcut
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/cilium/ebpf"
 )
@@ -39,13 +40,13 @@ func counterName(c shortcutEzCounter) string {
 	return fmt.Sprintf("counter_%d", uint32(c))
 }
 
-// CounterNames lists every counter name in enum order.
+// CounterNames lists every counter name in enum order, then adoption's.
 func CounterNames() []string {
 	names := make([]string, 0, shortcutEzCounterEZ_C_MAX)
 	for c := shortcutEzCounter(0); c < shortcutEzCounterEZ_C_MAX; c++ {
 		names = append(names, counterName(c))
 	}
-	return names
+	return append(names, AdoptCounterNames()...)
 }
 
 // ReadCounters sums the per-CPU counters of a counters map.
@@ -75,4 +76,15 @@ func readCounter(m *ebpf.Map, c shortcutEzCounter) (uint64, error) {
 }
 
 // Counters reads this shortcut's counters.
-func (d *Shortcut) Counters() (Counters, error) { return ReadCounters(d.objs.EzCounters) }
+func (d *Shortcut) Counters() (Counters, error) {
+	c, err := ReadCounters(d.objs.EzCounters)
+	if err != nil {
+		return nil, err
+	}
+	a, err := ReadAdoptCounters(d.objs.EzAdoptCounters)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(c, a)
+	return c, nil
+}

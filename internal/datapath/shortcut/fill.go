@@ -2,6 +2,7 @@ package shortcut
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/cilium/ebpf"
 )
@@ -16,7 +17,19 @@ type MapFill struct {
 var FillNames = []string{"sockets", "pairs", "aliases", "unread", "cgroups"}
 
 // ReadCounters reads the pinned datapath's counters.
-func (p *Pinned) ReadCounters() (Counters, error) { return ReadCounters(p.Counters) }
+// The adoption counters are included when the datapath has them.
+func (p *Pinned) ReadCounters() (Counters, error) {
+	c, err := ReadCounters(p.Counters)
+	if err != nil || p.AdoptCounters == nil {
+		return c, err
+	}
+	a, err := ReadAdoptCounters(p.AdoptCounters)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(c, a)
+	return c, nil
+}
 
 // ReadFill counts the entries of the sockhash, the pairing records, the
 // aliases, the unread-bytes records and the selected cgroups (Kubernetes

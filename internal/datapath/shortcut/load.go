@@ -81,6 +81,8 @@ type Shortcut struct {
 	links     []link.Link
 	instance  uint32     // ez_cfg_instance of this load (recv.h)
 	release   *link.Iter // ez_release_switched over the sockhash, run by ReleaseSwitched
+	adoptScan *link.Iter // ez_adopt_scan and ez_adopt_step (adopt.go), attached on first use
+	adoptStep *link.Iter
 	// What the last ReleaseSwitched pass left: the backpressure counter it
 	// saw and the switched sockets it found still waiting. A pass with no
 	// new switch and none waiting would walk the sockhash for nothing.
@@ -124,7 +126,8 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 		}
 	}
 	// Selection rule maps are left unpinned: every load writes its own.
-	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl, specs.EzUnreads, specs.EzCgroups} {
+	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl, specs.EzUnreads, specs.EzCgroups,
+		specs.EzAdopts, specs.EzAdoptSocks, specs.EzAdoptHooks, specs.EzAdoptCounters} {
 		m.Pinning = ebpf.PinByName
 	}
 
@@ -210,9 +213,11 @@ func (s *Shortcut) Pruned() []uint64 { return slices.Clone(s.pruned) }
 // state stays.
 func (s *Shortcut) Close() error {
 	var errs []error
-	if s.release != nil {
-		errs = append(errs, s.release.Close())
-		s.release = nil
+	for _, it := range []**link.Iter{&s.release, &s.adoptScan, &s.adoptStep} {
+		if *it != nil {
+			errs = append(errs, (*it).Close())
+			*it = nil
+		}
 	}
 	for i := len(s.links) - 1; i >= 0; i-- {
 		errs = append(errs, s.links[i].Close())

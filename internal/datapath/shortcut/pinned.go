@@ -21,6 +21,8 @@ type Pinned struct {
 	Aliases  *ebpf.Map
 	Unreads  *ebpf.Map // per paired connection: redirected bytes not read yet
 	Cgroups  *ebpf.Map // selected cgroups (Kubernetes mode); nil when pinned by a build without it
+	// AdoptCounters: adoption's counters; nil when pinned by a build without adoption.
+	AdoptCounters *ebpf.Map
 }
 
 // OpenPinned opens the maps of the datapath pinned under dir.
@@ -44,12 +46,16 @@ func OpenPinned(dir string) (*Pinned, error) {
 	if err == nil {
 		p.Cgroups = cg
 	}
+	ac, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzAdoptCounters), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err == nil {
+		p.AdoptCounters = ac
+	}
 	return p, nil
 }
 
 // Close releases the handles.
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.Unreads, p.Cgroups} {
+	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.Unreads, p.Cgroups, p.AdoptCounters} {
 		if m != nil {
 			m.Close()
 		}

@@ -13,6 +13,79 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type shortcutEzAdopt struct {
+	_         structs.HostLayout
+	Cookie    [2]uint64
+	Key       shortcutEzConnKey
+	State     uint32
+	Confirmed uint32
+	Inserted  uint32
+	Bound     [2]uint32
+	Reason    uint32
+}
+
+type shortcutEzAdoptBusy uint32
+
+const (
+	shortcutEzAdoptBusyEZ_AB_UNACKED     shortcutEzAdoptBusy = 1
+	shortcutEzAdoptBusyEZ_AB_UNREAD      shortcutEzAdoptBusy = 2
+	shortcutEzAdoptBusyEZ_AB_QUEUED      shortcutEzAdoptBusy = 4
+	shortcutEzAdoptBusyEZ_AB_SLEEPER     shortcutEzAdoptBusy = 8
+	shortcutEzAdoptBusyEZ_AB_CLOSING     shortcutEzAdoptBusy = 16
+	shortcutEzAdoptBusyEZ_AB_UNSUPPORTED shortcutEzAdoptBusy = 32
+	shortcutEzAdoptBusyEZ_AB_SACK        shortcutEzAdoptBusy = 64
+)
+
+type shortcutEzAdoptCounter uint32
+
+const (
+	shortcutEzAdoptCounterEZ_A_ROUNDS           shortcutEzAdoptCounter = 0
+	shortcutEzAdoptCounterEZ_A_ADOPTED          shortcutEzAdoptCounter = 1
+	shortcutEzAdoptCounterEZ_A_SKIP_BUSY        shortcutEzAdoptCounter = 2
+	shortcutEzAdoptCounterEZ_A_SKIP_NO_PEER     shortcutEzAdoptCounter = 3
+	shortcutEzAdoptCounterEZ_A_SKIP_NAT_UNKNOWN shortcutEzAdoptCounter = 4
+	shortcutEzAdoptCounterEZ_A_SKIP_EXCLUDED    shortcutEzAdoptCounter = 5
+	shortcutEzAdoptCounterEZ_A_SKIP_AMBIGUOUS   shortcutEzAdoptCounter = 6
+	shortcutEzAdoptCounterEZ_A_SKIP_UNSUPPORTED shortcutEzAdoptCounter = 7
+	shortcutEzAdoptCounterEZ_A_LATE_STACK       shortcutEzAdoptCounter = 8
+	shortcutEzAdoptCounterEZ_A_MAX              shortcutEzAdoptCounter = 9
+)
+
+type shortcutEzAdoptRef struct {
+	_    structs.HostLayout
+	Conn uint64
+	Role uint32
+	Pad  uint32
+}
+
+type shortcutEzAdoptSock struct {
+	_           structs.HostLayout
+	Cookie      uint64
+	NetnsCookie uint64
+	CgroupId    uint64
+	LocalIp     [16]uint8
+	RemoteIp    [16]uint8
+	NetnsIno    uint32
+	TcpState    uint32
+	LocalPort   uint16
+	RemotePort  uint16
+	Busy        uint32
+	SndNxt      uint32
+	RcvNxt      uint32
+	State       uint32
+	Pad         uint32
+}
+
+type shortcutEzAdoptState uint32
+
+const (
+	shortcutEzAdoptStateEZ_ADOPT_CANDIDATE shortcutEzAdoptState = 1
+	shortcutEzAdoptStateEZ_ADOPT_CONFIRMED shortcutEzAdoptState = 2
+	shortcutEzAdoptStateEZ_ADOPT_ONE_IN    shortcutEzAdoptState = 3
+	shortcutEzAdoptStateEZ_ADOPT_PAIRED    shortcutEzAdoptState = 4
+	shortcutEzAdoptStateEZ_ADOPT_ABORTED   shortcutEzAdoptState = 5
+)
+
 type shortcutEzAlias struct {
 	_         structs.HostLayout
 	CreatedNs uint64
@@ -156,16 +229,19 @@ const (
 	shortcutEzSockFlagsEZ_F_CLIENT     shortcutEzSockFlags = 4
 	shortcutEzSockFlagsEZ_F_SERVER     shortcutEzSockFlags = 8
 	shortcutEzSockFlagsEZ_F_UNREAD_REF shortcutEzSockFlags = 16
+	shortcutEzSockFlagsEZ_F_ADOPTED    shortcutEzSockFlags = 32
 )
 
 type shortcutEzSockState uint32
 
 const (
-	shortcutEzSockStateEZ_SOCK_SEEN    shortcutEzSockState = 0
-	shortcutEzSockStateEZ_SOCK_WAITING shortcutEzSockState = 1
-	shortcutEzSockStateEZ_SOCK_PAIRED  shortcutEzSockState = 2
-	shortcutEzSockStateEZ_SOCK_KERNEL  shortcutEzSockState = 3
-	shortcutEzSockStateEZ_SOCK_LEFT    shortcutEzSockState = 4
+	shortcutEzSockStateEZ_SOCK_SEEN        shortcutEzSockState = 0
+	shortcutEzSockStateEZ_SOCK_WAITING     shortcutEzSockState = 1
+	shortcutEzSockStateEZ_SOCK_PAIRED      shortcutEzSockState = 2
+	shortcutEzSockStateEZ_SOCK_KERNEL      shortcutEzSockState = 3
+	shortcutEzSockStateEZ_SOCK_LEFT        shortcutEzSockState = 4
+	shortcutEzSockStateEZ_SOCK_ADOPT_ARMED shortcutEzSockState = 5
+	shortcutEzSockStateEZ_SOCK_ADOPT_IN    shortcutEzSockState = 6
 )
 
 type shortcutEzSynIndex struct {
@@ -189,6 +265,10 @@ type shortcutEzUnread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	shortcutMapEzAdoptCounters    = "ez_adopt_counters"
+	shortcutMapEzAdoptHooks       = "ez_adopt_hooks"
+	shortcutMapEzAdoptSocks       = "ez_adopt_socks"
+	shortcutMapEzAdopts           = "ez_adopts"
 	shortcutMapEzAliases          = "ez_aliases"
 	shortcutMapEzCgroups          = "ez_cgroups"
 	shortcutMapEzCidrRules        = "ez_cidr_rules"
@@ -200,6 +280,8 @@ const (
 	shortcutMapEzSocks            = "ez_socks"
 	shortcutMapEzSynIndex         = "ez_syn_index"
 	shortcutMapEzUnreads          = "ez_unreads"
+	shortcutProgEzAdoptScan       = "ez_adopt_scan"
+	shortcutProgEzAdoptStep       = "ez_adopt_step"
 	shortcutProgEzConns           = "ez_conns"
 	shortcutProgEzEgress          = "ez_egress"
 	shortcutProgEzMsg             = "ez_msg"
@@ -208,6 +290,11 @@ const (
 	shortcutProgEzRelease         = "ez_release"
 	shortcutProgEzReleaseSwitched = "ez_release_switched"
 	shortcutProgEzSockops         = "ez_sockops"
+	shortcutVarEzAdoptBusyEnum    = "ez_adopt_busy_enum"
+	shortcutVarEzAdoptCounterEnum = "ez_adopt_counter_enum"
+	shortcutVarEzAdoptFinish      = "ez_adopt_finish"
+	shortcutVarEzAdoptSockType    = "ez_adopt_sock_type"
+	shortcutVarEzAdoptStateEnum   = "ez_adopt_state_enum"
 	shortcutVarEzCfgFlagEnum      = "ez_cfg_flag_enum"
 	shortcutVarEzCfgFlags         = "ez_cfg_flags"
 	shortcutVarEzCfgInstance      = "ez_cfg_instance"
@@ -263,6 +350,8 @@ type shortcutSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutProgramSpecs struct {
+	EzAdoptScan       *ebpf.ProgramSpec `ebpf:"ez_adopt_scan"`
+	EzAdoptStep       *ebpf.ProgramSpec `ebpf:"ez_adopt_step"`
 	EzConns           *ebpf.ProgramSpec `ebpf:"ez_conns"`
 	EzEgress          *ebpf.ProgramSpec `ebpf:"ez_egress"`
 	EzMsg             *ebpf.ProgramSpec `ebpf:"ez_msg"`
@@ -277,34 +366,43 @@ type shortcutProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutMapSpecs struct {
-	EzAliases   *ebpf.MapSpec `ebpf:"ez_aliases"`
-	EzCgroups   *ebpf.MapSpec `ebpf:"ez_cgroups"`
-	EzCidrRules *ebpf.MapSpec `ebpf:"ez_cidr_rules"`
-	EzControl   *ebpf.MapSpec `ebpf:"ez_control"`
-	EzCounters  *ebpf.MapSpec `ebpf:"ez_counters"`
-	EzPairs     *ebpf.MapSpec `ebpf:"ez_pairs"`
-	EzPortRules *ebpf.MapSpec `ebpf:"ez_port_rules"`
-	EzSockets   *ebpf.MapSpec `ebpf:"ez_sockets"`
-	EzSocks     *ebpf.MapSpec `ebpf:"ez_socks"`
-	EzSynIndex  *ebpf.MapSpec `ebpf:"ez_syn_index"`
-	EzUnreads   *ebpf.MapSpec `ebpf:"ez_unreads"`
+	EzAdoptCounters *ebpf.MapSpec `ebpf:"ez_adopt_counters"`
+	EzAdoptHooks    *ebpf.MapSpec `ebpf:"ez_adopt_hooks"`
+	EzAdoptSocks    *ebpf.MapSpec `ebpf:"ez_adopt_socks"`
+	EzAdopts        *ebpf.MapSpec `ebpf:"ez_adopts"`
+	EzAliases       *ebpf.MapSpec `ebpf:"ez_aliases"`
+	EzCgroups       *ebpf.MapSpec `ebpf:"ez_cgroups"`
+	EzCidrRules     *ebpf.MapSpec `ebpf:"ez_cidr_rules"`
+	EzControl       *ebpf.MapSpec `ebpf:"ez_control"`
+	EzCounters      *ebpf.MapSpec `ebpf:"ez_counters"`
+	EzPairs         *ebpf.MapSpec `ebpf:"ez_pairs"`
+	EzPortRules     *ebpf.MapSpec `ebpf:"ez_port_rules"`
+	EzSockets       *ebpf.MapSpec `ebpf:"ez_sockets"`
+	EzSocks         *ebpf.MapSpec `ebpf:"ez_socks"`
+	EzSynIndex      *ebpf.MapSpec `ebpf:"ez_syn_index"`
+	EzUnreads       *ebpf.MapSpec `ebpf:"ez_unreads"`
 }
 
 // shortcutVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutVariableSpecs struct {
-	EzCfgFlagEnum    *ebpf.VariableSpec `ebpf:"ez_cfg_flag_enum"`
-	EzCfgFlags       *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
-	EzCfgInstance    *ebpf.VariableSpec `ebpf:"ez_cfg_instance"`
-	EzCfgMaxUnread   *ebpf.VariableSpec `ebpf:"ez_cfg_max_unread"`
-	EzConnRecordType *ebpf.VariableSpec `ebpf:"ez_conn_record_type"`
-	EzControlEnum    *ebpf.VariableSpec `ebpf:"ez_control_enum"`
-	EzCounterEnum    *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
-	EzPairStateEnum  *ebpf.VariableSpec `ebpf:"ez_pair_state_enum"`
-	EzRuleEnum       *ebpf.VariableSpec `ebpf:"ez_rule_enum"`
-	EzSockFlagsEnum  *ebpf.VariableSpec `ebpf:"ez_sock_flags_enum"`
-	EzSockStateEnum  *ebpf.VariableSpec `ebpf:"ez_sock_state_enum"`
+	EzAdoptBusyEnum    *ebpf.VariableSpec `ebpf:"ez_adopt_busy_enum"`
+	EzAdoptCounterEnum *ebpf.VariableSpec `ebpf:"ez_adopt_counter_enum"`
+	EzAdoptFinish      *ebpf.VariableSpec `ebpf:"ez_adopt_finish"`
+	EzAdoptSockType    *ebpf.VariableSpec `ebpf:"ez_adopt_sock_type"`
+	EzAdoptStateEnum   *ebpf.VariableSpec `ebpf:"ez_adopt_state_enum"`
+	EzCfgFlagEnum      *ebpf.VariableSpec `ebpf:"ez_cfg_flag_enum"`
+	EzCfgFlags         *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
+	EzCfgInstance      *ebpf.VariableSpec `ebpf:"ez_cfg_instance"`
+	EzCfgMaxUnread     *ebpf.VariableSpec `ebpf:"ez_cfg_max_unread"`
+	EzConnRecordType   *ebpf.VariableSpec `ebpf:"ez_conn_record_type"`
+	EzControlEnum      *ebpf.VariableSpec `ebpf:"ez_control_enum"`
+	EzCounterEnum      *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
+	EzPairStateEnum    *ebpf.VariableSpec `ebpf:"ez_pair_state_enum"`
+	EzRuleEnum         *ebpf.VariableSpec `ebpf:"ez_rule_enum"`
+	EzSockFlagsEnum    *ebpf.VariableSpec `ebpf:"ez_sock_flags_enum"`
+	EzSockStateEnum    *ebpf.VariableSpec `ebpf:"ez_sock_state_enum"`
 }
 
 // shortcutObjects contains all objects after they have been loaded into the kernel.
@@ -327,21 +425,29 @@ func (o *shortcutObjects) Close() error {
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutMaps struct {
-	EzAliases   *ebpf.Map `ebpf:"ez_aliases"`
-	EzCgroups   *ebpf.Map `ebpf:"ez_cgroups"`
-	EzCidrRules *ebpf.Map `ebpf:"ez_cidr_rules"`
-	EzControl   *ebpf.Map `ebpf:"ez_control"`
-	EzCounters  *ebpf.Map `ebpf:"ez_counters"`
-	EzPairs     *ebpf.Map `ebpf:"ez_pairs"`
-	EzPortRules *ebpf.Map `ebpf:"ez_port_rules"`
-	EzSockets   *ebpf.Map `ebpf:"ez_sockets"`
-	EzSocks     *ebpf.Map `ebpf:"ez_socks"`
-	EzSynIndex  *ebpf.Map `ebpf:"ez_syn_index"`
-	EzUnreads   *ebpf.Map `ebpf:"ez_unreads"`
+	EzAdoptCounters *ebpf.Map `ebpf:"ez_adopt_counters"`
+	EzAdoptHooks    *ebpf.Map `ebpf:"ez_adopt_hooks"`
+	EzAdoptSocks    *ebpf.Map `ebpf:"ez_adopt_socks"`
+	EzAdopts        *ebpf.Map `ebpf:"ez_adopts"`
+	EzAliases       *ebpf.Map `ebpf:"ez_aliases"`
+	EzCgroups       *ebpf.Map `ebpf:"ez_cgroups"`
+	EzCidrRules     *ebpf.Map `ebpf:"ez_cidr_rules"`
+	EzControl       *ebpf.Map `ebpf:"ez_control"`
+	EzCounters      *ebpf.Map `ebpf:"ez_counters"`
+	EzPairs         *ebpf.Map `ebpf:"ez_pairs"`
+	EzPortRules     *ebpf.Map `ebpf:"ez_port_rules"`
+	EzSockets       *ebpf.Map `ebpf:"ez_sockets"`
+	EzSocks         *ebpf.Map `ebpf:"ez_socks"`
+	EzSynIndex      *ebpf.Map `ebpf:"ez_syn_index"`
+	EzUnreads       *ebpf.Map `ebpf:"ez_unreads"`
 }
 
 func (m *shortcutMaps) Close() error {
 	return _ShortcutClose(
+		m.EzAdoptCounters,
+		m.EzAdoptHooks,
+		m.EzAdoptSocks,
+		m.EzAdopts,
 		m.EzAliases,
 		m.EzCgroups,
 		m.EzCidrRules,
@@ -360,23 +466,30 @@ func (m *shortcutMaps) Close() error {
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutVariables struct {
-	EzCfgFlagEnum    *ebpf.Variable `ebpf:"ez_cfg_flag_enum"`
-	EzCfgFlags       *ebpf.Variable `ebpf:"ez_cfg_flags"`
-	EzCfgInstance    *ebpf.Variable `ebpf:"ez_cfg_instance"`
-	EzCfgMaxUnread   *ebpf.Variable `ebpf:"ez_cfg_max_unread"`
-	EzConnRecordType *ebpf.Variable `ebpf:"ez_conn_record_type"`
-	EzControlEnum    *ebpf.Variable `ebpf:"ez_control_enum"`
-	EzCounterEnum    *ebpf.Variable `ebpf:"ez_counter_enum"`
-	EzPairStateEnum  *ebpf.Variable `ebpf:"ez_pair_state_enum"`
-	EzRuleEnum       *ebpf.Variable `ebpf:"ez_rule_enum"`
-	EzSockFlagsEnum  *ebpf.Variable `ebpf:"ez_sock_flags_enum"`
-	EzSockStateEnum  *ebpf.Variable `ebpf:"ez_sock_state_enum"`
+	EzAdoptBusyEnum    *ebpf.Variable `ebpf:"ez_adopt_busy_enum"`
+	EzAdoptCounterEnum *ebpf.Variable `ebpf:"ez_adopt_counter_enum"`
+	EzAdoptFinish      *ebpf.Variable `ebpf:"ez_adopt_finish"`
+	EzAdoptSockType    *ebpf.Variable `ebpf:"ez_adopt_sock_type"`
+	EzAdoptStateEnum   *ebpf.Variable `ebpf:"ez_adopt_state_enum"`
+	EzCfgFlagEnum      *ebpf.Variable `ebpf:"ez_cfg_flag_enum"`
+	EzCfgFlags         *ebpf.Variable `ebpf:"ez_cfg_flags"`
+	EzCfgInstance      *ebpf.Variable `ebpf:"ez_cfg_instance"`
+	EzCfgMaxUnread     *ebpf.Variable `ebpf:"ez_cfg_max_unread"`
+	EzConnRecordType   *ebpf.Variable `ebpf:"ez_conn_record_type"`
+	EzControlEnum      *ebpf.Variable `ebpf:"ez_control_enum"`
+	EzCounterEnum      *ebpf.Variable `ebpf:"ez_counter_enum"`
+	EzPairStateEnum    *ebpf.Variable `ebpf:"ez_pair_state_enum"`
+	EzRuleEnum         *ebpf.Variable `ebpf:"ez_rule_enum"`
+	EzSockFlagsEnum    *ebpf.Variable `ebpf:"ez_sock_flags_enum"`
+	EzSockStateEnum    *ebpf.Variable `ebpf:"ez_sock_state_enum"`
 }
 
 // shortcutPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutPrograms struct {
+	EzAdoptScan       *ebpf.Program `ebpf:"ez_adopt_scan"`
+	EzAdoptStep       *ebpf.Program `ebpf:"ez_adopt_step"`
 	EzConns           *ebpf.Program `ebpf:"ez_conns"`
 	EzEgress          *ebpf.Program `ebpf:"ez_egress"`
 	EzMsg             *ebpf.Program `ebpf:"ez_msg"`
@@ -389,6 +502,8 @@ type shortcutPrograms struct {
 
 func (p *shortcutPrograms) Close() error {
 	return _ShortcutClose(
+		p.EzAdoptScan,
+		p.EzAdoptStep,
 		p.EzConns,
 		p.EzEgress,
 		p.EzMsg,

@@ -22,7 +22,7 @@ import (
 // inside lab pods. Hidden: they are tools of the lab, not of the agent.
 func workloadCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "workload", Short: "Traffic generators for tests and benchmarks", Hidden: true}
-	cmd.AddCommand(append([]*cobra.Command{workloadServeCmd(), workloadStreamCmd(), workloadPingPongCmd(), workloadHoldCmd(), workloadUDPCmd(), workloadEarlyCmd()}, append(workloadProbeCmds(), workloadStuckCmds()...)...)...)
+	cmd.AddCommand(append([]*cobra.Command{workloadServeCmd(), workloadStreamCmd(), workloadPingPongCmd(), workloadHoldCmd(), workloadUDPCmd(), workloadEarlyCmd()}, append(append(workloadProbeCmds(), workloadStuckCmds()...), workloadPoolCmds()...)...)...)
 	return cmd
 }
 
@@ -43,7 +43,7 @@ func dial(addr string) (net.Conn, error) {
 }
 
 func workloadServeCmd() *cobra.Command {
-	var streams, echos []string
+	var streams, echos, pools, poolsBlocking []string
 	var ready string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -64,6 +64,9 @@ func workloadServeCmd() *cobra.Command {
 			if err := serve(streams, workload.ServeStream); err != nil {
 				return err
 			}
+			if err := serve(pools, workload.ServePool); err != nil {
+				return err
+			}
 			for _, a := range echos {
 				fd, err := workload.RawListen(a)
 				if err != nil {
@@ -71,8 +74,15 @@ func workloadServeCmd() *cobra.Command {
 				}
 				go workload.ServeEcho(fd)
 			}
-			if len(lns)+len(echos) == 0 {
-				return fmt.Errorf("nothing to serve: give --stream or --echo")
+			for _, a := range poolsBlocking {
+				fd, err := workload.RawListen(a)
+				if err != nil {
+					return err
+				}
+				go workload.ServePoolBlocking(fd)
+			}
+			if len(lns)+len(echos)+len(poolsBlocking) == 0 {
+				return fmt.Errorf("nothing to serve: give --stream, --echo, --pool or --pool-blocking")
 			}
 			if ready != "" {
 				if err := os.WriteFile(ready, []byte("ready\n"), 0o644); err != nil {
@@ -84,6 +94,8 @@ func workloadServeCmd() *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&streams, "stream", nil, "listen address(es) for stream clients")
 	cmd.Flags().StringSliceVar(&echos, "echo", nil, "listen address(es) for ping-pong clients (unix:/path for a unix socket)")
+	cmd.Flags().StringSliceVar(&pools, "pool", nil, "listen address(es) for pool clients: echo every byte, non-blocking sockets and epoll (Go's netpoller)")
+	cmd.Flags().StringSliceVar(&poolsBlocking, "pool-blocking", nil, "the same with a thread per connection blocked in read(2), as thread-per-connection servers do")
 	cmd.Flags().StringVar(&ready, "ready-file", "", "file written once listening")
 	return cmd
 }

@@ -1,0 +1,88 @@
+package datapath
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
+)
+
+// AdoptReport is what one adoption round did.
+type AdoptReport = shortcut.AdoptReport
+
+// AdoptCounterNames lists the adoption counters in enum order.
+func AdoptCounterNames() []string { return shortcut.AdoptCounterNames() }
+
+// Adopt runs one adoption round for the sockets below the attached cgroups:
+// it visits the network namespace of every process in them.
+func (d *Datapath) Adopt(cgroups []string) (AdoptReport, error) {
+	var ids []uint64
+	for _, cg := range cgroups {
+		id, err := cgroupv2.ID(cg)
+		if err != nil {
+			return AdoptReport{}, err
+		}
+		ids = append(ids, id)
+	}
+	if err := d.sc.SetAdoptHooks(ids); err != nil {
+		return AdoptReport{}, err
+	}
+	nss, err := netNamespaces(cgroups)
+	if err != nil {
+		return AdoptReport{}, err
+	}
+	return d.sc.Adopt(nss)
+}
+
+// netNamespaces returns one nsfs path per network namespace that a process
+// of the cgroups (and their descendants) lives in. Processes that exit
+// meanwhile are skipped.
+func netNamespaces(cgroups []string) ([]string, error) {
+	seen := map[uint64]bool{}
+	var out []string
+	add := func(pid string) {
+		p := filepath.Join("/proc", pid, "ns", "net")
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) != nil || seen[st.Ino] {
+			return
+		}
+		seen[st.Ino] = true
+		out = append(out, p)
+	}
+	for _, root := range cgroups {
+		err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil // removed while we walk
+				}
+				return err
+			}
+			if !e.IsDir() {
+				return nil
+			}
+			f, err := os.Open(filepath.Join(path, "cgroup.procs"))
+			if err != nil {
+				return nil
+			}
+			defer f.Close()
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				if pid := strings.TrimSpace(sc.Text()); pid != "" {
+					add(pid)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list network namespaces under %s: %w", root, err)
+		}
+	}
+	return out, nil
+}

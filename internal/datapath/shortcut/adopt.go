@@ -1,0 +1,361 @@
+package shortcut
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+)
+
+// Adoption puts connections established before the agent on the shortcut
+// (bpf/shortcut/adopt.h has the protocol). One round: scan every given
+// network namespace, match the ends, then run the step iterator over them
+// three times (confirm, insert, finish). Rounds must not overlap: the agent
+// runs them from its loop only.
+
+// AdoptReport is what one round did.
+type AdoptReport struct {
+	Namespaces int           `json:"namespaces"`
+	Sockets    int           `json:"sockets"`    // established sockets under the hooks
+	Candidates int           `json:"candidates"` // matched pairs tried
+	Adopted    uint64        `json:"adopted"`
+	Skipped    Counters      `json:"skipped"` // by reason, this round
+	// Busy counts the scanned sockets by what made them busy (a socket may
+	// count under several causes): unacked, unread, queued, sleeper, closing, unsupported.
+	Busy map[string]int `json:"busy,omitempty"`
+	Took       time.Duration `json:"took_ns"`
+}
+
+// adoptCounterNames are the external names of enum ez_adopt_counter.
+var adoptCounterNames = map[shortcutEzAdoptCounter]string{
+	shortcutEzAdoptCounterEZ_A_ROUNDS:           "adopt_rounds",
+	shortcutEzAdoptCounterEZ_A_ADOPTED:          "adopted",
+	shortcutEzAdoptCounterEZ_A_SKIP_BUSY:        "adopt_skipped_busy",
+	shortcutEzAdoptCounterEZ_A_SKIP_NO_PEER:     "adopt_skipped_no_peer",
+	shortcutEzAdoptCounterEZ_A_SKIP_NAT_UNKNOWN: "adopt_skipped_nat_unknown",
+	shortcutEzAdoptCounterEZ_A_SKIP_EXCLUDED:    "adopt_skipped_excluded",
+	shortcutEzAdoptCounterEZ_A_SKIP_AMBIGUOUS:   "adopt_skipped_ambiguous",
+	shortcutEzAdoptCounterEZ_A_SKIP_UNSUPPORTED: "adopt_skipped_unsupported",
+	shortcutEzAdoptCounterEZ_A_LATE_STACK:       "adopt_late_stack",
+}
+
+// AdoptCounterNames lists the adoption counters in enum order.
+func AdoptCounterNames() []string {
+	var out []string
+	for c := shortcutEzAdoptCounter(0); c < shortcutEzAdoptCounterEZ_A_MAX; c++ {
+		out = append(out, adoptCounterNames[c])
+	}
+	return out
+}
+
+// ReadAdoptCounters sums the per-CPU adoption counters.
+func ReadAdoptCounters(m *ebpf.Map) (Counters, error) {
+	out := Counters{}
+	for c := shortcutEzAdoptCounter(0); c < shortcutEzAdoptCounterEZ_A_MAX; c++ {
+		var perCPU []uint64
+		if err := m.Lookup(uint32(c), &perCPU); err != nil {
+			return nil, fmt.Errorf("read counter %s: %w", adoptCounterNames[c], err)
+		}
+		var sum uint64
+		for _, v := range perCPU {
+			sum += v
+		}
+		out[adoptCounterNames[c]] = sum
+	}
+	return out, nil
+}
+
+// addAdoptCounter adds n to CPU 0's slot: the agent is the only userspace writer.
+func addAdoptCounter(m *ebpf.Map, c shortcutEzAdoptCounter, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	var perCPU []uint64
+	if err := m.Lookup(uint32(c), &perCPU); err != nil {
+		return err
+	}
+	perCPU[0] += n
+	return m.Update(uint32(c), perCPU, ebpf.UpdateExist)
+}
+
+// SetAdoptHooks records the cgroups ez_sockops is attached to: adoption
+// considers only sockets below them (their callbacks are the tripwire).
+func (s *Shortcut) SetAdoptHooks(ids []uint64) error {
+	want := map[uint64]bool{}
+	for _, id := range ids {
+		want[id] = true
+		if err := s.objs.EzAdoptHooks.Update(id, uint32(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("adopt hooks: %w", err)
+		}
+	}
+	var id uint64
+	var v uint32
+	var stale []uint64
+	it := s.objs.EzAdoptHooks.Iterate()
+	for it.Next(&id, &v) {
+		if !want[id] {
+			stale = append(stale, id)
+		}
+	}
+	for _, id := range stale {
+		s.objs.EzAdoptHooks.Delete(id)
+	}
+	return it.Err()
+}
+
+// inNetNS runs fn on a thread in the namespace of the nsfs file path.
+func inNetNS(path string, fn func() error) error {
+	return bpfsys.InNetNSPath(path, fn)
+}
+
+func (s *Shortcut) adoptIters() error {
+	if s.adoptScan == nil {
+		it, err := link.AttachIter(link.IterOptions{Program: s.objs.EzAdoptScan})
+		if err != nil {
+			return fmt.Errorf("attach adoption scan iterator: %w", err)
+		}
+		s.adoptScan = it
+	}
+	if s.adoptStep == nil {
+		it, err := link.AttachIter(link.IterOptions{Program: s.objs.EzAdoptStep})
+		if err != nil {
+			return fmt.Errorf("attach adoption step iterator: %w", err)
+		}
+		s.adoptStep = it
+	}
+	return nil
+}
+
+// runIn opens the iterator inside the namespace (iter/tcp binds to the
+// opener's netns) and reads it to the end.
+func runIn(it *link.Iter, path string, out func(io.Reader) error) error {
+	var rd io.ReadCloser
+	if err := inNetNS(path, func() error {
+		var err error
+		rd, err = it.Open()
+		return err
+	}); err != nil {
+		return err
+	}
+	defer rd.Close()
+	return out(rd)
+}
+
+func scanIn(it *link.Iter, path string) ([]scanSock, error) {
+	var socks []scanSock
+	err := runIn(it, path, func(r io.Reader) error {
+		br := bufio.NewReader(r)
+		for {
+			var rec shortcutEzAdoptSock
+			err := binary.Read(br, binary.LittleEndian, &rec)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("read adoption scan: %w", err)
+			}
+			socks = append(socks, newScanSock(rec))
+		}
+	})
+	return socks, err
+}
+
+// conntrackIn lists the NAT-ed TCP entries of the namespace at path.
+func conntrackIn(path string, cookie uint64) ([]ctFlow, error) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	var out []ctFlow
+	for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+		flows, err := h.ConntrackTableList(netlink.ConntrackTable, fam)
+		if err != nil {
+			return nil, fmt.Errorf("conntrack: %w", err)
+		}
+		for _, f := range flows {
+			if f.Forward.Protocol != unix.IPPROTO_TCP {
+				continue
+			}
+			c := ctFlow{netns: cookie,
+				origSrc:  addrPort(f.Forward.SrcIP, f.Forward.SrcPort),
+				origDst:  addrPort(f.Forward.DstIP, f.Forward.DstPort),
+				replySrc: addrPort(f.Reverse.SrcIP, f.Reverse.SrcPort),
+				replyDst: addrPort(f.Reverse.DstIP, f.Reverse.DstPort),
+			}
+			if c.origDst == c.replySrc && c.origSrc == c.replyDst {
+				continue // not NAT-ed
+			}
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func addrPort(ip []byte, port uint16) netip.AddrPort {
+	a, _ := netip.AddrFromSlice(ip)
+	return netip.AddrPortFrom(a.Unmap(), port)
+}
+
+// Adopt runs one adoption round over the network namespaces (nsfs paths,
+// one per namespace).
+func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
+	start := time.Now()
+	rep := AdoptReport{Namespaces: len(namespaces), Skipped: Counters{}}
+	if err := s.adoptIters(); err != nil {
+		return rep, err
+	}
+	before, err := ReadAdoptCounters(s.objs.EzAdoptCounters)
+	if err != nil {
+		return rep, err
+	}
+	var socks []scanSock
+	var flows []ctFlow
+	var errs []error
+	for _, p := range namespaces {
+		ss, err := scanIn(s.adoptScan, p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("scan %s: %w", p, err))
+			continue
+		}
+		socks = append(socks, ss...)
+		if len(ss) == 0 {
+			continue
+		}
+		ct, err := conntrackIn(p, ss[0].rec.NetnsCookie)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p, err))
+		}
+		flows = append(flows, ct...)
+	}
+	busyNames := map[shortcutEzAdoptBusy]string{
+		shortcutEzAdoptBusyEZ_AB_UNACKED: "unacked", shortcutEzAdoptBusyEZ_AB_UNREAD: "unread",
+		shortcutEzAdoptBusyEZ_AB_QUEUED: "queued", shortcutEzAdoptBusyEZ_AB_SLEEPER: "sleeper",
+		shortcutEzAdoptBusyEZ_AB_CLOSING: "closing", shortcutEzAdoptBusyEZ_AB_UNSUPPORTED: "unsupported",
+		shortcutEzAdoptBusyEZ_AB_SACK: "sack",
+	}
+	for i := range socks {
+		if !socks[i].established() || !adoptable(&socks[i]) {
+			continue
+		}
+		rep.Sockets++
+		for bit, name := range busyNames {
+			if socks[i].rec.Busy&uint32(bit) != 0 {
+				if rep.Busy == nil {
+					rep.Busy = map[string]int{}
+				}
+				rep.Busy[name]++
+			}
+		}
+	}
+	cands, sk := matchAdoption(socks, flows)
+	// Agent-decided skips are counted now; BPF counts the rest.
+	for c, n := range map[shortcutEzAdoptCounter]uint64{
+		shortcutEzAdoptCounterEZ_A_SKIP_BUSY:        sk.busy,
+		shortcutEzAdoptCounterEZ_A_SKIP_NO_PEER:     sk.noPeer,
+		shortcutEzAdoptCounterEZ_A_SKIP_NAT_UNKNOWN: sk.natUnknown,
+		shortcutEzAdoptCounterEZ_A_SKIP_AMBIGUOUS:   sk.ambiguous,
+		shortcutEzAdoptCounterEZ_A_SKIP_UNSUPPORTED: sk.unsupported,
+	} {
+		if err := addAdoptCounter(s.objs.EzAdoptCounters, c, n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var written []adoptCandidate
+	for _, c := range cands {
+		if err := s.writeCandidate(&c); err != nil {
+			continue // an end is in another record already (a concurrent round)
+		}
+		written = append(written, c)
+	}
+	rep.Candidates = len(written)
+	// Pass 1 confirms, pass 2 inserts (the second end activates), pass 3
+	// settles the first end, or aborts and hands back whatever is not
+	// paired. Namespaces without a candidate still get a pass: leftovers of
+	// an interrupted round are handed back there.
+	for pass := range 3 {
+		if err := s.objs.EzAdoptFinish.Set(uint32(min(pass/2, 1))); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		for _, p := range namespaces {
+			if err := runIn(s.adoptStep, p, func(r io.Reader) error {
+				_, err := io.Copy(io.Discard, r)
+				return err
+			}); err != nil && pass == 0 {
+				errs = append(errs, fmt.Errorf("step %s: %w", p, err))
+			}
+		}
+	}
+	if err := s.objs.EzAdoptFinish.Set(uint32(0)); err != nil {
+		errs = append(errs, err)
+	}
+	for _, c := range written {
+		s.objs.EzAdopts.Delete(c.ends[0].rec.Cookie)
+		s.objs.EzAdoptSocks.Delete(c.ends[0].rec.Cookie)
+		s.objs.EzAdoptSocks.Delete(c.ends[1].rec.Cookie)
+	}
+	// Counted last: `eztunnel adopt` waits for it to read the round's counters.
+	if err := addAdoptCounter(s.objs.EzAdoptCounters, shortcutEzAdoptCounterEZ_A_ROUNDS, 1); err != nil {
+		errs = append(errs, err)
+	}
+	after, err := ReadAdoptCounters(s.objs.EzAdoptCounters)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for name, v := range after {
+		if name == "adopt_rounds" || name == "adopt_late_stack" {
+			continue
+		}
+		if d := v - before[name]; d > 0 {
+			if name == "adopted" {
+				rep.Adopted = d
+			} else {
+				rep.Skipped[name] = d
+			}
+		}
+	}
+	rep.Took = time.Since(start)
+	return rep, errors.Join(errs...)
+}
+
+// writeCandidate publishes a matched pair (CANDIDATE) for the step iterator.
+func (s *Shortcut) writeCandidate(c *adoptCandidate) error {
+	conn := c.ends[0].rec.Cookie
+	rec := shortcutEzAdopt{
+		Cookie: [2]uint64{c.ends[0].rec.Cookie, c.ends[1].rec.Cookie},
+		Key:    c.key,
+		State:  uint32(shortcutEzAdoptStateEZ_ADOPT_CANDIDATE),
+	}
+	// The record first, then the index: the step finds nothing until both exist.
+	if err := s.objs.EzAdopts.Update(conn, &rec, ebpf.UpdateNoExist); err != nil {
+		return err
+	}
+	for role, e := range c.ends {
+		ref := shortcutEzAdoptRef{Conn: conn, Role: uint32(role)}
+		if err := s.objs.EzAdoptSocks.Update(e.rec.Cookie, &ref, ebpf.UpdateNoExist); err != nil {
+			if role == 1 {
+				s.objs.EzAdoptSocks.Delete(c.ends[0].rec.Cookie)
+			}
+			s.objs.EzAdopts.Delete(conn)
+			return err
+		}
+	}
+	return nil
+}

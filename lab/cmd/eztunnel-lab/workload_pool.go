@@ -1,0 +1,65 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eztunnel/eztunnel/lab/workload"
+)
+
+// workloadPoolCmds: a pool of connections used before and after the agent
+// starts (adoption tests and benchmark).
+func workloadPoolCmds() []*cobra.Command {
+	var addr, ready string
+	server := &cobra.Command{
+		Use:   "pool-server",
+		Short: "Echo every connection, with Go's netpoller (non-blocking sockets, epoll), until killed",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return err
+			}
+			if ready != "" {
+				if err := os.WriteFile(ready, []byte("ready\n"), 0o644); err != nil {
+					return err
+				}
+			}
+			return workload.ServePool(ln)
+		},
+	}
+	server.Flags().StringVar(&addr, "addr", ":7300", "listen address")
+	server.Flags().StringVar(&ready, "ready-file", "", "file written once listening")
+
+	cfg := workload.PoolConfig{}
+	client := &cobra.Command{
+		Use:   "pool",
+		Short: "Open a pool, use it, write --ready-file, wait for --go-file, use it again (or stream until --stop-file); print JSON",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Stream && cfg.Stop == "" {
+				return fmt.Errorf("--stream needs --stop-file")
+			}
+			res, err := workload.Pool(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(os.Stdout).Encode(res)
+		},
+	}
+	f := client.Flags()
+	f.StringVar(&cfg.Addr, "addr", "", "pool server host:port")
+	f.IntVar(&cfg.Conns, "conns", 10, "connections")
+	f.IntVar(&cfg.Rounds, "rounds", 20, "exchanges per connection in each phase")
+	f.StringVar(&cfg.Ready, "ready-file", "", "written after phase 1")
+	f.StringVar(&cfg.Go, "go-file", "", "phase 2 starts once this file exists")
+	f.BoolVar(&cfg.Stream, "stream", false, "phase 2 streams both ways in bursts until --stop-file exists")
+	f.StringVar(&cfg.Stop, "stop-file", "", "ends --stream")
+	f.DurationVar(&cfg.MaxGap, "max-gap", 5*time.Millisecond, "longest pause between bursts (--stream)")
+	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the byte streams")
+	f.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "give up after this long")
+	return []*cobra.Command{server, client}
+}

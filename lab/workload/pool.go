@@ -1,0 +1,336 @@
+package workload
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A connection pool for the adoption tests: connections opened (and used)
+// before the agent starts, kept, and used again after adoption. The server
+// echoes every byte back; the client checks each echoed byte against the
+// seeded stream it sent, so one check covers both directions. Both ends use
+// Go's netpoller (non-blocking sockets and epoll), as event-loop runtimes
+// do; the echo loop copies through a buffer, never io.Copy (which splices
+// TCP to TCP, and splice does not see redirected bytes).
+
+// ServePool echoes every connection of ln until ln is closed.
+func ServePool(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// ServePoolBlocking is ServePool with one thread per connection blocked in
+// read(2) on a blocking socket (a RawListen socket).
+func ServePoolBlocking(lfd int) error {
+	for {
+		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
+		if err == unix.EINTR || err == unix.ECONNABORTED {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		go func() {
+			runtime.LockOSThread()
+			defer unix.Close(fd)
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := unix.Read(fd, buf)
+				if err == unix.EINTR || err == unix.EAGAIN {
+					continue
+				}
+				if err != nil || n == 0 || writeFull(fd, buf[:n]) != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// PoolConfig is one pool client run.
+type PoolConfig struct {
+	Addr    string
+	Conns   int
+	Rounds  int    // request/response exchanges per connection per phase
+	Ready   string // file written after phase 1 (connections open and used)
+	Go      string // phase 2 starts when this file exists
+	Stream  bool   // phase 2 streams both ways in bursts until Stop exists
+	Stop    string
+	MaxGap  time.Duration // longest pause between bursts when streaming
+	Seed    uint64
+	Timeout time.Duration
+}
+
+// PoolResult is what the client reports (JSON).
+type PoolResult struct {
+	Conns     int      `json:"conns"`
+	BytesUp   int64    `json:"bytes_up"`   // sent in phase 2
+	BytesBack int64    `json:"bytes_back"` // echoed back and checked
+	SHA256Up  string   `json:"sha256_up"`  // of everything sent, all connections in order
+	SHA256Bk  string   `json:"sha256_back"`
+	Errors    []string `json:"errors,omitempty"`
+}
+
+// poolGen is a connection's seeded byte stream.
+type poolGen struct {
+	r    *rand.Rand
+	tail []byte // generated, not handed out yet
+}
+
+func newPoolGen(seed uint64, conn int) *poolGen {
+	return &poolGen{r: rand.New(rand.NewPCG(seed, uint64(conn)))}
+}
+
+// fill writes the stream's next len(b) bytes into b.
+func (g *poolGen) fill(b []byte) {
+	n := copy(b, g.tail)
+	g.tail = g.tail[n:]
+	for n < len(b) {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], g.r.Uint64())
+		c := copy(b[n:], w[:])
+		n += c
+		if c < 8 {
+			g.tail = append(g.tail[:0], w[c:]...)
+		}
+	}
+}
+
+type poolConn struct {
+	c        net.Conn
+	tx, rx   *poolGen
+	up, back int64
+	hup, hbk hashWriter
+}
+
+type hashWriter struct {
+	w   io.Writer
+	sum func() []byte
+}
+
+func newHash() hashWriter {
+	h := sha256.New()
+	return hashWriter{w: h, sum: func() []byte { return h.Sum(nil) }}
+}
+
+// exchange sends size bytes and checks that the same bytes come back.
+func (p *poolConn) exchange(size int) error {
+	out := make([]byte, size)
+	p.tx.fill(out)
+	if _, err := p.c.Write(out); err != nil {
+		return err
+	}
+	p.up += int64(size)
+	p.hup.w.Write(out)
+	return p.expect(size)
+}
+
+// expect reads size echoed bytes and checks them against the rx stream.
+func (p *poolConn) expect(size int) error {
+	got := make([]byte, size)
+	if _, err := io.ReadFull(p.c, got); err != nil {
+		return fmt.Errorf("after %d bytes back: %w", p.back, err)
+	}
+	want := make([]byte, size)
+	p.rx.fill(want)
+	for i := range got {
+		if got[i] != want[i] {
+			return fmt.Errorf("byte %d of the echo differs (got %#x, want %#x)", p.back+int64(i), got[i], want[i])
+		}
+	}
+	p.back += int64(size)
+	p.hbk.w.Write(got)
+	return nil
+}
+
+func waitFor(ctx context.Context, path string) error {
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", path, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Pool runs the client: connect, phase 1, ready, wait for Go, phase 2.
+func Pool(ctx context.Context, cfg PoolConfig) (*PoolResult, error) {
+	if cfg.Conns < 1 || cfg.Rounds < 1 {
+		return nil, errors.New("pool: --conns and --rounds must be at least 1")
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	conns := make([]*poolConn, cfg.Conns)
+	for i := range conns {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("connection %d: %w", i, err)
+		}
+		defer c.Close()
+		conns[i] = &poolConn{c: c, tx: newPoolGen(cfg.Seed, i), rx: newPoolGen(cfg.Seed, i), hup: newHash(), hbk: newHash()}
+	}
+	rnd := rand.New(rand.NewPCG(cfg.Seed, 99))
+	size := func(max int) int { return 8 * (1 + rnd.IntN(max/8)) }
+	for _, p := range conns {
+		for range cfg.Rounds {
+			if err := p.exchange(size(4096)); err != nil {
+				return nil, fmt.Errorf("phase 1: %w", err)
+			}
+		}
+	}
+	if cfg.Ready != "" {
+		if err := os.WriteFile(cfg.Ready, []byte("ready\n"), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Go != "" {
+		if err := waitFor(ctx, cfg.Go); err != nil {
+			return nil, err
+		}
+	}
+	res := &PoolResult{Conns: cfg.Conns}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, p := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if cfg.Stream {
+				err = p.stream(ctx, cfg, uint64(i))
+			} else {
+				r := rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1000))
+				for range cfg.Rounds {
+					if err = p.exchange(8 * (1 + r.IntN(4096/8))); err != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				mu.Lock()
+				res.Errors = append(res.Errors, fmt.Sprintf("connection %d: %v", i, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	hu, hb := sha256.New(), sha256.New()
+	for _, p := range conns {
+		res.BytesUp += p.up
+		res.BytesBack += p.back
+		hu.Write(p.hup.sum())
+		hb.Write(p.hbk.sum())
+	}
+	res.SHA256Up, res.SHA256Bk = hex.EncodeToString(hu.Sum(nil)), hex.EncodeToString(hb.Sum(nil))
+	return res, nil
+}
+
+// stream writes bursts (8 B to 256 KiB) separated by pauses (0 to MaxGap)
+// while a reader checks the echo, until the Stop file exists; then it
+// waits for every byte to come back.
+func (p *poolConn) stream(ctx context.Context, cfg PoolConfig, i uint64) error {
+	r := rand.New(rand.NewPCG(cfg.Seed, i+2000))
+	sent := make(chan int64, 1)
+	rerr := make(chan error, 1)
+	go func() {
+		var total int64 = -1
+		for {
+			if total >= 0 && p.back >= total {
+				rerr <- nil
+				return
+			}
+			select {
+			case t := <-sent:
+				total = t
+				continue
+			default:
+			}
+			n := int64(64 << 10)
+			if total >= 0 && total-p.back < n {
+				n = total - p.back
+			}
+			p.c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			err := p.expectSome(int(n))
+			if err != nil {
+				rerr <- err
+				return
+			}
+		}
+	}()
+	for {
+		if _, err := os.Stat(cfg.Stop); err == nil || ctx.Err() != nil {
+			break
+		}
+		n := 8 * (1 + r.IntN((256<<10)/8))
+		out := make([]byte, n)
+		p.tx.fill(out)
+		if _, err := p.c.Write(out); err != nil {
+			return err
+		}
+		p.up += int64(n)
+		p.hup.w.Write(out)
+		if cfg.MaxGap > 0 {
+			time.Sleep(time.Duration(r.Int64N(int64(cfg.MaxGap))))
+		}
+	}
+	sent <- p.up
+	return <-rerr
+}
+
+// expectSome reads up to max echoed bytes (what is there before the read
+// deadline) and checks them; a deadline with nothing read is not an error.
+func (p *poolConn) expectSome(max int) error {
+	got := make([]byte, max)
+	n, err := p.c.Read(got)
+	if n > 0 {
+		want := make([]byte, n)
+		p.rx.fill(want)
+		for j := 0; j < n; j++ {
+			if got[j] != want[j] {
+				return fmt.Errorf("byte %d of the echo differs (got %#x, want %#x)", p.back+int64(j), got[j], want[j])
+			}
+		}
+		p.back += int64(n)
+		p.hbk.w.Write(got[:n])
+	}
+	var ne net.Error
+	if err != nil && errors.As(err, &ne) && ne.Timeout() {
+		return nil
+	}
+	return err
+}
