@@ -42,7 +42,8 @@ func (d *Datapath) Adopt(cgroups []string) (AdoptReport, error) {
 }
 
 // netNamespaces returns one nsfs path per network namespace that a process
-// of the cgroups (and their descendants) lives in. Processes that exit
+// of the cgroups (and their descendants) lives in, and the agent's own (its
+// conntrack holds the node's DNAT: kube-proxy). Processes that exit
 // meanwhile are skipped.
 func netNamespaces(cgroups []string) ([]string, error) {
 	seen := map[uint64]bool{}
@@ -56,6 +57,7 @@ func netNamespaces(cgroups []string) ([]string, error) {
 		seen[st.Ino] = true
 		out = append(out, p)
 	}
+	add("self")
 	for _, root := range cgroups {
 		err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
 			if err != nil {

@@ -230,3 +230,49 @@ func TestAdoptWhileStreaming(t *testing.T) {
 		t.Errorf("3 rounds of 100 bursty streams: adopted %d, skipped busy %d: the test exercised only one side", adopted, busy)
 	}
 }
+
+// TestAdoptThroughDNAT: pools opened before the datapath through a DNAT in
+// the client pod's netns and through a kube-proxy-style DNAT in the host:
+// conntrack links the client's tuple to the server's, and they are adopted
+// and stay byte-exact, with the streams of the same pools on plain TCP.
+func TestAdoptThroughDNAT(t *testing.T) {
+	e := newEnv(t, "adnat", 73)
+	a, b, k := e.pod("a", true), e.pod("b", true), e.pod("k", true)
+	e.serve(b, "--pool", ":7300")
+	e.serve(k, "--pool", ":7300")
+	for _, p := range []*netlab.Pod{a, b, k} {
+		noRedirects(t, p)
+	}
+	podDNAT(t, a, podVIP, hostport(b.IPv4, 7300))
+	hostDNAT(t, e.lab, hostVIP, hostport(k.IPv4, 7300))
+	nsExec(t, k.NetNS, "ip", "route", "add", a.IPv4.String()+"/32", "via", e.lab.GatewayV4.String())
+	targets := []string{hostport(podVIP, 80), hostport(hostVIP, 80)}
+	const conns = 8
+	var plain []workload.PoolResult
+	for i, addr := range targets {
+		pl := startPool(t, a, addr, conns, 20+i)
+		pl.waitReady()
+		plain = append(plain, pl.finish())
+	}
+	var pools []*pool
+	for i, addr := range targets {
+		pools = append(pools, startPool(t, a, addr, conns, 20+i))
+	}
+	for _, pl := range pools {
+		pl.waitReady()
+	}
+	e.accelerate()
+	before := e.counters()
+	want := uint64(conns * len(targets))
+	if d := e.adoptUntil(before, want); d["adopted"] != want || d["adopt_skipped_nat_unknown"] != 0 {
+		t.Fatalf("adopted %d of %d NAT-ed idle connections: %+v", d["adopted"], want, d)
+	}
+	for i, pl := range pools {
+		if res := pl.finish(); res.SHA256Up != plain[i].SHA256Up || res.SHA256Bk != plain[i].SHA256Bk {
+			t.Errorf("%s: adopted streams differ from plain TCP's", targets[i])
+		}
+	}
+	if d := delta(before, e.counters()); d["bytes_redirected"] == 0 || d["adopt_late_stack"] != 0 {
+		t.Fatalf("after adoption: %+v", d)
+	}
+}

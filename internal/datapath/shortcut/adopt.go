@@ -26,15 +26,15 @@ import (
 
 // AdoptReport is what one round did.
 type AdoptReport struct {
-	Namespaces int           `json:"namespaces"`
-	Sockets    int           `json:"sockets"`    // established sockets under the hooks
-	Candidates int           `json:"candidates"` // matched pairs tried
-	Adopted    uint64        `json:"adopted"`
-	Skipped    Counters      `json:"skipped"` // by reason, this round
+	Namespaces int      `json:"namespaces"`
+	Sockets    int      `json:"sockets"`    // established sockets under the hooks
+	Candidates int      `json:"candidates"` // matched pairs tried
+	Adopted    uint64   `json:"adopted"`
+	Skipped    Counters `json:"skipped"` // by reason, this round
 	// Busy counts the scanned sockets by what made them busy (a socket may
 	// count under several causes): unacked, unread, queued, sleeper, closing, unsupported.
 	Busy map[string]int `json:"busy,omitempty"`
-	Took       time.Duration `json:"took_ns"`
+	Took time.Duration  `json:"took_ns"`
 }
 
 // adoptCounterNames are the external names of enum ez_adopt_counter.
@@ -235,10 +235,14 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 			continue
 		}
 		socks = append(socks, ss...)
-		if len(ss) == 0 {
-			continue
+		// Every namespace's NAT counts, also where no managed socket lives
+		// (the node's: kube-proxy). Loopback entries matter only where
+		// sockets are, and carry that namespace's cookie.
+		var cookie uint64
+		if len(ss) > 0 {
+			cookie = ss[0].rec.NetnsCookie
 		}
-		ct, err := conntrackIn(p, ss[0].rec.NetnsCookie)
+		ct, err := conntrackIn(p, cookie)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
 		}
