@@ -276,3 +276,56 @@ func TestAdoptThroughDNAT(t *testing.T) {
 		t.Fatalf("after adoption: %+v", d)
 	}
 }
+
+// TestAdoptAgentLifecycle: the agent adopts a pool opened before it
+// (`eztunnel adopt` asks for rounds until all are in); the adopted pool then
+// streams while the agent is killed, restarted and finally uninstalled, and
+// stays byte-exact: an adopted pair is a pair like any other.
+func TestAdoptAgentLifecycle(t *testing.T) {
+	e, a, b, pin := agentEnv(t, "adagt", 74)
+	e.serve(b, "--pool", ":7300")
+	const conns = 20
+	pl := startPool(t, a, hostport(b.IPv4, 7300), conns, 7, "--stream", "--max-gap", "2ms")
+	pl.waitReady()
+	lock := filepath.Join(t.TempDir(), "agent.lock")
+	ag := startAgent(t, bin, e.lab.Managed, pin, "--lock-file", lock, "--adopt-interval", "0")
+	var adopted uint64
+	for i := 0; i < 20 && adopted < conns; i++ {
+		out, err := eztunnelOut("adopt", "--pin-path", pin, "--lock-file", lock, "-o", "json")
+		if err != nil {
+			t.Fatalf("eztunnel adopt: %v\n%s\n%s", err, out, ag.logs.String())
+		}
+		adopted = pinnedCounters(t, pin)["adopted"]
+		time.Sleep(50 * time.Millisecond)
+	}
+	if adopted != conns {
+		t.Fatalf("agent adopted %d of %d: %s", adopted, conns, ag.logs.String())
+	}
+	cfg := datapath.DefaultConfig()
+	cfg.PinRoot = pin
+	if n, all := adoptedConnections(t, cfg); n != 2*conns || all != n {
+		t.Fatalf("connections lists %d adopted ends of %d", n, all)
+	}
+	touch(t, pl.gof)
+	redirected := func() uint64 { return pinnedCounters(t, pin)["bytes_redirected"] }
+	waitGrowth := func(what string) {
+		t.Helper()
+		from := redirected()
+		for deadline := time.Now().Add(10 * time.Second); redirected() < from+(8<<20); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the adopted pool is not being accelerated", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitGrowth("after adoption")
+	ag.kill(t)
+	waitGrowth("agent killed")
+	startAgent(t, bin, e.lab.Managed, pin, "--lock-file", lock, "--adopt-interval", "0")
+	waitGrowth("agent restarted")
+	if out, err := eztunnelOut("uninstall", "--pin-path", pin, "--lock-file", lock, "--drain-timeout", "10s"); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	time.Sleep(300 * time.Millisecond) // the pool streams on the kernel path now
+	pl.finish()
+}

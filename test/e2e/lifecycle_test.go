@@ -76,7 +76,7 @@ func pinnedCounters(t *testing.T, pin string) datapath.Counters {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	c, err := datapath.ReadCounters(p.Counters)
+	c, err := p.ReadCounters()
 	if err != nil {
 		t.Fatal(err)
 	}
