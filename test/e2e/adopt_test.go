@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -328,4 +329,39 @@ func TestAdoptAgentLifecycle(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // the pool streams on the kernel path now
 	pl.finish()
+}
+
+// TestAdoptThroughSidecars: a pool through Istio-style HAProxy sidecars
+// opened before the datapath (three TCP legs per connection: app -> proxy A
+// by REDIRECT in A's OUTPUT, proxy A -> proxy B by REDIRECT in B's
+// PREROUTING, proxy B -> app on loopback). Every leg is adopted, linked
+// through the pods' conntrack, and the streams equal plain TCP's.
+func TestAdoptThroughSidecars(t *testing.T) {
+	e := newEnv(t, "adside", 75)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--pool", ":7300")
+	for _, p := range []*netlab.Pod{a, b} {
+		if err := meshlab.InstallCapture(context.Background(), p, meshlab.SidecarCapture()); err != nil {
+			t.Fatal(err)
+		}
+		e.startSidecar(p)
+	}
+	const conns = 8
+	addr := hostport(b.IPv4, 7300)
+	plainPool := startPool(t, a, addr, conns, 30)
+	plainPool.waitReady()
+	plain := plainPool.finish()
+	pl := startPool(t, a, addr, conns, 30)
+	pl.waitReady()
+	e.accelerate()
+	before := e.counters()
+	if d := e.adoptUntil(before, 3*conns); d["adopted"] != 3*conns {
+		t.Fatalf("adopted %d of %d legs: %+v", d["adopted"], 3*conns, d)
+	}
+	if res := pl.finish(); res.SHA256Up != plain.SHA256Up || res.SHA256Bk != plain.SHA256Bk {
+		t.Errorf("adopted streams through the sidecars differ from plain TCP's")
+	}
+	if d := delta(before, e.counters()); d["bytes_redirected"] == 0 || d["adopt_late_stack"] != 0 {
+		t.Fatalf("after adoption: %+v", d)
+	}
 }
