@@ -247,6 +247,27 @@ func TestChartLeastPrivilege(t *testing.T) {
 	if _, ok := sc["allowPrivilegeEscalation"]; ok || sc["privileged"] != false {
 		t.Errorf("with SYS_ADMIN: %v", sc)
 	}
+
+	// Adoption is off by default (the agent is told so); on, it adds what
+	// entering pods' network namespaces needs: SYS_ADMIN and the host PIDs.
+	if !slices.Contains(strs(c["args"]), "--adopt=false") {
+		t.Errorf("default args %v lack --adopt=false", c["args"])
+	}
+	docs = render(t, "adoption.enabled=true")
+	sc = container(t, docs)["securityContext"].(obj)
+	if got := strs(get(sc, "capabilities", "add")); !reflect.DeepEqual(got, []string{"BPF", "NET_ADMIN", "PERFMON", "SYS_ADMIN"}) {
+		t.Errorf("adoption.enabled: capabilities added %v", got)
+	}
+	if get(daemonSet(t, docs), "spec", "template", "spec", "hostPID") != true {
+		t.Error("adoption.enabled: hostPID is not set")
+	}
+	if _, ok := sc["allowPrivilegeEscalation"]; ok {
+		t.Errorf("adoption.enabled: allowPrivilegeEscalation with SYS_ADMIN: %v", sc)
+	}
+	sc = container(t, render(t, "adoption.enabled=true", "capabilities={BPF,NET_ADMIN,PERFMON,SYS_ADMIN}"))["securityContext"].(obj)
+	if got := strs(get(sc, "capabilities", "add")); len(got) != 4 {
+		t.Errorf("SYS_ADMIN twice: %v", got)
+	}
 }
 
 func atoi(s string) int { return int(s[0] - '0') }
@@ -347,6 +368,8 @@ var valueFlags = []struct{ value, set, arg string }{
 	{"takeoverTimeout", "takeoverTimeout=90s", "--takeover-timeout=90s"},
 	{"pairMaxAge", "pairMaxAge=2m", "--pair-max-age=2m"},
 	{"ipv6", "ipv6=false", "--ipv6=false"},
+	{"adoption.enabled", "adoption.enabled=true", "--adopt=true"},
+	{"adoption.interval", "adoption.enabled=true,adoption.interval=1m", "--adopt-interval=1m"},
 	{"traffic.includePorts", "traffic.includePorts={80,443}", "--include-ports=80,443"},
 	{"traffic.excludePorts", "traffic.excludePorts={22}", "--exclude-ports=22"},
 	{"traffic.includeCIDRs", "traffic.includeCIDRs={10.0.0.0/8,fd00::/8}", "--include-cidrs=10.0.0.0/8,fd00::/8"},

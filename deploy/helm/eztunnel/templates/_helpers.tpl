@@ -69,6 +69,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --pair-max-age={{ . }}
 {{- end }}
 - --ipv6={{ .Values.ipv6 }}
+- --adopt={{ .Values.adoption.enabled }}
+{{- if .Values.adoption.enabled }}
+- --adopt-interval={{ .Values.adoption.interval }}
+{{- end }}
 {{- with .Values.traffic.includePorts }}
 - --include-ports={{ join "," . }}
 {{- end }}
