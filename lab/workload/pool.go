@@ -334,3 +334,59 @@ func (p *poolConn) expectSome(max int) error {
 	}
 	return err
 }
+
+// PoolPingResult: the round trips of each phase of PoolPing, in microseconds.
+type PoolPingResult struct {
+	Phases [][]float64 `json:"phases"`
+}
+
+// PoolPing opens conns connections to a pool server (Go's netpoller, as
+// event-loop runtimes), then for each phase p waits for dir/go-<p>, sends n
+// 24-byte messages per connection (round-robin, each after the previous
+// echo), records the round trips and writes dir/done-<p>. Connections stay
+// open between phases: the adoption benchmark adopts them in between.
+func PoolPing(ctx context.Context, addr string, conns, n, phases int, dir string) (*PoolPingResult, error) {
+	if conns < 1 || n < 1 || phases < 1 {
+		return nil, errors.New("pool-ping: --conns, --n and --phases must be at least 1")
+	}
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		cs[i] = c
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	res := &PoolPingResult{}
+	msg, back := make([]byte, 24), make([]byte, 24)
+	for p := range phases {
+		if err := waitFor(ctx, fmt.Sprintf("%s/go-%d", dir, p)); err != nil {
+			return nil, err
+		}
+		rtts := make([]float64, 0, n*conns)
+		for i := range n {
+			for _, c := range cs {
+				start := time.Now()
+				binary.LittleEndian.PutUint64(msg, uint64(i))
+				if _, err := c.Write(msg); err != nil {
+					return nil, err
+				}
+				if _, err := io.ReadFull(c, back); err != nil {
+					return nil, err
+				}
+				rtts = append(rtts, float64(time.Since(start))/float64(time.Microsecond))
+				if binary.LittleEndian.Uint64(back) != uint64(i) {
+					return nil, fmt.Errorf("echo of message %d came back as %d", i, binary.LittleEndian.Uint64(back))
+				}
+			}
+		}
+		res.Phases = append(res.Phases, rtts)
+		if err := os.WriteFile(fmt.Sprintf("%s/done-%d", dir, p), nil, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}

@@ -8,12 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/lab/bench/adoption"
 	"github.com/eztunnel/eztunnel/lab/bench/quick"
 )
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
-	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd())
+	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd())
 	return cmd
 }
 
@@ -74,6 +75,25 @@ func benchEarlyDataCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&o.Conns, "conns", o.Conns, "connections per placement, one after the other")
+	return cmd
+}
+
+func benchAdoptCmd() *cobra.Command {
+	o := adoption.Options{Rounds: 5, Conns: 8, N: 2000}
+	cmd := &cobra.Command{
+		Use:   "adopt",
+		Short: "RTT of connections opened before the agent: before adoption, after it, and of pairs made at handshake (needs root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withSelf(cmd, func(ctx context.Context, exe string) error {
+				o.Exe, o.Log = exe, os.Stderr
+				return adoption.Run(ctx, o, os.Stdout)
+			})
+		},
+	}
+	cmd.Flags().IntVar(&o.Rounds, "rounds", o.Rounds, "interleaved rounds")
+	cmd.Flags().IntVar(&o.Conns, "conns", o.Conns, "connections per pool")
+	cmd.Flags().IntVar(&o.N, "n", o.N, "round trips per connection and phase")
 	return cmd
 }
 

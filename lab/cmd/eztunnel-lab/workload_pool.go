@@ -61,5 +61,23 @@ func workloadPoolCmds() []*cobra.Command {
 	f.DurationVar(&cfg.MaxGap, "max-gap", 5*time.Millisecond, "longest pause between bursts (--stream)")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the byte streams")
 	f.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "give up after this long")
-	return []*cobra.Command{server, client}
+	var paddr, pdir string
+	var pconns, pn, phases int
+	ping := &cobra.Command{
+		Use:   "pool-ping",
+		Short: "Open a pool, then per phase wait for <dir>/go-<p>, measure 24 B round trips, write <dir>/done-<p>; print JSON",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := workload.PoolPing(cmd.Context(), paddr, pconns, pn, phases, pdir)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(os.Stdout).Encode(res)
+		},
+	}
+	ping.Flags().StringVar(&paddr, "addr", "", "pool server host:port")
+	ping.Flags().IntVar(&pconns, "conns", 8, "connections")
+	ping.Flags().IntVar(&pn, "n", 2000, "round trips per connection and phase")
+	ping.Flags().IntVar(&phases, "phases", 2, "phases")
+	ping.Flags().StringVar(&pdir, "dir", "", "directory of the go-/done- files")
+	return []*cobra.Command{server, client, ping}
 }
