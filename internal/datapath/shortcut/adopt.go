@@ -225,6 +225,14 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	if err != nil {
 		return rep, err
 	}
+	// Records left by a round that was interrupted (agent killed): their
+	// ends are handed back by this round's passes (no record: cleanup).
+	if err := purge(s.objs.EzAdopts); err != nil {
+		return rep, err
+	}
+	if err := purge(s.objs.EzAdoptSocks); err != nil {
+		return rep, err
+	}
 	var socks []scanSock
 	var flows []ctFlow
 	var errs []error
@@ -362,4 +370,19 @@ func (s *Shortcut) writeCandidate(c *adoptCandidate) error {
 		}
 	}
 	return nil
+}
+
+// purge deletes every entry of a hash keyed by u64.
+func purge(m *ebpf.Map) error {
+	var keys []uint64
+	var k uint64
+	it := m.Iterate()
+	val := make([]byte, m.ValueSize())
+	for it.Next(&k, &val) {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		m.Delete(k)
+	}
+	return it.Err()
 }
