@@ -67,3 +67,7 @@ func removeCgroupTree(root string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// KillCgroupTree SIGKILLs every process in the cgroup tree root and waits
+// briefly for it to empty.
+func KillCgroupTree(root string) { killCgroupTree(root) }

@@ -354,3 +354,10 @@ func sweepLab(name string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// SharedNetnsDir makes /run/netns a shared mount of itself (see
+// sharedNetnsDir), for other lab packages that name namespaces.
+func SharedNetnsDir() error { return sharedNetnsDir() }
+
+// DeleteNetns removes a named netns; a name already gone is not an error.
+func DeleteNetns(name string) error { return deleteNetns(name) }

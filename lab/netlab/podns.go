@@ -75,7 +75,12 @@ func (p *Pod) Sysctl(key, value string) error {
 
 // Do runs fn on a thread inside the pod's network namespace. The thread
 // is never reused if it cannot return to the host namespace.
-func (p *Pod) Do(fn func() error) error {
+func (p *Pod) Do(fn func() error) error { return InNetns(p.NetNS, fn) }
+
+// InNetns runs fn on a thread inside the named network namespace. Sockets
+// fn opens stay in that namespace. The thread is never reused if it cannot
+// return to the host namespace.
+func InNetns(name string, fn func() error) error {
 	res := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // no unlock: the thread exits with the goroutine
@@ -85,9 +90,9 @@ func (p *Pod) Do(fn func() error) error {
 			return
 		}
 		defer host.Close()
-		ns, err := netns.GetFromName(p.NetNS)
+		ns, err := netns.GetFromName(name)
 		if err != nil {
-			res <- fmt.Errorf("netlab: netns %s: %w", p.NetNS, err)
+			res <- fmt.Errorf("netlab: netns %s: %w", name, err)
 			return
 		}
 		defer ns.Close()

@@ -19,7 +19,7 @@ func main() {
 	trace.AddCommand(traceOverheadCmd())
 	root := cli.Root("eztunnel-lab", "eztunnel's benchmark lab: baseline vs accelerated on throwaway lab nodes",
 		"eztunnel's benchmark lab. It starts the agent binary (eztunnel, next to this one, or --agent) where a\nbenchmark needs a running agent.", version,
-		workloadCmd(), benchCmd(), trace)
+		workloadCmd(), benchCmd(), multinodeCmd(), trace)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "eztunnel-lab:", err)
 		os.Exit(1)
