@@ -19,8 +19,8 @@ import (
 // namespace), kept as simple as kube-proxy's and Flannel's layout:
 //
 //	filter FORWARD (policy Options.ForwardPolicy) -> EZL-FORWARD:
-//	  -j EZL-POLICY                        rules added by Block / BlockPods
 //	  (IPv6: accept neighbour solicitations and advertisements)
+//	  -j EZL-POLICY                        rules added by Block / BlockPods
 //	  ctstate INVALID -j DROP
 //	  ctstate RELATED,ESTABLISHED -j ACCEPT
 //	  -s <cluster> -j ACCEPT; -d <cluster> -j ACCEPT
@@ -100,13 +100,15 @@ func (n *Node) mkFirewall() error {
 		p(":%s - [0:0]", chainForward)
 		p(":%s - [0:0]", chainPolicy)
 		p("-A FORWARD -j %s", chainForward)
-		p("-A %s -j %s", chainForward, chainPolicy)
 		if f.v6 {
 			// Neighbour discovery between pods of a node is bridged through
-			// FORWARD; conntrack does not track it (it would be INVALID).
+			// FORWARD. It passes before the policy rules (whose unicast
+			// probes would match a pod-to-pod rule, as ARP never does) and
+			// before INVALID (conntrack does not track it).
 			p("-A %s -p ipv6-icmp --icmpv6-type neighbour-solicitation -j ACCEPT", chainForward)
 			p("-A %s -p ipv6-icmp --icmpv6-type neighbour-advertisement -j ACCEPT", chainForward)
 		}
+		p("-A %s -j %s", chainForward, chainPolicy)
 		p("-A %s -m conntrack --ctstate INVALID -j DROP", chainForward)
 		p("-A %s -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT", chainForward)
 		p("-A %s -s %s -j ACCEPT", chainForward, f.cluster)
@@ -300,7 +302,9 @@ func (l *Lab) AddService(name, proto string, port, targetPort int, backends ...*
 	return s, nil
 }
 
-func (s *Service) sep(i int) string { return fmt.Sprintf("%s-%d", strings.Replace(s.chain, "SVC", "SEP", 1), i) }
+func (s *Service) sep(i int) string {
+	return fmt.Sprintf("%s-%d", strings.Replace(s.chain, "SVC", "SEP", 1), i)
+}
 
 func (s *Service) vip(f family) netip.Addr {
 	if f.v6 {

@@ -71,7 +71,7 @@ const vxlanOverhead = 50
 // fd96::/112.
 var (
 	ClusterV4  = netip.MustParsePrefix("10.88.0.0/16")
-	ClusterV6  = netip.MustParsePrefix("fd88::/48")
+	ClusterV6  = netip.MustParsePrefix("fd88::/32")
 	UnderlayV4 = netip.MustParsePrefix("192.168.88.0/24")
 	UnderlayV6 = netip.MustParsePrefix("fd89::/64")
 	ServiceV4  = netip.MustParsePrefix("10.96.0.0/16")
@@ -351,6 +351,15 @@ func newNetns(name string) (*netlink.Handle, error) {
 				return fmt.Errorf("netns %s: %w", name, e)
 			}
 			defer ns.Close()
+			// No DAD: a router whose link-local address is still
+			// tentative sends no neighbour solicitation for forwarded
+			// packets, stalling the first ones for seconds.
+			if e := writeSysctls(map[string]string{
+				"net/ipv6/conf/all/accept_dad":     "0",
+				"net/ipv6/conf/default/accept_dad": "0",
+			}); e != nil {
+				return fmt.Errorf("in %s: %w", name, e)
+			}
 			if e := netns.Set(host); e == nil {
 				runtime.UnlockOSThread()
 			}
