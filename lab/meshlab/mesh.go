@@ -44,10 +44,11 @@ const (
 	PortEcho   = 7001
 	PortRedis  = 6379
 	PortHTTP   = 8080
+	PortPool   = 7300 // echo of pool clients (Go netpoller): connections opened before the agent
 )
 
 // servicePorts are every port the workloads connect to.
-var servicePorts = []int{PortStream, PortEcho, PortRedis, PortHTTP}
+var servicePorts = []int{PortStream, PortEcho, PortRedis, PortHTTP, PortPool}
 
 // Istio's sidecar ports and proxy uid (istio-proxy is uid 1337).
 const (

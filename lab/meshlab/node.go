@@ -111,8 +111,8 @@ func (n *Node) Close() error {
 
 func (n *Node) startServers() error {
 	s := n.Server
-	if _, err := n.start("echo", s, []int{PortStream, PortEcho}, n.cfg.Exe, "workload", "serve",
-		"--stream", ":"+strconv.Itoa(PortStream), "--echo", ":"+strconv.Itoa(PortEcho)); err != nil {
+	if _, err := n.start("echo", s, []int{PortStream, PortEcho, PortPool}, n.cfg.Exe, "workload", "serve",
+		"--stream", ":"+strconv.Itoa(PortStream), "--echo", ":"+strconv.Itoa(PortEcho), "--pool", ":"+strconv.Itoa(PortPool)); err != nil {
 		return err
 	}
 	if _, err := n.start("redis-server", s, []int{PortRedis}, "redis-server", "--port", strconv.Itoa(PortRedis),

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -24,6 +23,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/lab/bench"
+	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -33,6 +33,7 @@ type Options struct {
 	Rounds int
 	Conns  int // connections per pool
 	N      int // round trips per connection and phase
+	Mesh   string // meshlab mode: none, sidecar or ambient (legs per connection: 1, 3, 3)
 	Exe    string
 	Log    io.Writer
 }
@@ -59,35 +60,35 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
 	}
+	mesh, err := meshlab.ParseMesh(o.Mesh)
+	if err != nil {
+		return err
+	}
+	if mesh.TLS {
+		return fmt.Errorf("--mesh %s: TLS legs are not node-local TCP the shortcut pairs end to end", o.Mesh)
+	}
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = "/sys/fs/bpf/ezbench-adopt"
 	if err := bench.Sweep(cfg, o.Log); err != nil {
 		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
 	}
-	lab, err := netlab.New("adopt", 36)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, lab.Close()) }()
-	a, err := lab.AddPod("a", true)
-	if err != nil {
-		return err
-	}
-	b, err := lab.AddPod("b", true)
-	if err != nil {
-		return err
-	}
 	cpu := runtime.NumCPU() - 1
-	wl := workload.Client{Exe: o.Exe, Placement: workload.Placement{CPUs: []int{cpu}}}
-	srv, err := wl.Serve(ctx, b, "", "--pool", ":7300")
+	placement := workload.Placement{CPUs: []int{cpu}}
+	node, err := meshlab.New(ctx, meshlab.Config{Name: "adopt", Subnet: 36, Mesh: mesh, Exe: o.Exe, Placement: placement, Log: o.Log})
 	if err != nil {
 		return err
 	}
-	defer srv.Stop()
-	addr := net.JoinHostPort(b.IPv4.String(), "7300")
+	defer func() { err = errors.Join(err, node.Close()) }()
+	wl := workload.Client{Exe: o.Exe, Placement: placement}
+	addr := node.Addr(meshlab.PortPool)
+	legs := 1
+	if mesh.Kind != "none" {
+		legs = 3 // app -> proxy -> proxy -> app
+	}
+	a, lab := node.Client, node.Lab
 	var rounds []Round
 	for i := range o.Rounds {
-		r, err := round(ctx, o, cfg, lab, wl, a, addr)
+		r, err := round(ctx, o, cfg, lab, wl, a, addr, legs)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i, err)
 		}
@@ -162,7 +163,7 @@ func (c *pingClient) result() (*workload.PoolPingResult, error) {
 	return &res, nil
 }
 
-func round(ctx context.Context, o Options, cfg datapath.Config, lab *netlab.Lab, wl workload.Client, a *netlab.Pod, addr string) (r Round, err error) {
+func round(ctx context.Context, o Options, cfg datapath.Config, lab *netlab.Lab, wl workload.Client, a *netlab.Pod, addr string, legs int) (r Round, err error) {
 	old, err := startPing(ctx, wl, a, addr, o, 2)
 	if err != nil {
 		return r, err
@@ -192,7 +193,7 @@ func round(ctx context.Context, o Options, cfg datapath.Config, lab *netlab.Lab,
 		if err != nil {
 			return r, err
 		}
-		if c["adopted"]-before["adopted"] >= uint64(o.Conns) {
+		if c["adopted"]-before["adopted"] >= uint64(legs*o.Conns) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -212,8 +213,8 @@ func round(ctx context.Context, o Options, cfg datapath.Config, lab *netlab.Lab,
 		return r, err
 	}
 	d := bench.Delta(before, after)
-	if d["adopted"] != uint64(o.Conns) || d["pairs"] != uint64(2*o.Conns) {
-		return r, fmt.Errorf("adopted %d and paired %d in all, want %d and %d: %v", d["adopted"], d["pairs"], o.Conns, 2*o.Conns, d)
+	if d["adopted"] != uint64(legs*o.Conns) || d["pairs"] != uint64(2*legs*o.Conns) {
+		return r, fmt.Errorf("adopted %d and paired %d in all, want %d and %d: %v", d["adopted"], d["pairs"], legs*o.Conns, 2*legs*o.Conns, d)
 	}
 	ro, err := old.result()
 	if err != nil {
@@ -255,8 +256,8 @@ func report(w io.Writer, o Options, cpu int, rounds []Round) error {
 			span(col(func(r Round) float64 { return r.Adopted.P99 / r.Before.P99 }), 3)},
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\nadoption: %d connections (Go netpoller, 24 B ping-pong, %d round trips each per phase), client and server pinned to CPU %d; %d interleaved rounds, median (min–max)\n\n",
-		o.Conns, o.N, cpu, len(rounds))
+	fmt.Fprintf(&sb, "\nadoption, mesh %s: %d connections (Go netpoller, 24 B ping-pong, %d round trips each per phase), every process pinned to CPU %d; %d interleaved rounds, median (min–max)\n\n",
+		o.Mesh, o.Conns, o.N, cpu, len(rounds))
 	bench.WriteTable(&sb, []string{"", "before adoption (kernel)", "adopted", "paired at handshake", "adopted / handshake", "adopted / before"}, rows)
 	_, err := io.WriteString(w, sb.String())
 	return err

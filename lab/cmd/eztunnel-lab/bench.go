@@ -79,7 +79,7 @@ func benchEarlyDataCmd() *cobra.Command {
 }
 
 func benchAdoptCmd() *cobra.Command {
-	o := adoption.Options{Rounds: 5, Conns: 8, N: 2000}
+	o := adoption.Options{Rounds: 5, Conns: 8, N: 2000, Mesh: "none"}
 	cmd := &cobra.Command{
 		Use:   "adopt",
 		Short: "RTT of connections opened before the agent: before adoption, after it, and of pairs made at handshake (needs root)",
@@ -94,6 +94,7 @@ func benchAdoptCmd() *cobra.Command {
 	cmd.Flags().IntVar(&o.Rounds, "rounds", o.Rounds, "interleaved rounds")
 	cmd.Flags().IntVar(&o.Conns, "conns", o.Conns, "connections per pool")
 	cmd.Flags().IntVar(&o.N, "n", o.N, "round trips per connection and phase")
+	cmd.Flags().StringVar(&o.Mesh, "mesh", o.Mesh, "none, sidecar or ambient (HAProxy proxies; their legs are adopted too)")
 	return cmd
 }
 
