@@ -91,6 +91,15 @@ type PoolConfig struct {
 	MaxGap  time.Duration // longest pause between bursts when streaming
 	Seed    uint64
 	Timeout time.Duration
+	// FIONREAD: in phase 2 every echo must show in FIONREAD whole before it is read.
+	FIONREAD bool
+	// Unread: phase 1 ends with an echo left unread (read first in phase 2).
+	Unread bool
+	// Blocking: phase 2 runs each connection on a thread of its own with a
+	// blocking socket: recv with SO_RCVTIMEO 1 ms in a loop (EAGAIN
+	// retried after 1 ms off the socket), a request every few ms, until
+	// Stop exists.
+	Blocking bool
 }
 
 // PoolResult is what the client reports (JSON).
@@ -133,6 +142,7 @@ type poolConn struct {
 	tx, rx   *poolGen
 	up, back int64
 	hup, hbk hashWriter
+	fionread bool // before reading an echo, FIONREAD must reach its size
 }
 
 type hashWriter struct {
@@ -154,7 +164,41 @@ func (p *poolConn) exchange(size int) error {
 	}
 	p.up += int64(size)
 	p.hup.w.Write(out)
+	if p.fionread {
+		if err := p.waitInq(size); err != nil {
+			return err
+		}
+	}
 	return p.expect(size)
+}
+
+// waitInq polls FIONREAD until it reports want bytes (the whole echo,
+// nothing read yet): plain TCP counts the receive queue, an enrolled socket
+// its psock queue; a socket holding stack bytes while enrolled would stay
+// at 0 (the 6.18 quirk adoption must never expose).
+func (p *poolConn) waitInq(want int) error {
+	rc, err := p.c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	var n int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		var ierr error
+		if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+			return err
+		}
+		if ierr != nil {
+			return ierr
+		}
+		if n == want {
+			return nil
+		}
+		if n > want {
+			break
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return fmt.Errorf("FIONREAD %d, want %d (the whole echo, unread)", n, want)
 }
 
 // expect reads size echoed bytes and checks them against the rx stream.
@@ -213,6 +257,18 @@ func Pool(ctx context.Context, cfg PoolConfig) (*PoolResult, error) {
 			}
 		}
 	}
+	const unreadSize = 1000
+	if cfg.Unread {
+		for _, p := range conns {
+			out := make([]byte, unreadSize)
+			p.tx.fill(out)
+			if _, err := p.c.Write(out); err != nil {
+				return nil, err
+			}
+			p.up += unreadSize
+			p.hup.w.Write(out)
+		}
+	}
 	if cfg.Ready != "" {
 		if err := os.WriteFile(cfg.Ready, []byte("ready\n"), 0o644); err != nil {
 			return nil, err
@@ -228,12 +284,20 @@ func Pool(ctx context.Context, cfg PoolConfig) (*PoolResult, error) {
 	var wg sync.WaitGroup
 	for i, p := range conns {
 		wg.Add(1)
+		p.fionread = cfg.FIONREAD
 		go func() {
 			defer wg.Done()
 			var err error
-			if cfg.Stream {
+			if cfg.Unread {
+				err = p.expect(unreadSize)
+			}
+			switch {
+			case err != nil:
+			case cfg.Blocking:
+				err = p.blocking(ctx, cfg, uint64(i))
+			case cfg.Stream:
 				err = p.stream(ctx, cfg, uint64(i))
-			} else {
+			default:
 				r := rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1000))
 				for range cfg.Rounds {
 					if err = p.exchange(8 * (1 + r.IntN(4096/8))); err != nil {
@@ -389,4 +453,72 @@ func PoolPing(ctx context.Context, addr string, conns, n, phases int, dir string
 		}
 	}
 	return res, nil
+}
+
+// blocking runs phase 2 of a Blocking pool on this goroutine's own thread,
+// on a blocking dup of the socket.
+func (p *poolConn) blocking(ctx context.Context, cfg PoolConfig, i uint64) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f, err := p.c.(*net.TCPConn).File() // a dup, in blocking mode
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	if err := unix.SetNonblock(fd, false); err != nil {
+		return err
+	}
+	tv := unix.NsecToTimeval(int64(time.Millisecond))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return err
+	}
+	r := rand.New(rand.NewPCG(cfg.Seed, i+3000))
+	buf := make([]byte, 64<<10)
+	var owed int // echo bytes still to come
+	next := time.Now()
+	for {
+		stop := false
+		if _, err := os.Stat(cfg.Stop); err == nil || ctx.Err() != nil {
+			stop = true
+		}
+		if stop && owed == 0 {
+			return nil
+		}
+		if !stop && owed == 0 && time.Now().After(next) {
+			out := make([]byte, 8*(1+r.IntN(4096/8)))
+			p.tx.fill(out)
+			if err := writeFull(fd, out); err != nil {
+				return err
+			}
+			p.up += int64(len(out))
+			p.hup.w.Write(out)
+			owed += len(out)
+			next = time.Now().Add(time.Duration(r.Int64N(int64(5 * time.Millisecond))))
+		}
+		n, err := unix.Read(fd, buf[:max(owed, 1)])
+		if err == unix.EAGAIN || err == unix.EINTR {
+			// SO_RCVTIMEO, or the sockmap's spurious EAGAIN. Half the
+			// time off the socket, so that rounds find it without a
+			// sleeper and the next recv races the insert.
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("EOF with %d echo bytes owed", owed)
+		}
+		want := make([]byte, n)
+		p.rx.fill(want)
+		for j := range n {
+			if buf[j] != want[j] {
+				return fmt.Errorf("byte %d of the echo differs", p.back+int64(j))
+			}
+		}
+		p.back += int64(n)
+		p.hbk.w.Write(buf[:n])
+		owed -= n
+	}
 }

@@ -138,13 +138,15 @@ func TestAdoptIdlePools(t *testing.T) {
 	// Plain TCP first: the streams each seed gives.
 	var plain []workload.PoolResult
 	for i, addr := range targets {
-		pl := startPool(t, a, addr, conns, 10+i)
+		pl := startPool(t, a, addr, conns, 10+i, "--fionread")
 		pl.waitReady()
 		plain = append(plain, pl.finish())
 	}
+	// --fionread: after adoption every echo must show whole in FIONREAD
+	// before it is read, as on plain TCP.
 	var pools []*pool
 	for i, addr := range targets {
-		pl := startPool(t, a, addr, conns, 10+i)
+		pl := startPool(t, a, addr, conns, 10+i, "--fionread")
 		pools = append(pools, pl)
 	}
 	for _, pl := range pools {
@@ -175,25 +177,81 @@ func TestAdoptIdlePools(t *testing.T) {
 	}
 }
 
-// TestAdoptSkipsBlockedReader: a server thread asleep in a plain read(2)
-// would never see a redirected byte, so its connection is not adopted
-// (skipped, busy) and keeps working exactly as on plain TCP.
-func TestAdoptSkipsBlockedReader(t *testing.T) {
+// TestAdoptSkips: connections adoption must leave alone, each left on the
+// kernel path, counted, and working exactly as plain TCP afterwards: a
+// server thread asleep in a plain read(2) (it would never see a redirected
+// byte), an echo the client has not read yet (it would be overtaken), and a
+// peer outside the managed cgroups.
+func TestAdoptSkips(t *testing.T) {
 	e := newEnv(t, "adoptb", 62)
 	a, b := e.pod("a", true), e.pod("b", true)
-	e.serve(b, "--pool-blocking", ":7400")
-	pl := startPool(t, a, hostport(b.IPv4, 7400), 5, 3)
+	u := e.pod("u", false)
+	e.serve(b, "--pool-blocking", ":7400", "--pool", ":7300")
+	e.serve(u, "--pool", ":7300")
+	const conns = 5
+	cases := []struct {
+		name, addr, counter string
+		extra               []string
+	}{
+		{"blocked-reader", hostport(b.IPv4, 7400), "adopt_skipped_busy", nil},
+		{"unread-data", hostport(b.IPv4, 7300), "adopt_skipped_busy", []string{"--unread"}},
+		{"unmanaged-peer", hostport(u.IPv4, 7300), "adopt_skipped_no_peer", nil},
+	}
+	var pools []*pool
+	for i, c := range cases {
+		pl := startPool(t, a, c.addr, conns, 40+i, c.extra...)
+		pools = append(pools, pl)
+	}
+	for _, pl := range pools {
+		pl.waitReady()
+	}
+	e.accelerate()
+	before := e.counters()
+	const rounds = 3
+	for range rounds {
+		rep := e.adopt()
+		t.Logf("round: %+v", rep)
+	}
+	d := delta(before, e.counters())
+	if d["adopted"] != 0 {
+		t.Fatalf("adopted %d connections that must be left alone: %+v", d["adopted"], d)
+	}
+	// Each round counts each connection once; the busy ones under one counter.
+	if d["adopt_skipped_busy"] != 2*conns*rounds || d["adopt_skipped_no_peer"] != conns*rounds {
+		t.Errorf("skips per round: busy %d, want %d; no peer %d, want %d", d["adopt_skipped_busy"], 2*conns*rounds,
+			d["adopt_skipped_no_peer"], conns*rounds)
+	}
+	for _, pl := range pools {
+		pl.finish()
+	}
+}
+
+// TestAdoptRacingBlockingReaders: threads loop in blocking recv with
+// SO_RCVTIMEO 1 ms, with a request every few ms, while adoption rounds run
+// back to back: rounds mostly find a sleeper and skip, sometimes adopt in
+// between; nothing is lost, reordered or hung either way.
+func TestAdoptRacingBlockingReaders(t *testing.T) {
+	e := newEnv(t, "adrace", 76)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--pool", ":7300")
+	pl := startPool(t, a, hostport(b.IPv4, 7300), 20, 50, "--blocking")
 	pl.waitReady()
 	e.accelerate()
 	before := e.counters()
-	for range 3 {
+	touch(t, pl.gof)
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
 		e.adopt()
+		time.Sleep(5 * time.Millisecond)
 	}
+	res := pl.finish()
 	d := delta(before, e.counters())
-	if d["adopted"] != 0 || d["adopt_skipped_busy"] < 5 {
-		t.Fatalf("blocked readers: %+v", d)
+	t.Logf("adopted %d, skipped busy %d; %d bytes each way", d["adopted"], d["adopt_skipped_busy"], res.BytesUp)
+	if d["adopt_late_stack"] != 0 {
+		t.Fatalf("an adopted socket sent through the stack: %+v", d)
 	}
-	pl.finish()
+	if d["adopted"] == 0 {
+		t.Errorf("no connection was adopted in 3 s of rounds: the race with blocking readers was not exercised")
+	}
 }
 
 // TestAdoptWhileStreaming: 100 connections stream both ways in bursts with

@@ -60,6 +60,9 @@ func workloadPoolCmds() []*cobra.Command {
 	f.StringVar(&cfg.Stop, "stop-file", "", "ends --stream")
 	f.DurationVar(&cfg.MaxGap, "max-gap", 5*time.Millisecond, "longest pause between bursts (--stream)")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the byte streams")
+	f.BoolVar(&cfg.FIONREAD, "fionread", false, "phase 2: every echo must show whole in FIONREAD before it is read")
+	f.BoolVar(&cfg.Unread, "unread", false, "phase 1 ends with an echo left unread (read first in phase 2)")
+	f.BoolVar(&cfg.Blocking, "blocking", false, "phase 2: a thread per connection on a blocking socket, recv with SO_RCVTIMEO 1 ms in a loop, requests every few ms, until --stop-file")
 	f.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "give up after this long")
 	var paddr, pdir string
 	var pconns, pn, phases int
