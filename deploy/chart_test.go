@@ -249,13 +249,14 @@ func TestChartLeastPrivilege(t *testing.T) {
 	}
 
 	// Adoption is off by default (the agent is told so); on, it adds what
-	// entering pods' network namespaces needs: SYS_ADMIN and the host PIDs.
+	// entering pods' network namespaces needs: SYS_ADMIN, SYS_PTRACE and
+	// the host PIDs.
 	if !slices.Contains(strs(c["args"]), "--adopt=false") {
 		t.Errorf("default args %v lack --adopt=false", c["args"])
 	}
 	docs = render(t, "adoption.enabled=true")
 	sc = container(t, docs)["securityContext"].(obj)
-	if got := strs(get(sc, "capabilities", "add")); !reflect.DeepEqual(got, []string{"BPF", "NET_ADMIN", "PERFMON", "SYS_ADMIN"}) {
+	if got := strs(get(sc, "capabilities", "add")); !reflect.DeepEqual(got, []string{"BPF", "NET_ADMIN", "PERFMON", "SYS_ADMIN", "SYS_PTRACE"}) {
 		t.Errorf("adoption.enabled: capabilities added %v", got)
 	}
 	if get(daemonSet(t, docs), "spec", "template", "spec", "hostPID") != true {
@@ -265,7 +266,7 @@ func TestChartLeastPrivilege(t *testing.T) {
 		t.Errorf("adoption.enabled: allowPrivilegeEscalation with SYS_ADMIN: %v", sc)
 	}
 	sc = container(t, render(t, "adoption.enabled=true", "capabilities={BPF,NET_ADMIN,PERFMON,SYS_ADMIN}"))["securityContext"].(obj)
-	if got := strs(get(sc, "capabilities", "add")); len(got) != 4 {
+	if got := strs(get(sc, "capabilities", "add")); len(got) != 5 {
 		t.Errorf("SYS_ADMIN twice: %v", got)
 	}
 }

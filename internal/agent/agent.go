@@ -178,6 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer t.Stop()
 		adoptTick = t.C
 	}
+	warnedDenied := false
 	adopt := func(why string) {
 		if !cfg.Adopt {
 			slog.Info("adoption is off (--adopt=false): nothing done", "trigger", why)
@@ -186,6 +187,10 @@ func Run(ctx context.Context, cfg Config) error {
 		rep, err := dp.Adopt(cfg.Cgroups)
 		if err != nil {
 			slog.Warn("adoption round", "err", err)
+		}
+		if rep.Denied > 0 && !warnedDenied {
+			warnedDenied = true
+			slog.Warn("adoption cannot open the network namespace of some processes of the managed cgroups: it needs CAP_SYS_ADMIN, CAP_SYS_PTRACE and the host PID namespace (chart: adoption.enabled=true)", "processes", rep.Denied)
 		}
 		if rep.Adopted > 0 || len(rep.Skipped) > 0 || why != "interval" {
 			slog.Info("adoption round", "trigger", why, "namespaces", rep.Namespaces, "sockets", rep.Sockets,

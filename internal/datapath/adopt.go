@@ -34,24 +34,34 @@ func (d *Datapath) Adopt(cgroups []string) (AdoptReport, error) {
 	if err := d.sc.SetAdoptHooks(ids); err != nil {
 		return AdoptReport{}, err
 	}
-	nss, err := netNamespaces(cgroups)
+	nss, denied, err := netNamespaces(cgroups)
 	if err != nil {
 		return AdoptReport{}, err
 	}
-	return d.sc.Adopt(nss)
+	rep, err := d.sc.Adopt(nss)
+	rep.Denied = denied
+	return rep, err
 }
 
 // netNamespaces returns one nsfs path per network namespace that a process
 // of the cgroups (and their descendants) lives in, and the agent's own (its
 // conntrack holds the node's DNAT: kube-proxy). Processes that exit
 // meanwhile are skipped.
-func netNamespaces(cgroups []string) ([]string, error) {
+// denied counts processes whose namespace the agent may not open (no
+// CAP_SYS_PTRACE over them, or not in its PID namespace).
+func netNamespaces(cgroups []string) (_ []string, denied int, _ error) {
 	seen := map[uint64]bool{}
 	var out []string
 	add := func(pid string) {
 		p := filepath.Join("/proc", pid, "ns", "net")
 		var st syscall.Stat_t
-		if syscall.Stat(p, &st) != nil || seen[st.Ino] {
+		if err := syscall.Stat(p, &st); err != nil {
+			if errors.Is(err, fs.ErrPermission) || pid == "0" {
+				denied++
+			}
+			return
+		}
+		if seen[st.Ino] {
 			return
 		}
 		seen[st.Ino] = true
@@ -83,8 +93,8 @@ func netNamespaces(cgroups []string) ([]string, error) {
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("list network namespaces under %s: %w", root, err)
+			return nil, 0, fmt.Errorf("list network namespaces under %s: %w", root, err)
 		}
 	}
-	return out, nil
+	return out, denied, nil
 }

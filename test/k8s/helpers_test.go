@@ -70,7 +70,7 @@ spec:
   - name: w
     image: %s
     imagePullPolicy: Never
-    args: [workload, serve, --stream, "0.0.0.0:7000", --echo, "0.0.0.0:7001"]
+    args: [workload, serve, --stream, "0.0.0.0:7000", --echo, "0.0.0.0:7001", --pool, "0.0.0.0:7300"]
 `, name, ns, name, labImage)
 	}
 	apply(t, fmt.Sprintf(`apiVersion: v1
@@ -85,7 +85,7 @@ kind: Service
 metadata: {name: server, namespace: %s}
 spec:
   selector: {app: server}
-  ports: [{name: stream, port: 80, targetPort: 7000}, {name: echo, port: 81, targetPort: 7001}]
+  ports: [{name: stream, port: 80, targetPort: 7000}, {name: echo, port: 81, targetPort: 7001}, {name: pool, port: 82, targetPort: 7300}]
 `, ns, lb.String(), pod("server"), pod("client"), ns))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -4,14 +4,17 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/internal/toolbin"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 const (
@@ -323,4 +326,109 @@ func TestKubernetes(t *testing.T) {
 		}
 		on.stream(t, on.svcIP+":80", conns, streamLen) // plain TCP still works
 	})
+}
+
+// TestKubernetesAdoption: a pool opened between two selected pods before
+// the DaemonSet exists (pod to pod and through its Service) is adopted by
+// the agent installed with adoption.enabled (SYS_ADMIN and hostPID: it
+// enters the pods' network namespaces), and stays byte-exact; then the
+// uninstall leaves nothing behind.
+func TestKubernetesAdoption(t *testing.T) {
+	if l := leftovers(); len(l) > 0 {
+		t.Fatalf("eztunnel state before the install: %v", l)
+	}
+	a := newApp(t, "ez-adopt", map[string]string{labelKey: "enabled"})
+	const conns = 8
+	type pool struct {
+		name string
+		done chan error
+		out  []byte
+	}
+	var pools []*pool
+	for i, addr := range []string{a.serverIP + ":7300", a.svcIP + ":82"} {
+		p := &pool{name: fmt.Sprintf("p%d", i), done: make(chan error, 1)}
+		pools = append(pools, p)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			var err error
+			p.out, err = cl.Kubectl(ctx, "-n", a.ns, "exec", "client", "--", "/eztunnel-lab", "workload", "pool",
+				"--addr", addr, "--conns", strconv.Itoa(conns), "--seed", strconv.Itoa(60+i),
+				"--ready-file", "/"+p.name+".ready", "--go-file", "/go", "--timeout", "4m")
+			p.done <- err
+		}()
+	}
+	for _, p := range pools {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := cl.Kubectl(ctx, "-n", a.ns, "exec", "client", "--", "/eztunnel-lab", "workload", "wait-file", "/"+p.name+".ready")
+			cancel()
+			if err == nil {
+				break
+			}
+			select {
+			case perr := <-p.done:
+				t.Fatalf("pool %s exited before it was ready: %v\n%s", p.name, perr, p.out)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool %s not ready: %v", p.name, err)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	inst := newInstaller(t)
+	inst.install(t, agentTag, "adoption.enabled=true", "adoption.interval=2s")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent log:\n%s", agentLogs(t))
+		}
+	})
+	want := float64(2 * conns)
+	deadline := time.Now().Add(90 * time.Second)
+	for metrics(t)["eztunnel_adopted_total"] < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("eztunnel_adopted_total %v after 90 s, want %v; skipped: %v", metrics(t)["eztunnel_adopted_total"], want, adoptSkips(t))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("adopted %v connections opened before the agent; skipped %v", metrics(t)["eztunnel_adopted_total"], adoptSkips(t))
+	before := metrics(t)["eztunnel_bytes_redirected_total"]
+	// The image has no shell and no /tmp: the files live in the container's root.
+	kubectl(t, "-n", a.ns, "exec", "client", "--", "/eztunnel-lab", "workload", "touch", "/go")
+	for _, p := range pools {
+		if err := <-p.done; err != nil {
+			t.Fatalf("pool %s: %v\n%s", p.name, err, p.out)
+		}
+		var res workload.PoolResult
+		if err := json.Unmarshal(p.out, &res); err != nil || len(res.Errors) > 0 || res.SHA256Up != res.SHA256Bk || res.BytesUp == 0 {
+			t.Fatalf("pool %s not byte-exact: %v %s", p.name, err, p.out)
+		}
+	}
+	if after := metrics(t)["eztunnel_bytes_redirected_total"]; after <= before {
+		t.Errorf("the adopted pools were not accelerated: bytes_redirected %v -> %v", before, after)
+	}
+	inst.uninstall(t)
+	deadline = time.Now().Add(60 * time.Second)
+	for l := leftovers(); len(l) > 0; l = leftovers() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the uninstall: %v", l)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func adoptSkips(t testing.TB) map[string]float64 {
+	out := map[string]float64{}
+	m, err := scrape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range m {
+		if strings.HasPrefix(k, `eztunnel_adopt_skipped_total{`) {
+			out[k] = v
+		}
+	}
+	return out
 }

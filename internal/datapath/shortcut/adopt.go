@@ -27,8 +27,9 @@ import (
 // AdoptReport is what one round did.
 type AdoptReport struct {
 	Namespaces int      `json:"namespaces"`
-	Sockets    int      `json:"sockets"`    // established sockets under the hooks
-	Candidates int      `json:"candidates"` // matched pairs tried
+	Denied     int      `json:"processes_denied,omitempty"` // processes whose namespace could not be opened (no CAP_SYS_PTRACE, another PID namespace)
+	Sockets    int      `json:"sockets"`                    // established sockets under the hooks
+	Candidates int      `json:"candidates"`                 // matched pairs tried
 	Adopted    uint64   `json:"adopted"`
 	Skipped    Counters `json:"skipped"` // by reason, this round
 	// Busy counts the scanned sockets by what made them busy (a socket may

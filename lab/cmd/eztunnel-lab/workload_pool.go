@@ -82,5 +82,18 @@ func workloadPoolCmds() []*cobra.Command {
 	ping.Flags().IntVar(&pn, "n", 2000, "round trips per connection and phase")
 	ping.Flags().IntVar(&phases, "phases", 2, "phases")
 	ping.Flags().StringVar(&pdir, "dir", "", "directory of the go-/done- files")
-	return []*cobra.Command{server, client, ping}
+	// For images without a shell (the Kubernetes tests): create a file, or
+	// fail unless one exists.
+	touch := &cobra.Command{
+		Use: "touch FILE", Short: "Create an empty file", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return os.WriteFile(args[0], nil, 0o644) },
+	}
+	waitFile := &cobra.Command{
+		Use: "wait-file FILE", Short: "Succeed if FILE exists, fail otherwise", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := os.Stat(args[0])
+			return err
+		},
+	}
+	return []*cobra.Command{server, client, ping, touch, waitFile}
 }
