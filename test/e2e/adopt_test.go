@@ -423,3 +423,40 @@ func TestAdoptThroughSidecars(t *testing.T) {
 		t.Fatalf("after adoption: %+v", d)
 	}
 }
+
+// TestAdoptInterruptedRound: a round stopped after its insert pass (as an
+// agent killed there leaves it: pairs activated, one end of each not settled,
+// records pinned) is finished by the next round: every pair stays adopted
+// and on the shortcut, and its streams stay byte-exact.
+func TestAdoptInterruptedRound(t *testing.T) {
+	e := newEnv(t, "adint", 77)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--pool", ":7300")
+	const conns = 10
+	pl := startPool(t, a, hostport(b.IPv4, 7300), conns, 80, "--fionread")
+	pl.waitReady()
+	e.accelerate()
+	before := e.counters()
+	sc := e.dp.Shortcut()
+	sc.InterruptAdoptionAfter(2)
+	for i := 0; i < 20 && delta(before, e.counters())["adopted"] < conns; i++ {
+		e.adopt()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if d := delta(before, e.counters()); d["adopted"] != conns {
+		t.Fatalf("interrupted rounds adopted %d of %d: %+v", d["adopted"], conns, d)
+	}
+	sc.InterruptAdoptionAfter(3)
+	e.adopt()
+	if n, all := adoptedConnections(t, e.cfg); n != 2*conns || all != n {
+		t.Fatalf("after the next round: %d adopted ends listed of %d, want %d", n, all, 2*conns)
+	}
+	mid := e.counters()
+	res := pl.finish()
+	d := delta(mid, e.counters())
+	// Phase 2 is about half of BytesUp, each byte redirected twice (up and
+	// back): a broken pair would redirect nothing.
+	if d["bytes_redirected"] < uint64(res.BytesUp)/2 || d["fallback_peer_gone"] != 0 {
+		t.Fatalf("the pairs left the shortcut: %d bytes redirected for %d each way: %+v", d["bytes_redirected"], res.BytesUp, d)
+	}
+}

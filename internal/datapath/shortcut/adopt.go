@@ -226,8 +226,16 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	// Records left by a round that was interrupted (agent killed): their
-	// ends are handed back by this round's passes (no record: cleanup).
+	// Records left by a round that was interrupted (agent killed): a
+	// finishing pass first settles the unsettled end of every pair that was
+	// activated (deleting its record first would make the next pass hand
+	// back, and so break, a live pair) and hands back the rest; then they go.
+	var k uint64
+	if err := s.objs.EzAdopts.NextKey(nil, &k); err == nil {
+		if err := s.stepAll(namespaces, true); err != nil {
+			return rep, err
+		}
+	}
 	if err := purge(s.objs.EzAdopts); err != nil {
 		return rep, err
 	}
@@ -302,22 +310,14 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	// settles the first end, or aborts and hands back whatever is not
 	// paired. Namespaces without a candidate still get a pass: leftovers of
 	// an interrupted round are handed back there.
-	for pass := range 3 {
-		if err := s.objs.EzAdoptFinish.Set(uint32(min(pass/2, 1))); err != nil {
+	for pass := range min(3, s.adoptPasses) {
+		if err := s.stepAll(namespaces, pass == 2); err != nil {
 			errs = append(errs, err)
 			break
 		}
-		for _, p := range namespaces {
-			if err := runIn(s.adoptStep, p, func(r io.Reader) error {
-				_, err := io.Copy(io.Discard, r)
-				return err
-			}); err != nil && pass == 0 {
-				errs = append(errs, fmt.Errorf("step %s: %w", p, err))
-			}
-		}
 	}
-	if err := s.objs.EzAdoptFinish.Set(uint32(0)); err != nil {
-		errs = append(errs, err)
+	if s.adoptPasses < 3 {
+		return rep, errors.Join(errs...) // interrupted on purpose (tests): records stay
 	}
 	for _, c := range written {
 		s.objs.EzAdopts.Delete(c.ends[0].rec.Cookie)
@@ -347,6 +347,32 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	rep.Took = time.Since(start)
 	return rep, errors.Join(errs...)
 }
+
+// stepAll runs ez_adopt_step once over every namespace; finish aborts and
+// hands back whatever is not paired. A namespace that is gone (its
+// processes exited) is skipped.
+func (s *Shortcut) stepAll(namespaces []string, finish bool) error {
+	v := uint32(0)
+	if finish {
+		v = 1
+	}
+	if err := s.objs.EzAdoptFinish.Set(v); err != nil {
+		return err
+	}
+	defer s.objs.EzAdoptFinish.Set(uint32(0))
+	for _, p := range namespaces {
+		runIn(s.adoptStep, p, func(r io.Reader) error {
+			_, err := io.Copy(io.Discard, r)
+			return err
+		})
+	}
+	return nil
+}
+
+// InterruptAdoptionAfter makes the next rounds stop after passes step
+// passes (1: confirm, 2: insert), leaving their records as an agent killed
+// there would: for tests of the next round's recovery. 3 or more: whole rounds.
+func (s *Shortcut) InterruptAdoptionAfter(passes int) { s.adoptPasses = passes }
 
 // writeCandidate publishes a matched pair (CANDIDATE) for the step iterator.
 func (s *Shortcut) writeCandidate(c *adoptCandidate) error {

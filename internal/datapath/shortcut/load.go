@@ -83,6 +83,9 @@ type Shortcut struct {
 	release   *link.Iter // ez_release_switched over the sockhash, run by ReleaseSwitched
 	adoptScan *link.Iter // ez_adopt_scan and ez_adopt_step (adopt.go), attached on first use
 	adoptStep *link.Iter
+	// adoptPasses: step passes per round (3; fewer only through
+	// InterruptAdoptionAfter, for tests).
+	adoptPasses int
 	// What the last ReleaseSwitched pass left: the backpressure counter it
 	// saw and the switched sockets it found still waiting. A pass with no
 	// new switch and none waiting would walk the sockhash for nothing.
@@ -131,7 +134,7 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 		m.Pinning = ebpf.PinByName
 	}
 
-	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}}
+	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, adoptPasses: 3}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
 	if err := spec.LoadAndAssign(&s.objs, opts); err != nil {
 		var verr *ebpf.VerifierError
