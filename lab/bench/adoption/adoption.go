@@ -31,8 +31,8 @@ import (
 // Options configures the benchmark.
 type Options struct {
 	Rounds int
-	Conns  int // connections per pool
-	N      int // round trips per connection and phase
+	Conns  int    // connections per pool
+	N      int    // round trips per connection and phase
 	Mesh   string // meshlab mode: none, sidecar or ambient (legs per connection: 1, 3, 3)
 	Exe    string
 	Log    io.Writer
