@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -380,6 +381,13 @@ func TestAdoptAgentLifecycle(t *testing.T) {
 	waitGrowth("after adoption")
 	ag.kill(t)
 	waitGrowth("agent killed")
+	// Adoption runs in the agent, with its selection: without one, a clear error.
+	if out, err := eztunnelOut("adopt", "--pin-path", pin, "--lock-file", lock); err == nil || !strings.Contains(out, "no agent is running") {
+		t.Errorf("eztunnel adopt without an agent: %v\n%s", err, out)
+	}
+	if out, err := eztunnelOut("adopt", "--pin-path", pin, "--lock-file", lock, "--timeout", "0s"); err == nil || !strings.Contains(out, "--timeout 0s must be positive") {
+		t.Errorf("eztunnel adopt --timeout 0s: %v\n%s", err, out)
+	}
 	startAgent(t, bin, e.lab.Managed, pin, "--lock-file", lock, "--adopt-interval", "0")
 	waitGrowth("agent restarted")
 	if out, err := eztunnelOut("uninstall", "--pin-path", pin, "--lock-file", lock, "--drain-timeout", "10s"); err != nil {

@@ -158,6 +158,7 @@ func TestBadInput(t *testing.T) {
 		{"bad max unread", []string{"--cgroup", e.lab.Managed, "--max-unread", "100"}, nil, "max unread (--max-unread) 100 bytes out of range"},
 		{"relative pin path", []string{"--cgroup", e.lab.Managed, "--pin-path", "bpf/x"}, nil, "absolute"},
 		{"unknown flag", []string{"--cgroup", e.lab.Managed, "--frobnicate"}, nil, "frobnicate"},
+		{"negative adopt interval", []string{"--cgroup", e.lab.Managed, "--adopt-interval", "-1s"}, nil, "--adopt-interval -1s must not be negative"},
 		{"not root", []string{"--cgroup", e.lab.Managed}, func(c *exec.Cmd) {
 			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		}, "not running as root"},
