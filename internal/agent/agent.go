@@ -178,24 +178,39 @@ func Run(ctx context.Context, cfg Config) error {
 		defer t.Stop()
 		adoptTick = t.C
 	}
+	// A round runs beside the loop (it visits every pod's namespace, which
+	// on a big node takes longer than the health check allows a stall);
+	// the token lets one run at a time, and is taken back before the
+	// datapath is closed.
+	idle := make(chan struct{}, 1)
+	idle <- struct{}{}
+	defer func() { <-idle }() // runs before the deferred dp.Close
 	warnedDenied := false
 	adopt := func(why string) {
 		if !cfg.Adopt {
 			slog.Info("adoption is off (--adopt=false): nothing done", "trigger", why)
 			return
 		}
-		rep, err := dp.Adopt(cfg.Cgroups)
-		if err != nil {
-			slog.Warn("adoption round", "err", err)
+		select {
+		case <-idle:
+		default:
+			return // a round is running; this request is served by it
 		}
-		if rep.Denied > 0 && !warnedDenied {
-			warnedDenied = true
-			slog.Warn("adoption cannot open the network namespace of some processes of the managed cgroups: it needs CAP_SYS_ADMIN, CAP_SYS_PTRACE and the host PID namespace (chart: adoption.enabled=true)", "processes", rep.Denied)
-		}
-		if rep.Adopted > 0 || len(rep.Skipped) > 0 || why != "interval" {
-			slog.Info("adoption round", "trigger", why, "namespaces", rep.Namespaces, "sockets", rep.Sockets,
-				"candidates", rep.Candidates, "adopted", rep.Adopted, "skipped", rep.Skipped, "took", rep.Took)
-		}
+		go func() {
+			defer func() { idle <- struct{}{} }()
+			rep, err := dp.Adopt(cfg.Cgroups)
+			if err != nil {
+				slog.Warn("adoption round", "err", err)
+			}
+			if rep.Denied > 0 && !warnedDenied {
+				warnedDenied = true
+				slog.Warn("adoption cannot open the network namespace of some processes of the managed cgroups: it needs CAP_SYS_ADMIN, CAP_SYS_PTRACE and the host PID namespace (chart: adoption.enabled=true)", "processes", rep.Denied)
+			}
+			if rep.Adopted > 0 || len(rep.Skipped) > 0 || why != "interval" {
+				slog.Info("adoption round", "trigger", why, "namespaces", rep.Namespaces, "sockets", rep.Sockets,
+					"candidates", rep.Candidates, "adopted", rep.Adopted, "skipped", rep.Skipped, "took", rep.Took)
+			}
+		}()
 	}
 
 	tick := time.NewTicker(cfg.PairMaxAge / 4)
@@ -238,6 +253,8 @@ func Run(ctx context.Context, cfg Config) error {
 			// Our DaemonSet is gone: this is `helm uninstall`, not an update.
 			stopKube()
 			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
+			<-idle // no round while the datapath is drained
+			idle <- struct{}{}
 			return uninstallOnRemoval(ctx, dp, cfg, lock)
 		case who := <-lock.Requested():
 			// Everything the next agent needs goes before the lock: our
@@ -245,6 +262,8 @@ func Run(ctx context.Context, cfg Config) error {
 			stopKube()
 			hl.setReady(false, "handed over to "+who)
 			slog.Info("handing the datapath over; standing by until stopped (the datapath stays pinned)", "to", who)
+			<-idle // the round in progress ends before the datapath closes
+			idle <- struct{}{}
 			dp.Close()
 			stopMetrics()
 			stopHealth()
