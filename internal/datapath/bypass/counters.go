@@ -1,0 +1,62 @@
+package bypass
+
+import (
+	"fmt"
+)
+
+// Counters are the bypass's per-CPU counters summed over CPUs, by name.
+type Counters map[string]uint64
+
+// counterNames are the external names of enum ez_bp_counter;
+// TestCounterNamesComplete checks every value has one.
+var counterNames = map[bypassEzBpCounter]string{
+	bypassEzBpCounterEZ_BP_C_PACKETS:            "bypassed_packets",
+	bypassEzBpCounterEZ_BP_C_BYTES:              "bypassed_bytes",
+	bypassEzBpCounterEZ_BP_C_CT_REFRESHES:       "conntrack_refreshes",
+	bypassEzBpCounterEZ_BP_C_FB_NOT_IP:          "fallback_not_ip",
+	bypassEzBpCounterEZ_BP_C_FB_NOT_TCP_UDP:     "fallback_not_tcp_udp",
+	bypassEzBpCounterEZ_BP_C_FB_FRAGMENT:        "fallback_fragment",
+	bypassEzBpCounterEZ_BP_C_FB_IPV6EXT:         "fallback_ipv6_ext_headers",
+	bypassEzBpCounterEZ_BP_C_FB_NO_ENDPOINT:     "fallback_no_endpoint",
+	bypassEzBpCounterEZ_BP_C_FB_NOT_BRIDGED:     "fallback_not_bridged",
+	bypassEzBpCounterEZ_BP_C_FB_TCP_CONTROL:     "fallback_tcp_control",
+	bypassEzBpCounterEZ_BP_C_FB_TOO_BIG:         "fallback_too_big",
+	bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK:    "fallback_no_conntrack",
+	bypassEzBpCounterEZ_BP_C_FB_NOT_ESTABLISHED: "fallback_not_established",
+	bypassEzBpCounterEZ_BP_C_FB_NAT:             "fallback_nat",
+	bypassEzBpCounterEZ_BP_C_FB_HELPER:          "fallback_helper",
+	bypassEzBpCounterEZ_BP_C_FB_OTHER:           "fallback_other",
+}
+
+func counterName(c bypassEzBpCounter) string {
+	if n, ok := counterNames[c]; ok {
+		return n
+	}
+	return fmt.Sprintf("counter_%d", uint32(c))
+}
+
+// CounterNames lists every counter name in enum order.
+func CounterNames() []string {
+	names := make([]string, 0, bypassEzBpCounterEZ_BP_C_MAX)
+	for c := bypassEzBpCounter(0); c < bypassEzBpCounterEZ_BP_C_MAX; c++ {
+		names = append(names, counterName(c))
+	}
+	return names
+}
+
+// Counters reads the counters.
+func (b *Bypass) Counters() (Counters, error) {
+	out := make(Counters, bypassEzBpCounterEZ_BP_C_MAX)
+	for c := bypassEzBpCounter(0); c < bypassEzBpCounterEZ_BP_C_MAX; c++ {
+		var perCPU []uint64
+		if err := b.objs.EzBpCounters.Lookup(uint32(c), &perCPU); err != nil {
+			return nil, fmt.Errorf("bypass: read counter %s: %w", counterName(c), err)
+		}
+		var sum uint64
+		for _, v := range perCPU {
+			sum += v
+		}
+		out[counterName(c)] = sum
+	}
+	return out, nil
+}

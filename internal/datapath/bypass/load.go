@@ -1,0 +1,272 @@
+package bypass
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+)
+
+// Not in this slice: pins (a restart detaches everything), cross-node
+// traffic, agent wiring. Close detaches every link this Bypass made.
+
+// Config says where the bypass runs.
+type Config struct {
+	// NetNS is the node's named network namespace (under /run/netns) that
+	// holds the pod bridge and the pods' host-side veths; "" is the
+	// caller's.
+	NetNS string
+	// TCPTimeout and UDPTimeout are the conntrack timeouts the bypass
+	// refreshes established entries to while their packets skip
+	// conntrack; 0 reads them from NetNS's nf_conntrack_tcp_timeout_established
+	// and nf_conntrack_udp_timeout_stream.
+	TCPTimeout, UDPTimeout time.Duration
+}
+
+// maxTimeout: the kfunc takes milliseconds in a u32.
+const maxTimeout = time.Duration(^uint32(0)) * time.Millisecond
+
+// Bypass is a loaded bypass program with its maps and tcx links.
+type Bypass struct {
+	netns string
+	objs  bypassObjects
+	links map[int]link.Link // tcx ingress by ifindex
+}
+
+// Endpoint is a local pod: its host-side veth (ifindex in the node's
+// netns), its eth0 MAC and the MAC of the bridge the veth is a port of.
+type Endpoint struct {
+	Ifindex   int
+	PodMAC    net.HardwareAddr
+	BridgeMAC net.HardwareAddr
+}
+
+// sysctl reads /proc/sys/net/netfilter/<name> in the bypass's netns.
+func sysctl(ns, name string) (v uint64, err error) {
+	err = bpfsys.InNetNS(ns, func() error {
+		b, err := os.ReadFile("/proc/sys/net/netfilter/" + name)
+		if err != nil {
+			return err
+		}
+		v, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bypass: sysctl net.netfilter.%s in netns %q (is conntrack active there?): %w", name, ns, err)
+	}
+	return v, nil
+}
+
+// Load checks the node's conntrack settings and loads the program; nothing
+// is attached yet.
+func Load(cfg Config) (_ *Bypass, err error) {
+	if cfg.TCPTimeout < 0 || cfg.UDPTimeout < 0 || cfg.TCPTimeout > maxTimeout || cfg.UDPTimeout > maxTimeout {
+		return nil, fmt.Errorf("bypass: conntrack timeouts %v/%v out of range [0, %v]", cfg.TCPTimeout, cfg.UDPTimeout, maxTimeout)
+	}
+	// Bypassed TCP segments skip conntrack's window tracking: the next
+	// segment on the kernel path (a FIN) is then out of its window and,
+	// unless the window is liberal, INVALID, which FORWARD rules drop
+	// (kube-proxy's --conntrack-tcp-be-liberal addresses the same).
+	lib, err := sysctl(cfg.NetNS, "nf_conntrack_tcp_be_liberal")
+	if err != nil {
+		return nil, err
+	}
+	if lib != 1 {
+		return nil, fmt.Errorf("bypass: net.netfilter.nf_conntrack_tcp_be_liberal is %d in netns %q: the bypass needs 1 (conntrack does not see bypassed segments, so later ones would be out of its window and INVALID)", lib, cfg.NetNS)
+	}
+	for _, t := range []struct {
+		d    *time.Duration
+		name string
+	}{{&cfg.TCPTimeout, "nf_conntrack_tcp_timeout_established"}, {&cfg.UDPTimeout, "nf_conntrack_udp_timeout_stream"}} {
+		if *t.d != 0 {
+			continue
+		}
+		s, err := sysctl(cfg.NetNS, t.name)
+		if err != nil {
+			return nil, err
+		}
+		*t.d = min(time.Duration(s)*time.Second, maxTimeout)
+		if *t.d == 0 {
+			return nil, fmt.Errorf("bypass: net.netfilter.%s is 0 in netns %q", t.name, cfg.NetNS)
+		}
+	}
+	spec, err := loadBypass()
+	if err != nil {
+		return nil, fmt.Errorf("bypass: %w", err)
+	}
+	if err := spec.Variables["ez_bp_tcp_timeout_ms"].Set(uint32(cfg.TCPTimeout.Milliseconds())); err != nil {
+		return nil, fmt.Errorf("bypass: %w", err)
+	}
+	if err := spec.Variables["ez_bp_udp_timeout_ms"].Set(uint32(cfg.UDPTimeout.Milliseconds())); err != nil {
+		return nil, fmt.Errorf("bypass: %w", err)
+	}
+	b := &Bypass{netns: cfg.NetNS, links: map[int]link.Link{}}
+	if err := spec.LoadAndAssign(&b.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("bypass: load: %+v", ve)
+		}
+		return nil, fmt.Errorf("bypass: load: %w", err)
+	}
+	return b, nil
+}
+
+// Attach attaches the program at tcx ingress of each host-side veth
+// (ifindexes in the bypass's netns), after whatever other owners attached
+// there (default append: their programs run first and are never detached).
+// All or nothing: on error the links this call made are closed.
+func (b *Bypass) Attach(ifindexes ...int) error {
+	var made []int
+	err := bpfsys.InNetNS(b.netns, func() error {
+		for _, ifx := range ifindexes {
+			if ifx <= 0 {
+				return fmt.Errorf("bypass: ifindex %d", ifx)
+			}
+			if _, ok := b.links[ifx]; ok {
+				continue
+			}
+			l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: b.objs.EzBypass, Attach: ebpf.AttachTCXIngress})
+			if err != nil {
+				return fmt.Errorf("bypass: tcx ingress on ifindex %d in netns %q: %w", ifx, b.netns, err)
+			}
+			b.links[ifx] = l
+			made = append(made, ifx)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, ifx := range made {
+			b.links[ifx].Close()
+			delete(b.links, ifx)
+		}
+	}
+	return err
+}
+
+// Detach removes the program from one device.
+func (b *Bypass) Detach(ifindex int) error {
+	l, ok := b.links[ifindex]
+	if !ok {
+		return fmt.Errorf("bypass: not attached to ifindex %d", ifindex)
+	}
+	delete(b.links, ifindex)
+	return l.Close()
+}
+
+// Attached lists the ifindexes the program is attached to, sorted.
+func (b *Bypass) Attached() []int {
+	out := make([]int, 0, len(b.links))
+	for ifx := range b.links {
+		out = append(out, ifx)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ProgramID is the kernel's id of the loaded program (as link queries list it).
+func (b *Bypass) ProgramID() (ebpf.ProgramID, error) {
+	info, err := b.objs.EzBypass.Info()
+	if err != nil {
+		return 0, err
+	}
+	id, ok := info.ID()
+	if !ok {
+		return 0, errors.New("bypass: program id unavailable")
+	}
+	return id, nil
+}
+
+func epKey(ip netip.Addr) (bypassEzBpEpKey, error) {
+	if !ip.IsValid() || ip.Zone() != "" {
+		return bypassEzBpEpKey{}, fmt.Errorf("bypass: endpoint address %q: want an IPv4 or IPv6 address without zone", ip)
+	}
+	return bypassEzBpEpKey{Ip: ip.Unmap().As16()}, nil
+}
+
+// SetEndpoint adds or replaces the local pod at ip. Its ifindex must be a
+// veth in the bypass's netns: bpf_redirect_peer drops packets sent to a
+// device without a peer in another netns.
+func (b *Bypass) SetEndpoint(ip netip.Addr, ep Endpoint) error {
+	key, err := epKey(ip)
+	if err != nil {
+		return err
+	}
+	if len(ep.PodMAC) != 6 || len(ep.BridgeMAC) != 6 {
+		return fmt.Errorf("bypass: endpoint %s: MACs %q and %q must be 6 bytes", ip, ep.PodMAC, ep.BridgeMAC)
+	}
+	h, err := b.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	lk, err := h.LinkByIndex(ep.Ifindex)
+	if err != nil {
+		return fmt.Errorf("bypass: endpoint %s: ifindex %d in netns %q: %w", ip, ep.Ifindex, b.netns, err)
+	}
+	if _, ok := lk.(*netlink.Veth); !ok {
+		return fmt.Errorf("bypass: endpoint %s: ifindex %d (%s) is a %s, want a pod's veth", ip, ep.Ifindex, lk.Attrs().Name, lk.Type())
+	}
+	v := bypassEzBpEndpoint{Ifindex: uint32(ep.Ifindex)}
+	copy(v.PodMac[:], ep.PodMAC)
+	copy(v.BridgeMac[:], ep.BridgeMAC)
+	if err := b.objs.EzBpEndpoints.Put(key, v); err != nil {
+		return fmt.Errorf("bypass: endpoint %s: %w", ip, err)
+	}
+	return nil
+}
+
+// DeleteEndpoint removes the local pod at ip.
+func (b *Bypass) DeleteEndpoint(ip netip.Addr) error {
+	key, err := epKey(ip)
+	if err != nil {
+		return err
+	}
+	if err := b.objs.EzBpEndpoints.Delete(key); err != nil {
+		return fmt.Errorf("bypass: delete endpoint %s: %w", ip, err)
+	}
+	return nil
+}
+
+func (b *Bypass) handle() (*netlink.Handle, error) {
+	if b.netns == "" {
+		return netlink.NewHandle()
+	}
+	ns, err := netns.GetFromName(b.netns)
+	if err != nil {
+		return nil, fmt.Errorf("bypass: netns %s: %w", b.netns, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, fmt.Errorf("bypass: netlink in %s: %w", b.netns, err)
+	}
+	return h, nil
+}
+
+// Close detaches the program from every device and releases the program
+// and maps (nothing is pinned).
+func (b *Bypass) Close() error {
+	var errs []error
+	for ifx, l := range b.links {
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("bypass: detach ifindex %d: %w", ifx, err))
+		}
+		delete(b.links, ifx)
+	}
+	if err := b.objs.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

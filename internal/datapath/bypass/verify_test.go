@@ -1,0 +1,60 @@
+package bypass
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// TestBypassVerifies loads the bypass program: the verifier must accept it,
+// with the conntrack kfuncs resolved against the running kernel's BTF.
+// Nothing is attached.
+func TestBypassVerifies(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("loading eBPF programs needs root: run go test as root")
+	}
+	spec, err := loadBypass()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"ez_bp_tcp_timeout_ms", "ez_bp_udp_timeout_ms"} {
+		if err := spec.Variables[v].Set(uint32(60_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var objs bypassObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			t.Fatalf("%+v", ve)
+		}
+		t.Fatal(err)
+	}
+	defer objs.Close()
+	if objs.EzBypass == nil || objs.EzBpEndpoints == nil || objs.EzBpCounters == nil {
+		t.Fatal("program or maps missing after load")
+	}
+	if objs.EzBypass.Type() != ebpf.SchedCLS {
+		t.Errorf("program type %s, want %s", objs.EzBypass.Type(), ebpf.SchedCLS)
+	}
+}
+
+// TestCounterNamesComplete: every enum value has a name, all distinct.
+func TestCounterNamesComplete(t *testing.T) {
+	seen := map[string]bool{}
+	for c := bypassEzBpCounter(0); c < bypassEzBpCounterEZ_BP_C_MAX; c++ {
+		n, ok := counterNames[c]
+		if !ok {
+			t.Errorf("counter %d has no name", c)
+		}
+		if seen[n] {
+			t.Errorf("counter name %q used twice", n)
+		}
+		seen[n] = true
+	}
+	if len(counterNames) != int(bypassEzBpCounterEZ_BP_C_MAX) {
+		t.Errorf("%d names for %d counters", len(counterNames), bypassEzBpCounterEZ_BP_C_MAX)
+	}
+}
