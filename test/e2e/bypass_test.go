@@ -1,0 +1,471 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	"github.com/eztunnel/eztunnel/lab/multinode"
+)
+
+// The bridge bypass, first slice (same node), on the multi-node lab: pod
+// traffic of one node is redirected pod to pod once netfilter has accepted
+// and conntrack confirmed the flow; everything else keeps the kernel path.
+
+// setBeLiberal writes nf_conntrack_tcp_be_liberal in the node's netns.
+func setBeLiberal(t *testing.T, n *multinode.Node, v string) {
+	t.Helper()
+	if err := n.Do(func() error {
+		return os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", []byte(v), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// attachBypass loads the bypass in n's netns, attaches it to every pod
+// veth of n and writes every pod of n as an endpoint.
+func attachBypass(t *testing.T, n *multinode.Node, cfg bypass.Config) *bypass.Bypass {
+	t.Helper()
+	cfg.NetNS = n.NetNS
+	bp, err := bypass.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bp.Close() })
+	ds, err := n.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	br, err := h.LinkByName(n.Bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var veths []int
+	for _, d := range ds {
+		if d.Role != multinode.RolePodVeth {
+			continue
+		}
+		veths = append(veths, d.Index)
+		ph, err := d.Pod.Handle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		eth, err := ph.LinkByName("eth0")
+		ph.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range []netip.Addr{d.Pod.IPv4, d.Pod.IPv6} {
+			ep := bypass.Endpoint{Ifindex: d.Index, PodMAC: eth.Attrs().HardwareAddr, BridgeMAC: br.Attrs().HardwareAddr}
+			if err := bp.SetEndpoint(ip, ep); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(veths) == 0 {
+		t.Fatalf("node %s has no pods", n.Name)
+	}
+	if err := bp.Attach(veths...); err != nil {
+		t.Fatal(err)
+	}
+	if got := bp.Attached(); !slices.Equal(got, veths) {
+		t.Fatalf("attached to %v, want %v", got, veths)
+	}
+	return bp
+}
+
+func bpCounters(t *testing.T, bp *bypass.Bypass) bypass.Counters {
+	t.Helper()
+	c, err := bp.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// bpDelta is after-before per counter.
+func bpDelta(before, after bypass.Counters) bypass.Counters {
+	d := bypass.Counters{}
+	for k, v := range after {
+		d[k] = v - before[k]
+	}
+	return d
+}
+
+// txBytes is what the device has transmitted: a pod's host veth transmits
+// what the bridge forwards to the pod; bypassed frames skip it.
+func txBytes(t *testing.T, n *multinode.Node, dev string) uint64 {
+	t.Helper()
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	lk, err := h.LinkByName(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lk.Attrs().Statistics.TxBytes
+}
+
+// tcxPrograms lists the program ids at tcx ingress and egress of every
+// device of n.
+func tcxPrograms(t *testing.T, n *multinode.Node) map[string][]ebpf.ProgramID {
+	t.Helper()
+	ds, err := n.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]ebpf.ProgramID{}
+	err = bpfsys.InNetNS(n.NetNS, func() error {
+		for _, d := range ds {
+			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+				r, err := link.QueryPrograms(link.QueryOptions{Target: d.Index, Attach: at})
+				if err != nil {
+					return fmt.Errorf("query tcx %s on %s: %w", at, d.Name, err)
+				}
+				for _, p := range r.Programs {
+					out[d.Name] = append(out[d.Name], p.ID)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// foreignCounter attaches, at tcx ingress of dev in n, another owner's
+// program that counts packets and returns TCX_NEXT.
+func foreignCounter(t *testing.T, n *multinode.Node, ifindex int) (*ebpf.Map, ebpf.ProgramID) {
+	t.Helper()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:    ebpf.SchedCLS,
+		License: "GPL",
+		Instructions: asm.Instructions{
+			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+			asm.LoadMapPtr(asm.R1, m.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "next"),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+			asm.Mov.Imm(asm.R0, -1).WithSymbol("next"), // TCX_NEXT
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	var l link.Link
+	if err := bpfsys.InNetNS(n.NetNS, func() (err error) {
+		l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	info, err := prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	return m, id
+}
+
+func foreignCount(t *testing.T, m *ebpf.Map) uint64 {
+	t.Helper()
+	var v uint64
+	if err := m.Lookup(uint32(0), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestBypassSameNode(t *testing.T) {
+	l := newMultinode(t, multinode.Options{Name: "mnbp", Nodes: 2})
+	n1 := l.Node(1)
+	a1, a2 := mnPod(t, n1, "a1"), mnPod(t, n1, "a2")
+	b1 := mnPod(t, l.Node(2), "b1")
+	ds, err := n1.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	veth := map[*multinode.Pod]multinode.Device{}
+	for _, d := range ds {
+		if d.Pod != nil {
+			veth[d.Pod] = d
+		}
+	}
+
+	t.Run("needs-be-liberal", func(t *testing.T) {
+		setBeLiberal(t, n1, "0")
+		_, err := bypass.Load(bypass.Config{NetNS: n1.NetNS})
+		if err == nil || !strings.Contains(err.Error(), "nf_conntrack_tcp_be_liberal") {
+			t.Fatalf("Load with be_liberal 0: %v, want an error naming the sysctl", err)
+		}
+	})
+	setBeLiberal(t, n1, "1")
+
+	// Another owner's program at a1's veth, attached first: the bypass
+	// appends after it and must neither detach nor starve it.
+	foreign, foreignID := foreignCounter(t, n1, veth[a1].Index)
+	// UDP entries are refreshed to 300 s, more than conntrack ever sets
+	// for UDP (120 s): a longer timeout proves the bypass refreshed it.
+	bp := attachBypass(t, n1, bypass.Config{UDPTimeout: 300 * time.Second})
+
+	t.Run("bad-input", func(t *testing.T) {
+		if err := bp.Attach(0); err == nil {
+			t.Error("Attach(0) succeeded")
+		}
+		br, _ := n1.Device(multinode.RoleBridge)
+		mac := net.HardwareAddr{2, 0, 0, 0, 0, 1}
+		if err := bp.SetEndpoint(netip.MustParseAddr("10.88.1.250"), bypass.Endpoint{Ifindex: br.Index, PodMAC: mac, BridgeMAC: mac}); err == nil || !strings.Contains(err.Error(), "veth") {
+			t.Errorf("endpoint on the bridge: %v, want an error asking for a veth", err)
+		}
+		if err := bp.SetEndpoint(netip.Addr{}, bypass.Endpoint{}); err == nil {
+			t.Error("endpoint without address accepted")
+		}
+	})
+
+	for _, v6 := range []bool{false, true} {
+		t.Run("tcp-"+family(v6), func(t *testing.T) {
+			before, fBefore := bpCounters(t, bp), foreignCount(t, foreign)
+			tx := txBytes(t, n1, a2.HostVeth)
+			transfer(t, a1, sinkServer(t, a2, v6), mnTransfer)
+			d := bpDelta(before, bpCounters(t, bp))
+			viaBridge := txBytes(t, n1, a2.HostVeth) - tx
+			t.Logf("counters: %v; bridge to a2: %d bytes", d, viaBridge)
+			if d["bypassed_packets"] == 0 || d["bypassed_bytes"] < mnTransfer/2 {
+				t.Errorf("bypassed %d packets, %d bytes of an %d-byte transfer", d["bypassed_packets"], d["bypassed_bytes"], mnTransfer)
+			}
+			if viaBridge >= mnTransfer/2 {
+				t.Errorf("the bridge forwarded %d bytes to a2: the transfer was not bypassed", viaBridge)
+			}
+			if d["fallback_tcp_control"] == 0 || d["fallback_not_established"] == 0 {
+				t.Errorf("the handshake did not take the kernel path: %v", d)
+			}
+			for _, k := range []string{"fallback_other", "fallback_too_big", "fallback_nat", "fallback_helper", "fallback_not_bridged"} {
+				if d[k] != 0 {
+					t.Errorf("%s: %d", k, d[k])
+				}
+			}
+			if c := bpCounters(t, bp)["conntrack_refreshes"]; c == 0 {
+				t.Error("no conntrack refresh")
+			}
+			if f := foreignCount(t, foreign) - fBefore; f == 0 {
+				t.Error("the other owner's tcx program saw no packets")
+			}
+		})
+		t.Run("udp-"+family(v6), func(t *testing.T) {
+			before := bpCounters(t, bp)
+			udpEcho(t, a1, a2, v6, 50)
+			d := bpDelta(before, bpCounters(t, bp))
+			t.Logf("counters: %v", d)
+			// The first datagram is new, its echo finds the entry
+			// unreplied; the rest is bypassed.
+			if d["fallback_no_conntrack"] == 0 || d["fallback_not_established"] == 0 || d["bypassed_packets"] < 50 {
+				t.Errorf("udp: %v, want a new-flow and an unreplied fallback and most of 100 datagrams bypassed", d)
+			}
+			checkUDPRefreshed(t, n1, a1.Addr(v6), a2.Addr(v6))
+		})
+	}
+
+	t.Run("forward-drop-new", func(t *testing.T) {
+		before := bpCounters(t, bp)
+		checkBlock(t, n1, a1, a2, multinode.Drop)
+		d := bpDelta(before, bpCounters(t, bp))
+		if d["fallback_tcp_control"] == 0 {
+			t.Errorf("the SYNs did not take the kernel path: %v", d)
+		}
+	})
+	t.Run("forward-drop-established", func(t *testing.T) {
+		for _, v6 := range []bool{false, true} {
+			checkDropEstablished(t, bp, n1, a1, a2, v6)
+		}
+	})
+	t.Run("cross-node", func(t *testing.T) {
+		for _, v6 := range []bool{false, true} {
+			before := bpCounters(t, bp)
+			transfer(t, a1, sinkServer(t, b1, v6), mnTransfer)
+			d := bpDelta(before, bpCounters(t, bp))
+			if d["fallback_no_endpoint"] == 0 || d["bypassed_packets"] != 0 {
+				t.Errorf("%s a1 -> b1 (other node): %v, want no_endpoint fallbacks and nothing bypassed", family(v6), d)
+			}
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		id, err := bp.ProgramID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		progs := tcxPrograms(t, n1)
+		for _, p := range []*multinode.Pod{a1, a2} {
+			if !slices.Contains(progs[p.HostVeth], id) {
+				t.Fatalf("before Close: program %d not on %s (%v)", id, p.HostVeth, progs)
+			}
+		}
+		if err := bp.Close(); err != nil {
+			t.Fatal(err)
+		}
+		progs = tcxPrograms(t, n1)
+		for dev, ids := range progs {
+			if slices.Contains(ids, id) {
+				t.Errorf("after Close: program %d still at tcx of %s", id, dev)
+			}
+		}
+		if !slices.Equal(progs[a1.HostVeth], []ebpf.ProgramID{foreignID}) {
+			t.Errorf("after Close: %s has %v, want only the other owner's %d", a1.HostVeth, progs[a1.HostVeth], foreignID)
+		}
+		if len(bp.Attached()) != 0 {
+			t.Errorf("Attached after Close: %v", bp.Attached())
+		}
+		// The kernel path alone still carries traffic.
+		transfer(t, a1, sinkServer(t, a2, false), 1<<20)
+	})
+}
+
+// checkUDPRefreshed finds the UDP entry between two pods in the node's
+// conntrack table: its timeout must exceed the 120 s conntrack itself sets.
+func checkUDPRefreshed(t *testing.T, n *multinode.Node, src, dst netip.Addr) {
+	t.Helper()
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	fam := netlink.InetFamily(unix.AF_INET)
+	if src.Is6() {
+		fam = unix.AF_INET6
+	}
+	flows, err := h.ConntrackTableList(netlink.ConntrackTable, fam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range flows {
+		if f.Forward.Protocol == unix.IPPROTO_UDP && f.Forward.SrcIP.Equal(src.AsSlice()) && f.Forward.DstIP.Equal(dst.AsSlice()) {
+			if f.TimeOut <= 120 {
+				t.Errorf("udp %s -> %s: conntrack timeout %d s, want the bypass's 300 s refresh", src, dst, f.TimeOut)
+			}
+			return
+		}
+	}
+	t.Errorf("udp %s -> %s: no conntrack entry in %s", src, dst, n.NetNS)
+}
+
+// checkDropEstablished: a DROP rule added after setup does not stop the
+// data of a bypassed flow (its packets skip FORWARD); deleting the flow's
+// conntrack entry sends it back through FORWARD, where the rule drops it.
+func checkDropEstablished(t *testing.T, bp *bypass.Bypass, n *multinode.Node, src, dst *multinode.Pod, v6 bool) {
+	t.Helper()
+	ln := listenIn(t, dst.Do, "tcp", dst.Addr(v6))
+	serve(ln, func(c net.Conn) { io.Copy(c, c) })
+	c, err := dialFrom(src, "tcp", netip.MustParseAddrPort(ln.Addr().String()), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echo := func(msg string, timeout time.Duration) error {
+		c.SetDeadline(time.Now().Add(timeout))
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return err
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+		if string(buf) != msg {
+			return fmt.Errorf("echoed %q, sent %q", buf, msg)
+		}
+		return nil
+	}
+	what := fmt.Sprintf("%s %s -> %s", family(v6), src.Name, dst.Name)
+	if err := echo("before the rule", 10*time.Second); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	bits := 32
+	if v6 {
+		bits = 128
+	}
+	r, err := n.Block(netip.PrefixFrom(src.Addr(v6), bits), netip.PrefixFrom(dst.Addr(v6), bits), multinode.Drop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Remove()
+	before := bpCounters(t, bp)
+	if err := echo("after the rule", 10*time.Second); err != nil {
+		t.Fatalf("%s: established, bypassed flow after a DROP rule: %v (the bypass keeps setup-time decisions)", what, err)
+	}
+	if d := bpDelta(before, bpCounters(t, bp)); d["bypassed_packets"] < 2 {
+		t.Errorf("%s: echo after the rule not bypassed: %v", what, d)
+	}
+	if k, err := r.Packets(); err != nil || k != 0 {
+		t.Errorf("%s: rule matched %d packets (%v) of a bypassed flow", what, k, err)
+	}
+	// Deleting the conntrack entry: the next segment is new to conntrack
+	// (picked up mid-stream), so FORWARD sees it and the rule drops it.
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	fam := netlink.InetFamily(unix.AF_INET)
+	if v6 {
+		fam = unix.AF_INET6
+	}
+	filter := &netlink.ConntrackFilter{}
+	local := netip.MustParseAddrPort(c.LocalAddr().String())
+	if err := filter.AddIP(netlink.ConntrackOrigSrcIP, local.Addr().AsSlice()); err != nil {
+		t.Fatal(err)
+	}
+	if err := filter.AddProtocol(unix.IPPROTO_TCP); err != nil {
+		t.Fatal(err)
+	}
+	if err := filter.AddPort(netlink.ConntrackOrigSrcPort, local.Port()); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := h.ConntrackDeleteFilters(netlink.ConntrackTable, fam, filter); err != nil || k != 1 {
+		t.Fatalf("%s: deleted %d conntrack entries (%v), want 1", what, k, err)
+	}
+	before = bpCounters(t, bp)
+	err = echo("after the flush", time.Second)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("%s: after the conntrack entry was deleted: %v, want the rule to drop it (timeout)", what, err)
+	}
+	if d := bpDelta(before, bpCounters(t, bp)); d["fallback_no_conntrack"] == 0 {
+		t.Errorf("%s: no no_conntrack fallback after the flush: %v", what, d)
+	}
+	if k, err := r.Packets(); err != nil || k == 0 {
+		t.Errorf("%s: rule matched %d packets (%v) after the flush, want some", what, k, err)
+	}
+}
