@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -313,6 +314,36 @@ func TestBypassSameNode(t *testing.T) {
 			checkDropEstablished(t, bp, n1, a1, a2, v6)
 		}
 	})
+	t.Run("clusterip-dnat", func(t *testing.T) {
+		// A ClusterIP whose backend shares the client's node: the DNAT-ed
+		// flow is never bypassed (requests go to the VIP, no endpoint;
+		// replies find an entry with NAT) and arrives byte-exact.
+		const port = 8081
+		for _, v6 := range []bool{false, true} {
+			var ln net.Listener
+			if err := a2.Do(func() (err error) {
+				ln, err = net.Listen("tcp", netip.AddrPortFrom(a2.Addr(v6), port).String())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			sinkOn(ln)
+		}
+		svc, err := l.AddService("bpweb", "tcp", 80, port, a2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer svc.Remove()
+		for _, v6 := range []bool{false, true} {
+			before := bpCounters(t, bp)
+			transfer(t, a1, netip.AddrPortFrom(svc.Addr(v6), 80), 1<<20)
+			d := bpDelta(before, bpCounters(t, bp))
+			if d["fallback_nat"] == 0 || d["bypassed_packets"] != 0 {
+				t.Errorf("%s a1 -> ClusterIP -> a2: %v, want nat fallbacks and nothing bypassed", family(v6), d)
+			}
+		}
+	})
 	t.Run("cross-node", func(t *testing.T) {
 		for _, v6 := range []bool{false, true} {
 			before := bpCounters(t, bp)
@@ -351,6 +382,16 @@ func TestBypassSameNode(t *testing.T) {
 		}
 		// The kernel path alone still carries traffic.
 		transfer(t, a1, sinkServer(t, a2, false), 1<<20)
+	})
+}
+
+// sinkOn answers each connection on ln with the sha256 of what it read.
+func sinkOn(ln net.Listener) {
+	serve(ln, func(c net.Conn) {
+		h := sha256.New()
+		if _, err := io.Copy(h, c); err == nil {
+			c.Write(h.Sum(nil))
+		}
 	})
 }
 
