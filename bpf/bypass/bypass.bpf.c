@@ -6,6 +6,13 @@
  * without NAT, is redirected straight into the destination pod's eth0,
  * skipping the bridge, br_netfilter and iptables. Everything else continues
  * on the kernel path (TCX_NEXT) with its reason counted. Nothing is dropped.
+ *
+ * A direction of a flow is bypassed only after the kernel path delivered one
+ * of its packets to the destination pod's veth (ez_bypass_admit, tcx egress):
+ * it passed FORWARD and POSTROUTING. Conntrack's own state is not enough:
+ * it is updated at PREROUTING, before FORWARD may drop the packet (a UDP
+ * reply dropped by FORWARD still sets SEEN_REPLY), and an entry picked up
+ * mid-stream from one direction is ESTABLISHED for both.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -45,6 +52,13 @@ EZ_COUNTER_MAP(ez_bp_counters, EZ_BP_C_MAX);
  */
 volatile const __u32 ez_bp_tcp_timeout_ms = 0;
 volatile const __u32 ez_bp_udp_timeout_ms = 0;
+
+/*
+ * Conntrack mark bits recording admitted directions, [0] original, [1]
+ * reply; set before load. In the entry itself, so a deleted entry's
+ * admissions go with it. nf_conn.mark is the one field BPF may write.
+ */
+volatile const __u32 ez_bp_admit_mark[2] = {};
 
 /*
  * Those timeouts in jiffies, learnt from the first refresh (ct->timeout is
@@ -104,6 +118,59 @@ static __always_inline void refresh(struct nf_conn *ct, __u32 idx, __u32 timeout
 	if (!period)
 		*learnt = *(volatile __u32 *)&ct->timeout - now;
 	count_add(EZ_BP_C_CT_REFRESHES, 1);
+}
+
+/* The flow's tuple for the conntrack lookup; ports to network order. */
+static __always_inline __u32 ct_tuple(const struct ez_flow *f, struct bpf_sock_tuple *tuple)
+{
+	if (f->family == 4) {
+		tuple->ipv4.saddr = f->saddr[0];
+		tuple->ipv4.daddr = f->daddr[0];
+		tuple->ipv4.sport = bpf_htons(f->sport);
+		tuple->ipv4.dport = bpf_htons(f->dport);
+		return sizeof(tuple->ipv4);
+	}
+	__builtin_memcpy(tuple->ipv6.saddr, f->saddr, 16);
+	__builtin_memcpy(tuple->ipv6.daddr, f->daddr, 16);
+	tuple->ipv6.sport = bpf_htons(f->sport);
+	tuple->ipv6.dport = bpf_htons(f->dport);
+	return sizeof(tuple->ipv6);
+}
+
+/*
+ * tcx egress of a pod's host-side veth: what leaves here towards the pod
+ * came through the bridge and netfilter, which accepted it. Marks the
+ * packet's direction of its conntrack entry admitted. Never drops.
+ */
+SEC("tcx/egress")
+int ez_bypass_admit(struct __sk_buff *skb)
+{
+	struct ez_pkt p = ez_pkt_of_skb(skb, EZ_ETH_HLEN);
+	struct ez_flow f = {};
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_ct_opts opts = {};
+	struct nf_conn *ct;
+	__u32 tuple_sz, bit;
+
+	if (skb->vlan_present || ez_parse(&p, false, &f))
+		return TCX_NEXT;
+	if (f.flags & EZ_FLOW_FRAG || !(f.flags & EZ_FLOW_PORTS))
+		return TCX_NEXT;
+	if (f.proto != EZ_IPPROTO_TCP && f.proto != EZ_IPPROTO_UDP)
+		return TCX_NEXT;
+	tuple_sz = ct_tuple(&f, &tuple);
+	opts.netns_id = BPF_F_CURRENT_NETNS;
+	opts.l4proto = f.proto;
+	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, sizeof(opts));
+	if (!ct)
+		return TCX_NEXT;
+	bit = ez_bp_admit_mark[opts.dir & 1];
+	if ((ct->status & IPS_CONFIRMED) && bit && !(ct->mark & bit)) {
+		ct->mark |= bit;
+		count_add(EZ_BP_C_ADMISSIONS, 1);
+	}
+	bpf_ct_release(ct);
+	return TCX_NEXT;
 }
 
 SEC("tcx/ingress")
@@ -176,24 +243,13 @@ int ez_bypass(struct __sk_buff *skb)
 			return fallback(EZ_BP_C_FB_TOO_BIG);
 	}
 
-	if (f.family == 4) {
-		tuple.ipv4.saddr = f.saddr[0];
-		tuple.ipv4.daddr = f.daddr[0];
-		tuple.ipv4.sport = bpf_htons(f.sport);
-		tuple.ipv4.dport = bpf_htons(f.dport);
-		tuple_sz = sizeof(tuple.ipv4);
-	} else {
-		__builtin_memcpy(tuple.ipv6.saddr, f.saddr, 16);
-		__builtin_memcpy(tuple.ipv6.daddr, f.daddr, 16);
-		tuple.ipv6.sport = bpf_htons(f.sport);
-		tuple.ipv6.dport = bpf_htons(f.dport);
-		tuple_sz = sizeof(tuple.ipv6);
-	}
+	tuple_sz = ct_tuple(&f, &tuple);
 	/*
 	 * The lookup runs in skb->dev's netns (BPF_F_CURRENT_NETNS): the
 	 * node's, where br_netfilter tracks bridged pod traffic. Zone 0 only
 	 * (ct_zone_id 0): flows a CT target put in another zone are not found
-	 * and take the kernel path. Either direction's tuple matches.
+	 * and take the kernel path. Either direction's tuple matches; opts.dir
+	 * says which.
 	 */
 	opts.netns_id = BPF_F_CURRENT_NETNS;
 	opts.l4proto = f.proto;
@@ -220,6 +276,14 @@ int ez_bypass(struct __sk_buff *skb)
 	if (!ok) {
 		bpf_ct_release(ct);
 		return fallback(EZ_BP_C_FB_NOT_ESTABLISHED);
+	}
+	{
+		__u32 bit = ez_bp_admit_mark[opts.dir & 1];
+
+		if (!bit || !(ct->mark & bit)) {
+			bpf_ct_release(ct);
+			return fallback(EZ_BP_C_FB_NOT_ADMITTED);
+		}
 	}
 	if (f.proto == EZ_IPPROTO_TCP)
 		refresh(ct, 0, ez_bp_tcp_timeout_ms);

@@ -30,6 +30,7 @@ enum ez_bp_counter {
 	EZ_BP_C_PACKETS = 0,		/* redirected into the destination pod */
 	EZ_BP_C_BYTES,			/* their skb->len (Ethernet frame; a GSO packet counts once) */
 	EZ_BP_C_CT_REFRESHES,		/* conntrack timeouts the bypass refreshed */
+	EZ_BP_C_ADMISSIONS,		/* flow directions marked admitted at a pod veth's egress */
 	EZ_BP_C_FB_NOT_IP,		/* not IPv4/IPv6 (ARP, VLAN tags, ...) */
 	EZ_BP_C_FB_NOT_TCP_UDP,		/* IP, neither TCP nor UDP (ICMP, ...) */
 	EZ_BP_C_FB_FRAGMENT,		/* IPv4 fragment or IPv6 fragment header */
@@ -40,6 +41,7 @@ enum ez_bp_counter {
 	EZ_BP_C_FB_TOO_BIG,		/* longer than the destination's MTU (GSO: its segments) */
 	EZ_BP_C_FB_NO_CONNTRACK,	/* no conntrack entry: a new flow, netfilter decides first */
 	EZ_BP_C_FB_NOT_ESTABLISHED,	/* entry not established (TCP) or never replied (UDP) */
+	EZ_BP_C_FB_NOT_ADMITTED,	/* no packet of this direction was delivered by the kernel path yet */
 	EZ_BP_C_FB_NAT,			/* entry with NAT or sequence adjustment */
 	EZ_BP_C_FB_HELPER,		/* entry with a helper or an expectation's master */
 	EZ_BP_C_FB_OTHER,		/* truncated header, unknown device, loop */

@@ -272,7 +272,7 @@ func TestBypassSameNode(t *testing.T) {
 			if viaBridge >= mnTransfer/2 {
 				t.Errorf("the bridge forwarded %d bytes to a2: the transfer was not bypassed", viaBridge)
 			}
-			if d["fallback_tcp_control"] == 0 || d["fallback_not_established"] == 0 {
+			if d["fallback_tcp_control"] == 0 || d["fallback_not_established"] == 0 || d["admissions"] < 2 {
 				t.Errorf("the handshake did not take the kernel path: %v", d)
 			}
 			for _, k := range []string{"fallback_other", "fallback_too_big", "fallback_nat", "fallback_helper", "fallback_not_bridged"} {
@@ -307,6 +307,11 @@ func TestBypassSameNode(t *testing.T) {
 		d := bpDelta(before, bpCounters(t, bp))
 		if d["fallback_tcp_control"] == 0 {
 			t.Errorf("the SYNs did not take the kernel path: %v", d)
+		}
+	})
+	t.Run("forward-drop-udp-replies", func(t *testing.T) {
+		for _, v6 := range []bool{false, true} {
+			checkUDPRepliesBlocked(t, bp, n1, a1, a2, v6)
 		}
 	})
 	t.Run("forward-drop-established", func(t *testing.T) {
@@ -355,23 +360,27 @@ func TestBypassSameNode(t *testing.T) {
 		}
 	})
 	t.Run("close", func(t *testing.T) {
-		id, err := bp.ProgramID()
+		ids, err := bp.ProgramIDs()
 		if err != nil {
 			t.Fatal(err)
 		}
 		progs := tcxPrograms(t, n1)
 		for _, p := range []*multinode.Pod{a1, a2} {
-			if !slices.Contains(progs[p.HostVeth], id) {
-				t.Fatalf("before Close: program %d not on %s (%v)", id, p.HostVeth, progs)
+			for _, id := range ids {
+				if !slices.Contains(progs[p.HostVeth], id) {
+					t.Fatalf("before Close: program %d not on %s (%v)", id, p.HostVeth, progs)
+				}
 			}
 		}
 		if err := bp.Close(); err != nil {
 			t.Fatal(err)
 		}
 		progs = tcxPrograms(t, n1)
-		for dev, ids := range progs {
-			if slices.Contains(ids, id) {
-				t.Errorf("after Close: program %d still at tcx of %s", id, dev)
+		for dev, on := range progs {
+			for _, id := range ids {
+				if slices.Contains(on, id) {
+					t.Errorf("after Close: program %d still at tcx of %s", id, dev)
+				}
 			}
 		}
 		if !slices.Equal(progs[a1.HostVeth], []ebpf.ProgramID{foreignID}) {
@@ -393,6 +402,72 @@ func sinkOn(ln net.Listener) {
 			c.Write(h.Sum(nil))
 		}
 	})
+}
+
+// checkUDPRepliesBlocked: a FORWARD DROP of the replies only (dst to src).
+// Conntrack sees the first reply (SEEN_REPLY) before FORWARD drops it, so
+// only the admission check keeps later replies off the bypass: none may
+// arrive.
+func checkUDPRepliesBlocked(t *testing.T, bp *bypass.Bypass, n *multinode.Node, src, dst *multinode.Pod, v6 bool) {
+	t.Helper()
+	bits := 32
+	if v6 {
+		bits = 128
+	}
+	r, err := n.Block(netip.PrefixFrom(dst.Addr(v6), bits), netip.PrefixFrom(src.Addr(v6), bits), multinode.Drop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Remove()
+	var pc net.PacketConn
+	if err := dst.Do(func() (err error) {
+		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(dst.Addr(v6), 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	got := make(chan int, 100)
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			k, a, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			got <- k
+			pc.WriteTo(buf[:k], a)
+		}
+	}()
+	c, err := dialFrom(src, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before := bpCounters(t, bp)
+	buf := make([]byte, 2048)
+	const count = 5
+	for i := 0; i < count; i++ {
+		if _, err := c.Write([]byte(fmt.Sprintf("datagram %d", i))); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-got:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: datagram %d never reached %s", family(v6), i, dst.Name)
+		}
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if k, err := c.Read(buf); err == nil {
+			t.Fatalf("%s: echo %q of datagram %d arrived through a DROP of %s -> %s", family(v6), buf[:k], i, dst.Name, src.Name)
+		}
+	}
+	d := bpDelta(before, bpCounters(t, bp))
+	if d["fallback_not_admitted"] == 0 {
+		t.Errorf("%s: %v, want not_admitted fallbacks for the replies", family(v6), d)
+	}
+	if k, err := r.Packets(); err != nil || k < count {
+		t.Errorf("%s: rule matched %d packets (%v), want every reply (%d)", family(v6), k, err, count)
+	}
 }
 
 // checkUDPRefreshed finds the UDP entry between two pods in the node's
@@ -498,7 +573,10 @@ func checkDropEstablished(t *testing.T, bp *bypass.Bypass, n *multinode.Node, sr
 		t.Fatalf("%s: deleted %d conntrack entries (%v), want 1", what, k, err)
 	}
 	before = bpCounters(t, bp)
+	rk0, _ := r.Packets()
 	err = echo("after the flush", time.Second)
+	rk1, _ := r.Packets()
+	t.Logf("%s after the flush: %v; counters %v; rule %d -> %d", what, err, bpDelta(before, bpCounters(t, bp)), rk0, rk1)
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Errorf("%s: after the conntrack entry was deleted: %v, want the rule to drop it (timeout)", what, err)

@@ -19,20 +19,22 @@ const (
 	bypassEzBpCounterEZ_BP_C_PACKETS            bypassEzBpCounter = 0
 	bypassEzBpCounterEZ_BP_C_BYTES              bypassEzBpCounter = 1
 	bypassEzBpCounterEZ_BP_C_CT_REFRESHES       bypassEzBpCounter = 2
-	bypassEzBpCounterEZ_BP_C_FB_NOT_IP          bypassEzBpCounter = 3
-	bypassEzBpCounterEZ_BP_C_FB_NOT_TCP_UDP     bypassEzBpCounter = 4
-	bypassEzBpCounterEZ_BP_C_FB_FRAGMENT        bypassEzBpCounter = 5
-	bypassEzBpCounterEZ_BP_C_FB_IPV6EXT         bypassEzBpCounter = 6
-	bypassEzBpCounterEZ_BP_C_FB_NO_ENDPOINT     bypassEzBpCounter = 7
-	bypassEzBpCounterEZ_BP_C_FB_NOT_BRIDGED     bypassEzBpCounter = 8
-	bypassEzBpCounterEZ_BP_C_FB_TCP_CONTROL     bypassEzBpCounter = 9
-	bypassEzBpCounterEZ_BP_C_FB_TOO_BIG         bypassEzBpCounter = 10
-	bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK    bypassEzBpCounter = 11
-	bypassEzBpCounterEZ_BP_C_FB_NOT_ESTABLISHED bypassEzBpCounter = 12
-	bypassEzBpCounterEZ_BP_C_FB_NAT             bypassEzBpCounter = 13
-	bypassEzBpCounterEZ_BP_C_FB_HELPER          bypassEzBpCounter = 14
-	bypassEzBpCounterEZ_BP_C_FB_OTHER           bypassEzBpCounter = 15
-	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 16
+	bypassEzBpCounterEZ_BP_C_ADMISSIONS         bypassEzBpCounter = 3
+	bypassEzBpCounterEZ_BP_C_FB_NOT_IP          bypassEzBpCounter = 4
+	bypassEzBpCounterEZ_BP_C_FB_NOT_TCP_UDP     bypassEzBpCounter = 5
+	bypassEzBpCounterEZ_BP_C_FB_FRAGMENT        bypassEzBpCounter = 6
+	bypassEzBpCounterEZ_BP_C_FB_IPV6EXT         bypassEzBpCounter = 7
+	bypassEzBpCounterEZ_BP_C_FB_NO_ENDPOINT     bypassEzBpCounter = 8
+	bypassEzBpCounterEZ_BP_C_FB_NOT_BRIDGED     bypassEzBpCounter = 9
+	bypassEzBpCounterEZ_BP_C_FB_TCP_CONTROL     bypassEzBpCounter = 10
+	bypassEzBpCounterEZ_BP_C_FB_TOO_BIG         bypassEzBpCounter = 11
+	bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK    bypassEzBpCounter = 12
+	bypassEzBpCounterEZ_BP_C_FB_NOT_ESTABLISHED bypassEzBpCounter = 13
+	bypassEzBpCounterEZ_BP_C_FB_NOT_ADMITTED    bypassEzBpCounter = 14
+	bypassEzBpCounterEZ_BP_C_FB_NAT             bypassEzBpCounter = 15
+	bypassEzBpCounterEZ_BP_C_FB_HELPER          bypassEzBpCounter = 16
+	bypassEzBpCounterEZ_BP_C_FB_OTHER           bypassEzBpCounter = 17
+	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 18
 )
 
 type bypassEzBpEndpoint struct {
@@ -54,6 +56,8 @@ const (
 	bypassMapEzBpCounters       = "ez_bp_counters"
 	bypassMapEzBpEndpoints      = "ez_bp_endpoints"
 	bypassProgEzBypass          = "ez_bypass"
+	bypassProgEzBypassAdmit     = "ez_bypass_admit"
+	bypassVarEzBpAdmitMark      = "ez_bp_admit_mark"
 	bypassVarEzBpCounterEnum    = "ez_bp_counter_enum"
 	bypassVarEzBpTcpTimeoutMs   = "ez_bp_tcp_timeout_ms"
 	bypassVarEzBpTimeoutJiffies = "ez_bp_timeout_jiffies"
@@ -102,7 +106,8 @@ type bypassSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bypassProgramSpecs struct {
-	EzBypass *ebpf.ProgramSpec `ebpf:"ez_bypass"`
+	EzBypass      *ebpf.ProgramSpec `ebpf:"ez_bypass"`
+	EzBypassAdmit *ebpf.ProgramSpec `ebpf:"ez_bypass_admit"`
 }
 
 // bypassMapSpecs contains maps before they are loaded into the kernel.
@@ -117,6 +122,7 @@ type bypassMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bypassVariableSpecs struct {
+	EzBpAdmitMark      *ebpf.VariableSpec `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.VariableSpec `ebpf:"ez_bp_counter_enum"`
 	EzBpTcpTimeoutMs   *ebpf.VariableSpec `ebpf:"ez_bp_tcp_timeout_ms"`
 	EzBpTimeoutJiffies *ebpf.VariableSpec `ebpf:"ez_bp_timeout_jiffies"`
@@ -158,6 +164,7 @@ func (m *bypassMaps) Close() error {
 //
 // It can be passed to loadBypassObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bypassVariables struct {
+	EzBpAdmitMark      *ebpf.Variable `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.Variable `ebpf:"ez_bp_counter_enum"`
 	EzBpTcpTimeoutMs   *ebpf.Variable `ebpf:"ez_bp_tcp_timeout_ms"`
 	EzBpTimeoutJiffies *ebpf.Variable `ebpf:"ez_bp_timeout_jiffies"`
@@ -168,12 +175,14 @@ type bypassVariables struct {
 //
 // It can be passed to loadBypassObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bypassPrograms struct {
-	EzBypass *ebpf.Program `ebpf:"ez_bypass"`
+	EzBypass      *ebpf.Program `ebpf:"ez_bypass"`
+	EzBypassAdmit *ebpf.Program `ebpf:"ez_bypass_admit"`
 }
 
 func (p *bypassPrograms) Close() error {
 	return _BypassClose(
 		p.EzBypass,
+		p.EzBypassAdmit,
 	)
 }
 

@@ -3,6 +3,7 @@ package bypass
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"net/netip"
 	"os"
@@ -33,7 +34,15 @@ type Config struct {
 	// conntrack; 0 reads them from NetNS's nf_conntrack_tcp_timeout_established
 	// and nf_conntrack_udp_timeout_stream.
 	TCPTimeout, UDPTimeout time.Duration
+	// AdmitMark is two bits of the conntrack mark that record which
+	// directions of a flow the kernel path delivered (the lower bit: the
+	// original direction); 0 is DefaultAdmitMark. Other users of the
+	// conntrack mark (CONNMARK rules) must leave them alone.
+	AdmitMark uint32
 }
+
+// DefaultAdmitMark is AdmitMark's default.
+const DefaultAdmitMark = 0x3 << 28
 
 // maxTimeout: the kfunc takes milliseconds in a u32.
 const maxTimeout = time.Duration(^uint32(0)) * time.Millisecond
@@ -42,7 +51,7 @@ const maxTimeout = time.Duration(^uint32(0)) * time.Millisecond
 type Bypass struct {
 	netns string
 	objs  bypassObjects
-	links map[int]link.Link // tcx ingress by ifindex
+	links map[int][2]link.Link // tcx ingress (ez_bypass) and egress (ez_bypass_admit) by ifindex
 }
 
 // Endpoint is a local pod: its host-side veth (ifindex in the node's
@@ -102,8 +111,18 @@ func Load(cfg Config) (_ *Bypass, err error) {
 			return nil, fmt.Errorf("bypass: net.netfilter.%s is 0 in netns %q", t.name, cfg.NetNS)
 		}
 	}
+	if cfg.AdmitMark == 0 {
+		cfg.AdmitMark = DefaultAdmitMark
+	}
+	if bits.OnesCount32(cfg.AdmitMark) != 2 {
+		return nil, fmt.Errorf("bypass: admit mark %#x: want exactly two bits of the conntrack mark", cfg.AdmitMark)
+	}
+	lo := cfg.AdmitMark & -cfg.AdmitMark
 	spec, err := loadBypass()
 	if err != nil {
+		return nil, fmt.Errorf("bypass: %w", err)
+	}
+	if err := spec.Variables["ez_bp_admit_mark"].Set([2]uint32{lo, cfg.AdmitMark &^ lo}); err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
 	if err := spec.Variables["ez_bp_tcp_timeout_ms"].Set(uint32(cfg.TCPTimeout.Milliseconds())); err != nil {
@@ -112,7 +131,7 @@ func Load(cfg Config) (_ *Bypass, err error) {
 	if err := spec.Variables["ez_bp_udp_timeout_ms"].Set(uint32(cfg.UDPTimeout.Milliseconds())); err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
-	b := &Bypass{netns: cfg.NetNS, links: map[int]link.Link{}}
+	b := &Bypass{netns: cfg.NetNS, links: map[int][2]link.Link{}}
 	if err := spec.LoadAndAssign(&b.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -123,10 +142,11 @@ func Load(cfg Config) (_ *Bypass, err error) {
 	return b, nil
 }
 
-// Attach attaches the program at tcx ingress of each host-side veth
-// (ifindexes in the bypass's netns), after whatever other owners attached
-// there (default append: their programs run first and are never detached).
-// All or nothing: on error the links this call made are closed.
+// Attach attaches to each host-side veth (ifindexes in the bypass's netns)
+// the bypass at tcx ingress and its admission program at tcx egress, after
+// whatever other owners attached there (default append: their programs run
+// first and are never detached). All or nothing: on error the links this
+// call made are closed.
 func (b *Bypass) Attach(ifindexes ...int) error {
 	var made []int
 	err := bpfsys.InNetNS(b.netns, func() error {
@@ -137,32 +157,52 @@ func (b *Bypass) Attach(ifindexes ...int) error {
 			if _, ok := b.links[ifx]; ok {
 				continue
 			}
-			l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: b.objs.EzBypass, Attach: ebpf.AttachTCXIngress})
-			if err != nil {
-				return fmt.Errorf("bypass: tcx ingress on ifindex %d in netns %q: %w", ifx, b.netns, err)
+			var ls [2]link.Link
+			for i, a := range []struct {
+				prog *ebpf.Program
+				at   ebpf.AttachType
+			}{{b.objs.EzBypass, ebpf.AttachTCXIngress}, {b.objs.EzBypassAdmit, ebpf.AttachTCXEgress}} {
+				l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: a.prog, Attach: a.at})
+				if err != nil {
+					if ls[0] != nil {
+						ls[0].Close()
+					}
+					return fmt.Errorf("bypass: tcx %s on ifindex %d in netns %q: %w", a.at, ifx, b.netns, err)
+				}
+				ls[i] = l
 			}
-			b.links[ifx] = l
+			b.links[ifx] = ls
 			made = append(made, ifx)
 		}
 		return nil
 	})
 	if err != nil {
 		for _, ifx := range made {
-			b.links[ifx].Close()
+			closeLinks(b.links[ifx])
 			delete(b.links, ifx)
 		}
 	}
 	return err
 }
 
+func closeLinks(ls [2]link.Link) error {
+	var errs []error
+	for _, l := range ls {
+		if l != nil {
+			errs = append(errs, l.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Detach removes the program from one device.
 func (b *Bypass) Detach(ifindex int) error {
-	l, ok := b.links[ifindex]
+	ls, ok := b.links[ifindex]
 	if !ok {
 		return fmt.Errorf("bypass: not attached to ifindex %d", ifindex)
 	}
 	delete(b.links, ifindex)
-	return l.Close()
+	return closeLinks(ls)
 }
 
 // Attached lists the ifindexes the program is attached to, sorted.
@@ -175,17 +215,22 @@ func (b *Bypass) Attached() []int {
 	return out
 }
 
-// ProgramID is the kernel's id of the loaded program (as link queries list it).
-func (b *Bypass) ProgramID() (ebpf.ProgramID, error) {
-	info, err := b.objs.EzBypass.Info()
-	if err != nil {
-		return 0, err
+// ProgramIDs are the kernel's ids of the bypass and admission programs (as
+// link queries list them).
+func (b *Bypass) ProgramIDs() ([]ebpf.ProgramID, error) {
+	var ids []ebpf.ProgramID
+	for _, p := range []*ebpf.Program{b.objs.EzBypass, b.objs.EzBypassAdmit} {
+		info, err := p.Info()
+		if err != nil {
+			return nil, err
+		}
+		id, ok := info.ID()
+		if !ok {
+			return nil, errors.New("bypass: program id unavailable")
+		}
+		ids = append(ids, id)
 	}
-	id, ok := info.ID()
-	if !ok {
-		return 0, errors.New("bypass: program id unavailable")
-	}
-	return id, nil
+	return ids, nil
 }
 
 func epKey(ip netip.Addr) (bypassEzBpEpKey, error) {
@@ -255,12 +300,12 @@ func (b *Bypass) handle() (*netlink.Handle, error) {
 	return h, nil
 }
 
-// Close detaches the program from every device and releases the program
-// and maps (nothing is pinned).
+// Close detaches the programs from every device and releases programs and
+// maps (nothing is pinned).
 func (b *Bypass) Close() error {
 	var errs []error
-	for ifx, l := range b.links {
-		if err := l.Close(); err != nil {
+	for ifx, ls := range b.links {
+		if err := closeLinks(ls); err != nil {
 			errs = append(errs, fmt.Errorf("bypass: detach ifindex %d: %w", ifx, err))
 		}
 		delete(b.links, ifx)

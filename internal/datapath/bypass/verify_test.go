@@ -8,7 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// TestBypassVerifies loads the bypass program: the verifier must accept it,
+// TestBypassVerifies loads the bypass programs: the verifier must accept it,
 // with the conntrack kfuncs resolved against the running kernel's BTF.
 // Nothing is attached.
 func TestBypassVerifies(t *testing.T) {
@@ -24,6 +24,9 @@ func TestBypassVerifies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := spec.Variables["ez_bp_admit_mark"].Set([2]uint32{1, 2}); err != nil {
+		t.Fatal(err)
+	}
 	var objs bypassObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		var ve *ebpf.VerifierError
@@ -33,11 +36,13 @@ func TestBypassVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer objs.Close()
-	if objs.EzBypass == nil || objs.EzBpEndpoints == nil || objs.EzBpCounters == nil {
+	if objs.EzBypass == nil || objs.EzBypassAdmit == nil || objs.EzBpEndpoints == nil || objs.EzBpCounters == nil {
 		t.Fatal("program or maps missing after load")
 	}
-	if objs.EzBypass.Type() != ebpf.SchedCLS {
-		t.Errorf("program type %s, want %s", objs.EzBypass.Type(), ebpf.SchedCLS)
+	for _, p := range []*ebpf.Program{objs.EzBypass, objs.EzBypassAdmit} {
+		if p.Type() != ebpf.SchedCLS {
+			t.Errorf("program type %s, want %s", p.Type(), ebpf.SchedCLS)
+		}
 	}
 }
 
