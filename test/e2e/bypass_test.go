@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -301,6 +303,11 @@ func TestBypassSameNode(t *testing.T) {
 		})
 	}
 
+	t.Run("endpoint-removed-mid-flow", func(t *testing.T) {
+		for _, v6 := range []bool{false, true} {
+			checkEndpointRemoved(t, bp, n1, a1, a2, v6)
+		}
+	})
 	t.Run("forward-drop-new", func(t *testing.T) {
 		before := bpCounters(t, bp)
 		checkBlock(t, n1, a1, a2, multinode.Drop)
@@ -402,6 +409,83 @@ func sinkOn(ln net.Listener) {
 			c.Write(h.Sum(nil))
 		}
 	})
+}
+
+// checkEndpointRemoved: a bypassed connection whose destination stops being
+// an endpoint continues on the kernel path (conntrack, whose window missed
+// the bypassed segments, must accept it), and is bypassed again once it is
+// back.
+func checkEndpointRemoved(t *testing.T, bp *bypass.Bypass, n *multinode.Node, src, dst *multinode.Pod, v6 bool) {
+	t.Helper()
+	ln := listenIn(t, dst.Do, "tcp", dst.Addr(v6))
+	serve(ln, func(c net.Conn) { io.Copy(c, c) })
+	c, err := dialFrom(src, "tcp", netip.MustParseAddrPort(ln.Addr().String()), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	what := fmt.Sprintf("%s %s -> %s", family(v6), src.Name, dst.Name)
+	block := make([]byte, 256<<10)
+	round := func(step string) bypass.Counters {
+		t.Helper()
+		before := bpCounters(t, bp)
+		rand.Read(block)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		go c.Write(block)
+		got := make([]byte, len(block))
+		if _, err := io.ReadFull(c, got); err != nil {
+			t.Fatalf("%s %s: %v", what, step, err)
+		}
+		if !bytes.Equal(got, block) {
+			t.Fatalf("%s %s: echo differs", what, step)
+		}
+		return bpDelta(before, bpCounters(t, bp))
+	}
+	if d := round("bypassed"); d["bypassed_bytes"] < uint64(len(block)) {
+		t.Fatalf("%s: first round not bypassed: %v", what, d)
+	}
+	ds, err := n.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ep bypass.Endpoint
+	for _, d := range ds {
+		if d.Pod == dst {
+			ep.Ifindex = d.Index
+		}
+	}
+	ph, err := dst.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eth, err := ph.LinkByName("eth0")
+	ph.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	br, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	brl, err := br.LinkByName(n.Bridge)
+	br.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep.PodMAC, ep.BridgeMAC = eth.Attrs().HardwareAddr, brl.Attrs().HardwareAddr
+	if err := bp.DeleteEndpoint(dst.Addr(v6)); err != nil {
+		t.Fatal(err)
+	}
+	d := round("kernel path")
+	if err := bp.SetEndpoint(dst.Addr(v6), ep); err != nil {
+		t.Fatal(err)
+	}
+	if d["fallback_no_endpoint"] == 0 {
+		t.Errorf("%s: endpoint removed: %v, want no_endpoint fallbacks", what, d)
+	}
+	if d := round("bypassed again"); d["bypassed_packets"] == 0 {
+		t.Errorf("%s: endpoint back: %v, want bypassed packets", what, d)
+	}
 }
 
 // checkUDPRepliesBlocked: a FORWARD DROP of the replies only (dst to src).
