@@ -616,6 +616,9 @@ func checkDropEstablished(t *testing.T, bp *bypass.Bypass, n *multinode.Node, sr
 	if v6 {
 		bits = 128
 	}
+	// Ends with an RST once the rule is gone: no retransmission of the
+	// dropped segment may reach the subtests after this one.
+	c.(*net.TCPConn).SetLinger(0)
 	r, err := n.Block(netip.PrefixFrom(src.Addr(v6), bits), netip.PrefixFrom(dst.Addr(v6), bits), multinode.Drop)
 	if err != nil {
 		t.Fatal(err)
