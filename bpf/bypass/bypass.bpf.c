@@ -138,6 +138,41 @@ static __always_inline __u32 ct_tuple(const struct ez_flow *f, struct bpf_sock_t
 }
 
 /*
+ * What the node's routing would do to a frame it forwards to a pod on its
+ * bridge: MACs bridge -> pod, TTL/hop limit - 1 (IPv4: header checksum
+ * updated; IPv6: CHECKSUM_COMPLETE updated). A failure before any byte is
+ * written leaves the frame intact; the writes are of fixed, checked offsets.
+ */
+static __always_inline int route_rewrite(struct __sk_buff *skb, const struct ez_flow *f, const struct ez_bp_endpoint *ep)
+{
+	__u8 macs[12];
+
+	__builtin_memcpy(macs, ep->pod_mac, 6);
+	__builtin_memcpy(macs + 6, ep->bridge_mac, 6);
+	if (f->family == 4) {
+		__u16 old, new;
+
+		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + 8, &old, 2))
+			return -1;
+		new = old;
+		((__u8 *)&new)[0] -= 1;
+		if (bpf_l3_csum_replace(skb, EZ_ETH_HLEN + 10, old, new, 2))
+			return -1;
+		if (bpf_skb_store_bytes(skb, EZ_ETH_HLEN + 8, &new, 2, 0))
+			return -1;
+	} else {
+		__u8 hl;
+
+		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + 7, &hl, 1))
+			return -1;
+		hl -= 1;
+		if (bpf_skb_store_bytes(skb, EZ_ETH_HLEN + 7, &hl, 1, BPF_F_RECOMPUTE_CSUM))
+			return -1;
+	}
+	return bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) ? -1 : 0;
+}
+
+/*
  * tcx egress of a pod's host-side veth: what leaves here towards the pod
  * came through the bridge and netfilter, which accepted it. Marks the
  * packet's direction of its conntrack entry admitted. Never drops.
@@ -186,7 +221,8 @@ int ez_bypass(struct __sk_buff *skb)
 	struct nf_conn *ct;
 	__u32 tuple_sz, mtu = 0, len = skb->len;
 	unsigned long status;
-	bool ok;
+	bool ok, routed = false;
+	__u8 ttl;
 
 	if (skb->vlan_present)
 		return fallback(EZ_BP_C_FB_NOT_IP);
@@ -218,14 +254,23 @@ int ez_bypass(struct __sk_buff *skb)
 
 	/*
 	 * Pods of one node share the bridge's L2: a frame to a local pod
-	 * already carries that pod's MAC, and the bridge forwards it unchanged,
-	 * so nothing is rewritten. A frame to the bridge's MAC is routed by the
-	 * node (TTL, MACs): not bypassed in this slice.
+	 * already carries that pod's MAC and the bridge forwards it unchanged,
+	 * so nothing is rewritten. A frame to the bridge's MAC (a pod routing
+	 * via its gateway) is routed by the node, which leaves it with the
+	 * bridge's MAC as source, the pod's as destination, and TTL or hop
+	 * limit one less: the bypass does the same.
 	 */
 	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)))
 		return fallback(EZ_BP_C_FB_OTHER);
-	if (!mac_eq(eth.h_dest, ep->pod_mac))
-		return fallback(EZ_BP_C_FB_NOT_BRIDGED);
+	if (!mac_eq(eth.h_dest, ep->pod_mac)) {
+		if (!mac_eq(eth.h_dest, ep->bridge_mac))
+			return fallback(EZ_BP_C_FB_MAC_MISMATCH);
+		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + (f.family == 4 ? 8 : 7), &ttl, 1))
+			return fallback(EZ_BP_C_FB_OTHER);
+		if (ttl <= 1)
+			return fallback(EZ_BP_C_FB_TTL);
+		routed = true;
+	}
 
 	/* Conntrack must see a TCP connection open and close (its state
 	 * machine; FORWARD rules see the SYN as NEW). */
@@ -294,7 +339,11 @@ int ez_bypass(struct __sk_buff *skb)
 	/* bpf_redirect_peer is allowed from tc/tcx ingress only, and only to a
 	 * device whose peer is in another netns (a veth into its pod). The
 	 * peer receives the frame as if from the wire (PACKET_HOST, no dst). */
+	if (routed && route_rewrite(skb, &f, ep))
+		return fallback(EZ_BP_C_FB_OTHER);
 	count_add(EZ_BP_C_PACKETS, 1);
 	count_add(EZ_BP_C_BYTES, len);
+	if (routed)
+		count_add(EZ_BP_C_ROUTED, 1);
 	return bpf_redirect_peer(ep->ifindex, 0);
 }

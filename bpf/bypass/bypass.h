@@ -29,6 +29,7 @@ struct ez_bp_endpoint {
 enum ez_bp_counter {
 	EZ_BP_C_PACKETS = 0,		/* redirected into the destination pod */
 	EZ_BP_C_BYTES,			/* their skb->len (Ethernet frame; a GSO packet counts once) */
+	EZ_BP_C_ROUTED,			/* of those, routed by the node: MACs rewritten, TTL decremented */
 	EZ_BP_C_CT_REFRESHES,		/* conntrack timeouts the bypass refreshed */
 	EZ_BP_C_ADMISSIONS,		/* flow directions marked admitted at a pod veth's egress */
 	EZ_BP_C_FB_NOT_IP,		/* not IPv4/IPv6 (ARP, VLAN tags, ...) */
@@ -36,7 +37,8 @@ enum ez_bp_counter {
 	EZ_BP_C_FB_FRAGMENT,		/* IPv4 fragment or IPv6 fragment header */
 	EZ_BP_C_FB_IPV6_EXT,		/* IPv6 extension headers (not walked) */
 	EZ_BP_C_FB_NO_ENDPOINT,		/* destination is no local pod (other node, outside) */
-	EZ_BP_C_FB_NOT_BRIDGED,		/* destination MAC is not the pod's: routed via the node */
+	EZ_BP_C_FB_MAC_MISMATCH,	/* destination MAC neither the pod's nor its bridge's */
+	EZ_BP_C_FB_TTL,			/* routed with TTL/hop limit <= 1: the node answers ICMP */
 	EZ_BP_C_FB_TCP_CONTROL,		/* SYN, FIN or RST: conntrack must see setup and teardown */
 	EZ_BP_C_FB_TOO_BIG,		/* longer than the destination's MTU (GSO: its segments) */
 	EZ_BP_C_FB_NO_CONNTRACK,	/* no conntrack entry: a new flow, netfilter decides first */

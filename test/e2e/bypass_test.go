@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/binary"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -277,7 +278,7 @@ func TestBypassSameNode(t *testing.T) {
 			if d["fallback_tcp_control"] == 0 || d["fallback_not_established"] == 0 || d["admissions"] < 2 {
 				t.Errorf("the handshake did not take the kernel path: %v", d)
 			}
-			for _, k := range []string{"fallback_other", "fallback_too_big", "fallback_nat", "fallback_helper", "fallback_not_bridged"} {
+			for _, k := range []string{"fallback_other", "fallback_too_big", "fallback_nat", "fallback_helper", "fallback_mac_mismatch"} {
 				if d[k] != 0 {
 					t.Errorf("%s: %d", k, d[k])
 				}
@@ -363,6 +364,53 @@ func TestBypassSameNode(t *testing.T) {
 			d := bpDelta(before, bpCounters(t, bp))
 			if d["fallback_no_endpoint"] == 0 || d["bypassed_packets"] != 0 {
 				t.Errorf("%s a1 -> b1 (other node): %v, want no_endpoint fallbacks and nothing bypassed", family(v6), d)
+			}
+		}
+	})
+	t.Run("routed", func(t *testing.T) {
+		// a1 reaches a2 via its gateway (host routes), as a CNI with /32
+		// pod routes does: frames go to the bridge's MAC and the node
+		// routes them. The bypass must deliver what routing would.
+		// The node forwards these frames out the port they came in on and
+		// so sends redirects ("a2 is on-link"); a1 ignores them, as a pod
+		// behind a CNI's point-to-point routes would never get them.
+		if err := a1.Do(func() error {
+			return writeSysctls(map[string]string{
+				"net/ipv4/conf/all/accept_redirects":  "0",
+				"net/ipv4/conf/eth0/accept_redirects": "0",
+				"net/ipv6/conf/all/accept_redirects":  "0",
+				"net/ipv6/conf/eth0/accept_redirects": "0",
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ph, err := a1.Handle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ph.Close()
+		eth, err := ph.LinkByName("eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v6 := range []bool{false, true} {
+			gw := n1.GatewayV4
+			if v6 {
+				gw = n1.GatewayV6
+			}
+			dst := netip.PrefixFrom(a2.Addr(v6), a2.Addr(v6).BitLen())
+			rt := &netlink.Route{LinkIndex: eth.Attrs().Index, Dst: &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())}, Gw: gw.AsSlice()}
+			if err := ph.RouteAdd(rt); err != nil {
+				t.Fatalf("route %s via %s in %s: %v", dst, gw, a1.NetNS, err)
+			}
+			defer ph.RouteDel(rt)
+			before := bpCounters(t, bp)
+			transfer(t, a1, sinkServer(t, a2, v6), mnTransfer)
+			checkRoutedTTL(t, a1, a2, v6)
+			d := bpDelta(before, bpCounters(t, bp))
+			t.Logf("%s counters: %v", family(v6), d)
+			if d["bypassed_routed_packets"] == 0 || d["bypassed_bytes"] < mnTransfer/2 || d["fallback_mac_mismatch"] != 0 {
+				t.Errorf("%s a1 -> a2 routed: %v, want routed packets bypassed", family(v6), d)
 			}
 		}
 	})
@@ -485,6 +533,80 @@ func checkEndpointRemoved(t *testing.T, bp *bypass.Bypass, n *multinode.Node, sr
 	}
 	if d := round("bypassed again"); d["bypassed_packets"] == 0 {
 		t.Errorf("%s: endpoint back: %v, want bypassed packets", what, d)
+	}
+}
+
+func writeSysctls(kv map[string]string) error {
+	for k, v := range kv {
+		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRoutedTTL sends datagrams from src to dst, which reads each one's
+// TTL (hop limit): the first takes the kernel path, the rest the bypass;
+// all must arrive with the node's one decrement.
+func checkRoutedTTL(t *testing.T, src, dst *multinode.Pod, v6 bool) {
+	t.Helper()
+	var pc *net.UDPConn
+	if err := dst.Do(func() (err error) {
+		pc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst.Addr(v6), 0)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	rc, err := pc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	level, opt, typ := unix.IPPROTO_IP, unix.IP_RECVTTL, unix.IP_TTL
+	if v6 {
+		level, opt, typ = unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, unix.IPV6_HOPLIMIT
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, 1) }); err != nil || serr != nil {
+		t.Fatalf("recv ttl: %v %v", err, serr)
+	}
+	ttls := make(chan int, 64)
+	go func() {
+		buf, oob := make([]byte, 2048), make([]byte, 128)
+		for {
+			k, oobn, _, from, err := pc.ReadMsgUDPAddrPort(buf, oob)
+			if err != nil {
+				return
+			}
+			ttl := -1
+			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+			for _, m := range msgs {
+				if int(m.Header.Level) == level && int(m.Header.Type) == typ && len(m.Data) >= 4 {
+					ttl = int(int32(binary.NativeEndian.Uint32(m.Data)))
+				}
+			}
+			ttls <- ttl
+			pc.WriteToUDPAddrPort(buf[:k], from)
+		}
+	}()
+	c, err := dialFrom(src, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 2048)
+	for i := 0; i < 20; i++ {
+		msg := fmt.Appendf(nil, "routed %d", i)
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if k, err := c.Read(buf); err != nil || !bytes.Equal(buf[:k], msg) {
+			t.Fatalf("%s routed echo %d: %q %v", family(v6), i, buf[:k], err)
+		}
+		if ttl := <-ttls; ttl != 63 {
+			t.Errorf("%s routed datagram %d arrived with TTL/hop limit %d, want 63 (64 less the node's hop)", family(v6), i, ttl)
+		}
 	}
 }
 

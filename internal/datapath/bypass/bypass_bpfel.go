@@ -18,23 +18,25 @@ type bypassEzBpCounter uint32
 const (
 	bypassEzBpCounterEZ_BP_C_PACKETS            bypassEzBpCounter = 0
 	bypassEzBpCounterEZ_BP_C_BYTES              bypassEzBpCounter = 1
-	bypassEzBpCounterEZ_BP_C_CT_REFRESHES       bypassEzBpCounter = 2
-	bypassEzBpCounterEZ_BP_C_ADMISSIONS         bypassEzBpCounter = 3
-	bypassEzBpCounterEZ_BP_C_FB_NOT_IP          bypassEzBpCounter = 4
-	bypassEzBpCounterEZ_BP_C_FB_NOT_TCP_UDP     bypassEzBpCounter = 5
-	bypassEzBpCounterEZ_BP_C_FB_FRAGMENT        bypassEzBpCounter = 6
-	bypassEzBpCounterEZ_BP_C_FB_IPV6EXT         bypassEzBpCounter = 7
-	bypassEzBpCounterEZ_BP_C_FB_NO_ENDPOINT     bypassEzBpCounter = 8
-	bypassEzBpCounterEZ_BP_C_FB_NOT_BRIDGED     bypassEzBpCounter = 9
-	bypassEzBpCounterEZ_BP_C_FB_TCP_CONTROL     bypassEzBpCounter = 10
-	bypassEzBpCounterEZ_BP_C_FB_TOO_BIG         bypassEzBpCounter = 11
-	bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK    bypassEzBpCounter = 12
-	bypassEzBpCounterEZ_BP_C_FB_NOT_ESTABLISHED bypassEzBpCounter = 13
-	bypassEzBpCounterEZ_BP_C_FB_NOT_ADMITTED    bypassEzBpCounter = 14
-	bypassEzBpCounterEZ_BP_C_FB_NAT             bypassEzBpCounter = 15
-	bypassEzBpCounterEZ_BP_C_FB_HELPER          bypassEzBpCounter = 16
-	bypassEzBpCounterEZ_BP_C_FB_OTHER           bypassEzBpCounter = 17
-	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 18
+	bypassEzBpCounterEZ_BP_C_ROUTED             bypassEzBpCounter = 2
+	bypassEzBpCounterEZ_BP_C_CT_REFRESHES       bypassEzBpCounter = 3
+	bypassEzBpCounterEZ_BP_C_ADMISSIONS         bypassEzBpCounter = 4
+	bypassEzBpCounterEZ_BP_C_FB_NOT_IP          bypassEzBpCounter = 5
+	bypassEzBpCounterEZ_BP_C_FB_NOT_TCP_UDP     bypassEzBpCounter = 6
+	bypassEzBpCounterEZ_BP_C_FB_FRAGMENT        bypassEzBpCounter = 7
+	bypassEzBpCounterEZ_BP_C_FB_IPV6EXT         bypassEzBpCounter = 8
+	bypassEzBpCounterEZ_BP_C_FB_NO_ENDPOINT     bypassEzBpCounter = 9
+	bypassEzBpCounterEZ_BP_C_FB_MAC_MISMATCH    bypassEzBpCounter = 10
+	bypassEzBpCounterEZ_BP_C_FB_TTL             bypassEzBpCounter = 11
+	bypassEzBpCounterEZ_BP_C_FB_TCP_CONTROL     bypassEzBpCounter = 12
+	bypassEzBpCounterEZ_BP_C_FB_TOO_BIG         bypassEzBpCounter = 13
+	bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK    bypassEzBpCounter = 14
+	bypassEzBpCounterEZ_BP_C_FB_NOT_ESTABLISHED bypassEzBpCounter = 15
+	bypassEzBpCounterEZ_BP_C_FB_NOT_ADMITTED    bypassEzBpCounter = 16
+	bypassEzBpCounterEZ_BP_C_FB_NAT             bypassEzBpCounter = 17
+	bypassEzBpCounterEZ_BP_C_FB_HELPER          bypassEzBpCounter = 18
+	bypassEzBpCounterEZ_BP_C_FB_OTHER           bypassEzBpCounter = 19
+	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 20
 )
 
 type bypassEzBpEndpoint struct {

@@ -12,6 +12,7 @@ type Counters map[string]uint64
 var counterNames = map[bypassEzBpCounter]string{
 	bypassEzBpCounterEZ_BP_C_PACKETS:            "bypassed_packets",
 	bypassEzBpCounterEZ_BP_C_BYTES:              "bypassed_bytes",
+	bypassEzBpCounterEZ_BP_C_ROUTED:             "bypassed_routed_packets",
 	bypassEzBpCounterEZ_BP_C_CT_REFRESHES:       "conntrack_refreshes",
 	bypassEzBpCounterEZ_BP_C_ADMISSIONS:         "admissions",
 	bypassEzBpCounterEZ_BP_C_FB_NOT_IP:          "fallback_not_ip",
@@ -19,7 +20,8 @@ var counterNames = map[bypassEzBpCounter]string{
 	bypassEzBpCounterEZ_BP_C_FB_FRAGMENT:        "fallback_fragment",
 	bypassEzBpCounterEZ_BP_C_FB_IPV6EXT:         "fallback_ipv6_ext_headers",
 	bypassEzBpCounterEZ_BP_C_FB_NO_ENDPOINT:     "fallback_no_endpoint",
-	bypassEzBpCounterEZ_BP_C_FB_NOT_BRIDGED:     "fallback_not_bridged",
+	bypassEzBpCounterEZ_BP_C_FB_MAC_MISMATCH:    "fallback_mac_mismatch",
+	bypassEzBpCounterEZ_BP_C_FB_TTL:             "fallback_ttl",
 	bypassEzBpCounterEZ_BP_C_FB_TCP_CONTROL:     "fallback_tcp_control",
 	bypassEzBpCounterEZ_BP_C_FB_TOO_BIG:         "fallback_too_big",
 	bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK:    "fallback_no_conntrack",
