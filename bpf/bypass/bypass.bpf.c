@@ -4,8 +4,9 @@
  * each pod (packets leaving the pod). An established TCP or UDP flow to
  * another local pod, whose conntrack entry netfilter already confirmed
  * without NAT, is redirected straight into the destination pod's eth0,
- * skipping the bridge, br_netfilter and iptables. Everything else continues
- * on the kernel path (TCX_NEXT) with its reason counted. Nothing is dropped.
+ * skipping the bridge, br_netfilter and iptables (frames the node would route
+ * are rewritten as routing would). Everything else continues on the kernel
+ * path (TCX_NEXT) with its reason counted. Nothing is dropped.
  *
  * A direction of a flow is bypassed only after the kernel path delivered one
  * of its packets to the destination pod's veth (ez_bypass_admit, tcx egress):
@@ -61,7 +62,7 @@ volatile const __u32 ez_bp_udp_timeout_ms = 0;
 volatile const __u32 ez_bp_admit_mark[2] = {};
 
 /*
- * Those timeouts in jiffies, learnt from the first refresh (ct->timeout is
+ * The refresh timeouts in jiffies, learnt from the first refresh (ct->timeout is
  * in jiffies; HZ is not known to the program): index 0 TCP, 1 UDP.
  */
 __u32 ez_bp_timeout_jiffies[2];
