@@ -1,0 +1,225 @@
+// Package podnet discovers, from netlink, the pods of a node's network
+// namespace: their host-side veths (the veth ports of Linux bridges) and
+// the addresses and MACs behind each veth. Nothing depends on interface
+// names.
+//
+// The rule: a port is a veth whose master is a bridge and whose peer is in
+// another network namespace (IFLA_LINK_NETNSID). An endpoint is an IPv4 or
+// IPv6 global unicast address with a usable neighbour entry on the bridge
+// (REACHABLE, STALE, DELAY, PROBE or PERMANENT) whose MAC the bridge's FDB
+// has learnt on exactly one port of that bridge. An address whose MAC is not
+// in the FDB, is learnt on several ports, or appears on several bridges is
+// left out.
+package podnet
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Port is a pod's host-side veth.
+type Port struct {
+	Ifindex   int
+	Name      string
+	Bridge    int // the bridge's ifindex
+	BridgeMAC net.HardwareAddr
+}
+
+// Endpoint is an address of a pod: the port its MAC is learnt on.
+type Endpoint struct {
+	Port int // ifindex of the Port
+	MAC  net.HardwareAddr
+}
+
+// State is what one scan found.
+type State struct {
+	Ports     map[int]Port
+	Endpoints map[netip.Addr]Endpoint
+}
+
+// neighbour states that name a MAC the node believes current.
+const usable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_PERMANENT
+
+type fdbKey struct {
+	bridge int
+	mac    [6]byte
+}
+
+// Scan reads links, the bridges' FDBs and neighbour tables through h.
+func Scan(h *netlink.Handle) (State, error) {
+	st := State{Ports: map[int]Port{}, Endpoints: map[netip.Addr]Endpoint{}}
+	links, err := h.LinkList()
+	if err != nil {
+		return st, fmt.Errorf("podnet: list links: %w", err)
+	}
+	bridges := map[int]net.HardwareAddr{}
+	for _, lk := range links {
+		if _, ok := lk.(*netlink.Bridge); ok {
+			bridges[lk.Attrs().Index] = lk.Attrs().HardwareAddr
+		}
+	}
+	for _, lk := range links {
+		a := lk.Attrs()
+		mac, ok := bridges[a.MasterIndex]
+		if _, veth := lk.(*netlink.Veth); !veth || !ok || a.NetNsID < 0 {
+			continue
+		}
+		st.Ports[a.Index] = Port{Ifindex: a.Index, Name: a.Name, Bridge: a.MasterIndex, BridgeMAC: mac}
+	}
+	if len(st.Ports) == 0 {
+		return st, nil
+	}
+	fdb, err := h.NeighList(0, unix.AF_BRIDGE)
+	if err != nil {
+		return st, fmt.Errorf("podnet: list bridge FDB: %w", err)
+	}
+	learnt := map[fdbKey]int{} // -1: on several ports
+	for _, e := range fdb {
+		p, ok := st.Ports[e.LinkIndex]
+		// PERMANENT entries are the port's own address, not a pod's.
+		if !ok || e.MasterIndex != p.Bridge || e.State&netlink.NUD_PERMANENT != 0 || len(e.HardwareAddr) != 6 || e.HardwareAddr[0]&1 != 0 {
+			continue
+		}
+		k := fdbKey{bridge: p.Bridge, mac: [6]byte(e.HardwareAddr)}
+		if on, seen := learnt[k]; seen && on != p.Ifindex {
+			learnt[k] = -1
+		} else {
+			learnt[k] = p.Ifindex
+		}
+	}
+	seen := map[netip.Addr]int{} // bridge of each address; -1: several
+	for br := range bridges {
+		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+			ns, err := h.NeighList(br, fam)
+			if err != nil {
+				return st, fmt.Errorf("podnet: list neighbours of bridge %d: %w", br, err)
+			}
+			for _, n := range ns {
+				if n.LinkIndex != br || n.State&usable == 0 || len(n.HardwareAddr) != 6 {
+					continue
+				}
+				ip, ok := netip.AddrFromSlice(n.IP)
+				if ip = ip.Unmap(); !ok || !ip.IsGlobalUnicast() {
+					continue
+				}
+				if b, dup := seen[ip]; dup && b != br {
+					seen[ip] = -1
+					delete(st.Endpoints, ip)
+					continue
+				}
+				seen[ip] = br
+				port, ok := learnt[fdbKey{bridge: br, mac: [6]byte(n.HardwareAddr)}]
+				if !ok || port < 0 {
+					continue
+				}
+				st.Endpoints[ip] = Endpoint{Port: port, MAC: n.HardwareAddr}
+			}
+		}
+	}
+	return st, nil
+}
+
+// coalesce is how long Watch gathers netlink events before it scans.
+const coalesce = 100 * time.Millisecond
+
+// Watch subscribes to link and neighbour (and FDB) updates, scans, and
+// then, on a goroutine of its own until ctx is done, scans again after
+// updates (gathered for 100 ms) and every resync as a backstop. sync gets
+// every successful scan, never concurrently. The first scan's error is
+// returned; later ones are logged.
+func Watch(ctx context.Context, resync time.Duration, sync func(State)) error {
+	w := &watcher{}
+	w.subscribe()
+	st, err := scan()
+	if err != nil {
+		close(w.done)
+		return err
+	}
+	sync(st)
+	go w.run(ctx, resync, sync)
+	return nil
+}
+
+func scan() (State, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return State{}, fmt.Errorf("podnet: netlink: %w", err)
+	}
+	defer h.Close()
+	return Scan(h)
+}
+
+type watcher struct {
+	links  chan netlink.LinkUpdate
+	neighs chan netlink.NeighUpdate
+	done   chan struct{}
+}
+
+// subscribe (re)subscribes; a nil channel is a failed subscription.
+func (w *watcher) subscribe() {
+	if w.done != nil {
+		close(w.done)
+	}
+	w.done = make(chan struct{})
+	w.links, w.neighs = make(chan netlink.LinkUpdate, 256), make(chan netlink.NeighUpdate, 256)
+	logErr := func(err error) { slog.Warn("podnet: netlink subscription", "err", err) }
+	if err := netlink.LinkSubscribeWithOptions(w.links, w.done, netlink.LinkSubscribeOptions{ErrorCallback: logErr}); err != nil {
+		slog.Warn("podnet: subscribe to link updates (resyncing periodically)", "err", err)
+		w.links = nil
+	}
+	if err := netlink.NeighSubscribeWithOptions(w.neighs, w.done, netlink.NeighSubscribeOptions{ErrorCallback: logErr}); err != nil {
+		slog.Warn("podnet: subscribe to neighbour updates (resyncing periodically)", "err", err)
+		w.neighs = nil
+	}
+}
+
+func (w *watcher) run(ctx context.Context, resync time.Duration, sync func(State)) {
+	defer func() { close(w.done) }()
+	tick := time.NewTicker(resync)
+	defer tick.Stop()
+	var soon <-chan time.Time
+	event := func() {
+		if soon == nil {
+			soon = time.After(coalesce)
+		}
+	}
+	rescan := func() {
+		st, err := scan()
+		if err != nil {
+			slog.Warn("podnet: scan", "err", err)
+			return
+		}
+		sync(st)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-w.links:
+			if !ok {
+				w.links = nil
+			}
+			event()
+		case _, ok := <-w.neighs:
+			if !ok {
+				w.neighs = nil
+			}
+			event()
+		case <-soon:
+			soon = nil
+			rescan()
+		case <-tick.C:
+			if w.links == nil || w.neighs == nil {
+				w.subscribe() // a subscription ended (for example ENOBUFS)
+			}
+			rescan()
+		}
+	}
+}
