@@ -1,0 +1,94 @@
+package metrics
+
+import (
+	"log/slog"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+)
+
+// BypassSource reads the bridge bypass (which is not pinned: only the agent
+// running it can).
+type BypassSource interface {
+	BypassCounters() (map[string]uint64, error)
+	BypassState() (devices, endpoints int)
+}
+
+// BypassCollector exports the bridge bypass's counters: the fallback_*
+// counters as the reason label of eztunnel_bypass_fallbacks_total.
+type BypassCollector struct {
+	src       BypassSource
+	counters  map[string]*prometheus.Desc
+	fallbacks *prometheus.Desc
+	devices   *prometheus.Desc
+	endpoints *prometheus.Desc
+	up        *prometheus.Desc
+}
+
+var bypassMetric = map[string]struct{ name, help string }{
+	"bypassed_packets":        {"packets", "Packets the bridge bypass redirected into their destination pod."},
+	"bypassed_bytes":          {"bytes", "Bytes (frames) the bridge bypass redirected into their destination pod."},
+	"bypassed_routed_packets": {"routed_packets", "Bypassed packets sent to the bridge's MAC (routed), rewritten as the node's routing would."},
+	"conntrack_refreshes":     {"conntrack_refreshes", "Conntrack entries of bypassed flows whose timeout the bypass refreshed."},
+	"admissions":              {"admissions", "Flow directions the kernel path delivered and the bypass recorded as admitted."},
+}
+
+// NewBypassCollector describes the bypass metrics.
+func NewBypassCollector(src BypassSource) *BypassCollector {
+	c := &BypassCollector{
+		src:      src,
+		counters: map[string]*prometheus.Desc{},
+		fallbacks: prometheus.NewDesc(namespace+"_bypass_fallbacks_total",
+			"Packets the bridge bypass left on the kernel path, by reason.", []string{"reason"}, nil),
+		devices: prometheus.NewDesc(namespace+"_bypass_devices",
+			"Pod veths the bridge bypass is attached to.", nil, nil),
+		endpoints: prometheus.NewDesc(namespace+"_bypass_endpoints",
+			"Pod addresses the bridge bypass delivers to.", nil, nil),
+		up: prometheus.NewDesc(namespace+"_bypass_up",
+			"1 if this scrape read the bridge bypass's counters, 0 if not (the agent logs why).", nil, nil),
+	}
+	for _, name := range bypass.CounterNames() {
+		if strings.HasPrefix(name, fallbackPrefix) {
+			continue
+		}
+		m, ok := bypassMetric[name]
+		if !ok {
+			m.name, m.help = name, "Bridge bypass counter "+name+"."
+		}
+		c.counters[name] = prometheus.NewDesc(namespace+"_bypass_"+m.name+"_total", m.help, nil, nil)
+	}
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *BypassCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.counters {
+		ch <- d
+	}
+	for _, d := range []*prometheus.Desc{c.fallbacks, c.devices, c.endpoints, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *BypassCollector) Collect(ch chan<- prometheus.Metric) {
+	devices, endpoints := c.src.BypassState()
+	ch <- prometheus.MustNewConstMetric(c.devices, prometheus.GaugeValue, float64(devices))
+	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(endpoints))
+	up := 1.0
+	if counters, err := c.src.BypassCounters(); err != nil {
+		up = 0
+		slog.Warn("metrics: reading bypass counters", "err", err)
+	} else {
+		for name, v := range counters {
+			if reason, ok := strings.CutPrefix(name, fallbackPrefix); ok {
+				ch <- prometheus.MustNewConstMetric(c.fallbacks, prometheus.CounterValue, float64(v), reason)
+			} else if d, ok := c.counters[name]; ok {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
+}

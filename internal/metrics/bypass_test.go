@@ -1,0 +1,78 @@
+package metrics
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+)
+
+type fakeBypass struct {
+	counters map[string]uint64
+	err      error
+}
+
+func (f fakeBypass) BypassCounters() (map[string]uint64, error) { return f.counters, f.err }
+func (f fakeBypass) BypassState() (int, int)                    { return 3, 6 }
+
+func TestBypassCollectorExports(t *testing.T) {
+	c := map[string]uint64{}
+	fallbacks := 0
+	for i, name := range bypass.CounterNames() {
+		c[name] = uint64(i)
+		if strings.HasPrefix(name, "fallback_") {
+			fallbacks++
+		}
+	}
+	c["bypassed_packets"], c["bypassed_bytes"], c["fallback_nat"] = 10, 15000, 4
+	col := NewBypassCollector(fakeBypass{counters: c})
+	want := `
+# HELP eztunnel_bypass_packets_total Packets the bridge bypass redirected into their destination pod.
+# TYPE eztunnel_bypass_packets_total counter
+eztunnel_bypass_packets_total 10
+# HELP eztunnel_bypass_bytes_total Bytes (frames) the bridge bypass redirected into their destination pod.
+# TYPE eztunnel_bypass_bytes_total counter
+eztunnel_bypass_bytes_total 15000
+# HELP eztunnel_bypass_devices Pod veths the bridge bypass is attached to.
+# TYPE eztunnel_bypass_devices gauge
+eztunnel_bypass_devices 3
+# HELP eztunnel_bypass_endpoints Pod addresses the bridge bypass delivers to.
+# TYPE eztunnel_bypass_endpoints gauge
+eztunnel_bypass_endpoints 6
+# HELP eztunnel_bypass_up 1 if this scrape read the bridge bypass's counters, 0 if not (the agent logs why).
+# TYPE eztunnel_bypass_up gauge
+eztunnel_bypass_up 1
+`
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "eztunnel_bypass_packets_total", "eztunnel_bypass_bytes_total",
+		"eztunnel_bypass_devices", "eztunnel_bypass_endpoints", "eztunnel_bypass_up"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(col, "eztunnel_bypass_fallbacks_total"); n != fallbacks || fallbacks == 0 {
+		t.Errorf("%d fallback series, want %d", n, fallbacks)
+	}
+	// Every counter is exported, each once.
+	if n := testutil.CollectAndCount(col); n != len(c)+3 {
+		t.Errorf("%d series, want %d", n, len(c)+3)
+	}
+	if problems, err := testutil.CollectAndLint(col); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", err, problems)
+	}
+}
+
+func TestBypassCollectorReadError(t *testing.T) {
+	col := NewBypassCollector(fakeBypass{err: errors.New("closed")})
+	want := `
+# HELP eztunnel_bypass_up 1 if this scrape read the bridge bypass's counters, 0 if not (the agent logs why).
+# TYPE eztunnel_bypass_up gauge
+eztunnel_bypass_up 0
+`
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "eztunnel_bypass_up"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(col, "eztunnel_bypass_packets_total"); n != 0 {
+		t.Errorf("%d packet series after a failed read", n)
+	}
+}
