@@ -30,6 +30,7 @@ type runConfig struct {
 	kube      kubeFlags
 	adopt     bool
 	adoptIvl  time.Duration
+	bypass    bool
 }
 
 func runCmd() *cobra.Command {
@@ -60,6 +61,7 @@ func runCmd() *cobra.Command {
 	f.DurationVar(&rc.lockWait, "takeover-timeout", 60*time.Second, "how long --takeover waits for the running agent to hand over")
 	f.BoolVar(&rc.adopt, "adopt", true, "adopt connections established before the agent (once ready, every --adopt-interval, and on `eztunnel adopt`) when that is provably safe")
 	f.DurationVar(&rc.adoptIvl, "adopt-interval", 30*time.Second, "how often to look for connections to adopt (0: only once ready and on `eztunnel adopt`)")
+	f.BoolVar(&rc.bypass, "bypass", false, "bridge bypass, first slice: same-node pod-to-pod packets skip the bridge (tcx on the veth ports of the bridges in the agent's network namespace; not pinned, detached when the agent stops); needs net.netfilter.nf_conntrack_tcp_be_liberal=1")
 	rc.kube.register(f)
 	f.MarkHidden("ready-file")
 	return cmd
@@ -85,6 +87,6 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 		Cgroups: rc.cgroups, Datapath: rc.dp, ReadyFile: rc.readyFile,
 		MetricsAddr: rc.metrics, HealthAddr: rc.health, PairMaxAge: rc.pairAge, Version: version,
 		LockFile: rc.lockFile, Takeover: rc.takeover, LockWait: rc.lockWait, Kubernetes: kc,
-		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl,
+		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl, Bypass: rc.bypass,
 	})
 }

@@ -53,6 +53,10 @@ type Config struct {
 	// those). Off when !Adopt.
 	Adopt      bool
 	AdoptEvery time.Duration
+	// Bypass runs the bridge bypass (first slice: same-node pod traffic) on
+	// the bridges' veths of the agent's network namespace while the agent
+	// runs; nothing of it is pinned.
+	Bypass bool
 }
 
 // Run validates cfg, installs the datapath and serves until ctx is done.
@@ -96,6 +100,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return fmt.Errorf("remove memlock limit: %w", err)
+	}
+	// The bypass's checks (nf_conntrack_tcp_be_liberal) come before anything
+	// changes; loading attaches nothing.
+	var bb *bridgeBypass
+	if cfg.Bypass {
+		var err error
+		if bb, err = loadBypass(); err != nil {
+			return err
+		}
+		defer bb.close()
 	}
 
 	// The lock first: during a DaemonSet update with maxSurge the agent we
@@ -147,11 +161,18 @@ func Run(ctx context.Context, cfg Config) error {
 			slog.Info("cleared the pod selection of an earlier Kubernetes-mode agent", "cgroups", n)
 		}
 	}
-	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version, pods)
+	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version, pods, bb)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
+	stopBypass := func() {}
+	if bb != nil {
+		if err := bb.start(ctx); err != nil {
+			return err
+		}
+		stopBypass = bb.close
+	}
 	// Loading parsed the kernel's BTF (tens of MB, partly mmapped); nothing
 	// needs it any more: give it back before serving for months.
 	runtime.GC()
@@ -256,6 +277,7 @@ func Run(ctx context.Context, cfg Config) error {
 			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
 			<-idle // no round while the datapath is drained
 			idle <- struct{}{}
+			stopBypass()
 			return uninstallOnRemoval(ctx, dp, cfg, lock)
 		case who := <-lock.Requested():
 			// Everything the next agent needs goes before the lock: our
@@ -266,6 +288,7 @@ func Run(ctx context.Context, cfg Config) error {
 			<-idle // the round in progress ends before the datapath closes
 			idle <- struct{}{}
 			dp.Close()
+			stopBypass() // the next agent attaches its own
 			stopMetrics()
 			stopHealth()
 			lock.Release()

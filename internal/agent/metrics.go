@@ -18,9 +18,10 @@ func listenMetrics(addr string) (*metrics.Server, error) {
 	return metrics.Listen(addr)
 }
 
-// serveMetrics serves the pinned datapath's metrics on srv until ctx is done.
+// serveMetrics serves the pinned datapath's metrics (and the bypass's when
+// bb is not nil) on srv until ctx is done.
 // The returned function stops the server and releases the maps.
-func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config, version string, pods *podScope) (func(), error) {
+func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config, version string, pods *podScope, bb *bridgeBypass) (func(), error) {
 	if srv == nil {
 		return func() {}, nil
 	}
@@ -32,6 +33,9 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config,
 	reg := metrics.Registry(metrics.NewCollector(p, version))
 	if pods != nil {
 		reg.MustRegister(metrics.NewPodCollector(podMetrics{pods, p}))
+	}
+	if bb != nil {
+		reg.MustRegister(metrics.NewBypassCollector(bb))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	"github.com/eztunnel/eztunnel/internal/podnet"
+)
+
+// bypassResync is the backstop full scan of the pods' veths and addresses
+// besides netlink updates.
+const bypassResync = 5 * time.Second
+
+// bridgeBypass runs the bridge bypass (first slice: same node) in the
+// agent's network namespace: it converges the attached veths and endpoints
+// to what podnet discovers. Nothing is pinned: it works while the agent
+// runs and is detached when it stops.
+type bridgeBypass struct {
+	mu      sync.Mutex
+	bp      *bypass.Bypass // nil once closed
+	applied map[netip.Addr]bypass.Endpoint
+	cancel  context.CancelFunc
+}
+
+// loadBypass checks the node (nf_conntrack_tcp_be_liberal) and loads the
+// programs; nothing is attached yet.
+func loadBypass() (*bridgeBypass, error) {
+	bp, err := bypass.Load(bypass.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("--bypass: %w", err)
+	}
+	return &bridgeBypass{bp: bp, applied: map[netip.Addr]bypass.Endpoint{}, cancel: func() {}}, nil
+}
+
+// start attaches to the veths found now and keeps converging until close.
+func (b *bridgeBypass) start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	b.cancel = cancel
+	if err := podnet.Watch(ctx, bypassResync, b.apply); err != nil {
+		cancel()
+		return fmt.Errorf("--bypass: %w", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	slog.Info("bridge bypass attached (not pinned: it is detached when the agent stops)", "devices", len(b.bp.Attached()), "endpoints", len(b.applied))
+	return nil
+}
+
+// apply converges to st: endpoints of gone ports out first, then gone
+// ports detached, new ports attached, endpoints written.
+func (b *bridgeBypass) apply(st podnet.State) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bp == nil {
+		return
+	}
+	want := map[netip.Addr]bypass.Endpoint{}
+	for ip, e := range st.Endpoints {
+		p := st.Ports[e.Port]
+		want[ip] = bypass.Endpoint{Ifindex: p.Ifindex, PodMAC: e.MAC, BridgeMAC: p.BridgeMAC}
+	}
+	var removed, added []string
+	for ip := range b.applied {
+		if _, ok := want[ip]; ok {
+			continue
+		}
+		if err := b.bp.DeleteEndpoint(ip); err != nil {
+			slog.Warn("bypass: delete endpoint", "addr", ip, "err", err)
+		}
+		delete(b.applied, ip)
+		removed = append(removed, ip.String())
+	}
+	var detached, attached []string
+	for _, ifx := range b.bp.Attached() {
+		if _, ok := st.Ports[ifx]; ok {
+			continue
+		}
+		if err := b.bp.Detach(ifx); err != nil {
+			slog.Warn("bypass: detach", "ifindex", ifx, "err", err)
+		}
+		detached = append(detached, fmt.Sprint(ifx))
+	}
+	on := map[int]bool{}
+	for _, ifx := range b.bp.Attached() {
+		on[ifx] = true
+	}
+	for ifx, p := range st.Ports {
+		if on[ifx] {
+			continue
+		}
+		// One at a time: a veth that disappeared meanwhile fails alone.
+		if err := b.bp.Attach(ifx); err != nil {
+			slog.Warn("bypass: attach", "device", p.Name, "ifindex", ifx, "err", err)
+			continue
+		}
+		on[ifx] = true
+		attached = append(attached, p.Name)
+	}
+	for ip, ep := range want {
+		if !on[ep.Ifindex] {
+			continue // its admission program is not attached: no bypass to it
+		}
+		if old, ok := b.applied[ip]; ok && old.Ifindex == ep.Ifindex && bytes.Equal(old.PodMAC, ep.PodMAC) && bytes.Equal(old.BridgeMAC, ep.BridgeMAC) {
+			continue
+		}
+		if err := b.bp.SetEndpoint(ip, ep); err != nil {
+			slog.Warn("bypass: endpoint", "addr", ip, "err", err)
+			continue
+		}
+		b.applied[ip] = ep
+		added = append(added, ip.String())
+	}
+	if len(removed)+len(added)+len(attached)+len(detached) > 0 {
+		slog.Info("bypass converged", "attached", attached, "detached_ifindexes", detached,
+			"endpoints_set", added, "endpoints_removed", removed)
+	}
+}
+
+// close stops discovery and detaches everything; safe to call twice.
+func (b *bridgeBypass) close() {
+	b.cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bp == nil {
+		return
+	}
+	if err := b.bp.Close(); err != nil {
+		slog.Warn("bypass: close", "err", err)
+	}
+	b.bp = nil
+	slog.Info("bridge bypass detached (nothing of it was pinned)")
+}
+
+var errBypassClosed = errors.New("bypass: closed")
+
+// BypassCounters implements metrics.BypassSource.
+func (b *bridgeBypass) BypassCounters() (map[string]uint64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bp == nil {
+		return nil, errBypassClosed
+	}
+	return b.bp.Counters()
+}
+
+// BypassState implements metrics.BypassSource.
+func (b *bridgeBypass) BypassState() (devices, endpoints int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bp == nil {
+		return 0, 0
+	}
+	return len(b.bp.Attached()), len(b.applied)
+}
