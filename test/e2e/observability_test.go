@@ -205,7 +205,14 @@ func freeAddr(t *testing.T) string {
 // sorted by name.
 func scrape(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	return scrapeWith(t, http.DefaultClient, addr)
+}
+
+// scrapeWith is scrape through client (for example one that dials in a
+// node's namespace).
+func scrapeWith(t *testing.T, client *http.Client, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,379 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/podnet"
+	"github.com/eztunnel/eztunnel/lab/multinode"
+)
+
+// `eztunnel run --bypass` in a node namespace of the multi-node lab: the
+// agent discovers the node's pod veths and addresses from netlink, keeps
+// converging while pods come and go, exports the bypass counters in its
+// metrics and detaches everything when it stops.
+
+// bpMetricsAddr is the agent's metrics address inside the node namespace
+// (a fresh namespace: nothing else listens there).
+const bpMetricsAddr = "127.0.0.1:9464"
+
+// nodeClient is an HTTP client whose connections are opened in n's netns.
+func nodeClient(n *multinode.Node) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+			err = n.Do(func() (err error) {
+				var d net.Dialer
+				c, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+}
+
+// touchGateway sends one UDP datagram from p to its gateway per family, as
+// pods talking to their node do: the node learns p's addresses (neighbour
+// entries on the bridge) and the bridge p's MAC (FDB).
+func touchGateway(t *testing.T, p *multinode.Pod) {
+	t.Helper()
+	for _, gw := range []netip.Addr{p.Node.GatewayV4, p.Node.GatewayV6} {
+		if err := p.Do(func() error {
+			c, err := net.Dial("udp", netip.AddrPortFrom(gw, 9).String())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte("hello"))
+			return err
+		}); err != nil {
+			t.Fatalf("%s -> %s: %v", p.Name, gw, err)
+		}
+	}
+	// The node learns them as the ARP request or neighbour solicitation
+	// for the gateway arrives: wait for both entries.
+	h, err := p.Node.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	br, err := h.LinkByName(p.Node.Bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		found := 0
+		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+			ns, err := h.NeighList(br.Attrs().Index, fam)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, nb := range ns {
+				if ip, _ := netip.AddrFromSlice(nb.IP); (ip.Unmap() == p.IPv4 || ip == p.IPv6) && len(nb.HardwareAddr) == 6 {
+					found++
+				}
+			}
+		}
+		if found == 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s has no neighbour entries for %s after it talked to its gateway", p.Node.Name, p.Name)
+		}
+	}
+}
+
+// bypassTCX lists, per device of n (every link in its netns), the
+// bypass's programs (by name) at tcx ingress and egress.
+func bypassTCX(t *testing.T, n *multinode.Node) map[string][]string {
+	t.Helper()
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	err = bpfsys.InNetNS(n.NetNS, func() error {
+		for _, lk := range links {
+			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+				r, err := link.QueryPrograms(link.QueryOptions{Target: lk.Attrs().Index, Attach: at})
+				if err != nil {
+					return fmt.Errorf("query tcx %s on %s: %w", at, lk.Attrs().Name, err)
+				}
+				for _, pr := range r.Programs {
+					p, err := ebpf.NewProgramFromID(pr.ID)
+					if err != nil {
+						continue // detached and freed meanwhile
+					}
+					info, err := p.Info()
+					p.Close()
+					if err != nil {
+						return err
+					}
+					if strings.HasPrefix(info.Name, "ez_bypass") {
+						out[lk.Attrs().Name] = append(out[lk.Attrs().Name], info.Name)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitMetrics scrapes until ok accepts the sample (bounded: discovery
+// follows netlink updates, with a 5 s resync as backstop).
+func waitMetrics(t *testing.T, c *http.Client, what string, ok func(map[string]float64) bool) map[string]float64 {
+	t.Helper()
+	var m map[string]float64
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if m = scrapeWith(t, c, bpMetricsAddr); ok(m) {
+			return m
+		}
+	}
+	t.Fatalf("%s: never happened; last scrape: devices %v endpoints %v", what, m["eztunnel_bypass_devices"], m["eztunnel_bypass_endpoints"])
+	return nil
+}
+
+func TestBypassAgent(t *testing.T) {
+	l := newMultinode(t, multinode.Options{Name: "mnba", Nodes: 1})
+	n := l.Node(1)
+	a1, a2 := mnPod(t, n, "a1"), mnPod(t, n, "a2")
+	pin := "/sys/fs/bpf/eztunnel-e2e-mnba"
+	uninstall := func() {
+		var out bytes.Buffer
+		cmd := n.Cmd(context.Background(), bin, "uninstall", "--pin-path", pin, "--drain-timeout", "5s")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := n.Run(cmd); err != nil {
+			t.Errorf("uninstall: %v: %s", err, out.String())
+		}
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(pin); err == nil {
+			uninstall()
+		}
+	})
+	args := func() []string {
+		return []string{"run", "--bypass", "--cgroup", n.Managed, "--pin-path", pin,
+			"--lock-file", filepath.Join(t.TempDir(), "agent.lock"), "--adopt=false"}
+	}
+
+	t.Run("needs-be-liberal", func(t *testing.T) {
+		setBeLiberal(t, n, "0")
+		var out bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := n.Cmd(ctx, bin, args()...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := n.Run(cmd); err == nil || !strings.Contains(out.String(), "nf_conntrack_tcp_be_liberal") {
+			t.Fatalf("run --bypass with be_liberal 0: %v, output %q; want a failure naming the sysctl", err, out.String())
+		}
+		if on := bypassTCX(t, n); len(on) > 0 {
+			t.Errorf("bypass programs attached after the failure: %v", on)
+		}
+		if _, err := os.Stat(pin); !os.IsNotExist(err) {
+			t.Errorf("pin path %s after the failure: %v", pin, err)
+		}
+	})
+	setBeLiberal(t, n, "1")
+
+	touchGateway(t, a1)
+	touchGateway(t, a2)
+	t.Run("discovery-rule", func(t *testing.T) { checkDiscovery(t, n, a1, a2) })
+	ready := filepath.Join(t.TempDir(), "ready")
+	logs := &lockedBuffer{}
+	cmd := n.Cmd(context.Background(), bin, append(args(), "--metrics-addr", bpMetricsAddr, "--ready-file", ready)...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := n.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+	})
+	waitFile(t, ready, logs.String)
+	mc := nodeClient(n)
+
+	t.Run("same-node", func(t *testing.T) {
+		waitMetrics(t, mc, "a1 and a2 discovered", func(m map[string]float64) bool {
+			return m["eztunnel_bypass_devices"] == 2 && m["eztunnel_bypass_endpoints"] == 4
+		})
+		for _, v6 := range []bool{false, true} {
+			before := scrapeWith(t, mc, bpMetricsAddr)
+			tx := txBytes(t, n, a2.HostVeth)
+			transfer(t, a1, sinkServer(t, a2, v6), mnTransfer)
+			after := scrapeWith(t, mc, bpMetricsAddr)
+			pk := after["eztunnel_bypass_packets_total"] - before["eztunnel_bypass_packets_total"]
+			by := after["eztunnel_bypass_bytes_total"] - before["eztunnel_bypass_bytes_total"]
+			viaBridge := txBytes(t, n, a2.HostVeth) - tx
+			t.Logf("%s: bypassed %v packets, %v bytes; bridge to a2: %d bytes", family(v6), pk, by, viaBridge)
+			if pk == 0 || by < mnTransfer/2 || viaBridge >= mnTransfer/2 {
+				t.Errorf("%s a1 -> a2: bypassed %v packets, %v bytes; the bridge forwarded %d bytes of %d", family(v6), pk, by, viaBridge, mnTransfer)
+			}
+			if after["eztunnel_bypass_fallbacks_total{reason=\"tcp_control\"}"] == 0 {
+				t.Errorf("no tcp_control fallback exported: %v", after)
+			}
+		}
+	})
+
+	t.Run("pod-added-and-removed", func(t *testing.T) {
+		a3 := mnPod(t, n, "a3")
+		touchGateway(t, a3)
+		waitMetrics(t, mc, "a3 discovered", func(m map[string]float64) bool {
+			return m["eztunnel_bypass_devices"] == 3 && m["eztunnel_bypass_endpoints"] == 6
+		})
+		on := bypassTCX(t, n)
+		if len(on[a3.HostVeth]) != 2 {
+			t.Errorf("tcx of %s: %v, want ez_bypass and ez_bypass_admit", a3.HostVeth, on[a3.HostVeth])
+		}
+		before := scrapeWith(t, mc, bpMetricsAddr)
+		tx := txBytes(t, n, a3.HostVeth)
+		transfer(t, a1, sinkServer(t, a3, false), mnTransfer)
+		after := scrapeWith(t, mc, bpMetricsAddr)
+		by := after["eztunnel_bypass_bytes_total"] - before["eztunnel_bypass_bytes_total"]
+		if viaBridge := txBytes(t, n, a3.HostVeth) - tx; by < mnTransfer/2 || viaBridge >= mnTransfer/2 {
+			t.Errorf("a1 -> a3 (added after the agent): bypassed %v bytes, the bridge forwarded %d of %d", by, viaBridge, mnTransfer)
+		}
+		// The pod goes: its veth (and the pod's end) is deleted.
+		h, err := n.Handle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		lk, err := h.LinkByName(a3.HostVeth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkDel(lk); err != nil {
+			t.Fatal(err)
+		}
+		waitMetrics(t, mc, "a3's veth and endpoints removed", func(m map[string]float64) bool {
+			return m["eztunnel_bypass_devices"] == 2 && m["eztunnel_bypass_endpoints"] == 4
+		})
+		// a1 -> a2 is still bypassed.
+		before = scrapeWith(t, mc, bpMetricsAddr)
+		transfer(t, a1, sinkServer(t, a2, false), 1<<20)
+		if d := scrapeWith(t, mc, bpMetricsAddr)["eztunnel_bypass_packets_total"] - before["eztunnel_bypass_packets_total"]; d == 0 {
+			t.Error("a1 -> a2 not bypassed after a3 went")
+		}
+	})
+
+	t.Run("sigterm-detaches", func(t *testing.T) {
+		on := bypassTCX(t, n)
+		for _, p := range []*multinode.Pod{a1, a2} {
+			if len(on[p.HostVeth]) != 2 {
+				t.Fatalf("before SIGTERM: tcx of %s: %v", p.HostVeth, on[p.HostVeth])
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			exited <- err // for the cleanup
+			if err != nil {
+				t.Fatalf("agent exit: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("agent did not stop after SIGTERM")
+		}
+		if on := bypassTCX(t, n); len(on) > 0 {
+			t.Errorf("after SIGTERM: bypass programs still attached: %v", on)
+		}
+		if !strings.Contains(logs.String(), "bridge bypass detached") {
+			t.Errorf("no detach in the log:\n%s", logs.String())
+		}
+		// The kernel path alone carries the traffic.
+		transfer(t, a1, sinkServer(t, a2, true), 1<<20)
+		uninstall()
+	})
+}
+
+// checkDiscovery: podnet.Scan in n finds a1 and a2's veths and exactly
+// their addresses, with their eth0 MACs; a bridge neighbour whose MAC no
+// port has learnt is left out.
+func checkDiscovery(t *testing.T, n *multinode.Node, pods ...*multinode.Pod) {
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	br, err := h.LinkByName(n.Bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray := netip.MustParseAddr("10.255.0.9")
+	nb := &netlink.Neigh{LinkIndex: br.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+		IP: stray.AsSlice(), HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 9}}
+	if err := h.NeighAdd(nb); err != nil {
+		t.Fatal(err)
+	}
+	defer h.NeighDel(nb)
+	st, err := podnet.Scan(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.Addr]podnet.Endpoint{}
+	for _, p := range pods {
+		veth, err := h.LinkByName(p.HostVeth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, ok := st.Ports[veth.Attrs().Index]
+		if !ok || port.Bridge != br.Attrs().Index || !bytes.Equal(port.BridgeMAC, br.Attrs().HardwareAddr) {
+			t.Errorf("%s: port %+v (found %v), want on bridge %s", p.HostVeth, port, ok, n.Bridge)
+		}
+		ph, err := p.Handle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		eth, err := ph.LinkByName("eth0")
+		ph.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range []netip.Addr{p.IPv4, p.IPv6} {
+			want[ip] = podnet.Endpoint{Port: veth.Attrs().Index, MAC: eth.Attrs().HardwareAddr}
+		}
+	}
+	if len(st.Ports) != len(pods) {
+		t.Errorf("ports %v, want the %d pod veths only", st.Ports, len(pods))
+	}
+	if len(st.Endpoints) != len(want) {
+		t.Errorf("endpoints %v, want %v", st.Endpoints, want)
+	}
+	for ip, w := range want {
+		if got, ok := st.Endpoints[ip]; !ok || got.Port != w.Port || !bytes.Equal(got.MAC, w.MAC) {
+			t.Errorf("endpoint %s: %+v (found %v), want %+v", ip, got, ok, w)
+		}
+	}
+	if _, ok := st.Endpoints[stray]; ok {
+		t.Errorf("%s (neighbour with a MAC no port learnt) is an endpoint", stray)
+	}
+}
