@@ -169,7 +169,14 @@ func (w *watcher) subscribe() {
 	}
 	w.done = make(chan struct{})
 	w.links, w.neighs = make(chan netlink.LinkUpdate, 256), make(chan netlink.NeighUpdate, 256)
-	logErr := func(err error) { slog.Warn("podnet: netlink subscription", "err", err) }
+	done := w.done
+	logErr := func(err error) {
+		select {
+		case <-done: // closing the subscription fails its receive: not news
+		default:
+			slog.Warn("podnet: netlink subscription", "err", err)
+		}
+	}
 	if err := netlink.LinkSubscribeWithOptions(w.links, w.done, netlink.LinkSubscribeOptions{ErrorCallback: logErr}); err != nil {
 		slog.Warn("podnet: subscribe to link updates (resyncing periodically)", "err", err)
 		w.links = nil
