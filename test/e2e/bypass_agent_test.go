@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -101,7 +103,7 @@ func nodeTalksTo(t *testing.T, p *multinode.Pod) {
 }
 
 // bypassTCX lists, per device of n (every link in its netns), the
-// bypass's programs (by name) at tcx ingress and egress.
+// bypass's programs (name#id) at tcx ingress and egress.
 func bypassTCX(t *testing.T, n *multinode.Node) map[string][]string {
 	t.Helper()
 	h, err := n.Handle()
@@ -132,7 +134,7 @@ func bypassTCX(t *testing.T, n *multinode.Node) map[string][]string {
 						return err
 					}
 					if strings.HasPrefix(info.Name, "ez_bypass") {
-						out[lk.Attrs().Name] = append(out[lk.Attrs().Name], info.Name)
+						out[lk.Attrs().Name] = append(out[lk.Attrs().Name], fmt.Sprintf("%s#%d", info.Name, pr.ID))
 					}
 				}
 			}
@@ -177,17 +179,15 @@ func TestBypassAgent(t *testing.T) {
 			uninstall()
 		}
 	})
-	args := func() []string {
-		return []string{"run", "--bypass", "--cgroup", n.Managed, "--pin-path", pin,
-			"--lock-file", filepath.Join(t.TempDir(), "agent.lock"), "--adopt=false"}
-	}
+	failArgs := []string{"run", "--bypass", "--cgroup", n.Managed, "--pin-path", pin,
+		"--lock-file", filepath.Join(t.TempDir(), "agent.lock"), "--adopt=false"}
 
 	t.Run("needs-be-liberal", func(t *testing.T) {
 		setBeLiberal(t, n, "0")
 		var out bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cmd := n.Cmd(ctx, bin, args()...)
+		cmd := n.Cmd(ctx, bin, failArgs...)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := n.Run(cmd); err == nil || !strings.Contains(out.String(), "nf_conntrack_tcp_be_liberal") {
 			t.Fatalf("run --bypass with be_liberal 0: %v, output %q; want a failure naming the sysctl", err, out.String())
@@ -204,23 +204,12 @@ func TestBypassAgent(t *testing.T) {
 	nodeTalksTo(t, a1)
 	nodeTalksTo(t, a2)
 	t.Run("discovery-rule", func(t *testing.T) { checkDiscovery(t, n, a1, a2) })
-	ready := filepath.Join(t.TempDir(), "ready")
-	logs := &lockedBuffer{}
-	cmd := n.Cmd(context.Background(), bin, append(args(), "--metrics-addr", bpMetricsAddr, "--ready-file", ready)...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := n.Start(cmd); err != nil {
-		t.Fatal(err)
+	lock := filepath.Join(t.TempDir(), "agent.lock")
+	args := func() []string {
+		return []string{"run", "--bypass", "--cgroup", n.Managed, "--pin-path", pin,
+			"--lock-file", lock, "--adopt=false", "--metrics-addr", bpMetricsAddr}
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
-	waitFile(t, ready, logs.String)
+	ag := startNodeAgent(t, t, n, args()...)
 	mc := nodeClient(n)
 
 	t.Run("same-node", func(t *testing.T) {
@@ -295,6 +284,38 @@ func TestBypassAgent(t *testing.T) {
 		}
 	})
 
+	parent := t
+	t.Run("takeover", func(t *testing.T) {
+		// The agent handing over detaches its bypass before it releases
+		// the lock; the new one attaches its own.
+		before := bypassTCX(t, n)
+		next := startNodeAgent(t, parent, n, append(args(), "--takeover")...)
+		after := bypassTCX(t, n)
+		for _, p := range []*multinode.Pod{a1, a2} {
+			if len(after[p.HostVeth]) != 2 {
+				t.Errorf("after the takeover: tcx of %s: %v, want the new agent's two programs", p.HostVeth, after[p.HostVeth])
+			}
+			for _, pr := range after[p.HostVeth] {
+				if slices.Contains(before[p.HostVeth], pr) {
+					t.Errorf("after the takeover: %s still on %s", pr, p.HostVeth)
+				}
+			}
+		}
+		if !strings.Contains(ag.logs.String(), "bridge bypass detached") {
+			t.Errorf("the agent that handed over did not log the detach:\n%s", ag.logs.String())
+		}
+		ag.stop(t) // standing by
+		ag = next
+		waitMetrics(t, mc, "the new agent's discovery", func(m map[string]float64) bool {
+			return m["eztunnel_bypass_devices"] == 2 && m["eztunnel_bypass_endpoints"] == 4
+		})
+		before2 := scrapeWith(t, mc, bpMetricsAddr)
+		transfer(t, a1, sinkServer(t, a2, false), 1<<20)
+		if d := scrapeWith(t, mc, bpMetricsAddr)["eztunnel_bypass_packets_total"] - before2["eztunnel_bypass_packets_total"]; d == 0 {
+			t.Error("a1 -> a2 not bypassed by the new agent")
+		}
+	})
+
 	t.Run("sigterm-detaches", func(t *testing.T) {
 		on := bypassTCX(t, n)
 		for _, p := range []*multinode.Pod{a1, a2} {
@@ -302,26 +323,63 @@ func TestBypassAgent(t *testing.T) {
 				t.Fatalf("before SIGTERM: tcx of %s: %v", p.HostVeth, on[p.HostVeth])
 			}
 		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			exited <- err // for the cleanup
-			if err != nil {
-				t.Fatalf("agent exit: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("agent did not stop after SIGTERM")
-		}
+		ag.stop(t)
 		if on := bypassTCX(t, n); len(on) > 0 {
 			t.Errorf("after SIGTERM: bypass programs still attached: %v", on)
 		}
-		if !strings.Contains(logs.String(), "bridge bypass detached") {
-			t.Errorf("no detach in the log:\n%s", logs.String())
+		if !strings.Contains(ag.logs.String(), "bridge bypass detached") {
+			t.Errorf("no detach in the log:\n%s", ag.logs.String())
 		}
 		// The kernel path alone carries the traffic.
 		transfer(t, a1, sinkServer(t, a2, true), 1<<20)
 		uninstall()
 	})
+}
+
+// nodeAgent is `eztunnel run` in a node's namespace.
+type nodeAgent struct {
+	cmd    *exec.Cmd
+	logs   *lockedBuffer
+	exited chan error
+}
+
+// startNodeAgent starts `eztunnel args...` in n's netns and System cgroup
+// and waits for its ready file; killed at owner's cleanup.
+func startNodeAgent(t, owner *testing.T, n *multinode.Node, args ...string) *nodeAgent {
+	t.Helper()
+	ready := filepath.Join(t.TempDir(), "ready")
+	a := &nodeAgent{logs: &lockedBuffer{}, exited: make(chan error, 1)}
+	a.cmd = n.Cmd(context.Background(), bin, append(args, "--ready-file", ready)...)
+	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
+	if err := n.Start(a.cmd); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.exited <- a.cmd.Wait() }()
+	owner.Cleanup(func() {
+		a.cmd.Process.Kill()
+		err := <-a.exited
+		a.exited <- err
+		if owner.Failed() {
+			owner.Logf("agent log:\n%s", a.logs.String())
+		}
+	})
+	waitFile(t, ready, a.logs.String)
+	return a
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (a *nodeAgent) stop(t *testing.T) {
+	t.Helper()
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-a.exited:
+		a.exited <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("agent exit: %v\n%s", err, a.logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("agent did not stop after SIGTERM:\n%s", a.logs.String())
+	}
 }
 
 // checkDiscovery: podnet.Scan in n finds a1 and a2's veths and exactly
