@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/binary"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
