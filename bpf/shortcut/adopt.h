@@ -153,16 +153,7 @@ static __always_inline bool adopt_on_sockops(struct bpf_sock_ops *skops, struct 
 /* Whether an ez_sockops attachment covers tp's cgroup. */
 static __always_inline bool adopt_hooked(struct tcp_sock *tp)
 {
-	struct cgroup *cg = BPF_CORE_READ(tp, inet_conn.icsk_inet.sk.sk_cgrp_data.cgroup);
-
-	for (int i = 0; i < EZ_ADOPT_HOOK_DEPTH && cg; i++) {
-		__u64 id = BPF_CORE_READ(cg, kn, id);
-
-		if (bpf_map_lookup_elem(&ez_adopt_hooks, &id))
-			return true;
-		cg = (struct cgroup *)BPF_CORE_READ(cg, self.parent);
-	}
-	return false;
+	return cgroup_lookup(tp, &ez_adopt_hooks, EZ_ADOPT_HOOK_DEPTH) != NULL;
 }
 
 static __always_inline __u64 adopt_cgroup_id(struct tcp_sock *tp)
@@ -249,21 +240,6 @@ static __always_inline __u32 busy_reason(__u32 busy)
 	if (busy & (EZ_AB_CLOSING | EZ_AB_UNSUPPORTED))
 		return EZ_A_SKIP_UNSUPPORTED;
 	return EZ_A_SKIP_BUSY;
-}
-
-/* The bound of tp as a receiver (sock_rx_bound for a locked socket). */
-static __always_inline __u32 adopt_rx_bound(struct tcp_sock *tp)
-{
-	struct sock *sk = (struct sock *)tp;
-	struct net *net;
-	__s32 rmem_max = 0;
-
-	if (ez_cfg_max_unread)
-		return ez_cfg_max_unread;
-	net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
-	if (net)
-		rmem_max = BPF_CORE_READ(net, ipv4.sysctl_tcp_rmem[2]);
-	return ez_unread_bound(0, BPF_CORE_READ(sk, sk_userlocks), BPF_CORE_READ(sk, sk_rcvbuf), rmem_max);
 }
 
 /*
@@ -368,7 +344,7 @@ static __always_inline void adopt_confirm(struct tcp_sock *tp, struct ez_adopt *
 	es->key = a->key;
 	es->flags = (es->flags & ~(EZ_F_CLIENT | EZ_F_SERVER | EZ_F_UNREAD_REF)) | (role ? EZ_F_SERVER : EZ_F_CLIENT);
 	es->state = EZ_SOCK_ADOPT_ARMED;
-	a->bound[role & 1] = adopt_rx_bound(tp);
+	a->bound[role & 1] = tp_rx_bound(tp);
 	old = __sync_fetch_and_or(&a->confirmed, bit);
 	if ((old | bit) == 3)
 		__sync_val_compare_and_swap(&a->state, EZ_ADOPT_CANDIDATE, EZ_ADOPT_CONFIRMED);

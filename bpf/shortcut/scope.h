@@ -26,23 +26,30 @@
  * two more for runtimes that nest a level). */
 #define EZ_SCOPE_DEPTH 4
 
-/* The ez_cgroups entry that selects tp's cgroup, NULL when none does. */
-static __always_inline struct ez_cgroup *scope_entry_tp(struct tcp_sock *tp)
+/* The value map holds for tp's cgroup or its closest ancestor within depth
+ * levels, NULL when none has one. */
+static __always_inline void *cgroup_lookup(struct tcp_sock *tp, void *map, int depth)
 {
 	struct cgroup *cg;
 
 	if (!tp)
 		return NULL;
 	cg = BPF_CORE_READ(tp, inet_conn.icsk_inet.sk.sk_cgrp_data.cgroup);
-	for (int i = 0; i < EZ_SCOPE_DEPTH && cg; i++) {
+	for (int i = 0; i < depth && cg; i++) {
 		__u64 id = BPF_CORE_READ(cg, kn, id);
-		struct ez_cgroup *e = bpf_map_lookup_elem(&ez_cgroups, &id);
+		void *e = bpf_map_lookup_elem(map, &id);
 
 		if (e)
 			return e;
 		cg = (struct cgroup *)BPF_CORE_READ(cg, self.parent);
 	}
 	return NULL;
+}
+
+/* The ez_cgroups entry that selects tp's cgroup, NULL when none does. */
+static __always_inline struct ez_cgroup *scope_entry_tp(struct tcp_sock *tp)
+{
+	return cgroup_lookup(tp, &ez_cgroups, EZ_SCOPE_DEPTH);
 }
 
 static __always_inline struct ez_cgroup *scope_entry(struct bpf_sock *sk)

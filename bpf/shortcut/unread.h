@@ -68,24 +68,27 @@ static __always_inline __u32 rx_dir(const struct ez_sock *es)
 	return tx_dir(es) ^ 1;
 }
 
-/* The bound of a socket sockops runs for, as a receiver (lib/bound.h). */
-static __always_inline __u32 sock_rx_bound(struct bpf_sock *bsk)
+/* The bound of a socket as a receiver (lib/bound.h). */
+static __always_inline __u32 tp_rx_bound(struct tcp_sock *tp)
 {
-	struct tcp_sock *tp;
-	struct sock *sk;
+	struct sock *sk = (struct sock *)tp;
 	struct net *net;
 	__s32 rmem_max = 0;
 
 	if (ez_cfg_max_unread)
 		return ez_cfg_max_unread;
-	tp = bpf_skc_to_tcp_sock(bsk);
 	if (!tp)
 		return ez_unread_bound(0, 0, 0, 0);
-	sk = (struct sock *)tp;
 	net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
 	if (net)
 		rmem_max = BPF_CORE_READ(net, ipv4.sysctl_tcp_rmem[2]);
 	return ez_unread_bound(0, BPF_CORE_READ(sk, sk_userlocks), BPF_CORE_READ(sk, sk_rcvbuf), rmem_max);
+}
+
+/* The bound of a socket sockops runs for. */
+static __always_inline __u32 sock_rx_bound(struct bpf_sock *bsk)
+{
+	return tp_rx_bound(bpf_skc_to_tcp_sock(bsk));
 }
 
 /* Drops one end's reference; the last one removes the record. */
