@@ -2,6 +2,8 @@ package bypass
 
 import (
 	"fmt"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
 // Counters are the bypass's per-CPU counters summed over CPUs, by name.
@@ -52,13 +54,9 @@ func CounterNames() []string {
 func (b *Bypass) Counters() (Counters, error) {
 	out := make(Counters, bypassEzBpCounterEZ_BP_C_MAX)
 	for c := bypassEzBpCounter(0); c < bypassEzBpCounterEZ_BP_C_MAX; c++ {
-		var perCPU []uint64
-		if err := b.objs.EzBpCounters.Lookup(uint32(c), &perCPU); err != nil {
+		sum, err := bpfsys.SumPerCPU(b.objs.EzBpCounters, uint32(c))
+		if err != nil {
 			return nil, fmt.Errorf("bypass: read counter %s: %w", counterName(c), err)
-		}
-		var sum uint64
-		for _, v := range perCPU {
-			sum += v
 		}
 		out[counterName(c)] = sum
 	}

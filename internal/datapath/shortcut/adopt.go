@@ -64,13 +64,9 @@ func AdoptCounterNames() []string {
 func ReadAdoptCounters(m *ebpf.Map) (Counters, error) {
 	out := Counters{}
 	for c := shortcutEzAdoptCounter(0); c < shortcutEzAdoptCounterEZ_A_MAX; c++ {
-		var perCPU []uint64
-		if err := m.Lookup(uint32(c), &perCPU); err != nil {
+		sum, err := bpfsys.SumPerCPU(m, uint32(c))
+		if err != nil {
 			return nil, fmt.Errorf("read counter %s: %w", adoptCounterNames[c], err)
-		}
-		var sum uint64
-		for _, v := range perCPU {
-			sum += v
 		}
 		out[adoptCounterNames[c]] = sum
 	}

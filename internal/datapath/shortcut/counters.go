@@ -5,6 +5,8 @@ import (
 	"maps"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
 // Counters are the datapath's per-CPU counters summed over CPUs, by name.
@@ -64,13 +66,9 @@ func ReadCounters(m *ebpf.Map) (Counters, error) {
 
 // readCounter sums one per-CPU counter.
 func readCounter(m *ebpf.Map, c shortcutEzCounter) (uint64, error) {
-	var perCPU []uint64
-	if err := m.Lookup(uint32(c), &perCPU); err != nil {
+	sum, err := bpfsys.SumPerCPU(m, uint32(c))
+	if err != nil {
 		return 0, fmt.Errorf("read counter %s: %w", counterName(c), err)
-	}
-	var sum uint64
-	for _, v := range perCPU {
-		sum += v
 	}
 	return sum, nil
 }
