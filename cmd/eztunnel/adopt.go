@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -69,13 +70,7 @@ change of the adoption counters over the round.`,
 	return cmd
 }
 
-func cutSkip(name string) (string, bool) {
-	const p = "adopt_skipped_"
-	if len(name) > len(p) && name[:len(p)] == p {
-		return name[len(p):], true
-	}
-	return "", false
-}
+func cutSkip(name string) (string, bool) { return strings.CutPrefix(name, "adopt_skipped_") }
 
 func requestAdoption(cfg datapath.Config, lockFile string, timeout time.Duration) (*adoptReport, error) {
 	p, err := datapath.OpenPinned(cfg)

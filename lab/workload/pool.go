@@ -219,19 +219,6 @@ func (p *poolConn) expect(size int) error {
 	return nil
 }
 
-func waitFor(ctx context.Context, path string) error {
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", path, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
 // Pool runs the client: connect, phase 1, ready, wait for Go, phase 2.
 func Pool(ctx context.Context, cfg PoolConfig) (*PoolResult, error) {
 	if cfg.Conns < 1 || cfg.Rounds < 1 {
@@ -275,7 +262,7 @@ func Pool(ctx context.Context, cfg PoolConfig) (*PoolResult, error) {
 		}
 	}
 	if cfg.Go != "" {
-		if err := waitFor(ctx, cfg.Go); err != nil {
+		if err := WaitReady(ctx, cfg.Go, cfg.Timeout, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -427,7 +414,7 @@ func PoolPing(ctx context.Context, addr string, conns, n, phases int, dir string
 	res := &PoolPingResult{}
 	msg, back := make([]byte, 24), make([]byte, 24)
 	for p := range phases {
-		if err := waitFor(ctx, fmt.Sprintf("%s/go-%d", dir, p)); err != nil {
+		if err := WaitReady(ctx, fmt.Sprintf("%s/go-%d", dir, p), time.Hour, nil); err != nil {
 			return nil, err
 		}
 		rtts := make([]float64, 0, n*conns)

@@ -27,20 +27,13 @@ type pool struct {
 	ready, gof, stop string
 }
 
-func startPool(t *testing.T, p *netlab.Pod, addr string, conns, seed int, extra ...string) *pool {
-	t.Helper()
-	dir := t.TempDir()
-	pl := &pool{t: t, out: &lockedBuffer{}, ready: filepath.Join(dir, "ready"), gof: filepath.Join(dir, "go"), stop: filepath.Join(dir, "stop")}
+func (e *env) startPool(p *netlab.Pod, addr string, conns, seed int, extra ...string) *pool {
+	e.t.Helper()
+	dir := e.t.TempDir()
+	pl := &pool{t: e.t, ready: filepath.Join(dir, "ready"), gof: filepath.Join(dir, "go"), stop: filepath.Join(dir, "stop")}
 	args := append([]string{"workload", "pool", "--addr", addr, "--conns", strconv.Itoa(conns), "--seed", strconv.Itoa(seed),
 		"--ready-file", pl.ready, "--go-file", pl.gof, "--stop-file", pl.stop, "--timeout", "3m"}, extra...)
-	ctx, cancel := context.WithCancel(context.Background())
-	pl.cmd = p.Cmd(ctx, labBin, args...)
-	pl.cmd.Stdout, pl.cmd.Stderr = pl.out, pl.out
-	if err := p.Start(pl.cmd); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); pl.cmd.Wait() })
+	pl.cmd, pl.out = e.startLogged(p, labBin, args...)
 	return pl
 }
 
@@ -139,7 +132,7 @@ func TestAdoptIdlePools(t *testing.T) {
 	// Plain TCP first: the streams each seed gives.
 	var plain []workload.PoolResult
 	for i, addr := range targets {
-		pl := startPool(t, a, addr, conns, 10+i, "--fionread")
+		pl := e.startPool(a, addr, conns, 10+i, "--fionread")
 		pl.waitReady()
 		plain = append(plain, pl.finish())
 	}
@@ -147,7 +140,7 @@ func TestAdoptIdlePools(t *testing.T) {
 	// before it is read, as on plain TCP.
 	var pools []*pool
 	for i, addr := range targets {
-		pl := startPool(t, a, addr, conns, 10+i, "--fionread")
+		pl := e.startPool(a, addr, conns, 10+i, "--fionread")
 		pools = append(pools, pl)
 	}
 	for _, pl := range pools {
@@ -200,7 +193,7 @@ func TestAdoptSkips(t *testing.T) {
 	}
 	var pools []*pool
 	for i, c := range cases {
-		pl := startPool(t, a, c.addr, conns, 40+i, c.extra...)
+		pl := e.startPool(a, c.addr, conns, 40+i, c.extra...)
 		pools = append(pools, pl)
 	}
 	for _, pl := range pools {
@@ -235,7 +228,7 @@ func TestAdoptRacingBlockingReaders(t *testing.T) {
 	e := newEnv(t, "adrace", 76)
 	a, b := e.pod("a", true), e.pod("b", true)
 	e.serve(b, "--pool", ":7300")
-	pl := startPool(t, a, hostport(b.IPv4, 7300), 20, 50, "--blocking")
+	pl := e.startPool(a, hostport(b.IPv4, 7300), 20, 50, "--blocking")
 	pl.waitReady()
 	e.accelerate()
 	before := e.counters()
@@ -266,7 +259,7 @@ func TestAdoptWhileStreaming(t *testing.T) {
 			e := newEnv(t, "adst"+strconv.Itoa(round), 70+round)
 			a, b := e.pod("a", true), e.pod("b", true)
 			e.serve(b, "--pool", ":7300")
-			pl := startPool(t, a, hostport(b.IPv4, 7300), 100, 100+round, "--stream", "--max-gap", "20ms")
+			pl := e.startPool(a, hostport(b.IPv4, 7300), 100, 100+round, "--stream", "--max-gap", "20ms")
 			pl.waitReady()
 			e.accelerate()
 			before := e.counters()
@@ -310,13 +303,13 @@ func TestAdoptThroughDNAT(t *testing.T) {
 	const conns = 8
 	var plain []workload.PoolResult
 	for i, addr := range targets {
-		pl := startPool(t, a, addr, conns, 20+i)
+		pl := e.startPool(a, addr, conns, 20+i)
 		pl.waitReady()
 		plain = append(plain, pl.finish())
 	}
 	var pools []*pool
 	for i, addr := range targets {
-		pools = append(pools, startPool(t, a, addr, conns, 20+i))
+		pools = append(pools, e.startPool(a, addr, conns, 20+i))
 	}
 	for _, pl := range pools {
 		pl.waitReady()
@@ -345,7 +338,7 @@ func TestAdoptAgentLifecycle(t *testing.T) {
 	e, a, b, pin := agentEnv(t, "adagt", 74)
 	e.serve(b, "--pool", ":7300")
 	const conns = 20
-	pl := startPool(t, a, hostport(b.IPv4, 7300), conns, 7, "--stream", "--max-gap", "2ms")
+	pl := e.startPool(a, hostport(b.IPv4, 7300), conns, 7, "--stream", "--max-gap", "2ms")
 	pl.waitReady()
 	lock := filepath.Join(t.TempDir(), "agent.lock")
 	ag := startAgent(t, bin, e.lab.Managed, pin, "--lock-file", lock, "--adopt-interval", "0")
@@ -414,10 +407,10 @@ func TestAdoptThroughSidecars(t *testing.T) {
 	}
 	const conns = 8
 	addr := hostport(b.IPv4, 7300)
-	plainPool := startPool(t, a, addr, conns, 30)
+	plainPool := e.startPool(a, addr, conns, 30)
 	plainPool.waitReady()
 	plain := plainPool.finish()
-	pl := startPool(t, a, addr, conns, 30)
+	pl := e.startPool(a, addr, conns, 30)
 	pl.waitReady()
 	e.accelerate()
 	before := e.counters()
@@ -441,7 +434,7 @@ func TestAdoptInterruptedRound(t *testing.T) {
 	a, b := e.pod("a", true), e.pod("b", true)
 	e.serve(b, "--pool", ":7300")
 	const conns = 10
-	pl := startPool(t, a, hostport(b.IPv4, 7300), conns, 80, "--fionread")
+	pl := e.startPool(a, hostport(b.IPv4, 7300), conns, 80, "--fionread")
 	pl.waitReady()
 	e.accelerate()
 	before := e.counters()
