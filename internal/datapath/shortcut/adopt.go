@@ -2,7 +2,6 @@ package shortcut
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -152,18 +151,11 @@ func runIn(it *link.Iter, path string, out func(io.Reader) error) error {
 func scanIn(it *link.Iter, path string) ([]scanSock, error) {
 	var socks []scanSock
 	err := runIn(it, path, func(r io.Reader) error {
-		br := bufio.NewReader(r)
-		for {
-			var rec shortcutEzAdoptSock
-			err := binary.Read(br, binary.LittleEndian, &rec)
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("read adoption scan: %w", err)
-			}
-			socks = append(socks, newScanSock(rec))
+		err := readRecords(bufio.NewReader(r), func(rec *shortcutEzAdoptSock) { socks = append(socks, newScanSock(*rec)) })
+		if err != nil {
+			return fmt.Errorf("read adoption scan: %w", err)
 		}
+		return nil
 	})
 	return socks, err
 }

@@ -106,16 +106,26 @@ func iterConnections(prog *ebpf.Program, socks *ebpf.Map) ([]Connection, error) 
 // readConnections decodes fixed-width struct ez_conn_record until EOF.
 func readConnections(r io.Reader) ([]Connection, error) {
 	var out []Connection
+	err := readRecords(r, func(rec *shortcutEzConnRecord) { out = append(out, connectionOf(rec)) })
+	if err != nil {
+		return nil, fmt.Errorf("read connection record: %w", err)
+	}
+	return out, nil
+}
+
+// readRecords decodes the fixed-width records an iterator writes
+// (bpf_seq_write) until EOF and hands each to add.
+func readRecords[T any](r io.Reader, add func(*T)) error {
 	for {
-		var rec shortcutEzConnRecord
+		var rec T
 		err := binary.Read(r, binary.LittleEndian, &rec)
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read connection record: %w", err)
+			return err
 		}
-		out = append(out, connectionOf(&rec))
+		add(&rec)
 	}
 }
 
