@@ -207,6 +207,8 @@ func Run(ctx context.Context, cfg Config) error {
 	idle := make(chan struct{}, 1)
 	idle <- struct{}{}
 	defer func() { <-idle }() // runs before the deferred dp.Close
+	// waitRound waits for a round in progress to end.
+	waitRound := func() { <-idle; idle <- struct{}{} }
 	warnedDenied := false
 	adopt := func(why string) {
 		if !cfg.Adopt {
@@ -275,8 +277,7 @@ func Run(ctx context.Context, cfg Config) error {
 			// Our DaemonSet is gone: this is `helm uninstall`, not an update.
 			stopKube()
 			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
-			<-idle // no round while the datapath is drained
-			idle <- struct{}{}
+			waitRound() // no round while the datapath is drained
 			stopBypass()
 			return uninstallOnRemoval(ctx, dp, cfg, lock)
 		case who := <-lock.Requested():
@@ -285,8 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 			stopKube()
 			hl.setReady(false, "handed over to "+who)
 			slog.Info("handing the datapath over; standing by until stopped (the datapath stays pinned)", "to", who)
-			<-idle // the round in progress ends before the datapath closes
-			idle <- struct{}{}
+			waitRound() // the round in progress ends before the datapath closes
 			dp.Close()
 			stopBypass() // the next agent attaches its own
 			stopMetrics()
