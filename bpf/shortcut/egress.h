@@ -8,7 +8,8 @@
  *  - a listener's SYN-ACK: if it differs from the tuple the listener
  *    registered for the handshake, NAT in the server's namespace rewrote the
  *    SYN, and the client knows the connection by the wire tuple.
- * Every other packet returns after reading its TCP flags.
+ * Every other packet returns after reading its TCP flags, except the FIN
+ * of a socket closed with unread data (closereset.h).
  */
 #ifndef EZ_SHORTCUT_EGRESS_H
 #define EZ_SHORTCUT_EGRESS_H
@@ -20,6 +21,7 @@
 #include "shortcut/key.h"
 #include "shortcut/maps.h"
 #include "shortcut/pair.h"
+#include "shortcut/closereset.h"
 
 /* A handshake packet; key names the sender as client (true for a SYN). */
 struct ez_syn {
@@ -29,30 +31,27 @@ struct ez_syn {
 };
 
 /*
- * Parses a TCP SYN or SYN-ACK at the network header (offset off). Returns
- * false for anything else, fragments, and IPv6 with extension headers
- * before TCP (the socket stays unenrolled).
+ * Reads a TCP SYN or SYN-ACK from a parsed packet. Returns false for
+ * anything else, fragments, and IPv6 with extension headers before TCP
+ * (the socket stays unenrolled).
  */
-static __always_inline bool parse_syn(struct __sk_buff *skb, __u32 off, struct ez_syn *out)
+static __always_inline bool parse_syn(const struct ez_flow *f, struct ez_syn *out)
 {
-	struct ez_pkt p = ez_pkt_of_skb(skb, off);
-	struct ez_flow f = {};
-
-	if (ez_parse(&p, false, &f) || f.proto != EZ_IPPROTO_TCP)
+	if (f->proto != EZ_IPPROTO_TCP)
 		return false;
-	if ((f.flags & (EZ_FLOW_FRAG | EZ_FLOW_TCP)) != EZ_FLOW_TCP || !(f.tcp_flags & EZ_TCP_SYN))
+	if ((f->flags & (EZ_FLOW_FRAG | EZ_FLOW_TCP)) != EZ_FLOW_TCP || !(f->tcp_flags & EZ_TCP_SYN))
 		return false;
-	if (f.family == 4) {
-		ip_from_v4(out->key.client_ip, f.saddr[0]);
-		ip_from_v4(out->key.server_ip, f.daddr[0]);
+	if (f->family == 4) {
+		ip_from_v4(out->key.client_ip, f->saddr[0]);
+		ip_from_v4(out->key.server_ip, f->daddr[0]);
 	} else {
-		ip_from_v6(out->key.client_ip, f.saddr);
-		ip_from_v6(out->key.server_ip, f.daddr);
+		ip_from_v6(out->key.client_ip, f->saddr);
+		ip_from_v6(out->key.server_ip, f->daddr);
 	}
-	out->ack = !!(f.tcp_flags & EZ_TCP_ACK);
-	out->key.client_port = f.sport;
-	out->key.server_port = f.dport;
-	out->payload = f.payload;
+	out->ack = !!(f->tcp_flags & EZ_TCP_ACK);
+	out->key.client_port = f->sport;
+	out->key.server_port = f->dport;
+	out->payload = f->payload;
 	return true;
 }
 
@@ -117,12 +116,18 @@ static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt)
 SEC("cgroup_skb/egress")
 int ez_egress(struct __sk_buff *skb)
 {
+	struct ez_pkt p = ez_pkt_of_skb(skb, 0); /* cgroup_skb: offset 0 is the network header */
+	struct ez_flow f = {};
 	struct ez_syn syn = {};
 	struct bpf_sock *sk;
 	struct ez_sock *es;
 
-	if (!parse_syn(skb, 0, &syn)) /* cgroup_skb: offset 0 is the network header */
+	if (ez_parse(&p, false, &f))
 		return 1;
+	if (!parse_syn(&f, &syn)) {
+		arm_close_reset(skb, &p, &f);
+		return 1;
+	}
 	if (syn.ack) {
 		on_synack(skb, &syn);
 		return 1;

@@ -24,3 +24,4 @@ const enum ez_sock_state ez_sock_state_enum __attribute__((unused));
 const enum ez_cfg_flag ez_cfg_flag_enum __attribute__((unused));
 const enum ez_rule ez_rule_enum __attribute__((unused));
 const enum ez_control ez_control_enum __attribute__((unused));
+const enum ez_reset_counter ez_reset_counter_enum __attribute__((unused));

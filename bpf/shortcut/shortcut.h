@@ -120,6 +120,7 @@ enum ez_sock_flags {
 	EZ_F_SERVER = 8,
 	EZ_F_UNREAD_REF = 16,	/* holds a reference on its connection's ez_unread record */
 	EZ_F_ADOPTED = 32,	/* paired by adoption (shortcut/adopt.h), not at its handshake */
+	EZ_F_CLOSE_RESET = 64,	/* closed with redirected bytes unread: its FIN goes out as RST (shortcut/closereset.h) */
 };
 
 /*
@@ -289,6 +290,27 @@ enum ez_counter {
 	EZ_C_NAT_ALIASES,		/* handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK */
 	EZ_C_FB_BACKPRESSURE,		/* a receiver fell a bound behind: the connection switched to the kernel path */
 	EZ_C_MAX,
+};
+
+/*
+ * A FIN to send as RST (ez_resets, shortcut/closereset.h): the packet as it
+ * goes on the wire, after NAT. Addresses as lib/addr.h, ports and sequence
+ * number in host order.
+ */
+struct ez_reset_key {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport;
+	__u16 dport;
+	__u32 seq;
+};
+
+/* Per-CPU counters of the RST on close (ez_reset_counters). */
+enum ez_reset_counter {
+	EZ_R_ARMED = 0,		/* FINs of sockets closed with redirected bytes unread */
+	EZ_R_SENT,		/* of those, rewritten to RST on a device */
+	EZ_R_EXPIRED,		/* armed entries found too old to use */
+	EZ_R_MAX,
 };
 
 #endif

@@ -74,7 +74,7 @@ int test_parse(struct __sk_buff *skb)
 	__builtin_memset(o, 0, sizeof(*o));
 	o->skb_ret = ez_parse(&p, false, &o->skb);
 	o->kern_ret = trc_parse(bpf_cast_to_kern_ctx(skb), TRC_L3_NET, &o->kern);
-	o->syn_ok = parse_syn(skb, 14, &syn);
+	o->syn_ok = o->skb_ret == 0 && parse_syn(&o->skb, &syn);
 	o->syn_key = syn.key;
 	o->syn_ack = syn.ack;
 	o->syn_payload = syn.payload;

@@ -166,6 +166,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopMetrics()
+	stopDevices, err := watchDevices(ctx, dp)
+	if err != nil {
+		return err
+	}
+	defer stopDevices()
 	stopBypass := func() {}
 	if bb != nil {
 		if err := bb.start(ctx); err != nil {
@@ -278,6 +283,7 @@ func Run(ctx context.Context, cfg Config) error {
 			stopKube()
 			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
 			waitRound() // no round while the datapath is drained
+			stopDevices()
 			stopBypass()
 			return uninstallOnRemoval(ctx, dp, cfg, lock)
 		case who := <-lock.Requested():
@@ -287,6 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 			hl.setReady(false, "handed over to "+who)
 			slog.Info("handing the datapath over; standing by until stopped (the datapath stays pinned)", "to", who)
 			waitRound() // the round in progress ends before the datapath closes
+			stopDevices()
 			dp.Close()
 			stopBypass() // the next agent attaches its own
 			stopMetrics()

@@ -101,6 +101,15 @@ type unitsEzPair struct {
 	Pad           uint32
 }
 
+type unitsEzResetKey struct {
+	_     structs.HostLayout
+	Saddr [16]uint8
+	Daddr [16]uint8
+	Sport uint16
+	Dport uint16
+	Seq   uint32
+}
+
 type unitsEzRule uint32
 
 const (
@@ -138,6 +147,14 @@ type unitsEzSynIndex struct {
 	ClientPort   uint16
 	ListenerPort uint16
 	Pad          uint32
+}
+
+type unitsEzUnread struct {
+	_        structs.HostLayout
+	Unread   [2]int64
+	Bound    [2]uint32
+	Switched uint32
+	Refs     uint32
 }
 
 type unitsTestBound struct {
@@ -184,20 +201,27 @@ const (
 	unitsMapEzCounters       = "ez_counters"
 	unitsMapEzPairs          = "ez_pairs"
 	unitsMapEzPortRules      = "ez_port_rules"
+	unitsMapEzResetCounters  = "ez_reset_counters"
+	unitsMapEzResets         = "ez_resets"
 	unitsMapEzSockets        = "ez_sockets"
 	unitsMapEzSocks          = "ez_socks"
 	unitsMapEzSynIndex       = "ez_syn_index"
+	unitsMapEzUnreads        = "ez_unreads"
 	unitsMapTestBoundIo      = "test_bound_io"
 	unitsMapTestKeyIn        = "test_key_in"
 	unitsMapTestKeyOut       = "test_key_out"
 	unitsMapTestParseOut     = "test_parse_out"
+	unitsProgEzCloseReset    = "ez_close_reset"
 	unitsProgEzEgress        = "ez_egress"
+	unitsProgEzSockRelease   = "ez_sock_release"
 	unitsProgTestKey         = "test_key"
 	unitsProgTestParse       = "test_parse"
 	unitsProgTestSelect      = "test_select"
 	unitsProgTestUnreadBound = "test_unread_bound"
 	unitsVarEzCfgFlagEnum    = "ez_cfg_flag_enum"
 	unitsVarEzCfgFlags       = "ez_cfg_flags"
+	unitsVarEzCfgInstance    = "ez_cfg_instance"
+	unitsVarEzCfgMaxUnread   = "ez_cfg_max_unread"
 	unitsVarEzFlowFlagEnum   = "ez_flow_flag_enum"
 	unitsVarEzRuleEnum       = "ez_rule_enum"
 )
@@ -244,7 +268,9 @@ type unitsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type unitsProgramSpecs struct {
+	EzCloseReset    *ebpf.ProgramSpec `ebpf:"ez_close_reset"`
 	EzEgress        *ebpf.ProgramSpec `ebpf:"ez_egress"`
+	EzSockRelease   *ebpf.ProgramSpec `ebpf:"ez_sock_release"`
 	TestKey         *ebpf.ProgramSpec `ebpf:"test_key"`
 	TestParse       *ebpf.ProgramSpec `ebpf:"test_parse"`
 	TestSelect      *ebpf.ProgramSpec `ebpf:"test_select"`
@@ -266,9 +292,12 @@ type unitsMapSpecs struct {
 	EzCounters      *ebpf.MapSpec `ebpf:"ez_counters"`
 	EzPairs         *ebpf.MapSpec `ebpf:"ez_pairs"`
 	EzPortRules     *ebpf.MapSpec `ebpf:"ez_port_rules"`
+	EzResetCounters *ebpf.MapSpec `ebpf:"ez_reset_counters"`
+	EzResets        *ebpf.MapSpec `ebpf:"ez_resets"`
 	EzSockets       *ebpf.MapSpec `ebpf:"ez_sockets"`
 	EzSocks         *ebpf.MapSpec `ebpf:"ez_socks"`
 	EzSynIndex      *ebpf.MapSpec `ebpf:"ez_syn_index"`
+	EzUnreads       *ebpf.MapSpec `ebpf:"ez_unreads"`
 	TestBoundIo     *ebpf.MapSpec `ebpf:"test_bound_io"`
 	TestKeyIn       *ebpf.MapSpec `ebpf:"test_key_in"`
 	TestKeyOut      *ebpf.MapSpec `ebpf:"test_key_out"`
@@ -281,6 +310,8 @@ type unitsMapSpecs struct {
 type unitsVariableSpecs struct {
 	EzCfgFlagEnum  *ebpf.VariableSpec `ebpf:"ez_cfg_flag_enum"`
 	EzCfgFlags     *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
+	EzCfgInstance  *ebpf.VariableSpec `ebpf:"ez_cfg_instance"`
+	EzCfgMaxUnread *ebpf.VariableSpec `ebpf:"ez_cfg_max_unread"`
 	EzFlowFlagEnum *ebpf.VariableSpec `ebpf:"ez_flow_flag_enum"`
 	EzRuleEnum     *ebpf.VariableSpec `ebpf:"ez_rule_enum"`
 }
@@ -316,9 +347,12 @@ type unitsMaps struct {
 	EzCounters      *ebpf.Map `ebpf:"ez_counters"`
 	EzPairs         *ebpf.Map `ebpf:"ez_pairs"`
 	EzPortRules     *ebpf.Map `ebpf:"ez_port_rules"`
+	EzResetCounters *ebpf.Map `ebpf:"ez_reset_counters"`
+	EzResets        *ebpf.Map `ebpf:"ez_resets"`
 	EzSockets       *ebpf.Map `ebpf:"ez_sockets"`
 	EzSocks         *ebpf.Map `ebpf:"ez_socks"`
 	EzSynIndex      *ebpf.Map `ebpf:"ez_syn_index"`
+	EzUnreads       *ebpf.Map `ebpf:"ez_unreads"`
 	TestBoundIo     *ebpf.Map `ebpf:"test_bound_io"`
 	TestKeyIn       *ebpf.Map `ebpf:"test_key_in"`
 	TestKeyOut      *ebpf.Map `ebpf:"test_key_out"`
@@ -338,9 +372,12 @@ func (m *unitsMaps) Close() error {
 		m.EzCounters,
 		m.EzPairs,
 		m.EzPortRules,
+		m.EzResetCounters,
+		m.EzResets,
 		m.EzSockets,
 		m.EzSocks,
 		m.EzSynIndex,
+		m.EzUnreads,
 		m.TestBoundIo,
 		m.TestKeyIn,
 		m.TestKeyOut,
@@ -354,6 +391,8 @@ func (m *unitsMaps) Close() error {
 type unitsVariables struct {
 	EzCfgFlagEnum  *ebpf.Variable `ebpf:"ez_cfg_flag_enum"`
 	EzCfgFlags     *ebpf.Variable `ebpf:"ez_cfg_flags"`
+	EzCfgInstance  *ebpf.Variable `ebpf:"ez_cfg_instance"`
+	EzCfgMaxUnread *ebpf.Variable `ebpf:"ez_cfg_max_unread"`
 	EzFlowFlagEnum *ebpf.Variable `ebpf:"ez_flow_flag_enum"`
 	EzRuleEnum     *ebpf.Variable `ebpf:"ez_rule_enum"`
 }
@@ -362,7 +401,9 @@ type unitsVariables struct {
 //
 // It can be passed to loadUnitsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type unitsPrograms struct {
+	EzCloseReset    *ebpf.Program `ebpf:"ez_close_reset"`
 	EzEgress        *ebpf.Program `ebpf:"ez_egress"`
+	EzSockRelease   *ebpf.Program `ebpf:"ez_sock_release"`
 	TestKey         *ebpf.Program `ebpf:"test_key"`
 	TestParse       *ebpf.Program `ebpf:"test_parse"`
 	TestSelect      *ebpf.Program `ebpf:"test_select"`
@@ -371,7 +412,9 @@ type unitsPrograms struct {
 
 func (p *unitsPrograms) Close() error {
 	return _UnitsClose(
+		p.EzCloseReset,
 		p.EzEgress,
+		p.EzSockRelease,
 		p.TestKey,
 		p.TestParse,
 		p.TestSelect,

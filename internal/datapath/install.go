@@ -55,6 +55,14 @@ func Install(cfg Config, cgroups []string) (_ *Datapath, err error) {
 	// Install order: families in the order they depend on each other.
 	steps := []func() error{
 		func() error { return d.sc.Attach(tx, cgroups) },
+		func() error {
+			devs, err := scanDevices()
+			if err != nil {
+				return fmt.Errorf("devices for the RST on close: %w", err)
+			}
+			_, _, _, err = d.sc.SyncDevices(tx, devs)
+			return err
+		},
 	}
 	for _, step := range steps {
 		if err = step(); err != nil {

@@ -170,7 +170,7 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 	if ownerBefore == 0 {
 		t.Fatal("no ez_recv counts reads after install")
 	}
-	if len(before) != 7 { // 2 cgroups x 2 hooks, 2 netfilter families, ez_recv
+	if len(before) != 10 { // 2 cgroups x 3 hooks, 2 netfilter families, ez_recv, ez_close_reset on lo (a new netns)
 		t.Fatalf("pinned links after install: %v", before)
 	}
 
@@ -200,8 +200,8 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 				t.Fatalf("link %s had program %d at the failure, before %d: not updated", pin, during[pin][1], before[pin][1])
 			}
 		}
-		if updates := len(slices.DeleteFunc(slices.Clone(changed), func(c string) bool { return !strings.HasPrefix(c, "update ") })); failAt != "update" && updates != 4 {
-			t.Fatalf("%d link updates before the new cgroup's pin, want 4: %v", updates, changed)
+		if updates := len(slices.DeleteFunc(slices.Clone(changed), func(c string) bool { return !strings.HasPrefix(c, "update ") })); failAt != "update" && updates != 6 { // 2 cgroups x 3 hooks
+			t.Fatalf("%d link updates before the new cgroup's pin, want 6: %v", updates, changed)
 		}
 		after := pinnedLinks(t, cfg.Dir())
 		if !mapsEqual(before, after) {
@@ -227,14 +227,14 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 	install(t, cfg, cgs)
 	after := pinnedLinks(t, cfg.Dir())
 	for pin, ids := range before {
-		if !strings.HasPrefix(pin, "links/cgroup/") {
+		if !strings.HasPrefix(pin, "links/cgroup/") && !strings.HasPrefix(pin, "links/tcx/") {
 			continue // netfilter links are replaced, not updated
 		}
 		if got := after[pin]; got[0] != ids[0] || got[1] == ids[1] {
 			t.Errorf("%s: link/program %v after upgrade, was %v: want the same link with a new program", pin, got, ids)
 		}
 	}
-	if len(after) != 9 {
+	if len(after) != 13 {
 		t.Errorf("pinned links after the upgrade: %v", after)
 	}
 	if got := recvOwner(t, cfg.Dir()); got == 0 || got == ownerBefore {
@@ -271,8 +271,14 @@ func pinFlat(t *testing.T, dir string) {
 		case bpfsys.KindNetfilter: // ez_nat_ipv4 -> link_nat_ipv4
 			name = "link_" + strings.TrimPrefix(rel[1], "ez_")
 		case bpfsys.KindCgroup: // <id>/ez_egress -> link_egress_<id>
+			if rel[2] == "ez_sock_release" { // newer than the flat layout: dropped (detached)
+				if err := os.Remove(pin); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
 			name = "link_" + strings.TrimPrefix(rel[2], "ez_") + "_" + rel[1]
-		case bpfsys.KindTracing: // not in the flat layout: dropped (detached)
+		case bpfsys.KindTracing, bpfsys.KindTCX: // not in the flat layout: dropped (detached)
 			if err := os.Remove(pin); err != nil {
 				t.Fatal(err)
 			}
@@ -304,7 +310,7 @@ func TestAdoptFlatLayout(t *testing.T) {
 		got, ok := after[pin]
 		if !ok {
 			t.Errorf("%s not pinned after adoption: %v", pin, after)
-		} else if strings.HasPrefix(pin, "links/cgroup/") && got[0] != ids[0] {
+		} else if strings.HasPrefix(pin, "links/cgroup/") && !strings.HasSuffix(pin, "/ez_sock_release") && got[0] != ids[0] {
 			t.Errorf("%s: link %d after adoption, want the adopted link %d", pin, got[0], ids[0])
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -27,6 +28,7 @@ type semCase struct {
 	v6             bool
 	conns          uint64 // connections the scenario opens (pairs expected)
 	backpressure   uint64 // connections expected to switch to the kernel path (fallback_backpressure)
+	resets         uint64 // FINs expected to go out as RST (close with redirected bytes unread)
 }
 
 var semCases = []semCase{
@@ -39,7 +41,8 @@ var semCases = []semCase{
 	{name: "peek", scenario: "peek", conns: 1},
 	{name: "waitall", scenario: "waitall", conns: 1},
 	{name: "half_close", scenario: "half_close", conns: 1},
-	{name: "close_unread", scenario: "close_unread", conns: 1},
+	{name: "close_unread", scenario: "close_unread", conns: 1, resets: 1},
+	{name: "close_unread_v6", scenario: "close_unread", v6: true, conns: 1, resets: 1},
 	{name: "sendfile", scenario: "sendfile", conns: 1},
 	{name: "splice", scenario: "splice", conns: 1},
 	{name: "splice_read", scenario: "splice_read", conns: 1},
@@ -54,24 +57,60 @@ var semCases = []semCase{
 // blocking read loops retried.
 func (e *env) probeServe(p *netlab.Pod, port int) *lockedBuffer {
 	e.t.Helper()
-	ready := filepath.Join(e.t.TempDir(), "ready")
+	return probeServe(e.t, p, port)
+}
+
+// podRunner runs commands in a pod's network namespace and cgroup
+// (netlab.Pod, multinode.Pod).
+type podRunner interface {
+	Cmd(ctx context.Context, name string, args ...string) *exec.Cmd
+	Start(cmd *exec.Cmd) error
+	Run(cmd *exec.Cmd) error
+}
+
+func probeServe(t *testing.T, p podRunner, port int) *lockedBuffer {
+	t.Helper()
+	ready := filepath.Join(t.TempDir(), "ready")
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := p.Cmd(ctx, labBin, "workload", "probe-server", "--addr", ":"+strconv.Itoa(port), "--ready-file", ready)
 	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
 	if err := p.Start(cmd); err != nil {
 		cancel()
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	e.t.Cleanup(func() {
+	t.Cleanup(func() {
 		cancel()
 		cmd.Wait()
 		if s := stderr.String(); s != "" {
-			e.t.Logf("probe-server in %s: %s", p.Name, s)
+			t.Logf("probe-server: %s", s)
 		}
 	})
-	waitFile(e.t, ready, stderr.String)
+	waitFile(t, ready, stderr.String)
 	return stderr
+}
+
+// runProbe runs one probe scenario from p against addr and returns its observation.
+func runProbe(t *testing.T, p podRunner, addr, scenario string) (map[string]any, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := p.Cmd(ctx, labBin, "workload", "probe", "--addr", addr, "--scenario", scenario)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := p.Run(cmd)
+	if s := stderr.String(); s != "" {
+		t.Logf("probe stderr: %s", s)
+	}
+	out := stdout.String()
+	if err != nil {
+		t.Fatalf("probe %s: %v\n%s", scenario, err, out)
+	}
+	var obs map[string]any
+	if err := json.Unmarshal([]byte(out), &obs); err != nil {
+		t.Fatalf("observation %q: %v", out, err)
+	}
+	return obs, strings.TrimSpace(out)
 }
 
 // spuriousLines returns the server's spurious-EAGAIN reports.
@@ -114,24 +153,7 @@ func TestSemantics(t *testing.T) {
 	}
 	probe := func(t *testing.T, c semCase) (map[string]any, string) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cmd := a.Cmd(ctx, labBin, "workload", "probe", "--addr", addr(c), "--scenario", c.scenario)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := a.Run(cmd)
-		if s := stderr.String(); s != "" {
-			t.Logf("probe stderr: %s", s)
-		}
-		out := stdout.String()
-		if err != nil {
-			t.Fatalf("probe %s: %v\n%s", c.scenario, err, out)
-		}
-		var obs map[string]any
-		if err := json.Unmarshal([]byte(out), &obs); err != nil {
-			t.Fatalf("observation %q: %v", out, err)
-		}
-		return obs, strings.TrimSpace(out)
+		return runProbe(t, a, addr(c), c.scenario)
 	}
 
 	baseline := map[string]map[string]any{}
@@ -170,6 +192,9 @@ func TestSemantics(t *testing.T) {
 				}
 				if d["fallback_backpressure"] != c.backpressure {
 					t.Errorf("want %d connection(s) switched for backpressure: %v", c.backpressure, d)
+				}
+				if d["close_resets_armed"] != c.resets || d["close_resets_sent"] != c.resets {
+					t.Errorf("want %d FIN(s) sent as RST (closed with redirected bytes unread): %v", c.resets, d)
 				}
 				want, ok := baseline[c.name]
 				if !ok {
@@ -214,8 +239,6 @@ var kernelDivergences = map[string]struct {
 }{
 	"waitall": {[]string{"waitall", "rest"},
 		"tcp_bpf_recvmsg copies what the psock queue holds once and ignores MSG_WAITALL"},
-	"close_unread": {[]string{"1_wait", "2_revents", "3_read", "4_write", "5_revents"},
-		"sock_map_close discards the unread psock queue and __tcp_close only scans sk_receive_queue, so the peer gets FIN, not RST; the RST follows the peer's next write"},
 	"splice_read": {[]string{"server"},
 		"tcp_splice_read reads only sk_receive_queue; redirected bytes sit in the psock queue, invisible to splice(socket -> pipe)"},
 	"recv_wakeup": {[]string{"1_blocking_recv", "3_rest_to_eof"},

@@ -27,6 +27,17 @@ type cgroupHook struct {
 var cgroupHooks = []cgroupHook{
 	{"ez_egress", ebpf.AttachCGroupInetEgress, func(s *Shortcut) *ebpf.Program { return s.objs.EzEgress }},
 	{"ez_sockops", ebpf.AttachCGroupSockOps, func(s *Shortcut) *ebpf.Program { return s.objs.EzSockops }},
+	{"ez_sock_release", ebpf.AttachCgroupInetSockRelease, func(s *Shortcut) *ebpf.Program { return s.objs.EzSockRelease }},
+}
+
+// pinnedProgs are the programs pinned under progsDir: the cgroup hooks' and
+// the close-reset program of the device links.
+func pinnedProgs(s *Shortcut) map[string]*ebpf.Program {
+	out := map[string]*ebpf.Program{resetProg: s.objs.EzCloseReset}
+	for _, h := range cgroupHooks {
+		out[h.name] = h.prog(s)
+	}
+	return out
 }
 
 // msgPin pins the sk_msg program attached to the sockhash (not a link).
@@ -73,8 +84,9 @@ func (s *Shortcut) attachMsg(tx *bpfsys.Tx) error {
 // up by id (which needs CAP_SYS_ADMIN).
 const progsDir = "progs"
 
-// pinCgroupPrograms pins this install's cgroup programs under progsDir (the
-// earlier install's pins are replaced on commit) and opens the earlier ones.
+// pinCgroupPrograms pins this install's cgroup and device programs under
+// progsDir (the earlier install's pins are replaced on commit) and opens the
+// earlier ones.
 func (s *Shortcut) pinCgroupPrograms(tx *bpfsys.Tx) error {
 	dir := filepath.Join(s.dir, progsDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -82,20 +94,20 @@ func (s *Shortcut) pinCgroupPrograms(tx *bpfsys.Tx) error {
 	}
 	s.prevProgs = map[string]*ebpf.Program{}
 	tx.OnDone(func() error { s.prevProgs = nil; return nil })
-	for _, h := range cgroupHooks {
-		pin := filepath.Join(dir, h.name)
+	for name, prog := range pinnedProgs(s) {
+		pin := filepath.Join(dir, name)
 		if old, err := ebpf.LoadPinnedProgram(pin, nil); err == nil {
-			s.prevProgs[h.name] = old
+			s.prevProgs[name] = old
 			tx.OnDone(old.Close)
 		}
 		next := pin + "_next"
 		os.Remove(next)
-		if err := h.prog(s).Pin(next); err != nil {
-			return fmt.Errorf("pin %s: %w", h.name, err)
+		if err := prog.Pin(next); err != nil {
+			return fmt.Errorf("pin %s: %w", name, err)
 		}
 		tx.OnRollback(func() error { return os.Remove(next) })
 		tx.OnCommit(func() error { return os.Rename(next, pin) })
-		if err := tx.Changed("pin program " + h.name); err != nil {
+		if err := tx.Changed("pin program " + name); err != nil {
 			return err
 		}
 	}

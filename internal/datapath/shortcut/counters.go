@@ -48,7 +48,31 @@ func CounterNames() []string {
 	for c := shortcutEzCounter(0); c < shortcutEzCounterEZ_C_MAX; c++ {
 		names = append(names, counterName(c))
 	}
-	return append(names, AdoptCounterNames()...)
+	names = append(names, AdoptCounterNames()...)
+	for c := shortcutEzResetCounter(0); c < shortcutEzResetCounterEZ_R_MAX; c++ {
+		names = append(names, resetCounterNames[c])
+	}
+	return names
+}
+
+// resetCounterNames are the external names of enum ez_reset_counter
+// (bpf/shortcut/closereset.h).
+var resetCounterNames = map[shortcutEzResetCounter]string{
+	shortcutEzResetCounterEZ_R_ARMED:   "close_resets_armed",
+	shortcutEzResetCounterEZ_R_SENT:    "close_resets_sent",
+	shortcutEzResetCounterEZ_R_EXPIRED: "close_resets_expired",
+}
+
+// readResetCounters adds the close-reset counters of m to c.
+func readResetCounters(m *ebpf.Map, c Counters) error {
+	for r := shortcutEzResetCounter(0); r < shortcutEzResetCounterEZ_R_MAX; r++ {
+		sum, err := bpfsys.SumPerCPU(m, uint32(r))
+		if err != nil {
+			return fmt.Errorf("read counter %s: %w", resetCounterNames[r], err)
+		}
+		c[resetCounterNames[r]] = sum
+	}
+	return nil
 }
 
 // ReadCounters sums the per-CPU counters of a counters map.
@@ -84,5 +108,5 @@ func (d *Shortcut) Counters() (Counters, error) {
 		return nil, err
 	}
 	maps.Copy(c, a)
-	return c, nil
+	return c, readResetCounters(d.objs.EzResetCounters, c)
 }

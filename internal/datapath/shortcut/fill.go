@@ -17,17 +17,24 @@ type MapFill struct {
 var FillNames = []string{"sockets", "pairs", "aliases", "unread", "cgroups"}
 
 // ReadCounters reads the pinned datapath's counters.
-// The adoption counters are included when the datapath has them.
+// The adoption and close-reset counters are included when the datapath has them.
 func (p *Pinned) ReadCounters() (Counters, error) {
 	c, err := ReadCounters(p.Counters)
-	if err != nil || p.AdoptCounters == nil {
+	if err != nil {
 		return c, err
 	}
-	a, err := ReadAdoptCounters(p.AdoptCounters)
-	if err != nil {
-		return nil, err
+	if p.AdoptCounters != nil {
+		a, err := ReadAdoptCounters(p.AdoptCounters)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(c, a)
 	}
-	maps.Copy(c, a)
+	if p.ResetCounters != nil {
+		if err := readResetCounters(p.ResetCounters, c); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 

@@ -21,6 +21,7 @@ var Requirements = []bpfsys.Requirement{
 	{Name: "program type sock_ops", Check: bpfsys.ProgType(ebpf.SockOps)},
 	{Name: "program type sk_msg", Check: bpfsys.ProgType(ebpf.SkMsg)},
 	{Name: "program type cgroup_skb", Check: bpfsys.ProgType(ebpf.CGroupSKB)},
+	{Name: "program type sched_cls (tcx links, Linux 6.6)", Check: bpfsys.ProgType(ebpf.SchedCLS)},
 	{Name: "program type netfilter (BPF netfilter links, Linux 6.4)", Check: bpfsys.ProgType(ebpf.Netfilter)},
 	{Name: "map type sockhash", Check: bpfsys.MapType(ebpf.SockHash)},
 	{Name: "map type sk_storage", Check: bpfsys.MapType(ebpf.SkStorage)},
@@ -75,6 +76,8 @@ type Shortcut struct {
 	// This process's handles on cgroup links, by cgroup id: a link stays
 	// attached while a pin or a handle holds it, so pruning closes these.
 	cgLinks map[uint64][]link.Link
+	// This process's handles on the close-reset device links, by pin.
+	devLinks map[string]link.Link
 	// The cgroup programs of the earlier install, from their pins, while an
 	// Attach or ReconcileCgroups runs.
 	prevProgs map[string]*ebpf.Program
@@ -130,11 +133,11 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	}
 	// Selection rule maps are left unpinned: every load writes its own.
 	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl, specs.EzUnreads, specs.EzCgroups,
-		specs.EzAdopts, specs.EzAdoptSocks, specs.EzAdoptHooks, specs.EzAdoptCounters} {
+		specs.EzAdopts, specs.EzAdoptSocks, specs.EzAdoptHooks, specs.EzAdoptCounters, specs.EzResets, specs.EzResetCounters} {
 		m.Pinning = ebpf.PinByName
 	}
 
-	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, adoptPasses: 3}
+	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, adoptPasses: 3}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
 	if err := spec.LoadAndAssign(&s.objs, opts); err != nil {
 		var verr *ebpf.VerifierError
@@ -226,6 +229,10 @@ func (s *Shortcut) Close() error {
 		errs = append(errs, s.links[i].Close())
 	}
 	s.links = nil
+	for pin, l := range s.devLinks {
+		errs = append(errs, l.Close())
+		delete(s.devLinks, pin)
+	}
 	for id, ls := range s.cgLinks {
 		for _, l := range ls {
 			errs = append(errs, l.Close())

@@ -23,6 +23,7 @@ type Pinned struct {
 	Cgroups  *ebpf.Map // selected cgroups (Kubernetes mode); nil when pinned by a build without it
 	// AdoptCounters: adoption's counters; nil when pinned by a build without adoption.
 	AdoptCounters *ebpf.Map
+	ResetCounters *ebpf.Map // nil: pinned by a build without RST on close
 }
 
 // OpenPinned opens the maps of the datapath pinned under dir.
@@ -50,12 +51,15 @@ func OpenPinned(dir string) (*Pinned, error) {
 	if err == nil {
 		p.AdoptCounters = ac
 	}
+	if rc, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzResetCounters), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
+		p.ResetCounters = rc
+	}
 	return p, nil
 }
 
 // Close releases the handles.
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.Unreads, p.Cgroups, p.AdoptCounters} {
+	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.Unreads, p.Cgroups, p.AdoptCounters, p.ResetCounters} {
 		if m != nil {
 			m.Close()
 		}

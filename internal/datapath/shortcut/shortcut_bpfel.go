@@ -202,6 +202,24 @@ const (
 	shortcutEzPairStateEZ_PAIR_AMBIGUOUS shortcutEzPairState = 6
 )
 
+type shortcutEzResetCounter uint32
+
+const (
+	shortcutEzResetCounterEZ_R_ARMED   shortcutEzResetCounter = 0
+	shortcutEzResetCounterEZ_R_SENT    shortcutEzResetCounter = 1
+	shortcutEzResetCounterEZ_R_EXPIRED shortcutEzResetCounter = 2
+	shortcutEzResetCounterEZ_R_MAX     shortcutEzResetCounter = 3
+)
+
+type shortcutEzResetKey struct {
+	_     structs.HostLayout
+	Saddr [16]uint8
+	Daddr [16]uint8
+	Sport uint16
+	Dport uint16
+	Seq   uint32
+}
+
 type shortcutEzRule uint32
 
 const (
@@ -224,12 +242,13 @@ type shortcutEzSock struct {
 type shortcutEzSockFlags uint32
 
 const (
-	shortcutEzSockFlagsEZ_F_SYN_SEEN   shortcutEzSockFlags = 1
-	shortcutEzSockFlagsEZ_F_SYN_DATA   shortcutEzSockFlags = 2
-	shortcutEzSockFlagsEZ_F_CLIENT     shortcutEzSockFlags = 4
-	shortcutEzSockFlagsEZ_F_SERVER     shortcutEzSockFlags = 8
-	shortcutEzSockFlagsEZ_F_UNREAD_REF shortcutEzSockFlags = 16
-	shortcutEzSockFlagsEZ_F_ADOPTED    shortcutEzSockFlags = 32
+	shortcutEzSockFlagsEZ_F_SYN_SEEN    shortcutEzSockFlags = 1
+	shortcutEzSockFlagsEZ_F_SYN_DATA    shortcutEzSockFlags = 2
+	shortcutEzSockFlagsEZ_F_CLIENT      shortcutEzSockFlags = 4
+	shortcutEzSockFlagsEZ_F_SERVER      shortcutEzSockFlags = 8
+	shortcutEzSockFlagsEZ_F_UNREAD_REF  shortcutEzSockFlags = 16
+	shortcutEzSockFlagsEZ_F_ADOPTED     shortcutEzSockFlags = 32
+	shortcutEzSockFlagsEZ_F_CLOSE_RESET shortcutEzSockFlags = 64
 )
 
 type shortcutEzSockState uint32
@@ -276,12 +295,15 @@ const (
 	shortcutMapEzCounters         = "ez_counters"
 	shortcutMapEzPairs            = "ez_pairs"
 	shortcutMapEzPortRules        = "ez_port_rules"
+	shortcutMapEzResetCounters    = "ez_reset_counters"
+	shortcutMapEzResets           = "ez_resets"
 	shortcutMapEzSockets          = "ez_sockets"
 	shortcutMapEzSocks            = "ez_socks"
 	shortcutMapEzSynIndex         = "ez_syn_index"
 	shortcutMapEzUnreads          = "ez_unreads"
 	shortcutProgEzAdoptScan       = "ez_adopt_scan"
 	shortcutProgEzAdoptStep       = "ez_adopt_step"
+	shortcutProgEzCloseReset      = "ez_close_reset"
 	shortcutProgEzConns           = "ez_conns"
 	shortcutProgEzEgress          = "ez_egress"
 	shortcutProgEzMsg             = "ez_msg"
@@ -289,6 +311,7 @@ const (
 	shortcutProgEzRecv            = "ez_recv"
 	shortcutProgEzRelease         = "ez_release"
 	shortcutProgEzReleaseSwitched = "ez_release_switched"
+	shortcutProgEzSockRelease     = "ez_sock_release"
 	shortcutProgEzSockops         = "ez_sockops"
 	shortcutVarEzAdoptBusyEnum    = "ez_adopt_busy_enum"
 	shortcutVarEzAdoptCounterEnum = "ez_adopt_counter_enum"
@@ -303,6 +326,7 @@ const (
 	shortcutVarEzControlEnum      = "ez_control_enum"
 	shortcutVarEzCounterEnum      = "ez_counter_enum"
 	shortcutVarEzPairStateEnum    = "ez_pair_state_enum"
+	shortcutVarEzResetCounterEnum = "ez_reset_counter_enum"
 	shortcutVarEzRuleEnum         = "ez_rule_enum"
 	shortcutVarEzSockFlagsEnum    = "ez_sock_flags_enum"
 	shortcutVarEzSockStateEnum    = "ez_sock_state_enum"
@@ -352,6 +376,7 @@ type shortcutSpecs struct {
 type shortcutProgramSpecs struct {
 	EzAdoptScan       *ebpf.ProgramSpec `ebpf:"ez_adopt_scan"`
 	EzAdoptStep       *ebpf.ProgramSpec `ebpf:"ez_adopt_step"`
+	EzCloseReset      *ebpf.ProgramSpec `ebpf:"ez_close_reset"`
 	EzConns           *ebpf.ProgramSpec `ebpf:"ez_conns"`
 	EzEgress          *ebpf.ProgramSpec `ebpf:"ez_egress"`
 	EzMsg             *ebpf.ProgramSpec `ebpf:"ez_msg"`
@@ -359,6 +384,7 @@ type shortcutProgramSpecs struct {
 	EzRecv            *ebpf.ProgramSpec `ebpf:"ez_recv"`
 	EzRelease         *ebpf.ProgramSpec `ebpf:"ez_release"`
 	EzReleaseSwitched *ebpf.ProgramSpec `ebpf:"ez_release_switched"`
+	EzSockRelease     *ebpf.ProgramSpec `ebpf:"ez_sock_release"`
 	EzSockops         *ebpf.ProgramSpec `ebpf:"ez_sockops"`
 }
 
@@ -377,6 +403,8 @@ type shortcutMapSpecs struct {
 	EzCounters      *ebpf.MapSpec `ebpf:"ez_counters"`
 	EzPairs         *ebpf.MapSpec `ebpf:"ez_pairs"`
 	EzPortRules     *ebpf.MapSpec `ebpf:"ez_port_rules"`
+	EzResetCounters *ebpf.MapSpec `ebpf:"ez_reset_counters"`
+	EzResets        *ebpf.MapSpec `ebpf:"ez_resets"`
 	EzSockets       *ebpf.MapSpec `ebpf:"ez_sockets"`
 	EzSocks         *ebpf.MapSpec `ebpf:"ez_socks"`
 	EzSynIndex      *ebpf.MapSpec `ebpf:"ez_syn_index"`
@@ -400,6 +428,7 @@ type shortcutVariableSpecs struct {
 	EzControlEnum      *ebpf.VariableSpec `ebpf:"ez_control_enum"`
 	EzCounterEnum      *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
 	EzPairStateEnum    *ebpf.VariableSpec `ebpf:"ez_pair_state_enum"`
+	EzResetCounterEnum *ebpf.VariableSpec `ebpf:"ez_reset_counter_enum"`
 	EzRuleEnum         *ebpf.VariableSpec `ebpf:"ez_rule_enum"`
 	EzSockFlagsEnum    *ebpf.VariableSpec `ebpf:"ez_sock_flags_enum"`
 	EzSockStateEnum    *ebpf.VariableSpec `ebpf:"ez_sock_state_enum"`
@@ -436,6 +465,8 @@ type shortcutMaps struct {
 	EzCounters      *ebpf.Map `ebpf:"ez_counters"`
 	EzPairs         *ebpf.Map `ebpf:"ez_pairs"`
 	EzPortRules     *ebpf.Map `ebpf:"ez_port_rules"`
+	EzResetCounters *ebpf.Map `ebpf:"ez_reset_counters"`
+	EzResets        *ebpf.Map `ebpf:"ez_resets"`
 	EzSockets       *ebpf.Map `ebpf:"ez_sockets"`
 	EzSocks         *ebpf.Map `ebpf:"ez_socks"`
 	EzSynIndex      *ebpf.Map `ebpf:"ez_syn_index"`
@@ -455,6 +486,8 @@ func (m *shortcutMaps) Close() error {
 		m.EzCounters,
 		m.EzPairs,
 		m.EzPortRules,
+		m.EzResetCounters,
+		m.EzResets,
 		m.EzSockets,
 		m.EzSocks,
 		m.EzSynIndex,
@@ -479,6 +512,7 @@ type shortcutVariables struct {
 	EzControlEnum      *ebpf.Variable `ebpf:"ez_control_enum"`
 	EzCounterEnum      *ebpf.Variable `ebpf:"ez_counter_enum"`
 	EzPairStateEnum    *ebpf.Variable `ebpf:"ez_pair_state_enum"`
+	EzResetCounterEnum *ebpf.Variable `ebpf:"ez_reset_counter_enum"`
 	EzRuleEnum         *ebpf.Variable `ebpf:"ez_rule_enum"`
 	EzSockFlagsEnum    *ebpf.Variable `ebpf:"ez_sock_flags_enum"`
 	EzSockStateEnum    *ebpf.Variable `ebpf:"ez_sock_state_enum"`
@@ -490,6 +524,7 @@ type shortcutVariables struct {
 type shortcutPrograms struct {
 	EzAdoptScan       *ebpf.Program `ebpf:"ez_adopt_scan"`
 	EzAdoptStep       *ebpf.Program `ebpf:"ez_adopt_step"`
+	EzCloseReset      *ebpf.Program `ebpf:"ez_close_reset"`
 	EzConns           *ebpf.Program `ebpf:"ez_conns"`
 	EzEgress          *ebpf.Program `ebpf:"ez_egress"`
 	EzMsg             *ebpf.Program `ebpf:"ez_msg"`
@@ -497,6 +532,7 @@ type shortcutPrograms struct {
 	EzRecv            *ebpf.Program `ebpf:"ez_recv"`
 	EzRelease         *ebpf.Program `ebpf:"ez_release"`
 	EzReleaseSwitched *ebpf.Program `ebpf:"ez_release_switched"`
+	EzSockRelease     *ebpf.Program `ebpf:"ez_sock_release"`
 	EzSockops         *ebpf.Program `ebpf:"ez_sockops"`
 }
 
@@ -504,6 +540,7 @@ func (p *shortcutPrograms) Close() error {
 	return _ShortcutClose(
 		p.EzAdoptScan,
 		p.EzAdoptStep,
+		p.EzCloseReset,
 		p.EzConns,
 		p.EzEgress,
 		p.EzMsg,
@@ -511,6 +548,7 @@ func (p *shortcutPrograms) Close() error {
 		p.EzRecv,
 		p.EzRelease,
 		p.EzReleaseSwitched,
+		p.EzSockRelease,
 		p.EzSockops,
 	)
 }

@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * RST on close with unread data. Plain TCP's __tcp_close finds unread bytes
+ * in sk_receive_queue and sends RST (the peer reads ECONNRESET). Under the
+ * shortcut sock_map_close drops the psock first, its queue is never scanned,
+ * and tcp_close sends FIN. No BPF hook can make tcp_close reset (SO_LINGER is
+ * not settable from BPF) and cgroup_skb cannot rewrite packets, so:
+ *  1. cgroup/sock_release runs in inet_release before sk_prot->close: a
+ *     paired socket whose receive direction has redirected bytes unread
+ *     (ez_unread) gets EZ_F_CLOSE_RESET. Only close() runs it: shutdown()
+ *     keeps its FIN, as in plain TCP.
+ *  2. cgroup_skb egress sees that socket's FIN after NAT (ip_finish_output)
+ *     and arms ez_resets with its wire tuple and sequence number.
+ *  3. tcx programs on the devices of the agent's namespace the FIN crosses
+ *     (lo egress, pod veths both ways; attached first) rewrite the armed FIN
+ *     into RST|ACK. Its sequence number is the FIN's, snd_nxt, which is what
+ *     tcp_send_active_reset uses, so the peer's stack takes it as plain TCP's
+ *     reset. The entry goes, and so does the flag: the closer's orphan, still
+ *     in FIN_WAIT1, retransmits its FIN after an RTO, and the peer, whose
+ *     socket the RST closed, answers it with RST.
+ * A FIN that crosses no such device (the loopback of a pod's own namespace)
+ * stays a FIN; the entry ages out (EZ_RESET_TTL_NS, LRU).
+ */
+#ifndef EZ_SHORTCUT_CLOSERESET_H
+#define EZ_SHORTCUT_CLOSERESET_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "lib/addr.h"
+#include "lib/counters.h"
+#include "lib/parse.h"
+#include "shortcut/maps.h"
+#include "shortcut/unread.h"
+
+/* An armed FIN crosses the devices within microseconds; older entries are stale. */
+#define EZ_RESET_TTL_NS (5ULL * 1000 * 1000 * 1000)
+#define EZ_RESET_ETH_HLEN 14 /* tc sees the Ethernet header; lo has one too (zero MACs) */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct ez_reset_key);
+	__type(value, __u64); /* when it was armed (ns) */
+} ez_resets SEC(".maps");
+
+EZ_COUNTER_MAP(ez_reset_counters, EZ_R_MAX);
+
+static __always_inline void reset_count(__u32 c)
+{
+	ez_counter_add(&ez_reset_counters, c, 1);
+}
+
+SEC("cgroup/sock_release")
+int ez_sock_release(struct bpf_sock *ctx)
+{
+	struct ez_unread *u;
+	struct ez_sock *es;
+	__u64 key;
+
+	if (ctx->protocol != EZ_IPPROTO_TCP)
+		return 1;
+	es = bpf_sk_storage_get(&ez_socks, ctx, 0, 0);
+	if (!es || es->state != EZ_SOCK_PAIRED)
+		return 1;
+	key = unread_key(es);
+	u = bpf_map_lookup_elem(&ez_unreads, &key);
+	if (u && u->unread[rx_dir(es) & 1] > 0)
+		es->flags |= EZ_F_CLOSE_RESET;
+	return 1;
+}
+
+/* The key of a parsed TCP packet with sequence number seq (host order). */
+static __always_inline void reset_key(struct ez_reset_key *k, const struct ez_flow *f, __u32 seq)
+{
+	if (f->family == 4) {
+		ip_from_v4(k->saddr, f->saddr[0]);
+		ip_from_v4(k->daddr, f->daddr[0]);
+	} else {
+		ip_from_v6(k->saddr, f->saddr);
+		ip_from_v6(k->daddr, f->daddr);
+	}
+	k->sport = f->sport;
+	k->dport = f->dport;
+	k->seq = seq;
+}
+
+/* A TCP segment with FIN and neither SYN nor RST, not a fragment. */
+static __always_inline bool is_plain_fin(const struct ez_flow *f)
+{
+	if (f->proto != EZ_IPPROTO_TCP || (f->flags & (EZ_FLOW_FRAG | EZ_FLOW_TCP)) != EZ_FLOW_TCP)
+		return false;
+	return (f->tcp_flags & (EZ_TCP_FIN | EZ_TCP_SYN | EZ_TCP_RST)) == EZ_TCP_FIN;
+}
+
+/* cgroup_skb egress, for every packet that is not a handshake's (egress.h). */
+static __always_inline void arm_close_reset(struct __sk_buff *skb, const struct ez_pkt *p, const struct ez_flow *f)
+{
+	struct ez_reset_key k = {};
+	struct bpf_sock *sk = skb->sk;
+	struct ez_sock *es;
+	__u32 seq;
+	__u64 now;
+
+	if (!sk || !is_plain_fin(f))
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return;
+	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	if (!es || !(es->flags & EZ_F_CLOSE_RESET))
+		return;
+	if (ez_pkt_read(p, false, f->l4off + 4, &seq, sizeof(seq)))
+		return;
+	reset_key(&k, f, bpf_ntohl(seq));
+	now = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&ez_resets, &k, &now, BPF_ANY))
+		return;
+	es->flags &= ~EZ_F_CLOSE_RESET; /* a retransmitted FIN stays a FIN */
+	reset_count(EZ_R_ARMED);
+}
+
+/* TCP header bytes 12-13: data offset and flags. */
+#define EZ_TCP_OFF_FLAGS 12
+#define EZ_TCP_OFF_CSUM 16
+#define EZ_TCP_PSH 0x08
+
+/* Attached with tcx at ingress and egress (one program serves both). */
+SEC("tc")
+int ez_close_reset(struct __sk_buff *skb)
+{
+	struct ez_pkt p = ez_pkt_of_skb(skb, EZ_RESET_ETH_HLEN);
+	struct ez_reset_key k = {};
+	struct ez_flow f = {};
+	__u16 old_word, new_word;
+	__u8 *b = (__u8 *)&old_word;
+	__u64 *armed;
+	__u32 seq;
+	__u32 off;
+
+	if (ez_parse(&p, false, &f) || !is_plain_fin(&f))
+		return TCX_NEXT;
+	if (ez_pkt_read(&p, false, f.l4off + 4, &seq, sizeof(seq)))
+		return TCX_NEXT;
+	reset_key(&k, &f, bpf_ntohl(seq));
+	armed = bpf_map_lookup_elem(&ez_resets, &k);
+	if (!armed)
+		return TCX_NEXT;
+	if (bpf_ktime_get_ns() - *armed > EZ_RESET_TTL_NS) {
+		bpf_map_delete_elem(&ez_resets, &k);
+		reset_count(EZ_R_EXPIRED);
+		return TCX_NEXT;
+	}
+	off = EZ_RESET_ETH_HLEN + f.l4off;
+	if (ez_pkt_read(&p, false, f.l4off + EZ_TCP_OFF_FLAGS, &old_word, sizeof(old_word)))
+		return TCX_NEXT;
+	new_word = old_word;
+	/* RST|ACK as tcp_send_active_reset sends it: FIN and PSH off, ACK kept. */
+	((__u8 *)&new_word)[1] = (b[1] & ~(EZ_TCP_FIN | EZ_TCP_PSH)) | EZ_TCP_RST;
+	if (bpf_skb_store_bytes(skb, off + EZ_TCP_OFF_FLAGS, &new_word, sizeof(new_word), 0))
+		return TCX_NEXT;
+	/* Not BPF_F_PSEUDO_HDR: with CHECKSUM_PARTIAL (lo, veth) the field holds
+	 * only the pseudo-header sum and is left alone; otherwise it is updated. */
+	if (bpf_l4_csum_replace(skb, off + EZ_TCP_OFF_CSUM, old_word, new_word, sizeof(new_word))) {
+		bpf_skb_store_bytes(skb, off + EZ_TCP_OFF_FLAGS, &old_word, sizeof(old_word), 0);
+		return TCX_NEXT; /* stays a FIN */
+	}
+	bpf_map_delete_elem(&ez_resets, &k);
+	reset_count(EZ_R_SENT);
+	return TCX_NEXT;
+}
+
+#endif

@@ -1,0 +1,83 @@
+package datapath
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
+	"github.com/eztunnel/eztunnel/internal/podnet"
+)
+
+// finDevices lists the devices of this network namespace that FINs of
+// accelerated connections cross, for the RST on close (shortcut.Device):
+// the loopback device (egress: both ends are here) and each pod's host-side
+// veth from podnet (ingress: the pod sends; egress: a local process sends
+// to the pod).
+func finDevices(st podnet.State) ([]shortcut.Device, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	var devs []shortcut.Device
+	for _, l := range links {
+		if a := l.Attrs(); a.Flags&net.FlagLoopback != 0 {
+			devs = append(devs, shortcut.Device{Ifindex: a.Index, Name: a.Name, Egress: true})
+		}
+	}
+	for _, p := range st.Ports {
+		devs = append(devs, shortcut.Device{Ifindex: p.Ifindex, Name: p.Name, Ingress: true, Egress: true})
+	}
+	slices.SortFunc(devs, func(a, b shortcut.Device) int { return a.Ifindex - b.Ifindex })
+	return devs, nil
+}
+
+// scanDevices is finDevices of a fresh podnet scan.
+func scanDevices() ([]shortcut.Device, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	st, err := podnet.Scan(h)
+	if err != nil {
+		return nil, err
+	}
+	return finDevices(st)
+}
+
+// SyncDevices converges the RST-on-close device links to the loopback device
+// and the pods' veths of st (the agent's podnet watch), as one transaction.
+func (d *Datapath) SyncDevices(st podnet.State) error {
+	devs, err := finDevices(st)
+	if err != nil {
+		return err
+	}
+	return d.syncDevices(devs)
+}
+
+func (d *Datapath) syncDevices(devs []shortcut.Device) (err error) {
+	tx := &bpfsys.Tx{}
+	defer func() {
+		if err != nil {
+			if rerr := tx.Rollback(); rerr != nil {
+				err = fmt.Errorf("%w (and rollback failed: %v)", err, rerr)
+			}
+		}
+	}()
+	attached, pruned, skipped, err := d.sc.SyncDevices(tx, devs)
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	if len(attached)+len(pruned)+len(skipped) > 0 {
+		slog.Info("RST-on-close devices converged", "attached", len(attached), "detached", len(pruned), "gone", skipped, "devices", len(d.sc.Devices()))
+	}
+	return nil
+}

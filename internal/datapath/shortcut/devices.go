@@ -1,0 +1,170 @@
+package shortcut
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+)
+
+// Device is a network device of the agent's namespace that the FINs of
+// accelerated connections cross: ez_close_reset is attached to it
+// (bpf/shortcut/closereset.h), first in tcx order.
+type Device struct {
+	Ifindex int
+	Name    string
+	Ingress bool // what the device receives (a pod's host-side veth: what the pod sends)
+	Egress  bool // what it sends (lo; a veth: what goes to the pod)
+}
+
+// resetProg names the close-reset program: its program pin and, with the
+// direction, its link pins links/tcx/<netns cookie>/<ifindex>/<resetProg>_<dir>.
+const resetProg = "ez_close_reset"
+
+type devAttach struct {
+	dir    string
+	attach ebpf.AttachType
+}
+
+var devAttaches = []devAttach{{"ingress", ebpf.AttachTCXIngress}, {"egress", ebpf.AttachTCXEgress}}
+
+// netnsCookie is the cookie of the calling thread's network namespace.
+func netnsCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return 0, fmt.Errorf("netns cookie: %w", err)
+	}
+	return c, nil
+}
+
+// SyncDevices converges the close-reset links of this network namespace to
+// devs within tx: links pinned by an earlier agent get this load's program
+// in place, missing ones are attached and pinned, and those of devices not
+// in devs (removed, or no longer a pod's) are unpinned when tx commits. A
+// device that disappears while it is attached fails alone and is reported
+// in skipped. It returns the pins it attached and pruned.
+func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, skipped []string, err error) {
+	cookie, err := netnsCookie()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	base := bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(cookie, 10))
+	want := map[string]bool{}
+	for _, d := range devs {
+		for _, a := range devAttaches {
+			if (a.dir == "ingress" && !d.Ingress) || (a.dir == "egress" && !d.Egress) {
+				continue
+			}
+			pin := filepath.Join(base, strconv.Itoa(d.Ifindex), resetProg+"_"+a.dir)
+			want[pin] = true
+			if _, ok := s.devLinks[pin]; ok {
+				continue // this process attached or updated it
+			}
+			l, err := s.attachDevice(tx, pin, d, a)
+			if err != nil {
+				if errors.Is(err, errDeviceGone) {
+					skipped = append(skipped, d.Name)
+					delete(want, pin)
+					continue
+				}
+				return nil, nil, nil, fmt.Errorf("close reset on %s (%s): %w", d.Name, a.dir, err)
+			}
+			s.devLinks[pin] = l
+			tx.OnRollback(func() error { delete(s.devLinks, pin); return l.Close() })
+			attached = append(attached, pin)
+		}
+	}
+	pins, err := bpfsys.PinnedLinks(s.dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, pin := range pins {
+		if filepath.Dir(filepath.Dir(pin)) != base || want[pin] {
+			continue
+		}
+		pruned = append(pruned, pin)
+	}
+	for pin := range s.devLinks {
+		if !want[pin] && !slices.Contains(pruned, pin) {
+			pruned = append(pruned, pin)
+		}
+	}
+	tx.OnCommit(func() error {
+		var errs []error
+		for _, pin := range pruned {
+			if l, ok := s.devLinks[pin]; ok {
+				errs = append(errs, l.Close())
+				delete(s.devLinks, pin)
+			}
+			errs = append(errs, bpfsys.UnpinLink(pin))
+			os.Remove(filepath.Dir(pin)) // the ifindex directory, once empty
+		}
+		return errors.Join(errs...)
+	})
+	return attached, pruned, skipped, nil
+}
+
+var errDeviceGone = errors.New("device gone")
+
+// attachDevice updates the link pinned at pin in place, or attaches a new
+// one first in the device's tcx chain and pins it. A pinned link whose
+// device went away (ifindex 0 in its info) or is now another device is
+// replaced.
+func (s *Shortcut) attachDevice(tx *bpfsys.Tx, pin string, d Device, a devAttach) (link.Link, error) {
+	if old, err := link.LoadPinnedLink(pin, nil); err == nil {
+		info, ierr := old.Info()
+		old.Close()
+		if ierr != nil {
+			return nil, fmt.Errorf("link info of %s: %w", pin, ierr)
+		}
+		if tcx := info.TCX(); tcx == nil || int(tcx.Ifindex) != d.Ifindex {
+			// Defunct (its device was removed; the ifindex was reused): let it go.
+			if err := bpfsys.UnpinLink(pin); err != nil {
+				return nil, err
+			}
+		} else {
+			l, ok, err := tx.UpdatePinned(pin, s.objs.EzCloseReset, s.prevProgs[resetProg])
+			if err != nil || ok {
+				return l, err
+			}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: d.Ifindex, Program: s.objs.EzCloseReset, Attach: a.attach, Anchor: link.Head()})
+	if err != nil {
+		if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENXIO) {
+			return nil, errDeviceGone
+		}
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	if err := tx.PinLink(l, pin); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Devices lists the devices the close-reset program is attached to in this
+// network namespace, by pin.
+func (s *Shortcut) Devices() []string {
+	out := make([]string, 0, len(s.devLinks))
+	for pin := range s.devLinks {
+		out = append(out, pin)
+	}
+	slices.Sort(out)
+	return out
+}

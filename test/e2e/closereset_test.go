@@ -1,0 +1,242 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/lab/multinode"
+)
+
+// The RST on close (bpf/shortcut/closereset.h) as the agent runs it in a
+// node's namespace: pods created after the agent started get their veths
+// attached (netlink), a connection closed with redirected bytes unread ends
+// exactly as plain TCP's (the peer reads ECONNRESET), the device links are
+// pinned and kept across a restart without being attached twice, a removed
+// pod's links go, and uninstall leaves no program on any device.
+
+// closeResetTCX lists, per device of n, the ez_close_reset programs
+// attached with tcx ("<direction>#<program id>").
+func closeResetTCX(t *testing.T, n *multinode.Node) map[string][]string {
+	t.Helper()
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	err = bpfsys.InNetNS(n.NetNS, func() error {
+		for _, lk := range links {
+			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+				r, err := link.QueryPrograms(link.QueryOptions{Target: lk.Attrs().Index, Attach: at})
+				if err != nil {
+					return fmt.Errorf("query tcx %s on %s: %w", at, lk.Attrs().Name, err)
+				}
+				for i, pr := range r.Programs {
+					p, err := ebpf.NewProgramFromID(pr.ID)
+					if err != nil {
+						continue // detached and freed meanwhile
+					}
+					info, err := p.Info()
+					p.Close()
+					if err != nil {
+						return err
+					}
+					if info.Name != "ez_close_reset" {
+						continue
+					}
+					if i != 0 {
+						return fmt.Errorf("ez_close_reset is %d in the tcx %s chain of %s, want first", i, at, lk.Attrs().Name)
+					}
+					dir := "ingress"
+					if at == ebpf.AttachTCXEgress {
+						dir = "egress"
+					}
+					out[lk.Attrs().Name] = append(out[lk.Attrs().Name], fmt.Sprintf("%s#%d", dir, pr.ID))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// directions strips the program ids of closeResetTCX's entries.
+func directions(on []string) []string {
+	var out []string
+	for _, e := range on {
+		d, _, _ := strings.Cut(e, "#")
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestCloseResetAgent(t *testing.T) {
+	l := newMultinode(t, multinode.Options{Name: "mncr", Nodes: 1})
+	n := l.Node(1)
+	pin := "/sys/fs/bpf/eztunnel-e2e-mncr"
+	cfg := datapath.DefaultConfig()
+	cfg.PinRoot = pin
+	uninstall := func(t *testing.T) {
+		var out bytes.Buffer
+		cmd := n.Cmd(context.Background(), bin, "uninstall", "--pin-path", pin, "--drain-timeout", "5s")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := n.Run(cmd); err != nil {
+			t.Errorf("uninstall: %v: %s", err, out.String())
+		}
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(pin); err == nil {
+			uninstall(t)
+		}
+	})
+	lock := filepath.Join(t.TempDir(), "agent.lock")
+	args := []string{"run", "--cgroup", n.Managed, "--pin-path", pin, "--lock-file", lock, "--adopt=false"}
+	ag := startNodeAgent(t, t, n, args...)
+
+	// Pods made after the agent: discovered from netlink.
+	a, b := mnPod(t, n, "a"), mnPod(t, n, "b")
+	u, err := n.AddPod("u", false) // outside the managed cgroups: plain TCP
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"lo": {"egress"}}
+	for _, p := range []*multinode.Pod{a, b, u} {
+		want[p.HostVeth] = []string{"egress", "ingress"}
+	}
+	waitAttached := func(t *testing.T, what string, want map[string][]string) map[string][]string {
+		t.Helper()
+		var on map[string][]string
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			on = closeResetTCX(t, n)
+			got := map[string][]string{}
+			for dev, e := range on {
+				got[dev] = directions(e)
+			}
+			if reflect.DeepEqual(got, want) {
+				return on
+			}
+		}
+		t.Fatalf("%s: ez_close_reset on %v, want %v\nagent:\n%s", what, on, want, ag.logs.String())
+		return nil
+	}
+	attached := waitAttached(t, "pods added after the agent", want)
+
+	probeServe(t, b, probePort)
+	probeServe(t, u, probePort)
+	counters := func() datapath.Counters {
+		t.Helper()
+		p, err := datapath.OpenPinned(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		c, err := p.ReadCounters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	closeUnread := func(t *testing.T) {
+		t.Helper()
+		for _, v6 := range []bool{false, true} {
+			plain, raw := runProbe(t, a, hostport(u.Addr(v6), probePort), "close_unread")
+			t.Logf("%s plain (a -> unmanaged u): %s", family(v6), raw)
+			before := counters()
+			accel, raw := runProbe(t, a, hostport(b.Addr(v6), probePort), "close_unread")
+			d := delta(before, counters())
+			t.Logf("%s accelerated (a -> b): %s", family(v6), raw)
+			if d["pairs"] != 1 || d["bytes_redirected"] == 0 {
+				t.Errorf("%s a -> b: not accelerated, the comparison means nothing: %v", family(v6), d)
+			}
+			if d["close_resets_armed"] != 1 || d["close_resets_sent"] != 1 {
+				t.Errorf("%s: want the server's FIN armed and sent as RST once: %v", family(v6), d)
+			}
+			if plain["3_read"] != "ECONNRESET" {
+				t.Errorf("%s plain TCP: 3_read = %v, want ECONNRESET (the scenario is wrong)", family(v6), plain["3_read"])
+			}
+			if !reflect.DeepEqual(plain, accel) {
+				t.Errorf("%s: accelerated observations differ from plain TCP:\n%s", family(v6), diffObs(plain, accel))
+			}
+		}
+	}
+	t.Run("close-unread", closeUnread)
+
+	parent := t
+	t.Run("restart-keeps-links", func(t *testing.T) {
+		ag.stop(t)
+		if on := closeResetTCX(t, n); !reflect.DeepEqual(on, attached) {
+			t.Errorf("with the agent stopped: %v, want the pinned links %v", on, attached)
+		}
+		ag = startNodeAgent(t, parent, n, args...)
+		// Updated in place: one program per device and direction.
+		after := waitAttached(t, "after the restart", want)
+		for dev, on := range after {
+			if len(on) != len(attached[dev]) {
+				t.Errorf("%s: %v after the restart, was %v", dev, on, attached[dev])
+			}
+		}
+		closeUnread(t)
+	})
+
+	t.Run("pod-removed", func(t *testing.T) {
+		h, err := n.Handle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		lk, err := h.LinkByName(u.HostVeth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ifx := lk.Attrs().Index
+		if err := h.LinkDel(lk); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, u.HostVeth)
+		waitAttached(t, "u's veth removed", want)
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			pins, err := bpfsys.PinnedLinks(cfg.Dir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			left := slices.ContainsFunc(pins, func(p string) bool {
+				return strings.Contains(p, fmt.Sprintf("/%s/%d/", bpfsys.KindTCX, ifx))
+			})
+			if !left {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the removed veth's links are still pinned: %v", pins)
+			}
+		}
+	})
+
+	t.Run("uninstall", func(t *testing.T) {
+		ag.stop(t)
+		uninstall(t)
+		if on := closeResetTCX(t, n); len(on) > 0 {
+			t.Errorf("after uninstall: %v", on)
+		}
+	})
+}
