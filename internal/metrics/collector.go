@@ -109,16 +109,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 var help = map[string]string{
-	"sockets_enrolled":    "Sockets inserted into the sockhash.",
-	"pairs":               "Connections with both directions redirected.",
-	"messages_redirected": "Messages redirected from one socket to its peer.",
-	"bytes_redirected":    "Bytes redirected from one socket to its peer.",
-	"handshakes":          "SYNs registered by managed listeners.",
-	"nat_aliases":         "Handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK.",
-	"sockets_released":    "Enrolled sockets handed back to the kernel path.",
-	"adopt_rounds":        "Rounds looking for connections established before the agent to adopt.",
-	"adopted":             "Connections established before the agent and adopted onto the shortcut.",
-	"adopt_late_stack":    "Adopted sockets that sent data through the kernel path while on the shortcut (should stay 0).",
+	"sockets_enrolled":     "Sockets inserted into the sockhash.",
+	"pairs":                "Connections with both directions redirected.",
+	"messages_redirected":  "Messages redirected from one socket to its peer.",
+	"bytes_redirected":     "Bytes redirected from one socket to its peer.",
+	"handshakes":           "SYNs registered by managed listeners.",
+	"nat_aliases":          "Handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK.",
+	"sockets_released":     "Enrolled sockets handed back to the kernel path.",
+	"adopt_rounds":         "Rounds looking for connections established before the agent to adopt.",
+	"adopted":              "Connections established before the agent and adopted onto the shortcut.",
+	"adopt_late_stack":     "Adopted sockets that sent data through the kernel path while on the shortcut (should stay 0).",
+	"close_resets_armed":   "FINs of sockets closed with redirected bytes unread, to be sent as RST as plain TCP does.",
+	"close_resets_sent":    "Armed FINs rewritten to RST on the loopback device or a pod veth.",
+	"close_resets_expired": "Armed FINs found too old to rewrite.",
 }
 
 func counterHelp(name string) string {
