@@ -90,18 +90,28 @@ func TestAgentLifecycle(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("status json: %v\n%s", err, out)
 		}
-		// ez_egress and ez_sockops on the managed cgroup, ez_nat for IPv4 and IPv6.
-		var pins []string
+		// ez_egress, ez_sockops and ez_sock_release on the managed cgroup,
+		// ez_nat for IPv4 and IPv6, ez_recv; ez_close_reset on lo (egress)
+		// and on both ways of each pod veth (a, b and whatever else this
+		// namespace has).
+		var pins, tcx []string
 		for _, l := range rep.Links {
 			if l.Program == 0 {
 				t.Errorf("status: link %s without a program", l.Pin)
 			}
+			if strings.HasPrefix(l.Pin, "links/tcx/") {
+				tcx = append(tcx, l.Pin)
+				continue
+			}
 			pins = append(pins, l.Pin)
 		}
-		if len(pins) != 5 || !slices.Contains(pins, "links/netfilter/ez_nat_ipv4") || !slices.Contains(pins, "links/tracing/ez_recv") || !slices.ContainsFunc(pins, func(p string) bool {
+		if len(pins) != 6 || !slices.Contains(pins, "links/netfilter/ez_nat_ipv4") || !slices.Contains(pins, "links/tracing/ez_recv") || !slices.ContainsFunc(pins, func(p string) bool {
 			return strings.HasPrefix(p, "links/cgroup/") && strings.HasSuffix(p, "/ez_sockops")
 		}) {
 			t.Errorf("status: pinned links %v", pins)
+		}
+		if len(tcx) < 5 || !slices.ContainsFunc(tcx, func(p string) bool { return strings.HasSuffix(p, "/1/ez_close_reset_egress") }) {
+			t.Errorf("status: pinned device links %v, want lo's egress and both ways of a's and b's veths", tcx)
 		}
 		return rep.Counters
 	}
