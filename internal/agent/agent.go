@@ -166,7 +166,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopMetrics()
-	stopDevices, err := watchDevices(ctx, dp)
+	stopDevices, err := watchDevices(ctx, dp, cfg.Cgroups)
 	if err != nil {
 		return err
 	}

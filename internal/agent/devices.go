@@ -19,7 +19,7 @@ const devicesResync = 10 * time.Second
 // the pods' veths of the agent's network namespace) converged with netlink
 // until the returned stop is called; stop waits for a sync in progress, so
 // the datapath may be closed after it.
-func watchDevices(ctx context.Context, dp *datapath.Datapath) (stop func(), err error) {
+func watchDevices(ctx context.Context, dp *datapath.Datapath, cgroups []string) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	stopped := false
@@ -37,6 +37,32 @@ func watchDevices(ctx context.Context, dp *datapath.Datapath) (stop func(), err 
 		cancel()
 		return nil, fmt.Errorf("discover devices for the RST on close: %w", err)
 	}
+	// The pods' own loopback devices: their namespaces come from the
+	// managed cgroups' processes (netlink does not announce them).
+	go func() {
+		t := time.NewTicker(devicesResync)
+		defer t.Stop()
+		warned := false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			mu.Lock()
+			if !stopped {
+				denied, err := dp.SyncLoopbacks(cgroups)
+				if err != nil {
+					slog.Warn("RST on close: pod loopbacks (retried)", "err", err)
+				}
+				if denied > 0 && !warned {
+					warned = true
+					slog.Warn("RST on close: cannot open the network namespace of some processes of the managed cgroups (it needs CAP_SYS_ADMIN, CAP_SYS_PTRACE and the host PID namespace): a FIN over their pod's own loopback stays a FIN", "processes", denied)
+				}
+			}
+			mu.Unlock()
+		}
+	}()
 	return func() {
 		cancel()
 		mu.Lock()

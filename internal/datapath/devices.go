@@ -81,3 +81,30 @@ func (d *Datapath) syncDevices(devs []shortcut.Device) (err error) {
 	}
 	return nil
 }
+
+// SyncLoopbacks attaches the RST on close to the loopback device of every
+// network namespace a process of the cgroups lives in (an application and
+// its sidecar talk over it), and detaches it from namespaces that went away,
+// as one transaction. denied counts processes whose namespace the agent may
+// not open (Kubernetes without hostPID).
+func (d *Datapath) SyncLoopbacks(cgroups []string) (denied int, err error) {
+	nss, denied, err := netNamespaces(cgroups)
+	if err != nil {
+		return denied, err
+	}
+	tx := &bpfsys.Tx{}
+	attached, pruned, err := d.sc.SyncLoopbacks(tx, nss)
+	if err != nil {
+		if rerr := tx.Rollback(); rerr != nil {
+			err = fmt.Errorf("%w (and rollback failed: %v)", err, rerr)
+		}
+		return denied, err
+	}
+	if err := tx.Commit(); err != nil {
+		return denied, err
+	}
+	if len(attached)+len(pruned) > 0 {
+		slog.Info("RST-on-close pod loopbacks converged", "attached", len(attached), "detached", len(pruned))
+	}
+	return denied, nil
+}

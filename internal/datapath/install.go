@@ -63,6 +63,14 @@ func Install(cfg Config, cgroups []string) (_ *Datapath, err error) {
 			_, _, _, err = d.sc.SyncDevices(tx, devs)
 			return err
 		},
+		func() error {
+			nss, _, err := netNamespaces(cgroups)
+			if err != nil {
+				return fmt.Errorf("namespaces for the RST on close: %w", err)
+			}
+			_, _, err = d.sc.SyncLoopbacks(tx, nss)
+			return err
+		},
 	}
 	for _, step := range steps {
 		if err = step(); err != nil {

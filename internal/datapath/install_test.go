@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -351,4 +352,69 @@ func recvOwner(t *testing.T, dir string) uint32 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// The RST on close on a pod's loopback: attached in the namespace a path
+// names, and unpinned once that namespace is gone (its loopback device went
+// with it, so the link is defunct).
+func TestLoopbackLinksPruned(t *testing.T) {
+	cfg, cgs := kernelEnv(t, 1)
+	d, err := Install(cfg, cgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const name = "eztunnel-dptest-lo"
+	netns.DeleteNamed(name) // what a killed run left
+	cur, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+	ns, err := netns.NewNamed(name) // moves this (locked) thread there
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Close()
+	if err := netns.Set(cur); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netns.DeleteNamed(name) })
+
+	sync := func(paths ...string) (attached, pruned []string) {
+		t.Helper()
+		tx := &bpfsys.Tx{}
+		attached, pruned, err := d.sc.SyncLoopbacks(tx, paths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return attached, pruned
+	}
+	attached, _ := sync(filepath.Join("/run/netns", name))
+	if len(attached) != 1 || !strings.HasSuffix(attached[0], "/1/ez_close_reset_egress") {
+		t.Fatalf("attached %v, want the namespace's loopback at egress", attached)
+	}
+	pin := attached[0]
+	if again, _ := sync(filepath.Join("/run/netns", name)); len(again) != 0 {
+		t.Errorf("attached again: %v", again)
+	}
+	if err := netns.DeleteNamed(name); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel frees a namespace from a workqueue.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, pruned := sync()
+		if slices.Contains(pruned, pin) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not pruned after its namespace went", pin)
+		}
+	}
+	if bpfsys.Exists(pin) {
+		t.Errorf("%s still pinned", pin)
+	}
 }

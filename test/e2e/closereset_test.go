@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath"
@@ -31,7 +33,13 @@ import (
 // attached with tcx ("<direction>#<program id>").
 func closeResetTCX(t *testing.T, n *multinode.Node) map[string][]string {
 	t.Helper()
-	h, err := n.Handle()
+	return closeResetTCXIn(t, n.NetNS, n.Handle)
+}
+
+// closeResetTCXIn is closeResetTCX for the named netns.
+func closeResetTCXIn(t *testing.T, netns string, handle func() (*netlink.Handle, error)) map[string][]string {
+	t.Helper()
+	h, err := handle()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +49,7 @@ func closeResetTCX(t *testing.T, n *multinode.Node) map[string][]string {
 		t.Fatal(err)
 	}
 	out := map[string][]string{}
-	err = bpfsys.InNetNS(n.NetNS, func() error {
+	err = bpfsys.InNetNS(netns, func() error {
 		for _, lk := range links {
 			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
 				r, err := link.QueryPrograms(link.QueryOptions{Target: lk.Attrs().Index, Attach: at})
@@ -182,6 +190,43 @@ func TestCloseResetAgent(t *testing.T) {
 	}
 	t.Run("close-unread", closeUnread)
 
+	t.Run("pod-loopback", func(t *testing.T) {
+		// An application and its sidecar: both ends in one pod, over its
+		// own loopback. The agent finds the pod's namespace from the
+		// managed cgroups' processes (every 10 s).
+		probeServe(t, a, probePort)
+		cookie, err := bpfsys.NetNSCookie(a.NetNS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loPin := bpfsys.LinkPin(cfg.Dir(), bpfsys.KindTCX, fmt.Sprint(cookie), "1", "ez_close_reset_egress")
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if _, err := os.Stat(loPin); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not pinned: the agent did not attach to a's loopback\n%s", loPin, ag.logs.String())
+			}
+		}
+		if on := closeResetTCXIn(t, a.NetNS, a.Handle); !reflect.DeepEqual(directions(on["lo"]), []string{"egress"}) || len(on) != 1 {
+			t.Errorf("tcx in pod a: %v, want ez_close_reset at lo's egress only", on)
+		}
+		lo := netip.MustParseAddr("127.0.0.1")
+		probeServe(t, u, probePort+1)
+		plain, raw := runProbe(t, u, hostport(lo, probePort+1), "close_unread")
+		t.Logf("plain (unmanaged u, loopback): %s", raw)
+		before := counters()
+		accel, raw := runProbe(t, a, hostport(lo, probePort), "close_unread")
+		d := delta(before, counters())
+		t.Logf("accelerated (a, loopback): %s", raw)
+		if d["pairs"] != 1 || d["close_resets_armed"] != 1 || d["close_resets_sent"] != 1 {
+			t.Errorf("want one pair and its FIN armed and sent as RST: %v", d)
+		}
+		if !reflect.DeepEqual(plain, accel) {
+			t.Errorf("accelerated observations differ from plain TCP:\n%s", diffObs(plain, accel))
+		}
+	})
+
 	parent := t
 	t.Run("restart-keeps-links", func(t *testing.T) {
 		ag.stop(t)
@@ -237,6 +282,9 @@ func TestCloseResetAgent(t *testing.T) {
 		uninstall(t)
 		if on := closeResetTCX(t, n); len(on) > 0 {
 			t.Errorf("after uninstall: %v", on)
+		}
+		if on := closeResetTCXIn(t, a.NetNS, a.Handle); len(on) > 0 {
+			t.Errorf("after uninstall, in pod a: %v", on)
 		}
 	})
 }

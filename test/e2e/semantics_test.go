@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -25,6 +26,7 @@ const probePort = 7100
 type semCase struct {
 	name, scenario string
 	unmanagedPeer  bool // the server lives in an unmanaged pod: never accelerated
+	loopback       bool // the server is in the client's pod, over its loopback (an application and its sidecar)
 	v6             bool
 	conns          uint64 // connections the scenario opens (pairs expected)
 	backpressure   uint64 // connections expected to switch to the kernel path (fallback_backpressure)
@@ -43,6 +45,7 @@ var semCases = []semCase{
 	{name: "half_close", scenario: "half_close", conns: 1},
 	{name: "close_unread", scenario: "close_unread", conns: 1, resets: 1},
 	{name: "close_unread_v6", scenario: "close_unread", v6: true, conns: 1, resets: 1},
+	{name: "close_unread_loopback", scenario: "close_unread", loopback: true, conns: 1, resets: 1},
 	{name: "sendfile", scenario: "sendfile", conns: 1},
 	{name: "splice", scenario: "splice", conns: 1},
 	{name: "splice_read", scenario: "splice_read", conns: 1},
@@ -140,8 +143,12 @@ func TestSemantics(t *testing.T) {
 	a, b, u := e.pod("a", true), e.pod("b", true), e.pod("u", false)
 	srvB := e.probeServe(b, probePort)
 	srvU := e.probeServe(u, probePort)
+	e.probeServe(a, probePort) // the loopback cases' server, in the client's pod
 
 	addr := func(c semCase) string {
+		if c.loopback {
+			return hostport(netip.MustParseAddr("127.0.0.1"), probePort)
+		}
 		srv := b
 		if c.unmanagedPeer {
 			srv = u

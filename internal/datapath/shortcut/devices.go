@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -98,8 +99,8 @@ func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, 
 		pruned = append(pruned, pin)
 	}
 	for pin := range s.devLinks {
-		if !want[pin] && !slices.Contains(pruned, pin) {
-			pruned = append(pruned, pin)
+		if strings.HasPrefix(pin, base+"/") && !want[pin] && !slices.Contains(pruned, pin) {
+			pruned = append(pruned, pin) // pods' loopbacks are SyncLoopbacks'
 		}
 	}
 	tx.OnCommit(func() error {
@@ -167,4 +168,97 @@ func (s *Shortcut) Devices() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// loopbackIfindex is the loopback device's ifindex in every network
+// namespace (LOOPBACK_IFINDEX, net/core/dev.c).
+const loopbackIfindex = 1
+
+// SyncLoopbacks attaches ez_close_reset at egress of the loopback device of
+// each network namespace in nsPaths (nsfs paths: the pods' namespaces, where
+// an application and its sidecar talk over loopback) within tx, and unpins
+// the links of namespaces that went away (their loopback device went with
+// them: the link is defunct). The agent's own namespace is SyncDevices'. A
+// namespace that disappears meanwhile is skipped.
+func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pruned []string, err error) {
+	self, err := netnsCookie()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ns := range nsPaths {
+		var pin string
+		err := bpfsys.InNetNSPath(ns, func() error {
+			cookie, err := netnsCookie()
+			if err != nil || cookie == self {
+				return err
+			}
+			pin = bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(cookie, 10), strconv.Itoa(loopbackIfindex), resetProg+"_egress")
+			if _, ok := s.devLinks[pin]; ok {
+				return nil
+			}
+			l, err := s.attachDevice(tx, pin, Device{Ifindex: loopbackIfindex, Name: "lo", Egress: true}, devAttaches[1])
+			if err != nil {
+				return err
+			}
+			s.devLinks[pin] = l
+			tx.OnRollback(func() error { delete(s.devLinks, pin); return l.Close() })
+			attached = append(attached, pin)
+			return nil
+		})
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, errDeviceGone) {
+			continue // the namespace went away
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("close reset on the loopback of %s: %w", ns, err)
+		}
+	}
+	pins, err := bpfsys.PinnedLinks(s.dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	selfDir := bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(self, 10))
+	for _, pin := range pins {
+		rel, err := filepath.Rel(bpfsys.LinkPin(s.dir, bpfsys.KindTCX), pin)
+		if err != nil || strings.HasPrefix(rel, "..") || strings.HasPrefix(pin, selfDir+"/") {
+			continue
+		}
+		if alive, err := tcxAlive(pin); err != nil {
+			return nil, nil, err
+		} else if !alive {
+			pruned = append(pruned, pin)
+		}
+	}
+	tx.OnCommit(func() error {
+		var errs []error
+		for _, pin := range pruned {
+			if l, ok := s.devLinks[pin]; ok {
+				errs = append(errs, l.Close())
+				delete(s.devLinks, pin)
+			}
+			errs = append(errs, bpfsys.UnpinLink(pin))
+			os.Remove(filepath.Dir(pin))
+			os.Remove(filepath.Dir(filepath.Dir(pin))) // the netns cookie directory, once empty
+		}
+		return errors.Join(errs...)
+	})
+	return attached, pruned, nil
+}
+
+// tcxAlive tells whether the tcx link pinned at pin is still attached to a
+// device.
+func tcxAlive(pin string) (bool, error) {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open pinned link %s: %w", pin, err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		return false, fmt.Errorf("link info of %s: %w", pin, err)
+	}
+	tcx := info.TCX()
+	return tcx != nil && tcx.Ifindex != 0, nil
 }
