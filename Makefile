@@ -12,7 +12,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
 .PHONY: k8s-bin test-k8s bench-k8s
-.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-memory clean deps helm image manifests check-manifests
+.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-memory clean deps helm image manifests check-manifests
 
 all: build
 
@@ -107,6 +107,14 @@ bench-quick:
 	./scripts/install-deps.sh
 	$(MAKE) build
 	./$(LAB_BIN) bench quick
+
+# The bridge bypass in the multi-node lab: bridge vs tc bypass vs bypass +
+# shortcut, same-node and cross-node, host-gw and VXLAN (about 6 minutes).
+bench-bypass:
+	@if [ "$$(id -u)" != 0 ]; then echo "make bench-bypass needs root: sudo make bench-bypass" >&2; exit 1; fi
+	./scripts/install-deps.sh
+	$(MAKE) build
+	./$(LAB_BIN) bench bypass
 
 # Agent RSS + BPF map memory with 10k established accelerated connections.
 bench-memory: build

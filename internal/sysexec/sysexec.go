@@ -53,6 +53,7 @@ func init() {
 	register("redis-server", "redis-server", "meshlab: redis server")
 	register("redis-benchmark", "redis-tools", "bench lab: redis workload")
 	register("wrk", "wrk", "bench lab: HTTP workload")
+	register("iperf3", "iperf3", "bench bypass: TCP stream throughput and small-UDP packet rate")
 	register("stress-ng", "stress-ng", "stressed benchmark runs (CPU load)")
 	register("python3", "python3-minimal", "e2e eagain: a blocking Python client and the gate server (run as /usr/bin/python3; package python3 brings the stdlib)")
 	register("java", "openjdk-17-jre-headless", "e2e eagain: a blocking Java client")

@@ -12,6 +12,13 @@ type PingPongResult struct {
 	SpuriousEAGAIN int64 `json:"spurious_eagain"`
 }
 
+// UDPResult is what `workload udp --addr` prints.
+type UDPResult struct {
+	Sent   int           `json:"sent"`
+	Echoed int           `json:"echoed"`
+	Micros stats.Summary `json:"rtt_us"` // of the echoed datagrams
+}
+
 // StreamReport is what `workload stream` prints.
 type StreamReport struct {
 	Conns    int            `json:"conns"`

@@ -21,24 +21,28 @@ func ServeUDPEcho(pc net.PacketConn) error {
 }
 
 // UDPPingPong sends n datagrams of size bytes to addr, each after the echo
-// of the previous one (or a timeout), and returns how many came back.
-func UDPPingPong(addr string, size, n int, timeout time.Duration) (int, error) {
+// of the previous one (or a timeout), and returns how many came back and the
+// round-trip time of each that did.
+func UDPPingPong(addr string, size, n int, timeout time.Duration) (int, []time.Duration, error) {
 	c, err := net.Dial("udp", addr)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer c.Close()
 	msg := make([]byte, size)
 	back := make([]byte, size+1)
 	got := 0
+	rtts := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
+		t0 := time.Now()
 		if _, err := c.Write(msg); err != nil {
-			return got, fmt.Errorf("send %d: %w", i, err)
+			return got, rtts, fmt.Errorf("send %d: %w", i, err)
 		}
-		c.SetReadDeadline(time.Now().Add(timeout))
+		c.SetReadDeadline(t0.Add(timeout))
 		if m, err := c.Read(back); err == nil && m == size {
+			rtts = append(rtts, time.Since(t0))
 			got++
 		}
 	}
-	return got, nil
+	return got, rtts, nil
 }

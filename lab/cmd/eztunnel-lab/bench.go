@@ -2,19 +2,22 @@ package main
 
 import (
 	"context"
-	"github.com/eztunnel/eztunnel/lab/bench/scope"
+	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/eztunnel/eztunnel/lab/bench/adoption"
+	"github.com/eztunnel/eztunnel/lab/bench/bypass"
 	"github.com/eztunnel/eztunnel/lab/bench/quick"
+	"github.com/eztunnel/eztunnel/lab/bench/scope"
+	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
-	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd())
+	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd(), benchBypassCmd())
 	return cmd
 }
 
@@ -110,5 +113,38 @@ func benchScopeCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&o.Pods, "pods", o.Pods, "pod cgroups to select")
 	cmd.Flags().IntVar(&o.Rounds, "rounds", o.Rounds, "rounds of each measurement")
+	return cmd
+}
+
+func benchBypassCmd() *cobra.Command {
+	o := bypass.Options{Rounds: 3, RTTN: 5000, Seconds: 3, ClientCPU: 0, ServerCPU: 1}
+	modes := []string{string(multinode.HostGW), string(multinode.VXLAN)}
+	cmd := &cobra.Command{
+		Use:   "bypass",
+		Short: "The bridge bypass in the multi-node lab: bridge vs tc bypass vs bypass + shortcut, same-node and cross-node, TCP and UDP (needs root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, m := range modes {
+				switch multinode.Mode(m) {
+				case multinode.HostGW, multinode.VXLAN:
+					o.Modes = append(o.Modes, multinode.Mode(m))
+				default:
+					return fmt.Errorf("--modes: %q is not %q or %q", m, multinode.HostGW, multinode.VXLAN)
+				}
+			}
+			return withSelf(cmd, func(ctx context.Context, exe string) error {
+				o.Lab, o.Agent = exe, filepath.Join(filepath.Dir(exe), "eztunnel")
+				return bypass.Run(ctx, o, os.Stdout)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&modes, "modes", modes, "routing modes: host-gw, vxlan")
+	f.IntVar(&o.Rounds, "rounds", o.Rounds, "interleaved rounds of the three datapaths")
+	f.IntVar(&o.RTTN, "rtt-n", o.RTTN, "round trips per RTT measurement")
+	f.IntVar(&o.Seconds, "seconds", o.Seconds, "length of each iperf3 test")
+	f.BoolVar(&o.IPv6, "ipv6", false, "pods talk IPv6")
+	f.IntVar(&o.ClientCPU, "client-cpu", o.ClientCPU, "CPU of every client (-1: any)")
+	f.IntVar(&o.ServerCPU, "server-cpu", o.ServerCPU, "CPU of every server (-1: any)")
 	return cmd
 }

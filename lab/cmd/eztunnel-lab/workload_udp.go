@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
@@ -33,11 +34,11 @@ func workloadUDPCmd() *cobra.Command {
 				}
 				return workload.ServeUDPEcho(pc)
 			case addr != "":
-				got, err := workload.UDPPingPong(addr, size, n, timeout)
+				got, rtts, err := workload.UDPPingPong(addr, size, n, timeout)
 				if err != nil {
 					return err
 				}
-				return json.NewEncoder(os.Stdout).Encode(map[string]int{"sent": n, "echoed": got})
+				return json.NewEncoder(os.Stdout).Encode(workload.UDPResult{Sent: n, Echoed: got, Micros: stats.Summarize(stats.Micros(rtts))})
 			}
 			return errors.New("give --serve or --addr")
 		},

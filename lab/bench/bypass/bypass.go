@@ -1,0 +1,574 @@
+// Package bypass is `eztunnel-lab bench bypass`: the bridge bypass in the
+// multi-node lab (lab/multinode), in each routing mode, for three datapaths
+// run in interleaved rounds: the bridge and the node's iptables (no agent),
+// the tc bypass (an agent per node with --bypass and the socket shortcut
+// excluded), and the bypass with the shortcut. For a same-node and a
+// cross-node pod pair it measures TCP and UDP round trips, one TCP stream's
+// throughput and small-UDP packets per second, and it reads the agents'
+// bypass counters to say what was really bypassed.
+package bypass
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+
+	"github.com/eztunnel/eztunnel/lab/bench"
+	"github.com/eztunnel/eztunnel/lab/multinode"
+	"github.com/eztunnel/eztunnel/lab/workload"
+)
+
+// Options configure a run.
+type Options struct {
+	Agent     string           // the eztunnel binary
+	Lab       string           // the eztunnel-lab binary (workloads)
+	Modes     []multinode.Mode // routing modes, each a lab of its own
+	Rounds    int              // interleaved rounds of the three datapaths
+	RTTN      int              // round trips per RTT measurement
+	Seconds   int              // length of each iperf3 test
+	IPv6      bool             // pods talk IPv6 (the underlay of VXLAN stays IPv4)
+	ClientCPU int              // CPU of every client; -1: any
+	ServerCPU int              // CPU of every server; -1: any
+}
+
+// Datapaths, in the order of the report.
+const (
+	Bridge   = "bridge"
+	Bypass   = "bypass"
+	Shortcut = "bypass+shortcut"
+)
+
+var datapaths = []string{Bridge, Bypass, Shortcut}
+
+// Paths: the client pod talks to a pod of its node and to one of the other.
+var paths = []string{"same-node", "cross-node"}
+
+// Metrics, with whether lower is better.
+type metric struct {
+	name  string
+	lower bool
+}
+
+var metrics = []metric{
+	{"TCP RTT p50 (us)", true}, {"TCP RTT p99 (us)", true},
+	{"UDP RTT p50 (us)", true}, {"UDP RTT p99 (us)", true},
+	{"TCP stream (Gbit/s)", false}, {"UDP 64 B (kpps received)", false},
+}
+
+// Ports of the servers in each server pod.
+const (
+	echoPort  = 7000
+	udpPort   = 7001
+	iperfPort = 5201
+	metrics0  = "127.0.0.1:9464" // each agent's metrics, in its node's namespace
+)
+
+// sample is one measurement of every metric on one path, plus what the
+// agents bypassed meanwhile.
+type sample struct {
+	values   map[string]float64
+	bypassed float64 // packets (eztunnel_bypass_packets_total, both nodes)
+	paired   float64 // connections on the shortcut (eztunnel_pairs_total)
+}
+
+// Run measures every mode and writes the report to w.
+func Run(ctx context.Context, o Options, w io.Writer) error {
+	if o.Rounds < 1 || o.RTTN < 100 || o.Seconds < 1 {
+		return fmt.Errorf("bench bypass: rounds %d (>= 1), rtt-n %d (>= 100), seconds %d (>= 1)", o.Rounds, o.RTTN, o.Seconds)
+	}
+	if len(o.Modes) == 0 {
+		return errors.New("bench bypass: no routing mode")
+	}
+	fmt.Fprintf(w, "eztunnel bench bypass: %d mode(s) x %d round(s), datapaths interleaved (order rotated each round); client on CPU %s, servers on CPU %s; IPv6 %v\n",
+		len(o.Modes), o.Rounds, cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6)
+	results := map[multinode.Mode]map[string]map[string][]sample{}
+	for _, mode := range o.Modes {
+		r, err := runMode(ctx, o, mode, w)
+		if err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+		results[mode] = r
+	}
+	report(w, o, results)
+	return nil
+}
+
+func cpuName(c int) string {
+	if c < 0 {
+		return "any"
+	}
+	return strconv.Itoa(c)
+}
+
+// runMode builds a two-node lab in mode and runs the rounds.
+func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (_ map[string]map[string][]sample, err error) {
+	l, err := multinode.New(multinode.Options{Name: "bbp", Nodes: 2, Mode: mode})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := l.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	n1, n2 := l.Node(1), l.Node(2)
+	client, err := n1.AddPod("c", true)
+	if err != nil {
+		return nil, err
+	}
+	local, err := n1.AddPod("s", true)
+	if err != nil {
+		return nil, err
+	}
+	remote, err := n2.AddPod("r", true)
+	if err != nil {
+		return nil, err
+	}
+	servers := map[string]*multinode.Pod{"same-node": local, "cross-node": remote}
+	if err := sweepPins(n1, n2); err != nil {
+		return nil, err
+	}
+	for _, n := range []*multinode.Node{n1, n2} {
+		if err := n.Do(func() error {
+			return os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", []byte("1"), 0o644)
+		}); err != nil {
+			return nil, fmt.Errorf("%s: nf_conntrack_tcp_be_liberal: %w", n.Name, err)
+		}
+	}
+	tmp, err := os.MkdirTemp("", "eztunnel-bench-bypass-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	srvWL := workload.Client{Exe: o.Lab, Placement: placement(o.ServerCPU)}
+	cliWL := workload.Client{Exe: o.Lab, Placement: placement(o.ClientCPU)}
+	for _, p := range []*multinode.Pod{local, remote} {
+		stop, err := startServers(ctx, srvWL, p, tmp, o)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
+	fmt.Fprintf(w, "%s: client %s (%s), same-node server %s, cross-node server %s (%s)\n", mode,
+		client.Addr(o.IPv6), n1.Name, local.Addr(o.IPv6), remote.Addr(o.IPv6), n2.Name)
+
+	out := map[string]map[string][]sample{}
+	for _, dp := range datapaths {
+		out[dp] = map[string][]sample{}
+	}
+	for r := 0; r < o.Rounds; r++ {
+		order := slices.Clone(datapaths)
+		for range r % len(order) {
+			order = append(order[1:], order[0])
+		}
+		for _, dp := range order {
+			agents, err := startAgents(ctx, o, dp, tmp, n1, n2)
+			if err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", r+1, dp, err)
+			}
+			for _, path := range paths {
+				s, err := measure(ctx, o, cliWL, client, servers[path], agents)
+				if err != nil {
+					agents.stop()
+					return nil, fmt.Errorf("round %d, %s, %s: %w", r+1, dp, path, err)
+				}
+				out[dp][path] = append(out[dp][path], s)
+				fmt.Fprintf(w, "%s round %d/%d %-15s %-10s %s\n", mode, r+1, o.Rounds, dp, path, s.line())
+			}
+			if err := agents.stop(); err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", r+1, dp, err)
+			}
+		}
+	}
+	return out, nil
+}
+
+func placement(cpu int) workload.Placement {
+	if cpu < 0 {
+		return workload.Placement{}
+	}
+	return workload.Placement{CPUs: []int{cpu}}
+}
+
+func (s sample) line() string {
+	var b strings.Builder
+	for _, m := range metrics {
+		fmt.Fprintf(&b, "%s %.1f, ", strings.TrimSuffix(m.name, ")"), s.values[m.name])
+	}
+	fmt.Fprintf(&b, "bypassed %.0f packets, %.0f shortcut pairs", s.bypassed, s.paired)
+	return strings.ReplaceAll(b.String(), " (", " ")
+}
+
+// startServers runs the echo (TCP), UDP echo and iperf3 servers in p.
+func startServers(ctx context.Context, wl workload.Client, p *multinode.Pod, tmp string, o Options) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	addr := func(port int) string { return netip.AddrPortFrom(p.Addr(o.IPv6), uint16(port)).String() }
+	srv, err := wl.Serve(ctx, p, tmp, "--echo", addr(echoPort))
+	if err != nil {
+		return stop, err
+	}
+	stops = append(stops, srv.Stop)
+	for _, argv := range [][]string{
+		{o.Lab, "workload", "udp", "--serve", addr(udpPort)},
+		{"iperf3", "--server", "--bind", p.Addr(o.IPv6).String(), "--port", strconv.Itoa(iperfPort)},
+	} {
+		cctx, cancel := context.WithCancel(ctx)
+		cmd := p.Cmd(cctx, argv[0], argv[1:]...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := wl.Start(p, cmd); err != nil {
+			cancel()
+			return stop, fmt.Errorf("%s in %s: %w", argv[0], p.Name, err)
+		}
+		stops = append(stops, func() { cancel(); cmd.Wait() })
+	}
+	time.Sleep(300 * time.Millisecond) // the UDP and iperf3 servers have no ready file
+	return stop, nil
+}
+
+// pinPath is where the agent of node n pins its datapath.
+func pinPath(n *multinode.Node) string { return "/sys/fs/bpf/eztunnel-bench-" + n.NetNS }
+
+// sweepPins uninstalls what the agents of a killed run left pinned.
+func sweepPins(nodes ...*multinode.Node) error {
+	for _, n := range nodes {
+		cfg := datapath.DefaultConfig()
+		cfg.PinRoot = pinPath(n)
+		if _, err := os.Stat(cfg.PinRoot); err == nil {
+			if err := datapath.Uninstall(cfg, 0); err != nil {
+				return fmt.Errorf("pins of a killed run at %s: %w", cfg.PinRoot, err)
+			}
+			os.Remove(cfg.PinRoot)
+		}
+	}
+	return nil
+}
+
+// agents is one eztunnel agent per node, or none (the bridge).
+type agents struct {
+	nodes []*multinode.Node
+	cmds  []*exec
+	pins  []string
+	o     Options
+}
+
+type exec struct {
+	stop func() error
+	logs *bytes.Buffer
+}
+
+// startAgents starts an agent in each node's namespace for the bypass
+// datapaths and waits until each is ready and has discovered its node's pods.
+func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ...*multinode.Node) (*agents, error) {
+	a := &agents{o: o}
+	if dp == Bridge {
+		return a, nil
+	}
+	for _, n := range nodes {
+		pin := pinPath(n)
+		ready := filepath.Join(tmp, n.NetNS+"-ready")
+		os.Remove(ready)
+		args := []string{"run", "--bypass", "--cgroup", n.Managed, "--pin-path", pin,
+			"--lock-file", filepath.Join(tmp, n.NetNS+".lock"), "--adopt=false",
+			"--metrics-addr", metrics0, "--ready-file", ready}
+		if dp == Bypass {
+			// Every connection excluded from the shortcut: tc only.
+			args = append(args, "--exclude-cidrs", "0.0.0.0/0,::/0")
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		cmd := n.Cmd(cctx, o.Agent, args...)
+		logs := &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := n.Start(cmd); err != nil {
+			cancel()
+			a.stop()
+			return nil, fmt.Errorf("agent on %s: %w", n.Name, err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		e := &exec{logs: logs, stop: func() error {
+			cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case err := <-exited:
+				cancel()
+				return err
+			case <-time.After(30 * time.Second):
+				cancel()
+				return errors.New("no exit 30 s after SIGTERM")
+			}
+		}}
+		a.nodes, a.cmds, a.pins = append(a.nodes, n), append(a.cmds, e), append(a.pins, pin)
+		if err := workload.WaitReady(ctx, ready, 30*time.Second, nil); err != nil {
+			a.stop()
+			return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
+		}
+	}
+	return a, nil
+}
+
+// stop stops the agents and uninstalls what they pinned.
+func (a *agents) stop() error {
+	var errs []error
+	for i, e := range a.cmds {
+		if err := e.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("agent on %s: %w\n%s", a.nodes[i].Name, err, e.logs.String()))
+		}
+		var out bytes.Buffer
+		cmd := a.nodes[i].Cmd(context.Background(), a.o.Agent, "uninstall", "--pin-path", a.pins[i], "--drain-timeout", "10s")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := a.nodes[i].Run(cmd); err != nil {
+			errs = append(errs, fmt.Errorf("uninstall on %s: %w: %s", a.nodes[i].Name, err, out.String()))
+		}
+	}
+	a.cmds = nil
+	return errors.Join(errs...)
+}
+
+// counters sums two counters over the agents' metrics.
+func (a *agents) counters() (bypassed, paired float64, err error) {
+	for _, n := range a.nodes {
+		m, err := scrape(n)
+		if err != nil {
+			return 0, 0, err
+		}
+		bypassed += m["eztunnel_bypass_packets_total"]
+		paired += m["eztunnel_pairs_total"]
+	}
+	return bypassed, paired, nil
+}
+
+// scrape reads an agent's metrics from inside its node's namespace.
+func scrape(n *multinode.Node) (map[string]float64, error) {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
+			err = n.Do(func() (err error) {
+				var d net.Dialer
+				conn, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return conn, err
+		},
+	}}
+	resp, err := c.Get("http://" + metrics0 + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("metrics of the agent on %s: %w", n.Name, err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) > 0 {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				out[name] += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[name] += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out, nil
+}
+
+// measure runs every metric from client to server once.
+func measure(ctx context.Context, o Options, wl workload.Client, client, server *multinode.Pod, a *agents) (s sample, err error) {
+	s.values = map[string]float64{}
+	b0, p0, err := a.counters()
+	if err != nil {
+		return s, err
+	}
+	addr := func(port int) string { return netip.AddrPortFrom(server.Addr(o.IPv6), uint16(port)).String() }
+	var pp workload.PingPongResult
+	if _, err := wl.Workload(ctx, client, 2*time.Minute, &pp, "pingpong", "--addr", addr(echoPort), "--size", "24",
+		"--n", strconv.Itoa(o.RTTN), "--warmup", "500"); err != nil {
+		return s, fmt.Errorf("TCP ping-pong: %w", err)
+	}
+	s.values["TCP RTT p50 (us)"], s.values["TCP RTT p99 (us)"] = pp.Micros.P50, pp.Micros.P99
+	var ur workload.UDPResult
+	if _, err := wl.Workload(ctx, client, 2*time.Minute, &ur, "udp", "--addr", addr(udpPort), "--size", "24",
+		"--n", strconv.Itoa(o.RTTN)); err != nil {
+		return s, fmt.Errorf("UDP ping-pong: %w", err)
+	}
+	if ur.Echoed < ur.Sent*99/100 {
+		return s, fmt.Errorf("UDP ping-pong: %d of %d datagrams echoed", ur.Echoed, ur.Sent)
+	}
+	s.values["UDP RTT p50 (us)"], s.values["UDP RTT p99 (us)"] = ur.Micros.P50, ur.Micros.P99
+	tcp, err := iperf(ctx, o, wl, client, server, false)
+	if err != nil {
+		return s, err
+	}
+	s.values["TCP stream (Gbit/s)"] = tcp.End.SumReceived.BitsPerSecond / 1e9
+	udp, err := iperf(ctx, o, wl, client, server, true)
+	if err != nil {
+		return s, err
+	}
+	if udp.End.Sum.Seconds > 0 {
+		s.values["UDP 64 B (kpps received)"] = float64(udp.End.Sum.Packets-udp.End.Sum.LostPackets) / udp.End.Sum.Seconds / 1e3
+	}
+	b1, p1, err := a.counters()
+	if err != nil {
+		return s, err
+	}
+	s.bypassed, s.paired = b1-b0, p1-p0
+	return s, nil
+}
+
+// iperfResult is the part of iperf3's JSON report used here.
+type iperfResult struct {
+	End struct {
+		SumReceived struct {
+			BitsPerSecond float64 `json:"bits_per_second"`
+		} `json:"sum_received"`
+		Sum struct {
+			Seconds     float64 `json:"seconds"`
+			Packets     int64   `json:"packets"`
+			LostPackets int64   `json:"lost_packets"`
+		} `json:"sum"`
+	} `json:"end"`
+	Error string `json:"error"`
+}
+
+// iperf runs one iperf3 client test: a TCP stream, or 64-byte UDP
+// datagrams as fast as the sender goes (-b 0).
+func iperf(ctx context.Context, o Options, wl workload.Client, client, server *multinode.Pod, udp bool) (iperfResult, error) {
+	args := []string{"--client", server.Addr(o.IPv6).String(), "--port", strconv.Itoa(iperfPort), "--json",
+		"--time", strconv.Itoa(o.Seconds)}
+	if udp {
+		args = append(args, "--udp", "--bitrate", "0", "--length", "64")
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Duration(o.Seconds+30)*time.Second)
+	defer cancel()
+	cmd := client.Cmd(cctx, "iperf3", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	var res iperfResult
+	err := wl.Start(client, cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if jerr := json.Unmarshal(out.Bytes(), &res); jerr != nil && err == nil {
+		err = jerr
+	}
+	if err == nil && res.Error != "" {
+		err = errors.New(res.Error)
+	}
+	if err != nil {
+		return res, fmt.Errorf("iperf3 (udp %v): %w: %s", udp, err, tail(out.String(), 400))
+	}
+	return res, nil
+}
+
+// report prints, per mode and path, each metric's median over rounds for
+// every datapath, and the median of the per-round ratios to the bridge.
+func report(w io.Writer, o Options, results map[multinode.Mode]map[string]map[string][]sample) {
+	fmt.Fprintf(w, "\nmedians over %d round(s); change: median of the per-round changes against the bridge in the same round\n\n", o.Rounds)
+	rows := [][]string{{"mode", "path", "metric", Bridge, Bypass, Shortcut, "bypass vs bridge", "bypass+shortcut vs bridge"}}
+	for _, mode := range o.Modes {
+		r := results[mode]
+		for _, path := range paths {
+			for i, m := range metrics {
+				row := []string{"", "", m.name}
+				if i == 0 {
+					row[0], row[1] = string(mode), path
+				}
+				for _, dp := range datapaths {
+					row = append(row, fmt.Sprintf("%.1f", median(values(r[dp][path], m.name))))
+				}
+				for _, dp := range []string{Bypass, Shortcut} {
+					row = append(row, change(r[Bridge][path], r[dp][path], m.name))
+				}
+				rows = append(rows, row)
+			}
+			bp := []string{"", "", "packets bypassed per measurement"}
+			for _, dp := range datapaths {
+				var xs []float64
+				for _, s := range r[dp][path] {
+					xs = append(xs, s.bypassed)
+				}
+				bp = append(bp, fmt.Sprintf("%.0f", median(xs)))
+			}
+			rows = append(rows, append(bp, "", ""))
+		}
+	}
+	var b strings.Builder
+	bench.WriteTable(&b, rows[0], rows[1:])
+	io.WriteString(w, b.String())
+}
+
+// tail is the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+func values(ss []sample, name string) []float64 {
+	var xs []float64
+	for _, s := range ss {
+		xs = append(xs, s.values[name])
+	}
+	return xs
+}
+
+// change is the median over rounds of (x / bridge - 1), in percent.
+func change(bridge, x []sample, name string) string {
+	var ch []float64
+	for i := range min(len(bridge), len(x)) {
+		if b := bridge[i].values[name]; b > 0 {
+			ch = append(ch, (x[i].values[name]/b-1)*100)
+		}
+	}
+	if len(ch) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%%", median(ch))
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
