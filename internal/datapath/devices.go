@@ -93,7 +93,8 @@ func (d *Datapath) SyncLoopbacks(cgroups []string) (denied int, err error) {
 		return denied, err
 	}
 	tx := &bpfsys.Tx{}
-	attached, pruned, err := d.sc.SyncLoopbacks(tx, nss)
+	attached, pruned, n, err := d.sc.SyncLoopbacks(tx, nss)
+	denied += n
 	if err != nil {
 		if rerr := tx.Rollback(); rerr != nil {
 			err = fmt.Errorf("%w (and rollback failed: %v)", err, rerr)

@@ -68,7 +68,7 @@ func Install(cfg Config, cgroups []string) (_ *Datapath, err error) {
 			if err != nil {
 				return fmt.Errorf("namespaces for the RST on close: %w", err)
 			}
-			_, _, err = d.sc.SyncLoopbacks(tx, nss)
+			_, _, _, err = d.sc.SyncLoopbacks(tx, nss)
 			return err
 		},
 	}

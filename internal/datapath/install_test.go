@@ -384,7 +384,7 @@ func TestLoopbackLinksPruned(t *testing.T) {
 	sync := func(paths ...string) (attached, pruned []string) {
 		t.Helper()
 		tx := &bpfsys.Tx{}
-		attached, pruned, err := d.sc.SyncLoopbacks(tx, paths)
+		attached, pruned, _, err := d.sc.SyncLoopbacks(tx, paths)
 		if err != nil {
 			t.Fatal(err)
 		}

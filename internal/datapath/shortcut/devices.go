@@ -179,13 +179,22 @@ const loopbackIfindex = 1
 // an application and its sidecar talk over loopback) within tx, and unpins
 // the links of namespaces that went away (their loopback device went with
 // them: the link is defunct). The agent's own namespace is SyncDevices'. A
-// namespace that disappears meanwhile is skipped.
-func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pruned []string, err error) {
+// namespace that disappears meanwhile is skipped, and so is one the agent
+// may not enter (setns needs CAP_SYS_ADMIN): denied counts those.
+func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pruned []string, denied int, err error) {
 	self, err := netnsCookie()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
+	}
+	var selfStat unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &selfStat); err != nil {
+		return nil, nil, 0, fmt.Errorf("own network namespace: %w", err)
 	}
 	for _, ns := range nsPaths {
+		var st unix.Stat_t
+		if err := unix.Stat(ns, &st); err != nil || (st.Dev == selfStat.Dev && st.Ino == selfStat.Ino) {
+			continue // gone, or the agent's own (SyncDevices')
+		}
 		var pin string
 		err := bpfsys.InNetNSPath(ns, func() error {
 			cookie, err := netnsCookie()
@@ -208,13 +217,17 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, errDeviceGone) {
 			continue // the namespace went away
 		}
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			denied++
+			continue
+		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("close reset on the loopback of %s: %w", ns, err)
+			return nil, nil, denied, fmt.Errorf("close reset on the loopback of %s: %w", ns, err)
 		}
 	}
 	pins, err := bpfsys.PinnedLinks(s.dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, denied, err
 	}
 	selfDir := bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(self, 10))
 	for _, pin := range pins {
@@ -223,7 +236,7 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 			continue
 		}
 		if alive, err := tcxAlive(pin); err != nil {
-			return nil, nil, err
+			return nil, nil, denied, err
 		} else if !alive {
 			pruned = append(pruned, pin)
 		}
@@ -241,7 +254,7 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 		}
 		return errors.Join(errs...)
 	})
-	return attached, pruned, nil
+	return attached, pruned, denied, nil
 }
 
 // tcxAlive tells whether the tcx link pinned at pin is still attached to a
