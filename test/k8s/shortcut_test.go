@@ -167,6 +167,49 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
+	t.Run("close-unread", func(t *testing.T) {
+		// A server that closes with received bytes unread: plain TCP sends
+		// RST (the client reads ECONNRESET, then EPIPE). Through the agent's
+		// device links on the pods' veths the accelerated connection ends
+		// the same way (bpf/shortcut/closereset.h).
+		obs := map[string]string{}
+		for _, a := range []*app{on, off} {
+			ctx, cancel := context.WithCancel(context.Background())
+			srv := make(chan error, 1)
+			go func() {
+				_, err := cl.Kubectl(ctx, "-n", a.ns, "exec", "server", "--", "/eztunnel-lab", "workload", "probe-server",
+					"--addr", ":7100", "--ready-file", "/probe.ready")
+				srv <- err
+			}()
+			waitCtx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+			for {
+				if _, err := cl.Kubectl(waitCtx, "-n", a.ns, "exec", "server", "--", "/eztunnel-lab", "workload", "wait-file", "/probe.ready"); err == nil {
+					break
+				}
+				if waitCtx.Err() != nil {
+					t.Fatalf("%s: probe-server not ready", a.ns)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			wcancel()
+			before := metrics(t)
+			out := kubectl(t, "-n", a.ns, "exec", "client", "--", "/eztunnel-lab", "workload", "probe",
+				"--addr", a.serverIP+":7100", "--scenario", "close_unread")
+			after := metrics(t)
+			cancel()
+			<-srv
+			obs[a.ns] = strings.TrimSpace(out)
+			sent := after["eztunnel_close_resets_sent_total"] - before["eztunnel_close_resets_sent_total"]
+			t.Logf("%s: %s (FINs sent as RST: %v)", a.ns, obs[a.ns], sent)
+			if want := map[*app]float64{on: 1, off: 0}[a]; sent != want {
+				t.Errorf("%s: %v FINs sent as RST, want %v", a.ns, sent, want)
+			}
+		}
+		if obs[on.ns] != obs[off.ns] || !strings.Contains(obs[off.ns], `"3_read":"ECONNRESET"`) {
+			t.Errorf("close with unread data: accelerated %s, plain %s; want the same, with ECONNRESET", obs[on.ns], obs[off.ns])
+		}
+	})
+
 	t.Run("relabel", func(t *testing.T) {
 		kubectl(t, "label", "namespace", off.ns, labelKey+"=enabled", "--overwrite")
 		kubectl(t, "label", "namespace", on.ns, labelKey+"=disabled", "--overwrite")
