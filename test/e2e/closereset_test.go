@@ -152,19 +152,7 @@ func TestCloseResetAgent(t *testing.T) {
 
 	probeServe(t, b, probePort)
 	probeServe(t, u, probePort)
-	counters := func() datapath.Counters {
-		t.Helper()
-		p, err := datapath.OpenPinned(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		c, err := p.ReadCounters()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	counters := func() datapath.Counters { return pinnedCounters(t, pin) }
 	closeUnread := func(t *testing.T) {
 		t.Helper()
 		for _, v6 := range []bool{false, true} {

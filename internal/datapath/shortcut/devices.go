@@ -103,22 +103,28 @@ func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, 
 			pruned = append(pruned, pin) // pods' loopbacks are SyncLoopbacks'
 		}
 	}
-	tx.OnCommit(func() error {
-		var errs []error
-		for _, pin := range pruned {
-			if l, ok := s.devLinks[pin]; ok {
-				errs = append(errs, l.Close())
-				delete(s.devLinks, pin)
-			}
-			errs = append(errs, bpfsys.UnpinLink(pin))
-			os.Remove(filepath.Dir(pin)) // the ifindex directory, once empty
-		}
-		return errors.Join(errs...)
-	})
+	tx.OnCommit(func() error { return s.unpinDevices(pruned) })
 	return attached, pruned, skipped, nil
 }
 
 var errDeviceGone = errors.New("device gone")
+
+// unpinDevices closes this process's handles on the device links pinned at
+// pins and unpins them (detached once nothing holds them), removing their
+// ifindex and netns directories once empty.
+func (s *Shortcut) unpinDevices(pins []string) error {
+	var errs []error
+	for _, pin := range pins {
+		if l, ok := s.devLinks[pin]; ok {
+			errs = append(errs, l.Close())
+			delete(s.devLinks, pin)
+		}
+		errs = append(errs, bpfsys.UnpinLink(pin))
+		os.Remove(filepath.Dir(pin))
+		os.Remove(filepath.Dir(filepath.Dir(pin)))
+	}
+	return errors.Join(errs...)
+}
 
 // attachDevice updates the link pinned at pin in place, or attaches a new
 // one first in the device's tcx chain and pins it. A pinned link whose
@@ -241,19 +247,7 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 			pruned = append(pruned, pin)
 		}
 	}
-	tx.OnCommit(func() error {
-		var errs []error
-		for _, pin := range pruned {
-			if l, ok := s.devLinks[pin]; ok {
-				errs = append(errs, l.Close())
-				delete(s.devLinks, pin)
-			}
-			errs = append(errs, bpfsys.UnpinLink(pin))
-			os.Remove(filepath.Dir(pin))
-			os.Remove(filepath.Dir(filepath.Dir(pin))) // the netns cookie directory, once empty
-		}
-		return errors.Join(errs...)
-	})
+	tx.OnCommit(func() error { return s.unpinDevices(pruned) })
 	return attached, pruned, denied, nil
 }
 
