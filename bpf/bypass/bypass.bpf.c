@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * Bridge bypass, same node: a tcx ingress program on the host-side veth of
- * each pod (packets leaving the pod). An established TCP or UDP flow to
- * another local pod, whose conntrack entry netfilter already confirmed
- * without NAT, is redirected straight into the destination pod's eth0,
- * skipping the bridge, br_netfilter and iptables (frames the node would route
- * are rewritten as routing would). Everything else continues on the kernel
- * path (TCX_NEXT) with its reason counted. Nothing is dropped.
+ * Bridge bypass. tcx ingress of each pod's host-side veth (packets leaving
+ * the pod): an established TCP or UDP flow to another local pod, whose
+ * conntrack entry netfilter already confirmed without NAT, is redirected
+ * straight into the destination pod's eth0, skipping the bridge,
+ * br_netfilter and iptables (frames the node would route are rewritten as
+ * routing would); one to another node's pod goes straight to the uplink or
+ * VXLAN device the FIB lookup names. tcx ingress of those devices: packets
+ * from other nodes to a local pod go straight into it. Everything else
+ * continues on the kernel path (TCX_NEXT) with its reason counted. Nothing
+ * is dropped.
  *
- * A direction of a flow is bypassed only after the kernel path delivered one
- * of its packets to the destination pod's veth (ez_bypass_admit, tcx egress):
+ * A direction of a flow is bypassed only after the kernel path sent one of
+ * its packets out the device the bypass would send it to (ez_bypass_admit,
+ * tcx egress of pod veths and uplinks):
  * it passed FORWARD and POSTROUTING. Conntrack's own state is not enough:
  * it is updated at PREROUTING, before FORWARD may drop the packet (a UDP
  * reply dropped by FORWARD still sets SEEN_REPLY), and an entry picked up
@@ -28,6 +32,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Referenced so that BTF, and so bpf2go, carries the enum Go names. */
 const enum ez_bp_counter ez_bp_counter_enum __attribute__((unused));
+const enum ez_bp_dev_kind ez_bp_dev_kind_enum __attribute__((unused));
 
 /* Conntrack kfuncs (net/netfilter/nf_conntrack_bpf.c; tc and XDP only). */
 extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
@@ -43,6 +48,16 @@ struct {
 	__type(key, struct ez_bp_ep_key);
 	__type(value, struct ez_bp_endpoint);
 } ez_bp_endpoints SEC(".maps");
+
+/* The devices the bypass is attached to, by ifindex, written by userspace:
+ * pod veths (with their bridge) and uplinks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct ez_bp_device);
+} ez_bp_devices SEC(".maps");
 
 EZ_COUNTER_MAP(ez_bp_counters, EZ_BP_C_MAX);
 
@@ -87,7 +102,10 @@ static __always_inline int fallback(__u32 reason)
 
 static __always_inline bool mac_eq(const __u8 *a, const __u8 *b)
 {
-	return *(const __u32 *)a == *(const __u32 *)b && *(const __u16 *)(a + 4) == *(const __u16 *)(b + 4);
+	/* MACs are 2-aligned (struct ethhdr on the stack is not 4-aligned). */
+	const __u16 *x = (const __u16 *)a, *y = (const __u16 *)b;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2];
 }
 
 static __always_inline bool ipv6_ext(__u8 nh)
@@ -139,18 +157,23 @@ static __always_inline __u32 ct_tuple(const struct ez_flow *f, struct bpf_sock_t
 	return sizeof(tuple->ipv6);
 }
 
-/*
- * What the node's routing would do to a frame it forwards to a pod on its
- * bridge: MACs bridge -> pod, TTL/hop limit - 1 (IPv4: header checksum
- * updated; IPv6: CHECKSUM_COMPLETE updated). A failure before any byte is
- * written leaves the frame intact; the writes are of fixed, checked offsets.
- */
-static __always_inline int route_rewrite(struct __sk_buff *skb, const struct ez_flow *f, const struct ez_bp_endpoint *ep)
+static __always_inline int mac_store(struct __sk_buff *skb, const __u8 *dst, const __u8 *src)
 {
 	__u8 macs[12];
 
-	__builtin_memcpy(macs, ep->pod_mac, 6);
-	__builtin_memcpy(macs + 6, ep->bridge_mac, 6);
+	__builtin_memcpy(macs, dst, 6);
+	__builtin_memcpy(macs + 6, src, 6);
+	return bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) ? -1 : 0;
+}
+
+/*
+ * TTL or hop limit - 1, as forwarding does (IPv4: header checksum updated,
+ * which leaves the header's sum and so CHECKSUM_COMPLETE as they were;
+ * IPv6: CHECKSUM_COMPLETE updated). A failure before any byte is written
+ * leaves the frame intact; the writes are of fixed, checked offsets.
+ */
+static __always_inline int ttl_decrement(struct __sk_buff *skb, const struct ez_flow *f)
+{
 	if (f->family == 4) {
 		__u16 old, new;
 
@@ -160,23 +183,207 @@ static __always_inline int route_rewrite(struct __sk_buff *skb, const struct ez_
 		((__u8 *)&new)[0] -= 1;
 		if (bpf_l3_csum_replace(skb, EZ_ETH_HLEN + 10, old, new, 2))
 			return -1;
-		if (bpf_skb_store_bytes(skb, EZ_ETH_HLEN + 8, &new, 2, 0))
-			return -1;
-	} else {
+		return bpf_skb_store_bytes(skb, EZ_ETH_HLEN + 8, &new, 2, 0) ? -1 : 0;
+	}
+	{
 		__u8 hl;
 
 		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + 7, &hl, 1))
 			return -1;
 		hl -= 1;
-		if (bpf_skb_store_bytes(skb, EZ_ETH_HLEN + 7, &hl, 1, BPF_F_RECOMPUTE_CSUM))
-			return -1;
+		return bpf_skb_store_bytes(skb, EZ_ETH_HLEN + 7, &hl, 1, BPF_F_RECOMPUTE_CSUM) ? -1 : 0;
 	}
-	return bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) ? -1 : 0;
+}
+
+/* 0 when the packet may be forwarded by the bypass as routing would: TTL
+ * above 1 (else the node answers ICMP time exceeded) and, IPv4, no options
+ * (the forward path processes them). Else the fallback reason. */
+static __always_inline __u32 routable(struct __sk_buff *skb, const struct ez_flow *f)
+{
+	__u8 ttl;
+
+	if (f->family == 4 && f->l4off != 20)
+		return EZ_BP_C_FB_IP_OPTIONS;
+	if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + (f->family == 4 ? 8 : 7), &ttl, 1))
+		return EZ_BP_C_FB_OTHER;
+	if (ttl <= 1)
+		return EZ_BP_C_FB_TTL;
+	return 0;
 }
 
 /*
- * tcx egress of a pod's host-side veth: what leaves here towards the pod
- * came through the bridge and netfilter, which accepted it. Marks the
+ * The network-layer length of each packet the egress device will send, as
+ * the forward path's MTU check sees it: the packet's, or for a GSO packet
+ * its segments' (headers + gso_size, skb_gso_network_seglen). 0: unknown.
+ */
+static __always_inline __u32 l3_seg_len(struct __sk_buff *skb, const struct ez_flow *f)
+{
+	__u32 hdrs;
+	__u8 doff;
+
+	if (!skb->gso_size)
+		return skb->len > EZ_ETH_HLEN ? skb->len - EZ_ETH_HLEN : 0;
+	if (f->proto == EZ_IPPROTO_UDP)
+		return f->l4off + 8 + skb->gso_size;
+	if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + f->l4off + 12, &doff, 1))
+		return 0;
+	hdrs = f->l4off + (doff >> 4) * 4;
+	return hdrs + skb->gso_size;
+}
+
+#define EZ_AF_INET 2
+#define EZ_AF_INET6 10
+
+/*
+ * A forwarding FIB lookup (the input route of a packet arriving on
+ * ifindex: ip rules, iif, mark and ports count, as for the forward path)
+ * with the route MTU checked against l3len (PMTU exceptions and locked
+ * route MTUs included). Returns bpf_fib_lookup's result; fib holds the
+ * egress ifindex, MACs (SUCCESS) or next hop (NO_NEIGH).
+ */
+static __always_inline long fib_forward(struct __sk_buff *skb, const struct ez_flow *f, __u32 ifindex, __u32 l3len,
+					struct bpf_fib_lookup *fib)
+{
+	if (!l3len || l3len > 0xffff)
+		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
+	fib->l4_protocol = f->proto;
+	fib->sport = bpf_htons(f->sport);
+	fib->dport = bpf_htons(f->dport);
+	fib->tot_len = l3len;
+	fib->ifindex = ifindex;
+	if (f->family == 4) {
+		__u8 tos;
+
+		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + 1, &tos, 1))
+			return -1;
+		fib->family = EZ_AF_INET;
+		fib->tos = tos;
+		fib->ipv4_src = f->saddr[0];
+		fib->ipv4_dst = f->daddr[0];
+	} else {
+		__be32 w0;
+
+		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN, &w0, 4))
+			return -1;
+		fib->family = EZ_AF_INET6;
+		fib->flowinfo = w0 & bpf_htonl(0x0fffffff);
+		__builtin_memcpy(fib->ipv6_src, f->saddr, 16);
+		__builtin_memcpy(fib->ipv6_dst, f->daddr, 16);
+	}
+	fib->mark = skb->mark;
+	return bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_MARK);
+}
+
+/* The fallback reason of a FIB result other than SUCCESS and NO_NEIGH. */
+static __always_inline __u32 fib_reason(long rc)
+{
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_BLACKHOLE:
+	case BPF_FIB_LKUP_RET_UNREACHABLE:
+	case BPF_FIB_LKUP_RET_PROHIBIT:
+		return EZ_BP_C_FB_FIB_UNREACHABLE;
+	case BPF_FIB_LKUP_RET_NOT_FWDED:
+	case BPF_FIB_LKUP_RET_FWD_DISABLED:
+		return EZ_BP_C_FB_FIB_NOT_FWDED;
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return EZ_BP_C_FB_TOO_BIG;
+	default:
+		return EZ_BP_C_FB_FIB_OTHER;
+	}
+}
+
+/*
+ * Parses and checks what every bypassed packet must be: untagged IPv4 or
+ * IPv6, not a fragment, no IPv6 extension header, TCP or UDP with ports.
+ * 0 or the fallback reason.
+ */
+static __always_inline __u32 classify(struct __sk_buff *skb, struct ez_flow *f)
+{
+	struct ez_pkt p = ez_pkt_of_skb(skb, EZ_ETH_HLEN);
+
+	if (skb->vlan_present)
+		return EZ_BP_C_FB_NOT_IP;
+	if (p.eth_proto != EZ_ETH_P_IP && p.eth_proto != EZ_ETH_P_IPV6)
+		return EZ_BP_C_FB_NOT_IP;
+	if (ez_parse(&p, false, f))
+		return EZ_BP_C_FB_OTHER;
+	if (f->flags & EZ_FLOW_FRAG || (f->family == 6 && f->proto == 44))
+		return EZ_BP_C_FB_FRAGMENT;
+	if (f->family == 6 && ipv6_ext(f->proto))
+		return EZ_BP_C_FB_IPV6_EXT;
+	if (f->proto != EZ_IPPROTO_TCP && f->proto != EZ_IPPROTO_UDP)
+		return EZ_BP_C_FB_NOT_TCP_UDP;
+	if (!(f->flags & EZ_FLOW_PORTS) || (f->proto == EZ_IPPROTO_TCP && !(f->flags & EZ_FLOW_TCP)))
+		return EZ_BP_C_FB_OTHER;
+	/* Conntrack must see a TCP connection open and close (its state
+	 * machine; FORWARD rules see the SYN as NEW). */
+	if (f->proto == EZ_IPPROTO_TCP && (f->tcp_flags & (EZ_TCP_SYN | EZ_TCP_FIN | EZ_TCP_RST)))
+		return EZ_BP_C_FB_TCP_CONTROL;
+	return 0;
+}
+
+static __always_inline void ep_key(const struct ez_flow *f, struct ez_bp_ep_key *key)
+{
+	if (f->family == 4) {
+		key->ip[10] = 0xff;
+		key->ip[11] = 0xff;
+		__builtin_memcpy(&key->ip[12], &f->daddr[0], 4);
+	} else {
+		__builtin_memcpy(key->ip, f->daddr, 16);
+	}
+}
+
+/*
+ * The admission rule, the same for every path: a confirmed conntrack entry
+ * (zone 0) without NAT, sequence adjustment or helper, established (TCP)
+ * or replied (UDP), whose packet's direction the kernel path delivered
+ * (ez_bypass_admit). The lookup runs in skb->dev's netns
+ * (BPF_F_CURRENT_NETNS), the node's; either direction's tuple matches and
+ * opts.dir says which. Refreshes the entry's timeout. 0 or the fallback
+ * reason.
+ */
+static __always_inline __u32 admitted(struct __sk_buff *skb, const struct ez_flow *f)
+{
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_ct_opts opts = {};
+	struct nf_conn *ct;
+	unsigned long status;
+	__u32 tuple_sz, bit, reason = 0;
+	bool ok;
+
+	tuple_sz = ct_tuple(f, &tuple);
+	opts.netns_id = BPF_F_CURRENT_NETNS;
+	opts.l4proto = f->proto;
+	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, sizeof(opts));
+	if (!ct)
+		return EZ_BP_C_FB_NO_CONNTRACK;
+	status = ct->status;
+	if (f->proto == EZ_IPPROTO_TCP)
+		ok = ct->proto.tcp.state == TCP_CONNTRACK_ESTABLISHED;
+	else
+		ok = status & IPS_SEEN_REPLY;
+	bit = ez_bp_admit_mark[opts.dir & 1];
+	if (!(status & IPS_CONFIRMED) || (status & IPS_DYING))
+		reason = EZ_BP_C_FB_NO_CONNTRACK;
+	else if (status & (IPS_NAT_MASK | IPS_SEQ_ADJUST))
+		reason = EZ_BP_C_FB_NAT;
+	else if ((status & (IPS_HELPER | IPS_EXPECTED)) || ct->master)
+		reason = EZ_BP_C_FB_HELPER;
+	else if (!ok)
+		reason = EZ_BP_C_FB_NOT_ESTABLISHED;
+	else if (!bit || !(ct->mark & bit))
+		reason = EZ_BP_C_FB_NOT_ADMITTED;
+	else if (f->proto == EZ_IPPROTO_TCP)
+		refresh(ct, 0, ez_bp_tcp_timeout_ms);
+	else
+		refresh(ct, 1, ez_bp_udp_timeout_ms);
+	bpf_ct_release(ct);
+	return reason;
+}
+
+/*
+ * tcx egress of a pod's host-side veth, an uplink and a VXLAN device: what
+ * leaves here came through netfilter (FORWARD, POSTROUTING), which accepted it. Marks the
  * packet's direction of its conntrack entry admitted. Never drops.
  */
 SEC("tcx/egress")
@@ -220,47 +427,89 @@ int ez_bypass_admit(struct __sk_buff *skb)
 	return TCX_NEXT;
 }
 
+/*
+ * To another node: a frame to the bridge's MAC (the pod routes via its
+ * gateway) is forwarded as the node's routing would, by a FIB lookup as
+ * the packet arriving on the bridge: to the uplink or VXLAN device with the
+ * looked-up MACs and TTL - 1 (bpf_redirect, or bpf_redirect_neigh when the
+ * next hop has no neighbour entry yet). Only to devices the bypass is
+ * attached to as uplinks, whose egress program learns the admission.
+ */
+static __always_inline int to_remote(struct __sk_buff *skb, const struct ez_flow *f, const struct ethhdr *eth)
+{
+	struct bpf_fib_lookup fib = {};
+	struct ez_bp_device *port, *out;
+	__u32 ifx = skb->ifindex, len = skb->len, reason;
+	long rc;
+
+	port = bpf_map_lookup_elem(&ez_bp_devices, &ifx);
+	if (!port || port->kind != EZ_BP_DEV_POD)
+		return fallback(EZ_BP_C_FB_NO_ENDPOINT);
+	if (!mac_eq(eth->h_dest, port->bridge_mac))
+		return fallback(EZ_BP_C_FB_NO_ENDPOINT);
+	reason = routable(skb, f);
+	if (reason)
+		return fallback(reason);
+	rc = fib_forward(skb, f, port->bridge_ifindex, l3_seg_len(skb, f), &fib);
+	if (rc < 0)
+		return fallback(EZ_BP_C_FB_FIB_OTHER);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return fallback(fib_reason(rc));
+	ifx = fib.ifindex;
+	out = bpf_map_lookup_elem(&ez_bp_devices, &ifx);
+	if (!out || out->kind != EZ_BP_DEV_UPLINK)
+		return fallback(EZ_BP_C_FB_UNKNOWN_DEVICE);
+	reason = admitted(skb, f);
+	if (reason)
+		return fallback(reason);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		/* The lookup left the next hop (gateway or destination) in
+		 * ipv4_dst/ipv6_dst and its family in family. */
+		struct bpf_redir_neigh nh = {};
+
+		nh.nh_family = fib.family;
+		if (fib.family == EZ_AF_INET)
+			nh.ipv4_nh = fib.ipv4_dst;
+		else
+			__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
+		if (ttl_decrement(skb, f))
+			return fallback(EZ_BP_C_FB_OTHER);
+		count_add(EZ_BP_C_OUT_PACKETS, 1);
+		count_add(EZ_BP_C_OUT_BYTES, len);
+		count_add(EZ_BP_C_OUT_NEIGH, 1);
+		return bpf_redirect_neigh(ifx, &nh, sizeof(nh), 0);
+	}
+	if (ttl_decrement(skb, f) || mac_store(skb, fib.dmac, fib.smac))
+		return fallback(EZ_BP_C_FB_OTHER);
+	count_add(EZ_BP_C_OUT_PACKETS, 1);
+	count_add(EZ_BP_C_OUT_BYTES, len);
+	return bpf_redirect(ifx, 0);
+}
+
+/*
+ * tcx ingress of each pod's host-side veth (packets leaving the pod): to a
+ * local pod straight into it, to another node's pod to the uplink or VXLAN
+ * device (to_remote).
+ */
 SEC("tcx/ingress")
 int ez_bypass(struct __sk_buff *skb)
 {
-	struct ez_pkt p = ez_pkt_of_skb(skb, EZ_ETH_HLEN);
 	struct ez_flow f = {};
 	struct ez_bp_ep_key key = {};
 	struct ez_bp_endpoint *ep;
 	struct ethhdr eth;
-	struct bpf_sock_tuple tuple = {};
-	struct bpf_ct_opts opts = {};
-	struct nf_conn *ct;
-	__u32 tuple_sz, mtu = 0, len = skb->len;
-	unsigned long status;
-	bool ok, routed = false;
-	__u8 ttl;
+	__u32 mtu = 0, len = skb->len, reason;
+	bool routed = false;
 
-	if (skb->vlan_present)
-		return fallback(EZ_BP_C_FB_NOT_IP);
-	if (p.eth_proto != EZ_ETH_P_IP && p.eth_proto != EZ_ETH_P_IPV6)
-		return fallback(EZ_BP_C_FB_NOT_IP);
-	if (ez_parse(&p, false, &f))
+	reason = classify(skb, &f);
+	if (reason)
+		return fallback(reason);
+	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)))
 		return fallback(EZ_BP_C_FB_OTHER);
-	if (f.flags & EZ_FLOW_FRAG || (f.family == 6 && f.proto == 44))
-		return fallback(EZ_BP_C_FB_FRAGMENT);
-	if (f.family == 6 && ipv6_ext(f.proto))
-		return fallback(EZ_BP_C_FB_IPV6_EXT);
-	if (f.proto != EZ_IPPROTO_TCP && f.proto != EZ_IPPROTO_UDP)
-		return fallback(EZ_BP_C_FB_NOT_TCP_UDP);
-	if (!(f.flags & EZ_FLOW_PORTS) || (f.proto == EZ_IPPROTO_TCP && !(f.flags & EZ_FLOW_TCP)))
-		return fallback(EZ_BP_C_FB_OTHER);
-
-	if (f.family == 4) {
-		key.ip[10] = 0xff;
-		key.ip[11] = 0xff;
-		__builtin_memcpy(&key.ip[12], &f.daddr[0], 4);
-	} else {
-		__builtin_memcpy(key.ip, f.daddr, 16);
-	}
+	ep_key(&f, &key);
 	ep = bpf_map_lookup_elem(&ez_bp_endpoints, &key);
 	if (!ep)
-		return fallback(EZ_BP_C_FB_NO_ENDPOINT);
+		return to_remote(skb, &f, &eth);
 	if (ep->ifindex == skb->ifindex)
 		return fallback(EZ_BP_C_FB_OTHER);
 
@@ -272,27 +521,19 @@ int ez_bypass(struct __sk_buff *skb)
 	 * bridge's MAC as source, the pod's as destination, and TTL or hop
 	 * limit one less: the bypass does the same.
 	 */
-	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)))
-		return fallback(EZ_BP_C_FB_OTHER);
 	if (!mac_eq(eth.h_dest, ep->pod_mac)) {
 		if (!mac_eq(eth.h_dest, ep->bridge_mac))
 			return fallback(EZ_BP_C_FB_MAC_MISMATCH);
-		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + (f.family == 4 ? 8 : 7), &ttl, 1))
-			return fallback(EZ_BP_C_FB_OTHER);
-		if (ttl <= 1)
-			return fallback(EZ_BP_C_FB_TTL);
+		reason = routable(skb, &f);
+		if (reason)
+			return fallback(reason);
 		routed = true;
 	}
 
-	/* Conntrack must see a TCP connection open and close (its state
-	 * machine; FORWARD rules see the SYN as NEW). */
-	if (f.proto == EZ_IPPROTO_TCP && (f.tcp_flags & (EZ_TCP_SYN | EZ_TCP_FIN | EZ_TCP_RST)))
-		return fallback(EZ_BP_C_FB_TCP_CONTROL);
-
 	/* The host-side veth's MTU stands for the pod's eth0 (a CNI sets both
-	 * alike). GSO packets are checked by segment. < 0: no such device. */
+	 * alike); GSO packets by segment. < 0: no such device. */
 	{
-		long r = bpf_check_mtu(skb, ep->ifindex, &mtu, 0, 0);
+		long r = bpf_check_mtu(skb, ep->ifindex, &mtu, 0, BPF_MTU_CHK_SEGS);
 
 		if (r < 0)
 			return fallback(EZ_BP_C_FB_OTHER);
@@ -300,62 +541,76 @@ int ez_bypass(struct __sk_buff *skb)
 			return fallback(EZ_BP_C_FB_TOO_BIG);
 	}
 
-	tuple_sz = ct_tuple(&f, &tuple);
-	/*
-	 * The lookup runs in skb->dev's netns (BPF_F_CURRENT_NETNS): the
-	 * node's, where br_netfilter tracks bridged pod traffic. Zone 0 only
-	 * (ct_zone_id 0): flows a CT target put in another zone are not found
-	 * and take the kernel path. Either direction's tuple matches; opts.dir
-	 * says which.
-	 */
-	opts.netns_id = BPF_F_CURRENT_NETNS;
-	opts.l4proto = f.proto;
-	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, sizeof(opts));
-	if (!ct)
-		return fallback(EZ_BP_C_FB_NO_CONNTRACK);
-	status = ct->status;
-	if (!(status & IPS_CONFIRMED) || (status & IPS_DYING)) {
-		bpf_ct_release(ct);
-		return fallback(EZ_BP_C_FB_NO_CONNTRACK);
-	}
-	if (status & (IPS_NAT_MASK | IPS_SEQ_ADJUST)) {
-		bpf_ct_release(ct);
-		return fallback(EZ_BP_C_FB_NAT);
-	}
-	if ((status & (IPS_HELPER | IPS_EXPECTED)) || ct->master) {
-		bpf_ct_release(ct);
-		return fallback(EZ_BP_C_FB_HELPER);
-	}
-	if (f.proto == EZ_IPPROTO_TCP)
-		ok = ct->proto.tcp.state == TCP_CONNTRACK_ESTABLISHED;
-	else
-		ok = status & IPS_SEEN_REPLY;
-	if (!ok) {
-		bpf_ct_release(ct);
-		return fallback(EZ_BP_C_FB_NOT_ESTABLISHED);
-	}
-	{
-		__u32 bit = ez_bp_admit_mark[opts.dir & 1];
-
-		if (!bit || !(ct->mark & bit)) {
-			bpf_ct_release(ct);
-			return fallback(EZ_BP_C_FB_NOT_ADMITTED);
-		}
-	}
-	if (f.proto == EZ_IPPROTO_TCP)
-		refresh(ct, 0, ez_bp_tcp_timeout_ms);
-	else
-		refresh(ct, 1, ez_bp_udp_timeout_ms);
-	bpf_ct_release(ct);
+	reason = admitted(skb, &f);
+	if (reason)
+		return fallback(reason);
 
 	/* bpf_redirect_peer is allowed from tc/tcx ingress only, and only to a
 	 * device whose peer is in another netns (a veth into its pod). The
-	 * peer receives the frame as if from the wire (PACKET_HOST, no dst). */
-	if (routed && route_rewrite(skb, &f, ep))
+	 * peer receives the frame as if from the wire (skb_scrub_packet:
+	 * PACKET_HOST, no dst). */
+	if (routed && (ttl_decrement(skb, &f) || mac_store(skb, ep->pod_mac, ep->bridge_mac)))
 		return fallback(EZ_BP_C_FB_OTHER);
 	count_add(EZ_BP_C_PACKETS, 1);
 	count_add(EZ_BP_C_BYTES, len);
 	if (routed)
 		count_add(EZ_BP_C_ROUTED, 1);
+	return bpf_redirect_peer(ep->ifindex, 0);
+}
+
+/*
+ * tcx ingress of an uplink or VXLAN device (the VXLAN device's ingress sees
+ * the decapsulated frame): a packet from another node to a local pod goes
+ * straight into the pod, as routing would deliver it (FIB lookup as the
+ * packet arriving here: the route must lead to the pod's bridge and the
+ * neighbour to its MAC), MACs bridge -> pod, TTL - 1.
+ */
+SEC("tcx/ingress")
+int ez_bypass_in(struct __sk_buff *skb)
+{
+	struct ez_flow f = {};
+	struct ez_bp_ep_key key = {};
+	struct ez_bp_endpoint *ep;
+	struct bpf_fib_lookup fib = {};
+	__u32 mtu = 0, len = skb->len, reason;
+	long rc;
+
+	reason = classify(skb, &f);
+	if (reason)
+		return fallback(reason);
+	/* Not to this device's MAC: the node would not route it. */
+	if (skb->pkt_type != 0 /* PACKET_HOST */)
+		return fallback(EZ_BP_C_FB_MAC_MISMATCH);
+	ep_key(&f, &key);
+	ep = bpf_map_lookup_elem(&ez_bp_endpoints, &key);
+	if (!ep)
+		return fallback(EZ_BP_C_FB_NO_ENDPOINT);
+	reason = routable(skb, &f);
+	if (reason)
+		return fallback(reason);
+	rc = fib_forward(skb, &f, skb->ifindex, l3_seg_len(skb, &f), &fib);
+	if (rc < 0)
+		return fallback(EZ_BP_C_FB_FIB_OTHER);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return fallback(EZ_BP_C_FB_ROUTE_MISMATCH);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return fallback(fib_reason(rc));
+	if (fib.ifindex != ep->bridge_ifindex || !mac_eq(fib.dmac, ep->pod_mac))
+		return fallback(EZ_BP_C_FB_ROUTE_MISMATCH);
+	{
+		long r = bpf_check_mtu(skb, ep->ifindex, &mtu, 0, BPF_MTU_CHK_SEGS);
+
+		if (r < 0)
+			return fallback(EZ_BP_C_FB_OTHER);
+		if (r != EZ_BP_MTU_OK)
+			return fallback(EZ_BP_C_FB_TOO_BIG);
+	}
+	reason = admitted(skb, &f);
+	if (reason)
+		return fallback(reason);
+	if (ttl_decrement(skb, &f) || mac_store(skb, ep->pod_mac, fib.smac))
+		return fallback(EZ_BP_C_FB_OTHER);
+	count_add(EZ_BP_C_IN_PACKETS, 1);
+	count_add(EZ_BP_C_IN_BYTES, len);
 	return bpf_redirect_peer(ep->ifindex, 0);
 }

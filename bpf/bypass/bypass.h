@@ -22,6 +22,21 @@ struct ez_bp_endpoint {
 	__u32 ifindex;
 	__u8 pod_mac[6];	/* the pod's eth0 */
 	__u8 bridge_mac[6];	/* the node bridge the pod's veth is a port of */
+	__u32 bridge_ifindex;	/* that bridge */
+};
+
+/* What a device the bypass is attached to is (ez_bp_devices). */
+enum ez_bp_dev_kind {
+	EZ_BP_DEV_POD = 1,	/* a pod's host-side veth, a bridge port */
+	EZ_BP_DEV_UPLINK = 2,	/* a device routes to other nodes' pods leave by (uplink, VXLAN) */
+};
+
+/* A device the bypass is attached to, by ifindex, written from userspace. */
+struct ez_bp_device {
+	__u32 kind;		/* enum ez_bp_dev_kind */
+	__u32 bridge_ifindex;	/* EZ_BP_DEV_POD: the bridge the veth is a port of */
+	__u8 bridge_mac[6];	/* and its MAC */
+	__u8 pad[2];
 };
 
 /* Per-CPU counters (BPF_MAP_TYPE_PERCPU_ARRAY indexed by this enum): what
@@ -47,6 +62,18 @@ enum ez_bp_counter {
 	EZ_BP_C_FB_NAT,			/* entry with NAT or sequence adjustment */
 	EZ_BP_C_FB_HELPER,		/* entry with a helper or an expectation's master */
 	EZ_BP_C_FB_OTHER,		/* truncated header, unknown device, loop */
+	/* Cross node. */
+	EZ_BP_C_OUT_PACKETS,		/* pod to another node: redirected to the uplink or VXLAN device */
+	EZ_BP_C_OUT_BYTES,		/* their skb->len */
+	EZ_BP_C_OUT_NEIGH,		/* of those, by bpf_redirect_neigh (no neighbour entry yet) */
+	EZ_BP_C_IN_PACKETS,		/* from the uplink or VXLAN device into a local pod */
+	EZ_BP_C_IN_BYTES,		/* their skb->len */
+	EZ_BP_C_FB_IP_OPTIONS,		/* routed IPv4 with options: the forward path processes them */
+	EZ_BP_C_FB_FIB_UNREACHABLE,	/* FIB lookup: blackhole, unreachable or prohibit route */
+	EZ_BP_C_FB_FIB_NOT_FWDED,	/* FIB lookup: local, broadcast or multicast destination, or forwarding off */
+	EZ_BP_C_FB_FIB_OTHER,		/* FIB lookup: tunnel encap route, no source address, error */
+	EZ_BP_C_FB_UNKNOWN_DEVICE,	/* route leaves by a device the bypass is not attached to as an uplink */
+	EZ_BP_C_FB_ROUTE_MISMATCH,	/* to a local pod: the route or neighbour is not the pod's bridge and MAC */
 	EZ_BP_C_MAX,
 };
 

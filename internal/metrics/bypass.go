@@ -28,11 +28,16 @@ type BypassCollector struct {
 }
 
 var bypassMetric = map[string]struct{ name, help string }{
-	"bypassed_packets":        {"packets", "Packets the bridge bypass redirected into their destination pod."},
-	"bypassed_bytes":          {"bytes", "Bytes (frames) the bridge bypass redirected into their destination pod."},
-	"bypassed_routed_packets": {"routed_packets", "Bypassed packets sent to the bridge's MAC (routed), rewritten as the node's routing would."},
-	"conntrack_refreshes":     {"conntrack_refreshes", "Conntrack entries of bypassed flows whose timeout the bypass refreshed."},
-	"admissions":              {"admissions", "Flow directions the kernel path delivered and the bypass recorded as admitted."},
+	"bypassed_packets":           {"packets", "Packets the bridge bypass redirected into their destination pod."},
+	"bypassed_bytes":             {"bytes", "Bytes (frames) the bridge bypass redirected into their destination pod."},
+	"bypassed_routed_packets":    {"routed_packets", "Bypassed packets sent to the bridge's MAC (routed), rewritten as the node's routing would."},
+	"bypassed_out_packets":       {"out_packets", "Packets the bridge bypass sent from a pod to another node (uplink or VXLAN device) without the node's stack."},
+	"bypassed_out_bytes":         {"out_bytes", "Bytes (frames) the bridge bypass sent from a pod to another node."},
+	"bypassed_out_neigh_packets": {"out_neigh_packets", "Of the packets to another node, those sent with bpf_redirect_neigh (next hop without neighbour entry)."},
+	"bypassed_in_packets":        {"in_packets", "Packets the bridge bypass delivered from another node (uplink or VXLAN device) into a local pod."},
+	"bypassed_in_bytes":          {"in_bytes", "Bytes (frames) the bridge bypass delivered from another node into a local pod."},
+	"conntrack_refreshes":        {"conntrack_refreshes", "Conntrack entries of bypassed flows whose timeout the bypass refreshed."},
+	"admissions":                 {"admissions", "Flow directions the kernel path delivered and the bypass recorded as admitted."},
 }
 
 // NewBypassCollector describes the bypass metrics.
@@ -43,7 +48,7 @@ func NewBypassCollector(src BypassSource) *BypassCollector {
 		fallbacks: prometheus.NewDesc(namespace+"_bypass_fallbacks_total",
 			"Packets the bridge bypass left on the kernel path, by reason.", []string{"reason"}, nil),
 		devices: prometheus.NewDesc(namespace+"_bypass_devices",
-			"Pod veths the bridge bypass is attached to.", nil, nil),
+			"Pod veths and uplinks the bridge bypass is attached to.", nil, nil),
 		endpoints: prometheus.NewDesc(namespace+"_bypass_endpoints",
 			"Pod addresses the bridge bypass delivers to.", nil, nil),
 		up: prometheus.NewDesc(namespace+"_bypass_up",

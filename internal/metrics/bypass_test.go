@@ -36,7 +36,7 @@ eztunnel_bypass_packets_total 10
 # HELP eztunnel_bypass_bytes_total Bytes (frames) the bridge bypass redirected into their destination pod.
 # TYPE eztunnel_bypass_bytes_total counter
 eztunnel_bypass_bytes_total 15000
-# HELP eztunnel_bypass_devices Pod veths the bridge bypass is attached to.
+# HELP eztunnel_bypass_devices Pod veths and uplinks the bridge bypass is attached to.
 # TYPE eztunnel_bypass_devices gauge
 eztunnel_bypass_devices 3
 # HELP eztunnel_bypass_endpoints Pod addresses the bridge bypass delivers to.

@@ -36,14 +36,41 @@ const (
 	bypassEzBpCounterEZ_BP_C_FB_NAT             bypassEzBpCounter = 17
 	bypassEzBpCounterEZ_BP_C_FB_HELPER          bypassEzBpCounter = 18
 	bypassEzBpCounterEZ_BP_C_FB_OTHER           bypassEzBpCounter = 19
-	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 20
+	bypassEzBpCounterEZ_BP_C_OUT_PACKETS        bypassEzBpCounter = 20
+	bypassEzBpCounterEZ_BP_C_OUT_BYTES          bypassEzBpCounter = 21
+	bypassEzBpCounterEZ_BP_C_OUT_NEIGH          bypassEzBpCounter = 22
+	bypassEzBpCounterEZ_BP_C_IN_PACKETS         bypassEzBpCounter = 23
+	bypassEzBpCounterEZ_BP_C_IN_BYTES           bypassEzBpCounter = 24
+	bypassEzBpCounterEZ_BP_C_FB_IP_OPTIONS      bypassEzBpCounter = 25
+	bypassEzBpCounterEZ_BP_C_FB_FIB_UNREACHABLE bypassEzBpCounter = 26
+	bypassEzBpCounterEZ_BP_C_FB_FIB_NOT_FWDED   bypassEzBpCounter = 27
+	bypassEzBpCounterEZ_BP_C_FB_FIB_OTHER       bypassEzBpCounter = 28
+	bypassEzBpCounterEZ_BP_C_FB_UNKNOWN_DEVICE  bypassEzBpCounter = 29
+	bypassEzBpCounterEZ_BP_C_FB_ROUTE_MISMATCH  bypassEzBpCounter = 30
+	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 31
 )
 
+type bypassEzBpDevKind uint32
+
+const (
+	bypassEzBpDevKindEZ_BP_DEV_POD    bypassEzBpDevKind = 1
+	bypassEzBpDevKindEZ_BP_DEV_UPLINK bypassEzBpDevKind = 2
+)
+
+type bypassEzBpDevice struct {
+	_             structs.HostLayout
+	Kind          uint32
+	BridgeIfindex uint32
+	BridgeMac     [6]uint8
+	Pad           [2]uint8
+}
+
 type bypassEzBpEndpoint struct {
-	_         structs.HostLayout
-	Ifindex   uint32
-	PodMac    [6]uint8
-	BridgeMac [6]uint8
+	_             structs.HostLayout
+	Ifindex       uint32
+	PodMac        [6]uint8
+	BridgeMac     [6]uint8
+	BridgeIfindex uint32
 }
 
 type bypassEzBpEpKey struct {
@@ -56,11 +83,14 @@ type bypassEzBpEpKey struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	bypassMapEzBpCounters       = "ez_bp_counters"
+	bypassMapEzBpDevices        = "ez_bp_devices"
 	bypassMapEzBpEndpoints      = "ez_bp_endpoints"
 	bypassProgEzBypass          = "ez_bypass"
 	bypassProgEzBypassAdmit     = "ez_bypass_admit"
+	bypassProgEzBypassIn        = "ez_bypass_in"
 	bypassVarEzBpAdmitMark      = "ez_bp_admit_mark"
 	bypassVarEzBpCounterEnum    = "ez_bp_counter_enum"
+	bypassVarEzBpDevKindEnum    = "ez_bp_dev_kind_enum"
 	bypassVarEzBpTcpTimeoutMs   = "ez_bp_tcp_timeout_ms"
 	bypassVarEzBpTimeoutJiffies = "ez_bp_timeout_jiffies"
 	bypassVarEzBpUdpTimeoutMs   = "ez_bp_udp_timeout_ms"
@@ -110,6 +140,7 @@ type bypassSpecs struct {
 type bypassProgramSpecs struct {
 	EzBypass      *ebpf.ProgramSpec `ebpf:"ez_bypass"`
 	EzBypassAdmit *ebpf.ProgramSpec `ebpf:"ez_bypass_admit"`
+	EzBypassIn    *ebpf.ProgramSpec `ebpf:"ez_bypass_in"`
 }
 
 // bypassMapSpecs contains maps before they are loaded into the kernel.
@@ -117,6 +148,7 @@ type bypassProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type bypassMapSpecs struct {
 	EzBpCounters  *ebpf.MapSpec `ebpf:"ez_bp_counters"`
+	EzBpDevices   *ebpf.MapSpec `ebpf:"ez_bp_devices"`
 	EzBpEndpoints *ebpf.MapSpec `ebpf:"ez_bp_endpoints"`
 }
 
@@ -126,6 +158,7 @@ type bypassMapSpecs struct {
 type bypassVariableSpecs struct {
 	EzBpAdmitMark      *ebpf.VariableSpec `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.VariableSpec `ebpf:"ez_bp_counter_enum"`
+	EzBpDevKindEnum    *ebpf.VariableSpec `ebpf:"ez_bp_dev_kind_enum"`
 	EzBpTcpTimeoutMs   *ebpf.VariableSpec `ebpf:"ez_bp_tcp_timeout_ms"`
 	EzBpTimeoutJiffies *ebpf.VariableSpec `ebpf:"ez_bp_timeout_jiffies"`
 	EzBpUdpTimeoutMs   *ebpf.VariableSpec `ebpf:"ez_bp_udp_timeout_ms"`
@@ -152,12 +185,14 @@ func (o *bypassObjects) Close() error {
 // It can be passed to loadBypassObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bypassMaps struct {
 	EzBpCounters  *ebpf.Map `ebpf:"ez_bp_counters"`
+	EzBpDevices   *ebpf.Map `ebpf:"ez_bp_devices"`
 	EzBpEndpoints *ebpf.Map `ebpf:"ez_bp_endpoints"`
 }
 
 func (m *bypassMaps) Close() error {
 	return _BypassClose(
 		m.EzBpCounters,
+		m.EzBpDevices,
 		m.EzBpEndpoints,
 	)
 }
@@ -168,6 +203,7 @@ func (m *bypassMaps) Close() error {
 type bypassVariables struct {
 	EzBpAdmitMark      *ebpf.Variable `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.Variable `ebpf:"ez_bp_counter_enum"`
+	EzBpDevKindEnum    *ebpf.Variable `ebpf:"ez_bp_dev_kind_enum"`
 	EzBpTcpTimeoutMs   *ebpf.Variable `ebpf:"ez_bp_tcp_timeout_ms"`
 	EzBpTimeoutJiffies *ebpf.Variable `ebpf:"ez_bp_timeout_jiffies"`
 	EzBpUdpTimeoutMs   *ebpf.Variable `ebpf:"ez_bp_udp_timeout_ms"`
@@ -179,12 +215,14 @@ type bypassVariables struct {
 type bypassPrograms struct {
 	EzBypass      *ebpf.Program `ebpf:"ez_bypass"`
 	EzBypassAdmit *ebpf.Program `ebpf:"ez_bypass_admit"`
+	EzBypassIn    *ebpf.Program `ebpf:"ez_bypass_in"`
 }
 
 func (p *bypassPrograms) Close() error {
 	return _BypassClose(
 		p.EzBypass,
 		p.EzBypassAdmit,
+		p.EzBypassIn,
 	)
 }
 

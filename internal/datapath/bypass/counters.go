@@ -32,6 +32,17 @@ var counterNames = map[bypassEzBpCounter]string{
 	bypassEzBpCounterEZ_BP_C_FB_NAT:             "fallback_nat",
 	bypassEzBpCounterEZ_BP_C_FB_HELPER:          "fallback_helper",
 	bypassEzBpCounterEZ_BP_C_FB_OTHER:           "fallback_other",
+	bypassEzBpCounterEZ_BP_C_OUT_PACKETS:        "bypassed_out_packets",
+	bypassEzBpCounterEZ_BP_C_OUT_BYTES:          "bypassed_out_bytes",
+	bypassEzBpCounterEZ_BP_C_OUT_NEIGH:          "bypassed_out_neigh_packets",
+	bypassEzBpCounterEZ_BP_C_IN_PACKETS:         "bypassed_in_packets",
+	bypassEzBpCounterEZ_BP_C_IN_BYTES:           "bypassed_in_bytes",
+	bypassEzBpCounterEZ_BP_C_FB_IP_OPTIONS:      "fallback_ip_options",
+	bypassEzBpCounterEZ_BP_C_FB_FIB_UNREACHABLE: "fallback_fib_unreachable",
+	bypassEzBpCounterEZ_BP_C_FB_FIB_NOT_FWDED:   "fallback_fib_not_forwarded",
+	bypassEzBpCounterEZ_BP_C_FB_FIB_OTHER:       "fallback_fib_other",
+	bypassEzBpCounterEZ_BP_C_FB_UNKNOWN_DEVICE:  "fallback_unknown_device",
+	bypassEzBpCounterEZ_BP_C_FB_ROUTE_MISMATCH:  "fallback_route_mismatch",
 }
 
 func counterName(c bypassEzBpCounter) string {

@@ -20,8 +20,8 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
-// Not in this slice: pins (a restart detaches everything), cross-node
-// traffic, agent wiring. Close detaches every link this Bypass made.
+// Not in this slice: pins (a restart detaches everything). Close detaches
+// every link this Bypass made.
 
 // Config says where the bypass runs.
 type Config struct {
@@ -51,7 +51,14 @@ const maxTimeout = time.Duration(^uint32(0)) * time.Millisecond
 type Bypass struct {
 	netns string
 	objs  bypassObjects
-	links map[int][2]link.Link // tcx ingress (ez_bypass) and egress (ez_bypass_admit) by ifindex
+	links map[int]attachment // by ifindex
+}
+
+// attachment is the tcx ingress program (ez_bypass on a pod veth,
+// ez_bypass_in on an uplink) and egress ez_bypass_admit on one device.
+type attachment struct {
+	links  [2]link.Link
+	uplink bool
 }
 
 // Endpoint is a local pod: its host-side veth (ifindex in the node's
@@ -131,7 +138,7 @@ func Load(cfg Config) (_ *Bypass, err error) {
 	if err := spec.Variables["ez_bp_udp_timeout_ms"].Set(uint32(cfg.UDPTimeout.Milliseconds())); err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
-	b := &Bypass{netns: cfg.NetNS, links: map[int][2]link.Link{}}
+	b := &Bypass{netns: cfg.NetNS, links: map[int]attachment{}}
 	if err := spec.LoadAndAssign(&b.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -142,47 +149,112 @@ func Load(cfg Config) (_ *Bypass, err error) {
 	return b, nil
 }
 
-// Attach attaches to each host-side veth (ifindexes in the bypass's netns)
-// the bypass at tcx ingress and its admission program at tcx egress, after
-// whatever other owners attached there (default append: their programs run
-// first and are never detached). All or nothing: on error the links this
-// call made are closed.
+// Attach attaches to each pod's host-side veth (ifindexes in the bypass's
+// netns; each a veth port of a bridge) the bypass at tcx ingress and its
+// admission program at tcx egress, after whatever other owners attached
+// there (default append: their programs run first and are never
+// detached). All or nothing: on error the links this call made are closed.
 func (b *Bypass) Attach(ifindexes ...int) error {
+	return b.attach(false, ifindexes)
+}
+
+// AttachUplinks attaches to each uplink or overlay device (the devices
+// routes to other nodes' pods leave by: an uplink in host-gw mode, the
+// VXLAN device in VXLAN mode) the bypass for packets to local pods at tcx
+// ingress and the admission program at tcx egress. Pod traffic is
+// bypassed to other nodes only through these devices. As Attach.
+func (b *Bypass) AttachUplinks(ifindexes ...int) error {
+	return b.attach(true, ifindexes)
+}
+
+func (b *Bypass) attach(uplink bool, ifindexes []int) error {
+	h, err := b.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	ingress, what := b.objs.EzBypass, "pod veth"
+	if uplink {
+		ingress, what = b.objs.EzBypassIn, "uplink"
+	}
 	var made []int
-	err := bpfsys.InNetNS(b.netns, func() error {
+	err = bpfsys.InNetNS(b.netns, func() error {
 		for _, ifx := range ifindexes {
 			if ifx <= 0 {
 				return fmt.Errorf("bypass: ifindex %d", ifx)
 			}
-			if _, ok := b.links[ifx]; ok {
+			if a, ok := b.links[ifx]; ok {
+				if a.uplink != uplink {
+					return fmt.Errorf("bypass: ifindex %d is attached already, not as %s", ifx, what)
+				}
 				continue
+			}
+			dev, err := b.device(h, ifx, uplink)
+			if err != nil {
+				return err
+			}
+			// The device entry first: the programs see it from their
+			// first packet on.
+			if err := b.objs.EzBpDevices.Put(uint32(ifx), dev); err != nil {
+				return fmt.Errorf("bypass: %s ifindex %d: %w", what, ifx, err)
 			}
 			var ls [2]link.Link
 			for i, a := range []struct {
 				prog *ebpf.Program
 				at   ebpf.AttachType
-			}{{b.objs.EzBypass, ebpf.AttachTCXIngress}, {b.objs.EzBypassAdmit, ebpf.AttachTCXEgress}} {
+			}{{ingress, ebpf.AttachTCXIngress}, {b.objs.EzBypassAdmit, ebpf.AttachTCXEgress}} {
 				l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: a.prog, Attach: a.at})
 				if err != nil {
 					if ls[0] != nil {
 						ls[0].Close()
 					}
-					return fmt.Errorf("bypass: tcx %s on ifindex %d in netns %q: %w", a.at, ifx, b.netns, err)
+					b.objs.EzBpDevices.Delete(uint32(ifx))
+					return fmt.Errorf("bypass: tcx %s on %s ifindex %d in netns %q: %w", a.at, what, ifx, b.netns, err)
 				}
 				ls[i] = l
 			}
-			b.links[ifx] = ls
+			b.links[ifx] = attachment{links: ls, uplink: uplink}
 			made = append(made, ifx)
 		}
 		return nil
 	})
 	if err != nil {
 		for _, ifx := range made {
-			closeLinks(b.links[ifx])
-			delete(b.links, ifx)
+			b.Detach(ifx)
 		}
 	}
 	return err
+}
+
+// device is the ez_bp_devices entry of ifx: a pod veth must be a veth port
+// of a bridge (its bridge's ifindex and MAC are recorded), an uplink must
+// be neither a bridge nor a port of one.
+func (b *Bypass) device(h *netlink.Handle, ifx int, uplink bool) (bypassEzBpDevice, error) {
+	lk, err := h.LinkByIndex(ifx)
+	if err != nil {
+		return bypassEzBpDevice{}, fmt.Errorf("bypass: ifindex %d in netns %q: %w", ifx, b.netns, err)
+	}
+	a := lk.Attrs()
+	var master netlink.Link
+	if a.MasterIndex > 0 {
+		if master, err = h.LinkByIndex(a.MasterIndex); err != nil {
+			return bypassEzBpDevice{}, fmt.Errorf("bypass: master of %s: %w", a.Name, err)
+		}
+	}
+	_, isBridge := lk.(*netlink.Bridge)
+	_, inBridge := master.(*netlink.Bridge)
+	if uplink {
+		if isBridge || inBridge {
+			return bypassEzBpDevice{}, fmt.Errorf("bypass: uplink %s (ifindex %d) is a bridge or a bridge port, want the device routes to other nodes leave by", a.Name, ifx)
+		}
+		return bypassEzBpDevice{Kind: uint32(bypassEzBpDevKindEZ_BP_DEV_UPLINK)}, nil
+	}
+	if _, ok := lk.(*netlink.Veth); !ok || !inBridge {
+		return bypassEzBpDevice{}, fmt.Errorf("bypass: pod veth %s (ifindex %d) is a %s with master %d, want a veth port of a bridge", a.Name, ifx, lk.Type(), a.MasterIndex)
+	}
+	d := bypassEzBpDevice{Kind: uint32(bypassEzBpDevKindEZ_BP_DEV_POD), BridgeIfindex: uint32(a.MasterIndex)}
+	copy(d.BridgeMac[:], master.Attrs().HardwareAddr)
+	return d, nil
 }
 
 func closeLinks(ls [2]link.Link) error {
@@ -195,31 +267,45 @@ func closeLinks(ls [2]link.Link) error {
 	return errors.Join(errs...)
 }
 
-// Detach removes the program from one device.
+// Detach removes the programs from one device (a pod veth or an uplink).
 func (b *Bypass) Detach(ifindex int) error {
-	ls, ok := b.links[ifindex]
+	a, ok := b.links[ifindex]
 	if !ok {
 		return fmt.Errorf("bypass: not attached to ifindex %d", ifindex)
 	}
 	delete(b.links, ifindex)
-	return closeLinks(ls)
+	err := closeLinks(a.links)
+	if derr := b.objs.EzBpDevices.Delete(uint32(ifindex)); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+		err = errors.Join(err, derr)
+	}
+	return err
 }
 
-// Attached lists the ifindexes the program is attached to, sorted.
-func (b *Bypass) Attached() []int {
+// Attached lists the pod veths (ifindexes) the programs are attached to,
+// sorted.
+func (b *Bypass) Attached() []int { return b.attached(false) }
+
+// Uplinks lists the uplinks (ifindexes) the programs are attached to,
+// sorted.
+func (b *Bypass) Uplinks() []int { return b.attached(true) }
+
+func (b *Bypass) attached(uplink bool) []int {
 	out := make([]int, 0, len(b.links))
-	for ifx := range b.links {
-		out = append(out, ifx)
+	for ifx, a := range b.links {
+		if a.uplink == uplink {
+			out = append(out, ifx)
+		}
 	}
 	slices.Sort(out)
 	return out
 }
 
-// ProgramIDs are the kernel's ids of the bypass and admission programs (as
-// link queries list them).
+// ProgramIDs are the kernel's ids of the programs, as link queries list
+// them, in this order: pod veth ingress (ez_bypass), egress of pod veths and
+// uplinks (ez_bypass_admit), uplink ingress (ez_bypass_in).
 func (b *Bypass) ProgramIDs() ([]ebpf.ProgramID, error) {
 	var ids []ebpf.ProgramID
-	for _, p := range []*ebpf.Program{b.objs.EzBypass, b.objs.EzBypassAdmit} {
+	for _, p := range []*ebpf.Program{b.objs.EzBypass, b.objs.EzBypassAdmit, b.objs.EzBypassIn} {
 		info, err := p.Info()
 		if err != nil {
 			return nil, err
@@ -263,7 +349,9 @@ func (b *Bypass) SetEndpoint(ip netip.Addr, ep Endpoint) error {
 	if _, ok := lk.(*netlink.Veth); !ok {
 		return fmt.Errorf("bypass: endpoint %s: ifindex %d (%s) is a %s, want a pod's veth", ip, ep.Ifindex, lk.Attrs().Name, lk.Type())
 	}
-	v := bypassEzBpEndpoint{Ifindex: uint32(ep.Ifindex)}
+	// Packets from other nodes are bypassed to the pod only if the route
+	// to it leads to this bridge.
+	v := bypassEzBpEndpoint{Ifindex: uint32(ep.Ifindex), BridgeIfindex: uint32(lk.Attrs().MasterIndex)}
 	copy(v.PodMac[:], ep.PodMAC)
 	copy(v.BridgeMac[:], ep.BridgeMAC)
 	if err := b.objs.EzBpEndpoints.Put(key, v); err != nil {
@@ -304,8 +392,8 @@ func (b *Bypass) handle() (*netlink.Handle, error) {
 // maps (nothing is pinned).
 func (b *Bypass) Close() error {
 	var errs []error
-	for ifx, ls := range b.links {
-		if err := closeLinks(ls); err != nil {
+	for ifx, a := range b.links {
+		if err := closeLinks(a.links); err != nil {
 			errs = append(errs, fmt.Errorf("bypass: detach ifindex %d: %w", ifx, err))
 		}
 		delete(b.links, ifx)

@@ -36,10 +36,10 @@ func TestBypassVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer objs.Close()
-	if objs.EzBypass == nil || objs.EzBypassAdmit == nil || objs.EzBpEndpoints == nil || objs.EzBpCounters == nil {
+	if objs.EzBypass == nil || objs.EzBypassAdmit == nil || objs.EzBypassIn == nil || objs.EzBpEndpoints == nil || objs.EzBpDevices == nil || objs.EzBpCounters == nil {
 		t.Fatal("program or maps missing after load")
 	}
-	for _, p := range []*ebpf.Program{objs.EzBypass, objs.EzBypassAdmit} {
+	for _, p := range []*ebpf.Program{objs.EzBypass, objs.EzBypassAdmit, objs.EzBypassIn} {
 		if p.Type() != ebpf.SchedCLS {
 			t.Errorf("program type %s, want %s", p.Type(), ebpf.SchedCLS)
 		}
