@@ -18,9 +18,9 @@ import (
 // besides netlink updates.
 const bypassResync = 5 * time.Second
 
-// bridgeBypass runs the bridge bypass (first slice: same node) in the
-// agent's network namespace: it converges the attached veths and endpoints
-// to what podnet discovers. Nothing is pinned: it works while the agent
+// bridgeBypass runs the bridge bypass in the agent's network namespace: it
+// converges the attached pod veths, uplinks and endpoints to what podnet
+// discovers. Nothing is pinned: it works while the agent
 // runs and is detached when it stops.
 type bridgeBypass struct {
 	mu      sync.Mutex
@@ -49,7 +49,7 @@ func (b *bridgeBypass) start(ctx context.Context) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	slog.Info("bridge bypass attached (not pinned: it is detached when the agent stops)", "devices", len(b.bp.Attached()), "endpoints", len(b.applied))
+	slog.Info("bridge bypass attached (not pinned: it is detached when the agent stops)", "devices", len(b.bp.Attached()), "uplinks", len(b.bp.Uplinks()), "endpoints", len(b.applied))
 	return nil
 }
 
@@ -78,6 +78,15 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		removed = append(removed, ip.String())
 	}
 	var detached, attached []string
+	for _, ifx := range b.bp.Uplinks() {
+		if _, ok := st.Uplinks[ifx]; ok {
+			continue
+		}
+		if err := b.bp.Detach(ifx); err != nil {
+			slog.Warn("bypass: detach uplink", "ifindex", ifx, "err", err)
+		}
+		detached = append(detached, fmt.Sprint(ifx))
+	}
 	for _, ifx := range b.bp.Attached() {
 		if _, ok := st.Ports[ifx]; ok {
 			continue
@@ -102,6 +111,20 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		}
 		on[ifx] = true
 		attached = append(attached, p.Name)
+	}
+	up := map[int]bool{}
+	for _, ifx := range b.bp.Uplinks() {
+		up[ifx] = true
+	}
+	for ifx, u := range st.Uplinks {
+		if up[ifx] {
+			continue
+		}
+		if err := b.bp.AttachUplinks(ifx); err != nil {
+			slog.Warn("bypass: attach uplink", "device", u.Name, "ifindex", ifx, "err", err)
+			continue
+		}
+		attached = append(attached, u.Name)
 	}
 	for ip, ep := range want {
 		if !on[ep.Ifindex] {
@@ -157,5 +180,5 @@ func (b *bridgeBypass) BypassState() (devices, endpoints int) {
 	if b.bp == nil {
 		return 0, 0
 	}
-	return len(b.bp.Attached()), len(b.applied)
+	return len(b.bp.Attached()) + len(b.bp.Uplinks()), len(b.applied)
 }

@@ -4,7 +4,12 @@
 // names.
 //
 // The rule: a port is a veth whose master is a bridge and whose peer is in
-// another network namespace (IFLA_LINK_NETNSID). An endpoint is an IPv4 or
+// another network namespace (IFLA_LINK_NETNSID). An uplink is a device that
+// a main-table route with a gateway (via, or onlink via) to a destination
+// other than a default route leaves by, and that is neither a bridge, a
+// bridge port nor loopback: the routes of host-gw and VXLAN CNIs to other
+// nodes' pod CIDRs (a node's own pod CIDR is a connected route, without
+// gateway). An endpoint is an IPv4 or
 // IPv6 global unicast address with a usable neighbour entry on the bridge
 // (REACHABLE, STALE, DELAY, PROBE or PERMANENT) whose MAC the bridge's FDB
 // has learnt on exactly one port of that bridge. An address whose MAC is not
@@ -38,9 +43,16 @@ type Endpoint struct {
 	MAC  net.HardwareAddr
 }
 
+// Uplink is a device routes to other nodes leave by.
+type Uplink struct {
+	Ifindex int
+	Name    string
+}
+
 // State is what one scan found.
 type State struct {
 	Ports     map[int]Port
+	Uplinks   map[int]Uplink
 	Endpoints map[netip.Addr]Endpoint
 }
 
@@ -54,7 +66,7 @@ type fdbKey struct {
 
 // Scan reads links, the bridges' FDBs and neighbour tables through h.
 func Scan(h *netlink.Handle) (State, error) {
-	st := State{Ports: map[int]Port{}, Endpoints: map[netip.Addr]Endpoint{}}
+	st := State{Ports: map[int]Port{}, Uplinks: map[int]Uplink{}, Endpoints: map[netip.Addr]Endpoint{}}
 	links, err := h.LinkList()
 	if err != nil {
 		return st, fmt.Errorf("podnet: list links: %w", err)
@@ -72,6 +84,9 @@ func Scan(h *netlink.Handle) (State, error) {
 			continue
 		}
 		st.Ports[a.Index] = Port{Ifindex: a.Index, Name: a.Name, Bridge: a.MasterIndex, BridgeMAC: mac}
+	}
+	if err := scanUplinks(h, links, bridges, &st); err != nil {
+		return st, err
 	}
 	if len(st.Ports) == 0 {
 		return st, nil
@@ -126,10 +141,52 @@ func Scan(h *netlink.Handle) (State, error) {
 	return st, nil
 }
 
+// scanUplinks adds the uplinks: devices of gateway routes of the main table
+// to non-default destinations, bridges, bridge ports and loopback left out.
+func scanUplinks(h *netlink.Handle, links []netlink.Link, bridges map[int]net.HardwareAddr, st *State) error {
+	byIndex := map[int]netlink.Link{}
+	for _, lk := range links {
+		byIndex[lk.Attrs().Index] = lk
+	}
+	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+		rs, err := h.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return fmt.Errorf("podnet: list routes: %w", err)
+		}
+		for _, r := range rs {
+			if r.Dst == nil || r.Type != unix.RTN_UNICAST {
+				continue
+			}
+			if ones, _ := r.Dst.Mask.Size(); ones == 0 {
+				continue // a default route: not to a node's pods
+			}
+			hops := []*netlink.NexthopInfo{{LinkIndex: r.LinkIndex, Gw: r.Gw, Via: r.Via}}
+			if len(r.MultiPath) > 0 {
+				hops = r.MultiPath
+			}
+			for _, nh := range hops {
+				lk, ok := byIndex[nh.LinkIndex]
+				if !ok || (nh.Gw == nil && nh.Via == nil) {
+					continue
+				}
+				a := lk.Attrs()
+				if _, isBridge := bridges[a.Index]; isBridge || a.Flags&net.FlagLoopback != 0 {
+					continue
+				}
+				if _, inBridge := bridges[a.MasterIndex]; inBridge {
+					continue
+				}
+				st.Uplinks[a.Index] = Uplink{Ifindex: a.Index, Name: a.Name}
+			}
+		}
+	}
+	return nil
+}
+
 // coalesce is how long Watch gathers netlink events before it scans.
 const coalesce = 100 * time.Millisecond
 
-// Watch subscribes to link and neighbour (and FDB) updates, scans, and
+// Watch subscribes to link, neighbour (and FDB) and route updates, scans, and
 // then, on a goroutine of its own until ctx is done, scans again after
 // updates (gathered for 100 ms) and every resync as a backstop. sync gets
 // every successful scan, never concurrently. The first scan's error is
@@ -159,6 +216,7 @@ func scan() (State, error) {
 type watcher struct {
 	links  chan netlink.LinkUpdate
 	neighs chan netlink.NeighUpdate
+	routes chan netlink.RouteUpdate
 	done   chan struct{}
 }
 
@@ -168,7 +226,7 @@ func (w *watcher) subscribe() {
 		close(w.done)
 	}
 	w.done = make(chan struct{})
-	w.links, w.neighs = make(chan netlink.LinkUpdate, 256), make(chan netlink.NeighUpdate, 256)
+	w.links, w.neighs, w.routes = make(chan netlink.LinkUpdate, 256), make(chan netlink.NeighUpdate, 256), make(chan netlink.RouteUpdate, 256)
 	done := w.done
 	logErr := func(err error) {
 		select {
@@ -184,6 +242,10 @@ func (w *watcher) subscribe() {
 	if err := netlink.NeighSubscribeWithOptions(w.neighs, w.done, netlink.NeighSubscribeOptions{ErrorCallback: logErr}); err != nil {
 		slog.Warn("podnet: subscribe to neighbour updates (resyncing periodically)", "err", err)
 		w.neighs = nil
+	}
+	if err := netlink.RouteSubscribeWithOptions(w.routes, w.done, netlink.RouteSubscribeOptions{ErrorCallback: logErr}); err != nil {
+		slog.Warn("podnet: subscribe to route updates (resyncing periodically)", "err", err)
+		w.routes = nil
 	}
 }
 
@@ -219,11 +281,16 @@ func (w *watcher) run(ctx context.Context, resync time.Duration, sync func(State
 				w.neighs = nil
 			}
 			event()
+		case _, ok := <-w.routes:
+			if !ok {
+				w.routes = nil
+			}
+			event()
 		case <-soon:
 			soon = nil
 			rescan()
 		case <-tick.C:
-			if w.links == nil || w.neighs == nil {
+			if w.links == nil || w.neighs == nil || w.routes == nil {
 				w.subscribe() // a subscription ended (for example ENOBUFS)
 			}
 			rescan()
