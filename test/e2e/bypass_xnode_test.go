@@ -1,0 +1,537 @@
+package e2e
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	"github.com/eztunnel/eztunnel/internal/podnet"
+	"github.com/eztunnel/eztunnel/lab/multinode"
+)
+
+// The bridge bypass across nodes: pod egress to another node's pod goes
+// from the pod's veth straight to the uplink (host-gw) or VXLAN device,
+// and packets from there to a local pod straight into it, once each node's
+// own netfilter admitted the flow.
+
+// attachUplinks discovers n's uplinks from netlink (podnet) and attaches
+// the bypass to them; they must be the lab's uplink (host-gw) or VXLAN
+// device.
+func attachUplinks(t *testing.T, l *multinode.Lab, n *multinode.Node, bp *bypass.Bypass) {
+	t.Helper()
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := podnet.Scan(h)
+	h.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := multinode.RoleUplink
+	if l.Mode == multinode.VXLAN {
+		role = multinode.RoleVXLAN
+	}
+	want, err := n.Device(role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var ifx []int
+	for _, u := range st.Uplinks {
+		got = append(got, u.Name)
+		ifx = append(ifx, u.Ifindex)
+	}
+	if len(got) != 1 || got[0] != want.Name {
+		t.Fatalf("node %s (%s): podnet found uplinks %v, want [%s]", n.Name, l.Mode, got, want.Name)
+	}
+	if err := bp.AttachUplinks(ifx...); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(bp.Uplinks(), ifx) {
+		t.Fatalf("uplinks attached %v, want %v", bp.Uplinks(), ifx)
+	}
+}
+
+func linkStats(t *testing.T, n *multinode.Node, dev string) netlink.LinkStatistics {
+	t.Helper()
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	lk, err := h.LinkByName(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *lk.Attrs().Statistics
+}
+
+// viaStack is what the node stacks handled of traffic from pod src to
+// pod dst on another node: bytes the source node's bridge took in to route
+// (frames to its MAC) and bytes the destination node forwarded through its
+// bridge into dst's veth. Bypassed frames skip both.
+type viaStack struct{ srcBridgeRx, dstVethTx uint64 }
+
+func stackBytes(t *testing.T, src, dst *multinode.Pod) viaStack {
+	return viaStack{linkStats(t, src.Node, src.Node.Bridge).RxBytes, linkStats(t, dst.Node, dst.HostVeth).TxBytes}
+}
+
+func (a viaStack) sub(b viaStack) viaStack {
+	return viaStack{a.srcBridgeRx - b.srcBridgeRx, a.dstVethTx - b.dstVethTx}
+}
+
+// xnodeTransfer sends mnTransfer bytes from src to dst (other node) and
+// returns the bypass counter deltas of both nodes and the stack bytes.
+func xnodeTransfer(t *testing.T, src, dst *multinode.Pod, bpSrc, bpDst *bypass.Bypass, v6 bool) (dSrc, dDst bypass.Counters, via viaStack) {
+	t.Helper()
+	to := sinkServer(t, dst, v6)
+	var b1, b2 bypass.Counters
+	if bpSrc != nil {
+		b1, b2 = bpCounters(t, bpSrc), bpCounters(t, bpDst)
+	}
+	s0 := stackBytes(t, src, dst)
+	transfer(t, src, to, mnTransfer)
+	via = stackBytes(t, src, dst).sub(s0)
+	if bpSrc != nil {
+		dSrc, dDst = bpDelta(b1, bpCounters(t, bpSrc)), bpDelta(b2, bpCounters(t, bpDst))
+	}
+	return dSrc, dDst, via
+}
+
+func TestBypassCrossNode(t *testing.T) {
+	for _, mode := range []multinode.Mode{multinode.HostGW, multinode.VXLAN} {
+		t.Run(string(mode), func(t *testing.T) {
+			name := "xbh"
+			if mode == multinode.VXLAN {
+				name = "xbv"
+			}
+			l := newMultinode(t, multinode.Options{Name: name, Nodes: 2, Mode: mode})
+			n1, n2 := l.Node(1), l.Node(2)
+			a1, b1 := mnPod(t, n1, "a1"), mnPod(t, n2, "b1")
+			for _, n := range []*multinode.Node{n1, n2} {
+				setBeLiberal(t, n, "1")
+			}
+
+			// The kernel path alone: every byte passes both stacks.
+			_, _, plain := xnodeTransfer(t, a1, b1, nil, nil, false)
+			t.Logf("plain: %+v", plain)
+			if plain.srcBridgeRx < mnTransfer || plain.dstVethTx < mnTransfer {
+				t.Fatalf("plain a1 -> b1: stacks saw %+v of %d bytes: the measure is wrong", plain, mnTransfer)
+			}
+
+			bp1, bp2 := attachBypass(t, n1, bypass.Config{}), attachBypass(t, n2, bypass.Config{})
+			attachUplinks(t, l, n1, bp1)
+			attachUplinks(t, l, n2, bp2)
+			bps := map[*multinode.Node]*bypass.Bypass{n1: bp1, n2: bp2}
+
+			for _, v6 := range []bool{false, true} {
+				t.Run("tcp-"+family(v6), func(t *testing.T) {
+					for _, c := range [][2]*multinode.Pod{{a1, b1}, {b1, a1}} {
+						src, dst := c[0], c[1]
+						what := fmt.Sprintf("%s %s -> %s", family(v6), src.Name, dst.Name)
+						dSrc, dDst, via := xnodeTransfer(t, src, dst, bps[src.Node], bps[dst.Node], v6)
+						t.Logf("%s: stacks %+v; source node %v; destination node %v", what, via, dSrc, dDst)
+						if dSrc["bypassed_out_bytes"] < mnTransfer/2 || dDst["bypassed_in_bytes"] < mnTransfer/2 {
+							t.Errorf("%s: bypassed out %d, in %d bytes of %d", what, dSrc["bypassed_out_bytes"], dDst["bypassed_in_bytes"], mnTransfer)
+						}
+						// The other direction (ACKs, the hash) too.
+						if dDst["bypassed_out_packets"] == 0 || dSrc["bypassed_in_packets"] == 0 {
+							t.Errorf("%s: the reverse direction was not bypassed: out %d, in %d packets", what, dDst["bypassed_out_packets"], dSrc["bypassed_in_packets"])
+						}
+						if via.srcBridgeRx >= mnTransfer/2 || via.dstVethTx >= mnTransfer/2 {
+							t.Errorf("%s: the stacks still carried %+v bytes", what, via)
+						}
+						if dSrc["fallback_tcp_control"] == 0 || dSrc["admissions"] == 0 || dDst["admissions"] == 0 {
+							t.Errorf("%s: the handshake did not take the kernel path: %v / %v", what, dSrc, dDst)
+						}
+						for _, d := range []bypass.Counters{dSrc, dDst} {
+							for _, k := range []string{"fallback_other", "fallback_too_big", "fallback_nat", "fallback_route_mismatch", "fallback_unknown_device", "fallback_fib_other", "bypassed_packets"} {
+								if d[k] != 0 {
+									t.Errorf("%s: %s: %d", what, k, d[k])
+								}
+							}
+						}
+					}
+				})
+				t.Run("udp-"+family(v6), func(t *testing.T) {
+					b1c, b2c := bpCounters(t, bp1), bpCounters(t, bp2)
+					udpWindows(t, a1, b1, v6, 20, 50)
+					d1, d2 := bpDelta(b1c, bpCounters(t, bp1)), bpDelta(b2c, bpCounters(t, bp2))
+					t.Logf("n1 %v; n2 %v", d1, d2)
+					// 1000 datagrams each way; the first ones set the flow up.
+					for _, c := range []struct {
+						what string
+						n    uint64
+					}{{"n1 out", d1["bypassed_out_packets"]}, {"n2 in", d2["bypassed_in_packets"]}, {"n2 out", d2["bypassed_out_packets"]}, {"n1 in", d1["bypassed_in_packets"]}} {
+						if c.n < 900 {
+							t.Errorf("%s: %d of 1000 datagrams bypassed", c.what, c.n)
+						}
+					}
+					if d1["fallback_no_conntrack"] == 0 {
+						t.Errorf("the first datagram did not take the kernel path: %v", d1)
+					}
+				})
+			}
+
+			t.Run("forward-rules", func(t *testing.T) {
+				// New flows: the SYNs take the kernel path.
+				checkBlock(t, n2, a1, b1, multinode.Drop)   // at the receiver's node
+				checkBlock(t, n1, a1, b1, multinode.Reject) // at the sender's node
+				for _, v6 := range []bool{false, true} {
+					// Replies dropped at the replier's node (they leave b1
+					// by the bypass's egress path) and at the client's
+					// (they arrive at n1's uplink).
+					checkUDPRepliesBlocked(t, bp2, n2, a1, b1, v6)
+					checkUDPRepliesBlocked(t, bp1, n1, a1, b1, v6)
+					checkDropEstablished(t, bp1, n1, a1, b1, v6)
+				}
+			})
+			t.Run("masquerade", func(t *testing.T) {
+				for _, v6 := range []bool{false, true} {
+					checkMasqueradeNotBypassed(t, l, bp1, a1, v6)
+				}
+			})
+			t.Run("clusterip", func(t *testing.T) {
+				const port = 8082
+				for _, v6 := range []bool{false, true} {
+					var ln net.Listener
+					if err := b1.Do(func() (err error) {
+						ln, err = net.Listen("tcp", netip.AddrPortFrom(b1.Addr(v6), port).String())
+						return err
+					}); err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { ln.Close() })
+					sinkOn(ln)
+				}
+				svc, err := l.AddService("xweb", "tcp", 80, port, b1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer svc.Remove()
+				for _, v6 := range []bool{false, true} {
+					before := bpCounters(t, bp1)
+					transfer(t, a1, netip.AddrPortFrom(svc.Addr(v6), 80), 1<<20)
+					d := bpDelta(before, bpCounters(t, bp1))
+					t.Logf("%s n1: %v", family(v6), d)
+					// The client's node DNATs: requests go to the VIP
+					// (NAT), replies find an entry with NAT. The backend's
+					// node sees plain pod-to-pod traffic.
+					if d["fallback_nat"] == 0 || d["bypassed_out_packets"] != 0 || d["bypassed_in_packets"] != 0 {
+						t.Errorf("%s a1 -> ClusterIP -> b1: n1 %v, want nat fallbacks and nothing bypassed", family(v6), d)
+					}
+				}
+			})
+			t.Run("detached", func(t *testing.T) {
+				for _, bp := range []*bypass.Bypass{bp1, bp2} {
+					for _, ifx := range bp.Uplinks() {
+						if err := bp.Detach(ifx); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				// Without uplinks nothing goes to another node by the
+				// bypass: the route's device is unknown to it.
+				b1c := bpCounters(t, bp1)
+				transfer(t, a1, sinkServer(t, b1, false), 1<<20)
+				if d := bpDelta(b1c, bpCounters(t, bp1)); d["bypassed_out_packets"] != 0 || d["fallback_unknown_device"] == 0 {
+					t.Errorf("uplinks detached: %v, want unknown_device fallbacks", d)
+				}
+			})
+		})
+	}
+}
+
+// checkMasqueradeNotBypassed: TCP from p to the external host is
+// masqueraded by p's node exactly as without the bypass (the external host
+// sees the node's address) and never bypassed.
+func checkMasqueradeNotBypassed(t *testing.T, l *multinode.Lab, bp *bypass.Bypass, p *multinode.Pod, v6 bool) {
+	t.Helper()
+	ext, want := l.External.IPv4, p.Node.UnderlayV4
+	if v6 {
+		ext, want = l.External.IPv6, p.Node.UnderlayV6
+	}
+	ln := listenIn(t, l.External.Do, "tcp", ext)
+	serve(ln, func(c net.Conn) {
+		fmt.Fprintf(c, "%s\n", c.RemoteAddr())
+		io.Copy(c, c)
+	})
+	before := bpCounters(t, bp)
+	c, err := dialFrom(p, "tcp", netip.MustParseAddrPort(ln.Addr().String()), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen, err := netip.ParseAddrPort(strings.TrimSpace(line)); err != nil || seen.Addr() != want {
+		t.Errorf("%s %s -> external seen from %q, want %s", family(v6), p.Name, line, want)
+	}
+	// Data both ways on the established, masqueraded flow.
+	msg := []byte(strings.Repeat("masquerade ", 20000))
+	go c.Write(msg)
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(r, got); err != nil || string(got) != string(msg) {
+		t.Fatalf("%s %s -> external: echo %v", family(v6), p.Name, err)
+	}
+	d := bpDelta(before, bpCounters(t, bp))
+	t.Logf("%s masquerade: %v", family(v6), d)
+	if d["bypassed_out_packets"] != 0 || d["bypassed_in_packets"] != 0 || d["bypassed_packets"] != 0 {
+		t.Errorf("%s %s -> external: bypassed: %v", family(v6), p.Name, d)
+	}
+	if d["fallback_nat"]+d["fallback_unknown_device"] == 0 {
+		t.Errorf("%s %s -> external: no nat or unknown-device fallback: %v", family(v6), p.Name, d)
+	}
+}
+
+// udpWindows sends windows*per sequenced datagrams from pod from to an
+// echo server in pod to, per at a time without waiting, then reads their
+// echoes. The server checks that datagrams arrive in order without gaps,
+// the client that echoes do: no loss, no reordering, either way.
+func udpWindows(t *testing.T, from, to *multinode.Pod, v6 bool, windows, per int) {
+	t.Helper()
+	var pc net.PacketConn
+	if err := to.Do(func() (err error) {
+		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(to.Addr(v6), 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	bad := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 2048)
+		next := 0
+		for {
+			k, a, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if seq, err := strconv.Atoi(strings.Fields(string(buf[:k]))[0]); err != nil || seq != next {
+				select {
+				case bad <- fmt.Sprintf("server got %q, want sequence %d", buf[:k], next):
+				default:
+				}
+			}
+			next++
+			pc.WriteTo(buf[:k], a)
+		}
+	}()
+	c, err := dialFrom(from, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 2048)
+	seq := 0
+	for w := 0; w < windows; w++ {
+		for i := 0; i < per; i++ {
+			if _, err := c.Write(fmt.Appendf(nil, "%d %s", seq+i, strings.Repeat("u", 100))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < per; i++ {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			k, err := c.Read(buf)
+			if err != nil {
+				select {
+				case m := <-bad:
+					t.Fatalf("%s udp %s -> %s: %s", family(v6), from.Name, to.Name, m)
+				default:
+				}
+				t.Fatalf("%s udp %s -> %s: echo of datagram %d: %v", family(v6), from.Name, to.Name, seq, err)
+			}
+			if got, _ := strconv.Atoi(strings.Fields(string(buf[:k]))[0]); got != seq {
+				t.Fatalf("%s udp %s -> %s: echo %d, want %d (reordered or lost)", family(v6), from.Name, to.Name, got, seq)
+			}
+			seq++
+		}
+	}
+	select {
+	case m := <-bad:
+		t.Fatalf("%s udp %s -> %s: %s", family(v6), from.Name, to.Name, m)
+	default:
+	}
+}
+
+// TestBypassCrossNodePMTU: pods with MTU 1500 over a smaller hop between
+// nodes (host-gw: a 1400 underlay; VXLAN: the 1450 overlay device). A
+// too-big packet of an admitted flow is left to the kernel path, counted,
+// and the node's ICMP frag-needed / packet-too-big reaches the sender; TCP
+// learns the path MTU and is bypassed byte-exact.
+func TestBypassCrossNodePMTU(t *testing.T) {
+	for _, c := range []struct {
+		mode     multinode.Mode
+		name     string
+		underlay int
+		pathMTU  int
+	}{{multinode.HostGW, "xbph", 1400, 1400}, {multinode.VXLAN, "xbpv", 1500, 1450}} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			l := newMultinode(t, multinode.Options{Name: c.name, Nodes: 2, Mode: c.mode, UnderlayMTU: c.underlay, PodMTU: 1500})
+			n1, n2 := l.Node(1), l.Node(2)
+			a, b, b2 := mnPod(t, n1, "a"), mnPod(t, n2, "b"), mnPod(t, n2, "b2")
+			for _, n := range []*multinode.Node{n1, n2} {
+				setBeLiberal(t, n, "1")
+			}
+			bp1, bp2 := attachBypass(t, n1, bypass.Config{}), attachBypass(t, n2, bypass.Config{})
+			attachUplinks(t, l, n1, bp1)
+			attachUplinks(t, l, n2, bp2)
+			h, err := a.Handle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			pathMTU := func(dst netip.Addr) int {
+				rs, err := h.RouteGet(dst.AsSlice())
+				if err != nil || len(rs) == 0 {
+					t.Fatalf("route to %s in %s: %v", dst, a.NetNS, err)
+				}
+				return rs[0].MTU
+			}
+			for _, v6 := range []bool{false, true} {
+				t.Run("udp-"+family(v6), func(t *testing.T) {
+					before := bpCounters(t, bp1)
+					checkUDPTooBig(t, a, b, v6)
+					d := bpDelta(before, bpCounters(t, bp1))
+					t.Logf("n1: %v", d)
+					if d["fallback_too_big"] == 0 || d["bypassed_out_packets"] == 0 {
+						t.Errorf("%s: %v, want the small datagrams bypassed and the big one a too_big fallback", family(v6), d)
+					}
+					if m := pathMTU(b.Addr(v6)); m != c.pathMTU {
+						t.Errorf("%s: path MTU to %s learnt as %d, want %d", family(v6), b.Addr(v6), m, c.pathMTU)
+					}
+				})
+				t.Run("tcp-"+family(v6), func(t *testing.T) {
+					dSrc, dDst, _ := xnodeTransfer(t, a, b2, bp1, bp2, v6)
+					t.Logf("n1: %v; n2: %v", dSrc, dDst)
+					if dSrc["fallback_too_big"] == 0 || dSrc["bypassed_out_bytes"] < mnTransfer/2 || dDst["bypassed_in_bytes"] < mnTransfer/2 {
+						t.Errorf("%s: n1 %v, n2 %v: want too_big fallbacks before the path MTU was learnt, then the transfer bypassed", family(v6), dSrc, dDst)
+					}
+					if m := pathMTU(b2.Addr(v6)); m != c.pathMTU {
+						t.Errorf("%s: path MTU to %s learnt as %d, want %d", family(v6), b2.Addr(v6), m, c.pathMTU)
+					}
+				})
+			}
+		})
+	}
+}
+
+// checkUDPTooBig: small datagrams src -> dst set the flow up and are
+// echoed, then one of 1500 bytes (IP) with DF: it must not arrive (the hop
+// is smaller) and the sender must learn the path MTU, and a small one
+// after it still arrives.
+func checkUDPTooBig(t *testing.T, src, dst *multinode.Pod, v6 bool) {
+	t.Helper()
+	var pc net.PacketConn
+	if err := dst.Do(func() (err error) {
+		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(dst.Addr(v6), 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	sizes := make(chan int, 100)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			k, a, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			sizes <- k
+			pc.WriteTo(buf[:min(k, 64)], a)
+		}
+	}()
+	c, err := dialFrom(src, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, err := c.(*net.UDPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	level, opt, val := unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO
+	payload := 1500 - 20 - 8
+	if v6 {
+		level, opt, val = unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO
+		payload = 1500 - 40 - 8
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, val) }); err != nil || serr != nil {
+		t.Fatalf("DF: %v %v", err, serr)
+	}
+	buf := make([]byte, 4096)
+	echo := func(i int) {
+		t.Helper()
+		if _, err := c.Write(fmt.Appendf(nil, "small %d", i)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-sizes:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: small datagram %d never arrived", family(v6), i)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(buf); err != nil {
+			t.Fatalf("%s: echo of small datagram %d: %v", family(v6), i, err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		echo(i)
+	}
+	// It fits the pod's MTU: EMSGSIZE can only come from the node's ICMP
+	// error, reported on the connected socket (on this very send when the
+	// whole path ran within it), or from the path MTU it taught.
+	learnt := false
+	if _, err := c.Write(make([]byte, payload)); err != nil {
+		if !errors.Is(err, syscall.EMSGSIZE) {
+			t.Fatalf("%s: big datagram: %v", family(v6), err)
+		}
+		learnt = true
+	}
+	select {
+	case k := <-sizes:
+		t.Fatalf("%s: a %d-byte datagram crossed a smaller hop with DF", family(v6), k)
+	case <-time.After(500 * time.Millisecond):
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !learnt {
+		_, err := c.Write(make([]byte, payload))
+		if err != nil {
+			if !errors.Is(err, syscall.EMSGSIZE) {
+				t.Fatalf("%s: big datagram after the ICMP error: %v, want EMSGSIZE", family(v6), err)
+			}
+			learnt = true
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the sender never learnt the path MTU", family(v6))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for len(sizes) > 0 {
+		<-sizes
+	}
+	// A pending ICMP error would fail the next send: read it off.
+	rc.Control(func(fd uintptr) { unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR) })
+	echo(5)
+}
