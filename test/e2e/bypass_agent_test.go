@@ -444,3 +444,111 @@ func checkDiscovery(t *testing.T, n *multinode.Node, pods ...*multinode.Pod) {
 		t.Errorf("%s (neighbour with a MAC no port learnt) is an endpoint", stray)
 	}
 }
+
+// TestBypassAgentCrossNode: one `eztunnel run --bypass` per node, each in
+// its node's namespace (the DaemonSet model). Each discovers its pod veths
+// and its uplink (from the routes to the other node's pod CIDRs), and
+// cross-node TCP is bypassed out of one node and into the other. A route
+// withdrawn and restored detaches and reattaches the uplink.
+func TestBypassAgentCrossNode(t *testing.T) {
+	l := newMultinode(t, multinode.Options{Name: "mnbx", Nodes: 2})
+	n1, n2 := l.Node(1), l.Node(2)
+	a1, b1 := mnPod(t, n1, "a1"), mnPod(t, n2, "b1")
+	agents := map[*multinode.Node]*nodeAgent{}
+	clients := map[*multinode.Node]*http.Client{}
+	for _, n := range []*multinode.Node{n1, n2} {
+		setBeLiberal(t, n, "1")
+		pin := "/sys/fs/bpf/eztunnel-e2e-mnbx-" + n.Name
+		t.Cleanup(func() {
+			if _, err := os.Stat(pin); err == nil {
+				var out bytes.Buffer
+				cmd := n.Cmd(context.Background(), bin, "uninstall", "--pin-path", pin, "--drain-timeout", "5s")
+				cmd.Stdout, cmd.Stderr = &out, &out
+				if err := n.Run(cmd); err != nil {
+					t.Errorf("uninstall on %s: %v: %s", n.Name, err, out.String())
+				}
+			}
+		})
+		agents[n] = startNodeAgent(t, t, n, "run", "--bypass", "--cgroup", n.Managed, "--pin-path", pin,
+			"--lock-file", filepath.Join(t.TempDir(), "agent.lock"), "--adopt=false", "--metrics-addr", bpMetricsAddr)
+		clients[n] = nodeClient(n)
+	}
+	nodeTalksTo(t, a1)
+	nodeTalksTo(t, b1)
+	// A pod veth and the uplink per node.
+	for _, n := range []*multinode.Node{n1, n2} {
+		waitMetrics(t, clients[n], n.Name+" discovered", func(m map[string]float64) bool {
+			return m["eztunnel_bypass_devices"] == 2 && m["eztunnel_bypass_endpoints"] == 2
+		})
+		on := bypassTCX(t, n)
+		if len(on[n.Uplink]) != 2 || !strings.HasPrefix(on[n.Uplink][0], "ez_bypass_in#") {
+			t.Errorf("%s: tcx of the uplink %s: %v, want ez_bypass_in and ez_bypass_admit", n.Name, n.Uplink, on[n.Uplink])
+		}
+	}
+	crossNode := func(t *testing.T) (out, in float64) {
+		t.Helper()
+		b1m, b2m := scrapeWith(t, clients[n1], bpMetricsAddr), scrapeWith(t, clients[n2], bpMetricsAddr)
+		transfer(t, a1, sinkServer(t, b1, false), mnTransfer)
+		out = scrapeWith(t, clients[n1], bpMetricsAddr)["eztunnel_bypass_out_bytes_total"] - b1m["eztunnel_bypass_out_bytes_total"]
+		in = scrapeWith(t, clients[n2], bpMetricsAddr)["eztunnel_bypass_in_bytes_total"] - b2m["eztunnel_bypass_in_bytes_total"]
+		return out, in
+	}
+	t.Run("cross-node", func(t *testing.T) {
+		if out, in := crossNode(t); out < mnTransfer/2 || in < mnTransfer/2 {
+			t.Errorf("a1 -> b1: bypassed out of n1 %v, into n2 %v bytes of %d", out, in, mnTransfer)
+		}
+	})
+	t.Run("route-withdrawn", func(t *testing.T) {
+		h, err := n1.Handle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		up, err := h.LinkByName(n1.Uplink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rs []netlink.Route
+		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+			r, err := h.RouteListFiltered(fam, &netlink.Route{LinkIndex: up.Attrs().Index}, netlink.RT_FILTER_OIF)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range r {
+				if x.Gw != nil {
+					rs = append(rs, x)
+				}
+			}
+		}
+		if len(rs) != 2 {
+			t.Fatalf("routes via %s: %v, want n2's two pod CIDRs", n1.Uplink, rs)
+		}
+		for _, r := range rs {
+			if err := h.RouteDel(&r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitMetrics(t, clients[n1], "n1's uplink detached", func(m map[string]float64) bool { return m["eztunnel_bypass_devices"] == 1 })
+		if on := bypassTCX(t, n1); len(on[n1.Uplink]) != 0 {
+			t.Errorf("routes gone: tcx of %s: %v", n1.Uplink, on[n1.Uplink])
+		}
+		for _, r := range rs {
+			if err := h.RouteAdd(&r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitMetrics(t, clients[n1], "n1's uplink attached again", func(m map[string]float64) bool { return m["eztunnel_bypass_devices"] == 2 })
+		if out, in := crossNode(t); out < mnTransfer/2 || in < mnTransfer/2 {
+			t.Errorf("routes back: bypassed out of n1 %v, into n2 %v bytes of %d", out, in, mnTransfer)
+		}
+	})
+	t.Run("sigterm-detaches", func(t *testing.T) {
+		for _, n := range []*multinode.Node{n1, n2} {
+			agents[n].stop(t)
+			if on := bypassTCX(t, n); len(on) > 0 {
+				t.Errorf("%s after SIGTERM: bypass programs still attached: %v", n.Name, on)
+			}
+		}
+		transfer(t, a1, sinkServer(t, b1, true), 1<<20)
+	})
+}
