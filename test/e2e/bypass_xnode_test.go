@@ -187,6 +187,13 @@ func TestBypassCrossNode(t *testing.T) {
 				})
 			}
 
+			if mode == multinode.HostGW {
+				t.Run("no-neighbour", func(t *testing.T) {
+					for _, v6 := range []bool{false, true} {
+						checkNoNeighbour(t, bp1, n1, n2, a1, b1, v6)
+					}
+				})
+			}
 			t.Run("forward-rules", func(t *testing.T) {
 				// New flows: the SYNs take the kernel path.
 				checkBlock(t, n2, a1, b1, multinode.Drop)   // at the receiver's node
@@ -534,4 +541,54 @@ func checkUDPTooBig(t *testing.T, src, dst *multinode.Pod, v6 bool) {
 	// A pending ICMP error would fail the next send: read it off.
 	rc.Control(func(fd uintptr) { unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR) })
 	echo(5)
+}
+
+// checkNoNeighbour: an established, bypassed flow whose next hop (the other
+// node on the underlay) loses its neighbour entry on the sender's node goes
+// on by bpf_redirect_neigh, which resolves it again.
+func checkNoNeighbour(t *testing.T, bp *bypass.Bypass, n, peer *multinode.Node, src, dst *multinode.Pod, v6 bool) {
+	t.Helper()
+	ln := listenIn(t, dst.Do, "tcp", dst.Addr(v6))
+	serve(ln, func(c net.Conn) { io.Copy(c, c) })
+	c, err := dialFrom(src, "tcp", netip.MustParseAddrPort(ln.Addr().String()), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echo := func(msg string) {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
+			t.Fatalf("%s echo %q: %q %v", family(v6), msg, buf, err)
+		}
+	}
+	echo("set up")
+	echo("bypassed")
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	up, err := h.LinkByName(n.Uplink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, fam := peer.UnderlayV4, unix.AF_INET
+	if v6 {
+		gw, fam = peer.UnderlayV6, unix.AF_INET6
+	}
+	if err := h.NeighDel(&netlink.Neigh{LinkIndex: up.Attrs().Index, Family: fam, IP: gw.AsSlice()}); err != nil {
+		t.Fatalf("delete neighbour %s on %s: %v", gw, n.Uplink, err)
+	}
+	before := bpCounters(t, bp)
+	echo("after the neighbour was deleted")
+	d := bpDelta(before, bpCounters(t, bp))
+	t.Logf("%s: %v", family(v6), d)
+	if d["bypassed_out_neigh_packets"] == 0 {
+		t.Errorf("%s: no packet went by bpf_redirect_neigh: %v", family(v6), d)
+	}
 }
