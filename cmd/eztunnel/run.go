@@ -61,7 +61,7 @@ func runCmd() *cobra.Command {
 	f.DurationVar(&rc.lockWait, "takeover-timeout", 60*time.Second, "how long --takeover waits for the running agent to hand over")
 	f.BoolVar(&rc.adopt, "adopt", true, "adopt connections established before the agent (once ready, every --adopt-interval, and on `eztunnel adopt`) when that is provably safe")
 	f.DurationVar(&rc.adoptIvl, "adopt-interval", 30*time.Second, "how often to look for connections to adopt (0: only once ready and on `eztunnel adopt`)")
-	f.BoolVar(&rc.bypass, "bypass", false, "bridge bypass, first slice: same-node pod-to-pod packets skip the bridge (tcx on the veth ports of the bridges in the agent's network namespace; not pinned, detached when the agent stops); needs net.netfilter.nf_conntrack_tcp_be_liberal=1")
+	f.BoolVar(&rc.bypass, "bypass", false, "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; not pinned, detached when the agent stops); needs net.netfilter.nf_conntrack_tcp_be_liberal=1")
 	rc.kube.register(f)
 	f.MarkHidden("ready-file")
 	return cmd

@@ -53,9 +53,9 @@ type Config struct {
 	// those). Off when !Adopt.
 	Adopt      bool
 	AdoptEvery time.Duration
-	// Bypass runs the bridge bypass (first slice: same-node pod traffic) on
-	// the bridges' veths of the agent's network namespace while the agent
-	// runs; nothing of it is pinned.
+	// Bypass runs the bridge bypass (pod traffic of one node and between
+	// nodes) on the bridges' veths and the uplinks of the agent's network
+	// namespace while the agent runs; nothing of it is pinned.
 	Bypass bool
 }
 
