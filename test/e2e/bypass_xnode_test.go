@@ -133,7 +133,10 @@ func TestBypassCrossNode(t *testing.T) {
 				t.Fatalf("plain a1 -> b1: stacks saw %+v of %d bytes: the measure is wrong", plain, mnTransfer)
 			}
 
-			bp1, bp2 := attachBypass(t, n1, bypass.Config{}), attachBypass(t, n2, bypass.Config{})
+			// UDP entries are refreshed to 300 s, more than conntrack ever
+			// sets for UDP (120 s): a longer timeout proves the refresh.
+			cfg := bypass.Config{UDPTimeout: 300 * time.Second}
+			bp1, bp2 := attachBypass(t, n1, cfg), attachBypass(t, n2, cfg)
 			attachUplinks(t, l, n1, bp1)
 			attachUplinks(t, l, n2, bp2)
 			bps := map[*multinode.Node]*bypass.Bypass{n1: bp1, n2: bp2}
@@ -184,6 +187,9 @@ func TestBypassCrossNode(t *testing.T) {
 					if d1["fallback_no_conntrack"] == 0 {
 						t.Errorf("the first datagram did not take the kernel path: %v", d1)
 					}
+					// Each node refreshed its own entry of the flow.
+					checkUDPRefreshed(t, n1, a1.Addr(v6), b1.Addr(v6))
+					checkUDPRefreshed(t, n2, a1.Addr(v6), b1.Addr(v6))
 				})
 			}
 
