@@ -200,6 +200,11 @@ func TestBypassCrossNode(t *testing.T) {
 					}
 				})
 			}
+			t.Run("policy-routing", func(t *testing.T) {
+				for _, v6 := range []bool{false, true} {
+					checkPolicyRoute(t, bp1, n1, a1, b1, v6)
+				}
+			})
 			t.Run("forward-rules", func(t *testing.T) {
 				// New flows: the SYNs take the kernel path.
 				checkBlock(t, n2, a1, b1, multinode.Drop)   // at the receiver's node
@@ -597,4 +602,99 @@ func checkNoNeighbour(t *testing.T, bp *bypass.Bypass, n, peer *multinode.Node, 
 	if d["bypassed_out_neigh_packets"] == 0 {
 		t.Errorf("%s: no packet went by bpf_redirect_neigh: %v", family(v6), d)
 	}
+}
+
+// checkPolicyRoute: an ip rule on the sender's node sends an established,
+// bypassed flow to a table whose route to dst is unreachable. The bypass's
+// FIB lookup follows the rule (fib_unreachable) and leaves the packets to
+// the kernel, which does not deliver them; without the rule the flow goes
+// on, bypassed again.
+func checkPolicyRoute(t *testing.T, bp *bypass.Bypass, n *multinode.Node, src, dst *multinode.Pod, v6 bool) {
+	t.Helper()
+	ln := listenIn(t, dst.Do, "tcp", dst.Addr(v6))
+	serve(ln, func(c net.Conn) { io.Copy(c, c) })
+	c, err := dialFrom(src, "tcp", netip.MustParseAddrPort(ln.Addr().String()), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echo := func(msg string, timeout time.Duration) error {
+		c.SetDeadline(time.Now().Add(timeout))
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return err
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+		if string(buf) != msg {
+			return fmt.Errorf("echoed %q, sent %q", buf, msg)
+		}
+		return nil
+	}
+	what := fmt.Sprintf("%s %s -> %s", family(v6), src.Name, dst.Name)
+	for _, m := range []string{"set up", "bypassed"} {
+		if err := echo(m, 10*time.Second); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	fam, bits := unix.AF_INET, 32
+	if v6 {
+		fam, bits = unix.AF_INET6, 128
+	}
+	const table = 100
+	rule := netlink.NewRule()
+	rule.Family, rule.Priority, rule.Table = fam, 100, table
+	rule.Src = prefixIPNet(netip.PrefixFrom(src.Addr(v6), bits))
+	rt := &netlink.Route{Dst: prefixIPNet(netip.PrefixFrom(dst.Addr(v6), bits)), Table: table, Type: unix.RTN_UNREACHABLE}
+	if err := h.RouteAdd(rt); err != nil {
+		t.Fatalf("unreachable route in table %d: %v", table, err)
+	}
+	defer h.RouteDel(rt)
+	if err := h.RuleAdd(rule); err != nil {
+		t.Fatalf("ip rule from %s lookup %d: %v", rule.Src, table, err)
+	}
+	ruleOn := true
+	defer func() {
+		if ruleOn {
+			h.RuleDel(rule)
+		}
+	}()
+	before := bpCounters(t, bp)
+	err = echo("while the rule holds", time.Second)
+	d := bpDelta(before, bpCounters(t, bp))
+	t.Logf("%s with the rule: %v; %v", what, err, d)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("%s: echo with an unreachable policy route: %v, want a timeout", what, err)
+	}
+	if d["fallback_fib_unreachable"] == 0 || d["bypassed_out_packets"] != 0 {
+		t.Errorf("%s: with the rule: %v, want fib_unreachable fallbacks and nothing bypassed out", what, d)
+	}
+	if err := h.RuleDel(rule); err != nil {
+		t.Fatal(err)
+	}
+	ruleOn = false
+	// The retransmission of the lost segment, then more data.
+	c.SetDeadline(time.Now().Add(15 * time.Second))
+	buf := make([]byte, len("while the rule holds"))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatalf("%s: after the rule went: %v", what, err)
+	}
+	before = bpCounters(t, bp)
+	if err := echo("rule gone", 10*time.Second); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if d := bpDelta(before, bpCounters(t, bp)); d["bypassed_out_packets"] == 0 {
+		t.Errorf("%s: not bypassed again after the rule went: %v", what, d)
+	}
+}
+
+func prefixIPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
