@@ -200,6 +200,11 @@ func TestBypassCrossNode(t *testing.T) {
 					}
 				})
 			}
+			t.Run("fragments-and-options", func(t *testing.T) {
+				for _, v6 := range []bool{false, true} {
+					checkFragmentsAndOptions(t, bp1, bp2, a1, b1, v6)
+				}
+			})
 			t.Run("policy-routing", func(t *testing.T) {
 				for _, v6 := range []bool{false, true} {
 					checkPolicyRoute(t, bp1, n1, a1, b1, v6)
@@ -697,4 +702,88 @@ func checkPolicyRoute(t *testing.T, bp *bypass.Bypass, n *multinode.Node, src, d
 
 func prefixIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// checkFragmentsAndOptions: on a UDP flow the bypass carries, datagrams
+// the sender fragments (larger than the pod MTU, DF off) and, IPv4, with IP
+// options take the kernel path, counted, and arrive whole.
+func checkFragmentsAndOptions(t *testing.T, bpSrc, bpDst *bypass.Bypass, src, dst *multinode.Pod, v6 bool) {
+	t.Helper()
+	var pc net.PacketConn
+	if err := dst.Do(func() (err error) {
+		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(dst.Addr(v6), 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 8192)
+		for {
+			k, a, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo(buf[:k], a)
+		}
+	}()
+	c, err := dialFrom(src, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, err := c.(*net.UDPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8192)
+	echo := func(msg []byte) {
+		t.Helper()
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		k, err := c.Read(buf)
+		if err != nil || string(buf[:k]) != string(msg) {
+			t.Fatalf("%s: echo of a %d-byte datagram: %d bytes, %v", family(v6), len(msg), k, err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		echo([]byte("set up"))
+	}
+	level, opt, val := unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DONT
+	if v6 {
+		level, opt, val = unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DONT
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, val) }); err != nil || serr != nil {
+		t.Fatalf("DF off: %v %v", err, serr)
+	}
+	before, beforeDst := bpCounters(t, bpSrc), bpCounters(t, bpDst)
+	big := []byte(strings.Repeat("f", 4000))
+	for i := 0; i < 3; i++ {
+		echo(big)
+	}
+	d, dDst := bpDelta(before, bpCounters(t, bpSrc)), bpDelta(beforeDst, bpCounters(t, bpDst))
+	t.Logf("%s fragments: %v; %v", family(v6), d, dDst)
+	// Three fragments per datagram and direction (MTU 1500).
+	if d["fallback_fragment"] < 9 || dDst["fallback_fragment"] < 9 {
+		t.Errorf("%s: %d and %d fragments left to the kernel, want at least 9 on each node", family(v6), d["fallback_fragment"], dDst["fallback_fragment"])
+	}
+	if v6 {
+		return
+	}
+	// Four NOPs: a 24-byte header.
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptString(int(fd), unix.IPPROTO_IP, unix.IP_OPTIONS, "\x01\x01\x01\x01") }); err != nil || serr != nil {
+		t.Fatalf("IP options: %v %v", err, serr)
+	}
+	before = bpCounters(t, bpSrc)
+	for i := 0; i < 5; i++ {
+		echo([]byte("with options"))
+	}
+	d = bpDelta(before, bpCounters(t, bpSrc))
+	t.Logf("IPv4 options: %v", d)
+	if d["fallback_ip_options"] < 5 {
+		t.Errorf("IPv4: %d datagrams with options left to the kernel, want 5", d["fallback_ip_options"])
+	}
 }
