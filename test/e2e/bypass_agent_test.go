@@ -449,16 +449,33 @@ func checkDiscovery(t *testing.T, n *multinode.Node, pods ...*multinode.Pod) {
 // its node's namespace (the DaemonSet model). Each discovers its pod veths
 // and its uplink (from the routes to the other node's pod CIDRs), and
 // cross-node TCP is bypassed out of one node and into the other. A route
-// withdrawn and restored detaches and reattaches the uplink.
+// withdrawn and restored detaches and reattaches the uplink. host-gw and
+// VXLAN (where the uplink is the VXLAN device).
 func TestBypassAgentCrossNode(t *testing.T) {
-	l := newMultinode(t, multinode.Options{Name: "mnbx", Nodes: 2})
+	for _, mode := range []multinode.Mode{multinode.HostGW, multinode.VXLAN} {
+		t.Run(string(mode), func(t *testing.T) { testBypassAgentCrossNode(t, mode) })
+	}
+}
+
+func testBypassAgentCrossNode(t *testing.T, mode multinode.Mode) {
+	name := "mnbx"
+	if mode == multinode.VXLAN {
+		name = "mnbv"
+	}
+	l := newMultinode(t, multinode.Options{Name: name, Nodes: 2, Mode: mode})
 	n1, n2 := l.Node(1), l.Node(2)
+	uplink := func(n *multinode.Node) string {
+		if mode == multinode.VXLAN {
+			return n.VXLAN
+		}
+		return n.Uplink
+	}
 	a1, b1 := mnPod(t, n1, "a1"), mnPod(t, n2, "b1")
 	agents := map[*multinode.Node]*nodeAgent{}
 	clients := map[*multinode.Node]*http.Client{}
 	for _, n := range []*multinode.Node{n1, n2} {
 		setBeLiberal(t, n, "1")
-		pin := "/sys/fs/bpf/eztunnel-e2e-mnbx-" + n.Name
+		pin := "/sys/fs/bpf/eztunnel-e2e-" + name + "-" + n.Name
 		t.Cleanup(func() {
 			if _, err := os.Stat(pin); err == nil {
 				var out bytes.Buffer
@@ -481,8 +498,8 @@ func TestBypassAgentCrossNode(t *testing.T) {
 			return m["eztunnel_bypass_devices"] == 2 && m["eztunnel_bypass_endpoints"] == 2
 		})
 		on := bypassTCX(t, n)
-		if len(on[n.Uplink]) != 2 || !strings.HasPrefix(on[n.Uplink][0], "ez_bypass_in#") {
-			t.Errorf("%s: tcx of the uplink %s: %v, want ez_bypass_in and ez_bypass_admit", n.Name, n.Uplink, on[n.Uplink])
+		if len(on[uplink(n)]) != 2 || !strings.HasPrefix(on[uplink(n)][0], "ez_bypass_in#") {
+			t.Errorf("%s: tcx of the uplink %s: %v, want ez_bypass_in and ez_bypass_admit", n.Name, uplink(n), on[uplink(n)])
 		}
 	}
 	crossNode := func(t *testing.T) (out, in float64) {
@@ -504,7 +521,7 @@ func TestBypassAgentCrossNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer h.Close()
-		up, err := h.LinkByName(n1.Uplink)
+		up, err := h.LinkByName(uplink(n1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -521,7 +538,7 @@ func TestBypassAgentCrossNode(t *testing.T) {
 			}
 		}
 		if len(rs) != 2 {
-			t.Fatalf("routes via %s: %v, want n2's two pod CIDRs", n1.Uplink, rs)
+			t.Fatalf("routes via %s: %v, want n2's two pod CIDRs", uplink(n1), rs)
 		}
 		for _, r := range rs {
 			if err := h.RouteDel(&r); err != nil {
@@ -529,8 +546,8 @@ func TestBypassAgentCrossNode(t *testing.T) {
 			}
 		}
 		waitMetrics(t, clients[n1], "n1's uplink detached", func(m map[string]float64) bool { return m["eztunnel_bypass_devices"] == 1 })
-		if on := bypassTCX(t, n1); len(on[n1.Uplink]) != 0 {
-			t.Errorf("routes gone: tcx of %s: %v", n1.Uplink, on[n1.Uplink])
+		if on := bypassTCX(t, n1); len(on[uplink(n1)]) != 0 {
+			t.Errorf("routes gone: tcx of %s: %v", uplink(n1), on[uplink(n1)])
 		}
 		for _, r := range rs {
 			if err := h.RouteAdd(&r); err != nil {
