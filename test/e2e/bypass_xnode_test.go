@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -186,6 +187,15 @@ func TestBypassCrossNode(t *testing.T) {
 					}
 					if d1["fallback_no_conntrack"] == 0 {
 						t.Errorf("the first datagram did not take the kernel path: %v", d1)
+					}
+					// A blast whose flow switches to the bypass mid-burst
+					// (when the first echo passes): no reordering.
+					b1c = bpCounters(t, bp2)
+					if got, inv := udpBlast(t, a1, b1, v6, 5000); inv != 0 {
+						t.Errorf("blast: %d of 5000 datagrams arrived, %d out of order", got, inv)
+					}
+					if d := bpDelta(b1c, bpCounters(t, bp2)); d["bypassed_in_packets"] == 0 || d["fallback_not_established"] == 0 {
+						t.Errorf("blast: the flow did not switch to the bypass mid-burst: %v", d)
 					}
 					// Each node refreshed its own entry of the flow.
 					checkUDPRefreshed(t, n1, a1.Addr(v6), b1.Addr(v6))
@@ -393,6 +403,62 @@ func udpWindows(t *testing.T, from, to *multinode.Pod, v6 bool, windows, per int
 		t.Fatalf("%s udp %s -> %s: %s", family(v6), from.Name, to.Name, m)
 	default:
 	}
+}
+
+// udpBlast sends n sequenced datagrams from pod from to pod to as fast as
+// it can on a new flow; to answers the first one only, which lets the flow
+// switch to the bypass while the burst goes on. It returns how many
+// arrived and how many arrived after a later one (losses are not counted:
+// a burst may overflow the receive buffer, with or without the bypass).
+func udpBlast(t *testing.T, from, to *multinode.Pod, v6 bool, n int) (got, inversions int) {
+	t.Helper()
+	var pc net.PacketConn
+	if err := to.Do(func() (err error) {
+		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(to.Addr(v6), 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	done := make(chan [2]int, 1)
+	go func() {
+		buf := make([]byte, 2048)
+		last, got, inv := -1, 0, 0
+		for {
+			pc.SetReadDeadline(time.Now().Add(time.Second))
+			k, a, err := pc.ReadFrom(buf)
+			if err != nil || k < 4 {
+				done <- [2]int{got, inv}
+				return
+			}
+			if got == 0 {
+				pc.WriteTo(buf[:k], a)
+			}
+			seq := int(binary.BigEndian.Uint32(buf))
+			if seq < last {
+				inv++
+			}
+			last = max(last, seq)
+			if got++; seq == n-1 {
+				done <- [2]int{got, inv}
+				return
+			}
+		}
+	}()
+	c, err := dialFrom(from, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := make([]byte, 64)
+	for i := 0; i < n; i++ {
+		binary.BigEndian.PutUint32(msg, uint32(i))
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := <-done
+	return r[0], r[1]
 }
 
 // TestBypassCrossNodePMTU: pods with MTU 1500 over a smaller hop between
