@@ -102,6 +102,10 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	}
 	for ifx, p := range st.Ports {
 		if on[ifx] {
+			// The bridge's MAC may have changed (a new port).
+			if err := b.bp.SetBridge(ifx, p.Bridge, p.BridgeMAC); err != nil {
+				slog.Warn("bypass: pod veth's bridge", "device", p.Name, "err", err)
+			}
 			continue
 		}
 		// One at a time: a veth that disappeared meanwhile fails alone.

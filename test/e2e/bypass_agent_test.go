@@ -559,6 +559,56 @@ func testBypassAgentCrossNode(t *testing.T, mode multinode.Mode) {
 			t.Errorf("routes back: bypassed out of n1 %v, into n2 %v bytes of %d", out, in, mnTransfer)
 		}
 	})
+	t.Run("bridge-mac-changed", func(t *testing.T) {
+		// Routed frames to other nodes are recognised by the bridge's MAC:
+		// the agent must follow a change (a bridge without a MAC of its
+		// own takes its ports' lowest, so a new pod can change it).
+		h, err := n1.Handle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		br, err := h.LinkByName(n1.Bridge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mac := net.HardwareAddr{0x02, 0x65, 0x7a, 0xbb, 0, 1}
+		if err := h.LinkSetHardwareAddr(br, mac); err != nil {
+			t.Fatal(err)
+		}
+		// a1 forgets the gateway's old MAC; the node (whose neighbours on
+		// the bridge the change flushed) learns a1 again.
+		ph, err := a1.Handle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ph.Close()
+		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+			ns, err := ph.NeighList(0, fam)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, nb := range ns {
+				ph.NeighDel(&nb)
+			}
+		}
+		nodeTalksTo(t, a1)
+		// The agent converges after the link update (100 ms) or at its
+		// resync (5 s); nothing it exports names the bridge's MAC.
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			before := scrapeWith(t, clients[n1], bpMetricsAddr)["eztunnel_bypass_out_packets_total"]
+			transfer(t, a1, sinkServer(t, b1, false), 64<<10)
+			if scrapeWith(t, clients[n1], bpMetricsAddr)["eztunnel_bypass_out_packets_total"] > before {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("bridge MAC changed: a1 -> b1 never bypassed again")
+			}
+		}
+		if out, in := crossNode(t); out < mnTransfer/2 || in < mnTransfer/2 {
+			t.Errorf("bridge MAC changed: bypassed out of n1 %v, into n2 %v bytes of %d", out, in, mnTransfer)
+		}
+	})
 	t.Run("sigterm-detaches", func(t *testing.T) {
 		for _, n := range []*multinode.Node{n1, n2} {
 			agents[n].stop(t)

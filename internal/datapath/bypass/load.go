@@ -59,6 +59,7 @@ type Bypass struct {
 type attachment struct {
 	links  [2]link.Link
 	uplink bool
+	dev    bypassEzBpDevice // its ez_bp_devices entry
 }
 
 // Endpoint is a local pod: its host-side veth (ifindex in the node's
@@ -213,7 +214,7 @@ func (b *Bypass) attach(uplink bool, ifindexes []int) error {
 				}
 				ls[i] = l
 			}
-			b.links[ifx] = attachment{links: ls, uplink: uplink}
+			b.links[ifx] = attachment{links: ls, uplink: uplink, dev: dev}
 			made = append(made, ifx)
 		}
 		return nil
@@ -224,6 +225,32 @@ func (b *Bypass) attach(uplink bool, ifindexes []int) error {
 		}
 	}
 	return err
+}
+
+// SetBridge records, for an attached pod veth, the bridge it is a port of
+// and that bridge's MAC, if they changed since Attach: routed frames to
+// other nodes are recognised by the bridge's MAC. A bridge without a MAC
+// of its own takes its ports' lowest, so a new port can change it.
+func (b *Bypass) SetBridge(ifindex, bridge int, mac net.HardwareAddr) error {
+	a, ok := b.links[ifindex]
+	if !ok || a.uplink {
+		return fmt.Errorf("bypass: ifindex %d is not an attached pod veth", ifindex)
+	}
+	if bridge <= 0 || len(mac) != 6 {
+		return fmt.Errorf("bypass: pod veth ifindex %d: bridge %d with MAC %q", ifindex, bridge, mac)
+	}
+	dev := a.dev
+	dev.BridgeIfindex = uint32(bridge)
+	copy(dev.BridgeMac[:], mac)
+	if dev == a.dev {
+		return nil
+	}
+	if err := b.objs.EzBpDevices.Put(uint32(ifindex), dev); err != nil {
+		return fmt.Errorf("bypass: pod veth ifindex %d: %w", ifindex, err)
+	}
+	a.dev = dev
+	b.links[ifindex] = a
+	return nil
 }
 
 // device is the ez_bp_devices entry of ifx: a pod veth must be a veth port
