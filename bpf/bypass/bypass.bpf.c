@@ -404,8 +404,20 @@ int ez_bypass_admit(struct __sk_buff *skb)
 	if (!bpf_core_type_exists(struct bpf_sock) || !bpf_core_type_exists(struct bpf_flow_keys) ||
 	    !bpf_core_type_exists(struct nf_ct_ext))
 		return TCX_NEXT;
-	__u32 tuple_sz, bit;
+	__u32 tuple_sz, bit, in = skb->ingress_ifindex, out = skb->ifindex;
+	struct ez_bp_device *src, *dst;
 
+	/* At an uplink's egress, a packet that arrived on a pod veth came by
+	 * the bypass's redirect (the kernel path routes it from the bridge,
+	 * where it was received again): admitted already, no lookup. */
+	if (in && in != out) {
+		src = bpf_map_lookup_elem(&ez_bp_devices, &in);
+		if (src && src->kind == EZ_BP_DEV_POD) {
+			dst = bpf_map_lookup_elem(&ez_bp_devices, &out);
+			if (dst && dst->kind == EZ_BP_DEV_UPLINK)
+				return TCX_NEXT;
+		}
+	}
 	if (skb->vlan_present || ez_parse(&p, false, &f))
 		return TCX_NEXT;
 	if (f.flags & EZ_FLOW_FRAG || !(f.flags & EZ_FLOW_PORTS))
