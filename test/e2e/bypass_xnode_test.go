@@ -120,10 +120,12 @@ func TestBypassCrossNode(t *testing.T) {
 			if mode == multinode.VXLAN {
 				name = "xbv"
 			}
-			l := newMultinode(t, multinode.Options{Name: name, Nodes: 2, Mode: mode})
-			n1, n2 := l.Node(1), l.Node(2)
-			a1, b1 := mnPod(t, n1, "a1"), mnPod(t, n2, "b1")
-			for _, n := range []*multinode.Node{n1, n2} {
+			// Three nodes: each has routes to two others' pod CIDRs by its
+			// one uplink (VXLAN device).
+			l := newMultinode(t, multinode.Options{Name: name, Nodes: 3, Mode: mode})
+			n1, n2, n3 := l.Node(1), l.Node(2), l.Node(3)
+			a1, b1, c1 := mnPod(t, n1, "a1"), mnPod(t, n2, "b1"), mnPod(t, n3, "c1")
+			for _, n := range []*multinode.Node{n1, n2, n3} {
 				setBeLiberal(t, n, "1")
 			}
 
@@ -140,7 +142,9 @@ func TestBypassCrossNode(t *testing.T) {
 			bp1, bp2 := attachBypass(t, n1, cfg), attachBypass(t, n2, cfg)
 			attachUplinks(t, l, n1, bp1)
 			attachUplinks(t, l, n2, bp2)
-			bps := map[*multinode.Node]*bypass.Bypass{n1: bp1, n2: bp2}
+			bp3 := attachBypass(t, n3, cfg)
+			attachUplinks(t, l, n3, bp3)
+			bps := map[*multinode.Node]*bypass.Bypass{n1: bp1, n2: bp2, n3: bp3}
 
 			for _, v6 := range []bool{false, true} {
 				t.Run("tcp-"+family(v6), func(t *testing.T) {
@@ -266,6 +270,17 @@ func TestBypassCrossNode(t *testing.T) {
 					// node sees plain pod-to-pod traffic.
 					if d["fallback_nat"] == 0 || d["bypassed_out_packets"] != 0 || d["bypassed_in_packets"] != 0 {
 						t.Errorf("%s a1 -> ClusterIP -> b1: n1 %v, want nat fallbacks and nothing bypassed", family(v6), d)
+					}
+				}
+			})
+			t.Run("third-node", func(t *testing.T) {
+				for _, v6 := range []bool{false, true} {
+					for _, c := range [][2]*multinode.Pod{{c1, a1}, {b1, c1}} {
+						src, dst := c[0], c[1]
+						dSrc, dDst, via := xnodeTransfer(t, src, dst, bps[src.Node], bps[dst.Node], v6)
+						if dSrc["bypassed_out_bytes"] < mnTransfer/2 || dDst["bypassed_in_bytes"] < mnTransfer/2 || via.srcBridgeRx >= mnTransfer/2 || via.dstVethTx >= mnTransfer/2 {
+							t.Errorf("%s %s -> %s: bypassed out %d, in %d bytes; stacks %+v", family(v6), src.Name, dst.Name, dSrc["bypassed_out_bytes"], dDst["bypassed_in_bytes"], via)
+						}
 					}
 				}
 			})
