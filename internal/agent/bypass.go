@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/podnet"
 )
@@ -27,6 +29,22 @@ type bridgeBypass struct {
 	bp      *bypass.Bypass // nil once closed
 	applied map[netip.Addr]bypass.Endpoint
 	cancel  context.CancelFunc
+	noXnode string // why uplinks are not attached now ("": they are)
+}
+
+// xnodeBlocker says why the bypass must not run between nodes here, or "".
+// IPsec: the kernel path checks the node's xfrm policies (a forwarded
+// packet must have come through an SA) and encrypts on output; the bypass
+// does neither, so with any xfrm policy in the netns it stays same-node.
+func xnodeBlocker() string {
+	ps, err := netlink.XfrmPolicyList(netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Sprintf("cannot list xfrm (IPsec) policies: %v", err)
+	}
+	if len(ps) > 0 {
+		return fmt.Sprintf("%d xfrm (IPsec) policies in the node's network namespace: the bypass would skip their checks", len(ps))
+	}
+	return ""
 }
 
 // loadBypass checks the node (nf_conntrack_tcp_be_liberal) and loads the
@@ -78,8 +96,19 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		removed = append(removed, ip.String())
 	}
 	var detached, attached []string
+	uplinks := st.Uplinks
+	if why := xnodeBlocker(); why != "" {
+		uplinks = nil
+		if why != b.noXnode {
+			slog.Warn("bypass: not between nodes (same node only)", "reason", why)
+		}
+		b.noXnode = why
+	} else if b.noXnode != "" {
+		slog.Info("bypass: between nodes again")
+		b.noXnode = ""
+	}
 	for _, ifx := range b.bp.Uplinks() {
-		if _, ok := st.Uplinks[ifx]; ok {
+		if _, ok := uplinks[ifx]; ok {
 			continue
 		}
 		if err := b.bp.Detach(ifx); err != nil {
@@ -120,7 +149,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	for _, ifx := range b.bp.Uplinks() {
 		up[ifx] = true
 	}
-	for ifx, u := range st.Uplinks {
+	for ifx, u := range uplinks {
 		if up[ifx] {
 			continue
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
@@ -607,6 +608,50 @@ func testBypassAgentCrossNode(t *testing.T, mode multinode.Mode) {
 		}
 		if out, in := crossNode(t); out < mnTransfer/2 || in < mnTransfer/2 {
 			t.Errorf("bridge MAC changed: bypassed out of n1 %v, into n2 %v bytes of %d", out, in, mnTransfer)
+		}
+	})
+	t.Run("ipsec-policy", func(t *testing.T) {
+		// With any xfrm policy in the node the bypass stays same-node:
+		// it would skip the policy checks and the encryption.
+		ns, err := netns.GetFromName(n1.NetNS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ns.Close()
+		h, err := netlink.NewHandleAt(ns) // route, xfrm and netfilter
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		pol := &netlink.XfrmPolicy{
+			Src: &net.IPNet{IP: net.IPv4(192, 0, 2, 0), Mask: net.CIDRMask(24, 32)},
+			Dst: &net.IPNet{IP: net.IPv4(198, 51, 100, 0), Mask: net.CIDRMask(24, 32)},
+			Dir: netlink.XFRM_DIR_OUT,
+		}
+		if err := h.XfrmPolicyAdd(pol); err != nil {
+			t.Fatalf("xfrm policy in %s: %v", n1.NetNS, err)
+		}
+		polOn := true
+		defer func() {
+			if polOn {
+				h.XfrmPolicyDel(pol)
+			}
+		}()
+		// No netlink event the agent follows: its resync (5 s) sees it.
+		waitMetrics(t, clients[n1], "n1's uplink detached for the xfrm policy", func(m map[string]float64) bool { return m["eztunnel_bypass_devices"] == 1 })
+		if out, _ := crossNode(t); out != 0 {
+			t.Errorf("xfrm policy on n1: %v bytes bypassed out of n1", out)
+		}
+		if !strings.Contains(agents[n1].logs.String(), "xfrm (IPsec) policies") {
+			t.Errorf("the agent did not log why it stopped the cross-node bypass")
+		}
+		if err := h.XfrmPolicyDel(pol); err != nil {
+			t.Fatal(err)
+		}
+		polOn = false
+		waitMetrics(t, clients[n1], "n1's uplink attached again", func(m map[string]float64) bool { return m["eztunnel_bypass_devices"] == 2 })
+		if out, in := crossNode(t); out < mnTransfer/2 || in < mnTransfer/2 {
+			t.Errorf("xfrm policy gone: bypassed out of n1 %v, into n2 %v bytes of %d", out, in, mnTransfer)
 		}
 	})
 	t.Run("sigterm-detaches", func(t *testing.T) {
