@@ -86,7 +86,7 @@ const (
 // agents bypassed meanwhile.
 type sample struct {
 	values   map[string]float64
-	bypassed float64 // packets (eztunnel_bypass_packets_total, both nodes)
+	bypassed float64 // packets bypassed, both nodes: same node, out to and in from the other node (a cross-node packet counts on each)
 	paired   float64 // connections on the shortcut (eztunnel_pairs_total)
 }
 
@@ -360,7 +360,7 @@ func (a *agents) counters() (bypassed, paired float64, err error) {
 		if err != nil {
 			return 0, 0, err
 		}
-		bypassed += m["eztunnel_bypass_packets_total"]
+		bypassed += m["eztunnel_bypass_packets_total"] + m["eztunnel_bypass_out_packets_total"] + m["eztunnel_bypass_in_packets_total"]
 		paired += m["eztunnel_pairs_total"]
 	}
 	return bypassed, paired, nil
