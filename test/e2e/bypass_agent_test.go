@@ -16,13 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/podnet"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
@@ -107,43 +104,11 @@ func nodeTalksTo(t *testing.T, p *multinode.Pod) {
 // bypass's programs (name#id) at tcx ingress and egress.
 func bypassTCX(t *testing.T, n *multinode.Node) map[string][]string {
 	t.Helper()
-	h, err := n.Handle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string][]string{}
-	err = bpfsys.InNetNS(n.NetNS, func() error {
-		for _, lk := range links {
-			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
-				r, err := link.QueryPrograms(link.QueryOptions{Target: lk.Attrs().Index, Attach: at})
-				if err != nil {
-					return fmt.Errorf("query tcx %s on %s: %w", at, lk.Attrs().Name, err)
-				}
-				for _, pr := range r.Programs {
-					p, err := ebpf.NewProgramFromID(pr.ID)
-					if err != nil {
-						continue // detached and freed meanwhile
-					}
-					info, err := p.Info()
-					p.Close()
-					if err != nil {
-						return err
-					}
-					if strings.HasPrefix(info.Name, "ez_bypass") {
-						out[lk.Attrs().Name] = append(out[lk.Attrs().Name], fmt.Sprintf("%s#%d", info.Name, pr.ID))
-					}
-				}
-			}
+	for _, p := range tcxChains(t, n.NetNS, n.Handle) {
+		if strings.HasPrefix(p.Name, "ez_bypass") {
+			out[p.Dev] = append(out[p.Dev], fmt.Sprintf("%s#%d", p.Name, p.ID))
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

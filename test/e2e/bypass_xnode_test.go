@@ -855,7 +855,9 @@ func checkFragmentsAndOptions(t *testing.T, bpSrc, bpDst *bypass.Bypass, src, ds
 		return
 	}
 	// Four NOPs: a 24-byte header.
-	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptString(int(fd), unix.IPPROTO_IP, unix.IP_OPTIONS, "\x01\x01\x01\x01") }); err != nil || serr != nil {
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptString(int(fd), unix.IPPROTO_IP, unix.IP_OPTIONS, "\x01\x01\x01\x01")
+	}); err != nil || serr != nil {
 		t.Fatalf("IP options: %v %v", err, serr)
 	}
 	before = bpCounters(t, bpSrc)

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
@@ -36,54 +34,19 @@ func closeResetTCX(t *testing.T, n *multinode.Node) map[string][]string {
 	return closeResetTCXIn(t, n.NetNS, n.Handle)
 }
 
-// closeResetTCXIn is closeResetTCX for the named netns.
+// closeResetTCXIn is closeResetTCX for the named netns; ez_close_reset
+// must be first in every chain it is in.
 func closeResetTCXIn(t *testing.T, netns string, handle func() (*netlink.Handle, error)) map[string][]string {
 	t.Helper()
-	h, err := handle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string][]string{}
-	err = bpfsys.InNetNS(netns, func() error {
-		for _, lk := range links {
-			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
-				r, err := link.QueryPrograms(link.QueryOptions{Target: lk.Attrs().Index, Attach: at})
-				if err != nil {
-					return fmt.Errorf("query tcx %s on %s: %w", at, lk.Attrs().Name, err)
-				}
-				for i, pr := range r.Programs {
-					p, err := ebpf.NewProgramFromID(pr.ID)
-					if err != nil {
-						continue // detached and freed meanwhile
-					}
-					info, err := p.Info()
-					p.Close()
-					if err != nil {
-						return err
-					}
-					if info.Name != "ez_close_reset" {
-						continue
-					}
-					if i != 0 {
-						return fmt.Errorf("ez_close_reset is %d in the tcx %s chain of %s, want first", i, at, lk.Attrs().Name)
-					}
-					dir := "ingress"
-					if at == ebpf.AttachTCXEgress {
-						dir = "egress"
-					}
-					out[lk.Attrs().Name] = append(out[lk.Attrs().Name], fmt.Sprintf("%s#%d", dir, pr.ID))
-				}
-			}
+	for _, p := range tcxChains(t, netns, handle) {
+		if p.Name != "ez_close_reset" {
+			continue
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		if p.Pos != 0 {
+			t.Errorf("ez_close_reset is %d in the tcx %s chain of %s, want first", p.Pos, p.Dir, p.Dev)
+		}
+		out[p.Dev] = append(out[p.Dev], fmt.Sprintf("%s#%d", p.Dir, p.ID))
 	}
 	return out
 }
