@@ -117,7 +117,7 @@ func benchScopeCmd() *cobra.Command {
 }
 
 func benchBypassCmd() *cobra.Command {
-	o := bypass.Options{Rounds: 3, RTTN: 5000, Seconds: 3, ClientCPU: 0, ServerCPU: 1}
+	o := bypass.Options{Rounds: 3, RTTN: 5000, Seconds: 3, ClientCPU: 1, ServerCPU: 1}
 	modes := []string{string(multinode.HostGW), string(multinode.VXLAN)}
 	cmd := &cobra.Command{
 		Use:   "bypass",
