@@ -88,6 +88,8 @@ type sample struct {
 	values   map[string]float64
 	bypassed float64 // packets bypassed, both nodes: same node, out to and in from the other node (a cross-node packet counts on each)
 	paired   float64 // connections on the shortcut (eztunnel_pairs_total)
+	// fallbacks: packets the bypass left on the kernel path, by reason (both nodes)
+	fallbacks map[string]float64
 }
 
 // Run measures every mode and writes the report to w.
@@ -215,6 +217,17 @@ func (s sample) line() string {
 		fmt.Fprintf(&b, "%s %.1f, ", strings.TrimSuffix(m.name, ")"), s.values[m.name])
 	}
 	fmt.Fprintf(&b, "bypassed %.0f packets, %.0f shortcut pairs", s.bypassed, s.paired)
+	if len(s.fallbacks) > 0 {
+		reasons := make([]string, 0, len(s.fallbacks))
+		for r := range s.fallbacks {
+			reasons = append(reasons, r)
+		}
+		sort.Slice(reasons, func(i, j int) bool { return s.fallbacks[reasons[i]] > s.fallbacks[reasons[j]] })
+		b.WriteString("; fallbacks")
+		for _, r := range reasons[:min(4, len(reasons))] {
+			fmt.Fprintf(&b, " %s %.0f", r, s.fallbacks[r])
+		}
+	}
 	return strings.ReplaceAll(b.String(), " (", " ")
 }
 
@@ -331,8 +344,43 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 			a.stop()
 			return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
 		}
+		if err := waitEndpoints(ctx, n, o.IPv6); err != nil {
+			a.stop()
+			return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
+		}
 	}
 	return a, nil
+}
+
+// waitEndpoints makes node n resolve each of its pods, as kubelet's probes
+// do (the bypass learns a pod's MAC from the node's neighbour entry on the
+// bridge: podnet), and waits until the agent lists them as endpoints.
+func waitEndpoints(ctx context.Context, n *multinode.Node, v6 bool) error {
+	pods := n.Pods()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, p := range pods {
+			if err := n.Do(func() error {
+				c, err := net.Dial("udp", netip.AddrPortFrom(p.Addr(v6), 9).String())
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				_, err = c.Write([]byte("probe"))
+				return err
+			}); err != nil {
+				return fmt.Errorf("%s -> %s: %w", n.Name, p.Name, err)
+			}
+		}
+		m, err := scrape(n)
+		if err == nil && m["eztunnel_bypass_endpoints"] >= float64(len(pods)) {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%d of %d pods are bypass endpoints after 20 s (%v)", int(m["eztunnel_bypass_endpoints"]), len(pods), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // stop stops the agents and uninstalls what they pinned.
@@ -353,17 +401,24 @@ func (a *agents) stop() error {
 	return errors.Join(errs...)
 }
 
-// counters sums two counters over the agents' metrics.
-func (a *agents) counters() (bypassed, paired float64, err error) {
+// counters sums two counters over the agents' metrics, and the bypass's
+// fallbacks by reason.
+func (a *agents) counters() (bypassed, paired float64, fallbacks map[string]float64, err error) {
+	fallbacks = map[string]float64{}
 	for _, n := range a.nodes {
 		m, err := scrape(n)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
+		}
+		for k, v := range m {
+			if r, ok := strings.CutPrefix(k, "fallback "); ok {
+				fallbacks[r] += v
+			}
 		}
 		bypassed += m["eztunnel_bypass_packets_total"] + m["eztunnel_bypass_out_packets_total"] + m["eztunnel_bypass_in_packets_total"]
 		paired += m["eztunnel_pairs_total"]
 	}
-	return bypassed, paired, nil
+	return bypassed, paired, fallbacks, nil
 }
 
 // scrape reads an agent's metrics from inside its node's namespace.
@@ -392,6 +447,10 @@ func scrape(n *multinode.Node) (map[string]float64, error) {
 	out := map[string]float64{}
 	for name, f := range fams {
 		for _, m := range f.GetMetric() {
+			if l := m.GetLabel(); len(l) == 1 && name == "eztunnel_bypass_fallbacks_total" && m.Counter != nil {
+				out["fallback "+l[0].GetValue()] += m.GetCounter().GetValue()
+				continue
+			}
 			if len(m.GetLabel()) > 0 {
 				continue
 			}
@@ -409,7 +468,7 @@ func scrape(n *multinode.Node) (map[string]float64, error) {
 // measure runs every metric from client to server once.
 func measure(ctx context.Context, o Options, wl workload.Client, client, server *multinode.Pod, a *agents) (s sample, err error) {
 	s.values = map[string]float64{}
-	b0, p0, err := a.counters()
+	b0, p0, f0, err := a.counters()
 	if err != nil {
 		return s, err
 	}
@@ -441,11 +500,17 @@ func measure(ctx context.Context, o Options, wl workload.Client, client, server 
 	if udp.End.Sum.Seconds > 0 {
 		s.values["UDP 64 B (kpps received)"] = float64(udp.End.Sum.Packets-udp.End.Sum.LostPackets) / udp.End.Sum.Seconds / 1e3
 	}
-	b1, p1, err := a.counters()
+	b1, p1, f1, err := a.counters()
 	if err != nil {
 		return s, err
 	}
 	s.bypassed, s.paired = b1-b0, p1-p0
+	s.fallbacks = map[string]float64{}
+	for r, v := range f1 {
+		if d := v - f0[r]; d > 0 {
+			s.fallbacks[r] = d
+		}
+	}
 	return s, nil
 }
 
