@@ -8,6 +8,7 @@ LAB_BIN   := bin/eztunnel-lab
 BPF_SRC   := $(shell find bpf -name '*.c' -o -name '*.h')
 GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shortcut/shortcut_bpfel.o \
              internal/datapath/bypass/bypass_bpfel.go internal/datapath/bypass/bypass_bpfel.o \
+             internal/datapath/services/services_bpfel.go internal/datapath/services/services_bpfel.o \
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
@@ -26,10 +27,10 @@ $(LAB_BIN): $(GENERATED) $(shell find lab internal -name '*.go' -not -name '*_te
 
 # Every generated object depends on every eBPF source, so a stale tracer or
 # datapath object is never embedded.
-$(GENERATED) &: $(BPF_SRC) internal/datapath/shortcut/gen.go internal/datapath/bypass/gen.go internal/tracer/gen.go internal/bpftest/gen.go
+$(GENERATED) &: $(BPF_SRC) internal/datapath/shortcut/gen.go internal/datapath/bypass/gen.go internal/datapath/services/gen.go internal/tracer/gen.go internal/bpftest/gen.go
 	$(MAKE) generate
 
-# bpf2go for the datapath families (shortcut, bypass), the tracer and the eBPF unit-test programs.
+# bpf2go for the datapath families (shortcut, bypass, services), the tracer and the eBPF unit-test programs.
 generate:
 	cd internal/datapath && $(GO) generate ./...
 	cd internal/tracer && $(GO) generate ./...

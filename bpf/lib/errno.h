@@ -9,5 +9,6 @@
 #define EBUSY 16
 #define EEXIST 17
 #define ENOSPC 28
+#define ECONNREFUSED 111
 
 #endif

@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Service load balancing at the socket (ClusterIP): cgroup sock_addr
+ * programs translate a frontend (ClusterIP:port, TCP or UDP) to one of its
+ * backends before the kernel routes anything, so no packet carries the
+ * ClusterIP and nothing needs DNAT or conntrack.
+ *
+ * connect4/6: TCP and connected UDP, backend chosen at random per socket.
+ * sendmsg4/6: unconnected UDP, one backend per socket and frontend, kept
+ * while it stays one of the frontend's backends. recvmsg4/6 show replies as
+ * coming from the frontend; getpeername4/6 show the frontend as the peer.
+ * The reverse translations live in the socket's sk_storage: exact per
+ * socket and freed with it.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "lib/counters.h"
+#include "lib/errno.h"
+#include "services/services.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Referenced so that BTF, and so bpf2go, carries the enum Go names. */
+const enum ez_svc_counter ez_svc_counter_enum __attribute__((unused));
+
+#define EZ_IPPROTO_TCP 6
+#define EZ_IPPROTO_UDP 17
+
+/* Sizes are set from userspace before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct ez_svc_key);
+	__type(value, struct ez_svc);
+} ez_svc_frontends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 131072);
+	__type(key, struct ez_svc_slot_key);
+	__type(value, __u32);
+} ez_svc_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 131072);
+	__type(key, struct ez_svc_member_key);
+	__type(value, __u32);
+} ez_svc_members SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct ez_svc_backend);
+} ez_svc_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct ez_svc_sock);
+} ez_svc_socks SEC(".maps");
+
+EZ_COUNTER_MAP(ez_svc_counters, EZ_SVC_C_MAX);
+
+static __always_inline void count(__u32 c)
+{
+	ez_counter_add(&ez_svc_counters, c, 1);
+}
+
+/* The socket address of ctx (user_ip4/6, user_port) as 16 bytes and a port. */
+static __always_inline void ctx_addr(struct bpf_sock_addr *ctx, int v6, __u8 addr[16], __u16 *port)
+{
+	if (v6) {
+		__u32 w[4] = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] };
+
+		__builtin_memcpy(addr, w, 16);
+	} else {
+		__u32 ip = ctx->user_ip4;
+
+		__builtin_memset(addr, 0, 10);
+		addr[10] = 0xff;
+		addr[11] = 0xff;
+		__builtin_memcpy(addr + 12, &ip, 4);
+	}
+	*port = bpf_ntohs((__u16)ctx->user_port);
+}
+
+static __always_inline int is_v4mapped(const __u8 a[16])
+{
+	__u64 hi;
+	__u32 mid;
+
+	__builtin_memcpy(&hi, a, 8);
+	__builtin_memcpy(&mid, a + 8, 4);
+	return hi == 0 && mid == bpf_htonl(0xffff);
+}
+
+/* Writes addr:port to ctx; an IPv6 address to an IPv4 socket fails. */
+static __always_inline int set_ctx_addr(struct bpf_sock_addr *ctx, int v6, const __u8 addr[16], __u16 port)
+{
+	if (v6) {
+		__u32 w[4];
+
+		__builtin_memcpy(w, addr, 16);
+		ctx->user_ip6[0] = w[0];
+		ctx->user_ip6[1] = w[1];
+		ctx->user_ip6[2] = w[2];
+		ctx->user_ip6[3] = w[3];
+	} else {
+		__u32 ip;
+
+		if (!is_v4mapped(addr))
+			return -1;
+		__builtin_memcpy(&ip, addr + 12, 4);
+		ctx->user_ip4 = ip;
+	}
+	ctx->user_port = bpf_htons(port);
+	return 0;
+}
+
+static __always_inline int same_addr(const __u8 a[16], const __u8 b[16])
+{
+	__u64 a0, a1, b0, b1;
+
+	__builtin_memcpy(&a0, a, 8);
+	__builtin_memcpy(&a1, a + 8, 8);
+	__builtin_memcpy(&b0, b, 8);
+	__builtin_memcpy(&b1, b + 8, 8);
+	return a0 == b0 && a1 == b1;
+}
+
+/* The frontend ctx points at, for TCP and UDP sockets only. */
+static __always_inline struct ez_svc *frontend(struct bpf_sock_addr *ctx, int v6, struct ez_svc_key *k)
+{
+	__u32 proto = ctx->protocol;
+
+	if (proto != EZ_IPPROTO_TCP && proto != EZ_IPPROTO_UDP)
+		return NULL;
+	__builtin_memset(k, 0, sizeof(*k));
+	ctx_addr(ctx, v6, k->addr, &k->port);
+	k->proto = proto;
+	return bpf_map_lookup_elem(&ez_svc_frontends, k);
+}
+
+/* A random backend of svc; two tries when an update races the lookup. */
+static __always_inline struct ez_svc_backend *choose(const struct ez_svc *svc, __u32 *backend_id)
+{
+	for (int i = 0; i < 2; i++) {
+		__u32 n = svc->count;
+		struct ez_svc_slot_key sk = { .id = svc->id };
+		struct ez_svc_backend *be;
+		__u32 *id;
+
+		if (n == 0)
+			return NULL;
+		sk.slot = bpf_get_prandom_u32() % n;
+		id = bpf_map_lookup_elem(&ez_svc_slots, &sk);
+		if (id) {
+			be = bpf_map_lookup_elem(&ez_svc_backends, id);
+			if (be) {
+				*backend_id = *id;
+				return be;
+			}
+		}
+		count(EZ_SVC_C_BACKEND_MISS);
+	}
+	return NULL;
+}
+
+/* The socket's entry for frontend k, or the one to replace. */
+static __always_inline struct ez_svc_rev *rev_for(struct ez_svc_sock *s, const struct ez_svc_key *k, int *found)
+{
+	for (int i = 0; i < EZ_SVC_SOCK_REVS; i++) {
+		struct ez_svc_rev *r = &s->rev[i];
+
+		if (r->id != 0 && r->vip_port == k->port && same_addr(r->vip, k->addr)) {
+			*found = 1;
+			return r;
+		}
+	}
+	*found = 0;
+	__u32 i = s->next % EZ_SVC_SOCK_REVS;
+
+	s->next = i + 1;
+	return &s->rev[i & (EZ_SVC_SOCK_REVS - 1)];
+}
+
+/* The socket's entry whose backend is addr:port. */
+static __always_inline struct ez_svc_rev *rev_by_backend(struct ez_svc_sock *s, const __u8 addr[16], __u16 port)
+{
+	for (int i = 0; i < EZ_SVC_SOCK_REVS; i++) {
+		struct ez_svc_rev *r = &s->rev[i];
+
+		if (r->id != 0 && r->backend_port == port && same_addr(r->backend, addr))
+			return r;
+	}
+	return NULL;
+}
+
+static __always_inline void fill_rev(struct ez_svc_rev *r, const struct ez_svc_key *k, const struct ez_svc *svc,
+				     const struct ez_svc_backend *be, __u32 backend_id)
+{
+	__builtin_memcpy(r->vip, k->addr, 16);
+	__builtin_memcpy(r->backend, be->addr, 16);
+	r->vip_port = k->port;
+	r->backend_port = be->port;
+	r->id = svc->id;
+	r->backend_id = backend_id;
+}
+
+/* No backends: the errno kube-proxy's REJECT (icmp-port-unreachable) gives a
+ * connect. Returning 0 alone would give EPERM. */
+static __always_inline int refuse(void)
+{
+	count(EZ_SVC_C_NO_BACKEND);
+	bpf_set_retval(-ECONNREFUSED);
+	return 0;
+}
+
+static __always_inline int do_connect(struct bpf_sock_addr *ctx, int v6)
+{
+	struct ez_svc_backend *be;
+	struct ez_svc_sock *s;
+	struct ez_svc_rev *r;
+	struct ez_svc_key k;
+	struct ez_svc *svc;
+	__u32 backend_id;
+	int found;
+
+	svc = frontend(ctx, v6, &k);
+	if (!svc)
+		return 1;
+	be = choose(svc, &backend_id);
+	if (!be)
+		return refuse();
+	if (set_ctx_addr(ctx, v6, be->addr, be->port))
+		return 1; /* family mismatch, userspace prevents it */
+	count(k.proto == EZ_IPPROTO_TCP ? EZ_SVC_C_TCP_CONNECT : EZ_SVC_C_UDP_CONNECT);
+	s = bpf_sk_storage_get(&ez_svc_socks, ctx->sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!s) {
+		count(EZ_SVC_C_NO_STORAGE);
+		return 1;
+	}
+	r = rev_for(s, &k, &found);
+	fill_rev(r, &k, svc, be, backend_id);
+	return 1;
+}
+
+static __always_inline int do_sendmsg(struct bpf_sock_addr *ctx, int v6)
+{
+	struct ez_svc_backend *be = NULL;
+	struct ez_svc_sock *s;
+	struct ez_svc_rev *r;
+	struct ez_svc_key k;
+	struct ez_svc *svc;
+	__u32 backend_id;
+	int found;
+
+	svc = frontend(ctx, v6, &k);
+	if (!svc)
+		return 1;
+	s = bpf_sk_storage_get(&ez_svc_socks, ctx->sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!s) {
+		count(EZ_SVC_C_NO_STORAGE);
+		be = choose(svc, &backend_id);
+		if (!be)
+			return refuse();
+		set_ctx_addr(ctx, v6, be->addr, be->port);
+		count(EZ_SVC_C_UDP_SEND);
+		return 1;
+	}
+	r = rev_for(s, &k, &found);
+	if (found && r->id == svc->id) {
+		/* Keep the earlier backend while it is still one of svc's. */
+		struct ez_svc_member_key mk = { .id = svc->id, .backend = r->backend_id };
+
+		if (bpf_map_lookup_elem(&ez_svc_members, &mk)) {
+			be = bpf_map_lookup_elem(&ez_svc_backends, &r->backend_id);
+			if (be && (be->port != r->backend_port || !same_addr(be->addr, r->backend)))
+				be = NULL;
+		}
+		if (be)
+			backend_id = r->backend_id;
+		else
+			count(EZ_SVC_C_UDP_REPICK);
+	}
+	if (!be) {
+		be = choose(svc, &backend_id);
+		if (!be) {
+			r->id = 0;
+			return refuse();
+		}
+		fill_rev(r, &k, svc, be, backend_id);
+	}
+	if (set_ctx_addr(ctx, v6, be->addr, be->port))
+		return 1;
+	count(EZ_SVC_C_UDP_SEND);
+	return 1;
+}
+
+/* recvmsg (UDP source address) and getpeername: backend -> frontend. */
+static __always_inline int do_reverse(struct bpf_sock_addr *ctx, int v6, __u32 counter)
+{
+	struct ez_svc_sock *s;
+	struct ez_svc_rev *r;
+	__u8 addr[16];
+	__u16 port;
+
+	s = bpf_sk_storage_get(&ez_svc_socks, ctx->sk, NULL, 0);
+	if (!s)
+		return 1;
+	ctx_addr(ctx, v6, addr, &port);
+	r = rev_by_backend(s, addr, port);
+	if (!r)
+		return 1;
+	if (set_ctx_addr(ctx, v6, r->vip, r->vip_port) == 0)
+		count(counter);
+	return 1;
+}
+
+SEC("cgroup/connect4")
+int ez_svc_connect4(struct bpf_sock_addr *ctx) { return do_connect(ctx, 0); }
+
+SEC("cgroup/connect6")
+int ez_svc_connect6(struct bpf_sock_addr *ctx) { return do_connect(ctx, 1); }
+
+SEC("cgroup/sendmsg4")
+int ez_svc_sendmsg4(struct bpf_sock_addr *ctx) { return do_sendmsg(ctx, 0); }
+
+SEC("cgroup/sendmsg6")
+int ez_svc_sendmsg6(struct bpf_sock_addr *ctx) { return do_sendmsg(ctx, 1); }
+
+SEC("cgroup/recvmsg4")
+int ez_svc_recvmsg4(struct bpf_sock_addr *ctx) { return do_reverse(ctx, 0, EZ_SVC_C_RECV_REVERSED); }
+
+SEC("cgroup/recvmsg6")
+int ez_svc_recvmsg6(struct bpf_sock_addr *ctx) { return do_reverse(ctx, 1, EZ_SVC_C_RECV_REVERSED); }
+
+SEC("cgroup/getpeername4")
+int ez_svc_getpeername4(struct bpf_sock_addr *ctx) { return do_reverse(ctx, 0, EZ_SVC_C_PEER_REVERSED); }
+
+SEC("cgroup/getpeername6")
+int ez_svc_getpeername6(struct bpf_sock_addr *ctx) { return do_reverse(ctx, 1, EZ_SVC_C_PEER_REVERSED); }

@@ -1,0 +1,482 @@
+package services
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+)
+
+// Not in this slice: pins (the programs are detached when the LB is closed,
+// e.g. when the agent stops; connections already translated keep their
+// backend), NodePort, session affinity, sockets of removed backends.
+
+// Proto is a frontend's transport protocol (IPPROTO_TCP, IPPROTO_UDP).
+type Proto uint8
+
+const (
+	TCP Proto = 6
+	UDP Proto = 17
+)
+
+func (p Proto) String() string {
+	switch p {
+	case TCP:
+		return "TCP"
+	case UDP:
+		return "UDP"
+	}
+	return fmt.Sprintf("proto(%d)", uint8(p))
+}
+
+// Frontend is what a socket connects or sends to: a ClusterIP, port and protocol.
+type Frontend struct {
+	Addr  netip.Addr
+	Port  uint16
+	Proto Proto
+}
+
+func (f Frontend) String() string {
+	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(f.Addr, f.Port), f.Proto)
+}
+
+// Backend is where a frontend's sockets go.
+type Backend = netip.AddrPort
+
+// Config sizes the maps; zero values take the defaults.
+type Config struct {
+	MaxFrontends uint32 // default 16384
+	MaxBackends  uint32 // distinct backend addresses, default 65536
+	MaxSlots     uint32 // backends of all frontends together, default 131072
+}
+
+// LB is the loaded load balancer: programs, maps, cgroup links, and the
+// ids it gave frontends and backends.
+type LB struct {
+	mu    sync.Mutex
+	objs  servicesObjects
+	links map[string][]link.Link // by cgroup path
+
+	frontends map[Frontend]*frontendState
+	backends  map[Backend]*backendState
+	freeSvc   []uint32
+	nextSvc   uint32
+	freeBe    []uint32
+	nextBe    uint32
+	closed    bool
+}
+
+type frontendState struct {
+	id    uint32
+	slots []uint32 // backend ids, in slot order
+}
+
+type backendState struct {
+	id   uint32
+	refs int
+}
+
+// Load loads the programs and creates the maps; nothing is attached yet.
+func Load(cfg Config) (_ *LB, err error) {
+	spec, err := loadServices()
+	if err != nil {
+		return nil, fmt.Errorf("services: %w", err)
+	}
+	for _, m := range []struct {
+		spec *ebpf.MapSpec
+		n    uint32
+	}{{spec.Maps["ez_svc_frontends"], cfg.MaxFrontends}, {spec.Maps["ez_svc_backends"], cfg.MaxBackends},
+		{spec.Maps["ez_svc_slots"], cfg.MaxSlots}, {spec.Maps["ez_svc_members"], cfg.MaxSlots}} {
+		if m.n != 0 {
+			m.spec.MaxEntries = m.n
+		}
+	}
+	lb := &LB{links: map[string][]link.Link{}, frontends: map[Frontend]*frontendState{}, backends: map[Backend]*backendState{}}
+	if err := spec.LoadAndAssign(&lb.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("services: load: %+v", ve)
+		}
+		return nil, fmt.Errorf("services: load: %w", err)
+	}
+	return lb, nil
+}
+
+// hooks are the programs attached to each cgroup.
+func (lb *LB) hooks() []struct {
+	prog *ebpf.Program
+	at   ebpf.AttachType
+} {
+	o := &lb.objs
+	return []struct {
+		prog *ebpf.Program
+		at   ebpf.AttachType
+	}{
+		// Reverse translation first: a socket translated once must always
+		// be shown its frontend, even while the forward hooks attach.
+		{o.EzSvcGetpeername4, ebpf.AttachCgroupInet4GetPeername},
+		{o.EzSvcGetpeername6, ebpf.AttachCgroupInet6GetPeername},
+		{o.EzSvcRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
+		{o.EzSvcRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+		{o.EzSvcConnect4, ebpf.AttachCGroupInet4Connect},
+		{o.EzSvcConnect6, ebpf.AttachCGroupInet6Connect},
+		{o.EzSvcSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
+		{o.EzSvcSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
+	}
+}
+
+// Attach attaches every program to a cgroup v2 directory (its processes and
+// those of its descendants), after other owners' programs there. All or
+// nothing: on error the links this call made are closed.
+func (lb *LB) Attach(cgroup string) error {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.closed {
+		return errClosed
+	}
+	if _, ok := lb.links[cgroup]; ok {
+		return nil
+	}
+	if err := cgroupv2.Validate(cgroup); err != nil {
+		return fmt.Errorf("services: %w", err)
+	}
+	var ls []link.Link
+	for _, h := range lb.hooks() {
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: h.at, Program: h.prog})
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return fmt.Errorf("services: attach %s to cgroup %s: %w", h.at, cgroup, err)
+		}
+		ls = append(ls, l)
+	}
+	lb.links[cgroup] = ls
+	return nil
+}
+
+// Attached lists the cgroups the programs are attached to, sorted.
+func (lb *LB) Attached() []string {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	out := make([]string, 0, len(lb.links))
+	for cg := range lb.links {
+		out = append(out, cg)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ProgramIDs are the kernel's ids of the programs (as link queries list them).
+func (lb *LB) ProgramIDs() ([]ebpf.ProgramID, error) {
+	var ids []ebpf.ProgramID
+	for _, h := range lb.hooks() {
+		info, err := h.prog.Info()
+		if err != nil {
+			return nil, err
+		}
+		id, ok := info.ID()
+		if !ok {
+			return nil, errors.New("services: program id unavailable")
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+var errClosed = errors.New("services: closed")
+
+// Close detaches from every cgroup and frees programs and maps.
+func (lb *LB) Close() error {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.closed {
+		return nil
+	}
+	lb.closed = true
+	var errs []error
+	// Forward translation first (reverse hooks were attached first).
+	for _, ls := range lb.links {
+		for i := len(ls) - 1; i >= 0; i-- {
+			errs = append(errs, ls[i].Close())
+		}
+	}
+	lb.links = nil
+	errs = append(errs, lb.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Frontends is how many frontends are written.
+func (lb *LB) Frontends() int {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return len(lb.frontends)
+}
+
+// BackendRefs is how many backend slots are written (all frontends).
+func (lb *LB) BackendRefs() int {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	n := 0
+	for _, f := range lb.frontends {
+		n += len(f.slots)
+	}
+	return n
+}
+
+func frontendKey(f Frontend) (servicesEzSvcKey, error) {
+	if !f.Addr.IsValid() || f.Addr.Zone() != "" || f.Addr.IsUnspecified() {
+		return servicesEzSvcKey{}, fmt.Errorf("services: frontend %s: want an IPv4 or IPv6 address without zone", f)
+	}
+	if f.Proto != TCP && f.Proto != UDP {
+		return servicesEzSvcKey{}, fmt.Errorf("services: frontend %s: protocol must be TCP or UDP", f)
+	}
+	if f.Port == 0 {
+		return servicesEzSvcKey{}, fmt.Errorf("services: frontend %s: port 0", f)
+	}
+	return servicesEzSvcKey{Addr: as16(f.Addr), Port: f.Port, Proto: uint8(f.Proto)}, nil
+}
+
+// as16 is the maps' address form: IPv6, or IPv4 v4-mapped.
+func as16(a netip.Addr) [16]byte {
+	if a.Is4() {
+		return netip.AddrFrom16(a.As16()).As16()
+	}
+	return a.As16()
+}
+
+// SetFrontend writes f with these backends (order does not matter,
+// duplicates are ignored; none: connects are refused). Only f's entries
+// are written; backends it keeps keep their slots.
+func (lb *LB) SetFrontend(f Frontend, backends []Backend) error {
+	key, err := frontendKey(f)
+	if err != nil {
+		return err
+	}
+	want := map[Backend]bool{}
+	for _, b := range backends {
+		if !b.IsValid() || b.Port() == 0 || b.Addr().Zone() != "" || b.Addr().IsUnspecified() {
+			return fmt.Errorf("services: frontend %s: backend %s: want address:port, no zone, port not 0", f, b)
+		}
+		if b.Addr().Unmap().Is4() != f.Addr.Unmap().Is4() {
+			return fmt.Errorf("services: frontend %s: backend %s is of the other IP family", f, b)
+		}
+		want[netip.AddrPortFrom(b.Addr().Unmap(), b.Port())] = true
+	}
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.closed {
+		return errClosed
+	}
+	st, existed := lb.frontends[f]
+	if !existed {
+		id, err := lb.allocSvc()
+		if err != nil {
+			return fmt.Errorf("services: frontend %s: %w", f, err)
+		}
+		st = &frontendState{id: id}
+	}
+	// New slot order: kept backends stay where they are, a removed one's
+	// slot takes the last one, new ones are appended.
+	byID := map[uint32]Backend{}
+	for b, s := range lb.backends {
+		byID[s.id] = b
+	}
+	old := slices.Clone(st.slots)
+	slots := slices.Clone(st.slots)
+	var removed []Backend
+	for i := 0; i < len(slots); {
+		b := byID[slots[i]]
+		if want[b] {
+			delete(want, b)
+			i++
+			continue
+		}
+		removed = append(removed, b)
+		slots[i] = slots[len(slots)-1]
+		slots = slots[:len(slots)-1]
+	}
+	var added []Backend
+	for b := range want {
+		added = append(added, b)
+	}
+	slices.SortFunc(added, func(a, b Backend) int { return a.Compare(b) })
+	for _, b := range added {
+		id, err := lb.refBackend(b)
+		if err != nil {
+			return fmt.Errorf("services: frontend %s: %w", f, err)
+		}
+		slots = append(slots, id)
+		mk := servicesEzSvcMemberKey{Id: st.id, Backend: id}
+		if err := lb.objs.EzSvcMembers.Put(mk, uint32(0)); err != nil {
+			return fmt.Errorf("services: frontend %s: member %s: %w", f, b, err)
+		}
+	}
+	// Slots first, then the count, then slots beyond it: a reader sees
+	// either count and finds every slot below it.
+	for i, id := range slots {
+		if i < len(old) && old[i] == id {
+			continue
+		}
+		if err := lb.objs.EzSvcSlots.Put(servicesEzSvcSlotKey{Id: st.id, Slot: uint32(i)}, id); err != nil {
+			return fmt.Errorf("services: frontend %s: slot %d: %w", f, i, err)
+		}
+	}
+	if err := lb.objs.EzSvcFrontends.Put(key, servicesEzSvc{Id: st.id, Count: uint32(len(slots))}); err != nil {
+		return fmt.Errorf("services: frontend %s: %w", f, err)
+	}
+	lb.frontends[f] = st
+	st.slots = slots
+	for i := len(slots); i < len(old); i++ {
+		lb.objs.EzSvcSlots.Delete(servicesEzSvcSlotKey{Id: st.id, Slot: uint32(i)})
+	}
+	for _, b := range removed {
+		id := lb.backends[b].id
+		lb.objs.EzSvcMembers.Delete(servicesEzSvcMemberKey{Id: st.id, Backend: id})
+		lb.unrefBackend(b)
+	}
+	return nil
+}
+
+// DeleteFrontend removes f and its slots; connects to it are no longer
+// translated. Deleting an unknown frontend is not an error.
+func (lb *LB) DeleteFrontend(f Frontend) error {
+	key, err := frontendKey(f)
+	if err != nil {
+		return err
+	}
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.closed {
+		return errClosed
+	}
+	st, ok := lb.frontends[f]
+	if !ok {
+		return nil
+	}
+	if err := lb.objs.EzSvcFrontends.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("services: delete frontend %s: %w", f, err)
+	}
+	delete(lb.frontends, f)
+	byID := map[uint32]Backend{}
+	for b, s := range lb.backends {
+		byID[s.id] = b
+	}
+	for i, id := range st.slots {
+		lb.objs.EzSvcSlots.Delete(servicesEzSvcSlotKey{Id: st.id, Slot: uint32(i)})
+		lb.objs.EzSvcMembers.Delete(servicesEzSvcMemberKey{Id: st.id, Backend: id})
+		lb.unrefBackend(byID[id])
+	}
+	lb.freeSvc = append(lb.freeSvc, st.id)
+	return nil
+}
+
+func (lb *LB) allocSvc() (uint32, error) {
+	if n := len(lb.freeSvc); n > 0 {
+		id := lb.freeSvc[n-1]
+		lb.freeSvc = lb.freeSvc[:n-1]
+		return id, nil
+	}
+	if lb.nextSvc >= lb.objs.EzSvcFrontends.MaxEntries() {
+		return 0, fmt.Errorf("%d frontends: the map is full", lb.nextSvc)
+	}
+	lb.nextSvc++ // ids start at 1: 0 marks an unused socket entry
+	return lb.nextSvc, nil
+}
+
+// refBackend returns b's id, writing it on its first reference.
+func (lb *LB) refBackend(b Backend) (uint32, error) {
+	if s, ok := lb.backends[b]; ok {
+		s.refs++
+		return s.id, nil
+	}
+	var id uint32
+	if n := len(lb.freeBe); n > 0 {
+		id = lb.freeBe[n-1]
+		lb.freeBe = lb.freeBe[:n-1]
+	} else {
+		if lb.nextBe >= lb.objs.EzSvcBackends.MaxEntries() {
+			return 0, fmt.Errorf("backend %s: %d backends, the map is full", b, lb.nextBe)
+		}
+		lb.nextBe++
+		id = lb.nextBe
+	}
+	v := servicesEzSvcBackend{Addr: as16(b.Addr()), Port: b.Port()}
+	if err := lb.objs.EzSvcBackends.Put(id, v); err != nil {
+		lb.freeBe = append(lb.freeBe, id)
+		return 0, fmt.Errorf("backend %s: %w", b, err)
+	}
+	lb.backends[b] = &backendState{id: id, refs: 1}
+	return id, nil
+}
+
+func (lb *LB) unrefBackend(b Backend) {
+	s, ok := lb.backends[b]
+	if !ok {
+		return
+	}
+	if s.refs--; s.refs > 0 {
+		return
+	}
+	lb.objs.EzSvcBackends.Delete(s.id)
+	delete(lb.backends, b)
+	lb.freeBe = append(lb.freeBe, s.id)
+}
+
+// Counters are the per-CPU counters summed over CPUs, by name.
+type Counters map[string]uint64
+
+// counterNames are the external names of enum ez_svc_counter;
+// TestCounterNamesComplete checks every value has one.
+var counterNames = map[servicesEzSvcCounter]string{
+	servicesEzSvcCounterEZ_SVC_C_TCP_CONNECT:   "tcp_connect",
+	servicesEzSvcCounterEZ_SVC_C_UDP_CONNECT:   "udp_connect",
+	servicesEzSvcCounterEZ_SVC_C_UDP_SEND:      "udp_send",
+	servicesEzSvcCounterEZ_SVC_C_UDP_REPICK:    "udp_repick",
+	servicesEzSvcCounterEZ_SVC_C_RECV_REVERSED: "recv_reversed",
+	servicesEzSvcCounterEZ_SVC_C_PEER_REVERSED: "peer_reversed",
+	servicesEzSvcCounterEZ_SVC_C_NO_BACKEND:    "no_backend",
+	servicesEzSvcCounterEZ_SVC_C_BACKEND_MISS:  "backend_miss",
+	servicesEzSvcCounterEZ_SVC_C_NO_STORAGE:    "no_storage",
+}
+
+func counterName(c servicesEzSvcCounter) string {
+	if n, ok := counterNames[c]; ok {
+		return n
+	}
+	return fmt.Sprintf("counter_%d", uint32(c))
+}
+
+// CounterNames lists every counter name in enum order.
+func CounterNames() []string {
+	names := make([]string, 0, servicesEzSvcCounterEZ_SVC_C_MAX)
+	for c := servicesEzSvcCounter(0); c < servicesEzSvcCounterEZ_SVC_C_MAX; c++ {
+		names = append(names, counterName(c))
+	}
+	return names
+}
+
+// Counters reads the counters.
+func (lb *LB) Counters() (Counters, error) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.closed {
+		return nil, errClosed
+	}
+	out := make(Counters, servicesEzSvcCounterEZ_SVC_C_MAX)
+	for c := servicesEzSvcCounter(0); c < servicesEzSvcCounterEZ_SVC_C_MAX; c++ {
+		sum, err := bpfsys.SumPerCPU(lb.objs.EzSvcCounters, uint32(c))
+		if err != nil {
+			return nil, fmt.Errorf("services: read counter %s: %w", counterName(c), err)
+		}
+		out[counterName(c)] = sum
+	}
+	return out, nil
+}
