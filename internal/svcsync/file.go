@@ -1,0 +1,165 @@
+package svcsync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
+)
+
+// File is the services file (YAML or JSON) for hosts without Kubernetes:
+//
+//	services:
+//	- name: web            # groups frontends; a change rewrites this name's only
+//	  ip: 10.96.0.10       # ClusterIP, IPv4 or IPv6
+//	  port: 80
+//	  protocol: TCP        # TCP (default) or UDP
+//	  backends: ["10.77.1.2:8080", "10.77.1.3:8080"]   # none: connects refused
+type File struct {
+	Services []FileService `yaml:"services" json:"services"`
+}
+
+// FileService is one frontend of the services file.
+type FileService struct {
+	Name     string   `yaml:"name" json:"name"`
+	IP       string   `yaml:"ip" json:"ip"`
+	Port     int      `yaml:"port" json:"port"`
+	Protocol string   `yaml:"protocol,omitempty" json:"protocol,omitempty"`
+	Backends []string `yaml:"backends" json:"backends"`
+}
+
+// ParseFile parses a services file into entries by name. A document that
+// does not parse is an error; a bad entry is skipped and its reason
+// returned (as for bad Service objects).
+func ParseFile(data []byte, fam Families) (map[string]Entries, []string, error) {
+	var f File
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, err
+	}
+	out := map[string]Entries{}
+	var skipped []string
+	for i, s := range f.Services {
+		if s.Name == "" {
+			return nil, nil, fmt.Errorf("services[%d]: no name", i)
+		}
+		e, reason := fileEntry(s, fam)
+		if reason != "" {
+			skipped = append(skipped, fmt.Sprintf("%s (services[%d] %s)", reason, i, s.Name))
+			continue
+		}
+		if out[s.Name] == nil {
+			out[s.Name] = Entries{}
+		}
+		for fe, bes := range e {
+			out[s.Name][fe] = append(out[s.Name][fe], bes...)
+		}
+	}
+	return out, skipped, nil
+}
+
+func fileEntry(s FileService, fam Families) (Entries, string) {
+	vip, err := netip.ParseAddr(s.IP)
+	if err != nil || vip.Zone() != "" || vip.IsUnspecified() {
+		return nil, SkipBadAddress
+	}
+	vip = vip.Unmap()
+	if !fam.has(vip) {
+		return nil, SkipFamily
+	}
+	var proto lb.Proto
+	switch strings.ToUpper(s.Protocol) {
+	case "", "TCP":
+		proto = lb.TCP
+	case "UDP":
+		proto = lb.UDP
+	default:
+		return nil, SkipProtocol
+	}
+	if s.Port <= 0 || s.Port > 65535 {
+		return nil, SkipNoPorts
+	}
+	var bes []lb.Backend
+	for _, b := range s.Backends {
+		ap, err := netip.ParseAddrPort(b)
+		if err != nil || ap.Port() == 0 || ap.Addr().Unmap().Is4() != vip.Is4() {
+			return nil, SkipBadAddress
+		}
+		bes = append(bes, ap)
+	}
+	return Entries{{Addr: vip, Port: uint16(s.Port), Proto: proto}: bes}, ""
+}
+
+// FilePoll is how often RunFile looks at the file.
+const FilePoll = 500 * time.Millisecond
+
+// RunFile applies path to t now (an error if it cannot be read or parsed)
+// and then whenever its content changes, until ctx ends. Later read or
+// parse errors are logged and keep what is written.
+func RunFile(ctx context.Context, path string, fam Families, t *Table, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	var last []byte
+	load := func() error {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("services file: %w", err)
+		}
+		if last != nil && bytes.Equal(data, last) {
+			return nil
+		}
+		since := time.Now()
+		last = data // a bad content is reported once, not at every poll
+		byName, skipped, err := ParseFile(data, fam)
+		if err != nil {
+			return fmt.Errorf("services file %s: %w", path, err)
+		}
+		for _, r := range skipped {
+			reason, _, _ := strings.Cut(r, " ")
+			t.m.skip(reason)
+		}
+		if len(skipped) > 0 {
+			log.Warn("services file: entries skipped", "file", path, "skipped", skipped)
+		}
+		for _, name := range t.Names() {
+			if _, ok := byName[name]; !ok {
+				t.Apply(name, nil, since)
+			}
+		}
+		for name, e := range byName {
+			t.Apply(name, e, since)
+		}
+		log.Info("services file applied", "file", path, "services", len(byName))
+		return nil
+	}
+	if err := load(); err != nil {
+		return err
+	}
+	go func() {
+		tick := time.NewTicker(FilePoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if err := load(); err != nil {
+					log.Warn("services file: keeping what is written", "err", err)
+				}
+			}
+		}
+	}()
+	return nil
+}

@@ -1,0 +1,199 @@
+package svcsync
+
+import (
+	"net/netip"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
+)
+
+var both = Families{IPv4: true, IPv6: true}
+
+func svc(name string, ips []string, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIPs: ips, Ports: ports}}
+}
+
+type ep struct {
+	addr                      string
+	ready, serving, terminate *bool
+}
+
+func slice(name string, at discoveryv1.AddressType, portName string, port int32, eps ...ep) *discoveryv1.EndpointSlice {
+	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-x",
+		Labels: map[string]string{discoveryv1.LabelServiceName: name}}, AddressType: at,
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}}}
+	for _, e := range eps {
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.addr},
+			Conditions: discoveryv1.EndpointConditions{Ready: e.ready, Serving: e.serving, Terminating: e.terminate}})
+	}
+	return sl
+}
+
+func aps(s ...string) []lb.Backend {
+	var out []lb.Backend
+	for _, x := range s {
+		out = append(out, netip.MustParseAddrPort(x))
+	}
+	return out
+}
+
+func TestServiceEntriesReadiness(t *testing.T) {
+	web := corev1.ServicePort{Name: "web", Port: 80, Protocol: corev1.ProtocolTCP}
+	s := svc("a", []string{"10.96.0.1", "fd00::1"}, web)
+	yes, no := ptr.To(true), ptr.To(false)
+	sl4 := slice("a", discoveryv1.AddressTypeIPv4, "web", 8080,
+		ep{addr: "10.0.0.1"},                                          // nil conditions: ready
+		ep{addr: "10.0.0.2", ready: yes},                              // ready
+		ep{addr: "10.0.0.3", ready: no},                               // not ready, not terminating
+		ep{addr: "10.0.0.4", ready: no, serving: yes, terminate: yes}) // serving terminating: only without ready ones
+	sl6 := slice("a", discoveryv1.AddressTypeIPv6, "web", 8080,
+		ep{addr: "fd00::a", ready: no, serving: yes, terminate: yes},
+		ep{addr: "fd00::b", ready: no, serving: no, terminate: yes})
+	other := slice("a", discoveryv1.AddressTypeIPv4, "other", 9090, ep{addr: "10.0.0.9"})
+	e, skipped := ServiceEntries(s, []*discoveryv1.EndpointSlice{sl4, sl6, other}, both)
+	if len(skipped) != 0 {
+		t.Errorf("skipped %v", skipped)
+	}
+	f4 := lb.Frontend{Addr: netip.MustParseAddr("10.96.0.1"), Port: 80, Proto: lb.TCP}
+	f6 := lb.Frontend{Addr: netip.MustParseAddr("fd00::1"), Port: 80, Proto: lb.TCP}
+	if got := sortedBackends(e[f4]); !slices.Equal(got, aps("10.0.0.1:8080", "10.0.0.2:8080")) {
+		t.Errorf("IPv4 backends %v", got)
+	}
+	if got := e[f6]; !slices.Equal(got, aps("[fd00::a]:8080")) {
+		t.Errorf("IPv6 backends (serving terminating only) %v", got)
+	}
+	if len(e) != 2 {
+		t.Errorf("%d frontends, want 2: %v", len(e), e)
+	}
+}
+
+func TestServiceEntriesSkips(t *testing.T) {
+	tcp := corev1.ServicePort{Port: 80, Protocol: corev1.ProtocolTCP}
+	for _, c := range []struct {
+		name    string
+		svc     *corev1.Service
+		fam     Families
+		want    int
+		skipped []string
+	}{
+		{"no ports", svc("a", []string{"10.96.0.1"}), both, 0, []string{SkipNoPorts}},
+		{"sctp", svc("a", []string{"10.96.0.1"}, tcp, corev1.ServicePort{Name: "s", Port: 9, Protocol: corev1.ProtocolSCTP}), both, 1, []string{SkipProtocol}},
+		{"unknown protocol", svc("a", []string{"10.96.0.1"}, corev1.ServicePort{Port: 9, Protocol: "QUIC"}), both, 0, []string{SkipProtocol}},
+		{"v6 on v4-only node", svc("a", []string{"fd00::1"}, tcp), Families{IPv4: true}, 0, []string{SkipFamily}},
+		{"dual-stack on v4-only node", svc("a", []string{"10.96.0.1", "fd00::1"}, tcp), Families{IPv4: true}, 1, []string{SkipFamily}},
+		{"bad address", svc("a", []string{"10.96.0.300"}, tcp), both, 0, []string{SkipBadAddress}},
+		{"headless", svc("a", []string{"None"}, tcp), both, 0, nil},
+		{"deleted", nil, both, 0, nil},
+	} {
+		e, skipped := ServiceEntries(c.svc, nil, c.fam)
+		if len(e) != c.want || !slices.Equal(skipped, c.skipped) {
+			t.Errorf("%s: %d frontends, skipped %v; want %d, %v", c.name, len(e), skipped, c.want, c.skipped)
+		}
+	}
+}
+
+func TestParseFile(t *testing.T) {
+	byName, skipped, err := ParseFile([]byte(`
+services:
+- {name: web, ip: 10.96.0.10, port: 80, backends: ["10.0.0.1:8080", "10.0.0.2:8080"]}
+- {name: web, ip: 10.96.0.10, port: 443, backends: []}
+- {name: dns, ip: "fd00::10", port: 53, protocol: udp, backends: ["[fd00::2]:53"]}
+- {name: bad, ip: 10.96.0.11, port: 80, protocol: sctp, backends: []}
+- {name: bad2, ip: 10.96.0.12, port: 80, backends: ["[fd00::2]:80"]}
+`), both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(byName["web"]) != 2 || len(byName["dns"]) != 1 || len(byName) != 2 {
+		t.Errorf("entries %v", byName)
+	}
+	if len(skipped) != 2 {
+		t.Errorf("skipped %v", skipped)
+	}
+	if _, _, err := ParseFile([]byte("services:\n- {name: x, vip: 1.2.3.4}\n"), both); err == nil {
+		t.Error("unknown field accepted")
+	}
+	if _, _, err := ParseFile([]byte(`{"services": [{"name": "j", "ip": "10.1.1.1", "port": 1, "backends": ["10.0.0.1:1"]}]}`), both); err != nil {
+		t.Errorf("JSON: %v", err)
+	}
+}
+
+// countingLB counts the writes that reach the real load balancer.
+type countingLB struct {
+	*lb.LB
+	sets, deletes int
+}
+
+func (c *countingLB) SetFrontend(f lb.Frontend, b []lb.Backend) error {
+	c.sets++
+	return c.LB.SetFrontend(f, b)
+}
+
+func (c *countingLB) DeleteFrontend(f lb.Frontend) error {
+	c.deletes++
+	return c.LB.DeleteFrontend(f)
+}
+
+// TestTableIncremental: changing one Service of many writes that Service's
+// frontends only; an unchanged Service writes nothing; a conflicting
+// frontend is skipped and counted; deleting everything empties the maps.
+func TestTableIncremental(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the load balancer's maps need root: run go test as root")
+	}
+	l, err := lb.Load(lb.Config{MaxFrontends: 2048, MaxBackends: 4096, MaxSlots: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	w := &countingLB{LB: l}
+	m := NewMetrics(l.Counters)
+	tb := NewTable(w, m, nil)
+	entries := func(i, backends int) Entries {
+		f := lb.Frontend{Addr: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Proto: lb.TCP}
+		var bes []lb.Backend
+		for j := range backends {
+			bes = append(bes, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i), byte(j + 1)}), 8080))
+		}
+		return Entries{f: bes}
+	}
+	for i := range 1000 {
+		tb.Apply(string(rune('a'+i%26))+string(rune(i)), entries(i, 2), time.Now())
+	}
+	if w.sets != 1000 || l.Frontends() != 1000 || l.BackendRefs() != 2000 {
+		t.Fatalf("%d writes, %d frontends, %d slots after 1000 Services", w.sets, l.Frontends(), l.BackendRefs())
+	}
+	name := tb.Names()[500]
+	cur := tb.Frontends(name)
+	w.sets = 0
+	tb.Apply(name, cur, time.Now())
+	if w.sets+w.deletes != 0 {
+		t.Errorf("unchanged Service: %d sets %d deletes", w.sets, w.deletes)
+	}
+	for f, bes := range cur {
+		cur[f] = append(bes, netip.MustParseAddrPort("10.9.9.9:8080"))
+	}
+	tb.Apply(name, cur, time.Now())
+	if w.sets != 1 || w.deletes != 0 || l.BackendRefs() != 2001 {
+		t.Errorf("one Service scaled: %d sets %d deletes, %d slots", w.sets, w.deletes, l.BackendRefs())
+	}
+	tb.Apply("intruder", cur, time.Now())
+	if m.Skipped(SkipConflict) != 1 || len(tb.Frontends("intruder")) != 0 {
+		t.Errorf("conflict: skipped %v, intruder has %v", m.Skipped(SkipConflict), tb.Frontends("intruder"))
+	}
+	for _, n := range tb.Names() {
+		tb.Apply(n, nil, time.Now())
+	}
+	if l.Frontends() != 0 || l.BackendRefs() != 0 || len(tb.Names()) != 0 {
+		t.Errorf("after deleting all: %d frontends, %d slots, names %v", l.Frontends(), l.BackendRefs(), tb.Names())
+	}
+}

@@ -1,0 +1,154 @@
+// Package svcsync keeps the Service load balancer's maps equal to the
+// Services it is told about: ClusterIP frontends and their backends from
+// Kubernetes Services and EndpointSlices (client-go informers) or from a
+// file. Updates are per Service: a change rewrites that Service's frontends
+// only.
+package svcsync
+
+import (
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
+)
+
+// Writer writes frontends (the datapath's *services.LB).
+type Writer interface {
+	SetFrontend(lb.Frontend, []lb.Backend) error
+	DeleteFrontend(lb.Frontend) error
+}
+
+// Entries are one Service's frontends and their backends.
+type Entries map[lb.Frontend][]lb.Backend
+
+// Skip reasons (eztunnel_services_skipped_total{reason}).
+const (
+	SkipNoPorts     = "no_ports"     // a Service without ports
+	SkipProtocol    = "protocol"     // a port neither TCP nor UDP (SCTP, unknown)
+	SkipFamily      = "family"       // a ClusterIP of a family the node does not serve
+	SkipBadAddress  = "bad_address"  // a ClusterIP, port or backend that does not parse
+	SkipConflict    = "conflict"     // a frontend another Service already has
+	SkipWriteFailed = "write_failed" // the map write failed (full, ...)
+)
+
+// Table applies Services to a Writer and remembers what each wrote.
+type Table struct {
+	mu      sync.Mutex
+	w       Writer
+	m       *Metrics
+	log     *slog.Logger
+	applied map[string]Entries     // by Service (namespace/name)
+	owner   map[lb.Frontend]string // which Service a frontend is written for
+}
+
+// NewTable writes to w; m may be nil.
+func NewTable(w Writer, m *Metrics, log *slog.Logger) *Table {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Table{w: w, m: m, log: log, applied: map[string]Entries{}, owner: map[lb.Frontend]string{}}
+}
+
+// Apply makes name's frontends equal to e (nil or empty: the Service is
+// gone). Only frontends whose backends changed are written. since is when
+// the change was seen (the sync latency is measured from it). A frontend
+// another Service holds is skipped and counted.
+func (t *Table) Apply(name string, e Entries, since time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.applied[name]
+	next := Entries{}
+	wrote := false
+	for f := range old {
+		if _, ok := e[f]; ok {
+			continue
+		}
+		if err := t.w.DeleteFrontend(f); err != nil {
+			t.log.Warn("services: delete frontend", "service", name, "frontend", f.String(), "err", err)
+			next[f] = old[f] // still written
+			continue
+		}
+		delete(t.owner, f)
+		wrote = true
+	}
+	for _, f := range slices.SortedFunc(maps.Keys(e), cmpFrontend) {
+		bes := sortedBackends(e[f])
+		if o, ok := t.owner[f]; ok && o != name {
+			t.m.skip(SkipConflict)
+			t.log.Warn("services: frontend already written for another Service; skipped", "service", name, "frontend", f.String(), "owner", o)
+			continue
+		}
+		if prev, ok := old[f]; ok && slices.Equal(prev, bes) {
+			next[f] = prev
+			continue
+		}
+		if err := t.w.SetFrontend(f, bes); err != nil {
+			t.m.skip(SkipWriteFailed)
+			t.log.Warn("services: write frontend", "service", name, "frontend", f.String(), "err", err)
+			if prev, ok := old[f]; ok {
+				next[f] = prev // the previous state stays written
+			}
+			continue
+		}
+		next[f] = bes
+		t.owner[f] = name
+		wrote = true
+	}
+	if len(next) == 0 {
+		delete(t.applied, name)
+	} else {
+		t.applied[name] = next
+	}
+	if wrote {
+		t.m.synced(time.Since(since))
+	}
+	t.m.setState(t.counts())
+}
+
+// Names lists the Services with frontends written, sorted.
+func (t *Table) Names() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Sorted(maps.Keys(t.applied))
+}
+
+// Frontends is a copy of what is written for name.
+func (t *Table) Frontends(name string) Entries {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.applied[name])
+}
+
+func (t *Table) counts() (frontends, backends int) {
+	for _, e := range t.applied {
+		for _, bes := range e {
+			frontends++
+			backends += len(bes)
+		}
+	}
+	return
+}
+
+func cmpFrontend(a, b lb.Frontend) int {
+	if c := a.Addr.Compare(b.Addr); c != 0 {
+		return c
+	}
+	if a.Port != b.Port {
+		return int(a.Port) - int(b.Port)
+	}
+	return int(a.Proto) - int(b.Proto)
+}
+
+// sortedBackends sorts and dedups (IPv4-mapped addresses unmapped).
+func sortedBackends(in []lb.Backend) []lb.Backend {
+	out := make([]lb.Backend, 0, len(in))
+	for _, b := range in {
+		out = append(out, netip.AddrPortFrom(b.Addr().Unmap(), b.Port()))
+	}
+	slices.SortFunc(out, func(a, b lb.Backend) int { return a.Compare(b) })
+	return slices.Compact(out)
+}
