@@ -22,7 +22,7 @@ type kubeFlags struct {
 
 func (k *kubeFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&k.enabled, "kubernetes", false, "Kubernetes mode: attach once at the pods' root cgroup and accelerate the selected pods of this node")
-	f.StringVar(&k.cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster configuration)")
+	f.StringVar(&k.cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file for --kubernetes and --services (default: the in-cluster configuration)")
 	f.StringVar(&k.cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
 	f.StringVar(&k.policy, "default-policy", string(kube.Disabled), "pods without a "+kube.Key+" namespace label or pod annotation: enabled or disabled")
 	f.StringVar(&k.cfg.PodsCgroup, "pods-cgroup", "", "the pods' root cgroup (default: kubepods or kubepods.slice under the cgroup2 mount)")
@@ -32,9 +32,13 @@ func (k *kubeFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&k.drain, "removal-drain-timeout", 30*time.Second, "with --uninstall-on-removal: how long to wait for accelerated connections to close")
 }
 
-func (k *kubeFlags) parse(f *pflag.FlagSet) (*agent.KubeConfig, error) {
+// parse: services says --services is on, which may use --kubeconfig too.
+func (k *kubeFlags) parse(f *pflag.FlagSet, services bool) (*agent.KubeConfig, error) {
 	if !k.enabled {
-		for _, name := range []string{"kubeconfig", "default-policy", "pods-cgroup", "cgroup2-root", "cgroup-driver", "uninstall-on-removal", "removal-drain-timeout"} {
+		if f.Changed("kubeconfig") && !services {
+			return nil, fmt.Errorf("--kubeconfig needs --kubernetes or --services")
+		}
+		for _, name := range []string{"default-policy", "pods-cgroup", "cgroup2-root", "cgroup-driver", "uninstall-on-removal", "removal-drain-timeout"} {
 			if f.Changed(name) {
 				return nil, fmt.Errorf("--%s needs --kubernetes", name)
 			}

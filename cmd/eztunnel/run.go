@@ -31,6 +31,8 @@ type runConfig struct {
 	adopt     bool
 	adoptIvl  time.Duration
 	bypass    bool
+	services  bool
+	svcFile   string
 }
 
 func runCmd() *cobra.Command {
@@ -62,6 +64,8 @@ func runCmd() *cobra.Command {
 	f.BoolVar(&rc.adopt, "adopt", true, "adopt connections established before the agent (once ready, every --adopt-interval, and on `eztunnel adopt`) when that is provably safe")
 	f.DurationVar(&rc.adoptIvl, "adopt-interval", 30*time.Second, "how often to look for connections to adopt (0: only once ready and on `eztunnel adopt`)")
 	f.BoolVar(&rc.bypass, "bypass", false, "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; not pinned, detached when the agent stops); needs net.netfilter.nf_conntrack_tcp_be_liberal=1")
+	f.BoolVar(&rc.services, "services", false, "Service load balancing, first slice: ClusterIP TCP and UDP translated to a backend at the socket (cgroup connect/sendmsg/recvmsg/getpeername on the managed cgroups; not pinned, detached when the agent stops); fed by --services-file, else the Kubernetes API (--kubeconfig or in-cluster)")
+	f.StringVar(&rc.svcFile, "services-file", "", "with --services: a YAML or JSON file of frontends and backends (hosts without Kubernetes), re-read when it changes")
 	rc.kube.register(f)
 	f.MarkHidden("ready-file")
 	return cmd
@@ -76,9 +80,18 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	if rc.lockFile == "" {
 		rc.lockFile = agentlock.ForPins(rc.dp.PinRoot)
 	}
-	kc, err := rc.kube.parse(flags)
+	kc, err := rc.kube.parse(flags, rc.services)
 	if err != nil {
 		return err
+	}
+	var svc *agent.ServicesConfig
+	if rc.services {
+		svc = &agent.ServicesConfig{File: rc.svcFile, Kubeconfig: rc.kube.cfg.Kubeconfig}
+		if rc.svcFile != "" && flags.Changed("kubeconfig") {
+			return fmt.Errorf("--services-file and --kubeconfig exclude each other: the services come from one source")
+		}
+	} else if rc.svcFile != "" {
+		return fmt.Errorf("--services-file needs --services")
 	}
 	if rc.adoptIvl < 0 {
 		return fmt.Errorf("--adopt-interval %s must not be negative", rc.adoptIvl)
@@ -87,6 +100,6 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 		Cgroups: rc.cgroups, Datapath: rc.dp, ReadyFile: rc.readyFile,
 		MetricsAddr: rc.metrics, HealthAddr: rc.health, PairMaxAge: rc.pairAge, Version: version,
 		LockFile: rc.lockFile, Takeover: rc.takeover, LockWait: rc.lockWait, Kubernetes: kc,
-		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl, Bypass: rc.bypass,
+		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl, Bypass: rc.bypass, Services: svc,
 	})
 }

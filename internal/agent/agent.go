@@ -57,6 +57,10 @@ type Config struct {
 	// nodes) on the bridges' veths and the uplinks of the agent's network
 	// namespace while the agent runs; nothing of it is pinned.
 	Bypass bool
+	// Services runs the Service load balancer (ClusterIP at the socket) on
+	// the managed cgroups while the agent runs; nil: off. Nothing of it is
+	// pinned.
+	Services *ServicesConfig
 }
 
 // Run validates cfg, installs the datapath and serves until ctx is done.
@@ -111,6 +115,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer bb.close()
 	}
+	var svc *serviceLB
+	if cfg.Services != nil {
+		var err error
+		if svc, err = loadServices(*cfg.Services); err != nil {
+			return err
+		}
+		defer svc.close()
+	}
 
 	// The lock first: during a DaemonSet update with maxSurge the agent we
 	// take over from holds the health and metrics ports (host network) until
@@ -161,7 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 			slog.Info("cleared the pod selection of an earlier Kubernetes-mode agent", "cgroups", n)
 		}
 	}
-	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version, pods, bb)
+	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version, pods, bb, svc)
 	if err != nil {
 		return err
 	}
@@ -177,6 +189,13 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		stopBypass = bb.close
+	}
+	stopServices := func() {}
+	if svc != nil {
+		if err := svc.start(ctx, cfg.Cgroups); err != nil {
+			return err
+		}
+		stopServices = svc.close
 	}
 	// Loading parsed the kernel's BTF (tens of MB, partly mmapped); nothing
 	// needs it any more: give it back before serving for months.
@@ -285,6 +304,7 @@ func Run(ctx context.Context, cfg Config) error {
 			waitRound() // no round while the datapath is drained
 			stopDevices()
 			stopBypass()
+			stopServices()
 			return uninstallOnRemoval(ctx, dp, cfg, lock)
 		case who := <-lock.Requested():
 			// Everything the next agent needs goes before the lock: our
@@ -296,6 +316,7 @@ func Run(ctx context.Context, cfg Config) error {
 			stopDevices()
 			dp.Close()
 			stopBypass() // the next agent attaches its own
+			stopServices()
 			stopMetrics()
 			stopHealth()
 			lock.Release()

@@ -18,10 +18,10 @@ func listenMetrics(addr string) (*metrics.Server, error) {
 	return metrics.Listen(addr)
 }
 
-// serveMetrics serves the pinned datapath's metrics (and the bypass's when
-// bb is not nil) on srv until ctx is done.
+// serveMetrics serves the pinned datapath's metrics (and the bypass's and
+// the load balancer's when bb and svc are not nil) on srv until ctx is done.
 // The returned function stops the server and releases the maps.
-func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config, version string, pods *podScope, bb *bridgeBypass) (func(), error) {
+func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config, version string, pods *podScope, bb *bridgeBypass, svc *serviceLB) (func(), error) {
 	if srv == nil {
 		return func() {}, nil
 	}
@@ -36,6 +36,9 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config,
 	}
 	if bb != nil {
 		reg.MustRegister(metrics.NewBypassCollector(bb))
+	}
+	if svc != nil {
+		reg.MustRegister(svc.metrics)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
