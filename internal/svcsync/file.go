@@ -40,8 +40,8 @@ type FileService struct {
 
 // ParseFile parses a services file into entries by name. A document that
 // does not parse is an error; a bad entry is skipped and its reason
-// returned (as for bad Service objects).
-func ParseFile(data []byte, fam Families) (map[string]Entries, []string, error) {
+// returned under its name (as for bad Service objects).
+func ParseFile(data []byte, fam Families) (map[string]Entries, map[string][]string, error) {
 	var f File
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -49,18 +49,18 @@ func ParseFile(data []byte, fam Families) (map[string]Entries, []string, error) 
 		return nil, nil, err
 	}
 	out := map[string]Entries{}
-	var skipped []string
+	skipped := map[string][]string{}
 	for i, s := range f.Services {
 		if s.Name == "" {
 			return nil, nil, fmt.Errorf("services[%d]: no name", i)
 		}
-		e, reason := fileEntry(s, fam)
-		if reason != "" {
-			skipped = append(skipped, fmt.Sprintf("%s (services[%d] %s)", reason, i, s.Name))
-			continue
-		}
 		if out[s.Name] == nil {
 			out[s.Name] = Entries{}
+		}
+		e, reason := fileEntry(s, fam)
+		if reason != "" {
+			skipped[s.Name] = append(skipped[s.Name], reason)
+			continue
 		}
 		for fe, bes := range e {
 			out[s.Name][fe] = append(out[s.Name][fe], bes...)
@@ -126,20 +126,16 @@ func RunFile(ctx context.Context, path string, fam Families, t *Table, log *slog
 		if err != nil {
 			return fmt.Errorf("services file %s: %w", path, err)
 		}
-		for _, r := range skipped {
-			reason, _, _ := strings.Cut(r, " ")
-			t.m.skip(reason)
-		}
 		if len(skipped) > 0 {
 			log.Warn("services file: entries skipped", "file", path, "skipped", skipped)
 		}
 		for _, name := range t.Names() {
 			if _, ok := byName[name]; !ok {
-				t.Apply(name, nil, since)
+				t.Apply(name, nil, nil, since)
 			}
 		}
 		for name, e := range byName {
-			t.Apply(name, e, since)
+			t.Apply(name, e, skipped[name], since)
 		}
 		log.Info("services file applied", "file", path, "services", len(byName))
 		return nil

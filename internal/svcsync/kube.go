@@ -263,12 +263,9 @@ func (k *kubeSource) drain() {
 			}
 		}
 		e, skipped := ServiceEntries(svc, sls, k.fam)
-		for _, r := range skipped {
-			k.t.m.skip(r)
-		}
 		if len(skipped) > 0 {
 			k.log.Warn("services: Service partly or wholly skipped", "service", key, "reasons", skipped)
 		}
-		k.t.Apply(key, e, since)
+		k.t.Apply(key, e, skipped, since)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 )
@@ -14,11 +13,11 @@ import (
 type Metrics struct {
 	mu                  sync.Mutex
 	frontends, backends int
-	skipped             *prometheus.CounterVec
+	skipped             map[string]int
 	sync                prometheus.Histogram
 	counters            func() (lb.Counters, error)
 
-	descFrontends, descBackends, descTranslations, descReversed, descFailures, descUp *prometheus.Desc
+	descFrontends, descBackends, descTranslations, descReversed, descFailures, descUp, descSkipped *prometheus.Desc
 }
 
 // NewMetrics reads the datapath's counters through counters (nil: none).
@@ -26,8 +25,6 @@ func NewMetrics(counters func() (lb.Counters, error)) *Metrics {
 	const ns = "eztunnel_services_"
 	return &Metrics{
 		counters: counters,
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "skipped_total",
-			Help: "Service frontends skipped, by reason (no_ports, protocol, family, bad_address, conflict, write_failed)."}, []string{"reason"}),
 		sync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: ns + "sync_seconds",
 			Help:    "From a Service or EndpointSlice change seen (informer event, file read) to its frontends written in the maps.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
@@ -40,12 +37,8 @@ func NewMetrics(counters func() (lb.Counters, error)) *Metrics {
 		descFailures: prometheus.NewDesc(ns+"failures_total",
 			"Datapath failures by reason: no_backend (refused), backend_miss (raced an update), no_storage (no reverse entry), udp_repick (backend gone, chose again).", []string{"reason"}, nil),
 		descUp: prometheus.NewDesc(ns+"up", "1 when the load balancer's counters could be read.", nil, nil),
-	}
-}
-
-func (m *Metrics) skip(reason string) {
-	if m != nil {
-		m.skipped.WithLabelValues(reason).Inc()
+		descSkipped: prometheus.NewDesc(ns+"skipped",
+			"Parts of the current Services not translated, by reason: no_ports, protocol (not TCP/UDP), family (not served by the node), bad_address, conflict (frontend of another Service), write_failed.", []string{"reason"}, nil),
 	}
 }
 
@@ -55,31 +48,35 @@ func (m *Metrics) synced(d time.Duration) {
 	}
 }
 
-func (m *Metrics) setState(frontends, backends int) {
+func (m *Metrics) setState(frontends, backends int, skipped map[string]int) {
 	if m == nil {
 		return
 	}
 	m.mu.Lock()
-	m.frontends, m.backends = frontends, backends
+	m.frontends, m.backends, m.skipped = frontends, backends, skipped
 	m.mu.Unlock()
 }
 
+// SkipReasons are the reasons eztunnel_services_skipped always reports.
+var SkipReasons = []string{SkipNoPorts, SkipProtocol, SkipFamily, SkipBadAddress, SkipConflict, SkipWriteFailed}
+
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.skipped.Describe(ch)
 	m.sync.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.descFrontends, m.descBackends, m.descTranslations, m.descReversed, m.descFailures, m.descUp} {
+	for _, d := range []*prometheus.Desc{m.descFrontends, m.descBackends, m.descTranslations, m.descReversed, m.descFailures, m.descUp, m.descSkipped} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	m.skipped.Collect(ch)
 	m.sync.Collect(ch)
 	m.mu.Lock()
 	ch <- prometheus.MustNewConstMetric(m.descFrontends, prometheus.GaugeValue, float64(m.frontends))
 	ch <- prometheus.MustNewConstMetric(m.descBackends, prometheus.GaugeValue, float64(m.backends))
+	for _, r := range SkipReasons {
+		ch <- prometheus.MustNewConstMetric(m.descSkipped, prometheus.GaugeValue, float64(m.skipped[r]), r)
+	}
 	m.mu.Unlock()
 	if m.counters == nil {
 		return
@@ -99,13 +96,4 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(m.descUp, prometheus.GaugeValue, up)
-}
-
-// Skipped is how many frontends were skipped for reason.
-func (m *Metrics) Skipped(reason string) float64 {
-	var d dto.Metric
-	if err := m.skipped.WithLabelValues(reason).Write(&d); err != nil {
-		return 0
-	}
-	return d.GetCounter().GetValue()
 }

@@ -113,10 +113,10 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(byName["web"]) != 2 || len(byName["dns"]) != 1 || len(byName) != 2 {
+	if len(byName["web"]) != 2 || len(byName["dns"]) != 1 || len(byName["bad"])+len(byName["bad2"]) != 0 {
 		t.Errorf("entries %v", byName)
 	}
-	if len(skipped) != 2 {
+	if !slices.Equal(skipped["bad"], []string{SkipProtocol}) || !slices.Equal(skipped["bad2"], []string{SkipBadAddress}) || len(skipped) != 2 {
 		t.Errorf("skipped %v", skipped)
 	}
 	if _, _, err := ParseFile([]byte("services:\n- {name: x, vip: 1.2.3.4}\n"), both); err == nil {
@@ -167,7 +167,7 @@ func TestTableIncremental(t *testing.T) {
 		return Entries{f: bes}
 	}
 	for i := range 1000 {
-		tb.Apply(string(rune('a'+i%26))+string(rune(i)), entries(i, 2), time.Now())
+		tb.Apply(string(rune('a'+i%26))+string(rune(i)), entries(i, 2), nil, time.Now())
 	}
 	if w.sets != 1000 || l.Frontends() != 1000 || l.BackendRefs() != 2000 {
 		t.Fatalf("%d writes, %d frontends, %d slots after 1000 Services", w.sets, l.Frontends(), l.BackendRefs())
@@ -175,23 +175,27 @@ func TestTableIncremental(t *testing.T) {
 	name := tb.Names()[500]
 	cur := tb.Frontends(name)
 	w.sets = 0
-	tb.Apply(name, cur, time.Now())
+	tb.Apply(name, cur, nil, time.Now())
 	if w.sets+w.deletes != 0 {
 		t.Errorf("unchanged Service: %d sets %d deletes", w.sets, w.deletes)
 	}
 	for f, bes := range cur {
 		cur[f] = append(bes, netip.MustParseAddrPort("10.9.9.9:8080"))
 	}
-	tb.Apply(name, cur, time.Now())
+	tb.Apply(name, cur, nil, time.Now())
 	if w.sets != 1 || w.deletes != 0 || l.BackendRefs() != 2001 {
 		t.Errorf("one Service scaled: %d sets %d deletes, %d slots", w.sets, w.deletes, l.BackendRefs())
 	}
-	tb.Apply("intruder", cur, time.Now())
-	if m.Skipped(SkipConflict) != 1 || len(tb.Frontends("intruder")) != 0 {
-		t.Errorf("conflict: skipped %v, intruder has %v", m.Skipped(SkipConflict), tb.Frontends("intruder"))
+	tb.Apply("intruder", cur, nil, time.Now())
+	if s := tb.Skipped(); s[SkipConflict] != 1 || len(tb.Frontends("intruder")) != 0 {
+		t.Errorf("conflict: skipped %v, intruder has %v", s, tb.Frontends("intruder"))
+	}
+	tb.Apply("intruder", nil, nil, time.Now())
+	if s := tb.Skipped(); len(s) != 0 {
+		t.Errorf("intruder gone: still skipped %v", s)
 	}
 	for _, n := range tb.Names() {
-		tb.Apply(n, nil, time.Now())
+		tb.Apply(n, nil, nil, time.Now())
 	}
 	if l.Frontends() != 0 || l.BackendRefs() != 0 || len(tb.Names()) != 0 {
 		t.Errorf("after deleting all: %d frontends, %d slots, names %v", l.Frontends(), l.BackendRefs(), tb.Names())

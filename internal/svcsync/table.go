@@ -42,6 +42,7 @@ type Table struct {
 	m       *Metrics
 	log     *slog.Logger
 	applied map[string]Entries     // by Service (namespace/name)
+	skipped map[string][]string    // by Service: reasons of the parts not written
 	owner   map[lb.Frontend]string // which Service a frontend is written for
 }
 
@@ -50,14 +51,16 @@ func NewTable(w Writer, m *Metrics, log *slog.Logger) *Table {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Table{w: w, m: m, log: log, applied: map[string]Entries{}, owner: map[lb.Frontend]string{}}
+	return &Table{w: w, m: m, log: log, applied: map[string]Entries{}, skipped: map[string][]string{}, owner: map[lb.Frontend]string{}}
 }
 
 // Apply makes name's frontends equal to e (nil or empty: the Service is
 // gone). Only frontends whose backends changed are written. since is when
-// the change was seen (the sync latency is measured from it). A frontend
-// another Service holds is skipped and counted.
-func (t *Table) Apply(name string, e Entries, since time.Time) {
+// the change was seen (the sync latency is measured from it). skipped are
+// the reasons parts of the Service were not translated into e; a frontend
+// another Service holds, or whose write fails, is skipped too. Skipped
+// parts are reported until the Service's next Apply.
+func (t *Table) Apply(name string, e Entries, skipped []string, since time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := t.applied[name]
@@ -78,7 +81,7 @@ func (t *Table) Apply(name string, e Entries, since time.Time) {
 	for _, f := range slices.SortedFunc(maps.Keys(e), cmpFrontend) {
 		bes := sortedBackends(e[f])
 		if o, ok := t.owner[f]; ok && o != name {
-			t.m.skip(SkipConflict)
+			skipped = append(skipped, SkipConflict)
 			t.log.Warn("services: frontend already written for another Service; skipped", "service", name, "frontend", f.String(), "owner", o)
 			continue
 		}
@@ -87,7 +90,7 @@ func (t *Table) Apply(name string, e Entries, since time.Time) {
 			continue
 		}
 		if err := t.w.SetFrontend(f, bes); err != nil {
-			t.m.skip(SkipWriteFailed)
+			skipped = append(skipped, SkipWriteFailed)
 			t.log.Warn("services: write frontend", "service", name, "frontend", f.String(), "err", err)
 			if prev, ok := old[f]; ok {
 				next[f] = prev // the previous state stays written
@@ -103,10 +106,32 @@ func (t *Table) Apply(name string, e Entries, since time.Time) {
 	} else {
 		t.applied[name] = next
 	}
+	if len(skipped) == 0 {
+		delete(t.skipped, name)
+	} else {
+		t.skipped[name] = slices.Clone(skipped)
+	}
 	if wrote {
 		t.m.synced(time.Since(since))
 	}
 	t.m.setState(t.counts())
+}
+
+// Skipped counts the parts of Services not written, by reason.
+func (t *Table) Skipped() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.skippedLocked()
+}
+
+func (t *Table) skippedLocked() map[string]int {
+	out := map[string]int{}
+	for _, rs := range t.skipped {
+		for _, r := range rs {
+			out[r]++
+		}
+	}
+	return out
 }
 
 // Names lists the Services with frontends written, sorted.
@@ -123,7 +148,8 @@ func (t *Table) Frontends(name string) Entries {
 	return maps.Clone(t.applied[name])
 }
 
-func (t *Table) counts() (frontends, backends int) {
+func (t *Table) counts() (frontends, backends int, skipped map[string]int) {
+	skipped = t.skippedLocked()
 	for _, e := range t.applied {
 		for _, bes := range e {
 			frontends++

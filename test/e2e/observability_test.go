@@ -202,7 +202,7 @@ func freeAddr(t *testing.T) string {
 
 // scrape fetches /metrics, parses it with expfmt and returns every
 // eztunnel_* sample by its series, name{label="value",...} with the labels
-// sorted by name.
+// sorted by name (a histogram without labels as name_count and name_sum).
 func scrape(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
 	return scrapeWith(t, http.DefaultClient, addr)
@@ -247,6 +247,9 @@ func scrapeWith(t *testing.T, client *http.Client, addr string) map[string]float
 				out[series] = m.GetGauge().GetValue()
 			case m.Untyped != nil:
 				out[series] = m.GetUntyped().GetValue()
+			case m.Histogram != nil:
+				out[name+"_count"] = float64(m.GetHistogram().GetSampleCount())
+				out[name+"_sum"] = m.GetHistogram().GetSampleSum()
 			default:
 				t.Fatalf("%s: unexpected metric type %v", series, f.GetType())
 			}

@@ -1,0 +1,320 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/netlab"
+)
+
+// svcPy is the Service test's clients and servers.
+func svcPy(args ...string) []string {
+	abs, err := filepath.Abs(filepath.Join("testdata", "services", "svc.py"))
+	if err != nil {
+		panic(err)
+	}
+	return append([]string{python, abs}, args...)
+}
+
+// svcRun runs svc.py in p and decodes its JSON result into v.
+func svcRun(t *testing.T, p *netlab.Pod, v any, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := svcPy(args...)
+	cmd := p.Cmd(ctx, a[0], a[1:]...)
+	var errb lockedBuffer
+	cmd.Stderr = &errb
+	out, err := func() ([]byte, error) {
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := p.Start(cmd); err != nil {
+			return nil, err
+		}
+		b, _ := io.ReadAll(stdout)
+		return b, cmd.Wait()
+	}()
+	if err != nil {
+		t.Fatalf("svc.py %v in %s: %v\n%s%s", args, p.Name, err, out, errb.String())
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		t.Fatalf("svc.py %v: %v: %q", args, err, out)
+	}
+}
+
+// writeServices replaces the agent's services file in one rename.
+func writeServices(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lbPrograms counts the programs attached to cgroup at the connect hooks.
+func lbPrograms(t *testing.T, cgroup string) int {
+	t.Helper()
+	f, err := os.Open(cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupInet6Connect,
+		ebpf.AttachCGroupUDP4Sendmsg, ebpf.AttachCGroupUDP6Sendmsg, ebpf.AttachCGroupUDP4Recvmsg,
+		ebpf.AttachCGroupUDP6Recvmsg, ebpf.AttachCgroupInet4GetPeername, ebpf.AttachCgroupInet6GetPeername} {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: at})
+		if err != nil {
+			t.Fatalf("query %s on %s: %v", at, cgroup, err)
+		}
+		n += len(res.Programs)
+	}
+	return n
+}
+
+// TestServices runs `eztunnel run --services --services-file` on the lab's
+// managed cgroup: a client pod reaches ClusterIP frontends whose backends
+// are other pods. TCP is byte-exact and getpeername shows the ClusterIP;
+// connected and unconnected UDP keep one backend per socket and see replies
+// from the ClusterIP; IPv4 and IPv6. A frontend without backends fails a
+// connect with the error a real iptables REJECT (kube-proxy's rule for a
+// Service without endpoints) gives the same client. Backends replaced in the
+// file while connections run take effect with no failed connection. Bad
+// entries are skipped and counted. Stopping the agent detaches everything.
+func TestServices(t *testing.T) {
+	e := newEnv(t, "svc", 93)
+	c := e.pod("c", true)
+	bs := []*netlab.Pod{e.pod("b1", false), e.pod("b2", false), e.pod("b3", false)}
+	for _, b := range bs {
+		a := svcPy("server", "8080", b.Name)
+		e.startIn(b, a[0], a[1:]...)
+	}
+	for _, b := range bs {
+		waitListen(t, b, 8080)
+	}
+	pin := e.cfg.PinRoot
+	t.Cleanup(func() { eztunnel(context.Background(), "uninstall", "--pin-path", pin, "--drain-timeout", "1s") })
+
+	const (
+		vip4, vip6     = "10.96.93.10", "fd96::10"
+		empty4, empty6 = "10.96.93.20", "fd96::20"
+		rej4, rej6     = "10.96.93.30", "fd96::30" // not Services: iptables REJECT
+	)
+	be := func(p *netlab.Pod, v6 bool) string {
+		if v6 {
+			return fmt.Sprintf("%q", hostport(p.IPv6, 8080))
+		}
+		return fmt.Sprintf("%q", hostport(p.IPv4, 8080))
+	}
+	file := func(web ...*netlab.Pod) string {
+		var b4, b6 []string
+		for _, p := range web {
+			b4, b6 = append(b4, be(p, false)), append(b6, be(p, true))
+		}
+		l4, l6 := strings.Join(b4, ", "), strings.Join(b6, ", ")
+		return fmt.Sprintf(`services:
+- {name: web, ip: %s, port: 80, backends: [%s]}
+- {name: web, ip: "%s", port: 80, backends: [%s]}
+- {name: dns, ip: %s, port: 53, protocol: UDP, backends: [%s, %s]}
+- {name: dns, ip: "%s", port: 53, protocol: UDP, backends: [%s, %s]}
+- {name: empty, ip: %s, port: 80, backends: []}
+- {name: empty, ip: "%s", port: 80, backends: []}
+- {name: bad, ip: 10.96.93.40, port: 80, protocol: SCTP, backends: []}
+`, vip4, l4, vip6, l6, vip4, be(bs[0], false), be(bs[1], false), vip6, be(bs[0], true), be(bs[1], true), empty4, empty6)
+	}
+	svcFile := filepath.Join(t.TempDir(), "services.yaml")
+	writeServices(t, svcFile, file(bs[0], bs[1]))
+
+	// kube-proxy's answer for a Service without endpoints, as the reference.
+	nsExec(t, c.NetNS, "iptables", "-w", "-A", "OUTPUT", "-d", rej4+"/32", "-p", "tcp", "--dport", "80", "-j", "REJECT", "--reject-with", "icmp-port-unreachable")
+	nsExec(t, c.NetNS, "ip6tables", "-w", "-A", "OUTPUT", "-d", rej6+"/128", "-p", "tcp", "--dport", "80", "-j", "REJECT", "--reject-with", "icmp6-port-unreachable")
+
+	metricsAddr := freeAddr(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	agent := sysexec.Command(ctx, bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--adopt=false",
+		"--services", "--services-file", svcFile, "--metrics-addr", metricsAddr, "--ready-file", ready)
+	logs := &lockedBuffer{}
+	agent.Stdout, agent.Stderr = logs, logs
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	agentDone := false
+	defer func() {
+		if !agentDone {
+			agent.Process.Kill()
+			agent.Wait()
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+	}()
+	waitFile(t, ready, logs.String)
+	if n := lbPrograms(t, e.lab.Managed); n != 8 {
+		t.Fatalf("%d load-balancer programs on the managed cgroup, want 8", n)
+	}
+	web := []string{"b1", "b2"}
+
+	t.Run("tcp", func(t *testing.T) {
+		for _, vip := range []string{vip4, vip6} {
+			for i := range 4 {
+				var r struct {
+					Peer, Backend string
+					Exact         bool
+					Bytes         int
+				}
+				svcRun(t, c, &r, "tcp", vip, "80", fmt.Sprint(256<<10+i))
+				if want := hostport(netip.MustParseAddr(vip), 80); r.Peer != want || !r.Exact || !slices.Contains(web, r.Backend) {
+					t.Errorf("TCP to %s: getpeername %s (want %s), backend %q, exact %v (%d bytes)", vip, r.Peer, want, r.Backend, r.Exact, r.Bytes)
+				}
+			}
+		}
+	})
+	t.Run("udp", func(t *testing.T) {
+		for _, vip := range []string{vip4, vip6} {
+			for _, mode := range []string{"udp", "udpun"} {
+				var r struct {
+					Peer              string
+					Sources, Backends []string
+					Exact             bool
+				}
+				svcRun(t, c, &r, mode, vip, "53", "20")
+				want := hostport(netip.MustParseAddr(vip), 53)
+				if mode == "udp" && r.Peer != want {
+					t.Errorf("%s to %s: getpeername %s, want %s", mode, vip, r.Peer, want)
+				}
+				if !slices.Equal(r.Sources, []string{want}) || len(r.Backends) != 1 || !slices.Contains(web, r.Backends[0]) || !r.Exact {
+					t.Errorf("%s to %s: replies from %v (want only %s), backends %v (want one of %v), exact %v", mode, vip, r.Sources, want, r.Backends, web, r.Exact)
+				}
+			}
+		}
+	})
+	t.Run("no backends", func(t *testing.T) {
+		for _, p := range [][2]string{{empty4, rej4}, {empty6, rej6}} {
+			var got, ref struct{ Result string }
+			svcRun(t, c, &ref, "connerr", p[1], "80")
+			svcRun(t, c, &got, "connerr", p[0], "80")
+			t.Logf("connect to %s (no backends): %s; to %s behind iptables REJECT: %s", p[0], got.Result, p[1], ref.Result)
+			if ref.Result == "ok" || got.Result != ref.Result {
+				t.Errorf("connect to %s (no backends): %s; to %s behind iptables REJECT: %s", p[0], got.Result, p[1], ref.Result)
+			}
+		}
+	})
+	t.Run("backends replaced under load", func(t *testing.T) {
+		a := svcPy("loop", vip4, "80")
+		cmd := c.Cmd(context.Background(), a[0], a[1:]...)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { stdin.Close(); cmd.Wait() }()
+		lines := make(chan string, 1024)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		seen := map[string]int{}
+		var errs []string
+		next := func() string {
+			t.Helper()
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("loop client ended; seen %v", seen)
+				}
+				if strings.HasPrefix(l, "err:") {
+					errs = append(errs, l)
+				}
+				seen[l]++
+				return l
+			case <-time.After(20 * time.Second):
+				t.Fatalf("no connection for 20 s; seen %v", seen)
+			}
+			return ""
+		}
+		for range 40 {
+			next()
+		}
+		if seen["b3"] > 0 || seen["b1"] == 0 || seen["b2"] == 0 {
+			t.Errorf("before the change: %v, want b1 and b2 only", seen)
+		}
+		writeServices(t, svcFile, file(bs[1], bs[2]))
+		for next() != "b3" {
+		}
+		after := map[string]int{}
+		for range 40 {
+			after[next()]++
+		}
+		if after["b1"] > 0 || after["b3"] == 0 || after["b2"] == 0 {
+			t.Errorf("after replacing b1 by b3: %v, want b2 and b3 only", after)
+		}
+		if len(errs) > 0 {
+			t.Errorf("%d failed connections while backends changed: %v", len(errs), errs[:min(len(errs), 5)])
+		}
+	})
+	t.Run("metrics", func(t *testing.T) {
+		m := scrape(t, metricsAddr)
+		for k, want := range map[string]float64{
+			"eztunnel_services_frontends":                               6,
+			"eztunnel_services_backend_slots":                           8,
+			`eztunnel_services_skipped{reason="protocol"}`:              1,
+			`eztunnel_services_up`:                                      1,
+			`eztunnel_services_failures_total{reason="no_backend"}`:     2,
+			`eztunnel_services_reverse_translations_total{kind="recv"}`: 80,
+			`eztunnel_services_translations_total{kind="udp_connect"}`:  2,
+		} {
+			if m[k] != want {
+				t.Errorf("%s = %v, want %v", k, m[k], want)
+			}
+		}
+		if v := m[`eztunnel_services_translations_total{kind="tcp_connect"}`]; v < 88 {
+			t.Errorf("tcp_connect translations %v, want at least 88", v)
+		}
+		if v := m[`eztunnel_services_translations_total{kind="udp_send"}`]; v != 40 {
+			t.Errorf("udp_send translations %v, want 40 (unconnected datagrams)", v)
+		}
+		if v := m["eztunnel_services_sync_seconds_count"]; v < 2 {
+			t.Errorf("sync latency observed %v times, want the start and the change", v)
+		}
+	})
+
+	agent.Process.Signal(syscall.SIGTERM)
+	agentDone = true
+	if err := agent.Wait(); err != nil {
+		t.Fatalf("agent exit: %v\n%s", err, logs.String())
+	}
+	if n := lbPrograms(t, e.lab.Managed); n != 0 {
+		t.Errorf("%d load-balancer programs left on the managed cgroup after the agent stopped", n)
+	}
+}

@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Clients and servers for the Service load-balancing e2e test (TestServices).
+
+server PORT NAME      TCP: sends NAME\\n then echoes; UDP: answers NAME|payload.
+tcp HOST PORT BYTES   one connection: peer (getpeername), backend name, echo exact.
+udp HOST PORT N       connected UDP: peer, N datagrams, reply sources and names.
+udpun HOST PORT N     unconnected UDP (sendto/recvfrom): reply sources and names.
+connerr HOST PORT     the errno name a TCP connect ends with ("ok" if it connects).
+loop HOST PORT        TCP connections one after another until stdin closes: a line
+                      per connection, the backend name or "err:<reason>".
+Results are JSON on stdout.
+"""
+import errno
+import json
+import os
+import socket
+import sys
+import threading
+
+
+def family(host):
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def addr(sa):
+    return "[%s]:%d" % (sa[0], sa[1]) if ":" in sa[0] else "%s:%d" % (sa[0], sa[1])
+
+
+def server(port, name):
+    def tcp_conn(c):
+        with c:
+            c.sendall(name.encode() + b"\n")
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    return
+                c.sendall(b)
+
+    def tcp():
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.bind(("::", port))
+        s.listen(128)
+        while True:
+            c, _ = s.accept()
+            threading.Thread(target=tcp_conn, args=(c,), daemon=True).start()
+
+    def udp():
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.bind(("::", port))
+        while True:
+            b, sa = s.recvfrom(65536)
+            s.sendto(name.encode() + b"|" + b, sa)
+
+    threading.Thread(target=udp, daemon=True).start()
+    print("listening", flush=True)
+    tcp()
+
+
+def recv_line(s):
+    b = b""
+    while not b.endswith(b"\n"):
+        c = s.recv(1)
+        if not c:
+            raise EOFError("closed before the backend's name")
+        b += c
+    return b[:-1].decode()
+
+
+def tcp(host, port, n):
+    s = socket.socket(family(host), socket.SOCK_STREAM)
+    s.settimeout(20)
+    s.connect((host, port))
+    peer = addr(s.getpeername())
+    name = recv_line(s)
+    data = os.urandom(n)
+    got = bytearray()
+
+    def reader():
+        while len(got) < n:
+            b = s.recv(65536)
+            if not b:
+                break
+            got.extend(b)
+
+    r = threading.Thread(target=reader)
+    r.start()
+    s.sendall(data)
+    r.join()
+    s.close()
+    return {"peer": peer, "backend": name, "exact": bytes(got) == data, "bytes": len(got)}
+
+
+def udp(host, port, n, connected):
+    s = socket.socket(family(host), socket.SOCK_DGRAM)
+    s.settimeout(5)
+    out = {"sources": [], "backends": [], "exact": True}
+    if connected:
+        s.connect((host, port))
+        out["peer"] = addr(s.getpeername())
+    for i in range(n):
+        payload = os.urandom(64 + i)
+        if connected:
+            s.send(payload)
+        else:
+            s.sendto(payload, (host, port))
+        b, sa = s.recvfrom(65536)
+        name, _, echoed = b.partition(b"|")
+        out["exact"] = out["exact"] and echoed == payload
+        for k, v in (("sources", addr(sa)), ("backends", name.decode())):
+            if v not in out[k]:
+                out[k].append(v)
+    return out
+
+
+def connerr(host, port):
+    s = socket.socket(family(host), socket.SOCK_STREAM)
+    s.settimeout(10)
+    try:
+        s.connect((host, port))
+        return {"result": "ok"}
+    except OSError as e:
+        return {"result": errno.errorcode.get(e.errno, str(e.errno)) if e.errno else repr(e)}
+
+
+def loop(host, port):
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    while not stop.is_set():
+        try:
+            s = socket.socket(family(host), socket.SOCK_STREAM)
+            s.settimeout(5)
+            s.connect((host, port))
+            name = recv_line(s)
+            s.sendall(b"ping")
+            echoed = b""
+            while len(echoed) < 4:
+                b = s.recv(4)
+                if not b:
+                    break
+                echoed += b
+            s.close()
+            print(name if echoed == b"ping" else "err:echo", flush=True)
+        except (OSError, EOFError) as e:
+            print("err:" + repr(e), flush=True)
+
+
+def main():
+    mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "server":
+        server(int(args[0]), args[1])
+    elif mode == "tcp":
+        print(json.dumps(tcp(args[0], int(args[1]), int(args[2]))))
+    elif mode == "udp":
+        print(json.dumps(udp(args[0], int(args[1]), int(args[2]), True)))
+    elif mode == "udpun":
+        print(json.dumps(udp(args[0], int(args[1]), int(args[2]), False)))
+    elif mode == "connerr":
+        print(json.dumps(connerr(args[0], int(args[1]))))
+    elif mode == "loop":
+        loop(args[0], int(args[1]))
+    else:
+        sys.exit("unknown mode " + mode)
+
+
+if __name__ == "__main__":
+    main()
