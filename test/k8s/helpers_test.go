@@ -154,9 +154,13 @@ func metrics(t testing.TB) map[string]float64 {
 	return m
 }
 
-func scrape() (map[string]float64, error) {
+func scrape() (map[string]float64, error) { return scrapeAt(k8scluster.NodeIP + ":9876") }
+
+// scrapeAt scrapes an agent's metrics at host:port; a histogram's _count
+// and _sum are series like any other.
+func scrapeAt(addr string) (map[string]float64, error) {
 	c := http.Client{Timeout: 5 * time.Second}
-	r, err := c.Get("http://" + k8scluster.NodeIP + ":9876/metrics")
+	r, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return nil, err
 	}

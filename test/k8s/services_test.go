@@ -1,0 +1,323 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/workload"
+)
+
+// svcPin is where the --services test's agent pins its shortcut (not the
+// DaemonSet's pinPath); removed at the end.
+const svcPin = "/sys/fs/bpf/eztunnel-svctest"
+
+// hostStream runs `eztunnel-lab workload stream` on the host, outside the
+// pods' cgroup: a ClusterIP is reached through kube-proxy's iptables rules.
+func hostStream(ctx context.Context, addr string, conns int) (workload.StreamReport, error) {
+	cmd := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel-lab"), "workload", "stream", "--addr", addr,
+		"--conns", strconv.Itoa(conns), "--up", "65536", "--down", "65536", "--seed", strconv.FormatInt(time.Now().UnixNano()%1e9, 10))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var rep workload.StreamReport
+	if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil && err == nil {
+		err = fmt.Errorf("stream report %q: %w", out.String(), jerr)
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: %s", err, errb.String())
+	}
+	return rep, err
+}
+
+// lockedLog collects the agent's output while the test may read it.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServicesAPI runs `eztunnel run --services --kubeconfig` on the host,
+// attached to the pods' root cgroup, against the cluster's real API server:
+// a Service without selector and an EndpointSlice the test writes with
+// client-go. A client pod reaches the ClusterIP through eztunnel (connect-time
+// translation), the host through kube-proxy (iptables); every phase must
+// give both the same outcome: byte-exact streams while endpoints are scaled,
+// a not-ready terminating endpoint ignored while ready ones exist (its pod
+// deleted), serving terminating endpoints used when no endpoint is ready,
+// the same connect error with no endpoints, and the frontend gone with the
+// Service.
+func TestServicesAPI(t *testing.T) {
+	const ns = "ez-svc"
+	podYAML := func(name string) string {
+		return fmt.Sprintf(`---
+apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: w
+    image: %s
+    imagePullPolicy: Never
+    args: [workload, serve, --stream, "0.0.0.0:7000"]
+`, name, ns, labImage)
+	}
+	apply(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s, labels: {test: eztunnel-k8s}}\n%s%s%s%s",
+		ns, podYAML("s1"), podYAML("s2"), podYAML("s3"), podYAML("c")))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cl.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=90s")
+	})
+	kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "pod/s1", "pod/s2", "pod/s3", "pod/c", "--timeout=120s")
+	ip := map[string]string{}
+	for _, p := range []string{"s1", "s2", "s3"} {
+		ip[p] = strings.TrimSpace(kubectl(t, "-n", ns, "get", "pod", p, "-o", "jsonpath={.status.podIP}"))
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", cl.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	// The agent, on the host, attached to the pods' root cgroup.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	ready := filepath.Join(t.TempDir(), "ready")
+	agent := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "run", "--cgroup", podsCgroup(), "--pin-path", svcPin,
+		"--adopt=false", "--services", "--kubeconfig", cl.Kubeconfig, "--metrics-addr", metricsAddr, "--ready-file", ready)
+	var logs lockedLog
+	agent.Stdout, agent.Stderr = &logs, &logs
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			agent.Process.Kill()
+			agent.Wait()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if out, err := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "uninstall", "--pin-path", svcPin, "--drain-timeout", "1s").CombinedOutput(); err != nil {
+			t.Errorf("uninstall: %v\n%s", err, out)
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+	})
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not ready after a minute:\n%s", logs.String())
+		}
+	}
+	metricsNow := func() map[string]float64 {
+		t.Helper()
+		m, err := scrapeAt(metricsAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	waitMetrics := func(what string, ok func(m map[string]float64) bool) map[string]float64 {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			m := metricsNow()
+			if ok(m) {
+				return m
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not reached in 30 s: frontends %v slots %v syncs %v", what, m["eztunnel_services_frontends"],
+					m["eztunnel_services_backend_slots"], m["eztunnel_services_sync_seconds_count"])
+			}
+		}
+	}
+	base := metricsNow() // the default/kubernetes Service is translated too
+	f0, s0 := base["eztunnel_services_frontends"], base["eztunnel_services_backend_slots"]
+	if f0 < 1 {
+		t.Fatalf("no frontend for the kubernetes Service: %v", f0)
+	}
+
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "stream", Port: 80, Protocol: corev1.ProtocolTCP,
+			TargetPort: intstr.FromInt32(7000)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := net.JoinHostPort(svc.Spec.ClusterIP, "80")
+	type epState struct {
+		pod                         string
+		ready, serving, terminating bool
+	}
+	slice := func(eps ...epState) *discoveryv1.EndpointSlice {
+		sl := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{
+				discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "eztunnel-test"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("stream"), Port: ptr.To[int32](7000), Protocol: ptr.To(corev1.ProtocolTCP)}},
+			Endpoints:   []discoveryv1.Endpoint{},
+		}
+		for _, e := range eps {
+			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip[e.pod]},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(e.ready), Serving: ptr.To(e.serving), Terminating: ptr.To(e.terminating)}})
+		}
+		return sl
+	}
+	syncs := func() float64 { return metricsNow()["eztunnel_services_sync_seconds_count"] }
+	setSlice := func(sl *discoveryv1.EndpointSlice, create bool) {
+		t.Helper()
+		if create {
+			_, err = cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, sl, metav1.CreateOptions{})
+		} else {
+			_, err = cs.DiscoveryV1().EndpointSlices(ns).Update(ctx, sl, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// both streams to the ClusterIP from the pod (eztunnel) and from the host
+	// (kube-proxy, retried until its rules caught up: it syncs at most every
+	// second) and returns both reports.
+	both := func(what string, wantOK bool) (pod, host workload.StreamReport) {
+		t.Helper()
+		args := []string{"-n", ns, "exec", "c", "--", "/eztunnel-lab", "workload", "stream", "--addr", vip, "--conns", "16",
+			"--up", "65536", "--down", "65536", "--seed", "7"}
+		out, err := cl.Kubectl(ctx, args...)
+		if jerr := json.Unmarshal(out, &pod); jerr != nil {
+			t.Fatalf("%s: pod stream: %v %v: %q", what, err, jerr, out)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			host, err = hostStream(ctx, vip, 16)
+			if wantOK == (err == nil && len(host.Failures) == 0) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if wantOK && (pod.Conns != 16 || len(pod.Failures) > 0 || host.Conns != 16 || len(host.Failures) > 0) {
+			t.Fatalf("%s: through eztunnel %+v; through kube-proxy %+v (%v)", what, pod, host, err)
+		}
+		return pod, host
+	}
+
+	// 1: two ready endpoints.
+	n := syncs()
+	setSlice(slice(epState{"s1", true, true, false}, epState{"s2", true, true, false}), true)
+	waitMetrics("Service with 2 endpoints", func(m map[string]float64) bool {
+		return m["eztunnel_services_frontends"] == f0+1 && m["eztunnel_services_backend_slots"] == s0+2 && m["eztunnel_services_sync_seconds_count"] > n
+	})
+	tr0 := metricsNow()[`eztunnel_services_translations_total{kind="tcp_connect"}`]
+	both("2 ready endpoints", true)
+	if tr := metricsNow()[`eztunnel_services_translations_total{kind="tcp_connect"}`]; tr-tr0 < 16 {
+		t.Errorf("%v TCP connects translated for 16 streams", tr-tr0)
+	}
+
+	// 2: s1 terminating (still serving), s2 and s3 ready; then s1's pod is
+	// deleted: nothing may still go there.
+	n = syncs()
+	cur, err := cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := slice(epState{"s1", false, true, true}, epState{"s2", true, true, false}, epState{"s3", true, true, false})
+	next.ResourceVersion = cur.ResourceVersion
+	setSlice(next, false)
+	waitMetrics("s1 terminating, s2 and s3 ready", func(m map[string]float64) bool {
+		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0+2
+	})
+	kubectl(t, "-n", ns, "delete", "pod", "s1", "--wait=true", "--timeout=60s")
+	both("s1 terminating and deleted", true)
+
+	// 3: no ready endpoint: the serving terminating one is used (s3).
+	n = syncs()
+	cur, _ = cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-1", metav1.GetOptions{})
+	next = slice(epState{"s2", false, false, false}, epState{"s3", false, true, true})
+	next.ResourceVersion = cur.ResourceVersion
+	setSlice(next, false)
+	waitMetrics("only s3, serving and terminating", func(m map[string]float64) bool {
+		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0+1
+	})
+	both("only a serving terminating endpoint", true)
+
+	// 4: no endpoints: the same connect error both ways.
+	n = syncs()
+	cur, _ = cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-1", metav1.GetOptions{})
+	next = slice()
+	next.ResourceVersion = cur.ResourceVersion
+	setSlice(next, false)
+	waitMetrics("no endpoints", func(m map[string]float64) bool {
+		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0
+	})
+	refused0 := metricsNow()[`eztunnel_services_failures_total{reason="no_backend"}`]
+	pod, host := both("no endpoints", false)
+	if len(pod.Failures) != 16 || len(host.Failures) != 16 || pod.Failures[0].Error != host.Failures[0].Error {
+		t.Errorf("no endpoints: through eztunnel %+v; through kube-proxy %+v", pod, host)
+	} else {
+		t.Logf("no endpoints: both fail with %q", pod.Failures[0].Error)
+	}
+	if r := metricsNow()[`eztunnel_services_failures_total{reason="no_backend"}`]; r-refused0 != 16 {
+		t.Errorf("%v connects refused for no backend, want 16", r-refused0)
+	}
+
+	// 5: the Service deleted: its frontend goes.
+	if err := cs.CoreV1().Services(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitMetrics("Service deleted", func(m map[string]float64) bool {
+		return m["eztunnel_services_frontends"] == f0 && m["eztunnel_services_backend_slots"] == s0
+	})
+	if s := metricsNow()[`eztunnel_services_skipped{reason="protocol"}`]; s != 0 {
+		t.Errorf("skipped parts: %v", s)
+	}
+
+	agent.Process.Signal(syscall.SIGTERM)
+	stopped = true
+	if err := agent.Wait(); err != nil {
+		t.Errorf("agent exit: %v", err)
+	}
+}
