@@ -46,7 +46,6 @@ func init() {
 	register("clang-19", "clang-19", "go generate (bpf2go) in make and the upgrade test; bpftest compiles every header alone")
 	register("ip", "iproute2", "e2e: a route in a pod; scripts/trace-repro.sh")
 	register("iptables", "iptables", "lab/e2e: kube-proxy-style DNAT, ambient capture, trace filter rules")
-	register("ip6tables", "iptables", "e2e: kube-proxy's REJECT of IPv6 Services without endpoints, the reference for the load balancer's error")
 	register("iptables-restore", "iptables", "meshlab: Istio's capture rules in one batch, as istio-iptables; multinode: node firewalls")
 	register("ip6tables-restore", "iptables", "lab/multinode: node firewalls (IPv6)")
 	register("haproxy", "haproxy", "meshlab: sidecar and node proxies")
@@ -67,7 +66,7 @@ func init() {
 	register("ctr", "containerd", "lab/k8scluster: imports the locally built OCI images")
 	register("iptables-save", "iptables", "lab/k8scluster: finds the KUBE-/CNI- chains to remove")
 	register("ip6tables-save", "iptables", "lab/k8scluster: finds the KUBE-/CNI- chains to remove")
-	register("ip6tables", "iptables", "lab/k8scluster: removes the KUBE-/CNI- chains; lab/multinode: FORWARD rules")
+	register("ip6tables", "iptables", "lab/k8scluster: removes the KUBE-/CNI- chains; lab/multinode: FORWARD rules; e2e: kube-proxy's REJECT of an IPv6 Service without endpoints")
 	register("ldd", "libc-bin", "test/k8s bench: the shared libraries the redis image needs")
 	// Shell scripts (scripts/*.sh) also run: flock, setsid (util-linux),
 	// sed, grep, diff, mktemp, seq, head (Essential), go, ip, nsenter.
