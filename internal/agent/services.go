@@ -34,10 +34,17 @@ type serviceLB struct {
 // loadServices loads the programs and checks the source's configuration;
 // nothing is attached yet.
 func loadServices(cfg ServicesConfig) (*serviceLB, error) {
+	// The source's configuration is checked before anything is loaded.
 	if cfg.File != "" {
-		if _, err := os.Stat(cfg.File); err != nil {
+		data, err := os.ReadFile(cfg.File)
+		if err != nil {
 			return nil, fmt.Errorf("--services-file: %w", err)
 		}
+		if _, _, err := svcsync.ParseFile(data, nodeFamilies()); err != nil {
+			return nil, fmt.Errorf("--services-file %s: %w", cfg.File, err)
+		}
+	} else if _, err := kube.RESTConfig(kube.Config{Kubeconfig: cfg.Kubeconfig}); err != nil {
+		return nil, fmt.Errorf("--services: %w", err)
 	}
 	l, err := lbsvc.Load(lbsvc.Config{})
 	if err != nil {

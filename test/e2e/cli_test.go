@@ -155,6 +155,10 @@ func TestBadInput(t *testing.T) {
 	e := newEnv(t, "bad", 20)
 	pin := e.pin("/sys/fs/bpf/eztest-bad")
 	v1 := firstCgroupV1(t, e)
+	badSvc := filepath.Join(t.TempDir(), "services.yaml")
+	if err := os.WriteFile(badSvc, []byte("services:\n- {name: web, vip: 10.96.0.1, port: 80}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name    string
 		args    []string
@@ -169,6 +173,11 @@ func TestBadInput(t *testing.T) {
 		{"relative pin path", []string{"--cgroup", e.lab.Managed, "--pin-path", "bpf/x"}, nil, "absolute"},
 		{"unknown flag", []string{"--cgroup", e.lab.Managed, "--frobnicate"}, nil, "frobnicate"},
 		{"negative adopt interval", []string{"--cgroup", e.lab.Managed, "--adopt-interval", "-1s"}, nil, "--adopt-interval -1s must not be negative"},
+		{"services file without --services", []string{"--cgroup", e.lab.Managed, "--services-file", badSvc}, nil, "--services-file needs --services"},
+		{"missing services file", []string{"--cgroup", e.lab.Managed, "--services", "--services-file", "/nonexistent/services.yaml"}, nil, "/nonexistent/services.yaml"},
+		{"bad services file", []string{"--cgroup", e.lab.Managed, "--services", "--services-file", badSvc}, nil, "field vip not found"},
+		{"services file and kubeconfig", []string{"--cgroup", e.lab.Managed, "--services", "--services-file", badSvc, "--kubeconfig", "/x"}, nil, "exclude each other"},
+		{"services kubeconfig missing", []string{"--cgroup", e.lab.Managed, "--services", "--kubeconfig", "/nonexistent/kubeconfig"}, nil, "/nonexistent/kubeconfig"},
 		{"not root", []string{"--cgroup", e.lab.Managed}, func(c *exec.Cmd) {
 			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		}, "not running as root"},
@@ -202,7 +211,7 @@ func TestBadInput(t *testing.T) {
 			if !strings.Contains(string(out), tc.message) {
 				t.Errorf("error does not name %q:\n%s", tc.message, out)
 			}
-			if n := attachedPrograms(t, e.lab.Managed); n != 0 {
+			if n := attachedPrograms(t, e.lab.Managed) + lbPrograms(t, e.lab.Managed); n != 0 {
 				t.Errorf("%d programs left attached", n)
 			}
 			if _, err := os.Stat(filepath.Join(pin, datapath.Schema)); !os.IsNotExist(err) {
