@@ -105,11 +105,12 @@ func TestServices(t *testing.T) {
 	e := newEnv(t, "svc", 93)
 	c := e.pod("c", true)
 	bs := []*netlab.Pod{e.pod("b1", false), e.pod("b2", false), e.pod("b3", false)}
-	for _, b := range bs {
+	near := e.pod("b4", true) // managed: the shortcut pairs connections to it
+	for _, b := range append(bs, near) {
 		a := svcPy("server", "8080", b.Name)
 		e.startIn(b, a[0], a[1:]...)
 	}
-	for _, b := range bs {
+	for _, b := range append(bs, near) {
 		waitListen(t, b, 8080)
 	}
 	pin := e.cfg.PinRoot
@@ -119,6 +120,7 @@ func TestServices(t *testing.T) {
 		vip4, vip6     = "10.96.93.10", "fd96::10"
 		empty4, empty6 = "10.96.93.20", "fd96::20"
 		rej4, rej6     = "10.96.93.30", "fd96::30" // not Services: iptables REJECT
+		near4          = "10.96.93.50"
 	)
 	be := func(p *netlab.Pod, v6 bool) string {
 		if v6 {
@@ -140,7 +142,9 @@ func TestServices(t *testing.T) {
 - {name: empty, ip: %s, port: 80, backends: []}
 - {name: empty, ip: "%s", port: 80, backends: []}
 - {name: bad, ip: 10.96.93.40, port: 80, protocol: SCTP, backends: []}
-`, vip4, l4, vip6, l6, vip4, be(bs[0], false), be(bs[1], false), vip6, be(bs[0], true), be(bs[1], true), empty4, empty6)
+- {name: near, ip: %s, port: 80, backends: [%s]}
+`, vip4, l4, vip6, l6, vip4, be(bs[0], false), be(bs[1], false), vip6, be(bs[0], true), be(bs[1], true), empty4, empty6,
+			near4, be(near, false))
 	}
 	svcFile := filepath.Join(t.TempDir(), "services.yaml")
 	writeServices(t, svcFile, file(bs[0], bs[1]))
@@ -283,11 +287,31 @@ func TestServices(t *testing.T) {
 			t.Errorf("%d failed connections while backends changed: %v", len(errs), errs[:min(len(errs), 5)])
 		}
 	})
+	t.Run("shortcut pairs translated connections", func(t *testing.T) {
+		// The socket never carries the ClusterIP: both ends are local and
+		// managed, so the shortcut pairs them with nothing to learn from NAT.
+		before := pinnedCounters(t, pin)
+		for i := range 6 {
+			var r struct {
+				Peer, Backend string
+				Exact         bool
+			}
+			svcRun(t, c, &r, "tcp", near4, "80", fmt.Sprint(1<<20+i))
+			if r.Peer != near4+":80" || r.Backend != "b4" || !r.Exact {
+				t.Errorf("TCP to %s: getpeername %s, backend %q, exact %v", near4, r.Peer, r.Backend, r.Exact)
+			}
+		}
+		d := delta(before, pinnedCounters(t, pin))
+		requirePaired(t, d, 6, 1, "connections through the ClusterIP to a managed pod")
+		if d["nat_aliases"] != 0 {
+			t.Errorf("%d NAT aliases learnt for connections translated at connect", d["nat_aliases"])
+		}
+	})
 	t.Run("metrics", func(t *testing.T) {
 		m := scrape(t, metricsAddr)
 		for k, want := range map[string]float64{
-			"eztunnel_services_frontends":                               6,
-			"eztunnel_services_backend_slots":                           8,
+			"eztunnel_services_frontends":                               7,
+			"eztunnel_services_backend_slots":                           9,
 			`eztunnel_services_skipped{reason="protocol"}`:              1,
 			`eztunnel_services_up`:                                      1,
 			`eztunnel_services_failures_total{reason="no_backend"}`:     2,
@@ -298,8 +322,8 @@ func TestServices(t *testing.T) {
 				t.Errorf("%s = %v, want %v", k, m[k], want)
 			}
 		}
-		if v := m[`eztunnel_services_translations_total{kind="tcp_connect"}`]; v < 88 {
-			t.Errorf("tcp_connect translations %v, want at least 88", v)
+		if v := m[`eztunnel_services_translations_total{kind="tcp_connect"}`]; v < 94 {
+			t.Errorf("tcp_connect translations %v, want at least 94", v)
 		}
 		if v := m[`eztunnel_services_translations_total{kind="udp_send"}`]; v != 40 {
 			t.Errorf("udp_send translations %v, want 40 (unconnected datagrams)", v)
