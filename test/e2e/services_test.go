@@ -128,6 +128,14 @@ func TestServices(t *testing.T) {
 		}
 		return fmt.Sprintf("%q", hostport(p.IPv4, 8080))
 	}
+	dns := bs[:2]
+	list := func(ps []*netlab.Pod, v6 bool) string {
+		var l []string
+		for _, p := range ps {
+			l = append(l, be(p, v6))
+		}
+		return strings.Join(l, ", ")
+	}
 	file := func(web ...*netlab.Pod) string {
 		var b4, b6 []string
 		for _, p := range web {
@@ -137,13 +145,13 @@ func TestServices(t *testing.T) {
 		return fmt.Sprintf(`services:
 - {name: web, ip: %s, port: 80, backends: [%s]}
 - {name: web, ip: "%s", port: 80, backends: [%s]}
-- {name: dns, ip: %s, port: 53, protocol: UDP, backends: [%s, %s]}
-- {name: dns, ip: "%s", port: 53, protocol: UDP, backends: [%s, %s]}
+- {name: dns, ip: %s, port: 53, protocol: UDP, backends: [%s]}
+- {name: dns, ip: "%s", port: 53, protocol: UDP, backends: [%s]}
 - {name: empty, ip: %s, port: 80, backends: []}
 - {name: empty, ip: "%s", port: 80, backends: []}
 - {name: bad, ip: 10.96.93.40, port: 80, protocol: SCTP, backends: []}
 - {name: near, ip: %s, port: 80, backends: [%s]}
-`, vip4, l4, vip6, l6, vip4, be(bs[0], false), be(bs[1], false), vip6, be(bs[0], true), be(bs[1], true), empty4, empty6,
+`, vip4, l4, vip6, l6, vip4, list(dns, false), vip6, list(dns, true), empty4, empty6,
 			near4, be(near, false))
 	}
 	svcFile := filepath.Join(t.TempDir(), "services.yaml")
@@ -287,6 +295,65 @@ func TestServices(t *testing.T) {
 			t.Errorf("%d failed connections while backends changed: %v", len(errs), errs[:min(len(errs), 5)])
 		}
 	})
+	t.Run("udp backend removed", func(t *testing.T) {
+		// An unconnected UDP socket keeps its backend while it stays one of
+		// the frontend's, and chooses again once it is removed.
+		a := svcPy("udpsticky", vip4, "53")
+		cmd := c.Cmd(context.Background(), a[0], a[1:]...)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { stdin.Close(); cmd.Wait() }()
+		sc := bufio.NewScanner(stdout)
+		type burst struct{ Sources, Backends []string }
+		read := func() burst {
+			t.Helper()
+			if !sc.Scan() {
+				t.Fatalf("udpsticky ended: %v", sc.Err())
+			}
+			var b burst
+			if err := json.Unmarshal(sc.Bytes(), &b); err != nil {
+				t.Fatalf("%v: %q", err, sc.Text())
+			}
+			return b
+		}
+		want := []string{hostport(netip.MustParseAddr(vip4), 53)}
+		first := read()
+		if len(first.Backends) != 1 || !slices.Equal(first.Sources, want) {
+			t.Fatalf("first burst: %+v", first)
+		}
+		var keep *netlab.Pod
+		for _, p := range dns {
+			if p.Name != first.Backends[0] {
+				keep = p
+			}
+		}
+		syncs := scrape(t, metricsAddr)["eztunnel_services_sync_seconds_count"]
+		repick := scrape(t, metricsAddr)[`eztunnel_services_failures_total{reason="udp_repick"}`]
+		dns = []*netlab.Pod{keep}
+		writeServices(t, svcFile, file(bs[1], bs[2]))
+		for deadline := time.Now().Add(10 * time.Second); scrape(t, metricsAddr)["eztunnel_services_sync_seconds_count"] == syncs; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the agent did not apply the changed file in 10 s")
+			}
+		}
+		io.WriteString(stdin, "go\n")
+		second := read()
+		if !slices.Equal(second.Backends, []string{keep.Name}) || !slices.Equal(second.Sources, want) {
+			t.Errorf("after removing %s: %+v, want backend %s from %v", first.Backends[0], second, keep.Name, want)
+		}
+		if r := scrape(t, metricsAddr)[`eztunnel_services_failures_total{reason="udp_repick"}`]; r != repick+1 {
+			t.Errorf("udp_repick %v, want %v", r, repick+1)
+		}
+	})
 	t.Run("shortcut pairs translated connections", func(t *testing.T) {
 		// The socket never carries the ClusterIP: both ends are local and
 		// managed, so the shortcut pairs them with nothing to learn from NAT.
@@ -311,11 +378,11 @@ func TestServices(t *testing.T) {
 		m := scrape(t, metricsAddr)
 		for k, want := range map[string]float64{
 			"eztunnel_services_frontends":                               7,
-			"eztunnel_services_backend_slots":                           9,
+			"eztunnel_services_backend_slots":                           7,
 			`eztunnel_services_skipped{reason="protocol"}`:              1,
 			`eztunnel_services_up`:                                      1,
 			`eztunnel_services_failures_total{reason="no_backend"}`:     2,
-			`eztunnel_services_reverse_translations_total{kind="recv"}`: 80,
+			`eztunnel_services_reverse_translations_total{kind="recv"}`: 90,
 			`eztunnel_services_translations_total{kind="udp_connect"}`:  2,
 		} {
 			if m[k] != want {
@@ -325,8 +392,8 @@ func TestServices(t *testing.T) {
 		if v := m[`eztunnel_services_translations_total{kind="tcp_connect"}`]; v < 94 {
 			t.Errorf("tcp_connect translations %v, want at least 94", v)
 		}
-		if v := m[`eztunnel_services_translations_total{kind="udp_send"}`]; v != 40 {
-			t.Errorf("udp_send translations %v, want 40 (unconnected datagrams)", v)
+		if v := m[`eztunnel_services_translations_total{kind="udp_send"}`]; v != 50 {
+			t.Errorf("udp_send translations %v, want 50 (unconnected datagrams)", v)
 		}
 		if v := m["eztunnel_services_sync_seconds_count"]; v < 2 {
 			t.Errorf("sync latency observed %v times, want the start and the change", v)

@@ -6,6 +6,8 @@ tcp HOST PORT BYTES   one connection: peer (getpeername), backend name, echo exa
 udp HOST PORT N       connected UDP: peer, N datagrams, reply sources and names.
 udpun HOST PORT N     unconnected UDP (sendto/recvfrom): reply sources and names.
 connerr HOST PORT     the errno name a TCP connect ends with ("ok" if it connects).
+udpsticky HOST PORT   unconnected UDP, one socket: 5 datagrams, a result line, then
+                      after a line on stdin 5 more and a second result line.
 loop HOST PORT        TCP connections one after another until stdin closes: a line
                       per connection, the backend name or "err:<reason>".
 Results are JSON on stdout.
@@ -115,6 +117,25 @@ def udp(host, port, n, connected):
     return out
 
 
+def udpsticky(host, port):
+    s = socket.socket(family(host), socket.SOCK_DGRAM)
+    s.settimeout(5)
+
+    def burst():
+        out = {"sources": [], "backends": []}
+        for _ in range(5):
+            s.sendto(b"x", (host, port))
+            b, sa = s.recvfrom(65536)
+            for k, v in (("sources", addr(sa)), ("backends", b.partition(b"|")[0].decode())):
+                if v not in out[k]:
+                    out[k].append(v)
+        print(json.dumps(out), flush=True)
+
+    burst()
+    sys.stdin.readline()
+    burst()
+
+
 def connerr(host, port):
     s = socket.socket(family(host), socket.SOCK_STREAM)
     s.settimeout(10)
@@ -159,6 +180,8 @@ def main():
         print(json.dumps(udp(args[0], int(args[1]), int(args[2]), False)))
     elif mode == "connerr":
         print(json.dumps(connerr(args[0], int(args[1]))))
+    elif mode == "udpsticky":
+        udpsticky(args[0], int(args[1]))
     elif mode == "loop":
         loop(args[0], int(args[1]))
     else:
