@@ -148,6 +148,9 @@ type KubeConfig struct {
 	Log      *slog.Logger // nil: slog.Default()
 }
 
+// FirstSyncTimeout bounds RunKube's wait for the informers' first list.
+const FirstSyncTimeout = time.Minute
+
 // RunKube watches Services and EndpointSlices of all namespaces and applies
 // each changed Service to t. It returns once the caches synced and the
 // first state is applied; watching goes on until ctx ends.
@@ -195,10 +198,13 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 		}
 	}
 	f.Start(ctx.Done())
-	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+	sctx, cancel := context.WithTimeout(ctx, FirstSyncTimeout)
+	defer cancel()
+	for typ, ok := range f.WaitForCacheSync(sctx.Done()) {
 		if !ok {
 			f.Shutdown()
-			return fmt.Errorf("services: %v informer did not sync (is the API server reachable?): %w", typ, context.Cause(ctx))
+			return fmt.Errorf("services: %v informer did not sync in %v (is the API server reachable, may this identity list and watch services and endpointslices?): %w",
+				typ, FirstSyncTimeout, context.Cause(sctx))
 		}
 	}
 	k.drain()

@@ -186,6 +186,9 @@ func TestTableIncremental(t *testing.T) {
 	if w.sets != 1 || w.deletes != 0 || l.BackendRefs() != 2001 {
 		t.Errorf("one Service scaled: %d sets %d deletes, %d slots", w.sets, w.deletes, l.BackendRefs())
 	}
+	if tb.frontends != l.Frontends() || tb.backends != l.BackendRefs() {
+		t.Errorf("table totals %d frontends %d slots, maps %d %d", tb.frontends, tb.backends, l.Frontends(), l.BackendRefs())
+	}
 	tb.Apply("intruder", cur, nil, time.Now())
 	if s := tb.Skipped(); s[SkipConflict] != 1 || len(tb.Frontends("intruder")) != 0 {
 		t.Errorf("conflict: skipped %v, intruder has %v", s, tb.Frontends("intruder"))
@@ -197,7 +200,7 @@ func TestTableIncremental(t *testing.T) {
 	for _, n := range tb.Names() {
 		tb.Apply(n, nil, nil, time.Now())
 	}
-	if l.Frontends() != 0 || l.BackendRefs() != 0 || len(tb.Names()) != 0 {
+	if l.Frontends() != 0 || l.BackendRefs() != 0 || len(tb.Names()) != 0 || tb.frontends != 0 || tb.backends != 0 {
 		t.Errorf("after deleting all: %d frontends, %d slots, names %v", l.Frontends(), l.BackendRefs(), tb.Names())
 	}
 }

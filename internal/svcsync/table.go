@@ -44,6 +44,9 @@ type Table struct {
 	applied map[string]Entries     // by Service (namespace/name)
 	skipped map[string][]string    // by Service: reasons of the parts not written
 	owner   map[lb.Frontend]string // which Service a frontend is written for
+	// Totals kept up to date by Apply (the metrics), not recounted.
+	frontends, backends int
+	skips               map[string]int
 }
 
 // NewTable writes to w; m may be nil.
@@ -51,7 +54,7 @@ func NewTable(w Writer, m *Metrics, log *slog.Logger) *Table {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Table{w: w, m: m, log: log, applied: map[string]Entries{}, skipped: map[string][]string{}, owner: map[lb.Frontend]string{}}
+	return &Table{w: w, m: m, log: log, applied: map[string]Entries{}, skipped: map[string][]string{}, skips: map[string]int{}, owner: map[lb.Frontend]string{}}
 }
 
 // Apply makes name's frontends equal to e (nil or empty: the Service is
@@ -64,6 +67,8 @@ func (t *Table) Apply(name string, e Entries, skipped []string, since time.Time)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := t.applied[name]
+	t.count(old, t.skipped[name], -1)
+	skipped = slices.Clone(skipped) // appended to below
 	next := Entries{}
 	wrote := false
 	for f := range old {
@@ -109,29 +114,33 @@ func (t *Table) Apply(name string, e Entries, skipped []string, since time.Time)
 	if len(skipped) == 0 {
 		delete(t.skipped, name)
 	} else {
-		t.skipped[name] = slices.Clone(skipped)
+		t.skipped[name] = skipped
 	}
+	t.count(next, skipped, 1)
 	if wrote {
 		t.m.synced(time.Since(since))
 	}
-	t.m.setState(t.counts())
+	t.m.setState(t.frontends, t.backends, maps.Clone(t.skips))
 }
 
 // Skipped counts the parts of Services not written, by reason.
 func (t *Table) Skipped() map[string]int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.skippedLocked()
+	return maps.Clone(t.skips)
 }
 
-func (t *Table) skippedLocked() map[string]int {
-	out := map[string]int{}
-	for _, rs := range t.skipped {
-		for _, r := range rs {
-			out[r]++
+// count adds (sign 1) or removes (-1) one Service's part of the totals.
+func (t *Table) count(e Entries, skipped []string, sign int) {
+	for _, bes := range e {
+		t.frontends += sign
+		t.backends += sign * len(bes)
+	}
+	for _, r := range skipped {
+		if t.skips[r] += sign; t.skips[r] == 0 {
+			delete(t.skips, r)
 		}
 	}
-	return out
 }
 
 // Names lists the Services with frontends written, sorted.
@@ -146,17 +155,6 @@ func (t *Table) Frontends(name string) Entries {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return maps.Clone(t.applied[name])
-}
-
-func (t *Table) counts() (frontends, backends int, skipped map[string]int) {
-	skipped = t.skippedLocked()
-	for _, e := range t.applied {
-		for _, bes := range e {
-			frontends++
-			backends += len(bes)
-		}
-	}
-	return
 }
 
 func cmpFrontend(a, b lb.Frontend) int {

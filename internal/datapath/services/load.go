@@ -66,6 +66,7 @@ type LB struct {
 
 	frontends map[Frontend]*frontendState
 	backends  map[Backend]*backendState
+	byID      map[uint32]Backend
 	freeSvc   []uint32
 	nextSvc   uint32
 	freeBe    []uint32
@@ -98,7 +99,8 @@ func Load(cfg Config) (_ *LB, err error) {
 			m.spec.MaxEntries = m.n
 		}
 	}
-	lb := &LB{links: map[string][]link.Link{}, frontends: map[Frontend]*frontendState{}, backends: map[Backend]*backendState{}}
+	lb := &LB{links: map[string][]link.Link{}, frontends: map[Frontend]*frontendState{},
+		backends: map[Backend]*backendState{}, byID: map[uint32]Backend{}}
 	if err := spec.LoadAndAssign(&lb.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -256,6 +258,7 @@ func as16(a netip.Addr) [16]byte {
 // duplicates are ignored; none: connects are refused). Only f's entries
 // are written; backends it keeps keep their slots.
 func (lb *LB) SetFrontend(f Frontend, backends []Backend) error {
+	f.Addr = f.Addr.Unmap()
 	key, err := frontendKey(f)
 	if err != nil {
 		return err
@@ -285,15 +288,11 @@ func (lb *LB) SetFrontend(f Frontend, backends []Backend) error {
 	}
 	// New slot order: kept backends stay where they are, a removed one's
 	// slot takes the last one, new ones are appended.
-	byID := map[uint32]Backend{}
-	for b, s := range lb.backends {
-		byID[s.id] = b
-	}
 	old := slices.Clone(st.slots)
 	slots := slices.Clone(st.slots)
 	var removed []Backend
 	for i := 0; i < len(slots); {
-		b := byID[slots[i]]
+		b := lb.byID[slots[i]]
 		if want[b] {
 			delete(want, b)
 			i++
@@ -348,6 +347,7 @@ func (lb *LB) SetFrontend(f Frontend, backends []Backend) error {
 // DeleteFrontend removes f and its slots; connects to it are no longer
 // translated. Deleting an unknown frontend is not an error.
 func (lb *LB) DeleteFrontend(f Frontend) error {
+	f.Addr = f.Addr.Unmap()
 	key, err := frontendKey(f)
 	if err != nil {
 		return err
@@ -365,14 +365,10 @@ func (lb *LB) DeleteFrontend(f Frontend) error {
 		return fmt.Errorf("services: delete frontend %s: %w", f, err)
 	}
 	delete(lb.frontends, f)
-	byID := map[uint32]Backend{}
-	for b, s := range lb.backends {
-		byID[s.id] = b
-	}
 	for i, id := range st.slots {
 		lb.objs.EzSvcSlots.Delete(servicesEzSvcSlotKey{Id: st.id, Slot: uint32(i)})
 		lb.objs.EzSvcMembers.Delete(servicesEzSvcMemberKey{Id: st.id, Backend: id})
-		lb.unrefBackend(byID[id])
+		lb.unrefBackend(lb.byID[id])
 	}
 	lb.freeSvc = append(lb.freeSvc, st.id)
 	return nil
@@ -414,6 +410,7 @@ func (lb *LB) refBackend(b Backend) (uint32, error) {
 		return 0, fmt.Errorf("backend %s: %w", b, err)
 	}
 	lb.backends[b] = &backendState{id: id, refs: 1}
+	lb.byID[id] = b
 	return id, nil
 }
 
@@ -427,6 +424,7 @@ func (lb *LB) unrefBackend(b Backend) {
 	}
 	lb.objs.EzSvcBackends.Delete(s.id)
 	delete(lb.backends, b)
+	delete(lb.byID, s.id)
 	lb.freeBe = append(lb.freeBe, s.id)
 }
 
