@@ -5,7 +5,9 @@
  * backends before the kernel routes anything, so no packet carries the
  * ClusterIP and nothing needs DNAT or conntrack.
  *
- * connect4/6: TCP and connected UDP, backend chosen at random per socket.
+ * connect4/6: TCP and connected UDP, backend chosen at random per socket
+ * (with sessionAffinity ClientIP: per client network namespace, while used
+ * within the timeout).
  * sendmsg4/6: unconnected UDP, one backend per socket and frontend, kept
  * while it stays one of the frontend's backends. recvmsg4/6 show replies as
  * coming from the frontend; getpeername4/6 show the frontend as the peer.
@@ -60,6 +62,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ez_svc_backend);
 } ez_svc_backends SEC(".maps");
+
+/* sessionAffinity entries: LRU, as they expire by time anyway. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ez_svc_affinity_key);
+	__type(value, struct ez_svc_affinity);
+} ez_svc_affinities SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -151,7 +161,7 @@ static __always_inline struct ez_svc *frontend(struct bpf_sock_addr *ctx, int v6
 }
 
 /* A random backend of svc; two tries when an update races the lookup. */
-static __always_inline struct ez_svc_backend *choose(const struct ez_svc *svc, __u32 *backend_id)
+static __always_inline struct ez_svc_backend *choose_random(const struct ez_svc *svc, __u32 *backend_id)
 {
 	for (int i = 0; i < 2; i++) {
 		__u32 n = svc->count;
@@ -173,6 +183,44 @@ static __always_inline struct ez_svc_backend *choose(const struct ez_svc *svc, _
 		count(EZ_SVC_C_BACKEND_MISS);
 	}
 	return NULL;
+}
+
+/* The backend for a new connection or socket: with sessionAffinity the
+ * client's earlier one while it is recent and still one of svc's, else a
+ * random one (remembered for the client). */
+static __always_inline struct ez_svc_backend *choose(struct bpf_sock_addr *ctx, const struct ez_svc *svc, __u32 *backend_id)
+{
+	struct ez_svc_affinity_key ak = { .id = svc->id };
+	struct ez_svc_backend *be;
+	struct ez_svc_affinity *a;
+	__u32 timeout = svc->affinity;
+	__u64 now;
+
+	if (timeout == 0)
+		return choose_random(svc, backend_id);
+	ak.netns = bpf_get_netns_cookie(ctx);
+	now = bpf_ktime_get_ns();
+	a = bpf_map_lookup_elem(&ez_svc_affinities, &ak);
+	if (a && now - a->last_ns <= (__u64)timeout * 1000000000ULL) {
+		struct ez_svc_member_key mk = { .id = svc->id, .backend = a->backend };
+
+		if (bpf_map_lookup_elem(&ez_svc_members, &mk)) {
+			be = bpf_map_lookup_elem(&ez_svc_backends, &mk.backend);
+			if (be) {
+				*backend_id = mk.backend;
+				a->last_ns = now;
+				count(EZ_SVC_C_AFFINITY_HIT);
+				return be;
+			}
+		}
+	}
+	be = choose_random(svc, backend_id);
+	if (be) {
+		struct ez_svc_affinity v = { .last_ns = now, .backend = *backend_id };
+
+		bpf_map_update_elem(&ez_svc_affinities, &ak, &v, BPF_ANY);
+	}
+	return be;
 }
 
 /* The socket's entry for frontend k, or the one to replace. */
@@ -238,7 +286,7 @@ static __always_inline int do_connect(struct bpf_sock_addr *ctx, int v6)
 	svc = frontend(ctx, v6, &k);
 	if (!svc)
 		return 1;
-	be = choose(svc, &backend_id);
+	be = choose(ctx, svc, &backend_id);
 	if (!be)
 		return refuse();
 	if (set_ctx_addr(ctx, v6, be->addr, be->port))
@@ -270,7 +318,7 @@ static __always_inline int do_sendmsg(struct bpf_sock_addr *ctx, int v6)
 	s = bpf_sk_storage_get(&ez_svc_socks, ctx->sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!s) {
 		count(EZ_SVC_C_NO_STORAGE);
-		be = choose(svc, &backend_id);
+		be = choose(ctx, svc, &backend_id);
 		if (!be)
 			return refuse();
 		set_ctx_addr(ctx, v6, be->addr, be->port);
@@ -293,7 +341,7 @@ static __always_inline int do_sendmsg(struct bpf_sock_addr *ctx, int v6)
 			count(EZ_SVC_C_UDP_REPICK);
 	}
 	if (!be) {
-		be = choose(svc, &backend_id);
+		be = choose(ctx, svc, &backend_id);
 		if (!be) {
 			r->id = 0;
 			return refuse();

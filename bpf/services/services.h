@@ -23,7 +23,21 @@ struct ez_svc_key {
 struct ez_svc {
 	__u32 id;
 	__u32 count;
-	__u32 flags;	/* reserved, 0 */
+	__u32 affinity;	/* sessionAffinity ClientIP timeout in seconds; 0: none */
+};
+
+/* sessionAffinity ClientIP: the client is its network namespace (a pod, or
+ * the host), as kube-proxy's source address is. */
+struct ez_svc_affinity_key {
+	__u64 netns;	/* bpf_get_netns_cookie */
+	__u32 id;	/* ez_svc.id */
+	__u32 pad;
+};
+
+struct ez_svc_affinity {
+	__u64 last_ns;	/* bpf_ktime_get_ns of the client's last connect or choice */
+	__u32 backend;	/* ez_svc_backends key */
+	__u32 pad;
 };
 
 struct ez_svc_slot_key {
@@ -77,6 +91,7 @@ enum ez_svc_counter {
 	EZ_SVC_C_NO_BACKEND,		/* refused: the frontend has no backends */
 	EZ_SVC_C_BACKEND_MISS,		/* a slot or backend vanished under an update (chose again) */
 	EZ_SVC_C_NO_STORAGE,		/* translated without reverse entry (sk_storage full) */
+	EZ_SVC_C_AFFINITY_HIT,		/* sessionAffinity: the client's earlier backend reused */
 	EZ_SVC_C_MAX,
 };
 

@@ -25,6 +25,7 @@ import (
 //	  port: 80
 //	  protocol: TCP        # TCP (default) or UDP
 //	  backends: ["10.77.1.2:8080", "10.77.1.3:8080"]   # none: connects refused
+//	  affinitySeconds: 10800   # sessionAffinity ClientIP timeout; 0 (default): none
 type File struct {
 	Services []FileService `yaml:"services" json:"services"`
 }
@@ -36,6 +37,7 @@ type FileService struct {
 	Port     int      `yaml:"port" json:"port"`
 	Protocol string   `yaml:"protocol,omitempty" json:"protocol,omitempty"`
 	Backends []string `yaml:"backends" json:"backends"`
+	Affinity int      `yaml:"affinitySeconds,omitempty" json:"affinitySeconds,omitempty"`
 }
 
 // ParseFile parses a services file into entries by name. A document that
@@ -62,8 +64,9 @@ func ParseFile(data []byte, fam Families) (map[string]Entries, map[string][]stri
 			skipped[s.Name] = append(skipped[s.Name], reason)
 			continue
 		}
-		for fe, bes := range e {
-			out[s.Name][fe] = append(out[s.Name][fe], bes...)
+		for fe, tg := range e {
+			prev := out[s.Name][fe]
+			out[s.Name][fe] = lb.Target{Backends: append(prev.Backends, tg.Backends...), Affinity: max(prev.Affinity, tg.Affinity)}
 		}
 	}
 	return out, skipped, nil
@@ -90,6 +93,9 @@ func fileEntry(s FileService, fam Families) (Entries, string) {
 	if s.Port <= 0 || s.Port > 65535 {
 		return nil, SkipNoPorts
 	}
+	if s.Affinity < 0 || time.Duration(s.Affinity)*time.Second > lb.MaxAffinity {
+		return nil, SkipBadAddress
+	}
 	var bes []lb.Backend
 	for _, b := range s.Backends {
 		ap, err := netip.ParseAddrPort(b)
@@ -98,7 +104,7 @@ func fileEntry(s FileService, fam Families) (Entries, string) {
 		}
 		bes = append(bes, ap)
 	}
-	return Entries{{Addr: vip, Port: uint16(s.Port), Proto: proto}: bes}, ""
+	return Entries{{Addr: vip, Port: uint16(s.Port), Proto: proto}: {Backends: bes, Affinity: time.Duration(s.Affinity) * time.Second}}, ""
 }
 
 // FilePoll is how often RunFile looks at the file.

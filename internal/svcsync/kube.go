@@ -32,7 +32,7 @@ func (f Families) has(a netip.Addr) bool {
 }
 
 // ServiceEntries are the ClusterIP frontends of svc with the backends kube-proxy
-// would use: per port, the ready endpoints of the matching EndpointSlice
+// would use, and its sessionAffinity ClientIP timeout: per port, the ready endpoints of the matching EndpointSlice
 // ports, or when none is ready the serving terminating ones. Skipped
 // parts are reported by reason; svc nil (deleted), headless and
 // ExternalName Services have no frontends. Topology hints are not applied.
@@ -51,6 +51,14 @@ func ServiceEntries(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fa
 		return nil, []string{SkipNoPorts}
 	}
 	var skipped []string
+	var affinity time.Duration
+	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		affinity = time.Duration(corev1.DefaultClientIPServiceAffinitySeconds) * time.Second
+		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			affinity = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
+		}
+		affinity = min(max(affinity, 0), lb.MaxAffinity)
+	}
 	e := Entries{}
 	for _, s := range ips {
 		vip, err := netip.ParseAddr(s)
@@ -83,7 +91,7 @@ func ServiceEntries(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fa
 				continue
 			}
 			f := lb.Frontend{Addr: vip, Port: uint16(p.Port), Proto: proto}
-			e[f] = backends(slices, addrType, p, f.Addr.Is4())
+			e[f] = lb.Target{Backends: backends(slices, addrType, p, f.Addr.Is4()), Affinity: affinity}
 		}
 	}
 	return e, skipped

@@ -17,7 +17,7 @@ type Metrics struct {
 	sync                prometheus.Histogram
 	counters            func() (lb.Counters, error)
 
-	descFrontends, descBackends, descTranslations, descReversed, descFailures, descUp, descSkipped *prometheus.Desc
+	descFrontends, descBackends, descTranslations, descReversed, descFailures, descUp, descSkipped, descAffinity *prometheus.Desc
 }
 
 // NewMetrics reads the datapath's counters through counters (nil: none).
@@ -36,6 +36,8 @@ func NewMetrics(counters func() (lb.Counters, error)) *Metrics {
 			"Backend addresses shown as the frontend: kind recv (UDP sources), peer (getpeername).", []string{"kind"}, nil),
 		descFailures: prometheus.NewDesc(ns+"failures_total",
 			"Datapath failures by reason: no_backend (refused), backend_miss (raced an update), no_storage (no reverse entry), udp_repick (backend gone, chose again).", []string{"reason"}, nil),
+		descAffinity: prometheus.NewDesc(ns+"affinity_hits_total",
+			"Sockets sent to the backend their client (network namespace) had, by sessionAffinity ClientIP.", nil, nil),
 		descUp: prometheus.NewDesc(ns+"up", "1 when the load balancer's counters could be read.", nil, nil),
 		descSkipped: prometheus.NewDesc(ns+"skipped",
 			"Parts of the current Services not translated, by reason: no_ports, protocol (not TCP/UDP), family (not served by the node), bad_address, conflict (frontend of another Service), write_failed.", []string{"reason"}, nil),
@@ -63,7 +65,7 @@ var SkipReasons = []string{SkipNoPorts, SkipProtocol, SkipFamily, SkipBadAddress
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.sync.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.descFrontends, m.descBackends, m.descTranslations, m.descReversed, m.descFailures, m.descUp, m.descSkipped} {
+	for _, d := range []*prometheus.Desc{m.descFrontends, m.descBackends, m.descTranslations, m.descReversed, m.descFailures, m.descUp, m.descSkipped, m.descAffinity} {
 		ch <- d
 	}
 }
@@ -89,6 +91,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		for _, k := range []string{"tcp_connect", "udp_connect", "udp_send"} {
 			ch <- prometheus.MustNewConstMetric(m.descTranslations, prometheus.CounterValue, float64(c[k]), k)
 		}
+		ch <- prometheus.MustNewConstMetric(m.descAffinity, prometheus.CounterValue, float64(c["affinity_hit"]))
 		ch <- prometheus.MustNewConstMetric(m.descReversed, prometheus.CounterValue, float64(c["recv_reversed"]), "recv")
 		ch <- prometheus.MustNewConstMetric(m.descReversed, prometheus.CounterValue, float64(c["peer_reversed"]), "peer")
 		for _, k := range []string{"no_backend", "backend_miss", "no_storage", "udp_repick"} {

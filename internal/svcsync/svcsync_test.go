@@ -65,14 +65,22 @@ func TestServiceEntriesReadiness(t *testing.T) {
 	}
 	f4 := lb.Frontend{Addr: netip.MustParseAddr("10.96.0.1"), Port: 80, Proto: lb.TCP}
 	f6 := lb.Frontend{Addr: netip.MustParseAddr("fd00::1"), Port: 80, Proto: lb.TCP}
-	if got := sortedBackends(e[f4]); !slices.Equal(got, aps("10.0.0.1:8080", "10.0.0.2:8080")) {
+	if got := sortedBackends(e[f4].Backends); !slices.Equal(got, aps("10.0.0.1:8080", "10.0.0.2:8080")) {
 		t.Errorf("IPv4 backends %v", got)
 	}
-	if got := e[f6]; !slices.Equal(got, aps("[fd00::a]:8080")) {
+	if got := e[f6].Backends; !slices.Equal(got, aps("[fd00::a]:8080")) {
 		t.Errorf("IPv6 backends (serving terminating only) %v", got)
 	}
-	if len(e) != 2 {
+	if len(e) != 2 || e[f4].Affinity != 0 {
 		t.Errorf("%d frontends, want 2: %v", len(e), e)
+	}
+	s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	if e, _ := ServiceEntries(s, nil, both); e[f4].Affinity != 10800*time.Second {
+		t.Errorf("ClientIP affinity without config: %v, want the API default 3h", e[f4].Affinity)
+	}
+	s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](30)}}
+	if e, _ := ServiceEntries(s, nil, both); e[f6].Affinity != 30*time.Second {
+		t.Errorf("ClientIP affinity 30 s: %v", e[f6].Affinity)
 	}
 }
 
@@ -133,9 +141,9 @@ type countingLB struct {
 	sets, deletes int
 }
 
-func (c *countingLB) SetFrontend(f lb.Frontend, b []lb.Backend) error {
+func (c *countingLB) SetFrontend(f lb.Frontend, tg lb.Target) error {
 	c.sets++
-	return c.LB.SetFrontend(f, b)
+	return c.LB.SetFrontend(f, tg)
 }
 
 func (c *countingLB) DeleteFrontend(f lb.Frontend) error {
@@ -164,7 +172,7 @@ func TestTableIncremental(t *testing.T) {
 		for j := range backends {
 			bes = append(bes, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i), byte(j + 1)}), 8080))
 		}
-		return Entries{f: bes}
+		return Entries{f: {Backends: bes}}
 	}
 	for i := range 1000 {
 		tb.Apply(string(rune('a'+i%26))+string(rune(i)), entries(i, 2), nil, time.Now())
@@ -179,8 +187,8 @@ func TestTableIncremental(t *testing.T) {
 	if w.sets+w.deletes != 0 {
 		t.Errorf("unchanged Service: %d sets %d deletes", w.sets, w.deletes)
 	}
-	for f, bes := range cur {
-		cur[f] = append(bes, netip.MustParseAddrPort("10.9.9.9:8080"))
+	for f, tg := range cur {
+		cur[f] = lb.Target{Backends: append(tg.Backends, netip.MustParseAddrPort("10.9.9.9:8080"))}
 	}
 	tb.Apply(name, cur, nil, time.Now())
 	if w.sets != 1 || w.deletes != 0 || l.BackendRefs() != 2001 {

@@ -18,12 +18,12 @@ import (
 
 // Writer writes frontends (the datapath's *services.LB).
 type Writer interface {
-	SetFrontend(lb.Frontend, []lb.Backend) error
+	SetFrontend(lb.Frontend, lb.Target) error
 	DeleteFrontend(lb.Frontend) error
 }
 
-// Entries are one Service's frontends and their backends.
-type Entries map[lb.Frontend][]lb.Backend
+// Entries are one Service's frontends and what each translates to.
+type Entries map[lb.Frontend]lb.Target
 
 // Skip reasons (eztunnel_services_skipped_total{reason}).
 const (
@@ -84,17 +84,17 @@ func (t *Table) Apply(name string, e Entries, skipped []string, since time.Time)
 		wrote = true
 	}
 	for _, f := range slices.SortedFunc(maps.Keys(e), cmpFrontend) {
-		bes := sortedBackends(e[f])
+		tg := lb.Target{Backends: sortedBackends(e[f].Backends), Affinity: e[f].Affinity}
 		if o, ok := t.owner[f]; ok && o != name {
 			skipped = append(skipped, SkipConflict)
 			t.log.Warn("services: frontend already written for another Service; skipped", "service", name, "frontend", f.String(), "owner", o)
 			continue
 		}
-		if prev, ok := old[f]; ok && slices.Equal(prev, bes) {
+		if prev, ok := old[f]; ok && slices.Equal(prev.Backends, tg.Backends) && prev.Affinity == tg.Affinity {
 			next[f] = prev
 			continue
 		}
-		if err := t.w.SetFrontend(f, bes); err != nil {
+		if err := t.w.SetFrontend(f, tg); err != nil {
 			skipped = append(skipped, SkipWriteFailed)
 			t.log.Warn("services: write frontend", "service", name, "frontend", f.String(), "err", err)
 			if prev, ok := old[f]; ok {
@@ -102,7 +102,7 @@ func (t *Table) Apply(name string, e Entries, skipped []string, since time.Time)
 			}
 			continue
 		}
-		next[f] = bes
+		next[f] = tg
 		t.owner[f] = name
 		wrote = true
 	}
@@ -132,9 +132,9 @@ func (t *Table) Skipped() map[string]int {
 
 // count adds (sign 1) or removes (-1) one Service's part of the totals.
 func (t *Table) count(e Entries, skipped []string, sign int) {
-	for _, bes := range e {
+	for _, tg := range e {
 		t.frontends += sign
-		t.backends += sign * len(bes)
+		t.backends += sign * len(tg.Backends)
 	}
 	for _, r := range skipped {
 		if t.skips[r] += sign; t.skips[r] == 0 {

@@ -100,7 +100,8 @@ func lbPrograms(t *testing.T, cgroup string) int {
 // connect with the error a real iptables REJECT (kube-proxy's rule for a
 // Service without endpoints) gives the same client. Backends replaced in the
 // file while connections run take effect with no failed connection. Bad
-// entries are skipped and counted. Stopping the agent detaches everything.
+// entries are skipped and counted. sessionAffinity ClientIP keeps a client on
+// one backend. Stopping the agent detaches everything.
 func TestServices(t *testing.T) {
 	e := newEnv(t, "svc", 93)
 	c := e.pod("c", true)
@@ -121,6 +122,7 @@ func TestServices(t *testing.T) {
 		empty4, empty6 = "10.96.93.20", "fd96::20"
 		rej4, rej6     = "10.96.93.30", "fd96::30" // not Services: iptables REJECT
 		near4          = "10.96.93.50"
+		sticky4        = "10.96.93.60" // sessionAffinity ClientIP
 	)
 	be := func(p *netlab.Pod, v6 bool) string {
 		if v6 {
@@ -151,8 +153,9 @@ func TestServices(t *testing.T) {
 - {name: empty, ip: "%s", port: 80, backends: []}
 - {name: bad, ip: 10.96.93.40, port: 80, protocol: SCTP, backends: []}
 - {name: near, ip: %s, port: 80, backends: [%s]}
+- {name: sticky, ip: %s, port: 80, affinitySeconds: 3600, backends: [%s]}
 `, vip4, l4, vip6, l6, vip4, list(dns, false), vip6, list(dns, true), empty4, empty6,
-			near4, be(near, false))
+			near4, be(near, false), sticky4, list(bs[:2], false))
 	}
 	svcFile := filepath.Join(t.TempDir(), "services.yaml")
 	writeServices(t, svcFile, file(bs[0], bs[1]))
@@ -354,6 +357,27 @@ func TestServices(t *testing.T) {
 			t.Errorf("udp_repick %v, want %v", r, repick+1)
 		}
 	})
+	t.Run("session affinity", func(t *testing.T) {
+		hits := scrape(t, metricsAddr)["eztunnel_services_affinity_hits_total"]
+		seen := map[string]int{}
+		for range 10 {
+			var r struct {
+				Peer, Backend string
+				Exact         bool
+			}
+			svcRun(t, c, &r, "tcp", sticky4, "80", "1000")
+			if r.Peer != sticky4+":80" || !r.Exact {
+				t.Errorf("TCP to %s: getpeername %s, exact %v", sticky4, r.Peer, r.Exact)
+			}
+			seen[r.Backend]++
+		}
+		if len(seen) != 1 {
+			t.Errorf("one client, sessionAffinity ClientIP: backends %v, want one", seen)
+		}
+		if h := scrape(t, metricsAddr)["eztunnel_services_affinity_hits_total"]; h-hits != 9 {
+			t.Errorf("%v affinity hits for 10 connections, want 9", h-hits)
+		}
+	})
 	t.Run("shortcut pairs translated connections", func(t *testing.T) {
 		// The socket never carries the ClusterIP: both ends are local and
 		// managed, so the shortcut pairs them with nothing to learn from NAT.
@@ -377,8 +401,8 @@ func TestServices(t *testing.T) {
 	t.Run("metrics", func(t *testing.T) {
 		m := scrape(t, metricsAddr)
 		for k, want := range map[string]float64{
-			"eztunnel_services_frontends":                               7,
-			"eztunnel_services_backend_slots":                           7,
+			"eztunnel_services_frontends":                               8,
+			"eztunnel_services_backend_slots":                           9,
 			`eztunnel_services_skipped{reason="protocol"}`:              1,
 			`eztunnel_services_up`:                                      1,
 			`eztunnel_services_failures_total{reason="no_backend"}`:     2,
@@ -389,8 +413,8 @@ func TestServices(t *testing.T) {
 				t.Errorf("%s = %v, want %v", k, m[k], want)
 			}
 		}
-		if v := m[`eztunnel_services_translations_total{kind="tcp_connect"}`]; v < 94 {
-			t.Errorf("tcp_connect translations %v, want at least 94", v)
+		if v := m[`eztunnel_services_translations_total{kind="tcp_connect"}`]; v < 104 {
+			t.Errorf("tcp_connect translations %v, want at least 104", v)
 		}
 		if v := m[`eztunnel_services_translations_total{kind="udp_send"}`]; v != 50 {
 			t.Errorf("udp_send translations %v, want 50 (unconnected datagrams)", v)

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -50,6 +51,18 @@ func (f Frontend) String() string {
 // Backend is where a frontend's sockets go.
 type Backend = netip.AddrPort
 
+// Target is what a frontend translates to.
+type Target struct {
+	Backends []Backend // order does not matter, duplicates are ignored; none: connects refused
+	// Affinity is sessionAffinity ClientIP's timeout: a client (network
+	// namespace) keeps its backend while it comes back within it (whole
+	// seconds, rounded up); 0: a random backend per socket.
+	Affinity time.Duration
+}
+
+// MaxAffinity is the longest Affinity (as the Kubernetes API allows).
+const MaxAffinity = 86400 * time.Second
+
 // Config sizes the maps; zero values take the defaults.
 type Config struct {
 	MaxFrontends uint32 // default 16384
@@ -75,8 +88,9 @@ type LB struct {
 }
 
 type frontendState struct {
-	id    uint32
-	slots []uint32 // backend ids, in slot order
+	id       uint32
+	slots    []uint32 // backend ids, in slot order
+	affinity uint32   // seconds
 }
 
 type backendState struct {
@@ -254,15 +268,19 @@ func as16(a netip.Addr) [16]byte {
 	return a.As16()
 }
 
-// SetFrontend writes f with these backends (order does not matter,
-// duplicates are ignored; none: connects are refused). Only f's entries
-// are written; backends it keeps keep their slots.
-func (lb *LB) SetFrontend(f Frontend, backends []Backend) error {
+// SetFrontend writes f with target. Only f's entries are written;
+// backends it keeps keep their slots.
+func (lb *LB) SetFrontend(f Frontend, target Target) error {
 	f.Addr = f.Addr.Unmap()
 	key, err := frontendKey(f)
 	if err != nil {
 		return err
 	}
+	if target.Affinity < 0 || target.Affinity > MaxAffinity {
+		return fmt.Errorf("services: frontend %s: session affinity %v out of range [0, %v]", f, target.Affinity, MaxAffinity)
+	}
+	affinity := uint32((target.Affinity + time.Second - 1) / time.Second)
+	backends := target.Backends
 	want := map[Backend]bool{}
 	for _, b := range backends {
 		if !b.IsValid() || b.Port() == 0 || b.Addr().Zone() != "" || b.Addr().IsUnspecified() {
@@ -328,11 +346,11 @@ func (lb *LB) SetFrontend(f Frontend, backends []Backend) error {
 			return fmt.Errorf("services: frontend %s: slot %d: %w", f, i, err)
 		}
 	}
-	if err := lb.objs.EzSvcFrontends.Put(key, servicesEzSvc{Id: st.id, Count: uint32(len(slots))}); err != nil {
+	if err := lb.objs.EzSvcFrontends.Put(key, servicesEzSvc{Id: st.id, Count: uint32(len(slots)), Affinity: affinity}); err != nil {
 		return fmt.Errorf("services: frontend %s: %w", f, err)
 	}
 	lb.frontends[f] = st
-	st.slots = slots
+	st.slots, st.affinity = slots, affinity
 	for i := len(slots); i < len(old); i++ {
 		lb.objs.EzSvcSlots.Delete(servicesEzSvcSlotKey{Id: st.id, Slot: uint32(i)})
 	}
@@ -443,6 +461,7 @@ var counterNames = map[servicesEzSvcCounter]string{
 	servicesEzSvcCounterEZ_SVC_C_NO_BACKEND:    "no_backend",
 	servicesEzSvcCounterEZ_SVC_C_BACKEND_MISS:  "backend_miss",
 	servicesEzSvcCounterEZ_SVC_C_NO_STORAGE:    "no_storage",
+	servicesEzSvcCounterEZ_SVC_C_AFFINITY_HIT:  "affinity_hit",
 }
 
 func counterName(c servicesEzSvcCounter) string {

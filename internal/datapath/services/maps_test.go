@@ -3,6 +3,7 @@ package services
 import (
 	"net/netip"
 	"testing"
+	"time"
 )
 
 // slotsOf reads f's count and slots back from the kernel's maps.
@@ -75,36 +76,44 @@ func TestSetFrontendIncremental(t *testing.T) {
 	f := Frontend{netip.MustParseAddr("10.96.1.1"), 80, TCP}
 	g := Frontend{netip.MustParseAddr("fd00::1"), 53, UDP}
 	a, b, c := be("10.0.0.1:8080"), be("10.0.0.2:8080"), be("10.0.0.3:8080")
-	if err := lb.SetFrontend(f, []Backend{a, b, c, a}); err != nil {
+	if err := lb.SetFrontend(f, Target{Backends: []Backend{a, b, c, a}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := slotsOf(t, lb, f); len(got) != 3 || got[0] != a || got[1] != b || got[2] != c {
 		t.Fatalf("slots %v", got)
 	}
-	if err := lb.SetFrontend(f, []Backend{a, c}); err != nil {
+	if err := lb.SetFrontend(f, Target{Backends: []Backend{a, c}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := slotsOf(t, lb, f); len(got) != 2 || got[0] != a || got[1] != c {
 		t.Fatalf("after removing %s: slots %v", b, got)
 	}
-	if err := lb.SetFrontend(g, nil); err != nil {
+	if err := lb.SetFrontend(g, Target{Backends: nil}); err != nil {
 		t.Fatal(err)
 	}
 	if got := slotsOf(t, lb, g); len(got) != 0 {
 		t.Fatalf("no backends: slots %v", got)
 	}
-	if err := lb.SetFrontend(g, []Backend{be("[fd00::2]:53")}); err != nil {
+	if err := lb.SetFrontend(g, Target{Backends: []Backend{be("[fd00::2]:53")}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := lb.SetFrontend(g, []Backend{a}); err == nil {
+	if err := lb.SetFrontend(g, Target{Backends: []Backend{a}}); err == nil {
 		t.Error("IPv4 backend for an IPv6 frontend accepted")
 	}
-	if err := lb.SetFrontend(Frontend{netip.MustParseAddr("10.96.1.2"), 80, 1}, nil); err == nil {
+	if err := lb.SetFrontend(Frontend{netip.MustParseAddr("10.96.1.2"), 80, 1}, Target{Backends: nil}); err == nil {
 		t.Error("protocol 1 accepted")
 	}
 	h := Frontend{netip.MustParseAddr("10.96.1.2"), 80, TCP}
-	if err := lb.SetFrontend(h, []Backend{a}); err != nil {
+	if err := lb.SetFrontend(h, Target{Backends: []Backend{a}, Affinity: 1500 * time.Millisecond}); err != nil {
 		t.Fatal(err)
+	}
+	if err := lb.SetFrontend(h, Target{Backends: []Backend{a}, Affinity: 2 * MaxAffinity}); err == nil {
+		t.Error("affinity beyond the API's maximum accepted")
+	}
+	hk, _ := frontendKey(h)
+	var hv servicesEzSvc
+	if err := lb.objs.EzSvcFrontends.Lookup(hk, &hv); err != nil || hv.Affinity != 2 {
+		t.Errorf("affinity 1.5 s written as %d s (%v), want 2", hv.Affinity, err)
 	}
 	if fe, slots, members, backends := count(t, lb); fe != 3 || slots != 4 || members != 4 || backends != 3 {
 		t.Errorf("frontends %d slots %d members %d backends %d, want 3 4 4 3", fe, slots, members, backends)

@@ -14,10 +14,24 @@ import (
 )
 
 type servicesEzSvc struct {
+	_        structs.HostLayout
+	Id       uint32
+	Count    uint32
+	Affinity uint32
+}
+
+type servicesEzSvcAffinity struct {
+	_       structs.HostLayout
+	LastNs  uint64
+	Backend uint32
+	Pad     uint32
+}
+
+type servicesEzSvcAffinityKey struct {
 	_     structs.HostLayout
+	Netns uint64
 	Id    uint32
-	Count uint32
-	Flags uint32
+	Pad   uint32
 }
 
 type servicesEzSvcBackend struct {
@@ -39,7 +53,8 @@ const (
 	servicesEzSvcCounterEZ_SVC_C_NO_BACKEND    servicesEzSvcCounter = 6
 	servicesEzSvcCounterEZ_SVC_C_BACKEND_MISS  servicesEzSvcCounter = 7
 	servicesEzSvcCounterEZ_SVC_C_NO_STORAGE    servicesEzSvcCounter = 8
-	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 9
+	servicesEzSvcCounterEZ_SVC_C_AFFINITY_HIT  servicesEzSvcCounter = 9
+	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 10
 )
 
 type servicesEzSvcKey struct {
@@ -83,6 +98,7 @@ type servicesEzSvcSock struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	servicesMapEzSvcAffinities    = "ez_svc_affinities"
 	servicesMapEzSvcBackends      = "ez_svc_backends"
 	servicesMapEzSvcCounters      = "ez_svc_counters"
 	servicesMapEzSvcFrontends     = "ez_svc_frontends"
@@ -156,12 +172,13 @@ type servicesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type servicesMapSpecs struct {
-	EzSvcBackends  *ebpf.MapSpec `ebpf:"ez_svc_backends"`
-	EzSvcCounters  *ebpf.MapSpec `ebpf:"ez_svc_counters"`
-	EzSvcFrontends *ebpf.MapSpec `ebpf:"ez_svc_frontends"`
-	EzSvcMembers   *ebpf.MapSpec `ebpf:"ez_svc_members"`
-	EzSvcSlots     *ebpf.MapSpec `ebpf:"ez_svc_slots"`
-	EzSvcSocks     *ebpf.MapSpec `ebpf:"ez_svc_socks"`
+	EzSvcAffinities *ebpf.MapSpec `ebpf:"ez_svc_affinities"`
+	EzSvcBackends   *ebpf.MapSpec `ebpf:"ez_svc_backends"`
+	EzSvcCounters   *ebpf.MapSpec `ebpf:"ez_svc_counters"`
+	EzSvcFrontends  *ebpf.MapSpec `ebpf:"ez_svc_frontends"`
+	EzSvcMembers    *ebpf.MapSpec `ebpf:"ez_svc_members"`
+	EzSvcSlots      *ebpf.MapSpec `ebpf:"ez_svc_slots"`
+	EzSvcSocks      *ebpf.MapSpec `ebpf:"ez_svc_socks"`
 }
 
 // servicesVariableSpecs contains global variables before they are loaded into the kernel.
@@ -191,16 +208,18 @@ func (o *servicesObjects) Close() error {
 //
 // It can be passed to loadServicesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type servicesMaps struct {
-	EzSvcBackends  *ebpf.Map `ebpf:"ez_svc_backends"`
-	EzSvcCounters  *ebpf.Map `ebpf:"ez_svc_counters"`
-	EzSvcFrontends *ebpf.Map `ebpf:"ez_svc_frontends"`
-	EzSvcMembers   *ebpf.Map `ebpf:"ez_svc_members"`
-	EzSvcSlots     *ebpf.Map `ebpf:"ez_svc_slots"`
-	EzSvcSocks     *ebpf.Map `ebpf:"ez_svc_socks"`
+	EzSvcAffinities *ebpf.Map `ebpf:"ez_svc_affinities"`
+	EzSvcBackends   *ebpf.Map `ebpf:"ez_svc_backends"`
+	EzSvcCounters   *ebpf.Map `ebpf:"ez_svc_counters"`
+	EzSvcFrontends  *ebpf.Map `ebpf:"ez_svc_frontends"`
+	EzSvcMembers    *ebpf.Map `ebpf:"ez_svc_members"`
+	EzSvcSlots      *ebpf.Map `ebpf:"ez_svc_slots"`
+	EzSvcSocks      *ebpf.Map `ebpf:"ez_svc_socks"`
 }
 
 func (m *servicesMaps) Close() error {
 	return _ServicesClose(
+		m.EzSvcAffinities,
 		m.EzSvcBackends,
 		m.EzSvcCounters,
 		m.EzSvcFrontends,
