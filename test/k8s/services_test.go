@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,49 @@ func hostStream(ctx context.Context, addr string, conns int) (workload.StreamRep
 		err = fmt.Errorf("%w: %s", err, errb.String())
 	}
 	return rep, err
+}
+
+// kubeProxyRules reads what kube-proxy programmed for svcPort
+// ("namespace/name:port"): the endpoints its KUBE-SVC chain sends to, and
+// whether its no-endpoints REJECT rule is there.
+func kubeProxyRules(t *testing.T, svcPort string) (eps []string, reject bool) {
+	t.Helper()
+	save := func(table string) string {
+		out, err := sysexec.Command(context.Background(), "iptables-save", "-t", table).Output()
+		if err != nil {
+			t.Fatalf("iptables-save -t %s: %v", table, err)
+		}
+		return string(out)
+	}
+	mark := `--comment "` + svcPort + ` -> `
+	for _, l := range strings.Split(save("nat"), "\n") {
+		if !strings.HasPrefix(l, "-A KUBE-SVC-") {
+			continue
+		}
+		if _, rest, ok := strings.Cut(l, mark); ok {
+			ep, _, _ := strings.Cut(rest, `"`)
+			eps = append(eps, ep)
+		}
+	}
+	slices.Sort(eps)
+	return eps, strings.Contains(save("filter"), `"`+svcPort+` has no endpoints"`)
+}
+
+// waitKubeProxy waits until kube-proxy programmed exactly these endpoints
+// for svcPort (none: its REJECT rule): the comparison runs against the same
+// state on both sides.
+func waitKubeProxy(t *testing.T, svcPort string, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		eps, reject := kubeProxyRules(t, svcPort)
+		if slices.Equal(eps, want) && reject == (len(want) == 0) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-proxy's rules for %s: endpoints %v, reject %v; want %v", svcPort, eps, reject, want)
+		}
+	}
 }
 
 // lockedLog collects the agent's output while the test may read it.
@@ -223,8 +267,8 @@ spec:
 		}
 	}
 	// both streams to the ClusterIP from the pod (eztunnel) and from the host
-	// (kube-proxy, retried until its rules caught up: it syncs at most every
-	// second) and returns both reports.
+	// (kube-proxy, whose rules the caller waited for) and returns both
+	// reports.
 	both := func(what string, wantOK bool) (pod, host workload.StreamReport) {
 		t.Helper()
 		args := []string{"-n", ns, "exec", "c", "--", "/eztunnel-lab", "workload", "stream", "--addr", vip, "--conns", "16",
@@ -233,12 +277,7 @@ spec:
 		if jerr := json.Unmarshal(out, &pod); jerr != nil {
 			t.Fatalf("%s: pod stream: %v %v: %q", what, err, jerr, out)
 		}
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			host, err = hostStream(ctx, vip, 16)
-			if wantOK == (err == nil && len(host.Failures) == 0) || time.Now().After(deadline) {
-				break
-			}
-		}
+		host, err = hostStream(ctx, vip, 16)
 		if wantOK && (pod.Conns != 16 || len(pod.Failures) > 0 || host.Conns != 16 || len(host.Failures) > 0) {
 			t.Fatalf("%s: through eztunnel %+v; through kube-proxy %+v (%v)", what, pod, host, err)
 		}
@@ -251,6 +290,9 @@ spec:
 	waitMetrics("Service with 2 endpoints", func(m map[string]float64) bool {
 		return m["eztunnel_services_frontends"] == f0+1 && m["eztunnel_services_backend_slots"] == s0+2 && m["eztunnel_services_sync_seconds_count"] > n
 	})
+	ep := func(pod string) string { return net.JoinHostPort(ip[pod], "7000") }
+	const svcPort = ns + "/web:stream"
+	waitKubeProxy(t, svcPort, ep("s1"), ep("s2"))
 	tr0 := metricsNow()[`eztunnel_services_translations_total{kind="tcp_connect"}`]
 	both("2 ready endpoints", true)
 	if tr := metricsNow()[`eztunnel_services_translations_total{kind="tcp_connect"}`]; tr-tr0 < 16 {
@@ -270,6 +312,7 @@ spec:
 	waitMetrics("s1 terminating, s2 and s3 ready", func(m map[string]float64) bool {
 		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0+2
 	})
+	waitKubeProxy(t, svcPort, ep("s2"), ep("s3"))
 	kubectl(t, "-n", ns, "delete", "pod", "s1", "--wait=true", "--timeout=60s")
 	both("s1 terminating and deleted", true)
 
@@ -282,6 +325,7 @@ spec:
 	waitMetrics("only s3, serving and terminating", func(m map[string]float64) bool {
 		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0+1
 	})
+	waitKubeProxy(t, svcPort, ep("s3"))
 	both("only a serving terminating endpoint", true)
 
 	// 4: no endpoints: the same connect error both ways.
@@ -293,6 +337,7 @@ spec:
 	waitMetrics("no endpoints", func(m map[string]float64) bool {
 		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0
 	})
+	waitKubeProxy(t, svcPort)
 	refused0 := metricsNow()[`eztunnel_services_failures_total{reason="no_backend"}`]
 	pod, host := both("no endpoints", false)
 	if len(pod.Failures) != 16 || len(host.Failures) != 16 || pod.Failures[0].Error != host.Failures[0].Error {
