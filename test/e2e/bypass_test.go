@@ -716,27 +716,8 @@ func checkUDPRefreshed(t *testing.T, n *multinode.Node, src, dst netip.Addr) {
 // conntrack entry sends it back through FORWARD, where the rule drops it.
 func checkDropEstablished(t *testing.T, bp *bypass.Bypass, n *multinode.Node, src, dst *multinode.Pod, v6 bool) {
 	t.Helper()
-	ln := listenIn(t, dst.Do, "tcp", dst.Addr(v6))
-	serve(ln, func(c net.Conn) { io.Copy(c, c) })
-	c, err := dialFrom(src, "tcp", netip.MustParseAddrPort(ln.Addr().String()), 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	echo := func(msg string, timeout time.Duration) error {
-		c.SetDeadline(time.Now().Add(timeout))
-		if _, err := c.Write([]byte(msg)); err != nil {
-			return err
-		}
-		buf := make([]byte, len(msg))
-		if _, err := io.ReadFull(c, buf); err != nil {
-			return err
-		}
-		if string(buf) != msg {
-			return fmt.Errorf("echoed %q, sent %q", buf, msg)
-		}
-		return nil
-	}
+	c, echo := echoConn(t, src, dst, v6)
+	defer c.Close() // before the next check: its late packets would count there
 	what := fmt.Sprintf("%s %s -> %s", family(v6), src.Name, dst.Name)
 	if err := echo("before the rule", 10*time.Second); err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -802,5 +783,32 @@ func checkDropEstablished(t *testing.T, bp *bypass.Bypass, n *multinode.Node, sr
 	}
 	if k, err := r.Packets(); err != nil || k == 0 {
 		t.Errorf("%s: rule matched %d packets (%v) after the flush, want some", what, k, err)
+	}
+}
+
+// echoConn opens a TCP connection from src to an echo server in dst and
+// returns it (the caller closes it) with a function that sends msg and
+// checks its echo within timeout.
+func echoConn(t *testing.T, src, dst *multinode.Pod, v6 bool) (net.Conn, func(msg string, timeout time.Duration) error) {
+	t.Helper()
+	ln := listenIn(t, dst.Do, "tcp", dst.Addr(v6))
+	serve(ln, func(c net.Conn) { io.Copy(c, c) })
+	c, err := dialFrom(src, "tcp", netip.MustParseAddrPort(ln.Addr().String()), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, func(msg string, timeout time.Duration) error {
+		c.SetDeadline(time.Now().Add(timeout))
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return err
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+		if string(buf) != msg {
+			return fmt.Errorf("echoed %q, sent %q", buf, msg)
+		}
+		return nil
 	}
 }

@@ -697,27 +697,8 @@ func checkNoNeighbour(t *testing.T, bp *bypass.Bypass, n, peer *multinode.Node, 
 // on, bypassed again.
 func checkPolicyRoute(t *testing.T, bp *bypass.Bypass, n *multinode.Node, src, dst *multinode.Pod, v6 bool) {
 	t.Helper()
-	ln := listenIn(t, dst.Do, "tcp", dst.Addr(v6))
-	serve(ln, func(c net.Conn) { io.Copy(c, c) })
-	c, err := dialFrom(src, "tcp", netip.MustParseAddrPort(ln.Addr().String()), 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	echo := func(msg string, timeout time.Duration) error {
-		c.SetDeadline(time.Now().Add(timeout))
-		if _, err := c.Write([]byte(msg)); err != nil {
-			return err
-		}
-		buf := make([]byte, len(msg))
-		if _, err := io.ReadFull(c, buf); err != nil {
-			return err
-		}
-		if string(buf) != msg {
-			return fmt.Errorf("echoed %q, sent %q", buf, msg)
-		}
-		return nil
-	}
+	c, echo := echoConn(t, src, dst, v6)
+	defer c.Close() // before the next check: its late packets would count there
 	what := fmt.Sprintf("%s %s -> %s", family(v6), src.Name, dst.Name)
 	for _, m := range []string{"set up", "bypassed"} {
 		if err := echo(m, 10*time.Second); err != nil {
