@@ -339,15 +339,7 @@ func TestBypassSameNode(t *testing.T) {
 		// replies find an entry with NAT) and arrives byte-exact.
 		const port = 8081
 		for _, v6 := range []bool{false, true} {
-			var ln net.Listener
-			if err := a2.Do(func() (err error) {
-				ln, err = net.Listen("tcp", netip.AddrPortFrom(a2.Addr(v6), port).String())
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ln.Close() })
-			sinkOn(ln)
+			sinkOn(listenAt(t, a2.Do, "tcp", netip.AddrPortFrom(a2.Addr(v6), port)))
 		}
 		svc, err := l.AddService("bpweb", "tcp", 80, port, a2)
 		if err != nil {
@@ -632,13 +624,7 @@ func checkUDPRepliesBlocked(t *testing.T, bp *bypass.Bypass, n *multinode.Node, 
 		t.Fatal(err)
 	}
 	defer r.Remove()
-	var pc net.PacketConn
-	if err := dst.Do(func() (err error) {
-		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(dst.Addr(v6), 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pc := listenUDPIn(t, dst, v6)
 	defer pc.Close()
 	got := make(chan int, 100)
 	go func() {

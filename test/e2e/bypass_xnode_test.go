@@ -21,6 +21,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/podnet"
 	"github.com/eztunnel/eztunnel/lab/multinode"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // The bridge bypass across nodes: pod egress to another node's pod goes
@@ -245,15 +246,7 @@ func TestBypassCrossNode(t *testing.T) {
 			t.Run("clusterip", func(t *testing.T) {
 				const port = 8082
 				for _, v6 := range []bool{false, true} {
-					var ln net.Listener
-					if err := b1.Do(func() (err error) {
-						ln, err = net.Listen("tcp", netip.AddrPortFrom(b1.Addr(v6), port).String())
-						return err
-					}); err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { ln.Close() })
-					sinkOn(ln)
+					sinkOn(listenAt(t, b1.Do, "tcp", netip.AddrPortFrom(b1.Addr(v6), port)))
 				}
 				svc, err := l.AddService("xweb", "tcp", 80, port, b1)
 				if err != nil {
@@ -356,13 +349,7 @@ func checkMasqueradeNotBypassed(t *testing.T, l *multinode.Lab, bp *bypass.Bypas
 // the client that echoes do: no loss, no reordering, either way.
 func udpWindows(t *testing.T, from, to *multinode.Pod, v6 bool, windows, per int) {
 	t.Helper()
-	var pc net.PacketConn
-	if err := to.Do(func() (err error) {
-		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(to.Addr(v6), 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pc := listenUDPIn(t, to, v6)
 	defer pc.Close()
 	bad := make(chan string, 1)
 	go func() {
@@ -427,13 +414,7 @@ func udpWindows(t *testing.T, from, to *multinode.Pod, v6 bool, windows, per int
 // a burst may overflow the receive buffer, with or without the bypass).
 func udpBlast(t *testing.T, from, to *multinode.Pod, v6 bool, n int) (got, inversions int) {
 	t.Helper()
-	var pc net.PacketConn
-	if err := to.Do(func() (err error) {
-		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(to.Addr(v6), 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pc := listenUDPIn(t, to, v6)
 	defer pc.Close()
 	done := make(chan [2]int, 1)
 	go func() {
@@ -544,13 +525,7 @@ func TestBypassCrossNodePMTU(t *testing.T) {
 // after it still arrives.
 func checkUDPTooBig(t *testing.T, src, dst *multinode.Pod, v6 bool) {
 	t.Helper()
-	var pc net.PacketConn
-	if err := dst.Do(func() (err error) {
-		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(dst.Addr(v6), 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pc := listenUDPIn(t, dst, v6)
 	defer pc.Close()
 	sizes := make(chan int, 100)
 	go func() {
@@ -771,24 +746,9 @@ func prefixIPNet(p netip.Prefix) *net.IPNet {
 // options take the kernel path, counted, and arrive whole.
 func checkFragmentsAndOptions(t *testing.T, bpSrc, bpDst *bypass.Bypass, src, dst *multinode.Pod, v6 bool) {
 	t.Helper()
-	var pc net.PacketConn
-	if err := dst.Do(func() (err error) {
-		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(dst.Addr(v6), 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pc := listenUDPIn(t, dst, v6)
 	defer pc.Close()
-	go func() {
-		buf := make([]byte, 8192)
-		for {
-			k, a, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo(buf[:k], a)
-		}
-	}()
+	go workload.ServeUDPEcho(pc)
 	c, err := dialFrom(src, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
 	if err != nil {
 		t.Fatal(err)

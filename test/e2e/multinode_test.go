@@ -25,6 +25,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/multinode"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // The multi-node lab on plain kernel networking (no eztunnel datapath):
@@ -67,15 +68,35 @@ func family(v6 bool) string {
 // Pod.Do or External.Do), closed at the end of the test.
 func listenIn(t *testing.T, do func(func() error) error, network string, addr netip.Addr) net.Listener {
 	t.Helper()
+	return listenAt(t, do, network, netip.AddrPortFrom(addr, 0))
+}
+
+// listenAt is listenIn on a given port.
+func listenAt(t *testing.T, do func(func() error) error, network string, addr netip.AddrPort) net.Listener {
+	t.Helper()
 	var ln net.Listener
 	if err := do(func() (err error) {
-		ln, err = net.Listen(network, netip.AddrPortFrom(addr, 0).String())
+		ln, err = net.Listen(network, addr.String())
 		return err
 	}); err != nil {
 		t.Fatalf("listen on %s: %v", addr, err)
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln
+}
+
+// listenUDPIn opens a UDP socket on p's address (port chosen by the
+// kernel); the caller closes it.
+func listenUDPIn(t *testing.T, p *multinode.Pod, v6 bool) net.PacketConn {
+	t.Helper()
+	var pc net.PacketConn
+	if err := p.Do(func() (err error) {
+		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(p.Addr(v6), 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return pc
 }
 
 func serve(ln net.Listener, fn func(net.Conn)) {
@@ -145,24 +166,9 @@ func transfer(t *testing.T, from *multinode.Pod, to netip.AddrPort, size int) {
 // pod to, one at a time, and checks every echo.
 func udpEcho(t *testing.T, from, to *multinode.Pod, v6 bool, n int) {
 	t.Helper()
-	var pc net.PacketConn
-	if err := to.Do(func() (err error) {
-		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(to.Addr(v6), 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pc := listenUDPIn(t, to, v6)
 	defer pc.Close()
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			k, a, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo(buf[:k], a)
-		}
-	}()
+	go workload.ServeUDPEcho(pc)
 	c, err := dialFrom(from, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -416,14 +422,7 @@ func checkClusterIP(t *testing.T, l *multinode.Lab, client *multinode.Pod, backe
 	// Backends listen on one port in both families.
 	for _, b := range backends {
 		for _, v6 := range []bool{false, true} {
-			var ln net.Listener
-			if err := b.Do(func() (err error) {
-				ln, err = net.Listen("tcp", netip.AddrPortFrom(b.Addr(v6), port).String())
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ln.Close() })
+			ln := listenAt(t, b.Do, "tcp", netip.AddrPortFrom(b.Addr(v6), port))
 			serve(ln, func(c net.Conn) {
 				fmt.Fprintf(c, "%s\n", b.Name)
 				io.Copy(io.Discard, c)
