@@ -178,16 +178,17 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopMetrics()
-	stopDevices, err := watchDevices(ctx, dp, cfg.Cgroups)
+	stopPods, err := watchPods(ctx, dp, cfg.Cgroups, bb)
 	if err != nil {
+		if bb != nil {
+			err = fmt.Errorf("--bypass: %w", err)
+		}
 		return err
 	}
-	defer stopDevices()
+	defer stopPods()
 	stopBypass := func() {}
 	if bb != nil {
-		if err := bb.start(ctx); err != nil {
-			return err
-		}
+		bb.logAttached()
 		stopBypass = bb.close
 	}
 	stopServices := func() {}
@@ -302,7 +303,7 @@ func Run(ctx context.Context, cfg Config) error {
 			stopKube()
 			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
 			waitRound() // no round while the datapath is drained
-			stopDevices()
+			stopPods()
 			stopBypass()
 			stopServices()
 			return uninstallOnRemoval(ctx, dp, cfg, lock)
@@ -313,7 +314,7 @@ func Run(ctx context.Context, cfg Config) error {
 			hl.setReady(false, "handed over to "+who)
 			slog.Info("handing the datapath over; standing by until stopped (the datapath stays pinned)", "to", who)
 			waitRound() // the round in progress ends before the datapath closes
-			stopDevices()
+			stopPods()
 			dp.Close()
 			stopBypass() // the next agent attaches its own
 			stopServices()

@@ -2,23 +2,17 @@ package agent
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/podnet"
 )
-
-// bypassResync is the backstop full scan of the pods' veths and addresses
-// besides netlink updates.
-const bypassResync = 5 * time.Second
 
 // bridgeBypass runs the bridge bypass in the agent's network namespace: it
 // converges the attached pod veths, uplinks and endpoints to what podnet
@@ -28,7 +22,6 @@ type bridgeBypass struct {
 	mu      sync.Mutex
 	bp      *bypass.Bypass // nil once closed
 	applied map[netip.Addr]bypass.Endpoint
-	cancel  context.CancelFunc
 	noXnode string // why uplinks are not attached now ("": they are)
 }
 
@@ -54,21 +47,17 @@ func loadBypass() (*bridgeBypass, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--bypass: %w", err)
 	}
-	return &bridgeBypass{bp: bp, applied: map[netip.Addr]bypass.Endpoint{}, cancel: func() {}}, nil
+	return &bridgeBypass{bp: bp, applied: map[netip.Addr]bypass.Endpoint{}}, nil
 }
 
-// start attaches to the veths found now and keeps converging until close.
-func (b *bridgeBypass) start(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	b.cancel = cancel
-	if err := podnet.Watch(ctx, bypassResync, b.apply); err != nil {
-		cancel()
-		return fmt.Errorf("--bypass: %w", err)
-	}
+// logAttached reports what the first convergence (watchPods) attached.
+func (b *bridgeBypass) logAttached() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.bp == nil {
+		return
+	}
 	slog.Info("bridge bypass attached (not pinned: it is detached when the agent stops)", "devices", len(b.bp.Attached()), "uplinks", len(b.bp.Uplinks()), "endpoints", len(b.applied))
-	return nil
 }
 
 // apply converges to st: endpoints of gone ports out first, then gone
@@ -179,9 +168,9 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	}
 }
 
-// close stops discovery and detaches everything; safe to call twice.
+// close detaches everything; safe to call twice. A later apply (the pods'
+// watch) does nothing.
 func (b *bridgeBypass) close() {
-	b.cancel()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bp == nil {

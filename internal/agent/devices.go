@@ -11,19 +11,26 @@ import (
 	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
-// devicesResync is the backstop full scan of the devices the RST on close
-// is attached to, besides netlink updates.
-const devicesResync = 10 * time.Second
+// podsResync is the backstop full scan of the pods' veths, addresses and
+// the uplinks, besides netlink updates; loopbackEvery is how often the pods'
+// namespaces are visited (netlink does not announce them).
+const (
+	podsResync    = 5 * time.Second
+	loopbackEvery = 10 * time.Second
+)
 
-// watchDevices keeps the RST-on-close device links (the loopback device and
-// the pods' veths of the agent's network namespace) converged with netlink
-// until the returned stop is called; stop waits for a sync in progress, so
-// the datapath may be closed after it.
-func watchDevices(ctx context.Context, dp *datapath.Datapath, cgroups []string) (stop func(), err error) {
+// watchPods keeps what follows the node's pods converged with one podnet
+// watch until the returned stop is called: the RST-on-close device links
+// (the loopback device and the pods' veths of the agent's network
+// namespace, then the pods' own loopbacks) and, with --bypass (bb not nil),
+// the bypass's veths, uplinks and endpoints. stop waits for a sync in
+// progress, so the datapath may be closed after it; the bypass is closed on
+// its own (bb.close), after which its apply does nothing.
+func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb *bridgeBypass) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	stopped := false
-	err = podnet.Watch(ctx, devicesResync, func(st podnet.State) {
+	err = podnet.Watch(ctx, podsResync, func(st podnet.State) {
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped {
@@ -32,15 +39,18 @@ func watchDevices(ctx context.Context, dp *datapath.Datapath, cgroups []string) 
 		if err := dp.SyncDevices(st); err != nil {
 			slog.Warn("RST on close: devices (retried at the next change or resync)", "err", err)
 		}
+		if bb != nil {
+			bb.apply(st)
+		}
 	})
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("discover devices for the RST on close: %w", err)
+		return nil, fmt.Errorf("discover the pods' devices: %w", err)
 	}
 	// The pods' own loopback devices: their namespaces come from the
 	// managed cgroups' processes (netlink does not announce them).
 	go func() {
-		t := time.NewTicker(devicesResync)
+		t := time.NewTicker(loopbackEvery)
 		defer t.Stop()
 		warned := false
 		for {
