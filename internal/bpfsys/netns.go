@@ -54,7 +54,8 @@ func inNetNS(name string, get func() (netns.NsHandle, error), fn func() error) (
 	return fn()
 }
 
-// NetNSCookie is the kernel's cookie of the named netns (SO_NETNS_COOKIE).
+// NetNSCookie is the kernel's cookie of the named netns (SO_NETNS_COOKIE);
+// "" is the calling thread's.
 func NetNSCookie(name string) (cookie uint64, err error) {
 	err = InNetNS(name, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)

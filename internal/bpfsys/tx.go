@@ -39,6 +39,19 @@ func (tx *Tx) OnCommit(f func() error) { tx.commit = append(tx.commit, f) }
 // OnDone registers a release run after Commit or Rollback.
 func (tx *Tx) OnDone(f func() error) { tx.done = append(tx.done, f) }
 
+// RunTx runs fn in a new transaction: commits it when fn succeeds, rolls it
+// back when fn fails (the rollback's own failure joins fn's error).
+func RunTx(fn func(tx *Tx) error) error {
+	tx := &Tx{}
+	if err := fn(tx); err != nil {
+		if rerr := tx.Rollback(); rerr != nil {
+			err = fmt.Errorf("%w (and rollback failed: %v)", err, rerr)
+		}
+		return err
+	}
+	return tx.Commit()
+}
+
 // Rollback undoes every change, newest first, and joins the errors.
 func (tx *Tx) Rollback() error {
 	var errs []error

@@ -57,23 +57,11 @@ func (d *Datapath) SyncDevices(st podnet.State) error {
 	if err != nil {
 		return err
 	}
-	return d.syncDevices(devs)
-}
-
-func (d *Datapath) syncDevices(devs []shortcut.Device) (err error) {
-	tx := &bpfsys.Tx{}
-	defer func() {
-		if err != nil {
-			if rerr := tx.Rollback(); rerr != nil {
-				err = fmt.Errorf("%w (and rollback failed: %v)", err, rerr)
-			}
-		}
-	}()
-	attached, pruned, skipped, err := d.sc.SyncDevices(tx, devs)
-	if err != nil {
+	var attached, pruned, skipped []string
+	if err := bpfsys.RunTx(func(tx *bpfsys.Tx) (err error) {
+		attached, pruned, skipped, err = d.sc.SyncDevices(tx, devs)
 		return err
-	}
-	if err := tx.Commit(); err != nil {
+	}); err != nil {
 		return err
 	}
 	if len(attached)+len(pruned)+len(skipped) > 0 {
@@ -92,16 +80,14 @@ func (d *Datapath) SyncLoopbacks(cgroups []string) (denied int, err error) {
 	if err != nil {
 		return denied, err
 	}
-	tx := &bpfsys.Tx{}
-	attached, pruned, n, err := d.sc.SyncLoopbacks(tx, nss)
-	denied += n
+	var attached, pruned []string
+	err = bpfsys.RunTx(func(tx *bpfsys.Tx) (err error) {
+		var n int
+		attached, pruned, n, err = d.sc.SyncLoopbacks(tx, nss)
+		denied += n
+		return err
+	})
 	if err != nil {
-		if rerr := tx.Rollback(); rerr != nil {
-			err = fmt.Errorf("%w (and rollback failed: %v)", err, rerr)
-		}
-		return denied, err
-	}
-	if err := tx.Commit(); err != nil {
 		return denied, err
 	}
 	if len(attached)+len(pruned) > 0 {

@@ -37,20 +37,6 @@ type devAttach struct {
 
 var devAttaches = []devAttach{{"ingress", ebpf.AttachTCXIngress}, {"egress", ebpf.AttachTCXEgress}}
 
-// netnsCookie is the cookie of the calling thread's network namespace.
-func netnsCookie() (uint64, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
-	if err != nil {
-		return 0, fmt.Errorf("netns cookie: %w", err)
-	}
-	return c, nil
-}
-
 // SyncDevices converges the close-reset links of this network namespace to
 // devs within tx: links pinned by an earlier agent get this load's program
 // in place, missing ones are attached and pinned, and those of devices not
@@ -58,7 +44,7 @@ func netnsCookie() (uint64, error) {
 // device that disappears while it is attached fails alone and is reported
 // in skipped. It returns the pins it attached and pruned.
 func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, skipped []string, err error) {
-	cookie, err := netnsCookie()
+	cookie, err := bpfsys.NetNSCookie("")
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -188,7 +174,7 @@ const loopbackIfindex = 1
 // namespace that disappears meanwhile is skipped, and so is one the agent
 // may not enter (setns needs CAP_SYS_ADMIN): denied counts those.
 func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pruned []string, denied int, err error) {
-	self, err := netnsCookie()
+	self, err := bpfsys.NetNSCookie("")
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -203,7 +189,7 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 		}
 		var pin string
 		err := bpfsys.InNetNSPath(ns, func() error {
-			cookie, err := netnsCookie()
+			cookie, err := bpfsys.NetNSCookie("")
 			if err != nil || cookie == self {
 				return err
 			}
