@@ -289,12 +289,13 @@ func sweepPins(nodes ...*multinode.Node) error {
 // agents is one eztunnel agent per node, or none (the bridge).
 type agents struct {
 	nodes []*multinode.Node
-	cmds  []*exec
+	cmds  []*agentProc
 	pins  []string
 	o     Options
 }
 
-type exec struct {
+// agentProc is one running agent: stop sends SIGTERM and waits.
+type agentProc struct {
 	stop func() error
 	logs *bytes.Buffer
 }
@@ -328,7 +329,7 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 		}
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
-		e := &exec{logs: logs, stop: func() error {
+		e := &agentProc{logs: logs, stop: func() error {
 			cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case err := <-exited:
