@@ -3,12 +3,14 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 )
 
 // statusReport is the JSON form of `eztunnel status -o json`.
@@ -18,6 +20,10 @@ type statusReport struct {
 	Counters datapath.Counters           `json:"counters"`
 	Maps     map[string]datapath.MapFill `json:"maps"`
 	Links    []datapath.PinnedLink       `json:"links"`
+	// Bypass is the pinned bridge bypass; nil: none is pinned (BypassOff
+	// says what this node's settings would allow).
+	Bypass    *bypass.PinnedState `json:"bypass"`
+	BypassOff string              `json:"bypass_off,omitempty"`
 }
 
 func statusCmd() *cobra.Command {
@@ -61,7 +67,18 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &statusReport{Schema: datapath.Schema, Pins: cfg.Dir(), Counters: c, Maps: fill, Links: links}, nil
+	rep := &statusReport{Schema: datapath.Schema, Pins: cfg.Dir(), Counters: c, Maps: fill, Links: links}
+	if rep.Bypass, err = bypass.ReadPinned(cfg.Dir()); err != nil {
+		return nil, err
+	}
+	if rep.Bypass == nil {
+		rep.BypassOff = "not running (off with --bypass=false)"
+		var bc bypass.Config
+		if err := bypass.Check(&bc); err != nil {
+			rep.BypassOff = "not running: " + err.Error()
+		}
+	}
+	return rep, nil
 }
 
 func printStatus(rep *statusReport) {
@@ -73,6 +90,16 @@ func printStatus(rep *statusReport) {
 	for _, name := range datapath.FillNames {
 		m := rep.Maps[name]
 		fmt.Fprintf(w, "map %s\t%d / %d\n", name, m.Entries, m.MaxEntries)
+	}
+	if b := rep.Bypass; b != nil {
+		fmt.Fprintf(w, "bypass\t%d pod veths, %d uplinks, %d endpoints\n", b.PodVeths, b.Uplinks, b.Endpoints)
+		for _, name := range bypass.CounterNames() {
+			if v := b.Counters[name]; v > 0 || !strings.HasPrefix(name, "fallback_") {
+				fmt.Fprintf(w, "bypass %s\t%d\n", name, v)
+			}
+		}
+	} else {
+		fmt.Fprintf(w, "bypass\t%s\n", rep.BypassOff)
 	}
 	for _, l := range rep.Links {
 		fmt.Fprintf(w, "link %s\tid %d, program %d\n", l.Pin, l.ID, l.Program)

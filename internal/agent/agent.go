@@ -24,6 +24,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 )
 
 // releaseEvery is how often drained ends of connections that switched to
@@ -55,8 +56,12 @@ type Config struct {
 	AdoptEvery time.Duration
 	// Bypass runs the bridge bypass (pod traffic of one node and between
 	// nodes) on the bridges' veths and the uplinks of the agent's network
-	// namespace while the agent runs; nothing of it is pinned.
-	Bypass bool
+	// namespace, pinned with the datapath (a restart updates it in place).
+	// Off: a bypass an earlier agent pinned is removed. BypassRequired: a
+	// node that does not meet the bypass's conditions (bypass.UnmetError)
+	// is an error; without it the agent runs without the bypass and says why.
+	Bypass         bool
+	BypassRequired bool
 	// Services runs the Service load balancer (ClusterIP at the socket) on
 	// the managed cgroups while the agent runs; nil: off. Nothing of it is
 	// pinned.
@@ -106,14 +111,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("remove memlock limit: %w", err)
 	}
 	// The bypass's checks (nf_conntrack_tcp_be_liberal) come before anything
-	// changes; loading attaches nothing.
-	var bb *bridgeBypass
+	// changes; it is loaded once the datapath is installed (its pins live there).
+	bypassOff := ""
 	if cfg.Bypass {
-		var err error
-		if bb, err = loadBypass(); err != nil {
-			return err
+		if err := checkBypass(); err != nil {
+			var unmet *bypass.UnmetError
+			if !errors.As(err, &unmet) || cfg.BypassRequired {
+				return fmt.Errorf("--bypass: %w", err)
+			}
+			slog.Warn("running without the bridge bypass (on by default where the node allows it; --bypass=false silences this)", "reason", err.Error())
+			cfg.Bypass, bypassOff = false, err.Error()
 		}
-		defer bb.close()
+	} else {
+		bypassOff = "off (--bypass=false)"
 	}
 	var svc *serviceLB
 	if cfg.Services != nil {
@@ -164,6 +174,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if pruned := dp.Pruned(); len(pruned) > 0 {
 		slog.Info("detached cgroups no longer managed (or removed)", "cgroup_ids", pruned)
 	}
+	var bb *bridgeBypass
+	if cfg.Bypass {
+		if bb, err = loadBypass(cfg.Datapath.Dir()); err != nil {
+			closeMetrics()
+			return err
+		}
+		defer bb.close()
+	} else if n, err := bypass.Unpin(cfg.Datapath.Dir()); err != nil {
+		closeMetrics()
+		return fmt.Errorf("remove the bridge bypass of an earlier agent: %w", err)
+	} else if n > 0 {
+		slog.Info("removed the bridge bypass an earlier agent pinned", "links", n)
+	}
 	if pods == nil {
 		// Plain mode selects whole subtrees: a selection left by a
 		// Kubernetes-mode agent means nothing now.
@@ -173,7 +196,7 @@ func Run(ctx context.Context, cfg Config) error {
 			slog.Info("cleared the pod selection of an earlier Kubernetes-mode agent", "cgroups", n)
 		}
 	}
-	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version, pods, bb, svc)
+	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version, pods, bb, bypassOff, svc)
 	if err != nil {
 		return err
 	}
@@ -188,6 +211,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopPods()
 	stopBypass := func() {}
 	if bb != nil {
+		bb.prune() // what an earlier agent pinned and the first convergence did not want
 		bb.logAttached()
 		stopBypass = bb.close
 	}
@@ -316,7 +340,7 @@ func Run(ctx context.Context, cfg Config) error {
 			waitRound() // the round in progress ends before the datapath closes
 			stopPods()
 			dp.Close()
-			stopBypass() // the next agent attaches its own
+			stopBypass() // pinned: the next agent updates it in place
 			stopServices()
 			stopMetrics()
 			stopHealth()

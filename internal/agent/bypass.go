@@ -16,8 +16,9 @@ import (
 
 // bridgeBypass runs the bridge bypass in the agent's network namespace: it
 // converges the attached pod veths, uplinks and endpoints to what podnet
-// discovers. Nothing is pinned: it works while the agent
-// runs and is detached when it stops.
+// discovers. Its maps and links are pinned with the datapath: a restart
+// adopts them (links updated in place, endpoints converged from the pinned
+// map), and closing releases this process's handles only.
 type bridgeBypass struct {
 	mu      sync.Mutex
 	bp      *bypass.Bypass // nil once closed
@@ -40,14 +41,45 @@ func xnodeBlocker() string {
 	return ""
 }
 
-// loadBypass checks the node (nf_conntrack_tcp_be_liberal) and loads the
-// programs; nothing is attached yet.
-func loadBypass() (*bridgeBypass, error) {
-	bp, err := bypass.Load(bypass.Config{})
+// checkBypass checks the node (nf_conntrack_tcp_be_liberal); nothing is loaded.
+func checkBypass() error {
+	var cfg bypass.Config
+	return bypass.Check(&cfg)
+}
+
+// loadBypass loads the programs against the maps pinned in pinDir (an
+// earlier agent's, or new ones); nothing is attached yet.
+func loadBypass(pinDir string) (*bridgeBypass, error) {
+	bp, err := bypass.Load(bypass.Config{PinDir: pinDir})
 	if err != nil {
 		return nil, fmt.Errorf("--bypass: %w", err)
 	}
-	return &bridgeBypass{bp: bp, applied: map[netip.Addr]bypass.Endpoint{}}, nil
+	applied, err := bp.Endpoints()
+	if err != nil {
+		bp.Close()
+		return nil, fmt.Errorf("--bypass: %w", err)
+	}
+	if len(applied) > 0 {
+		slog.Info("bridge bypass: adopting the endpoints an earlier agent pinned", "endpoints", len(applied))
+	}
+	return &bridgeBypass{bp: bp, applied: applied}, nil
+}
+
+// prune unpins what an earlier agent attached that the first convergence
+// did not want (devices gone or no longer pods' or uplinks).
+func (b *bridgeBypass) prune() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bp == nil {
+		return
+	}
+	pruned, err := b.bp.Prune()
+	if err != nil {
+		slog.Warn("bypass: prune links of an earlier agent", "err", err)
+	}
+	if len(pruned) > 0 {
+		slog.Info("bypass: detached links of an earlier agent no longer wanted", "links", pruned)
+	}
 }
 
 // logAttached reports what the first convergence (watchPods) attached.
@@ -57,7 +89,7 @@ func (b *bridgeBypass) logAttached() {
 	if b.bp == nil {
 		return
 	}
-	slog.Info("bridge bypass attached (not pinned: it is detached when the agent stops)", "devices", len(b.bp.Attached()), "uplinks", len(b.bp.Uplinks()), "endpoints", len(b.applied))
+	slog.Info("bridge bypass attached (pinned: it stays while the agent restarts)", "devices", len(b.bp.Attached()), "uplinks", len(b.bp.Uplinks()), "endpoints", len(b.applied))
 }
 
 // apply converges to st: endpoints of gone ports out first, then gone
@@ -168,8 +200,8 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	}
 }
 
-// close detaches everything; safe to call twice. A later apply (the pods'
-// watch) does nothing.
+// close releases this process's handles (the bypass stays pinned and
+// attached); safe to call twice. A later apply (the pods' watch) does nothing.
 func (b *bridgeBypass) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -180,7 +212,6 @@ func (b *bridgeBypass) close() {
 		slog.Warn("bypass: close", "err", err)
 	}
 	b.bp = nil
-	slog.Info("bridge bypass detached (nothing of it was pinned)")
 }
 
 var errBypassClosed = errors.New("bypass: closed")

@@ -9,8 +9,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 )
 
-// BypassSource reads the bridge bypass (which is not pinned: only the agent
-// running it can).
+// BypassSource reads the bridge bypass the agent runs.
 type BypassSource interface {
 	BypassCounters() (map[string]uint64, error)
 	BypassState() (devices, endpoints int)
@@ -96,4 +95,20 @@ func (c *BypassCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
+}
+
+// BypassEnabled is eztunnel_bypass_enabled: 1 while the agent runs the
+// bridge bypass; 0 with the reason it does not (off by flag, or the node
+// does not meet its conditions).
+func BypassEnabled(off string) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "bypass_enabled",
+		Help: "1 if the agent runs the bridge bypass; 0 if not, with the reason.",
+	}, []string{"reason"})
+	if off == "" {
+		g.WithLabelValues("").Set(1)
+	} else {
+		g.WithLabelValues(off).Set(0)
+	}
+	return g
 }

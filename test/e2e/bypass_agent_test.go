@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/podnet"
 	"github.com/eztunnel/eztunnel/lab/multinode"
+	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // `eztunnel run --bypass` in a node namespace of the multi-node lab: the
@@ -165,6 +168,38 @@ func TestBypassAgent(t *testing.T) {
 			t.Errorf("pin path %s after the failure: %v", pin, err)
 		}
 	})
+	t.Run("default-without-be-liberal", func(t *testing.T) {
+		// Not asked for (the default): the agent runs without the bypass
+		// and says why, in its log and its metrics.
+		var def []string
+		for _, a := range failArgs {
+			if a != "--bypass" {
+				def = append(def, a)
+			}
+		}
+		a := startNodeAgent(t, t, n, append(def, "--metrics-addr", bpMetricsAddr)...)
+		m := scrapeWith(t, nodeClient(n), bpMetricsAddr)
+		found := false
+		for k, v := range m {
+			if strings.HasPrefix(k, "eztunnel_bypass_enabled{") {
+				found = true
+				if v != 0 || !strings.Contains(k, "nf_conntrack_tcp_be_liberal") {
+					t.Errorf("%s %v, want 0 with the sysctl as the reason", k, v)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no eztunnel_bypass_enabled exported")
+		}
+		if on := bypassTCX(t, n); len(on) > 0 {
+			t.Errorf("bypass programs attached by default on a node without be_liberal: %v", on)
+		}
+		a.stop(t)
+		if !strings.Contains(a.logs.String(), "running without the bridge bypass") {
+			t.Errorf("no warning in the log:\n%s", a.logs.String())
+		}
+		uninstall()
+	})
 	setBeLiberal(t, n, "1")
 
 	nodeTalksTo(t, a1)
@@ -251,55 +286,230 @@ func TestBypassAgent(t *testing.T) {
 	})
 
 	parent := t
-	t.Run("takeover", func(t *testing.T) {
-		// The agent handing over detaches its bypass before it releases
-		// the lock; the new one attaches its own.
-		before := bypassTCX(t, n)
-		next := startNodeAgent(t, parent, n, append(args(), "--takeover")...)
-		after := bypassTCX(t, n)
-		for _, p := range []*multinode.Pod{a1, a2} {
-			if len(after[p.HostVeth]) != 2 {
-				t.Errorf("after the takeover: tcx of %s: %v, want the new agent's two programs", p.HostVeth, after[p.HostVeth])
-			}
-			for _, pr := range after[p.HostVeth] {
-				if slices.Contains(before[p.HostVeth], pr) {
-					t.Errorf("after the takeover: %s still on %s", pr, p.HostVeth)
-				}
-			}
+	status := func(t *testing.T) map[string]any {
+		t.Helper()
+		var out bytes.Buffer
+		cmd := n.Cmd(context.Background(), bin, "status", "--pin-path", pin, "-o", "json")
+		cmd.Stdout = &out
+		cmd.Stderr = &out
+		if err := n.Run(cmd); err != nil {
+			t.Fatalf("status: %v: %s", err, out.String())
 		}
-		if !strings.Contains(ag.logs.String(), "bridge bypass detached") {
-			t.Errorf("the agent that handed over did not log the detach:\n%s", ag.logs.String())
+		var rep map[string]any
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatalf("status json: %v: %s", err, out.String())
 		}
-		ag.stop(t) // standing by
-		ag = next
-		waitMetrics(t, mc, "the new agent's discovery", func(m map[string]float64) bool {
-			return m["eztunnel_bypass_devices"] == 2 && m["eztunnel_bypass_endpoints"] == 4
-		})
-		before2 := scrapeWith(t, mc, bpMetricsAddr)
-		transfer(t, a1, sinkServer(t, a2, false), 1<<20)
-		if d := scrapeWith(t, mc, bpMetricsAddr)["eztunnel_bypass_packets_total"] - before2["eztunnel_bypass_packets_total"]; d == 0 {
-			t.Error("a1 -> a2 not bypassed by the new agent")
+		return rep
+	}
+	// pinnedBypass: status shows the bypass pinned with a1 and a2.
+	pinnedBypass := func(t *testing.T) {
+		t.Helper()
+		b, ok := status(t)["bypass"].(map[string]any)
+		if !ok || b["pod_veths"] != float64(2) || b["endpoints"] != float64(4) {
+			t.Errorf("status: bypass %v, want 2 pod veths and 4 endpoints pinned", b)
 		}
-	})
-
-	t.Run("sigterm-detaches", func(t *testing.T) {
+	}
+	onBoth := func(t *testing.T, what string) map[string][]string {
+		t.Helper()
 		on := bypassTCX(t, n)
 		for _, p := range []*multinode.Pod{a1, a2} {
 			if len(on[p.HostVeth]) != 2 {
-				t.Fatalf("before SIGTERM: tcx of %s: %v", p.HostVeth, on[p.HostVeth])
+				t.Fatalf("%s: tcx of %s: %v, want ez_bypass and ez_bypass_admit once each", what, p.HostVeth, on[p.HostVeth])
 			}
 		}
-		ag.stop(t)
-		if on := bypassTCX(t, n); len(on) > 0 {
-			t.Errorf("after SIGTERM: bypass programs still attached: %v", on)
+		return on
+	}
+	// stillBypassed: the streams' packets keep being bypassed.
+	stillBypassed := func(t *testing.T, what string) {
+		t.Helper()
+		b0 := scrapeWith(t, mc, bpMetricsAddr)["eztunnel_bypass_packets_total"]
+		waitMetrics(t, mc, what+": the streams bypassed", func(m map[string]float64) bool {
+			return m["eztunnel_bypass_packets_total"] > b0+20
+		})
+	}
+	t.Run("takeover-under-traffic", func(t *testing.T) {
+		// The links are pinned: the new agent puts its programs in them in
+		// place. Streams running across see every byte, in order.
+		before := onBoth(t, "before")
+		st := startStreams(t, a1, a2)
+		next := startNodeAgent(t, parent, n, append(args(), "--takeover")...)
+		after := onBoth(t, "after the takeover")
+		for _, p := range []*multinode.Pod{a1, a2} {
+			for _, pr := range after[p.HostVeth] {
+				if slices.Contains(before[p.HostVeth], pr) {
+					t.Errorf("after the takeover: %s (the old agent's program) still on %s", pr, p.HostVeth)
+				}
+			}
 		}
-		if !strings.Contains(ag.logs.String(), "bridge bypass detached") {
-			t.Errorf("no detach in the log:\n%s", ag.logs.String())
+		ag.stop(t) // standing by
+		ag = next
+		stillBypassed(t, "after the takeover")
+		st.stop(t)
+		if !strings.Contains(ag.logs.String(), "adopting the endpoints") {
+			t.Errorf("the new agent did not adopt the pinned endpoints:\n%s", ag.logs.String())
 		}
-		// The kernel path alone carries the traffic.
-		transfer(t, a1, sinkServer(t, a2, true), 1<<20)
-		uninstall()
 	})
+
+	// bypassLinks: the pinned bypass links (pin -> link id) from status.
+	bypassLinks := func(t *testing.T) map[string]float64 {
+		t.Helper()
+		out := map[string]float64{}
+		ls, _ := status(t)["links"].([]any)
+		for _, l := range ls {
+			m, _ := l.(map[string]any)
+			if p, _ := m["pin"].(string); strings.Contains(p, "/ez_bypass") {
+				out[p], _ = m["id"].(float64)
+			}
+		}
+		return out
+	}
+	t.Run("restart-under-traffic", func(t *testing.T) {
+		st := startStreams(t, a1, a2)
+		ag.stop(t)
+		// Stopped: still attached and pinned, still bypassing.
+		onBoth(t, "agent stopped")
+		pinnedBypass(t)
+		links := bypassLinks(t)
+		if len(links) != 4 {
+			t.Errorf("pinned bypass links %v, want 4 (two pod veths, both ways)", links)
+		}
+		ag = startNodeAgent(t, parent, n, args()...)
+		onBoth(t, "restarted")
+		// Updated in place: the same links, never detached.
+		if after := bypassLinks(t); !maps.Equal(after, links) {
+			t.Errorf("pinned bypass links after the restart %v, want the same links %v", after, links)
+		}
+		stillBypassed(t, "after the restart")
+		st.stop(t)
+	})
+
+	t.Run("sigkill-then-rerun", func(t *testing.T) {
+		st := startStreams(t, a1, a2)
+		ag.cmd.Process.Kill()
+		<-ag.exited
+		ag.exited <- nil
+		onBoth(t, "agent killed")
+		ag = startNodeAgent(t, parent, n, args()...)
+		onBoth(t, "rerun")
+		stillBypassed(t, "after the rerun")
+		st.stop(t)
+	})
+
+	t.Run("turned-off-under-traffic", func(t *testing.T) {
+		st := startStreams(t, a1, a2)
+		ag.stop(t)
+		var off []string
+		for _, a := range args() {
+			if a != "--bypass" {
+				off = append(off, a)
+			}
+		}
+		ag = startNodeAgent(t, parent, n, append(off, "--bypass=false")...)
+		if on := bypassTCX(t, n); len(on) > 0 {
+			t.Errorf("--bypass=false: bypass programs still attached: %v", on)
+		}
+		if b := status(t)["bypass"]; b != nil {
+			t.Errorf("--bypass=false: status shows a pinned bypass: %v", b)
+		}
+		m := scrapeWith(t, mc, bpMetricsAddr)
+		if v, ok := m[`eztunnel_bypass_enabled{reason="off (--bypass=false)"}`]; !ok || v != 0 {
+			t.Errorf("--bypass=false: eztunnel_bypass_enabled %v (exported %v), want 0 with the reason", v, ok)
+		}
+		if !strings.Contains(ag.logs.String(), "removed the bridge bypass an earlier agent pinned") {
+			t.Errorf("no removal in the log:\n%s", ag.logs.String())
+		}
+		st.stop(t) // the streams switched to the kernel path once, intact
+	})
+
+	t.Run("uninstall-under-traffic", func(t *testing.T) {
+		ag.stop(t)
+		ag = startNodeAgent(t, parent, n, args()...)
+		onBoth(t, "on again")
+		st := startStreams(t, a1, a2)
+		stillBypassed(t, "on again")
+		ag.stop(t)
+		uninstall()
+		if on := bypassTCX(t, n); len(on) > 0 {
+			t.Errorf("after uninstall: bypass programs still attached: %v", on)
+		}
+		if _, err := os.Stat(pin); !os.IsNotExist(err) {
+			t.Errorf("after uninstall: %s: %v", pin, err)
+		}
+		st.stop(t)
+	})
+}
+
+// streams are a TCP and a UDP echo stream, each message numbered, running
+// from one pod to another until stop, which checks every echo came back
+// exact and in order.
+type streams struct {
+	done chan struct{}
+	errs chan error
+	n    [2]int
+}
+
+func startStreams(t *testing.T, from, to *multinode.Pod) *streams {
+	t.Helper()
+	s := &streams{done: make(chan struct{}), errs: make(chan error, 2)}
+	tc, tcpEcho := echoConn(t, from, to, false)
+	pc := listenUDPIn(t, to, false)
+	go workload.ServeUDPEcho(pc)
+	uc, err := dialFrom(from, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	udpEcho := func(msg string) error {
+		if _, err := uc.Write([]byte(msg)); err != nil {
+			return err
+		}
+		uc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 2048)
+		k, err := uc.Read(buf)
+		if err != nil {
+			return err
+		}
+		if string(buf[:k]) != msg {
+			return fmt.Errorf("echoed %q, sent %q", buf[:k], msg)
+		}
+		return nil
+	}
+	for i, echo := range []func(string) error{
+		func(msg string) error { return tcpEcho(msg, 5*time.Second) }, udpEcho,
+	} {
+		go func() {
+			for k := 0; ; k++ {
+				select {
+				case <-s.done:
+					s.errs <- nil
+					return
+				default:
+				}
+				msg := fmt.Sprintf("stream %d message %d %s", i, k, strings.Repeat("x", k%1000))
+				if err := echo(msg); err != nil {
+					s.errs <- fmt.Errorf("stream %d (tcp, udp), message %d: %w", i, k, err)
+					return
+				}
+				s.n[i] = k + 1
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	t.Cleanup(func() { tc.Close(); uc.Close(); pc.Close() })
+	return s
+}
+
+func (s *streams) stop(t *testing.T) {
+	t.Helper()
+	close(s.done)
+	for range 2 {
+		if err := <-s.errs; err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("streams: %d TCP and %d UDP messages echoed exact", s.n[0], s.n[1])
+	if s.n[0] == 0 || s.n[1] == 0 {
+		t.Errorf("streams: %d TCP and %d UDP messages: nothing ran", s.n[0], s.n[1])
+	}
 }
 
 // nodeAgent is `eztunnel run` in a node's namespace.

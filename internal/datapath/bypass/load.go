@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,9 +20,6 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
-
-// Not in this slice: pins (a restart detaches everything). Close detaches
-// every link this Bypass made.
 
 // Config says where the bypass runs.
 type Config struct {
@@ -39,6 +37,13 @@ type Config struct {
 	// original direction); 0 is DefaultAdmitMark. Other users of the
 	// conntrack mark (CONNMARK rules) must leave them alone.
 	AdmitMark uint32
+	// PinDir is the datapath's pin directory (<pin path>/<schema>): the
+	// maps are pinned in PinDir/bypass and the tcx links under
+	// PinDir/links/tcx/<netns cookie>/<ifindex>/<program>, so they outlive
+	// the process. A later Load with the same PinDir reuses the maps and
+	// Attach updates the pinned links in place. "": nothing is pinned and
+	// Close detaches everything.
+	PinDir string
 }
 
 // DefaultAdmitMark is AdmitMark's default.
@@ -49,15 +54,18 @@ const maxTimeout = time.Duration(^uint32(0)) * time.Millisecond
 
 // Bypass is a loaded bypass program with its maps and tcx links.
 type Bypass struct {
-	netns string
-	objs  bypassObjects
-	links map[int]attachment // by ifindex
+	netns  string
+	pinDir string // "": nothing pinned
+	cookie uint64 // netns cookie (pinned links' directory)
+	objs   bypassObjects
+	links  map[int]attachment // by ifindex
 }
 
 // attachment is the tcx ingress program (ez_bypass on a pod veth,
 // ez_bypass_in on an uplink) and egress ez_bypass_admit on one device.
 type attachment struct {
 	links  [2]link.Link
+	pins   [2]string // "": not pinned
 	uplink bool
 	dev    bypassEzBpDevice // its ez_bp_devices entry
 }
@@ -89,41 +97,8 @@ func sysctl(ns, name string) (v uint64, err error) {
 // Load checks the node's conntrack settings and loads the program; nothing
 // is attached yet.
 func Load(cfg Config) (_ *Bypass, err error) {
-	if cfg.TCPTimeout < 0 || cfg.UDPTimeout < 0 || cfg.TCPTimeout > maxTimeout || cfg.UDPTimeout > maxTimeout {
-		return nil, fmt.Errorf("bypass: conntrack timeouts %v/%v out of range [0, %v]", cfg.TCPTimeout, cfg.UDPTimeout, maxTimeout)
-	}
-	// Bypassed TCP segments skip conntrack's window tracking: the next
-	// segment on the kernel path (a FIN) is then out of its window and,
-	// unless the window is liberal, INVALID, which FORWARD rules drop
-	// (kube-proxy's --conntrack-tcp-be-liberal addresses the same).
-	lib, err := sysctl(cfg.NetNS, "nf_conntrack_tcp_be_liberal")
-	if err != nil {
+	if err := Check(&cfg); err != nil {
 		return nil, err
-	}
-	if lib != 1 {
-		return nil, fmt.Errorf("bypass: net.netfilter.nf_conntrack_tcp_be_liberal is %d in netns %q: the bypass needs 1 (conntrack does not see bypassed segments, so later ones would be out of its window and INVALID)", lib, cfg.NetNS)
-	}
-	for _, t := range []struct {
-		d    *time.Duration
-		name string
-	}{{&cfg.TCPTimeout, "nf_conntrack_tcp_timeout_established"}, {&cfg.UDPTimeout, "nf_conntrack_udp_timeout_stream"}} {
-		if *t.d != 0 {
-			continue
-		}
-		s, err := sysctl(cfg.NetNS, t.name)
-		if err != nil {
-			return nil, err
-		}
-		*t.d = min(time.Duration(s)*time.Second, maxTimeout)
-		if *t.d == 0 {
-			return nil, fmt.Errorf("bypass: net.netfilter.%s is 0 in netns %q", t.name, cfg.NetNS)
-		}
-	}
-	if cfg.AdmitMark == 0 {
-		cfg.AdmitMark = DefaultAdmitMark
-	}
-	if bits.OnesCount32(cfg.AdmitMark) != 2 {
-		return nil, fmt.Errorf("bypass: admit mark %#x: want exactly two bits of the conntrack mark", cfg.AdmitMark)
 	}
 	lo := cfg.AdmitMark & -cfg.AdmitMark
 	spec, err := loadBypass()
@@ -139,16 +114,91 @@ func Load(cfg Config) (_ *Bypass, err error) {
 	if err := spec.Variables["ez_bp_udp_timeout_ms"].Set(uint32(cfg.UDPTimeout.Milliseconds())); err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
-	b := &Bypass{netns: cfg.NetNS, links: map[int]attachment{}}
-	if err := spec.LoadAndAssign(&b.objs, nil); err != nil {
+	b := &Bypass{netns: cfg.NetNS, pinDir: cfg.PinDir, links: map[int]attachment{}}
+	var opts *ebpf.CollectionOptions
+	if cfg.PinDir != "" {
+		if b.cookie, err = bpfsys.NetNSCookie(cfg.NetNS); err != nil {
+			return nil, fmt.Errorf("bypass: %w", err)
+		}
+		if err := bpfsys.EnsureDir(mapDir(cfg.PinDir)); err != nil {
+			return nil, fmt.Errorf("bypass: %w", err)
+		}
+		// The counters too: a restart keeps counting.
+		for _, m := range spec.Maps {
+			if strings.HasPrefix(m.Name, "ez_bp_") {
+				m.Pinning = ebpf.PinByName
+			}
+		}
+		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapDir(cfg.PinDir)}}
+	}
+	if err := spec.LoadAndAssign(&b.objs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("bypass: load: %+v", ve)
+		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("bypass: pinned maps in %s do not match this build; run `eztunnel uninstall` first: %w", mapDir(cfg.PinDir), err)
 		}
 		return nil, fmt.Errorf("bypass: load: %w", err)
 	}
 	return b, nil
 }
+
+// Check validates cfg and the node's conntrack settings the bypass needs,
+// and fills in the defaults (timeouts read from the node, the admit mark);
+// nothing is loaded.
+func Check(cfg *Config) error {
+	if cfg.PinDir != "" && !filepath.IsAbs(cfg.PinDir) {
+		return fmt.Errorf("bypass: pin directory %q must be an absolute path", cfg.PinDir)
+	}
+	if cfg.TCPTimeout < 0 || cfg.UDPTimeout < 0 || cfg.TCPTimeout > maxTimeout || cfg.UDPTimeout > maxTimeout {
+		return fmt.Errorf("bypass: conntrack timeouts %v/%v out of range [0, %v]", cfg.TCPTimeout, cfg.UDPTimeout, maxTimeout)
+	}
+	// Bypassed TCP segments skip conntrack's window tracking: the next
+	// segment on the kernel path (a FIN) is then out of its window and,
+	// unless the window is liberal, INVALID, which FORWARD rules drop
+	// (kube-proxy's --conntrack-tcp-be-liberal addresses the same).
+	lib, err := sysctl(cfg.NetNS, "nf_conntrack_tcp_be_liberal")
+	if err != nil {
+		return err
+	}
+	if lib != 1 {
+		return &UnmetError{fmt.Sprintf("bypass: net.netfilter.nf_conntrack_tcp_be_liberal is %d in netns %q: the bypass needs 1 (conntrack does not see bypassed segments, so later ones would be out of its window and INVALID)", lib, cfg.NetNS)}
+	}
+	for _, t := range []struct {
+		d    *time.Duration
+		name string
+	}{{&cfg.TCPTimeout, "nf_conntrack_tcp_timeout_established"}, {&cfg.UDPTimeout, "nf_conntrack_udp_timeout_stream"}} {
+		if *t.d != 0 {
+			continue
+		}
+		s, err := sysctl(cfg.NetNS, t.name)
+		if err != nil {
+			return err
+		}
+		*t.d = min(time.Duration(s)*time.Second, maxTimeout)
+		if *t.d == 0 {
+			return fmt.Errorf("bypass: net.netfilter.%s is 0 in netns %q", t.name, cfg.NetNS)
+		}
+	}
+	if cfg.AdmitMark == 0 {
+		cfg.AdmitMark = DefaultAdmitMark
+	}
+	if bits.OnesCount32(cfg.AdmitMark) != 2 {
+		return fmt.Errorf("bypass: admit mark %#x: want exactly two bits of the conntrack mark", cfg.AdmitMark)
+	}
+	return nil
+}
+
+// UnmetError: the node does not meet a condition the bypass needs (a
+// setting, not a fault): an agent that was not told to run the bypass runs
+// without it.
+type UnmetError struct{ Why string }
+
+func (e *UnmetError) Error() string { return e.Why }
+
+// mapDir is where the maps are pinned in a datapath's pin directory.
+func mapDir(pinDir string) string { return filepath.Join(pinDir, "bypass") }
 
 // Attach attaches to each pod's host-side veth (ifindexes in the bypass's
 // netns; each a veth port of a bridge) the bypass at tcx ingress and its
@@ -200,21 +250,22 @@ func (b *Bypass) attach(uplink bool, ifindexes []int) error {
 				return fmt.Errorf("bypass: %s ifindex %d: %w", what, ifx, err)
 			}
 			var ls [2]link.Link
+			var pins [2]string
 			for i, a := range []struct {
 				prog *ebpf.Program
 				at   ebpf.AttachType
 			}{{ingress, ebpf.AttachTCXIngress}, {b.objs.EzBypassAdmit, ebpf.AttachTCXEgress}} {
-				l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: a.prog, Attach: a.at})
+				l, pin, err := b.attachOne(ifx, a.prog, a.at)
 				if err != nil {
 					if ls[0] != nil {
-						ls[0].Close()
+						b.release(ls[0], pins[0], true)
 					}
 					b.objs.EzBpDevices.Delete(uint32(ifx))
 					return fmt.Errorf("bypass: tcx %s on %s ifindex %d in netns %q: %w", a.at, what, ifx, b.netns, err)
 				}
-				ls[i] = l
+				ls[i], pins[i] = l, pin
 			}
-			b.links[ifx] = attachment{links: ls, uplink: uplink, dev: dev}
+			b.links[ifx] = attachment{links: ls, pins: pins, uplink: uplink, dev: dev}
 			made = append(made, ifx)
 		}
 		return nil
@@ -284,16 +335,6 @@ func (b *Bypass) device(h *netlink.Handle, ifx int, uplink bool) (bypassEzBpDevi
 	return d, nil
 }
 
-func closeLinks(ls [2]link.Link) error {
-	var errs []error
-	for _, l := range ls {
-		if l != nil {
-			errs = append(errs, l.Close())
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Detach removes the programs from one device (a pod veth or an uplink).
 func (b *Bypass) Detach(ifindex int) error {
 	a, ok := b.links[ifindex]
@@ -301,7 +342,10 @@ func (b *Bypass) Detach(ifindex int) error {
 		return fmt.Errorf("bypass: not attached to ifindex %d", ifindex)
 	}
 	delete(b.links, ifindex)
-	err := closeLinks(a.links)
+	var err error
+	for i, l := range a.links {
+		err = errors.Join(err, b.release(l, a.pins[i], true))
+	}
 	if derr := b.objs.EzBpDevices.Delete(uint32(ifindex)); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
 		err = errors.Join(err, derr)
 	}
@@ -415,13 +459,16 @@ func (b *Bypass) handle() (*netlink.Handle, error) {
 	return h, nil
 }
 
-// Close detaches the programs from every device and releases programs and
-// maps (nothing is pinned).
+// Close releases the programs and maps. Unpinned (no PinDir): it detaches
+// the programs from every device. Pinned: the links stay attached and
+// pinned, for the next agent to update in place.
 func (b *Bypass) Close() error {
 	var errs []error
 	for ifx, a := range b.links {
-		if err := closeLinks(a.links); err != nil {
-			errs = append(errs, fmt.Errorf("bypass: detach ifindex %d: %w", ifx, err))
+		for i, l := range a.links {
+			if err := b.release(l, a.pins[i], false); err != nil {
+				errs = append(errs, fmt.Errorf("bypass: ifindex %d: %w", ifx, err))
+			}
 		}
 		delete(b.links, ifx)
 	}

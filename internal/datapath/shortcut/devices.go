@@ -79,7 +79,8 @@ func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, 
 		return nil, nil, nil, err
 	}
 	for _, pin := range pins {
-		if filepath.Dir(filepath.Dir(pin)) != base || want[pin] {
+		// The bypass pins its links in the same directories.
+		if filepath.Dir(filepath.Dir(pin)) != base || want[pin] || !strings.HasPrefix(filepath.Base(pin), resetProg+"_") {
 			continue
 		}
 		pruned = append(pruned, pin)

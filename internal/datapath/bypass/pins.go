@@ -1,0 +1,269 @@
+package bypass
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+)
+
+// Pinned links: <pin dir>/links/tcx/<netns cookie>/<ifindex>/<program>_<dir>,
+// the layout of the shortcut's RST-on-close links (which share the
+// directories: every name here starts with linkPrefix, none of theirs does).
+const linkPrefix = "ez_bypass"
+
+func dirName(at ebpf.AttachType) string {
+	if at == ebpf.AttachTCXIngress {
+		return "ingress"
+	}
+	return "egress"
+}
+
+// linkPin is where the link of prog at at on ifx is pinned.
+func (b *Bypass) linkPin(ifx int, prog *ebpf.Program, at ebpf.AttachType) (string, error) {
+	info, err := prog.Info()
+	if err != nil {
+		return "", fmt.Errorf("program info: %w", err)
+	}
+	if !strings.HasPrefix(info.Name, linkPrefix) {
+		return "", fmt.Errorf("program %q is not the bypass's", info.Name)
+	}
+	return bpfsys.LinkPin(b.pinDir, bpfsys.KindTCX, strconv.FormatUint(b.cookie, 10), strconv.Itoa(ifx), info.Name+"_"+dirName(at)), nil
+}
+
+// attachOne attaches prog at at on ifx, after other owners' programs. With
+// pins, a link an earlier agent pinned there gets prog in place (no moment
+// without the bypass); a defunct one (its device went, the ifindex was
+// reused) is replaced. It returns the link and its pin ("": unpinned).
+func (b *Bypass) attachOne(ifx int, prog *ebpf.Program, at ebpf.AttachType) (link.Link, string, error) {
+	if b.pinDir == "" {
+		l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: prog, Attach: at})
+		return l, "", err
+	}
+	pin, err := b.linkPin(ifx, prog, at)
+	if err != nil {
+		return nil, "", err
+	}
+	if old, err := link.LoadPinnedLink(pin, nil); err == nil {
+		info, ierr := old.Info()
+		if ierr != nil {
+			old.Close()
+			return nil, "", fmt.Errorf("link info of %s: %w", pin, ierr)
+		}
+		if tcx := info.TCX(); tcx != nil && int(tcx.Ifindex) == ifx && ebpf.AttachType(tcx.AttachType) == at {
+			if err := old.Update(prog); err != nil {
+				old.Close()
+				return nil, "", fmt.Errorf("update pinned link %s: %w", pin, err)
+			}
+			return old, pin, nil
+		}
+		old.Close()
+		if err := bpfsys.UnpinLink(pin); err != nil {
+			return nil, "", err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, "", fmt.Errorf("open pinned link %s: %w", pin, err)
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: prog, Attach: at})
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
+		l.Close()
+		return nil, "", err
+	}
+	if err := l.Pin(pin); err != nil {
+		l.Close()
+		return nil, "", fmt.Errorf("pin link %s: %w", pin, err)
+	}
+	return l, pin, nil
+}
+
+// release closes this process's handle on l; with detach it also unpins it
+// (detached once nothing holds it) and removes its empty directories.
+func (b *Bypass) release(l link.Link, pin string, detach bool) error {
+	if l == nil {
+		return nil
+	}
+	var err error
+	if detach && pin != "" {
+		err = l.Unpin()
+		removeEmpty(pin)
+	}
+	return errors.Join(err, l.Close())
+}
+
+// removeEmpty removes the ifindex and netns directories of pin once empty.
+func removeEmpty(pin string) {
+	os.Remove(filepath.Dir(pin))
+	os.Remove(filepath.Dir(filepath.Dir(pin)))
+}
+
+// Prune unpins the bypass links pinned in this netns that this Bypass has
+// not attached or adopted (devices an earlier agent attached that are gone
+// or no longer wanted) and their device entries. Call it after the first
+// convergence.
+func (b *Bypass) Prune() (pruned []string, err error) {
+	if b.pinDir == "" {
+		return nil, nil
+	}
+	mine := map[string]bool{}
+	for _, a := range b.links {
+		for _, p := range a.pins {
+			mine[p] = true
+		}
+	}
+	base := bpfsys.LinkPin(b.pinDir, bpfsys.KindTCX, strconv.FormatUint(b.cookie, 10))
+	pins, err := bpfsys.PinnedLinks(b.pinDir)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, pin := range pins {
+		if filepath.Dir(filepath.Dir(pin)) != base || !strings.HasPrefix(filepath.Base(pin), linkPrefix) || mine[pin] {
+			continue
+		}
+		if err := bpfsys.UnpinLink(pin); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removeEmpty(pin)
+		pruned = append(pruned, pin)
+	}
+	var key uint32
+	var stale []uint32
+	var dev bypassEzBpDevice
+	for it := b.objs.EzBpDevices.Iterate(); it.Next(&key, &dev); {
+		if _, ok := b.links[int(key)]; !ok {
+			stale = append(stale, key)
+		}
+	}
+	for _, k := range stale {
+		if err := b.objs.EzBpDevices.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return pruned, errors.Join(errs...)
+}
+
+// Endpoints reads the endpoints map (with pins, what an earlier agent
+// left: the caller converges from there).
+func (b *Bypass) Endpoints() (map[netip.Addr]Endpoint, error) {
+	out := map[netip.Addr]Endpoint{}
+	var k bypassEzBpEpKey
+	var v bypassEzBpEndpoint
+	it := b.objs.EzBpEndpoints.Iterate()
+	for it.Next(&k, &v) {
+		out[netip.AddrFrom16(k.Ip).Unmap()] = Endpoint{
+			Ifindex:   int(v.Ifindex),
+			PodMAC:    net.HardwareAddr(bytes.Clone(v.PodMac[:])),
+			BridgeMAC: net.HardwareAddr(bytes.Clone(v.BridgeMac[:])),
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("bypass: read endpoints: %w", err)
+	}
+	return out, nil
+}
+
+// Unpin removes a bypass pinned under pinDir by an earlier agent: its
+// links (in every network namespace) are unpinned, so detached, and its
+// maps unpinned. For an agent told not to run the bypass any more.
+func Unpin(pinDir string) (links int, err error) {
+	pins, err := bpfsys.PinnedLinks(pinDir)
+	if err != nil {
+		return 0, err
+	}
+	for _, pin := range pins {
+		rel, rerr := filepath.Rel(bpfsys.LinkPin(pinDir, bpfsys.KindTCX), pin)
+		if rerr != nil || strings.HasPrefix(rel, "..") || !strings.HasPrefix(filepath.Base(pin), linkPrefix) {
+			continue
+		}
+		if err := bpfsys.UnpinLink(pin); err != nil {
+			return links, err
+		}
+		removeEmpty(pin)
+		links++
+	}
+	if err := os.RemoveAll(mapDir(pinDir)); err != nil && !errors.Is(err, unix.ENOENT) {
+		return links, fmt.Errorf("bypass: remove %s: %w", mapDir(pinDir), err)
+	}
+	return links, nil
+}
+
+// PinnedState is what `eztunnel status` shows of a pinned bypass.
+type PinnedState struct {
+	PodVeths  int      `json:"pod_veths"`
+	Uplinks   int      `json:"uplinks"`
+	Endpoints int      `json:"endpoints"`
+	Counters  Counters `json:"counters"`
+}
+
+// ReadPinned reads the bypass pinned under pinDir; nil and no error when
+// there is none.
+func ReadPinned(pinDir string) (*PinnedState, error) {
+	dir := mapDir(pinDir)
+	if !bpfsys.Exists(dir) {
+		return nil, nil
+	}
+	open := func(name string) (*ebpf.Map, error) {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("bypass: open pinned map %s: %w", name, err)
+		}
+		return m, nil
+	}
+	st := &PinnedState{Counters: Counters{}}
+	devs, err := open("ez_bp_devices")
+	if err != nil {
+		return nil, err
+	}
+	defer devs.Close()
+	var ifx uint32
+	var dev bypassEzBpDevice
+	it := devs.Iterate()
+	for it.Next(&ifx, &dev) {
+		if dev.Kind == uint32(bypassEzBpDevKindEZ_BP_DEV_UPLINK) {
+			st.Uplinks++
+		} else {
+			st.PodVeths++
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("bypass: read devices: %w", err)
+	}
+	eps, err := open("ez_bp_endpoints")
+	if err != nil {
+		return nil, err
+	}
+	defer eps.Close()
+	var k bypassEzBpEpKey
+	var v bypassEzBpEndpoint
+	for it := eps.Iterate(); it.Next(&k, &v); {
+		st.Endpoints++
+	}
+	ctrs, err := open("ez_bp_counters")
+	if err != nil {
+		return nil, err
+	}
+	defer ctrs.Close()
+	for c := bypassEzBpCounter(0); c < bypassEzBpCounterEZ_BP_C_MAX; c++ {
+		sum, err := bpfsys.SumPerCPU(ctrs, uint32(c))
+		if err != nil {
+			return nil, fmt.Errorf("bypass: read counter %s: %w", counterName(c), err)
+		}
+		st.Counters[counterName(c)] = sum
+	}
+	return st, nil
+}
