@@ -829,13 +829,30 @@ func testBypassAgentCrossNode(t *testing.T, mode multinode.Mode) {
 			t.Errorf("xfrm policy gone: bypassed out of n1 %v, into n2 %v bytes of %d", out, in, mnTransfer)
 		}
 	})
-	t.Run("sigterm-detaches", func(t *testing.T) {
+	t.Run("stop-then-uninstall", func(t *testing.T) {
+		// Stopped agents leave the bypass pinned and working (between
+		// nodes too); uninstall detaches it.
+		st := startStreams(t, a1, b1)
 		for _, n := range []*multinode.Node{n1, n2} {
 			agents[n].stop(t)
-			if on := bypassTCX(t, n); len(on) > 0 {
-				t.Errorf("%s after SIGTERM: bypass programs still attached: %v", n.Name, on)
+			if on := bypassTCX(t, n); len(on[uplink(n)]) != 2 {
+				t.Errorf("%s after SIGTERM: tcx of %s: %v, want the bypass still attached", n.Name, uplink(n), on[uplink(n)])
 			}
 		}
 		transfer(t, a1, sinkServer(t, b1, true), 1<<20)
+		for _, n := range []*multinode.Node{n1, n2} {
+			pin := "/sys/fs/bpf/eztunnel-e2e-" + name + "-" + n.Name
+			var out bytes.Buffer
+			cmd := n.Cmd(context.Background(), bin, "uninstall", "--pin-path", pin, "--drain-timeout", "5s")
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := n.Run(cmd); err != nil {
+				t.Errorf("uninstall on %s: %v: %s", n.Name, err, out.String())
+			}
+			if on := bypassTCX(t, n); len(on) > 0 {
+				t.Errorf("%s after uninstall: bypass programs still attached: %v", n.Name, on)
+			}
+		}
+		transfer(t, a1, sinkServer(t, b1, true), 1<<20)
+		st.stop(t)
 	})
 }
