@@ -25,6 +25,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	lbsvc "github.com/eztunnel/eztunnel/internal/datapath/services"
 )
 
 // releaseEvery is how often drained ends of connections that switched to
@@ -125,13 +126,10 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		bypassOff = "off (--bypass=false)"
 	}
-	var svc *serviceLB
 	if cfg.Services != nil {
-		var err error
-		if svc, err = loadServices(*cfg.Services); err != nil {
+		if err := checkServices(*cfg.Services); err != nil {
 			return err
 		}
-		defer svc.close()
 	}
 
 	// The lock first: during a DaemonSet update with maxSurge the agent we
@@ -186,6 +184,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("remove the bridge bypass of an earlier agent: %w", err)
 	} else if n > 0 {
 		slog.Info("removed the bridge bypass an earlier agent pinned", "links", n)
+	}
+	var svc *serviceLB
+	if cfg.Services != nil {
+		if svc, err = loadServices(*cfg.Services, cfg.Datapath.Dir()); err != nil {
+			closeMetrics()
+			return err
+		}
+		defer svc.close()
+	} else if n, err := lbsvc.Unpin(cfg.Datapath.Dir()); err != nil {
+		closeMetrics()
+		return fmt.Errorf("remove the Service load balancer of an earlier agent: %w", err)
+	} else if n > 0 {
+		slog.Info("removed the Service load balancer an earlier agent pinned", "cgroups", n)
 	}
 	if pods == nil {
 		// Plain mode selects whole subtrees: a selection left by a

@@ -20,8 +20,10 @@ type ServicesConfig struct {
 	Kubeconfig string // "" = in-cluster configuration (without File)
 }
 
-// serviceLB is the load balancer attached to the agent's cgroups while the
-// agent runs; nothing of it is pinned.
+// serviceLB is the load balancer attached to the agent's cgroups. Its maps
+// and links are pinned with the datapath: a restart adopts them (links
+// updated in place, frontends rebuilt from the maps, then converged to the
+// source) and translated sockets keep their reverse translation.
 type serviceLB struct {
 	mu      sync.Mutex
 	cfg     ServicesConfig
@@ -31,24 +33,31 @@ type serviceLB struct {
 	cancel  context.CancelFunc
 }
 
-// loadServices loads the programs and checks the source's configuration;
-// nothing is attached yet.
-func loadServices(cfg ServicesConfig) (*serviceLB, error) {
-	// The source's configuration is checked before anything is loaded.
+// checkServices checks the source's configuration; nothing is loaded.
+func checkServices(cfg ServicesConfig) error {
 	if cfg.File != "" {
 		data, err := os.ReadFile(cfg.File)
 		if err != nil {
-			return nil, fmt.Errorf("--services-file: %w", err)
+			return fmt.Errorf("--services-file: %w", err)
 		}
 		if _, _, err := svcsync.ParseFile(data, nodeFamilies()); err != nil {
-			return nil, fmt.Errorf("--services-file %s: %w", cfg.File, err)
+			return fmt.Errorf("--services-file %s: %w", cfg.File, err)
 		}
 	} else if _, err := kube.RESTConfig(kube.Config{Kubeconfig: cfg.Kubeconfig}); err != nil {
-		return nil, fmt.Errorf("--services: %w", err)
+		return fmt.Errorf("--services: %w", err)
 	}
-	l, err := lbsvc.Load(lbsvc.Config{})
+	return nil
+}
+
+// loadServices loads the programs against the maps pinned in pinDir (an
+// earlier agent's, or new ones); nothing is attached yet.
+func loadServices(cfg ServicesConfig, pinDir string) (*serviceLB, error) {
+	l, err := lbsvc.Load(lbsvc.Config{PinDir: pinDir})
 	if err != nil {
 		return nil, fmt.Errorf("--services: %w", err)
+	}
+	if n := l.Frontends(); n > 0 {
+		slog.Info("services: adopting the frontends an earlier agent pinned", "frontends", n)
 	}
 	s := &serviceLB{cfg: cfg, lb: l, cancel: func() {}}
 	s.metrics = svcsync.NewMetrics(s.counters)
@@ -88,7 +97,18 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 		cancel()
 		return fmt.Errorf("--services: %w", err)
 	}
-	slog.Info("services: load balancer attached (not pinned: it is detached when the agent stops)",
+	// The source's first state is written: what an earlier agent pinned
+	// and no Service has now goes, and so do its links of cgroups no
+	// longer managed.
+	if gone := s.table.Prune(s.lb.List); len(gone) > 0 {
+		slog.Info("services: deleted frontends no Service has any more", "frontends", len(gone))
+	}
+	if pruned, err := s.lb.Prune(); err != nil {
+		slog.Warn("services: detach cgroups of an earlier agent", "err", err)
+	} else if len(pruned) > 0 {
+		slog.Info("services: detached cgroups no longer managed", "cgroup_ids", pruned)
+	}
+	slog.Info("services: load balancer attached (pinned: it stays while the agent restarts)",
 		"cgroups", s.lb.Attached(), "frontends", s.lb.Frontends(), "ipv6", fam.IPv6)
 	return nil
 }
@@ -102,7 +122,8 @@ func (s *serviceLB) counters() (lbsvc.Counters, error) {
 	return s.lb.Counters()
 }
 
-// close stops the source and detaches everything; safe to call twice.
+// close stops the source and releases this process's handles (the load
+// balancer stays pinned and attached); safe to call twice.
 func (s *serviceLB) close() {
 	s.cancel()
 	s.mu.Lock()
@@ -114,5 +135,4 @@ func (s *serviceLB) close() {
 		slog.Warn("services: close", "err", err)
 	}
 	s.lb = nil
-	slog.Info("services: load balancer detached (nothing of it was pinned)")
 }

@@ -43,7 +43,8 @@ const (
 	KindCgroup    = "cgroup"    // links/cgroup/<cgroup id>/<program>
 	KindNetfilter = "netfilter" // links/netfilter/<program>_<family>
 	KindTracing   = "tracing"   // links/tracing/<program>
-	KindTCX       = "tcx"       // links/tcx/<netns cookie>/<ifindex>/<program> (no family uses it yet)
+	KindTCX       = "tcx"       // links/tcx/<netns cookie>/<ifindex>/<program>_<direction>
+	KindServices  = "services"  // links/services/<cgroup id>/<program> (the Service LB's cgroup hooks)
 )
 
 // LinkPin is the pin path of a link: <dir>/links/<kind>/<parts...>.

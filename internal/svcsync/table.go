@@ -176,3 +176,24 @@ func sortedBackends(in []lb.Backend) []lb.Backend {
 	slices.SortFunc(out, func(a, b lb.Backend) int { return a.Compare(b) })
 	return slices.Compact(out)
 }
+
+// Prune deletes the frontends written (listed by list, e.g. an LB
+// restored from pins an earlier agent wrote) that no Service of the table
+// has: Services deleted while no agent ran. Call it after the source's
+// first full state was applied. It returns what it deleted.
+func (t *Table) Prune(list func() []lb.Frontend) []lb.Frontend {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var gone []lb.Frontend
+	for _, f := range list() {
+		if _, ok := t.owner[f]; ok {
+			continue
+		}
+		if err := t.w.DeleteFrontend(f); err != nil {
+			t.log.Warn("services: delete a frontend no Service has", "frontend", f.String(), "err", err)
+			continue
+		}
+		gone = append(gone, f)
+	}
+	return gone
+}

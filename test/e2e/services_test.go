@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -101,7 +102,9 @@ func lbPrograms(t *testing.T, cgroup string) int {
 // Service without endpoints) gives the same client. Backends replaced in the
 // file while connections run take effect with no failed connection. Bad
 // entries are skipped and counted. sessionAffinity ClientIP keeps a client on
-// one backend. Stopping the agent detaches everything.
+// one backend. The load balancer is pinned: translated sockets keep their
+// backend and their reverse translation across a restart, and an agent with
+// --services=false removes it.
 func TestServices(t *testing.T) {
 	e := newEnv(t, "svc", 93)
 	c := e.pod("c", true)
@@ -165,19 +168,37 @@ func TestServices(t *testing.T) {
 	nsExec(t, c.NetNS, "ip6tables", "-w", "-A", "OUTPUT", "-d", rej6+"/128", "-p", "tcp", "--dport", "80", "-j", "REJECT", "--reject-with", "icmp6-port-unreachable")
 
 	metricsAddr := freeAddr(t)
-	ready := filepath.Join(t.TempDir(), "ready")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	agent := sysexec.Command(ctx, bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--adopt=false",
-		"--services", "--services-file", svcFile, "--metrics-addr", metricsAddr, "--ready-file", ready)
+	var agent *exec.Cmd
 	logs := &lockedBuffer{}
-	agent.Stdout, agent.Stderr = logs, logs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
+	startAgent := func(t *testing.T, extra ...string) {
+		t.Helper()
+		ready := filepath.Join(t.TempDir(), "ready")
+		args := []string{"run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--adopt=false",
+			"--metrics-addr", metricsAddr, "--ready-file", ready}
+		if len(extra) == 0 {
+			args = append(args, "--services", "--services-file", svcFile)
+		}
+		agent = sysexec.Command(context.Background(), bin, append(args, extra...)...)
+		agent.Stdout, agent.Stderr = logs, logs
+		if err := agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFile(t, ready, logs.String)
 	}
-	agentDone := false
+	stopAgent := func(t *testing.T) {
+		t.Helper()
+		if agent == nil {
+			return
+		}
+		agent.Process.Signal(syscall.SIGTERM)
+		err := agent.Wait()
+		agent = nil
+		if err != nil {
+			t.Fatalf("agent exit: %v\n%s", err, logs.String())
+		}
+	}
 	defer func() {
-		if !agentDone {
+		if agent != nil {
 			agent.Process.Kill()
 			agent.Wait()
 		}
@@ -185,7 +206,7 @@ func TestServices(t *testing.T) {
 			t.Logf("agent log:\n%s", logs.String())
 		}
 	}()
-	waitFile(t, ready, logs.String)
+	startAgent(t)
 	if n := lbPrograms(t, e.lab.Managed); n != 8 {
 		t.Fatalf("%d load-balancer programs on the managed cgroup, want 8", n)
 	}
@@ -424,12 +445,95 @@ func TestServices(t *testing.T) {
 		}
 	})
 
-	agent.Process.Signal(syscall.SIGTERM)
-	agentDone = true
-	if err := agent.Wait(); err != nil {
-		t.Fatalf("agent exit: %v\n%s", err, logs.String())
-	}
-	if n := lbPrograms(t, e.lab.Managed); n != 0 {
-		t.Errorf("%d load-balancer programs left on the managed cgroup after the agent stopped", n)
-	}
+	t.Run("restart keeps translated sockets", func(t *testing.T) {
+		// A TCP connection and a connected UDP socket translated by this
+		// agent keep their backend and keep seeing the ClusterIP (getpeername,
+		// UDP reply source) while the agent is stopped and after a new one
+		// adopted the pinned load balancer.
+		a := svcPy("hold", vip4, "80", vip4, "53")
+		cmd := c.Cmd(context.Background(), a[0], a[1:]...)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { stdin.Close(); cmd.Wait() }()
+		sc := bufio.NewScanner(stdout)
+		type round struct {
+			TCPPeer    string `json:"tcp_peer"`
+			TCPBackend string `json:"tcp_backend"`
+			TCPExact   bool   `json:"tcp_exact"`
+			UDPPeer    string `json:"udp_peer"`
+			UDPSource  string `json:"udp_source"`
+			UDPBackend string `json:"udp_backend"`
+			UDPExact   bool   `json:"udp_exact"`
+			Error      string `json:"error"`
+		}
+		var first round
+		check := func(when string) {
+			t.Helper()
+			io.WriteString(stdin, "go\n")
+			if !sc.Scan() {
+				t.Fatalf("%s: hold ended: %v", when, sc.Err())
+			}
+			var r round
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				t.Fatalf("%s: %v: %q", when, err, sc.Text())
+			}
+			tcpVIP, udpVIP := hostport(netip.MustParseAddr(vip4), 80), hostport(netip.MustParseAddr(vip4), 53)
+			if r.Error != "" || !r.TCPExact || !r.UDPExact || r.TCPPeer != tcpVIP || r.UDPPeer != udpVIP || r.UDPSource != udpVIP {
+				t.Errorf("%s: %+v, want exact echoes and %s / %s as peers and reply source", when, r, tcpVIP, udpVIP)
+			}
+			if first.TCPBackend == "" {
+				first = r
+			} else if r.TCPBackend != first.TCPBackend || r.UDPBackend != first.UDPBackend {
+				t.Errorf("%s: backends %s / %s, were %s / %s", when, r.TCPBackend, r.UDPBackend, first.TCPBackend, first.UDPBackend)
+			}
+		}
+		check("before the restart")
+		stopAgent(t)
+		if n := lbPrograms(t, e.lab.Managed); n != 8 {
+			t.Errorf("%d load-balancer programs on the managed cgroup after the agent stopped, want the 8 pinned", n)
+		}
+		check("agent stopped")
+		// A Service deleted while no agent runs: the next one deletes it.
+		writeServices(t, svcFile, strings.Replace(file(bs[1], bs[2]), "- {name: sticky", "# - {name: sticky", 1))
+		startAgent(t)
+		if n := lbPrograms(t, e.lab.Managed); n != 8 {
+			t.Errorf("%d load-balancer programs on the managed cgroup after the restart, want 8 (updated in place)", n)
+		}
+		check("after the restart")
+		if !strings.Contains(logs.String(), "adopting the frontends an earlier agent pinned") || !strings.Contains(logs.String(), "deleted frontends no Service has any more") {
+			t.Errorf("the restarted agent did not adopt the pinned frontends and delete the stale one:\n%s", logs.String())
+		}
+		if f := scrape(t, metricsAddr)["eztunnel_services_frontends"]; f != 7 {
+			t.Errorf("frontends after the restart %v, want 7 (sticky deleted)", f)
+		}
+		var r struct {
+			Peer, Backend string
+			Exact         bool
+		}
+		svcRun(t, c, &r, "tcp", vip4, "80", "1000")
+		if !r.Exact || r.Peer != hostport(netip.MustParseAddr(vip4), 80) {
+			t.Errorf("a new connection after the restart: %+v", r)
+		}
+	})
+
+	t.Run("turned off", func(t *testing.T) {
+		stopAgent(t)
+		startAgent(t, "--services=false")
+		if n := lbPrograms(t, e.lab.Managed); n != 0 {
+			t.Errorf("%d load-balancer programs left on the managed cgroup with --services=false", n)
+		}
+		if !strings.Contains(logs.String(), "removed the Service load balancer an earlier agent pinned") {
+			t.Errorf("no removal in the log:\n%s", logs.String())
+		}
+	})
+	stopAgent(t)
 }

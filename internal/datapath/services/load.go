@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,10 +16,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 )
-
-// Not in this slice: pins (the programs are detached when the LB is closed,
-// e.g. when the agent stops; connections already translated keep their
-// backend), NodePort, session affinity, sockets of removed backends.
 
 // Proto is a frontend's transport protocol (IPPROTO_TCP, IPPROTO_UDP).
 type Proto uint8
@@ -68,14 +66,24 @@ type Config struct {
 	MaxFrontends uint32 // default 16384
 	MaxBackends  uint32 // distinct backend addresses, default 65536
 	MaxSlots     uint32 // backends of all frontends together, default 131072
+	// PinDir is the datapath's pin directory (<pin path>/<schema>): the
+	// maps are pinned in PinDir/services and the cgroup links under
+	// PinDir/links/services/<cgroup id>/<program>, so translated sockets
+	// keep their reverse translation (sk_storage) and the frontends stay
+	// while no agent runs. A later Load with the same PinDir reuses the
+	// maps and rebuilds its state from them; Attach updates the pinned
+	// links in place. "": nothing is pinned and Close detaches everything.
+	PinDir string
 }
 
 // LB is the loaded load balancer: programs, maps, cgroup links, and the
 // ids it gave frontends and backends.
 type LB struct {
-	mu    sync.Mutex
-	objs  servicesObjects
-	links map[string][]link.Link // by cgroup path
+	mu     sync.Mutex
+	pinDir string // "": nothing pinned
+	objs   servicesObjects
+	links  map[string][]link.Link // by cgroup path
+	cgIDs  map[string]uint64      // by cgroup path (pinned only)
 
 	frontends map[Frontend]*frontendState
 	backends  map[Backend]*backendState
@@ -113,14 +121,38 @@ func Load(cfg Config) (_ *LB, err error) {
 			m.spec.MaxEntries = m.n
 		}
 	}
-	lb := &LB{links: map[string][]link.Link{}, frontends: map[Frontend]*frontendState{},
+	lb := &LB{pinDir: cfg.PinDir, links: map[string][]link.Link{}, cgIDs: map[string]uint64{}, frontends: map[Frontend]*frontendState{},
 		backends: map[Backend]*backendState{}, byID: map[uint32]Backend{}}
-	if err := spec.LoadAndAssign(&lb.objs, nil); err != nil {
+	var opts *ebpf.CollectionOptions
+	if cfg.PinDir != "" {
+		if !filepath.IsAbs(cfg.PinDir) {
+			return nil, fmt.Errorf("services: pin directory %q must be an absolute path", cfg.PinDir)
+		}
+		if err := bpfsys.EnsureDir(mapDir(cfg.PinDir)); err != nil {
+			return nil, fmt.Errorf("services: %w", err)
+		}
+		for _, m := range spec.Maps {
+			if strings.HasPrefix(m.Name, "ez_svc_") {
+				m.Pinning = ebpf.PinByName
+			}
+		}
+		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapDir(cfg.PinDir)}}
+	}
+	if err := spec.LoadAndAssign(&lb.objs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("services: load: %+v", ve)
 		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("services: pinned maps in %s do not match this build or these sizes; run `eztunnel uninstall` first: %w", mapDir(cfg.PinDir), err)
+		}
 		return nil, fmt.Errorf("services: load: %w", err)
+	}
+	if cfg.PinDir != "" {
+		if err := lb.restore(); err != nil {
+			lb.objs.Close()
+			return nil, err
+		}
 	}
 	return lb, nil
 }
@@ -163,18 +195,33 @@ func (lb *LB) Attach(cgroup string) error {
 	if err := cgroupv2.Validate(cgroup); err != nil {
 		return fmt.Errorf("services: %w", err)
 	}
+	var id uint64
+	if lb.pinDir != "" {
+		var err error
+		if id, err = cgroupv2.ID(cgroup); err != nil {
+			return fmt.Errorf("services: %w", err)
+		}
+	}
 	var ls []link.Link
+	var made []string
 	for _, h := range lb.hooks() {
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: h.at, Program: h.prog})
+		l, pin, err := lb.attachOne(cgroup, id, h.prog, h.at)
 		if err != nil {
-			for _, l := range ls {
+			for i, l := range ls {
+				if i < len(made) && made[i] != "" {
+					l.Unpin()
+				}
 				l.Close()
 			}
 			return fmt.Errorf("services: attach %s to cgroup %s: %w", h.at, cgroup, err)
 		}
 		ls = append(ls, l)
+		made = append(made, pin)
 	}
 	lb.links[cgroup] = ls
+	if lb.pinDir != "" {
+		lb.cgIDs[cgroup] = id
+	}
 	return nil
 }
 
@@ -209,7 +256,8 @@ func (lb *LB) ProgramIDs() ([]ebpf.ProgramID, error) {
 
 var errClosed = errors.New("services: closed")
 
-// Close detaches from every cgroup and frees programs and maps.
+// Close releases the programs and maps. Unpinned: it detaches from every
+// cgroup. Pinned: the links stay attached, for the next agent.
 func (lb *LB) Close() error {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()

@@ -10,6 +10,10 @@ udpsticky HOST PORT   unconnected UDP, one socket: 5 datagrams, a result line, t
                       after a line on stdin 5 more and a second result line.
 loop HOST PORT        TCP connections one after another until stdin closes: a line
                       per connection, the backend name or "err:<reason>".
+hold TCPHOST TCPPORT UDPHOST UDPPORT
+                      one TCP connection and one connected UDP socket, held: for each
+                      line on stdin a result line (peers, reply source, backends,
+                      whether the echoes were exact) until stdin closes.
 Results are JSON on stdout.
 """
 import errno
@@ -168,6 +172,38 @@ def loop(host, port):
             print("err:" + repr(e), flush=True)
 
 
+def hold(thost, tport, uhost, uport):
+    t = socket.socket(family(thost), socket.SOCK_STREAM)
+    t.settimeout(10)
+    t.connect((thost, tport))
+    tname = recv_line(t)
+    u = socket.socket(family(uhost), socket.SOCK_DGRAM)
+    u.settimeout(5)
+    u.connect((uhost, uport))
+    k = 0
+    for _ in sys.stdin:
+        k += 1
+        out = {"tcp_peer": addr(t.getpeername()), "tcp_backend": tname, "udp_peer": addr(u.getpeername())}
+        try:
+            msg = ("round %d " % k).encode() * 100
+            t.sendall(msg)
+            got = b""
+            while len(got) < len(msg):
+                b = t.recv(65536)
+                if not b:
+                    break
+                got += b
+            out["tcp_exact"] = got == msg
+            payload = os.urandom(100)
+            u.send(payload)
+            b, sa = u.recvfrom(65536)
+            name, _, echoed = b.partition(b"|")
+            out.update(udp_source=addr(sa), udp_backend=name.decode(), udp_exact=echoed == payload)
+        except OSError as e:
+            out["error"] = repr(e)
+        print(json.dumps(out), flush=True)
+
+
 def main():
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "server":
@@ -184,6 +220,8 @@ def main():
         udpsticky(args[0], int(args[1]))
     elif mode == "loop":
         loop(args[0], int(args[1]))
+    elif mode == "hold":
+        hold(args[0], int(args[1]), args[2], int(args[3]))
     else:
         sys.exit("unknown mode " + mode)
 

@@ -1,0 +1,255 @@
+package services
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+)
+
+// mapDir is where the maps are pinned in a datapath's pin directory.
+func mapDir(pinDir string) string { return filepath.Join(pinDir, "services") }
+
+// attachOne attaches prog at at to cgroup (id: its cgroup id, pinned
+// only). With pins, a link an earlier agent pinned there gets prog in
+// place: translated sockets never see a moment without the reverse hooks.
+// newPin is the pin it made ("": none, or updated in place).
+func (lb *LB) attachOne(cgroup string, id uint64, prog *ebpf.Program, at ebpf.AttachType) (_ link.Link, newPin string, _ error) {
+	if lb.pinDir == "" {
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: at, Program: prog})
+		return l, "", err
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return nil, "", err
+	}
+	pin := bpfsys.LinkPin(lb.pinDir, bpfsys.KindServices, strconv.FormatUint(id, 10), info.Name)
+	if old, err := link.LoadPinnedLink(pin, nil); err == nil {
+		if err := old.Update(prog); err != nil {
+			old.Close()
+			return nil, "", fmt.Errorf("update pinned link %s: %w", pin, err)
+		}
+		return old, "", nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, "", fmt.Errorf("open pinned link %s: %w", pin, err)
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: at, Program: prog})
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
+		l.Close()
+		return nil, "", err
+	}
+	if err := l.Pin(pin); err != nil {
+		l.Close()
+		return nil, "", fmt.Errorf("pin link %s: %w", pin, err)
+	}
+	return l, pin, nil
+}
+
+// Prune unpins the links pinned for cgroups this LB has not attached (an
+// earlier agent's cgroups no longer managed, or removed).
+func (lb *LB) Prune() (pruned []uint64, err error) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.pinDir == "" || lb.closed {
+		return nil, nil
+	}
+	base := bpfsys.LinkPin(lb.pinDir, bpfsys.KindServices)
+	entries, err := os.ReadDir(base)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	mine := map[uint64]bool{}
+	for _, id := range lb.cgIDs {
+		mine[id] = true
+	}
+	var errs []error
+	for _, e := range entries {
+		id, perr := strconv.ParseUint(e.Name(), 10, 64)
+		if perr != nil || mine[id] {
+			continue
+		}
+		if err := unpinDir(filepath.Join(base, e.Name())); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pruned = append(pruned, id)
+	}
+	return pruned, errors.Join(errs...)
+}
+
+// unpinDir unpins every link pinned in dir and removes it.
+func unpinDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := bpfsys.UnpinLink(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return os.Remove(dir)
+}
+
+// Unpin removes a load balancer an earlier agent pinned under pinDir: its
+// cgroup links (detached) and its maps. Sockets it translated keep their
+// backend; getpeername and UDP replies show the backend from then on.
+func Unpin(pinDir string) (cgroups int, err error) {
+	base := bpfsys.LinkPin(pinDir, bpfsys.KindServices)
+	entries, err := os.ReadDir(base)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	for _, e := range entries {
+		if err := unpinDir(filepath.Join(base, e.Name())); err != nil {
+			return cgroups, err
+		}
+		cgroups++
+	}
+	os.Remove(base)
+	if err := os.RemoveAll(mapDir(pinDir)); err != nil {
+		return cgroups, fmt.Errorf("services: remove %s: %w", mapDir(pinDir), err)
+	}
+	return cgroups, nil
+}
+
+// restore rebuilds the LB's view (frontends, their slots, backends and
+// their references, free ids) from pinned maps an earlier agent wrote, and
+// deletes what an interrupted write left: slots beyond a frontend's count,
+// members that are not in its slots, backends nothing references.
+func (lb *LB) restore() error {
+	var key servicesEzSvcKey
+	var val servicesEzSvc
+	used := map[uint32]bool{}
+	it := lb.objs.EzSvcFrontends.Iterate()
+	type fe struct {
+		f Frontend
+		v servicesEzSvc
+	}
+	var fes []fe
+	for it.Next(&key, &val) {
+		f := Frontend{Addr: netip.AddrFrom16(key.Addr).Unmap(), Port: key.Port, Proto: Proto(key.Proto)}
+		fes = append(fes, fe{f, val})
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("services: read pinned frontends: %w", err)
+	}
+	var beID uint32
+	var be servicesEzSvcBackend
+	bes := map[uint32]Backend{}
+	bit := lb.objs.EzSvcBackends.Iterate()
+	for bit.Next(&beID, &be) {
+		bes[beID] = netip.AddrPortFrom(netip.AddrFrom16(be.Addr).Unmap(), be.Port)
+	}
+	if err := bit.Err(); err != nil {
+		return fmt.Errorf("services: read pinned backends: %w", err)
+	}
+	for _, e := range fes {
+		st := &frontendState{id: e.v.Id, affinity: e.v.Affinity}
+		for i := uint32(0); i < e.v.Count; i++ {
+			var id uint32
+			if err := lb.objs.EzSvcSlots.Lookup(servicesEzSvcSlotKey{Id: st.id, Slot: i}, &id); err != nil {
+				return fmt.Errorf("services: pinned frontend %s: slot %d: %w", e.f, i, err)
+			}
+			b, ok := bes[id]
+			if !ok {
+				return fmt.Errorf("services: pinned frontend %s: slot %d: backend %d missing", e.f, i, id)
+			}
+			st.slots = append(st.slots, id)
+			if s, ok := lb.backends[b]; ok {
+				s.refs++
+			} else {
+				lb.backends[b] = &backendState{id: id, refs: 1}
+				lb.byID[id] = b
+			}
+		}
+		lb.frontends[e.f] = st
+		used[st.id] = true
+		lb.nextSvc = max(lb.nextSvc, st.id)
+	}
+	// What an interrupted write left behind.
+	byFID := map[uint32][]uint32{}
+	for _, st := range lb.frontends {
+		byFID[st.id] = st.slots
+	}
+	var sk servicesEzSvcSlotKey
+	var sv uint32
+	var staleSlots []servicesEzSvcSlotKey
+	for sit := lb.objs.EzSvcSlots.Iterate(); sit.Next(&sk, &sv); {
+		if !used[sk.Id] || sk.Slot >= uint32(len(byFID[sk.Id])) {
+			staleSlots = append(staleSlots, sk)
+		}
+	}
+	for _, k := range staleSlots {
+		lb.objs.EzSvcSlots.Delete(k)
+	}
+	var mk servicesEzSvcMemberKey
+	var mv uint32
+	var staleMembers []servicesEzSvcMemberKey
+	for mit := lb.objs.EzSvcMembers.Iterate(); mit.Next(&mk, &mv); {
+		if !slices.Contains(byFID[mk.Id], mk.Backend) {
+			staleMembers = append(staleMembers, mk)
+		}
+	}
+	for _, k := range staleMembers {
+		lb.objs.EzSvcMembers.Delete(k)
+	}
+	for _, st := range lb.frontends {
+		for _, id := range st.slots {
+			if err := lb.objs.EzSvcMembers.Put(servicesEzSvcMemberKey{Id: st.id, Backend: id}, uint32(0)); err != nil {
+				return fmt.Errorf("services: restore member: %w", err)
+			}
+		}
+	}
+	for id, b := range bes {
+		if _, ok := lb.backends[b]; !ok || lb.backends[b].id != id {
+			lb.objs.EzSvcBackends.Delete(id)
+		}
+		lb.nextBe = max(lb.nextBe, id)
+	}
+	for id := uint32(1); id <= lb.nextSvc; id++ {
+		if !used[id] {
+			lb.freeSvc = append(lb.freeSvc, id)
+		}
+	}
+	for id := uint32(1); id <= lb.nextBe; id++ {
+		if _, ok := lb.byID[id]; !ok {
+			lb.freeBe = append(lb.freeBe, id)
+		}
+	}
+	return nil
+}
+
+// List lists the frontends written, sorted.
+func (lb *LB) List() []Frontend {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	out := make([]Frontend, 0, len(lb.frontends))
+	for f := range lb.frontends {
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b Frontend) int {
+		if c := a.Addr.Compare(b.Addr); c != 0 {
+			return c
+		}
+		if a.Port != b.Port {
+			return int(a.Port) - int(b.Port)
+		}
+		return int(a.Proto) - int(b.Proto)
+	})
+	return out
+}
