@@ -85,6 +85,8 @@ static __always_inline void count(__u32 c)
 	ez_counter_add(&ez_svc_counters, c, 1);
 }
 
+#include "services/destroy.h"
+
 /* The socket address of ctx (user_ip4/6, user_port) as 16 bytes and a port. */
 static __always_inline void ctx_addr(struct bpf_sock_addr *ctx, int v6, __u8 addr[16], __u16 *port)
 {

@@ -80,6 +80,22 @@ struct ez_svc_sock {
 	__u32 pad;
 };
 
+/* A backend leaving a frontend whose sockets are to be destroyed
+ * (bpf/services/destroy.h): the socket's translation for frontend id went
+ * to addr:port. */
+struct ez_svc_gone_key {
+	__u8 addr[16];
+	__u16 port;
+	__u16 pad;
+	__u32 id;	/* ez_svc.id */
+};
+
+/* ez_svc_gone values (flags): which sockets of the pair are destroyed. */
+enum ez_svc_gone_flag {
+	EZ_SVC_GONE_TCP = 1,	/* the backend is gone from the endpoints (not merely not ready) */
+	EZ_SVC_GONE_UDP = 2,	/* the backend left the frontend's backends */
+};
+
 /* Per-CPU counters (BPF_MAP_TYPE_PERCPU_ARRAY indexed by this enum). */
 enum ez_svc_counter {
 	EZ_SVC_C_TCP_CONNECT = 0,	/* TCP connects translated */
@@ -92,6 +108,8 @@ enum ez_svc_counter {
 	EZ_SVC_C_BACKEND_MISS,		/* a slot or backend vanished under an update (chose again) */
 	EZ_SVC_C_NO_STORAGE,		/* translated without reverse entry (sk_storage full) */
 	EZ_SVC_C_AFFINITY_HIT,		/* sessionAffinity: the client's earlier backend reused */
+	EZ_SVC_C_DESTROYED_TCP,		/* TCP sockets destroyed: their backend left the frontend */
+	EZ_SVC_C_DESTROYED_UDP,		/* connected UDP sockets destroyed: likewise */
 	EZ_SVC_C_MAX,
 };
 

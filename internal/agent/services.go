@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/eztunnel/eztunnel/internal/datapath"
 	lbsvc "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/kube"
 	"github.com/eztunnel/eztunnel/internal/svcsync"
@@ -74,6 +75,12 @@ func nodeFamilies() svcsync.Families {
 // start attaches to cgroups and applies the source's first state; the
 // source keeps applying changes until close.
 func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
+	// Sockets of a removed backend are looked for in the namespaces of the
+	// managed cgroups' processes.
+	s.lb.SetNetNS(func() ([]string, error) {
+		nss, _, err := datapath.NetNamespaces(cgroups)
+		return nss, err
+	})
 	for _, cg := range cgroups {
 		if err := s.lb.Attach(cg); err != nil {
 			return fmt.Errorf("--services: %w", err)

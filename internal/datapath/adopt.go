@@ -49,6 +49,11 @@ func (d *Datapath) Adopt(cgroups []string) (AdoptReport, error) {
 // meanwhile are skipped.
 // denied counts processes whose namespace the agent may not open (no
 // CAP_SYS_PTRACE over them, or not in its PID namespace).
+// NetNamespaces lists the network namespaces (nsfs paths, the agent's
+// first) the processes of the cgroup subtrees live in; denied counts the
+// processes whose namespace the agent may not open.
+func NetNamespaces(cgroups []string) ([]string, int, error) { return netNamespaces(cgroups) }
+
 func netNamespaces(cgroups []string) (_ []string, denied int, _ error) {
 	seen := map[uint64]bool{}
 	var out []string

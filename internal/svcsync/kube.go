@@ -91,15 +91,18 @@ func ServiceEntries(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fa
 				continue
 			}
 			f := lb.Frontend{Addr: vip, Port: uint16(p.Port), Proto: proto}
-			e[f] = lb.Target{Backends: backends(slices, addrType, p, f.Addr.Is4()), Affinity: affinity}
+			chosen, listed := backends(slices, addrType, p, f.Addr.Is4())
+			e[f] = lb.Target{Backends: chosen, Listed: listed, Affinity: affinity}
 		}
 	}
 	return e, skipped
 }
 
-// backends are the endpoints of the slices' port named like p.
-func backends(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p corev1.ServicePort, v4 bool) []lb.Backend {
-	var ready, terminating []lb.Backend
+// backends are the endpoints of the slices' port named like p that
+// connections go to, and the others the slices list (not ready, not
+// serving): their TCP connections are left alone when they leave.
+func backends(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p corev1.ServicePort, v4 bool) (chosen, listed []lb.Backend) {
+	var ready, terminating, other []lb.Backend
 	for _, sl := range slices {
 		if sl.AddressType != at {
 			continue
@@ -140,13 +143,15 @@ func backends(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p
 				ready = append(ready, be)
 			case serving && term:
 				terminating = append(terminating, be)
+			default:
+				other = append(other, be)
 			}
 		}
 	}
 	if len(ready) > 0 {
-		return ready
+		return ready, append(terminating, other...)
 	}
-	return terminating
+	return terminating, other
 }
 
 // KubeConfig configures RunKube.

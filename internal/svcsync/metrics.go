@@ -17,7 +17,7 @@ type Metrics struct {
 	sync                prometheus.Histogram
 	counters            func() (lb.Counters, error)
 
-	descFrontends, descBackends, descTranslations, descReversed, descFailures, descUp, descSkipped, descAffinity *prometheus.Desc
+	descFrontends, descBackends, descTranslations, descReversed, descFailures, descUp, descSkipped, descAffinity, descDestroyed *prometheus.Desc
 }
 
 // NewMetrics reads the datapath's counters through counters (nil: none).
@@ -38,6 +38,8 @@ func NewMetrics(counters func() (lb.Counters, error)) *Metrics {
 			"Datapath failures by reason: no_backend (refused), backend_miss (raced an update), no_storage (no reverse entry), udp_repick (backend gone, chose again).", []string{"reason"}, nil),
 		descAffinity: prometheus.NewDesc(ns+"affinity_hits_total",
 			"Sockets sent to the backend their client (network namespace) had, by sessionAffinity ClientIP.", nil, nil),
+		descDestroyed: prometheus.NewDesc(ns+"sockets_destroyed_total",
+			"Sockets destroyed because the backend they were translated to left the frontend (TCP: aborted; connected UDP), by proto.", []string{"proto"}, nil),
 		descUp: prometheus.NewDesc(ns+"up", "1 when the load balancer's counters could be read.", nil, nil),
 		descSkipped: prometheus.NewDesc(ns+"skipped",
 			"Parts of the current Services not translated, by reason: no_ports, protocol (not TCP/UDP), family (not served by the node), bad_address, conflict (frontend of another Service), write_failed.", []string{"reason"}, nil),
@@ -65,7 +67,7 @@ var SkipReasons = []string{SkipNoPorts, SkipProtocol, SkipFamily, SkipBadAddress
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.sync.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.descFrontends, m.descBackends, m.descTranslations, m.descReversed, m.descFailures, m.descUp, m.descSkipped, m.descAffinity} {
+	for _, d := range []*prometheus.Desc{m.descFrontends, m.descBackends, m.descTranslations, m.descReversed, m.descFailures, m.descUp, m.descSkipped, m.descAffinity, m.descDestroyed} {
 		ch <- d
 	}
 }
@@ -97,6 +99,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		for _, k := range []string{"no_backend", "backend_miss", "no_storage", "udp_repick"} {
 			ch <- prometheus.MustNewConstMetric(m.descFailures, prometheus.CounterValue, float64(c[k]), k)
 		}
+		ch <- prometheus.MustNewConstMetric(m.descDestroyed, prometheus.CounterValue, float64(c["destroyed_tcp"]), "tcp")
+		ch <- prometheus.MustNewConstMetric(m.descDestroyed, prometheus.CounterValue, float64(c["destroyed_udp"]), "udp")
 	}
 	ch <- prometheus.MustNewConstMetric(m.descUp, prometheus.GaugeValue, up)
 }

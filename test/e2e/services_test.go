@@ -105,6 +105,55 @@ func lbPrograms(t *testing.T, cgroup string) int {
 // one backend. The load balancer is pinned: translated sockets keep their
 // backend and their reverse translation across a restart, and an agent with
 // --services=false removes it.
+// holdRound is one result line of svc.py hold.
+type holdRound struct {
+	TCPPeer    string `json:"tcp_peer"`
+	TCPBackend string `json:"tcp_backend"`
+	TCPExact   bool   `json:"tcp_exact"`
+	TCPError   string `json:"tcp_error"`
+	UDPPeer    string `json:"udp_peer"`
+	UDPSource  string `json:"udp_source"`
+	UDPBackend string `json:"udp_backend"`
+	UDPExact   bool   `json:"udp_exact"`
+	UDPError   string `json:"udp_error"`
+	UDPRecvErr string `json:"udp_recv_error"`
+}
+
+// startHold runs svc.py hold in p (a held TCP connection and connected UDP
+// socket) and returns a function that asks it for a round.
+func startHold(t *testing.T, p *netlab.Pod, thost, tport, uhost, uport string) func(when string) holdRound {
+	t.Helper()
+	a := svcPy("hold", thost, tport, uhost, uport)
+	cmd := p.Cmd(context.Background(), a[0], a[1:]...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb lockedBuffer
+	cmd.Stderr = &errb
+	if err := p.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	return func(when string) holdRound {
+		t.Helper()
+		io.WriteString(stdin, "go\n")
+		if !sc.Scan() {
+			t.Fatalf("%s: hold ended: %v %s", when, sc.Err(), errb.String())
+		}
+		var r holdRound
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("%s: %v: %q", when, err, sc.Text())
+		}
+		return r
+	}
+}
+
 func TestServices(t *testing.T) {
 	e := newEnv(t, "svc", 93)
 	c := e.pod("c", true)
@@ -450,44 +499,13 @@ func TestServices(t *testing.T) {
 		// agent keep their backend and keep seeing the ClusterIP (getpeername,
 		// UDP reply source) while the agent is stopped and after a new one
 		// adopted the pinned load balancer.
-		a := svcPy("hold", vip4, "80", vip4, "53")
-		cmd := c.Cmd(context.Background(), a[0], a[1:]...)
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Start(cmd); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { stdin.Close(); cmd.Wait() }()
-		sc := bufio.NewScanner(stdout)
-		type round struct {
-			TCPPeer    string `json:"tcp_peer"`
-			TCPBackend string `json:"tcp_backend"`
-			TCPExact   bool   `json:"tcp_exact"`
-			UDPPeer    string `json:"udp_peer"`
-			UDPSource  string `json:"udp_source"`
-			UDPBackend string `json:"udp_backend"`
-			UDPExact   bool   `json:"udp_exact"`
-			Error      string `json:"error"`
-		}
-		var first round
+		next := startHold(t, c, vip4, "80", vip4, "53")
+		var first holdRound
 		check := func(when string) {
 			t.Helper()
-			io.WriteString(stdin, "go\n")
-			if !sc.Scan() {
-				t.Fatalf("%s: hold ended: %v", when, sc.Err())
-			}
-			var r round
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatalf("%s: %v: %q", when, err, sc.Text())
-			}
+			r := next(when)
 			tcpVIP, udpVIP := hostport(netip.MustParseAddr(vip4), 80), hostport(netip.MustParseAddr(vip4), 53)
-			if r.Error != "" || !r.TCPExact || !r.UDPExact || r.TCPPeer != tcpVIP || r.UDPPeer != udpVIP || r.UDPSource != udpVIP {
+			if r.TCPError != "" || r.UDPError != "" || !r.TCPExact || !r.UDPExact || r.TCPPeer != tcpVIP || r.UDPPeer != udpVIP || r.UDPSource != udpVIP {
 				t.Errorf("%s: %+v, want exact echoes and %s / %s as peers and reply source", when, r, tcpVIP, udpVIP)
 			}
 			if first.TCPBackend == "" {
@@ -522,6 +540,76 @@ func TestServices(t *testing.T) {
 		svcRun(t, c, &r, "tcp", vip4, "80", "1000")
 		if !r.Exact || r.Peer != hostport(netip.MustParseAddr(vip4), 80) {
 			t.Errorf("a new connection after the restart: %+v", r)
+		}
+	})
+
+	t.Run("removed backend's sockets destroyed", func(t *testing.T) {
+		// A TCP connection and a connected UDP socket translated to a
+		// backend that leaves its frontend are destroyed; the same
+		// application's sockets connected to that backend's own address
+		// are not.
+		held := startHold(t, c, vip4, "80", vip4, "53")
+		r := held("translated")
+		if r.TCPError != "" || r.UDPError != "" {
+			t.Fatalf("translated sockets: %+v", r)
+		}
+		podOf := func(name string) *netlab.Pod {
+			for _, p := range bs {
+				if p.Name == name {
+					return p
+				}
+			}
+			t.Fatalf("no backend pod %q", name)
+			return nil
+		}
+		tcpBe, udpBe := podOf(r.TCPBackend), podOf(r.UDPBackend)
+		direct := startHold(t, c, tcpBe.IPv4.String(), "8080", udpBe.IPv4.String(), "8080")
+		if d := direct("direct"); d.TCPError != "" || d.UDPError != "" {
+			t.Fatalf("direct sockets: %+v", d)
+		}
+		before := scrape(t, metricsAddr)
+		var web []*netlab.Pod
+		for _, p := range bs {
+			if p != tcpBe {
+				web = append(web, p)
+			}
+		}
+		dns = nil
+		for _, p := range bs {
+			if p != udpBe {
+				dns = append(dns, p)
+			}
+		}
+		syncs := before["eztunnel_services_sync_seconds_count"]
+		writeServices(t, svcFile, strings.Replace(file(web...), "- {name: sticky", "# - {name: sticky", 1))
+		for deadline := time.Now().Add(10 * time.Second); scrape(t, metricsAddr)["eztunnel_services_sync_seconds_count"] == syncs; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the agent did not apply the changed file in 10 s")
+			}
+		}
+		after := scrape(t, metricsAddr)
+		for _, p := range []string{"tcp", "udp"} {
+			k := fmt.Sprintf(`eztunnel_services_sockets_destroyed_total{proto=%q}`, p)
+			if d := after[k] - before[k]; d != 1 {
+				t.Errorf("%s: %v destroyed, want 1", k, d)
+			}
+		}
+		// TCP: aborted. Connected UDP: disconnected, so a send has no
+		// destination; the pending error is seen by a receive.
+		if r := held("after the removal"); r.TCPError != "ECONNABORTED" || r.UDPError != "EDESTADDRREQ" || r.UDPRecvErr != "ECONNABORTED" {
+			t.Errorf("translated sockets after their backends left: %+v, want TCP ECONNABORTED, UDP send EDESTADDRREQ then receive ECONNABORTED", r)
+		}
+		if d := direct("after the removal"); d.TCPError != "" || d.UDPError != "" || !d.TCPExact || !d.UDPExact {
+			t.Errorf("sockets connected to the backends' own addresses: %+v, want them untouched", d)
+		}
+		// The application's next connection goes to a remaining backend.
+		var nr struct {
+			Backend string
+			Exact   bool
+		}
+		svcRun(t, c, &nr, "tcp", vip4, "80", "1000")
+		if !nr.Exact || nr.Backend == tcpBe.Name {
+			t.Errorf("a new connection after the removal: %+v", nr)
 		}
 	})
 

@@ -52,6 +52,14 @@ type Backend = netip.AddrPort
 // Target is what a frontend translates to.
 type Target struct {
 	Backends []Backend // order does not matter, duplicates are ignored; none: connects refused
+	// Listed are backends the source still lists for the frontend though
+	// it does not choose them (not ready, terminating). A backend leaving
+	// Backends has its connected UDP sockets destroyed (kube-proxy deletes
+	// the conntrack entries of such UDP flows) and, unless it is Listed, its
+	// TCP sockets too: a gone backend leaves no connection stuck on it,
+	// while a not-ready or terminating one keeps its connections, as with
+	// kube-proxy.
+	Listed []Backend
 	// Affinity is sessionAffinity ClientIP's timeout: a client (network
 	// namespace) keeps its backend while it comes back within it (whole
 	// seconds, rounded up); 0: a random backend per socket.
@@ -84,6 +92,7 @@ type LB struct {
 	objs   servicesObjects
 	links  map[string][]link.Link // by cgroup path
 	cgIDs  map[string]uint64      // by cgroup path (pinned only)
+	netns  func() ([]string, error)
 
 	frontends map[Frontend]*frontendState
 	backends  map[Backend]*backendState
@@ -402,11 +411,18 @@ func (lb *LB) SetFrontend(f Frontend, target Target) error {
 	for i := len(slots); i < len(old); i++ {
 		lb.objs.EzSvcSlots.Delete(servicesEzSvcSlotKey{Id: st.id, Slot: uint32(i)})
 	}
+	var gs []gone
 	for _, b := range removed {
 		id := lb.backends[b].id
 		lb.objs.EzSvcMembers.Delete(servicesEzSvcMemberKey{Id: st.id, Backend: id})
 		lb.unrefBackend(b)
+		g := gone{id: st.id, b: b, flags: servicesEzSvcGoneFlagEZ_SVC_GONE_UDP}
+		if !slices.ContainsFunc(target.Listed, func(l Backend) bool { return netip.AddrPortFrom(l.Addr().Unmap(), l.Port()) == b }) {
+			g.flags |= servicesEzSvcGoneFlagEZ_SVC_GONE_TCP
+		}
+		gs = append(gs, g)
 	}
+	lb.destroy(gs)
 	return nil
 }
 
@@ -431,11 +447,19 @@ func (lb *LB) DeleteFrontend(f Frontend) error {
 		return fmt.Errorf("services: delete frontend %s: %w", f, err)
 	}
 	delete(lb.frontends, f)
+	// Connected UDP sockets of the frontend go, as kube-proxy deletes the
+	// conntrack entries of a deleted Service's UDP flows; TCP connections
+	// keep their (live) backends.
+	var gs []gone
 	for i, id := range st.slots {
 		lb.objs.EzSvcSlots.Delete(servicesEzSvcSlotKey{Id: st.id, Slot: uint32(i)})
 		lb.objs.EzSvcMembers.Delete(servicesEzSvcMemberKey{Id: st.id, Backend: id})
+		if f.Proto == UDP {
+			gs = append(gs, gone{id: st.id, b: lb.byID[id], flags: servicesEzSvcGoneFlagEZ_SVC_GONE_UDP})
+		}
 		lb.unrefBackend(lb.byID[id])
 	}
+	lb.destroy(gs)
 	lb.freeSvc = append(lb.freeSvc, st.id)
 	return nil
 }
@@ -510,6 +534,8 @@ var counterNames = map[servicesEzSvcCounter]string{
 	servicesEzSvcCounterEZ_SVC_C_BACKEND_MISS:  "backend_miss",
 	servicesEzSvcCounterEZ_SVC_C_NO_STORAGE:    "no_storage",
 	servicesEzSvcCounterEZ_SVC_C_AFFINITY_HIT:  "affinity_hit",
+	servicesEzSvcCounterEZ_SVC_C_DESTROYED_TCP: "destroyed_tcp",
+	servicesEzSvcCounterEZ_SVC_C_DESTROYED_UDP: "destroyed_udp",
 }
 
 func counterName(c servicesEzSvcCounter) string {

@@ -54,8 +54,25 @@ const (
 	servicesEzSvcCounterEZ_SVC_C_BACKEND_MISS  servicesEzSvcCounter = 7
 	servicesEzSvcCounterEZ_SVC_C_NO_STORAGE    servicesEzSvcCounter = 8
 	servicesEzSvcCounterEZ_SVC_C_AFFINITY_HIT  servicesEzSvcCounter = 9
-	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 10
+	servicesEzSvcCounterEZ_SVC_C_DESTROYED_TCP servicesEzSvcCounter = 10
+	servicesEzSvcCounterEZ_SVC_C_DESTROYED_UDP servicesEzSvcCounter = 11
+	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 12
 )
+
+type servicesEzSvcGoneFlag uint32
+
+const (
+	servicesEzSvcGoneFlagEZ_SVC_GONE_TCP servicesEzSvcGoneFlag = 1
+	servicesEzSvcGoneFlagEZ_SVC_GONE_UDP servicesEzSvcGoneFlag = 2
+)
+
+type servicesEzSvcGoneKey struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+	Port uint16
+	Pad  uint16
+	Id   uint32
+}
 
 type servicesEzSvcKey struct {
 	_     structs.HostLayout
@@ -102,11 +119,14 @@ const (
 	servicesMapEzSvcBackends      = "ez_svc_backends"
 	servicesMapEzSvcCounters      = "ez_svc_counters"
 	servicesMapEzSvcFrontends     = "ez_svc_frontends"
+	servicesMapEzSvcGone          = "ez_svc_gone"
 	servicesMapEzSvcMembers       = "ez_svc_members"
 	servicesMapEzSvcSlots         = "ez_svc_slots"
 	servicesMapEzSvcSocks         = "ez_svc_socks"
 	servicesProgEzSvcConnect4     = "ez_svc_connect4"
 	servicesProgEzSvcConnect6     = "ez_svc_connect6"
+	servicesProgEzSvcDestroyTcp   = "ez_svc_destroy_tcp"
+	servicesProgEzSvcDestroyUdp   = "ez_svc_destroy_udp"
 	servicesProgEzSvcGetpeername4 = "ez_svc_getpeername4"
 	servicesProgEzSvcGetpeername6 = "ez_svc_getpeername6"
 	servicesProgEzSvcRecvmsg4     = "ez_svc_recvmsg4"
@@ -114,6 +134,7 @@ const (
 	servicesProgEzSvcSendmsg4     = "ez_svc_sendmsg4"
 	servicesProgEzSvcSendmsg6     = "ez_svc_sendmsg6"
 	servicesVarEzSvcCounterEnum   = "ez_svc_counter_enum"
+	servicesVarEzSvcGoneFlagEnum  = "ez_svc_gone_flag_enum"
 )
 
 // loadServices returns the embedded CollectionSpec for services.
@@ -160,6 +181,8 @@ type servicesSpecs struct {
 type servicesProgramSpecs struct {
 	EzSvcConnect4     *ebpf.ProgramSpec `ebpf:"ez_svc_connect4"`
 	EzSvcConnect6     *ebpf.ProgramSpec `ebpf:"ez_svc_connect6"`
+	EzSvcDestroyTcp   *ebpf.ProgramSpec `ebpf:"ez_svc_destroy_tcp"`
+	EzSvcDestroyUdp   *ebpf.ProgramSpec `ebpf:"ez_svc_destroy_udp"`
 	EzSvcGetpeername4 *ebpf.ProgramSpec `ebpf:"ez_svc_getpeername4"`
 	EzSvcGetpeername6 *ebpf.ProgramSpec `ebpf:"ez_svc_getpeername6"`
 	EzSvcRecvmsg4     *ebpf.ProgramSpec `ebpf:"ez_svc_recvmsg4"`
@@ -176,6 +199,7 @@ type servicesMapSpecs struct {
 	EzSvcBackends   *ebpf.MapSpec `ebpf:"ez_svc_backends"`
 	EzSvcCounters   *ebpf.MapSpec `ebpf:"ez_svc_counters"`
 	EzSvcFrontends  *ebpf.MapSpec `ebpf:"ez_svc_frontends"`
+	EzSvcGone       *ebpf.MapSpec `ebpf:"ez_svc_gone"`
 	EzSvcMembers    *ebpf.MapSpec `ebpf:"ez_svc_members"`
 	EzSvcSlots      *ebpf.MapSpec `ebpf:"ez_svc_slots"`
 	EzSvcSocks      *ebpf.MapSpec `ebpf:"ez_svc_socks"`
@@ -185,7 +209,8 @@ type servicesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type servicesVariableSpecs struct {
-	EzSvcCounterEnum *ebpf.VariableSpec `ebpf:"ez_svc_counter_enum"`
+	EzSvcCounterEnum  *ebpf.VariableSpec `ebpf:"ez_svc_counter_enum"`
+	EzSvcGoneFlagEnum *ebpf.VariableSpec `ebpf:"ez_svc_gone_flag_enum"`
 }
 
 // servicesObjects contains all objects after they have been loaded into the kernel.
@@ -212,6 +237,7 @@ type servicesMaps struct {
 	EzSvcBackends   *ebpf.Map `ebpf:"ez_svc_backends"`
 	EzSvcCounters   *ebpf.Map `ebpf:"ez_svc_counters"`
 	EzSvcFrontends  *ebpf.Map `ebpf:"ez_svc_frontends"`
+	EzSvcGone       *ebpf.Map `ebpf:"ez_svc_gone"`
 	EzSvcMembers    *ebpf.Map `ebpf:"ez_svc_members"`
 	EzSvcSlots      *ebpf.Map `ebpf:"ez_svc_slots"`
 	EzSvcSocks      *ebpf.Map `ebpf:"ez_svc_socks"`
@@ -223,6 +249,7 @@ func (m *servicesMaps) Close() error {
 		m.EzSvcBackends,
 		m.EzSvcCounters,
 		m.EzSvcFrontends,
+		m.EzSvcGone,
 		m.EzSvcMembers,
 		m.EzSvcSlots,
 		m.EzSvcSocks,
@@ -233,7 +260,8 @@ func (m *servicesMaps) Close() error {
 //
 // It can be passed to loadServicesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type servicesVariables struct {
-	EzSvcCounterEnum *ebpf.Variable `ebpf:"ez_svc_counter_enum"`
+	EzSvcCounterEnum  *ebpf.Variable `ebpf:"ez_svc_counter_enum"`
+	EzSvcGoneFlagEnum *ebpf.Variable `ebpf:"ez_svc_gone_flag_enum"`
 }
 
 // servicesPrograms contains all programs after they have been loaded into the kernel.
@@ -242,6 +270,8 @@ type servicesVariables struct {
 type servicesPrograms struct {
 	EzSvcConnect4     *ebpf.Program `ebpf:"ez_svc_connect4"`
 	EzSvcConnect6     *ebpf.Program `ebpf:"ez_svc_connect6"`
+	EzSvcDestroyTcp   *ebpf.Program `ebpf:"ez_svc_destroy_tcp"`
+	EzSvcDestroyUdp   *ebpf.Program `ebpf:"ez_svc_destroy_udp"`
 	EzSvcGetpeername4 *ebpf.Program `ebpf:"ez_svc_getpeername4"`
 	EzSvcGetpeername6 *ebpf.Program `ebpf:"ez_svc_getpeername6"`
 	EzSvcRecvmsg4     *ebpf.Program `ebpf:"ez_svc_recvmsg4"`
@@ -254,6 +284,8 @@ func (p *servicesPrograms) Close() error {
 	return _ServicesClose(
 		p.EzSvcConnect4,
 		p.EzSvcConnect6,
+		p.EzSvcDestroyTcp,
+		p.EzSvcDestroyUdp,
 		p.EzSvcGetpeername4,
 		p.EzSvcGetpeername6,
 		p.EzSvcRecvmsg4,

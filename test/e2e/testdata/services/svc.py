@@ -183,7 +183,7 @@ def hold(thost, tport, uhost, uport):
     k = 0
     for _ in sys.stdin:
         k += 1
-        out = {"tcp_peer": addr(t.getpeername()), "tcp_backend": tname, "udp_peer": addr(u.getpeername())}
+        out = {"tcp_backend": tname}
         try:
             msg = ("round %d " % k).encode() * 100
             t.sendall(msg)
@@ -194,13 +194,22 @@ def hold(thost, tport, uhost, uport):
                     break
                 got += b
             out["tcp_exact"] = got == msg
+            out["tcp_peer"] = addr(t.getpeername())
+        except OSError as e:
+            out["tcp_error"] = errno.errorcode.get(e.errno, repr(e)) if e.errno else repr(e)
+        try:
             payload = os.urandom(100)
             u.send(payload)
             b, sa = u.recvfrom(65536)
             name, _, echoed = b.partition(b"|")
             out.update(udp_source=addr(sa), udp_backend=name.decode(), udp_exact=echoed == payload)
+            out["udp_peer"] = addr(u.getpeername())
         except OSError as e:
-            out["error"] = repr(e)
+            out["udp_error"] = errno.errorcode.get(e.errno, repr(e)) if e.errno else repr(e)
+            try:
+                u.recv(65536)
+            except OSError as e2:
+                out["udp_recv_error"] = errno.errorcode.get(e2.errno, repr(e2)) if e2.errno else repr(e2)
         print(json.dumps(out), flush=True)
 
 

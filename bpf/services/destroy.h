@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Sockets of a backend that left its frontend: the agent writes the
+ * (frontend, backend) pairs in ez_svc_gone and runs these iterators in each
+ * network namespace of the managed cgroups. A socket whose translation
+ * (ez_svc_socks) is such a pair is destroyed with bpf_sock_destroy: a
+ * connected UDP socket whenever its backend left the frontend (kube-proxy
+ * deletes the conntrack entries of such UDP flows), a TCP socket only when
+ * its backend is gone from the Service's endpoints altogether (a backend
+ * that is not ready or terminating keeps its connections, as with
+ * kube-proxy). TCP is aborted (the application sees ECONNABORTED, the
+ * backend an RST); UDP gets ECONNABORTED at its next receive. A socket that
+ * connected to the backend's address itself has no translation and is left
+ * alone; so is an unconnected UDP socket (its next send chooses again).
+ * Quirk: bpf_sock_destroy is allowed in iter/tcp and iter/udp only, which
+ * hold the socket's lock (net/core/filter.c); the iterators walk the network
+ * namespace of the process that creates the iterator.
+ */
+#ifndef EZ_SERVICES_DESTROY_H
+#define EZ_SERVICES_DESTROY_H
+
+extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, struct ez_svc_gone_key);
+	__type(value, __u32);
+} ez_svc_gone SEC(".maps");
+
+/* Referenced so that BTF, and so bpf2go, carries the enum Go names. */
+const enum ez_svc_gone_flag ez_svc_gone_flag_enum __attribute__((unused));
+
+/* Whether one of sk's translations went to a backend that left, for flag. */
+static __always_inline int translated_to_gone(struct sock *sk, __u32 flag)
+{
+	struct ez_svc_sock *s = bpf_sk_storage_get(&ez_svc_socks, sk, NULL, 0);
+
+	if (!s)
+		return 0;
+	for (int i = 0; i < EZ_SVC_SOCK_REVS; i++) {
+		struct ez_svc_rev *r = &s->rev[i];
+		struct ez_svc_gone_key k = {};
+
+		if (!r->id)
+			continue;
+		__builtin_memcpy(k.addr, r->backend, 16);
+		k.port = r->backend_port;
+		k.id = r->id;
+		__u32 *v = bpf_map_lookup_elem(&ez_svc_gone, &k);
+
+		if (v && (*v & flag))
+			return 1;
+	}
+	return 0;
+}
+
+SEC("iter/tcp")
+int ez_svc_destroy_tcp(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);	/* full sockets only: not request or timewait */
+	if (!tp || !translated_to_gone((struct sock *)tp, EZ_SVC_GONE_TCP))
+		return 0;
+	if (!bpf_sock_destroy(skc))
+		count(EZ_SVC_C_DESTROYED_TCP);
+	return 0;
+}
+
+SEC("iter/udp")
+int ez_svc_destroy_udp(struct bpf_iter__udp *ctx)
+{
+	struct udp_sock *up = ctx->udp_sk;
+	struct sock *sk = (struct sock *)up;
+
+	if (!sk || sk->__sk_common.skc_state != 1 /* TCP_ESTABLISHED: connected */)
+		return 0;
+	if (!translated_to_gone(sk, EZ_SVC_GONE_UDP))
+		return 0;
+	if (!bpf_sock_destroy(&sk->__sk_common))
+		count(EZ_SVC_C_DESTROYED_UDP);
+	return 0;
+}
+
+#endif

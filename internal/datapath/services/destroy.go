@@ -1,0 +1,99 @@
+package services
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+)
+
+// gone is a backend that left frontend id, with the sockets to destroy
+// (bpf/services/destroy.h).
+type gone struct {
+	id    uint32
+	b     Backend
+	flags servicesEzSvcGoneFlag
+}
+
+// SetNetNS sets how the LB finds the network namespaces whose sockets it
+// may have translated (nsfs paths; the agent lists those of the managed
+// cgroups' processes). Unset: the caller's namespace only.
+func (lb *LB) SetNetNS(list func() ([]string, error)) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.netns = list
+}
+
+// destroy destroys the sockets translated to the backends in gs (lb.mu
+// held): it writes the pairs in ez_svc_gone, runs the TCP and UDP
+// iterators in every namespace, then removes the pairs. Errors are logged:
+// the frontend is written already, and a socket left is what kube-proxy
+// would leave.
+func (lb *LB) destroy(gs []gone) {
+	if len(gs) == 0 {
+		return
+	}
+	var keys []servicesEzSvcGoneKey
+	for _, g := range gs {
+		k := servicesEzSvcGoneKey{Addr: as16(g.b.Addr()), Port: g.b.Port(), Id: g.id}
+		if err := lb.objs.EzSvcGone.Put(k, uint32(g.flags)); err != nil {
+			slog.Warn("services: sockets of a removed backend not destroyed", "backend", g.b.String(), "err", err)
+			continue
+		}
+		keys = append(keys, k)
+	}
+	defer func() {
+		for _, k := range keys {
+			lb.objs.EzSvcGone.Delete(k)
+		}
+	}()
+	nss := []string{""}
+	if lb.netns != nil {
+		var err error
+		if nss, err = lb.netns(); err != nil {
+			slog.Warn("services: sockets of a removed backend: list namespaces", "err", err)
+			return
+		}
+	}
+	for _, ns := range nss {
+		run := func() error { return lb.runDestroy() }
+		var err error
+		if ns == "" {
+			err = run()
+		} else {
+			err = bpfsys.InNetNSPath(ns, run)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			slog.Warn("services: sockets of a removed backend", "netns", ns, "err", err)
+		}
+	}
+}
+
+// runDestroy runs both iterators once in the caller's network namespace
+// (a socket iterator walks the namespace it is created in).
+func (lb *LB) runDestroy() error {
+	for _, p := range []*ebpf.Program{lb.objs.EzSvcDestroyTcp, lb.objs.EzSvcDestroyUdp} {
+		it, err := link.AttachIter(link.IterOptions{Program: p})
+		if err != nil {
+			return fmt.Errorf("attach iterator: %w", err)
+		}
+		r, err := it.Open()
+		if err != nil {
+			it.Close()
+			return fmt.Errorf("open iterator: %w", err)
+		}
+		_, err = io.Copy(io.Discard, r)
+		r.Close()
+		it.Close()
+		if err != nil {
+			return fmt.Errorf("run iterator: %w", err)
+		}
+	}
+	return nil
+}
