@@ -399,3 +399,5 @@ int ez_svc_getpeername4(struct bpf_sock_addr *ctx) { return do_reverse(ctx, 0, E
 
 SEC("cgroup/getpeername6")
 int ez_svc_getpeername6(struct bpf_sock_addr *ctx) { return do_reverse(ctx, 1, EZ_SVC_C_PEER_REVERSED); }
+
+#include "services/origdst.h"

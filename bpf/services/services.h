@@ -69,6 +69,27 @@ struct ez_svc_rev {
 	__u32 backend_id;
 };
 
+/* A translated TCP connection as a local proxy that intercepted it sees it
+ * (bpf/services/origdst.h): the client's address and port, and the backend
+ * the kernel's SO_ORIGINAL_DST answers (conntrack's original destination,
+ * which the connect-time translation already rewrote). Ports in host order. */
+struct ez_svc_orig_key {
+	__u64 netns;		/* bpf_get_netns_cookie */
+	__u8 client[16];
+	__u8 backend[16];
+	__u16 client_port;
+	__u16 backend_port;
+	__u32 pad;
+};
+
+/* What the application connected to. */
+struct ez_svc_orig {
+	__u8 vip[16];
+	__u16 vip_port;
+	__u16 pad;
+	__u32 pad2;
+};
+
 #define EZ_SVC_SOCK_REVS 4
 
 /* Per-socket translations (sk_storage: freed with the socket). A TCP or
@@ -78,6 +99,9 @@ struct ez_svc_sock {
 	struct ez_svc_rev rev[EZ_SVC_SOCK_REVS];
 	__u32 next;	/* the entry replaced next */
 	__u32 pad;
+	/* The ez_svc_origdst entry this TCP socket's connect recorded (netns 0:
+	 * none), deleted when it is closed. */
+	struct ez_svc_orig_key orig;
 };
 
 /* A backend leaving a frontend whose sockets are to be destroyed
@@ -110,6 +134,8 @@ enum ez_svc_counter {
 	EZ_SVC_C_AFFINITY_HIT,		/* sessionAffinity: the client's earlier backend reused */
 	EZ_SVC_C_DESTROYED_TCP,		/* TCP sockets destroyed: their backend left the frontend */
 	EZ_SVC_C_DESTROYED_UDP,		/* connected UDP sockets destroyed: likewise */
+	EZ_SVC_C_ORIG_DST,		/* SO_ORIGINAL_DST answers shown as the frontend */
+	EZ_SVC_C_ORIG_FULL,		/* translated TCP connects not recorded (ez_svc_origdst full) */
 	EZ_SVC_C_MAX,
 };
 

@@ -20,6 +20,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -72,7 +73,7 @@ func writeServices(t *testing.T, path, content string) {
 	}
 }
 
-// lbPrograms counts the programs attached to cgroup at the connect hooks.
+// lbPrograms counts the load balancer's programs attached to cgroup.
 func lbPrograms(t *testing.T, cgroup string) int {
 	t.Helper()
 	f, err := os.Open(cgroup)
@@ -83,15 +84,32 @@ func lbPrograms(t *testing.T, cgroup string) int {
 	n := 0
 	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupInet6Connect,
 		ebpf.AttachCGroupUDP4Sendmsg, ebpf.AttachCGroupUDP6Sendmsg, ebpf.AttachCGroupUDP4Recvmsg,
-		ebpf.AttachCGroupUDP6Recvmsg, ebpf.AttachCgroupInet4GetPeername, ebpf.AttachCgroupInet6GetPeername} {
+		ebpf.AttachCGroupUDP6Recvmsg, ebpf.AttachCgroupInet4GetPeername, ebpf.AttachCgroupInet6GetPeername,
+		ebpf.AttachCGroupGetsockopt, ebpf.AttachCgroupInetSockRelease, ebpf.AttachCGroupSockOps} {
 		res, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: at})
 		if err != nil {
 			t.Fatalf("query %s on %s: %v", at, cgroup, err)
 		}
-		n += len(res.Programs)
+		for _, p := range res.Programs {
+			prog, err := ebpf.NewProgramFromID(p.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := prog.Info()
+			prog.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(info.Name, "ez_svc_") { // the shortcut has sock_ops and sock_release too
+				n++
+			}
+		}
 	}
 	return n
 }
+
+// lbHooks is how many cgroup hooks the load balancer attaches.
+const lbHooks = 11
 
 // TestServices runs `eztunnel run --services --services-file` on the lab's
 // managed cgroup: a client pod reaches ClusterIP frontends whose backends
@@ -256,8 +274,8 @@ func TestServices(t *testing.T) {
 		}
 	}()
 	startAgent(t)
-	if n := lbPrograms(t, e.lab.Managed); n != 8 {
-		t.Fatalf("%d load-balancer programs on the managed cgroup, want 8", n)
+	if n := lbPrograms(t, e.lab.Managed); n != lbHooks {
+		t.Fatalf("%d load-balancer programs on the managed cgroup, want %d", n, lbHooks)
 	}
 	web := []string{"b1", "b2"}
 
@@ -494,6 +512,88 @@ func TestServices(t *testing.T) {
 		}
 	})
 
+	t.Run("proxy learns the ClusterIP", func(t *testing.T) {
+		// A REDIRECT target in the client's netns asks SO_ORIGINAL_DST
+		// (IPv4) and IP6T_SO_ORIGINAL_DST (IPv6): the answer is the
+		// ClusterIP the application connected to, not the backend the
+		// connect was translated to (conntrack's original destination).
+		o := e.pod("o", true)
+		for _, ipt := range []string{"iptables", "ip6tables"} {
+			nsExec(t, o.NetNS, ipt, "-w", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "8080", "-j", "REDIRECT", "--to-ports", "15001")
+		}
+		a := svcPy("origdst", "15001", "2")
+		cmd := o.Cmd(context.Background(), a[0], a[1:]...)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errb lockedBuffer
+		cmd.Stderr = &errb
+		if err := o.Start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Wait()
+		defer func() {
+			if t.Failed() {
+				t.Logf("origdst stderr: %s", errb.String())
+			}
+		}()
+		sc := bufio.NewScanner(stdout)
+		if !sc.Scan() || sc.Text() != "listening" {
+			t.Fatalf("origdst: %q %v %s", sc.Text(), sc.Err(), errb.String())
+		}
+		before := scrape(t, metricsAddr)
+		for _, vip := range []string{vip4, vip6} {
+			var r struct {
+				Peer, Backend string
+			}
+			svcRun(t, o, &r, "tcp", vip, "80", "0")
+			want := hostport(netip.MustParseAddr(vip), 80)
+			if r.Backend != "origdst" || r.Peer != want {
+				t.Errorf("%s: %+v, want the REDIRECT target and the ClusterIP as peer", vip, r)
+			}
+			if !sc.Scan() {
+				t.Fatalf("origdst ended: %v %s", sc.Err(), errb.String())
+			}
+			var got struct{ Orig string }
+			if err := json.Unmarshal(sc.Bytes(), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Orig != want {
+				t.Errorf("SO_ORIGINAL_DST of a connection to %s: %s, want %s", vip, got.Orig, want)
+			}
+		}
+		k := `eztunnel_services_reverse_translations_total{kind="original_dst"}`
+		if d := scrape(t, metricsAddr)[k] - before[k]; d != 2 {
+			t.Errorf("%s grew by %v, want 2", k, d)
+		}
+
+		// A real sidecar: HAProxy behind Istio's REDIRECT capture forwards
+		// to the original destination, so it connects to the ClusterIP
+		// itself (translated again, as the proxy's own connection).
+		sp := e.pod("sp", true)
+		if err := meshlab.InstallCapture(context.Background(), sp, meshlab.SidecarCapture()); err != nil {
+			t.Fatal(err)
+		}
+		e.startSidecar(sp)
+		before = scrape(t, metricsAddr)
+		for i := range 3 {
+			var r struct {
+				Peer, Backend string
+				Exact         bool
+			}
+			svcRun(t, sp, &r, "tcp", vip4, "80", fmt.Sprint(64<<10+i))
+			if !r.Exact || r.Peer != hostport(netip.MustParseAddr(vip4), 80) || !slices.Contains([]string{"b1", "b2", "b3"}, r.Backend) {
+				t.Errorf("through the sidecar: %+v", r)
+			}
+		}
+		after := scrape(t, metricsAddr)
+		tc := `eztunnel_services_translations_total{kind="tcp_connect"}`
+		if d, o := after[tc]-before[tc], after[k]-before[k]; d != 6 || o != 3 {
+			t.Errorf("3 connections through the sidecar: %v TCP translations (want 6: the application's and the proxy's), %v SO_ORIGINAL_DST answers (want 3)", d, o)
+		}
+	})
+
 	t.Run("restart keeps translated sockets", func(t *testing.T) {
 		// A TCP connection and a connected UDP socket translated by this
 		// agent keep their backend and keep seeing the ClusterIP (getpeername,
@@ -516,15 +616,15 @@ func TestServices(t *testing.T) {
 		}
 		check("before the restart")
 		stopAgent(t)
-		if n := lbPrograms(t, e.lab.Managed); n != 8 {
-			t.Errorf("%d load-balancer programs on the managed cgroup after the agent stopped, want the 8 pinned", n)
+		if n := lbPrograms(t, e.lab.Managed); n != lbHooks {
+			t.Errorf("%d load-balancer programs on the managed cgroup after the agent stopped, want the %d pinned", n, lbHooks)
 		}
 		check("agent stopped")
 		// A Service deleted while no agent runs: the next one deletes it.
 		writeServices(t, svcFile, strings.Replace(file(bs[1], bs[2]), "- {name: sticky", "# - {name: sticky", 1))
 		startAgent(t)
-		if n := lbPrograms(t, e.lab.Managed); n != 8 {
-			t.Errorf("%d load-balancer programs on the managed cgroup after the restart, want 8 (updated in place)", n)
+		if n := lbPrograms(t, e.lab.Managed); n != lbHooks {
+			t.Errorf("%d load-balancer programs on the managed cgroup after the restart, want %d (updated in place)", n, lbHooks)
 		}
 		check("after the restart")
 		if !strings.Contains(logs.String(), "adopting the frontends an earlier agent pinned") || !strings.Contains(logs.String(), "deleted frontends no Service has any more") {

@@ -182,6 +182,11 @@ func (lb *LB) hooks() []struct {
 		{o.EzSvcGetpeername6, ebpf.AttachCgroupInet6GetPeername},
 		{o.EzSvcRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
 		{o.EzSvcRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+		// SO_ORIGINAL_DST for a sidecar: answered, recorded at the SYN,
+		// forgotten at close (bpf/services/origdst.h).
+		{o.EzSvcGetsockopt, ebpf.AttachCGroupGetsockopt},
+		{o.EzSvcOrigRelease, ebpf.AttachCgroupInetSockRelease},
+		{o.EzSvcOrigConnect, ebpf.AttachCGroupSockOps},
 		{o.EzSvcConnect4, ebpf.AttachCGroupInet4Connect},
 		{o.EzSvcConnect6, ebpf.AttachCGroupInet6Connect},
 		{o.EzSvcSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
@@ -536,6 +541,8 @@ var counterNames = map[servicesEzSvcCounter]string{
 	servicesEzSvcCounterEZ_SVC_C_AFFINITY_HIT:  "affinity_hit",
 	servicesEzSvcCounterEZ_SVC_C_DESTROYED_TCP: "destroyed_tcp",
 	servicesEzSvcCounterEZ_SVC_C_DESTROYED_UDP: "destroyed_udp",
+	servicesEzSvcCounterEZ_SVC_C_ORIG_DST:      "orig_dst",
+	servicesEzSvcCounterEZ_SVC_C_ORIG_FULL:     "orig_full",
 }
 
 func counterName(c servicesEzSvcCounter) string {

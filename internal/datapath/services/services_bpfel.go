@@ -56,7 +56,9 @@ const (
 	servicesEzSvcCounterEZ_SVC_C_AFFINITY_HIT  servicesEzSvcCounter = 9
 	servicesEzSvcCounterEZ_SVC_C_DESTROYED_TCP servicesEzSvcCounter = 10
 	servicesEzSvcCounterEZ_SVC_C_DESTROYED_UDP servicesEzSvcCounter = 11
-	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 12
+	servicesEzSvcCounterEZ_SVC_C_ORIG_DST      servicesEzSvcCounter = 12
+	servicesEzSvcCounterEZ_SVC_C_ORIG_FULL     servicesEzSvcCounter = 13
+	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 14
 )
 
 type servicesEzSvcGoneFlag uint32
@@ -88,6 +90,24 @@ type servicesEzSvcMemberKey struct {
 	Backend uint32
 }
 
+type servicesEzSvcOrig struct {
+	_       structs.HostLayout
+	Vip     [16]uint8
+	VipPort uint16
+	Pad     uint16
+	Pad2    uint32
+}
+
+type servicesEzSvcOrigKey struct {
+	_           structs.HostLayout
+	Netns       uint64
+	Client      [16]uint8
+	Backend     [16]uint8
+	ClientPort  uint16
+	BackendPort uint16
+	Pad         uint32
+}
+
 type servicesEzSvcRev struct {
 	_           structs.HostLayout
 	Vip         [16]uint8
@@ -109,6 +129,7 @@ type servicesEzSvcSock struct {
 	Rev  [4]servicesEzSvcRev
 	Next uint32
 	Pad  uint32
+	Orig servicesEzSvcOrigKey
 }
 
 // Names of all BPF objects in the ELF.
@@ -121,6 +142,7 @@ const (
 	servicesMapEzSvcFrontends     = "ez_svc_frontends"
 	servicesMapEzSvcGone          = "ez_svc_gone"
 	servicesMapEzSvcMembers       = "ez_svc_members"
+	servicesMapEzSvcOrigdst       = "ez_svc_origdst"
 	servicesMapEzSvcSlots         = "ez_svc_slots"
 	servicesMapEzSvcSocks         = "ez_svc_socks"
 	servicesProgEzSvcConnect4     = "ez_svc_connect4"
@@ -129,6 +151,9 @@ const (
 	servicesProgEzSvcDestroyUdp   = "ez_svc_destroy_udp"
 	servicesProgEzSvcGetpeername4 = "ez_svc_getpeername4"
 	servicesProgEzSvcGetpeername6 = "ez_svc_getpeername6"
+	servicesProgEzSvcGetsockopt   = "ez_svc_getsockopt"
+	servicesProgEzSvcOrigConnect  = "ez_svc_orig_connect"
+	servicesProgEzSvcOrigRelease  = "ez_svc_orig_release"
 	servicesProgEzSvcRecvmsg4     = "ez_svc_recvmsg4"
 	servicesProgEzSvcRecvmsg6     = "ez_svc_recvmsg6"
 	servicesProgEzSvcSendmsg4     = "ez_svc_sendmsg4"
@@ -185,6 +210,9 @@ type servicesProgramSpecs struct {
 	EzSvcDestroyUdp   *ebpf.ProgramSpec `ebpf:"ez_svc_destroy_udp"`
 	EzSvcGetpeername4 *ebpf.ProgramSpec `ebpf:"ez_svc_getpeername4"`
 	EzSvcGetpeername6 *ebpf.ProgramSpec `ebpf:"ez_svc_getpeername6"`
+	EzSvcGetsockopt   *ebpf.ProgramSpec `ebpf:"ez_svc_getsockopt"`
+	EzSvcOrigConnect  *ebpf.ProgramSpec `ebpf:"ez_svc_orig_connect"`
+	EzSvcOrigRelease  *ebpf.ProgramSpec `ebpf:"ez_svc_orig_release"`
 	EzSvcRecvmsg4     *ebpf.ProgramSpec `ebpf:"ez_svc_recvmsg4"`
 	EzSvcRecvmsg6     *ebpf.ProgramSpec `ebpf:"ez_svc_recvmsg6"`
 	EzSvcSendmsg4     *ebpf.ProgramSpec `ebpf:"ez_svc_sendmsg4"`
@@ -201,6 +229,7 @@ type servicesMapSpecs struct {
 	EzSvcFrontends  *ebpf.MapSpec `ebpf:"ez_svc_frontends"`
 	EzSvcGone       *ebpf.MapSpec `ebpf:"ez_svc_gone"`
 	EzSvcMembers    *ebpf.MapSpec `ebpf:"ez_svc_members"`
+	EzSvcOrigdst    *ebpf.MapSpec `ebpf:"ez_svc_origdst"`
 	EzSvcSlots      *ebpf.MapSpec `ebpf:"ez_svc_slots"`
 	EzSvcSocks      *ebpf.MapSpec `ebpf:"ez_svc_socks"`
 }
@@ -239,6 +268,7 @@ type servicesMaps struct {
 	EzSvcFrontends  *ebpf.Map `ebpf:"ez_svc_frontends"`
 	EzSvcGone       *ebpf.Map `ebpf:"ez_svc_gone"`
 	EzSvcMembers    *ebpf.Map `ebpf:"ez_svc_members"`
+	EzSvcOrigdst    *ebpf.Map `ebpf:"ez_svc_origdst"`
 	EzSvcSlots      *ebpf.Map `ebpf:"ez_svc_slots"`
 	EzSvcSocks      *ebpf.Map `ebpf:"ez_svc_socks"`
 }
@@ -251,6 +281,7 @@ func (m *servicesMaps) Close() error {
 		m.EzSvcFrontends,
 		m.EzSvcGone,
 		m.EzSvcMembers,
+		m.EzSvcOrigdst,
 		m.EzSvcSlots,
 		m.EzSvcSocks,
 	)
@@ -274,6 +305,9 @@ type servicesPrograms struct {
 	EzSvcDestroyUdp   *ebpf.Program `ebpf:"ez_svc_destroy_udp"`
 	EzSvcGetpeername4 *ebpf.Program `ebpf:"ez_svc_getpeername4"`
 	EzSvcGetpeername6 *ebpf.Program `ebpf:"ez_svc_getpeername6"`
+	EzSvcGetsockopt   *ebpf.Program `ebpf:"ez_svc_getsockopt"`
+	EzSvcOrigConnect  *ebpf.Program `ebpf:"ez_svc_orig_connect"`
+	EzSvcOrigRelease  *ebpf.Program `ebpf:"ez_svc_orig_release"`
 	EzSvcRecvmsg4     *ebpf.Program `ebpf:"ez_svc_recvmsg4"`
 	EzSvcRecvmsg6     *ebpf.Program `ebpf:"ez_svc_recvmsg6"`
 	EzSvcSendmsg4     *ebpf.Program `ebpf:"ez_svc_sendmsg4"`
@@ -288,6 +322,9 @@ func (p *servicesPrograms) Close() error {
 		p.EzSvcDestroyUdp,
 		p.EzSvcGetpeername4,
 		p.EzSvcGetpeername6,
+		p.EzSvcGetsockopt,
+		p.EzSvcOrigConnect,
+		p.EzSvcOrigRelease,
 		p.EzSvcRecvmsg4,
 		p.EzSvcRecvmsg6,
 		p.EzSvcSendmsg4,

@@ -10,6 +10,9 @@ udpsticky HOST PORT   unconnected UDP, one socket: 5 datagrams, a result line, t
                       after a line on stdin 5 more and a second result line.
 loop HOST PORT        TCP connections one after another until stdin closes: a line
                       per connection, the backend name or "err:<reason>".
+origdst PORT N        a REDIRECT target: listens on PORT (IPv4 and IPv6), prints
+                      "listening", then for N connections the SO_ORIGINAL_DST answer
+                      (each connection gets the line "origdst" and is closed).
 hold TCPHOST TCPPORT UDPHOST UDPPORT
                       one TCP connection and one connected UDP socket, held: for each
                       line on stdin a result line (peers, reply source, backends,
@@ -213,6 +216,35 @@ def hold(thost, tport, uhost, uport):
         print(json.dumps(out), flush=True)
 
 
+def origdst(port, n):
+    import select
+    import struct
+    s4 = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s4.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s4.bind(("0.0.0.0", port))
+    s4.listen(16)
+    s6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s6.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    s6.bind(("::", port))
+    s6.listen(16)
+    print("listening", flush=True)
+    for _ in range(n):
+        r, _, _ = select.select([s4, s6], [], [], 30)
+        if not r:
+            sys.exit("no connection in 30 s")
+        c, _ = r[0].accept()
+        with c:
+            if r[0] is s4:
+                b = c.getsockopt(socket.SOL_IP, 80, 16)  # SO_ORIGINAL_DST: sockaddr_in
+                p, a = struct.unpack("!H", b[2:4])[0], socket.inet_ntop(socket.AF_INET, b[4:8])
+            else:
+                b = c.getsockopt(socket.IPPROTO_IPV6, 80, 28)  # IP6T_SO_ORIGINAL_DST: sockaddr_in6
+                p, a = struct.unpack("!H", b[2:4])[0], socket.inet_ntop(socket.AF_INET6, b[8:24])
+            print(json.dumps({"orig": addr((a, p))}), flush=True)
+            c.sendall(b"origdst\n")
+
+
 def main():
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "server":
@@ -229,6 +261,8 @@ def main():
         udpsticky(args[0], int(args[1]))
     elif mode == "loop":
         loop(args[0], int(args[1]))
+    elif mode == "origdst":
+        origdst(int(args[0]), int(args[1]))
     elif mode == "hold":
         hold(args[0], int(args[1]), args[2], int(args[3]))
     else:
