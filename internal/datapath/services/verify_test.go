@@ -8,7 +8,8 @@ import (
 )
 
 // TestServicesVerifies loads the programs: the verifier must accept them
-// (sk_storage and bpf_set_retval in sock_addr programs). Nothing is attached.
+// (sk_storage and bpf_set_retval in sock_addr programs, bpf_sock_destroy in
+// the socket iterators). Nothing is attached.
 func TestServicesVerifies(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("loading eBPF programs needs root: run go test as root")
@@ -18,9 +19,23 @@ func TestServicesVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lb.Close()
+	want := map[ebpf.AttachType]ebpf.ProgramType{
+		ebpf.AttachCGroupGetsockopt:      ebpf.CGroupSockopt,
+		ebpf.AttachCgroupInetSockRelease: ebpf.CGroupSock,
+		ebpf.AttachCGroupSockOps:         ebpf.SockOps,
+	}
 	for _, h := range lb.hooks() {
-		if h.prog.Type() != ebpf.CGroupSockAddr {
-			t.Errorf("program type %s, want %s", h.prog.Type(), ebpf.CGroupSockAddr)
+		w, ok := want[h.at]
+		if !ok {
+			w = ebpf.CGroupSockAddr
+		}
+		if h.prog.Type() != w {
+			t.Errorf("%s: program type %s, want %s", h.at, h.prog.Type(), w)
+		}
+	}
+	for _, p := range []*ebpf.Program{lb.objs.EzSvcDestroyTcp, lb.objs.EzSvcDestroyUdp} {
+		if p.Type() != ebpf.Tracing {
+			t.Errorf("socket iterator: program type %s, want %s", p.Type(), ebpf.Tracing)
 		}
 	}
 	if got := lb.objs.EzSvcFrontends.MaxEntries(); got != 64 {
