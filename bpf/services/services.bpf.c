@@ -401,3 +401,4 @@ SEC("cgroup/getpeername6")
 int ez_svc_getpeername6(struct bpf_sock_addr *ctx) { return do_reverse(ctx, 1, EZ_SVC_C_PEER_REVERSED); }
 
 #include "services/origdst.h"
+#include "services/nodeport.h"

@@ -114,6 +114,24 @@ struct ez_svc_gone_key {
 	__u32 id;	/* ez_svc.id */
 };
 
+/* NodePort: a port of the node's addresses (ez_svc_node_addrs) with its
+ * backends in slots 0..count-1 of ez_svc_slots under its id, as a
+ * frontend's. family 4 or 6. */
+struct ez_svc_np_key {
+	__u16 port;
+	__u8 proto;
+	__u8 family;
+};
+
+enum ez_svc_np_flag {
+	EZ_SVC_NP_LOCAL = 1,	/* externalTrafficPolicy Local: local backends only, client source kept */
+};
+
+struct ez_svc_np {
+	struct ez_svc svc;	/* id, count (affinity unused) */
+	__u32 flags;		/* enum ez_svc_np_flag */
+};
+
 /* ez_svc_gone values (flags): which sockets of the pair are destroyed. */
 enum ez_svc_gone_flag {
 	EZ_SVC_GONE_TCP = 1,	/* the backend is gone from the endpoints (not merely not ready) */
@@ -136,6 +154,10 @@ enum ez_svc_counter {
 	EZ_SVC_C_DESTROYED_UDP,		/* connected UDP sockets destroyed: likewise */
 	EZ_SVC_C_ORIG_DST,		/* SO_ORIGINAL_DST answers shown as the frontend */
 	EZ_SVC_C_ORIG_FULL,		/* translated TCP connects not recorded (ez_svc_origdst full) */
+	EZ_SVC_C_NP_NEW,		/* NodePort flows set up (conntrack entry with the NAT inserted) */
+	EZ_SVC_C_NP_NO_BACKEND,		/* NodePort flows left to the kernel path: no (local) backend */
+	EZ_SVC_C_NP_NOT_NEW,		/* NodePort packets of no known flow that cannot start one (left to the kernel) */
+	EZ_SVC_C_NP_CT_FAILED,		/* NodePort flows left to the kernel path: conntrack entry not made */
 	EZ_SVC_C_MAX,
 };
 

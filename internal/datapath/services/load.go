@@ -35,14 +35,22 @@ func (p Proto) String() string {
 	return fmt.Sprintf("proto(%d)", uint8(p))
 }
 
-// Frontend is what a socket connects or sends to: a ClusterIP, port and protocol.
+// Frontend is what a socket connects or sends to: a ClusterIP, port and
+// protocol. A NodePort frontend is a port of the node's addresses (those
+// given to SetNodeAddrs, reached through the devices given to
+// AttachNodePort); its Addr is the unspecified address of its family
+// (0.0.0.0 or ::).
 type Frontend struct {
-	Addr  netip.Addr
-	Port  uint16
-	Proto Proto
+	Addr     netip.Addr
+	Port     uint16
+	Proto    Proto
+	NodePort bool
 }
 
 func (f Frontend) String() string {
+	if f.NodePort {
+		return fmt.Sprintf("NodePort %s/%s", netip.AddrPortFrom(f.Addr, f.Port), f.Proto)
+	}
 	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(f.Addr, f.Port), f.Proto)
 }
 
@@ -60,6 +68,10 @@ type Target struct {
 	// while a not-ready or terminating one keeps its connections, as with
 	// kube-proxy.
 	Listed []Backend
+	// KeepSource (NodePort frontends): externalTrafficPolicy Local, the
+	// client's address reaches the backend (Backends are the node's own);
+	// false: the flow is masqueraded to the node address the client used.
+	KeepSource bool
 	// Affinity is sessionAffinity ClientIP's timeout: a client (network
 	// namespace) keeps its backend while it comes back within it (whole
 	// seconds, rounded up); 0: a random backend per socket.
@@ -93,6 +105,8 @@ type LB struct {
 	links  map[string][]link.Link // by cgroup path
 	cgIDs  map[string]uint64      // by cgroup path (pinned only)
 	netns  func() ([]string, error)
+	// This process's NodePort tcx links, by ifindex.
+	npLinks map[int]link.Link
 
 	frontends map[Frontend]*frontendState
 	backends  map[Backend]*backendState
@@ -280,6 +294,10 @@ func (lb *LB) Close() error {
 	}
 	lb.closed = true
 	var errs []error
+	for _, l := range lb.npLinks {
+		errs = append(errs, l.Close()) // pinned: stays attached
+	}
+	lb.npLinks = nil
 	// Forward translation first (reverse hooks were attached first).
 	for _, ls := range lb.links {
 		for i := len(ls) - 1; i >= 0; i-- {
@@ -309,7 +327,28 @@ func (lb *LB) BackendRefs() int {
 	return n
 }
 
+// nodePortKey is the ez_svc_nodeports key of a NodePort frontend.
+func nodePortKey(f Frontend) (servicesEzSvcNpKey, error) {
+	if !f.Addr.IsValid() || !f.Addr.IsUnspecified() {
+		return servicesEzSvcNpKey{}, fmt.Errorf("services: %s: a NodePort's address is 0.0.0.0 or :: (its family)", f)
+	}
+	if f.Proto != TCP && f.Proto != UDP {
+		return servicesEzSvcNpKey{}, fmt.Errorf("services: %s: protocol must be TCP or UDP", f)
+	}
+	if f.Port == 0 {
+		return servicesEzSvcNpKey{}, fmt.Errorf("services: %s: port 0", f)
+	}
+	fam := uint8(4)
+	if f.Addr.Is6() {
+		fam = 6
+	}
+	return servicesEzSvcNpKey{Port: f.Port, Proto: uint8(f.Proto), Family: fam}, nil
+}
+
 func frontendKey(f Frontend) (servicesEzSvcKey, error) {
+	if f.NodePort {
+		return servicesEzSvcKey{}, fmt.Errorf("services: %s: not a ClusterIP frontend", f)
+	}
 	if !f.Addr.IsValid() || f.Addr.Zone() != "" || f.Addr.IsUnspecified() {
 		return servicesEzSvcKey{}, fmt.Errorf("services: frontend %s: want an IPv4 or IPv6 address without zone", f)
 	}
@@ -334,7 +373,14 @@ func as16(a netip.Addr) [16]byte {
 // backends it keeps keep their slots.
 func (lb *LB) SetFrontend(f Frontend, target Target) error {
 	f.Addr = f.Addr.Unmap()
-	key, err := frontendKey(f)
+	var key servicesEzSvcKey
+	var npKey servicesEzSvcNpKey
+	var err error
+	if f.NodePort {
+		npKey, err = nodePortKey(f)
+	} else {
+		key, err = frontendKey(f)
+	}
 	if err != nil {
 		return err
 	}
@@ -408,7 +454,16 @@ func (lb *LB) SetFrontend(f Frontend, target Target) error {
 			return fmt.Errorf("services: frontend %s: slot %d: %w", f, i, err)
 		}
 	}
-	if err := lb.objs.EzSvcFrontends.Put(key, servicesEzSvc{Id: st.id, Count: uint32(len(slots)), Affinity: affinity}); err != nil {
+	if f.NodePort {
+		v := servicesEzSvcNp{Svc: servicesEzSvc{Id: st.id, Count: uint32(len(slots))}}
+		if target.KeepSource {
+			v.Flags = uint32(servicesEzSvcNpFlagEZ_SVC_NP_LOCAL)
+		}
+		err = lb.objs.EzSvcNodeports.Put(npKey, v)
+	} else {
+		err = lb.objs.EzSvcFrontends.Put(key, servicesEzSvc{Id: st.id, Count: uint32(len(slots)), Affinity: affinity})
+	}
+	if err != nil {
 		return fmt.Errorf("services: frontend %s: %w", f, err)
 	}
 	lb.frontends[f] = st
@@ -427,7 +482,9 @@ func (lb *LB) SetFrontend(f Frontend, target Target) error {
 		}
 		gs = append(gs, g)
 	}
-	lb.destroy(gs)
+	if !f.NodePort { // no socket is translated to a NodePort's backends
+		lb.destroy(gs)
+	}
 	return nil
 }
 
@@ -435,9 +492,19 @@ func (lb *LB) SetFrontend(f Frontend, target Target) error {
 // translated. Deleting an unknown frontend is not an error.
 func (lb *LB) DeleteFrontend(f Frontend) error {
 	f.Addr = f.Addr.Unmap()
-	key, err := frontendKey(f)
-	if err != nil {
-		return err
+	var del func() error
+	if f.NodePort {
+		k, err := nodePortKey(f)
+		if err != nil {
+			return err
+		}
+		del = func() error { return lb.objs.EzSvcNodeports.Delete(k) }
+	} else {
+		k, err := frontendKey(f)
+		if err != nil {
+			return err
+		}
+		del = func() error { return lb.objs.EzSvcFrontends.Delete(k) }
 	}
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
@@ -448,7 +515,7 @@ func (lb *LB) DeleteFrontend(f Frontend) error {
 	if !ok {
 		return nil
 	}
-	if err := lb.objs.EzSvcFrontends.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := del(); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("services: delete frontend %s: %w", f, err)
 	}
 	delete(lb.frontends, f)
@@ -459,7 +526,7 @@ func (lb *LB) DeleteFrontend(f Frontend) error {
 	for i, id := range st.slots {
 		lb.objs.EzSvcSlots.Delete(servicesEzSvcSlotKey{Id: st.id, Slot: uint32(i)})
 		lb.objs.EzSvcMembers.Delete(servicesEzSvcMemberKey{Id: st.id, Backend: id})
-		if f.Proto == UDP {
+		if f.Proto == UDP && !f.NodePort {
 			gs = append(gs, gone{id: st.id, b: lb.byID[id], flags: servicesEzSvcGoneFlagEZ_SVC_GONE_UDP})
 		}
 		lb.unrefBackend(lb.byID[id])
@@ -543,6 +610,10 @@ var counterNames = map[servicesEzSvcCounter]string{
 	servicesEzSvcCounterEZ_SVC_C_DESTROYED_UDP: "destroyed_udp",
 	servicesEzSvcCounterEZ_SVC_C_ORIG_DST:      "orig_dst",
 	servicesEzSvcCounterEZ_SVC_C_ORIG_FULL:     "orig_full",
+	servicesEzSvcCounterEZ_SVC_C_NP_NEW:        "nodeport_new",
+	servicesEzSvcCounterEZ_SVC_C_NP_NO_BACKEND: "nodeport_no_backend",
+	servicesEzSvcCounterEZ_SVC_C_NP_NOT_NEW:    "nodeport_not_new",
+	servicesEzSvcCounterEZ_SVC_C_NP_CT_FAILED:  "nodeport_ct_failed",
 }
 
 func counterName(c servicesEzSvcCounter) string {

@@ -73,8 +73,8 @@ func TestSetFrontendIncremental(t *testing.T) {
 	}
 	defer lb.Close()
 	be := func(s string) Backend { return netip.MustParseAddrPort(s) }
-	f := Frontend{netip.MustParseAddr("10.96.1.1"), 80, TCP}
-	g := Frontend{netip.MustParseAddr("fd00::1"), 53, UDP}
+	f := Frontend{Addr: netip.MustParseAddr("10.96.1.1"), Port: 80, Proto: TCP}
+	g := Frontend{Addr: netip.MustParseAddr("fd00::1"), Port: 53, Proto: UDP}
 	a, b, c := be("10.0.0.1:8080"), be("10.0.0.2:8080"), be("10.0.0.3:8080")
 	if err := lb.SetFrontend(f, Target{Backends: []Backend{a, b, c, a}}); err != nil {
 		t.Fatal(err)
@@ -100,10 +100,10 @@ func TestSetFrontendIncremental(t *testing.T) {
 	if err := lb.SetFrontend(g, Target{Backends: []Backend{a}}); err == nil {
 		t.Error("IPv4 backend for an IPv6 frontend accepted")
 	}
-	if err := lb.SetFrontend(Frontend{netip.MustParseAddr("10.96.1.2"), 80, 1}, Target{Backends: nil}); err == nil {
+	if err := lb.SetFrontend(Frontend{Addr: netip.MustParseAddr("10.96.1.2"), Port: 80, Proto: 1}, Target{Backends: nil}); err == nil {
 		t.Error("protocol 1 accepted")
 	}
-	h := Frontend{netip.MustParseAddr("10.96.1.2"), 80, TCP}
+	h := Frontend{Addr: netip.MustParseAddr("10.96.1.2"), Port: 80, Proto: TCP}
 	if err := lb.SetFrontend(h, Target{Backends: []Backend{a}, Affinity: 1500 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}

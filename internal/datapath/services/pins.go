@@ -121,6 +121,9 @@ func Unpin(pinDir string) (cgroups int, err error) {
 		cgroups++
 	}
 	os.Remove(base)
+	if err := unpinNodePorts(pinDir); err != nil {
+		return cgroups, err
+	}
 	if err := os.RemoveAll(mapDir(pinDir)); err != nil {
 		return cgroups, fmt.Errorf("services: remove %s: %w", mapDir(pinDir), err)
 	}
@@ -147,6 +150,19 @@ func (lb *LB) restore() error {
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("services: read pinned frontends: %w", err)
+	}
+	var nk servicesEzSvcNpKey
+	var nv servicesEzSvcNp
+	nit := lb.objs.EzSvcNodeports.Iterate()
+	for nit.Next(&nk, &nv) {
+		a := netip.IPv4Unspecified()
+		if nk.Family == 6 {
+			a = netip.IPv6Unspecified()
+		}
+		fes = append(fes, fe{Frontend{Addr: a, Port: nk.Port, Proto: Proto(nk.Proto), NodePort: true}, nv.Svc})
+	}
+	if err := nit.Err(); err != nil {
+		return fmt.Errorf("services: read pinned NodePorts: %w", err)
 	}
 	var beID uint32
 	var be servicesEzSvcBackend

@@ -58,7 +58,11 @@ const (
 	servicesEzSvcCounterEZ_SVC_C_DESTROYED_UDP servicesEzSvcCounter = 11
 	servicesEzSvcCounterEZ_SVC_C_ORIG_DST      servicesEzSvcCounter = 12
 	servicesEzSvcCounterEZ_SVC_C_ORIG_FULL     servicesEzSvcCounter = 13
-	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 14
+	servicesEzSvcCounterEZ_SVC_C_NP_NEW        servicesEzSvcCounter = 14
+	servicesEzSvcCounterEZ_SVC_C_NP_NO_BACKEND servicesEzSvcCounter = 15
+	servicesEzSvcCounterEZ_SVC_C_NP_NOT_NEW    servicesEzSvcCounter = 16
+	servicesEzSvcCounterEZ_SVC_C_NP_CT_FAILED  servicesEzSvcCounter = 17
+	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 18
 )
 
 type servicesEzSvcGoneFlag uint32
@@ -88,6 +92,25 @@ type servicesEzSvcMemberKey struct {
 	_       structs.HostLayout
 	Id      uint32
 	Backend uint32
+}
+
+type servicesEzSvcNp struct {
+	_     structs.HostLayout
+	Svc   servicesEzSvc
+	Flags uint32
+}
+
+type servicesEzSvcNpFlag uint32
+
+const (
+	servicesEzSvcNpFlagEZ_SVC_NP_LOCAL servicesEzSvcNpFlag = 1
+)
+
+type servicesEzSvcNpKey struct {
+	_      structs.HostLayout
+	Port   uint16
+	Proto  uint8
+	Family uint8
 }
 
 type servicesEzSvcOrig struct {
@@ -142,6 +165,8 @@ const (
 	servicesMapEzSvcFrontends     = "ez_svc_frontends"
 	servicesMapEzSvcGone          = "ez_svc_gone"
 	servicesMapEzSvcMembers       = "ez_svc_members"
+	servicesMapEzSvcNodeAddrs     = "ez_svc_node_addrs"
+	servicesMapEzSvcNodeports     = "ez_svc_nodeports"
 	servicesMapEzSvcOrigdst       = "ez_svc_origdst"
 	servicesMapEzSvcSlots         = "ez_svc_slots"
 	servicesMapEzSvcSocks         = "ez_svc_socks"
@@ -152,6 +177,7 @@ const (
 	servicesProgEzSvcGetpeername4 = "ez_svc_getpeername4"
 	servicesProgEzSvcGetpeername6 = "ez_svc_getpeername6"
 	servicesProgEzSvcGetsockopt   = "ez_svc_getsockopt"
+	servicesProgEzSvcNodeport     = "ez_svc_nodeport"
 	servicesProgEzSvcOrigConnect  = "ez_svc_orig_connect"
 	servicesProgEzSvcOrigRelease  = "ez_svc_orig_release"
 	servicesProgEzSvcRecvmsg4     = "ez_svc_recvmsg4"
@@ -160,6 +186,7 @@ const (
 	servicesProgEzSvcSendmsg6     = "ez_svc_sendmsg6"
 	servicesVarEzSvcCounterEnum   = "ez_svc_counter_enum"
 	servicesVarEzSvcGoneFlagEnum  = "ez_svc_gone_flag_enum"
+	servicesVarEzSvcNpFlagEnum    = "ez_svc_np_flag_enum"
 )
 
 // loadServices returns the embedded CollectionSpec for services.
@@ -211,6 +238,7 @@ type servicesProgramSpecs struct {
 	EzSvcGetpeername4 *ebpf.ProgramSpec `ebpf:"ez_svc_getpeername4"`
 	EzSvcGetpeername6 *ebpf.ProgramSpec `ebpf:"ez_svc_getpeername6"`
 	EzSvcGetsockopt   *ebpf.ProgramSpec `ebpf:"ez_svc_getsockopt"`
+	EzSvcNodeport     *ebpf.ProgramSpec `ebpf:"ez_svc_nodeport"`
 	EzSvcOrigConnect  *ebpf.ProgramSpec `ebpf:"ez_svc_orig_connect"`
 	EzSvcOrigRelease  *ebpf.ProgramSpec `ebpf:"ez_svc_orig_release"`
 	EzSvcRecvmsg4     *ebpf.ProgramSpec `ebpf:"ez_svc_recvmsg4"`
@@ -229,6 +257,8 @@ type servicesMapSpecs struct {
 	EzSvcFrontends  *ebpf.MapSpec `ebpf:"ez_svc_frontends"`
 	EzSvcGone       *ebpf.MapSpec `ebpf:"ez_svc_gone"`
 	EzSvcMembers    *ebpf.MapSpec `ebpf:"ez_svc_members"`
+	EzSvcNodeAddrs  *ebpf.MapSpec `ebpf:"ez_svc_node_addrs"`
+	EzSvcNodeports  *ebpf.MapSpec `ebpf:"ez_svc_nodeports"`
 	EzSvcOrigdst    *ebpf.MapSpec `ebpf:"ez_svc_origdst"`
 	EzSvcSlots      *ebpf.MapSpec `ebpf:"ez_svc_slots"`
 	EzSvcSocks      *ebpf.MapSpec `ebpf:"ez_svc_socks"`
@@ -240,6 +270,7 @@ type servicesMapSpecs struct {
 type servicesVariableSpecs struct {
 	EzSvcCounterEnum  *ebpf.VariableSpec `ebpf:"ez_svc_counter_enum"`
 	EzSvcGoneFlagEnum *ebpf.VariableSpec `ebpf:"ez_svc_gone_flag_enum"`
+	EzSvcNpFlagEnum   *ebpf.VariableSpec `ebpf:"ez_svc_np_flag_enum"`
 }
 
 // servicesObjects contains all objects after they have been loaded into the kernel.
@@ -268,6 +299,8 @@ type servicesMaps struct {
 	EzSvcFrontends  *ebpf.Map `ebpf:"ez_svc_frontends"`
 	EzSvcGone       *ebpf.Map `ebpf:"ez_svc_gone"`
 	EzSvcMembers    *ebpf.Map `ebpf:"ez_svc_members"`
+	EzSvcNodeAddrs  *ebpf.Map `ebpf:"ez_svc_node_addrs"`
+	EzSvcNodeports  *ebpf.Map `ebpf:"ez_svc_nodeports"`
 	EzSvcOrigdst    *ebpf.Map `ebpf:"ez_svc_origdst"`
 	EzSvcSlots      *ebpf.Map `ebpf:"ez_svc_slots"`
 	EzSvcSocks      *ebpf.Map `ebpf:"ez_svc_socks"`
@@ -281,6 +314,8 @@ func (m *servicesMaps) Close() error {
 		m.EzSvcFrontends,
 		m.EzSvcGone,
 		m.EzSvcMembers,
+		m.EzSvcNodeAddrs,
+		m.EzSvcNodeports,
 		m.EzSvcOrigdst,
 		m.EzSvcSlots,
 		m.EzSvcSocks,
@@ -293,6 +328,7 @@ func (m *servicesMaps) Close() error {
 type servicesVariables struct {
 	EzSvcCounterEnum  *ebpf.Variable `ebpf:"ez_svc_counter_enum"`
 	EzSvcGoneFlagEnum *ebpf.Variable `ebpf:"ez_svc_gone_flag_enum"`
+	EzSvcNpFlagEnum   *ebpf.Variable `ebpf:"ez_svc_np_flag_enum"`
 }
 
 // servicesPrograms contains all programs after they have been loaded into the kernel.
@@ -306,6 +342,7 @@ type servicesPrograms struct {
 	EzSvcGetpeername4 *ebpf.Program `ebpf:"ez_svc_getpeername4"`
 	EzSvcGetpeername6 *ebpf.Program `ebpf:"ez_svc_getpeername6"`
 	EzSvcGetsockopt   *ebpf.Program `ebpf:"ez_svc_getsockopt"`
+	EzSvcNodeport     *ebpf.Program `ebpf:"ez_svc_nodeport"`
 	EzSvcOrigConnect  *ebpf.Program `ebpf:"ez_svc_orig_connect"`
 	EzSvcOrigRelease  *ebpf.Program `ebpf:"ez_svc_orig_release"`
 	EzSvcRecvmsg4     *ebpf.Program `ebpf:"ez_svc_recvmsg4"`
@@ -323,6 +360,7 @@ func (p *servicesPrograms) Close() error {
 		p.EzSvcGetpeername4,
 		p.EzSvcGetpeername6,
 		p.EzSvcGetsockopt,
+		p.EzSvcNodeport,
 		p.EzSvcOrigConnect,
 		p.EzSvcOrigRelease,
 		p.EzSvcRecvmsg4,

@@ -1,0 +1,197 @@
+package services
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+)
+
+// nodePortProg names the NodePort program's link pins:
+// links/tcx/<netns cookie>/<ifindex>/ez_svc_nodeport_ingress.
+const nodePortProg = "ez_svc_nodeport"
+
+// SetNodeAddrs makes the node addresses NodePorts answer on exactly addrs
+// (kube-proxy's --nodeport-addresses: by default every address of the
+// node).
+func (lb *LB) SetNodeAddrs(addrs []netip.Addr) error {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.closed {
+		return errClosed
+	}
+	want := map[servicesEzSvcBackend]bool{}
+	for _, a := range addrs {
+		if !a.IsValid() || a.IsUnspecified() {
+			return fmt.Errorf("services: node address %q", a)
+		}
+		want[servicesEzSvcBackend{Addr: as16(a.Unmap())}] = true
+	}
+	var k servicesEzSvcBackend
+	var v uint32
+	var stale []servicesEzSvcBackend
+	it := lb.objs.EzSvcNodeAddrs.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("services: read node addresses: %w", err)
+	}
+	for k := range want {
+		if err := lb.objs.EzSvcNodeAddrs.Put(k, uint32(1)); err != nil {
+			return fmt.Errorf("services: node address: %w", err)
+		}
+	}
+	for _, k := range stale {
+		lb.objs.EzSvcNodeAddrs.Delete(k)
+	}
+	return nil
+}
+
+// SyncNodePortDevices makes the devices (ifindexes of the caller's network
+// namespace) whose tcx ingress runs the NodePort program exactly ifindexes:
+// links pinned by an earlier agent get this load's program in place, new
+// ones are attached (after other owners' programs) and pinned (with
+// PinDir), those of other devices are detached. A device that vanished
+// meanwhile is skipped.
+func (lb *LB) SyncNodePortDevices(ifindexes []int) (attached, detached []int, err error) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.closed {
+		return nil, nil, errClosed
+	}
+	if lb.npLinks == nil {
+		lb.npLinks = map[int]link.Link{}
+	}
+	var base string
+	if lb.pinDir != "" {
+		cookie, err := bpfsys.NetNSCookie("")
+		if err != nil {
+			return nil, nil, err
+		}
+		base = bpfsys.LinkPin(lb.pinDir, bpfsys.KindTCX, strconv.FormatUint(cookie, 10))
+	}
+	pinOf := func(ifx int) string {
+		if base == "" {
+			return ""
+		}
+		return filepath.Join(base, strconv.Itoa(ifx), nodePortProg+"_ingress")
+	}
+	var errs []error
+	for _, ifx := range ifindexes {
+		if _, ok := lb.npLinks[ifx]; ok {
+			continue
+		}
+		l, err := lb.attachNodePort(ifx, pinOf(ifx))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("services: NodePort on ifindex %d: %w", ifx, err))
+			continue
+		}
+		lb.npLinks[ifx] = l
+		attached = append(attached, ifx)
+	}
+	for ifx, l := range lb.npLinks {
+		if slices.Contains(ifindexes, ifx) {
+			continue
+		}
+		if pin := pinOf(ifx); pin != "" {
+			l.Unpin()
+			os.Remove(filepath.Dir(pin))
+		}
+		l.Close()
+		delete(lb.npLinks, ifx)
+		detached = append(detached, ifx)
+	}
+	// Pins an earlier agent left for devices not wanted now.
+	if base != "" {
+		pins, perr := bpfsys.PinnedLinks(lb.pinDir)
+		if perr != nil {
+			return attached, detached, perr
+		}
+		for _, pin := range pins {
+			if filepath.Dir(filepath.Dir(pin)) != base || filepath.Base(pin) != nodePortProg+"_ingress" {
+				continue
+			}
+			ifx, _ := strconv.Atoi(filepath.Base(filepath.Dir(pin)))
+			if _, ok := lb.npLinks[ifx]; ok {
+				continue
+			}
+			if err := bpfsys.UnpinLink(pin); err != nil {
+				errs = append(errs, err)
+			}
+			os.Remove(filepath.Dir(pin))
+		}
+	}
+	return attached, detached, errors.Join(errs...)
+}
+
+// attachNodePort updates the link pinned at pin in place, or attaches a
+// new one and pins it.
+func (lb *LB) attachNodePort(ifx int, pin string) (link.Link, error) {
+	if pin != "" {
+		if old, err := link.LoadPinnedLink(pin, nil); err == nil {
+			info, ierr := old.Info()
+			if ierr == nil {
+				if tcx := info.TCX(); tcx != nil && int(tcx.Ifindex) == ifx {
+					if err := old.Update(lb.objs.EzSvcNodeport); err != nil {
+						old.Close()
+						return nil, fmt.Errorf("update pinned link %s: %w", pin, err)
+					}
+					return old, nil
+				}
+			}
+			old.Close()
+			if err := bpfsys.UnpinLink(pin); err != nil {
+				return nil, err
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: lb.objs.EzSvcNodeport, Attach: ebpf.AttachTCXIngress})
+	if err != nil {
+		return nil, err
+	}
+	if pin != "" {
+		if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
+			l.Close()
+			return nil, err
+		}
+		if err := l.Pin(pin); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("pin link %s: %w", pin, err)
+		}
+	}
+	return l, nil
+}
+
+// unpinNodePorts unpins the NodePort links an earlier agent left in every
+// network namespace (Unpin).
+func unpinNodePorts(pinDir string) error {
+	pins, err := bpfsys.PinnedLinks(pinDir)
+	if err != nil {
+		return err
+	}
+	for _, pin := range pins {
+		if !strings.HasPrefix(filepath.Base(pin), nodePortProg+"_") {
+			continue
+		}
+		if err := bpfsys.UnpinLink(pin); err != nil {
+			return err
+		}
+		os.Remove(filepath.Dir(pin))
+		os.Remove(filepath.Dir(filepath.Dir(pin)))
+	}
+	return nil
+}
