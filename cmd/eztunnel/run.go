@@ -33,6 +33,8 @@ type runConfig struct {
 	bypass    bool
 	services  bool
 	svcFile   string
+	nodePort  bool
+	npDevs    []string
 }
 
 func runCmd() *cobra.Command {
@@ -66,6 +68,8 @@ func runCmd() *cobra.Command {
 	f.BoolVar(&rc.bypass, "bypass", true, "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; pinned with the datapath). It needs net.netfilter.nf_conntrack_tcp_be_liberal=1: by default the agent runs without it (and says why) on a node without that; --bypass=true makes it an error; --bypass=false removes it")
 	f.BoolVar(&rc.services, "services", false, "Service load balancing, first slice: ClusterIP TCP and UDP translated to a backend at the socket (cgroup connect/sendmsg/recvmsg/getpeername on the managed cgroups; pinned with the datapath: translated sockets keep their translation across restarts; off removes a pinned one); fed by --services-file, else the Kubernetes API (--kubeconfig or in-cluster)")
 	f.StringVar(&rc.svcFile, "services-file", "", "with --services: a YAML or JSON file of frontends and backends (hosts without Kubernetes), re-read when it changes")
+	f.BoolVar(&rc.nodePort, "nodeport", false, "with --services: NodePorts too, for traffic from outside the node (tcx ingress on the node's devices; the flow's conntrack entry gets the NAT, so the node's firewall still decides); externalTrafficPolicy Local uses the endpoints of --node-name (default $NODE_NAME, else the hostname)")
+	f.StringSliceVar(&rc.npDevs, "nodeport-devices", nil, "with --nodeport: the devices NodePorts answer on (default: every device of the agent's network namespace with a global address that is not a bridge port or loopback); the node addresses are theirs")
 	rc.kube.register(f)
 	f.MarkHidden("ready-file")
 	return cmd
@@ -86,12 +90,18 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	}
 	var svc *agent.ServicesConfig
 	if rc.services {
-		svc = &agent.ServicesConfig{File: rc.svcFile, Kubeconfig: rc.kube.cfg.Kubeconfig}
+		svc = &agent.ServicesConfig{File: rc.svcFile, Kubeconfig: rc.kube.cfg.Kubeconfig,
+			NodePort: rc.nodePort, NodePortDevices: rc.npDevs, NodeName: rc.kube.cfg.NodeName}
 		if rc.svcFile != "" && flags.Changed("kubeconfig") {
 			return fmt.Errorf("--services-file and --kubeconfig exclude each other: the services come from one source")
 		}
 	} else if rc.svcFile != "" {
 		return fmt.Errorf("--services-file needs --services")
+	} else if rc.nodePort || len(rc.npDevs) > 0 {
+		return fmt.Errorf("--nodeport and --nodeport-devices need --services")
+	}
+	if len(rc.npDevs) > 0 && !rc.nodePort {
+		return fmt.Errorf("--nodeport-devices needs --nodeport")
 	}
 	if rc.adoptIvl < 0 {
 		return fmt.Errorf("--adopt-interval %s must not be negative", rc.adoptIvl)

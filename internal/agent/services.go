@@ -4,9 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	lbsvc "github.com/eztunnel/eztunnel/internal/datapath/services"
@@ -19,6 +25,11 @@ import (
 type ServicesConfig struct {
 	File       string // services file; "" = the Kubernetes API
 	Kubeconfig string // "" = in-cluster configuration (without File)
+	// NodePort: NodePorts on NodePortDevices (names; empty: discovered),
+	// with NodeName's endpoints as the local ones (empty: the hostname).
+	NodePort        bool
+	NodePortDevices []string
+	NodeName        string
 }
 
 // serviceLB is the load balancer attached to the agent's cgroups. Its maps
@@ -66,6 +77,88 @@ func loadServices(cfg ServicesConfig, pinDir string) (*serviceLB, error) {
 	return s, nil
 }
 
+// nodePortResync is how often the NodePort devices and node addresses are
+// looked at again (devices and addresses may come and go).
+const nodePortResync = 5 * time.Second
+
+// syncNodePort converges the NodePort devices and the node addresses.
+func (s *serviceLB) syncNodePort(first bool) error {
+	devs, addrs, err := nodePortDevices(s.cfg.NodePortDevices)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lb == nil {
+		return nil
+	}
+	if err := s.lb.SetNodeAddrs(addrs); err != nil {
+		return err
+	}
+	attached, detached, err := s.lb.SyncNodePortDevices(devs)
+	if first || len(attached)+len(detached) > 0 {
+		slog.Info("services: NodePort devices converged", "devices", devs, "attached", attached, "detached", detached, "node_addresses", addrs)
+	}
+	return err
+}
+
+// nodePortDevices lists the devices NodePorts answer on (names given, or
+// every device with a global unicast address that is neither loopback nor
+// a bridge port) and their global unicast addresses.
+func nodePortDevices(names []string) (ifindexes []int, addrs []netip.Addr, err error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, nil, fmt.Errorf("list links: %w", err)
+	}
+	byIndex := map[int]netlink.Link{}
+	for _, l := range links {
+		byIndex[l.Attrs().Index] = l
+	}
+	for _, n := range names {
+		if _, err := netlink.LinkByName(n); err != nil {
+			return nil, nil, fmt.Errorf("NodePort device %q: %w", n, err)
+		}
+	}
+	for _, l := range links {
+		a := l.Attrs()
+		if len(names) > 0 {
+			if !slices.Contains(names, a.Name) {
+				continue
+			}
+		} else {
+			if a.Flags&net.FlagLoopback != 0 {
+				continue
+			}
+			if m, ok := byIndex[a.MasterIndex]; ok {
+				if _, br := m.(*netlink.Bridge); br {
+					continue // a pod's veth, or an uplink enslaved to a bridge
+				}
+			}
+		}
+		as, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("addresses of %s: %w", a.Name, err)
+		}
+		var found bool
+		for _, ad := range as {
+			ip, ok := netip.AddrFromSlice(ad.IP)
+			if !ok {
+				continue
+			}
+			ip = ip.Unmap()
+			if !ip.IsGlobalUnicast() {
+				continue
+			}
+			addrs = append(addrs, ip)
+			found = true
+		}
+		if found || len(names) > 0 {
+			ifindexes = append(ifindexes, a.Index)
+		}
+	}
+	return ifindexes, addrs, nil
+}
+
 // nodeFamilies: IPv4 always, IPv6 unless disabled on the node.
 func nodeFamilies() svcsync.Families {
 	b, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/disable_ipv6")
@@ -88,6 +181,29 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
+	if s.cfg.NodePort {
+		if err := s.syncNodePort(true); err != nil {
+			cancel()
+			return fmt.Errorf("--nodeport: %w", err)
+		}
+		go func() {
+			t := time.NewTicker(nodePortResync)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					if err := s.syncNodePort(false); err != nil {
+						slog.Warn("services: NodePort devices (retried)", "err", err)
+					}
+				}
+			}
+		}()
+	} else if _, _, err := s.lb.SyncNodePortDevices(nil); err != nil {
+		cancel()
+		return fmt.Errorf("--services: detach the NodePort program of an earlier agent: %w", err)
+	}
 	fam := nodeFamilies()
 	var err error
 	if s.cfg.File != "" {
@@ -98,7 +214,11 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 			cancel()
 			return fmt.Errorf("--services: %w", rerr)
 		}
-		err = svcsync.RunKube(ctx, svcsync.KubeConfig{REST: rc, Families: fam}, s.table)
+		node := s.cfg.NodeName
+		if node == "" {
+			node, _ = os.Hostname()
+		}
+		err = svcsync.RunKube(ctx, svcsync.KubeConfig{REST: rc, Families: fam, NodeName: node}, s.table)
 	}
 	if err != nil {
 		cancel()

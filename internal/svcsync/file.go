@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ import (
 //	  protocol: TCP        # TCP (default) or UDP
 //	  backends: ["10.77.1.2:8080", "10.77.1.3:8080"]   # none: connects refused
 //	  affinitySeconds: 10800   # sessionAffinity ClientIP timeout; 0 (default): none
+//	  nodePort: 30080          # also a NodePort (with `run --nodeport`); 0 (default): none
+//	  externalTrafficPolicy: Local   # Cluster (default) or Local
+//	  localBackends: ["10.77.1.2:8080"]  # of backends, the node's own (Local)
 type File struct {
 	Services []FileService `yaml:"services" json:"services"`
 }
@@ -38,6 +42,9 @@ type FileService struct {
 	Protocol string   `yaml:"protocol,omitempty" json:"protocol,omitempty"`
 	Backends []string `yaml:"backends" json:"backends"`
 	Affinity int      `yaml:"affinitySeconds,omitempty" json:"affinitySeconds,omitempty"`
+	NodePort int      `yaml:"nodePort,omitempty" json:"nodePort,omitempty"`
+	ETP      string   `yaml:"externalTrafficPolicy,omitempty" json:"externalTrafficPolicy,omitempty"`
+	Local    []string `yaml:"localBackends,omitempty" json:"localBackends,omitempty"`
 }
 
 // ParseFile parses a services file into entries by name. A document that
@@ -66,7 +73,7 @@ func ParseFile(data []byte, fam Families) (map[string]Entries, map[string][]stri
 		}
 		for fe, tg := range e {
 			prev := out[s.Name][fe]
-			out[s.Name][fe] = lb.Target{Backends: append(prev.Backends, tg.Backends...), Affinity: max(prev.Affinity, tg.Affinity)}
+			out[s.Name][fe] = lb.Target{Backends: append(prev.Backends, tg.Backends...), Affinity: max(prev.Affinity, tg.Affinity), KeepSource: prev.KeepSource || tg.KeepSource}
 		}
 	}
 	return out, skipped, nil
@@ -104,7 +111,37 @@ func fileEntry(s FileService, fam Families) (Entries, string) {
 		}
 		bes = append(bes, ap)
 	}
-	return Entries{{Addr: vip, Port: uint16(s.Port), Proto: proto}: {Backends: bes, Affinity: time.Duration(s.Affinity) * time.Second}}, ""
+	e := Entries{{Addr: vip, Port: uint16(s.Port), Proto: proto}: {Backends: bes, Affinity: time.Duration(s.Affinity) * time.Second}}
+	if s.NodePort == 0 {
+		if s.ETP != "" || len(s.Local) > 0 {
+			return nil, SkipBadAddress
+		}
+		return e, ""
+	}
+	if s.NodePort < 0 || s.NodePort > 65535 {
+		return nil, SkipNoPorts
+	}
+	np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: uint16(s.NodePort), Proto: proto, NodePort: true}
+	if vip.Is6() {
+		np.Addr = netip.IPv6Unspecified()
+	}
+	switch s.ETP {
+	case "", "Cluster":
+		e[np] = lb.Target{Backends: bes}
+	case "Local":
+		var local []lb.Backend
+		for _, b := range s.Local {
+			ap, err := netip.ParseAddrPort(b)
+			if err != nil || !slices.Contains(bes, ap) {
+				return nil, SkipBadAddress // a local backend must be one of backends
+			}
+			local = append(local, ap)
+		}
+		e[np] = lb.Target{Backends: local, KeepSource: true}
+	default:
+		return nil, SkipBadAddress
+	}
+	return e, ""
 }
 
 // FilePoll is how often RunFile looks at the file.

@@ -37,6 +37,14 @@ func (f Families) has(a netip.Addr) bool {
 // parts are reported by reason; svc nil (deleted), headless and
 // ExternalName Services have no frontends. Topology hints are not applied.
 func ServiceEntries(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fam Families) (Entries, []string) {
+	return ServiceEntriesOn(svc, slices, fam, "")
+}
+
+// ServiceEntriesOn is ServiceEntries on the node named node: a NodePort
+// (Services of type NodePort and LoadBalancer) is a frontend too, whose
+// backends with externalTrafficPolicy Local are the endpoints on that node
+// (by the endpoints' nodeName) and keep the client's source.
+func ServiceEntriesOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fam Families, node string) (Entries, []string) {
 	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil, nil
 	}
@@ -91,8 +99,19 @@ func ServiceEntries(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fa
 				continue
 			}
 			f := lb.Frontend{Addr: vip, Port: uint16(p.Port), Proto: proto}
-			chosen, listed := backends(slices, addrType, p, f.Addr.Is4())
+			chosen, listed, local := backends(slices, addrType, p, f.Addr.Is4(), node)
 			e[f] = lb.Target{Backends: chosen, Listed: listed, Affinity: affinity}
+			if p.NodePort > 0 && p.NodePort <= 65535 && (svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
+				np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: uint16(p.NodePort), Proto: proto, NodePort: true}
+				if vip.Is6() {
+					np.Addr = netip.IPv6Unspecified()
+				}
+				if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+					e[np] = lb.Target{Backends: local, KeepSource: true}
+				} else {
+					e[np] = lb.Target{Backends: chosen}
+				}
+			}
 		}
 	}
 	return e, skipped
@@ -101,8 +120,9 @@ func ServiceEntries(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fa
 // backends are the endpoints of the slices' port named like p that
 // connections go to, and the others the slices list (not ready, not
 // serving): their TCP connections are left alone when they leave.
-func backends(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p corev1.ServicePort, v4 bool) (chosen, listed []lb.Backend) {
+func backends(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p corev1.ServicePort, v4 bool, node string) (chosen, listed, local []lb.Backend) {
 	var ready, terminating, other []lb.Backend
+	onNode := map[lb.Backend]bool{}
 	for _, sl := range slices {
 		if sl.AddressType != at {
 			continue
@@ -138,6 +158,9 @@ func backends(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p
 			serving := c.Serving == nil || *c.Serving
 			term := c.Terminating != nil && *c.Terminating
 			be := netip.AddrPortFrom(a.Unmap(), uint16(port))
+			if node != "" && ep.NodeName != nil && *ep.NodeName == node {
+				onNode[be] = true
+			}
 			switch {
 			case isReady:
 				ready = append(ready, be)
@@ -149,15 +172,23 @@ func backends(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p
 		}
 	}
 	if len(ready) > 0 {
-		return ready, append(terminating, other...)
+		chosen, listed = ready, append(terminating, other...)
+	} else {
+		chosen, listed = terminating, other
 	}
-	return terminating, other
+	for _, b := range chosen {
+		if onNode[b] {
+			local = append(local, b)
+		}
+	}
+	return chosen, listed, local
 }
 
 // KubeConfig configures RunKube.
 type KubeConfig struct {
 	REST     *rest.Config
 	Families Families
+	NodeName string // the node's name: its endpoints are the local ones of externalTrafficPolicy Local
 	Log      *slog.Logger // nil: slog.Default()
 }
 
@@ -179,7 +210,7 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 	f := informers.NewSharedInformerFactory(cs, 0)
 	svcInf := f.Core().V1().Services()
 	sliceInf := f.Discovery().V1().EndpointSlices()
-	k := &kubeSource{t: t, fam: cfg.Families, log: log, svcs: svcInf.Lister(), slices: sliceInf.Lister(),
+	k := &kubeSource{t: t, fam: cfg.Families, node: cfg.NodeName, log: log, svcs: svcInf.Lister(), slices: sliceInf.Lister(),
 		pending: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 	svcKey := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -239,6 +270,7 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 type kubeSource struct {
 	t       *Table
 	fam     Families
+	node    string
 	log     *slog.Logger
 	svcs    corelisters.ServiceLister
 	slices  discoverylisters.EndpointSliceLister
@@ -281,7 +313,7 @@ func (k *kubeSource) drain() {
 				k.log.Warn("services: list EndpointSlices", "service", key, "err", err)
 			}
 		}
-		e, skipped := ServiceEntries(svc, sls, k.fam)
+		e, skipped := ServiceEntriesOn(svc, sls, k.fam, k.node)
 		if len(skipped) > 0 {
 			k.log.Warn("services: Service partly or wholly skipped", "service", key, "reasons", skipped)
 		}

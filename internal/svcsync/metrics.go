@@ -31,11 +31,11 @@ func NewMetrics(counters func() (lb.Counters, error)) *Metrics {
 		descFrontends: prometheus.NewDesc(ns+"frontends", "Frontends (ClusterIP:port:protocol) written.", nil, nil),
 		descBackends:  prometheus.NewDesc(ns+"backend_slots", "Backend slots written, all frontends together.", nil, nil),
 		descTranslations: prometheus.NewDesc(ns+"translations_total",
-			"Sockets translated to a backend: kind tcp_connect, udp_connect, udp_send (unconnected datagrams).", []string{"kind"}, nil),
+			"Sockets or flows translated to a backend: kind tcp_connect, udp_connect, udp_send (unconnected datagrams), nodeport (NodePort flows set up at tc).", []string{"kind"}, nil),
 		descReversed: prometheus.NewDesc(ns+"reverse_translations_total",
 			"Backend addresses shown as the frontend: kind recv (UDP sources), peer (getpeername), original_dst (SO_ORIGINAL_DST asked by a proxy that intercepted the connection).", []string{"kind"}, nil),
 		descFailures: prometheus.NewDesc(ns+"failures_total",
-			"Datapath failures by reason: no_backend (refused), backend_miss (raced an update), no_storage (no reverse entry), udp_repick (backend gone, chose again), orig_full (a translated connection not recorded for SO_ORIGINAL_DST: map full).", []string{"reason"}, nil),
+			"Datapath failures by reason: no_backend (refused), backend_miss (raced an update), no_storage (no reverse entry), udp_repick (backend gone, chose again), orig_full (a translated connection not recorded for SO_ORIGINAL_DST: map full), nodeport_no_backend (a NodePort flow without (local) backend left to the kernel path), nodeport_not_new (a packet of no known flow that cannot start one), nodeport_ct_failed (the flow's conntrack entry not made).", []string{"reason"}, nil),
 		descAffinity: prometheus.NewDesc(ns+"affinity_hits_total",
 			"Sockets sent to the backend their client (network namespace) had, by sessionAffinity ClientIP.", nil, nil),
 		descDestroyed: prometheus.NewDesc(ns+"sockets_destroyed_total",
@@ -93,11 +93,12 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		for _, k := range []string{"tcp_connect", "udp_connect", "udp_send"} {
 			ch <- prometheus.MustNewConstMetric(m.descTranslations, prometheus.CounterValue, float64(c[k]), k)
 		}
+		ch <- prometheus.MustNewConstMetric(m.descTranslations, prometheus.CounterValue, float64(c["nodeport_new"]), "nodeport")
 		ch <- prometheus.MustNewConstMetric(m.descAffinity, prometheus.CounterValue, float64(c["affinity_hit"]))
 		ch <- prometheus.MustNewConstMetric(m.descReversed, prometheus.CounterValue, float64(c["recv_reversed"]), "recv")
 		ch <- prometheus.MustNewConstMetric(m.descReversed, prometheus.CounterValue, float64(c["peer_reversed"]), "peer")
 		ch <- prometheus.MustNewConstMetric(m.descReversed, prometheus.CounterValue, float64(c["orig_dst"]), "original_dst")
-		for _, k := range []string{"no_backend", "backend_miss", "no_storage", "udp_repick", "orig_full"} {
+		for _, k := range []string{"no_backend", "backend_miss", "no_storage", "udp_repick", "orig_full", "nodeport_no_backend", "nodeport_not_new", "nodeport_ct_failed"} {
 			ch <- prometheus.MustNewConstMetric(m.descFailures, prometheus.CounterValue, float64(c[k]), k)
 		}
 		ch <- prometheus.MustNewConstMetric(m.descDestroyed, prometheus.CounterValue, float64(c["destroyed_tcp"]), "tcp")
