@@ -212,3 +212,29 @@ func TestTableIncremental(t *testing.T) {
 		t.Errorf("after deleting all: %d frontends, %d slots, names %v", l.Frontends(), l.BackendRefs(), tb.Names())
 	}
 }
+
+// TestServiceEntriesNodePort: a NodePort Service has a NodePort frontend
+// per family; externalTrafficPolicy Local keeps the endpoints on this node
+// (by nodeName) and the client's source, Cluster all of them.
+func TestServiceEntriesNodePort(t *testing.T) {
+	web := corev1.ServicePort{Name: "web", Port: 80, Protocol: corev1.ProtocolTCP, NodePort: 30080}
+	s := svc("a", []string{"10.96.0.1"}, web)
+	s.Spec.Type = corev1.ServiceTypeNodePort
+	sl := slice("a", discoveryv1.AddressTypeIPv4, "web", 8080, ep{addr: "10.0.0.1"}, ep{addr: "10.0.0.2"})
+	sl.Endpoints[0].NodeName = ptr.To("n1")
+	sl.Endpoints[1].NodeName = ptr.To("n2")
+	np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: 30080, Proto: lb.TCP, NodePort: true}
+	e, _ := ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, "n1")
+	if got := sortedBackends(e[np].Backends); len(e) != 2 || !slices.Equal(got, aps("10.0.0.1:8080", "10.0.0.2:8080")) || e[np].KeepSource {
+		t.Errorf("Cluster: %v", e)
+	}
+	s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	e, _ = ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, "n1")
+	if got := e[np].Backends; !slices.Equal(got, aps("10.0.0.1:8080")) || !e[np].KeepSource {
+		t.Errorf("Local on n1: %v", e[np])
+	}
+	s.Spec.Type = corev1.ServiceTypeClusterIP
+	if e, _ = ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, "n1"); len(e) != 1 {
+		t.Errorf("ClusterIP Service with a stale nodePort: %v", e)
+	}
+}

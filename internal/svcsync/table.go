@@ -84,13 +84,13 @@ func (t *Table) Apply(name string, e Entries, skipped []string, since time.Time)
 		wrote = true
 	}
 	for _, f := range slices.SortedFunc(maps.Keys(e), cmpFrontend) {
-		tg := lb.Target{Backends: sortedBackends(e[f].Backends), Listed: e[f].Listed, Affinity: e[f].Affinity}
+		tg := lb.Target{Backends: sortedBackends(e[f].Backends), Listed: e[f].Listed, Affinity: e[f].Affinity, KeepSource: e[f].KeepSource}
 		if o, ok := t.owner[f]; ok && o != name {
 			skipped = append(skipped, SkipConflict)
 			t.log.Warn("services: frontend already written for another Service; skipped", "service", name, "frontend", f.String(), "owner", o)
 			continue
 		}
-		if prev, ok := old[f]; ok && slices.Equal(prev.Backends, tg.Backends) && prev.Affinity == tg.Affinity {
+		if prev, ok := old[f]; ok && slices.Equal(prev.Backends, tg.Backends) && prev.Affinity == tg.Affinity && prev.KeepSource == tg.KeepSource {
 			next[f] = prev
 			continue
 		}
