@@ -27,6 +27,8 @@ import (
 //	  protocol: TCP        # TCP (default) or UDP
 //	  backends: ["10.77.1.2:8080", "10.77.1.3:8080"]   # none: connects refused
 //	  affinitySeconds: 10800   # sessionAffinity ClientIP timeout; 0 (default): none
+//	  draining: ["10.77.1.4:8080"]   # still alive, chosen no more (as terminating endpoints):
+//	                           # a backend leaving backends keeps its TCP connections only if listed here
 //	  nodePort: 30080          # also a NodePort (with `run --nodeport`); 0 (default): none
 //	  externalTrafficPolicy: Local   # Cluster (default) or Local
 //	  localBackends: ["10.77.1.2:8080"]  # of backends, the node's own (Local)
@@ -41,6 +43,7 @@ type FileService struct {
 	Port     int      `yaml:"port" json:"port"`
 	Protocol string   `yaml:"protocol,omitempty" json:"protocol,omitempty"`
 	Backends []string `yaml:"backends" json:"backends"`
+	Draining []string `yaml:"draining,omitempty" json:"draining,omitempty"`
 	Affinity int      `yaml:"affinitySeconds,omitempty" json:"affinitySeconds,omitempty"`
 	NodePort int      `yaml:"nodePort,omitempty" json:"nodePort,omitempty"`
 	ETP      string   `yaml:"externalTrafficPolicy,omitempty" json:"externalTrafficPolicy,omitempty"`
@@ -73,7 +76,8 @@ func ParseFile(data []byte, fam Families) (map[string]Entries, map[string][]stri
 		}
 		for fe, tg := range e {
 			prev := out[s.Name][fe]
-			out[s.Name][fe] = lb.Target{Backends: append(prev.Backends, tg.Backends...), Affinity: max(prev.Affinity, tg.Affinity), KeepSource: prev.KeepSource || tg.KeepSource}
+			out[s.Name][fe] = lb.Target{Backends: append(prev.Backends, tg.Backends...), Listed: append(prev.Listed, tg.Listed...),
+				Affinity: max(prev.Affinity, tg.Affinity), KeepSource: prev.KeepSource || tg.KeepSource}
 		}
 	}
 	return out, skipped, nil
@@ -111,7 +115,15 @@ func fileEntry(s FileService, fam Families) (Entries, string) {
 		}
 		bes = append(bes, ap)
 	}
-	e := Entries{{Addr: vip, Port: uint16(s.Port), Proto: proto}: {Backends: bes, Affinity: time.Duration(s.Affinity) * time.Second}}
+	var draining []lb.Backend
+	for _, b := range s.Draining {
+		ap, err := netip.ParseAddrPort(b)
+		if err != nil || ap.Port() == 0 || ap.Addr().Unmap().Is4() != vip.Is4() {
+			return nil, SkipBadAddress
+		}
+		draining = append(draining, ap)
+	}
+	e := Entries{{Addr: vip, Port: uint16(s.Port), Proto: proto}: {Backends: bes, Listed: draining, Affinity: time.Duration(s.Affinity) * time.Second}}
 	if s.NodePort == 0 {
 		if s.ETP != "" || len(s.Local) > 0 {
 			return nil, SkipBadAddress

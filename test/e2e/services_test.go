@@ -208,6 +208,7 @@ func TestServices(t *testing.T) {
 		}
 		return strings.Join(l, ", ")
 	}
+	var draining []*netlab.Pod // web backends still alive but chosen no more
 	file := func(web ...*netlab.Pod) string {
 		var b4, b6 []string
 		for _, p := range web {
@@ -215,8 +216,8 @@ func TestServices(t *testing.T) {
 		}
 		l4, l6 := strings.Join(b4, ", "), strings.Join(b6, ", ")
 		return fmt.Sprintf(`services:
-- {name: web, ip: %s, port: 80, backends: [%s]}
-- {name: web, ip: "%s", port: 80, backends: [%s]}
+- {name: web, ip: %s, port: 80, backends: [%s], draining: [%s]}
+- {name: web, ip: "%s", port: 80, backends: [%s], draining: [%s]}
 - {name: dns, ip: %s, port: 53, protocol: UDP, backends: [%s]}
 - {name: dns, ip: "%s", port: 53, protocol: UDP, backends: [%s]}
 - {name: empty, ip: %s, port: 80, backends: []}
@@ -224,7 +225,7 @@ func TestServices(t *testing.T) {
 - {name: bad, ip: 10.96.93.40, port: 80, protocol: SCTP, backends: []}
 - {name: near, ip: %s, port: 80, backends: [%s]}
 - {name: sticky, ip: %s, port: 80, affinitySeconds: 3600, backends: [%s]}
-`, vip4, l4, vip6, l6, vip4, list(dns, false), vip6, list(dns, true), empty4, empty6,
+`, vip4, l4, list(draining, false), vip6, l6, list(draining, true), vip4, list(dns, false), vip6, list(dns, true), empty4, empty6,
 			near4, be(near, false), sticky4, list(bs[:2], false))
 	}
 	svcFile := filepath.Join(t.TempDir(), "services.yaml")
@@ -372,6 +373,10 @@ func TestServices(t *testing.T) {
 		if seen["b3"] > 0 || seen["b1"] == 0 || seen["b2"] == 0 {
 			t.Errorf("before the change: %v, want b1 and b2 only", seen)
 		}
+		// b1 is replaced gracefully: still alive, so its connections stay
+		// (a backend gone altogether has its TCP connections destroyed).
+		draining = []*netlab.Pod{bs[0]}
+		defer func() { draining = nil }()
 		writeServices(t, svcFile, file(bs[1], bs[2]))
 		for next() != "b3" {
 		}
