@@ -95,6 +95,9 @@ type TraceSummary struct {
 	Packets  int             `json:"packets"`
 	ByEnd    map[string]int  `json:"by_end"`
 	Stages   []tracer.Row    `json:"stages"`
+	// Paths groups the packets by the stages they went through, each with
+	// the stages it saved against the longest path.
+	Paths []tracer.Path `json:"paths"`
 }
 
 func runTrace(ctx context.Context, o traceOptions) (err error) {
@@ -178,7 +181,7 @@ func runTrace(ctx context.Context, o traceOptions) (err error) {
 		}
 	}
 	if o.output == "json" {
-		s := TraceSummary{Counters: c, Packets: rep.Packets, ByEnd: map[string]int{}, Stages: rep.Rows()}
+		s := TraceSummary{Counters: c, Packets: rep.Packets, ByEnd: map[string]int{}, Stages: rep.Rows(), Paths: rep.Paths()}
 		for e, n := range rep.ByEnd {
 			s.ByEnd[e.String()] = n
 		}

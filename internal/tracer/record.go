@@ -44,6 +44,9 @@ var stageNames = func() [StageCount]string {
 
 func (s Stage) String() string { return stageNames[s] }
 
+// MarshalText names the stage in JSON.
+func (s Stage) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 // Host reports whether the stage is seen in the tracer's own namespace.
 func (s Stage) Host() bool { return strings.HasPrefix(stageNames[s], "h_") }
 

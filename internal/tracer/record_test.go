@@ -203,3 +203,43 @@ func TestParseIface(t *testing.T) {
 		t.Error("empty name accepted")
 	}
 }
+
+// TestReportPaths: lifetimes are grouped by the stages they went through,
+// and each path lists the stages it saved against the longest one.
+func TestReportPaths(t *testing.T) {
+	p := NewReport()
+	for i := 0; i < 3; i++ { // the kernel path
+		r := rec(map[Stage]uint64{pQueue: 1000, hRX: 2000, hXmit: 3000, pRX: 4000, StageCopy: 5000})
+		p.Add(&r)
+	}
+	for i := 0; i < 5; i++ { // a fast path: straight from the host's rx into the reader
+		r := rec(map[Stage]uint64{pQueue: 1000, hRX: 1500, StageCopy: 2000})
+		p.Add(&r)
+	}
+	paths := p.Paths()
+	if len(paths) != 2 {
+		t.Fatalf("paths %+v", paths)
+	}
+	fast, kernel := paths[0], paths[1]
+	if fast.Packets != 5 || len(fast.Stages) != 3 || fmt.Sprint(fast.Saved) != fmt.Sprint([]Stage{hXmit, pRX}) || fast.Total.P50 != 1 {
+		t.Errorf("fast path %+v", fast)
+	}
+	if kernel.Packets != 3 || len(kernel.Saved) != 0 || kernel.Total.P50 != 4 {
+		t.Errorf("kernel path %+v", kernel)
+	}
+	var b bytes.Buffer
+	if err := p.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "h_xmit p_rx") {
+		t.Errorf("report does not list the saved stages:\n%s", b.String())
+	}
+	one := NewReport()
+	r := rec(map[Stage]uint64{pQueue: 1000, hRX: 2000})
+	one.Add(&r)
+	b.Reset()
+	one.Write(&b)
+	if strings.Contains(b.String(), "paths") {
+		t.Errorf("one path: no paths table expected:\n%s", b.String())
+	}
+}

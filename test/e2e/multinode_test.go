@@ -168,6 +168,13 @@ func udpEcho(t *testing.T, from, to *multinode.Pod, v6 bool, n int) {
 	t.Helper()
 	pc := listenUDPIn(t, to, v6)
 	defer pc.Close()
+	udpEchoOn(t, from, pc, n)
+}
+
+// udpEchoOn is udpEcho to an echo server on pc (a socket in the receiving
+// pod).
+func udpEchoOn(t *testing.T, from *multinode.Pod, pc net.PacketConn, n int) {
+	t.Helper()
 	go workload.ServeUDPEcho(pc)
 	c, err := dialFrom(from, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
 	if err != nil {
@@ -178,15 +185,15 @@ func udpEcho(t *testing.T, from, to *multinode.Pod, v6 bool, n int) {
 	for i := 0; i < n; i++ {
 		msg := fmt.Appendf(nil, "seq %d from %s %s", i, from.Name, strings.Repeat("x", i*10))
 		if _, err := c.Write(msg); err != nil {
-			t.Fatalf("udp %s -> %s: %v", from.Name, to.Name, err)
+			t.Fatalf("udp %s -> %s: %v", from.Name, pc.LocalAddr(), err)
 		}
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		k, err := c.Read(buf)
 		if err != nil {
-			t.Fatalf("udp %s -> %s: echo of datagram %d: %v", from.Name, to.Name, i, err)
+			t.Fatalf("udp %s -> %s: echo of datagram %d: %v", from.Name, pc.LocalAddr(), i, err)
 		}
 		if !bytes.Equal(buf[:k], msg) {
-			t.Fatalf("udp %s -> %s: datagram %d echoed as %q", from.Name, to.Name, i, buf[:k])
+			t.Fatalf("udp %s -> %s: datagram %d echoed as %q", from.Name, pc.LocalAddr(), i, buf[:k])
 		}
 	}
 }
