@@ -28,6 +28,7 @@ extern int bpf_ct_set_nat_info(struct nf_conn___init *nfct, union nf_inet_addr *
 extern void bpf_ct_set_timeout(struct nf_conn___init *nfct, __u32 timeout) __ksym;
 extern struct nf_conn *bpf_ct_insert_entry(struct nf_conn___init *nfct) __ksym;
 extern void bpf_ct_release(struct nf_conn *ct) __ksym;
+extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout_ms) __ksym;
 
 const enum ez_svc_np_flag ez_svc_np_flag_enum __attribute__((unused));
 
@@ -124,8 +125,30 @@ int ez_svc_nodeport(struct __sk_buff *skb)
 	opts.l4proto = f.proto;
 	ct = bpf_skb_ct_lookup(skb, &tuple, tsz, &opts, sizeof(opts));
 	if (ct) {
-		bpf_ct_release(ct);	/* a known flow: conntrack NATs it */
-		return TCX_NEXT;
+		/* A SYN on the tuple of a closed flow (TIME_WAIT, CLOSE: a client
+		 * reusing its port) reopens it in conntrack, which kills the
+		 * entry and makes a new one without our NAT. So the old entry is
+		 * expired now (timeout 0: the next lookup reaps it) and the flow
+		 * set up anew. Any other known flow: conntrack NATs it. */
+		__u8 state = ct->proto.tcp.state;
+		int reopen = f.proto == EZ_IPPROTO_TCP && (f.tcp_flags & (EZ_TCP_SYN | EZ_TCP_ACK | EZ_TCP_RST)) == EZ_TCP_SYN &&
+			     (state == TCP_CONNTRACK_TIME_WAIT || state == TCP_CONNTRACK_CLOSE);
+
+		if (reopen)
+			bpf_ct_change_timeout(ct, 0);
+		bpf_ct_release(ct);
+		if (!reopen)
+			return TCX_NEXT;
+		__builtin_memset(&opts, 0, sizeof(opts));
+		opts.netns_id = BPF_F_CURRENT_NETNS;
+		opts.l4proto = f.proto;
+		ct = bpf_skb_ct_lookup(skb, &tuple, tsz, &opts, sizeof(opts));
+		if (ct) {	/* still there: leave it to the kernel path */
+			bpf_ct_release(ct);
+			count(EZ_SVC_C_NP_CT_FAILED);
+			return TCX_NEXT;
+		}
+		count(EZ_SVC_C_NP_REOPENED);
 	}
 	if (f.proto == EZ_IPPROTO_TCP && (f.tcp_flags & (EZ_TCP_SYN | EZ_TCP_ACK | EZ_TCP_RST)) != EZ_TCP_SYN) {
 		count(EZ_SVC_C_NP_NOT_NEW);

@@ -158,6 +158,7 @@ enum ez_svc_counter {
 	EZ_SVC_C_NP_NO_BACKEND,		/* NodePort flows left to the kernel path: no (local) backend */
 	EZ_SVC_C_NP_NOT_NEW,		/* NodePort packets of no known flow that cannot start one (left to the kernel) */
 	EZ_SVC_C_NP_CT_FAILED,		/* NodePort flows left to the kernel path: conntrack entry not made */
+	EZ_SVC_C_NP_REOPENED,		/* NodePort SYNs on a closed flow's tuple: its entry expired, set up anew */
 	EZ_SVC_C_MAX,
 };
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,9 +59,23 @@ func peerUDPServer(t *testing.T, p *multinode.Pod, v6 bool, port uint16) {
 // externalTCP sends size random bytes from the external host to to and
 // returns the client address the backend saw; the stream must be exact.
 func externalTCP(t *testing.T, ext *multinode.External, to netip.AddrPort, size int) (seen string, err error) {
+	return externalTCPFrom(t, ext, 0, to, size)
+}
+
+// externalTCPFrom is externalTCP from local port port (0: any).
+func externalTCPFrom(t *testing.T, ext *multinode.External, port int, to netip.AddrPort, size int) (seen string, err error) {
 	var c net.Conn
+	d := net.Dialer{Timeout: 3 * time.Second}
+	if port != 0 {
+		d.LocalAddr = &net.TCPAddr{Port: port}
+		d.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1) })
+			return serr
+		}
+	}
 	if err := ext.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp", to.String(), 3*time.Second)
+		c, err = d.Dial("tcp", to.String())
 		return err
 	}); err != nil {
 		return "", err
@@ -157,6 +172,17 @@ func TestServicesNodePort(t *testing.T) {
 				if ap, err := netip.ParseAddrPort(seen); err != nil || ap.Addr() != to.Addr() {
 					t.Errorf("external -> %s: the backend saw %s, want the node's %s", to, seen, to.Addr())
 				}
+			}
+		}
+	})
+	t.Run("client port reused", func(t *testing.T) {
+		// The backend closes first: the client's socket is gone at once,
+		// conntrack's entry stays in TIME_WAIT. A new connection from the
+		// same port is a new flow (a kube-proxy-style rule would DNAT it
+		// again): it must get the NodePort's NAT too.
+		for i := range 3 {
+			if _, err := externalTCPFrom(t, ext, 41234, node4, 1000+i); err != nil {
+				t.Fatalf("connection %d from port 41234: %v", i, err)
 			}
 		}
 	})

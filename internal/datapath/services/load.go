@@ -614,6 +614,7 @@ var counterNames = map[servicesEzSvcCounter]string{
 	servicesEzSvcCounterEZ_SVC_C_NP_NO_BACKEND: "nodeport_no_backend",
 	servicesEzSvcCounterEZ_SVC_C_NP_NOT_NEW:    "nodeport_not_new",
 	servicesEzSvcCounterEZ_SVC_C_NP_CT_FAILED:  "nodeport_ct_failed",
+	servicesEzSvcCounterEZ_SVC_C_NP_REOPENED:   "nodeport_reopened",
 }
 
 func counterName(c servicesEzSvcCounter) string {

@@ -62,7 +62,8 @@ const (
 	servicesEzSvcCounterEZ_SVC_C_NP_NO_BACKEND servicesEzSvcCounter = 15
 	servicesEzSvcCounterEZ_SVC_C_NP_NOT_NEW    servicesEzSvcCounter = 16
 	servicesEzSvcCounterEZ_SVC_C_NP_CT_FAILED  servicesEzSvcCounter = 17
-	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 18
+	servicesEzSvcCounterEZ_SVC_C_NP_REOPENED   servicesEzSvcCounter = 18
+	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 19
 )
 
 type servicesEzSvcGoneFlag uint32
