@@ -25,8 +25,10 @@ type Program struct {
 	Why string
 }
 
-// Forbidden is the program nothing may run: the nftables CLI is not a
-// dependency (google/nftables speaks netlink).
+// Forbidden is the program nothing here may run: our code does not depend
+// on the nftables CLI (google/nftables speaks netlink). Only kube-proxy's
+// nftables mode, the baseline of bench services, execs it itself (package
+// nftables in install-deps.sh).
 const Forbidden = "nft"
 
 // Toolchain marks programs that come with Go, not from Debian.
@@ -67,6 +69,9 @@ func init() {
 	register("iptables-save", "iptables", "lab/k8scluster: finds the KUBE-/CNI- chains to remove")
 	register("ip6tables-save", "iptables", "lab/k8scluster: finds the KUBE-/CNI- chains to remove")
 	register("ip6tables", "iptables", "lab/k8scluster: removes the KUBE-/CNI- chains; lab/multinode: FORWARD rules; e2e: kube-proxy's REJECT of an IPv6 Service without endpoints")
+	register("ITGSend", "d-itg", "bench services: D-ITG sender (TCP throughput, UDP round-trip latency)")
+	register("ITGRecv", "d-itg", "bench services: D-ITG receiver in the backend pods")
+	register("ITGDec", "d-itg", "bench services: decodes ITGSend's log")
 	register("ldd", "libc-bin", "test/k8s bench: the shared libraries the redis image needs")
 	// Shell scripts (scripts/*.sh) also run: flock, setsid (util-linux),
 	// sed, grep, diff, mktemp, seq, head (Essential), go, ip, nsenter.
