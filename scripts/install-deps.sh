@@ -3,9 +3,9 @@
 set -euo pipefail
 pkgs=(sudo clang-19 llvm-19 libbpf-dev bpftool iproute2 iptables util-linux mount haproxy redis-server redis-tools iperf3 nginx wrk stress-ng
 	python3 python3-minimal curl openjdk-17-jdk-headless openjdk-17-jre-headless # test/e2e/eagain_test.go runs these
-	etcd-server containerd runc containernetworking-plugins # make test-k8s: the cluster (lab/k8scluster)
-	d-itg # bench services: ITGSend/ITGRecv/ITGDec (TCP throughput, UDP latency)
-	nftables) # only kube-proxy's nftables mode in bench services uses it (it execs nft); our code never runs nft
+	etcd-server containerd runc containernetworking-plugins # make test-k8s: the cluster, lab/k8scluster
+	d-itg # bench services: ITGSend/ITGRecv/ITGDec, TCP throughput and UDP latency
+	nftables) # only kube-proxy's nftables mode in bench services uses it: it execs nft; our code never runs nft
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
