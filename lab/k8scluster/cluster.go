@@ -68,6 +68,8 @@ type Cluster struct {
 	procs      []*proc
 	sock       string // containerd
 	pki        *pki
+	advertise  string // the API server's address: NodeIP, or ControlPlaneConfig's
+	svcCIDRs   string // --service-cluster-ip-range
 }
 
 type proc struct {
@@ -102,7 +104,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if _, err := os.Stat(cfg.PauseTar); err != nil {
 		return nil, fmt.Errorf("k8scluster: pause image: %w", err)
 	}
-	c := &Cluster{cfg: cfg, Server: fmt.Sprintf("https://%s:%d", NodeIP, APIPort)}
+	c := &Cluster{cfg: cfg, Server: fmt.Sprintf("https://%s:%d", NodeIP, APIPort), advertise: NodeIP, svcCIDRs: ServiceCIDR}
 	if err := Cleanup(cfg.RunDir); err != nil {
 		return nil, fmt.Errorf("k8scluster: removing an earlier run's leftovers: %w", err)
 	}
@@ -140,6 +142,68 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	c.logf("cluster up in %.1fs", time.Since(t0).Seconds())
 	return c, nil
 }
+
+// ControlPlaneConfig is a control plane without a node: etcd and
+// kube-apiserver only (bench services runs kube-proxy or the agent itself in
+// a lab node's network namespace, and writes Nodes and EndpointSlices).
+type ControlPlaneConfig struct {
+	BinDir string
+	RunDir string // DefaultRunDir if empty
+	// AdvertiseIP is a host address the lab's namespaces reach the API
+	// server at (in its certificate and kubeconfigs).
+	AdvertiseIP string
+	// ServiceCIDRv6, if set, makes the Service range dual-stack (at most
+	// 20 host bits: /108).
+	ServiceCIDRv6 string
+	Log           io.Writer
+}
+
+// StartControlPlane runs etcd and kube-apiserver only; Stop and Cleanup as
+// for Start. On error it tears down what it made.
+func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (_ *Cluster, err error) {
+	if cfg.RunDir == "" {
+		cfg.RunDir = DefaultRunDir
+	}
+	if net.ParseIP(cfg.AdvertiseIP) == nil {
+		return nil, fmt.Errorf("k8scluster: advertise address %q is not an IP address", cfg.AdvertiseIP)
+	}
+	for _, b := range []string{"kube-apiserver", "kube-proxy", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
+			return nil, fmt.Errorf("k8scluster: %s missing in BinDir %q (make k8s-bin)", b, cfg.BinDir)
+		}
+	}
+	c := &Cluster{cfg: Config{BinDir: cfg.BinDir, RunDir: cfg.RunDir, Log: cfg.Log},
+		Server: "https://" + net.JoinHostPort(cfg.AdvertiseIP, strconv.Itoa(APIPort)), advertise: cfg.AdvertiseIP, svcCIDRs: ServiceCIDR}
+	if cfg.ServiceCIDRv6 != "" {
+		c.svcCIDRs += "," + cfg.ServiceCIDRv6
+	}
+	if err := Cleanup(cfg.RunDir); err != nil {
+		return nil, fmt.Errorf("k8scluster: removing an earlier run's leftovers: %w", err)
+	}
+	if err := claim(cfg.RunDir, nil); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.logf("start failed: %v; logs:\n%s", err, c.LogTails(30))
+			c.Stop()
+		}
+	}()
+	for _, s := range []struct {
+		name string
+		fn   func(context.Context) error
+	}{{"pki", c.setupPKI}, {"etcd", c.startEtcd}, {"kube-apiserver", c.startAPIServer}} {
+		t := time.Now()
+		if err := s.fn(ctx); err != nil {
+			return nil, fmt.Errorf("k8scluster: %s: %w", s.name, err)
+		}
+		c.logf("%s up in %.1fs", s.name, time.Since(t).Seconds())
+	}
+	return c, nil
+}
+
+// PKIPath is a file of the cluster's PKI dir (kube-proxy.kubeconfig, ca.crt).
+func (c *Cluster) PKIPath(name string) string { return c.pki.path(name) }
 
 // Stop tears the cluster down and removes everything it made.
 func (c *Cluster) Stop() error {
@@ -224,7 +288,7 @@ func (c *Cluster) setupPKI(context.Context) error {
 		return err
 	}
 	c.pki = p
-	ips := []net.IP{net.ParseIP(NodeIP), net.ParseIP(APIServiceIP), net.ParseIP("127.0.0.1")}
+	ips := []net.IP{net.ParseIP(c.advertise), net.ParseIP(APIServiceIP), net.ParseIP("127.0.0.1")}
 	dns := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost", NodeName}
 	if _, _, err := p.cert("apiserver", "kube-apiserver", nil, dns, ips); err != nil {
 		return err
@@ -285,8 +349,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	p := c.pki.path
 	if err := c.spawn("kube-apiserver", c.bin("kube-apiserver"),
 		"--etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", etcdClient),
-		"--advertise-address", NodeIP, "--bind-address", "0.0.0.0", "--secure-port", strconv.Itoa(APIPort),
-		"--service-cluster-ip-range", ServiceCIDR,
+		"--advertise-address", c.advertise, "--bind-address", "0.0.0.0", "--secure-port", strconv.Itoa(APIPort),
+		"--service-cluster-ip-range", c.svcCIDRs,
 		"--tls-cert-file", p("apiserver.crt"), "--tls-private-key-file", p("apiserver.key"),
 		"--client-ca-file", p("ca.crt"),
 		"--kubelet-client-certificate", p("apiserver-kubelet-client.crt"),
