@@ -12,7 +12,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
-.PHONY: k8s-bin test-k8s bench-k8s
+.PHONY: k8s-bin test-k8s bench-k8s bench-services
 .PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-memory clean deps helm image manifests check-manifests
 
 all: build
@@ -76,6 +76,15 @@ bench-k8s:
 	./scripts/install-deps.sh
 	$(MAKE) k8s-bin
 	$(GO) test -tags k8s -count=1 -timeout 30m -run '^$$' -bench Pods -benchtime 1x -v ./test/k8s
+
+# kube-proxy iptables and nftables vs eztunnel --services, 1..10,000
+# Services on a real etcd + kube-apiserver (docs/services.md). ARGS=--quick:
+# 1, 1000, 5000 Services.
+bench-services:
+	@if [ "$$(id -u)" != 0 ]; then echo "make bench-services needs root: sudo make bench-services" >&2; exit 1; fi
+	./scripts/install-deps.sh
+	$(MAKE) build
+	./$(LAB_BIN) bench services --k8s-bin "$$(./tools/kube/build.sh)" --out results/services $(ARGS)
 
 # SIGKILL the e2e tests mid-run, rerun them, and check the host is as before.
 test-crash:

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eztunnel/eztunnel/lab/bench/services"
+)
+
+func benchServicesCmd() *cobra.Command {
+	o := services.Options{Connects: 2000, SyncN: 10}
+	var quick bool
+	cmd := &cobra.Command{
+		Use:   "services",
+		Short: "kube-proxy iptables and nftables vs eztunnel --services from 1 to 10,000 Services, on a real etcd + kube-apiserver (needs root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.BinDir == "" {
+				return errors.New("--k8s-bin is required: the directory tools/kube/build.sh prints (make k8s-bin)")
+			}
+			if len(o.Counts) == 0 {
+				o.Counts = services.FullCounts
+				if quick {
+					o.Counts = services.QuickCounts
+				}
+			}
+			return withSelf(cmd, func(ctx context.Context, exe string) error {
+				o.Exe, o.Log = exe, os.Stderr
+				if o.Agent == "" {
+					o.Agent = filepath.Join(filepath.Dir(exe), "eztunnel")
+				}
+				return services.Run(ctx, o, os.Stdout)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "1, 1000 and 5000 Services (default: 1, 1000, 2000, ..., 10000)")
+	f.IntSliceVar(&o.Counts, "counts", nil, "Service counts, ascending (overrides --quick)")
+	f.StringSliceVar(&o.Datapaths, "datapaths", nil, "datapaths: iptables, nftables, eztunnel (default all)")
+	f.StringVar(&o.BinDir, "k8s-bin", "", "directory with kube-apiserver, kube-proxy, kubectl (tools/kube/build.sh)")
+	f.StringVar(&o.Agent, "agent", "", "the eztunnel agent binary (default: eztunnel next to this binary)")
+	f.IntVar(&o.Connects, "connects", o.Connects, "connect-latency samples per datapath, count and path")
+	f.IntVar(&o.SyncN, "sync-n", o.SyncN, "one-change sync samples per datapath and count")
+	f.StringVar(&o.Out, "out", "", "directory for services.json and the plots")
+	return cmd
+}
