@@ -328,6 +328,9 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 		if err := until(ctx, wl, client, v.v4[k], true); err != nil {
 			return st, fmt.Errorf("waiting for the closed port of %s: %w", v.v4[k], err)
 		}
+		// An idle datapath: kube-proxy's minSyncPeriod (1 s) would
+		// otherwise hold back a change right after the previous sync.
+		time.Sleep(1100 * time.Millisecond)
 		ms, err := timedChange(ctx, wl, client, v.v4[k], func() error {
 			return setSlicePort(ctx, cs, k, false, backends, node.Name, targetPort)
 		})

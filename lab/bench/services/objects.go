@@ -174,6 +174,9 @@ func setSlicePort(ctx context.Context, cs kubernetes.Interface, i int, v6 bool, 
 		return err
 	}
 	want.ResourceVersion = cur.ResourceVersion
+	// As the EndpointSlice controller does: kube-proxy's
+	// network_programming_duration_seconds starts at this time.
+	want.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: time.Now().UTC().Format(time.RFC3339Nano)}
 	_, err = cs.DiscoveryV1().EndpointSlices(namespace).Update(ctx, want, metav1.UpdateOptions{})
 	return err
 }
