@@ -11,6 +11,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
@@ -145,8 +146,8 @@ func plots(res Result, dir string) error {
 		pl.Y.Label.Text = "µs"
 		pl.Add(plotter.NewGrid())
 		any := false
-		for _, dp := range []string{IPTables, NFTables, Eztunnel} {
-			for _, q := range []struct {
+		for di, dp := range []string{IPTables, NFTables, Eztunnel} {
+			for qi, q := range []struct {
 				name string
 				f    func(stats.Summary) float64
 			}{{"p50", func(s stats.Summary) float64 { return s.P50 }}, {"p99", func(s stats.Summary) float64 { return s.P99 }}} {
@@ -165,6 +166,8 @@ func plots(res Result, dir string) error {
 				if err != nil {
 					return err
 				}
+				l.Color, p.Color = plotutil.Color(di), plotutil.Color(di)
+				l.Dashes = plotutil.Dashes(qi)
 				pl.Add(l, p)
 				pl.Legend.Add(dp+" "+q.name, l, p)
 				any = true
