@@ -157,6 +157,13 @@ func Run(ctx context.Context, o Options, w io.Writer) (err error) {
 		res.CreateTimes[count] = d.Seconds()
 		o.logf("%d Services (+%d, two EndpointSlices each) created in %.1fs", count, count-made, d.Seconds())
 		made = count
+		if ci == 0 {
+			// No datapath yet: the VIPs must not answer, or the bench
+			// would measure something other than translation.
+			if err := unanswered(ctx, wl, client, lab.External, node, v, tmp); err != nil {
+				return err
+			}
+		}
 		// Interleaved: the datapath order alternates per count.
 		order := append([]string(nil), o.Datapaths...)
 		if ci%2 == 1 {
@@ -424,4 +431,26 @@ func tailOf(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// unanswered checks that Service 0's ClusterIPs and NodePort do not
+// connect while no datapath runs.
+func unanswered(ctx context.Context, wl workload.Client, client *multinode.Pod, ext *multinode.External, node *multinode.Node, v *vips, tmp string) error {
+	for _, c := range []struct {
+		p      workload.Pod
+		target string
+	}{{client, v.v4[0]}, {client, v.v6[0]}, {ext, node.UnderlayV4.String() + ":" + strconv.Itoa(nodePort(0))}} {
+		f := filepath.Join(tmp, "none.targets")
+		if err := os.WriteFile(f, []byte(c.target), 0o644); err != nil {
+			return err
+		}
+		var res workload.ConnectResult
+		if _, err := wl.Workload(ctx, c.p, time.Minute, &res, "connect", "--targets-file", f, "--n", "3", "--timeout", "300ms"); err != nil {
+			return err
+		}
+		if res.Failures != 3 {
+			return fmt.Errorf("%s connects with no datapath running: the lab does not measure Service translation", c.target)
+		}
+	}
+	return nil
 }
