@@ -26,6 +26,7 @@
 
 #include "lib/counters.h"
 #include "lib/parse.h"
+#include "lib/ct.h"
 #include "bypass/bypass.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -34,11 +35,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const enum ez_bp_counter ez_bp_counter_enum __attribute__((unused));
 const enum ez_bp_dev_kind ez_bp_dev_kind_enum __attribute__((unused));
 
-/* Conntrack kfuncs (net/netfilter/nf_conntrack_bpf.c; tc and XDP only). */
-extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
-					 struct bpf_ct_opts *opts, __u32 opts__sz) __ksym;
-extern void bpf_ct_release(struct nf_conn *ct) __ksym;
-extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout_ms) __ksym;
 
 /* Local pods by address, written by userspace. */
 struct {
@@ -138,23 +134,6 @@ static __always_inline void refresh(struct nf_conn *ct, __u32 idx, __u32 timeout
 	if (!period)
 		*learnt = *(volatile __u32 *)&ct->timeout - now;
 	count_add(EZ_BP_C_CT_REFRESHES, 1);
-}
-
-/* The flow's tuple for the conntrack lookup; ports to network order. */
-static __always_inline __u32 ct_tuple(const struct ez_flow *f, struct bpf_sock_tuple *tuple)
-{
-	if (f->family == 4) {
-		tuple->ipv4.saddr = f->saddr[0];
-		tuple->ipv4.daddr = f->daddr[0];
-		tuple->ipv4.sport = bpf_htons(f->sport);
-		tuple->ipv4.dport = bpf_htons(f->dport);
-		return sizeof(tuple->ipv4);
-	}
-	__builtin_memcpy(tuple->ipv6.saddr, f->saddr, 16);
-	__builtin_memcpy(tuple->ipv6.daddr, f->daddr, 16);
-	tuple->ipv6.sport = bpf_htons(f->sport);
-	tuple->ipv6.dport = bpf_htons(f->dport);
-	return sizeof(tuple->ipv6);
 }
 
 static __always_inline int mac_store(struct __sk_buff *skb, const __u8 *dst, const __u8 *src)
@@ -351,7 +330,7 @@ static __always_inline __u32 admitted(struct __sk_buff *skb, const struct ez_flo
 	__u32 tuple_sz, bit, reason = 0;
 	bool ok;
 
-	tuple_sz = ct_tuple(f, &tuple);
+	tuple_sz = ez_ct_tuple(f, &tuple);
 	opts.netns_id = BPF_F_CURRENT_NETNS;
 	opts.l4proto = f->proto;
 	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, sizeof(opts));
@@ -424,7 +403,7 @@ int ez_bypass_admit(struct __sk_buff *skb)
 		return TCX_NEXT;
 	if (f.proto != EZ_IPPROTO_TCP && f.proto != EZ_IPPROTO_UDP)
 		return TCX_NEXT;
-	tuple_sz = ct_tuple(&f, &tuple);
+	tuple_sz = ez_ct_tuple(&f, &tuple);
 	opts.netns_id = BPF_F_CURRENT_NETNS;
 	opts.l4proto = f.proto;
 	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, sizeof(opts));

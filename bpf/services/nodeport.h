@@ -18,17 +18,14 @@
 #define EZ_SERVICES_NODEPORT_H
 
 #include "lib/parse.h"
+#include "lib/ct.h"
 
-extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
-					 struct bpf_ct_opts *opts, __u32 opts__sz) __ksym;
 extern struct nf_conn___init *bpf_skb_ct_alloc(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
 					      struct bpf_ct_opts *opts, __u32 opts__sz) __ksym;
 extern int bpf_ct_set_nat_info(struct nf_conn___init *nfct, union nf_inet_addr *addr, int port,
 			       enum nf_nat_manip_type manip) __ksym;
 extern void bpf_ct_set_timeout(struct nf_conn___init *nfct, __u32 timeout) __ksym;
 extern struct nf_conn *bpf_ct_insert_entry(struct nf_conn___init *nfct) __ksym;
-extern void bpf_ct_release(struct nf_conn *ct) __ksym;
-extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout_ms) __ksym;
 
 const enum ez_svc_np_flag ez_svc_np_flag_enum __attribute__((unused));
 
@@ -52,22 +49,6 @@ struct {
 	__type(key, struct ez_svc_backend);	/* addr, port 0 */
 	__type(value, __u32);
 } ez_svc_node_addrs SEC(".maps");
-
-static __always_inline __u32 np_tuple(const struct ez_flow *f, struct bpf_sock_tuple *t)
-{
-	if (f->family == 4) {
-		t->ipv4.saddr = f->saddr[0];
-		t->ipv4.daddr = f->daddr[0];
-		t->ipv4.sport = bpf_htons(f->sport);
-		t->ipv4.dport = bpf_htons(f->dport);
-		return sizeof(t->ipv4);
-	}
-	__builtin_memcpy(t->ipv6.saddr, f->saddr, 16);
-	__builtin_memcpy(t->ipv6.daddr, f->daddr, 16);
-	t->ipv6.sport = bpf_htons(f->sport);
-	t->ipv6.dport = bpf_htons(f->dport);
-	return sizeof(t->ipv6);
-}
 
 /* a as the maps store it: 16 bytes, IPv4 v4-mapped. */
 static __always_inline void np_addr16(const struct ez_flow *f, const __u32 a[4], __u8 out[16])
@@ -120,7 +101,7 @@ int ez_svc_nodeport(struct __sk_buff *skb)
 	np_addr16(&f, f.daddr, node.addr);
 	if (!bpf_map_lookup_elem(&ez_svc_node_addrs, &node))
 		return TCX_NEXT;
-	tsz = np_tuple(&f, &tuple);
+	tsz = ez_ct_tuple(&f, &tuple);
 	opts.netns_id = BPF_F_CURRENT_NETNS;
 	opts.l4proto = f.proto;
 	ct = bpf_skb_ct_lookup(skb, &tuple, tsz, &opts, sizeof(opts));

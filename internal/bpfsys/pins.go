@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -114,4 +115,49 @@ func MovePin(from, to string) error {
 		return fmt.Errorf("move pin %s to %s: %w", from, to, err)
 	}
 	return nil
+}
+
+// AttachPinned returns a link running prog, pinned at pin. A link already
+// pinned there that keep accepts (its device or target is still the one
+// wanted; nil: any) gets prog in place (link.Update: never a moment
+// without a program); one it does not is unpinned. Otherwise attach makes
+// a new link, which is pinned at pin, creating its directories. pin "":
+// attach only, nothing pinned.
+func AttachPinned(pin string, prog *ebpf.Program, keep func(*link.Info) bool, attach func() (link.Link, error)) (link.Link, error) {
+	if pin == "" {
+		return attach()
+	}
+	if old, err := link.LoadPinnedLink(pin, nil); err == nil {
+		info, ierr := old.Info()
+		if ierr != nil {
+			old.Close()
+			return nil, fmt.Errorf("link info of %s: %w", pin, ierr)
+		}
+		if keep == nil || keep(info) {
+			if err := old.Update(prog); err != nil {
+				old.Close()
+				return nil, fmt.Errorf("update pinned link %s: %w", pin, err)
+			}
+			return old, nil
+		}
+		old.Close()
+		if err := UnpinLink(pin); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
+	}
+	l, err := attach()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if err := l.Pin(pin); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("pin link %s: %w", pin, err)
+	}
+	return l, nil
 }

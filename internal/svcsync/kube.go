@@ -188,7 +188,7 @@ func backends(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p
 type KubeConfig struct {
 	REST     *rest.Config
 	Families Families
-	NodeName string // the node's name: its endpoints are the local ones of externalTrafficPolicy Local
+	NodeName string       // the node's name: its endpoints are the local ones of externalTrafficPolicy Local
 	Log      *slog.Logger // nil: slog.Default()
 }
 

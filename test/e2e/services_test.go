@@ -137,11 +137,11 @@ type holdRound struct {
 	UDPRecvErr string `json:"udp_recv_error"`
 }
 
-// startHold runs svc.py hold in p (a held TCP connection and connected UDP
-// socket) and returns a function that asks it for a round.
-func startHold(t *testing.T, p *netlab.Pod, thost, tport, uhost, uport string) func(when string) holdRound {
+// startSvcPy starts svc.py args in p with its stdin and stdout piped; it is
+// stopped (stdin closed, waited for) at the test's end.
+func startSvcPy(t *testing.T, p *netlab.Pod, args ...string) (io.WriteCloser, *bufio.Scanner, *lockedBuffer) {
 	t.Helper()
-	a := svcPy("hold", thost, tport, uhost, uport)
+	a := svcPy(args...)
 	cmd := p.Cmd(context.Background(), a[0], a[1:]...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -151,13 +151,20 @@ func startHold(t *testing.T, p *netlab.Pod, thost, tport, uhost, uport string) f
 	if err != nil {
 		t.Fatal(err)
 	}
-	var errb lockedBuffer
-	cmd.Stderr = &errb
+	errb := &lockedBuffer{}
+	cmd.Stderr = errb
 	if err := p.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
-	sc := bufio.NewScanner(stdout)
+	return stdin, bufio.NewScanner(stdout), errb
+}
+
+// startHold runs svc.py hold in p (a held TCP connection and connected UDP
+// socket) and returns a function that asks it for a round.
+func startHold(t *testing.T, p *netlab.Pod, thost, tport, uhost, uport string) func(when string) holdRound {
+	t.Helper()
+	stdin, sc, errb := startSvcPy(t, p, "hold", thost, tport, uhost, uport)
 	return func(when string) holdRound {
 		t.Helper()
 		io.WriteString(stdin, "go\n")
@@ -526,24 +533,12 @@ func TestServices(t *testing.T) {
 		for _, ipt := range []string{"iptables", "ip6tables"} {
 			nsExec(t, o.NetNS, ipt, "-w", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "8080", "-j", "REDIRECT", "--to-ports", "15001")
 		}
-		a := svcPy("origdst", "15001", "2")
-		cmd := o.Cmd(context.Background(), a[0], a[1:]...)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var errb lockedBuffer
-		cmd.Stderr = &errb
-		if err := o.Start(cmd); err != nil {
-			t.Fatal(err)
-		}
-		defer cmd.Wait()
+		_, sc, errb := startSvcPy(t, o, "origdst", "15001", "2")
 		defer func() {
 			if t.Failed() {
 				t.Logf("origdst stderr: %s", errb.String())
 			}
 		}()
-		sc := bufio.NewScanner(stdout)
 		if !sc.Scan() || sc.Text() != "listening" {
 			t.Fatalf("origdst: %q %v %s", sc.Text(), sc.Err(), errb.String())
 		}

@@ -47,47 +47,20 @@ func (b *Bypass) linkPin(ifx int, prog *ebpf.Program, at ebpf.AttachType) (strin
 // without the bypass); a defunct one (its device went, the ifindex was
 // reused) is replaced. It returns the link and its pin ("": unpinned).
 func (b *Bypass) attachOne(ifx int, prog *ebpf.Program, at ebpf.AttachType) (link.Link, string, error) {
-	if b.pinDir == "" {
-		l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: prog, Attach: at})
-		return l, "", err
-	}
-	pin, err := b.linkPin(ifx, prog, at)
-	if err != nil {
-		return nil, "", err
-	}
-	if old, err := link.LoadPinnedLink(pin, nil); err == nil {
-		info, ierr := old.Info()
-		if ierr != nil {
-			old.Close()
-			return nil, "", fmt.Errorf("link info of %s: %w", pin, ierr)
-		}
-		if tcx := info.TCX(); tcx != nil && int(tcx.Ifindex) == ifx && ebpf.AttachType(tcx.AttachType) == at {
-			if err := old.Update(prog); err != nil {
-				old.Close()
-				return nil, "", fmt.Errorf("update pinned link %s: %w", pin, err)
-			}
-			return old, pin, nil
-		}
-		old.Close()
-		if err := bpfsys.UnpinLink(pin); err != nil {
+	pin := ""
+	if b.pinDir != "" {
+		var err error
+		if pin, err = b.linkPin(ifx, prog, at); err != nil {
 			return nil, "", err
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, "", fmt.Errorf("open pinned link %s: %w", pin, err)
 	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: prog, Attach: at})
-	if err != nil {
-		return nil, "", err
-	}
-	if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
-		l.Close()
-		return nil, "", err
-	}
-	if err := l.Pin(pin); err != nil {
-		l.Close()
-		return nil, "", fmt.Errorf("pin link %s: %w", pin, err)
-	}
-	return l, pin, nil
+	l, err := bpfsys.AttachPinned(pin, prog, func(info *link.Info) bool {
+		tcx := info.TCX()
+		return tcx != nil && int(tcx.Ifindex) == ifx && ebpf.AttachType(tcx.AttachType) == at
+	}, func() (link.Link, error) {
+		return link.AttachTCX(link.TCXOptions{Interface: ifx, Program: prog, Attach: at})
+	})
+	return l, pin, err
 }
 
 // release closes this process's handle on l; with detach it also unpins it

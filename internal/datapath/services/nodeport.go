@@ -137,43 +137,14 @@ func (lb *LB) SyncNodePortDevices(ifindexes []int) (attached, detached []int, er
 }
 
 // attachNodePort updates the link pinned at pin in place, or attaches a
-// new one and pins it.
+// new one (and pins it).
 func (lb *LB) attachNodePort(ifx int, pin string) (link.Link, error) {
-	if pin != "" {
-		if old, err := link.LoadPinnedLink(pin, nil); err == nil {
-			info, ierr := old.Info()
-			if ierr == nil {
-				if tcx := info.TCX(); tcx != nil && int(tcx.Ifindex) == ifx {
-					if err := old.Update(lb.objs.EzSvcNodeport); err != nil {
-						old.Close()
-						return nil, fmt.Errorf("update pinned link %s: %w", pin, err)
-					}
-					return old, nil
-				}
-			}
-			old.Close()
-			if err := bpfsys.UnpinLink(pin); err != nil {
-				return nil, err
-			}
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
-		}
-	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifx, Program: lb.objs.EzSvcNodeport, Attach: ebpf.AttachTCXIngress})
-	if err != nil {
-		return nil, err
-	}
-	if pin != "" {
-		if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
-			l.Close()
-			return nil, err
-		}
-		if err := l.Pin(pin); err != nil {
-			l.Close()
-			return nil, fmt.Errorf("pin link %s: %w", pin, err)
-		}
-	}
-	return l, nil
+	return bpfsys.AttachPinned(pin, lb.objs.EzSvcNodeport, func(info *link.Info) bool {
+		tcx := info.TCX()
+		return tcx != nil && int(tcx.Ifindex) == ifx
+	}, func() (link.Link, error) {
+		return link.AttachTCX(link.TCXOptions{Interface: ifx, Program: lb.objs.EzSvcNodeport, Attach: ebpf.AttachTCXIngress})
+	})
 }
 
 // unpinNodePorts unpins the NodePort links an earlier agent left in every

@@ -23,8 +23,11 @@ func mapDir(pinDir string) string { return filepath.Join(pinDir, "services") }
 // place: translated sockets never see a moment without the reverse hooks.
 // newPin is the pin it made ("": none, or updated in place).
 func (lb *LB) attachOne(cgroup string, id uint64, prog *ebpf.Program, at ebpf.AttachType) (_ link.Link, newPin string, _ error) {
+	attach := func() (link.Link, error) {
+		return link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: at, Program: prog})
+	}
 	if lb.pinDir == "" {
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: at, Program: prog})
+		l, err := attach()
 		return l, "", err
 	}
 	info, err := prog.Info()
@@ -32,26 +35,10 @@ func (lb *LB) attachOne(cgroup string, id uint64, prog *ebpf.Program, at ebpf.At
 		return nil, "", err
 	}
 	pin := bpfsys.LinkPin(lb.pinDir, bpfsys.KindServices, strconv.FormatUint(id, 10), info.Name)
-	if old, err := link.LoadPinnedLink(pin, nil); err == nil {
-		if err := old.Update(prog); err != nil {
-			old.Close()
-			return nil, "", fmt.Errorf("update pinned link %s: %w", pin, err)
-		}
-		return old, "", nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, "", fmt.Errorf("open pinned link %s: %w", pin, err)
-	}
-	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: at, Program: prog})
-	if err != nil {
-		return nil, "", err
-	}
-	if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
-		l.Close()
-		return nil, "", err
-	}
-	if err := l.Pin(pin); err != nil {
-		l.Close()
-		return nil, "", fmt.Errorf("pin link %s: %w", pin, err)
+	fresh := !bpfsys.Exists(pin)
+	l, err := bpfsys.AttachPinned(pin, prog, nil, attach)
+	if err != nil || !fresh {
+		return l, "", err
 	}
 	return l, pin, nil
 }

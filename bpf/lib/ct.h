@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Conntrack kfuncs (net/netfilter/nf_conntrack_bpf.c; tc and XDP programs
+ * only) and the lookup tuple of a parsed flow, shared by the bridge bypass
+ * and the NodePort program.
+ */
+#ifndef EZ_LIB_CT_H
+#define EZ_LIB_CT_H
+
+#include "lib/parse.h"
+
+extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
+					 struct bpf_ct_opts *opts, __u32 opts__sz) __ksym;
+extern void bpf_ct_release(struct nf_conn *ct) __ksym;
+extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout_ms) __ksym;
+
+/* The conntrack tuple of f as its packet has it; returns its size. */
+static __always_inline __u32 ez_ct_tuple(const struct ez_flow *f, struct bpf_sock_tuple *tuple)
+{
+	if (f->family == 4) {
+		tuple->ipv4.saddr = f->saddr[0];
+		tuple->ipv4.daddr = f->daddr[0];
+		tuple->ipv4.sport = bpf_htons(f->sport);
+		tuple->ipv4.dport = bpf_htons(f->dport);
+		return sizeof(tuple->ipv4);
+	}
+	__builtin_memcpy(tuple->ipv6.saddr, f->saddr, 16);
+	__builtin_memcpy(tuple->ipv6.daddr, f->daddr, 16);
+	tuple->ipv6.sport = bpf_htons(f->sport);
+	tuple->ipv6.dport = bpf_htons(f->dport);
+	return sizeof(tuple->ipv6);
+}
+
+#endif
