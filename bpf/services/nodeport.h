@@ -155,11 +155,16 @@ int ez_svc_nodeport(struct __sk_buff *skb)
 	np_nat_addr(&f, be->addr, &nat);
 	if (bpf_ct_set_nat_info(nct, &nat, be->port, NF_NAT_MANIP_DST))
 		goto failed;
-	if (!(np->flags & EZ_SVC_NP_LOCAL)) {
-		np_nat_addr(&f, node.addr, &nat);
-		if (bpf_ct_set_nat_info(nct, &nat, -1, NF_NAT_MANIP_SRC))
-			goto failed;
-	}
+	/* Source: Cluster masquerades to the node address the client used;
+	 * Local keeps the client's address. Both let nf_nat choose another
+	 * source port when the reply tuple is taken (another flow from the
+	 * same client port to the same backend, e.g. in TIME_WAIT), as the
+	 * kernel path's null binding does: without it the insert fails. */
+	if (np->flags & EZ_SVC_NP_LOCAL)
+		np_addr16(&f, f.saddr, node.addr);
+	np_nat_addr(&f, node.addr, &nat);
+	if (bpf_ct_set_nat_info(nct, &nat, -1, NF_NAT_MANIP_SRC))
+		goto failed;
 	bpf_ct_set_timeout(nct, EZ_NP_CT_TIMEOUT_MS);
 	ct = bpf_ct_insert_entry(nct);
 	if (!ct) {

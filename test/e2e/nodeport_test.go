@@ -127,9 +127,10 @@ func TestServicesNodePort(t *testing.T) {
 - {name: local, ip: 10.96.7.11, port: 80, nodePort: 30081, externalTrafficPolicy: Local, backends: [%s, %s], localBackends: [%s]}
 - {name: dns, ip: 10.96.7.12, port: 53, protocol: UDP, nodePort: 30053, backends: [%s, %s]}
 - {name: none, ip: 10.96.7.13, port: 80, nodePort: 30083, externalTrafficPolicy: Local, backends: [%s], localBackends: []}
+- {name: local2, ip: 10.96.7.14, port: 80, nodePort: 30084, externalTrafficPolicy: Local, backends: [%s], localBackends: [%s]}
 `, be(a1, false, 8080), be(b1, false, 8080), be(a1, true, 8080), be(b1, true, 8080),
 		be(a1, false, 8081), be(b1, false, 8081), be(a1, false, 8081),
-		be(a1, false, 8053), be(b1, false, 8053), be(b1, false, 8081))
+		be(a1, false, 8053), be(b1, false, 8053), be(b1, false, 8081), be(a1, false, 8081), be(a1, false, 8081))
 	svcFile := filepath.Join(t.TempDir(), "services.yaml")
 	writeServices(t, svcFile, file)
 	pin := "/sys/fs/bpf/eztunnel-e2e-mnnp"
@@ -183,6 +184,17 @@ func TestServicesNodePort(t *testing.T) {
 		for i := range 3 {
 			if _, err := externalTCPFrom(t, ext, 41234, node4, 1000+i); err != nil {
 				t.Fatalf("connection %d from port 41234: %v", i, err)
+			}
+		}
+	})
+	t.Run("reply tuple taken", func(t *testing.T) {
+		// Two Local NodePorts with one backend, one client port: the
+		// second flow's reply tuple (backend -> client:port) is the first's,
+		// still in conntrack (TIME_WAIT). As on the kernel path, nf_nat
+		// gives the second flow another source port.
+		for _, np := range []uint16{30081, 30084, 30081} {
+			if _, err := externalTCPFrom(t, ext, 41300, netip.AddrPortFrom(n1.UnderlayV4, np), 100); err != nil {
+				t.Fatalf("to NodePort %d from port 41300: %v", np, err)
 			}
 		}
 	})
