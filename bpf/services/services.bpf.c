@@ -34,7 +34,7 @@ const enum ez_svc_counter ez_svc_counter_enum __attribute__((unused));
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 65536);
 	__type(key, struct ez_svc_key);
 	__type(value, struct ez_svc);
 } ez_svc_frontends SEC(".maps");

@@ -83,7 +83,10 @@ const MaxAffinity = 86400 * time.Second
 
 // Config sizes the maps; zero values take the defaults.
 type Config struct {
-	MaxFrontends uint32 // default 16384
+	// MaxFrontends bounds ClusterIP and NodePort frontends together (they
+	// share ids): default 65536, e.g. 10,000 dual-stack Services with
+	// 2767 dual-stack NodePorts take 25,534.
+	MaxFrontends uint32
 	MaxBackends  uint32 // distinct backend addresses, default 65536
 	MaxSlots     uint32 // backends of all frontends together, default 131072
 	// PinDir is the datapath's pin directory (<pin path>/<schema>): the
