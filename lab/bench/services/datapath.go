@@ -152,13 +152,14 @@ func NodePortFlag(ctx context.Context, agent string) bool {
 }
 
 // startAgent runs `eztunnel run --services` in the node's netns, attached to
-// the pods' cgroup, the socket shortcut excluded for every address (only
-// Service translation differs from kube-proxy's path).
+// the pods' cgroup, the socket shortcut excluded for every address and the
+// bridge bypass off (only Service translation differs from kube-proxy's
+// path).
 func startAgent(ctx context.Context, o Options, n *multinode.Node, kubeconfig, tmp string, nodePort bool) (*running, error) {
 	ready := filepath.Join(tmp, "agent-ready")
 	os.Remove(ready)
 	args := []string{"run", "--services", "--kubeconfig", kubeconfig, "--cgroup", n.Managed, "--pin-path", pinPath,
-		"--lock-file", filepath.Join(tmp, "agent.lock"), "--adopt=false", "--exclude-cidrs", "0.0.0.0/0,::/0",
+		"--lock-file", filepath.Join(tmp, "agent.lock"), "--adopt=false", "--exclude-cidrs", "0.0.0.0/0,::/0", "--bypass=false",
 		"--metrics-addr", metricsAddr, "--ready-file", ready}
 	if nodePort {
 		args = append(args, "--nodeport", "--node-name", n.Name)
