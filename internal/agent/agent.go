@@ -63,9 +63,9 @@ type Config struct {
 	// is an error; without it the agent runs without the bypass and says why.
 	Bypass         bool
 	BypassRequired bool
-	// Services runs the Service load balancer (ClusterIP at the socket) on
-	// the managed cgroups while the agent runs; nil: off. Nothing of it is
-	// pinned.
+	// Services runs the Service load balancer (ClusterIP at the socket,
+	// NodePort at tc) on the managed cgroups, pinned with the datapath;
+	// nil: off, and a load balancer an earlier agent pinned is removed.
 	Services *ServicesConfig
 }
 
