@@ -11,6 +11,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	"github.com/eztunnel/eztunnel/internal/datapath/services"
 )
 
 // statusReport is the JSON form of `eztunnel status -o json`.
@@ -24,6 +25,8 @@ type statusReport struct {
 	// says what this node's settings would allow).
 	Bypass    *bypass.PinnedState `json:"bypass"`
 	BypassOff string              `json:"bypass_off,omitempty"`
+	// Services is the pinned Service load balancer; nil: none.
+	Services *services.PinnedState `json:"services"`
 }
 
 func statusCmd() *cobra.Command {
@@ -71,6 +74,9 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 	if rep.Bypass, err = bypass.ReadPinned(cfg.Dir()); err != nil {
 		return nil, err
 	}
+	if rep.Services, err = services.ReadPinned(cfg.Dir()); err != nil {
+		return nil, err
+	}
 	if rep.Bypass == nil {
 		rep.BypassOff = "not running (off with --bypass=false)"
 		var bc bypass.Config
@@ -100,6 +106,16 @@ func printStatus(rep *statusReport) {
 		}
 	} else {
 		fmt.Fprintf(w, "bypass\t%s\n", rep.BypassOff)
+	}
+	if sv := rep.Services; sv != nil {
+		fmt.Fprintf(w, "services\t%d frontends, %d NodePorts, %d backends, %d cgroups\n", sv.Frontends, sv.NodePorts, sv.Backends, sv.Cgroups)
+		for _, name := range services.CounterNames() {
+			if v := sv.Counters[name]; v > 0 {
+				fmt.Fprintf(w, "services %s\t%d\n", name, v)
+			}
+		}
+	} else {
+		fmt.Fprintf(w, "services\tnot running (--services)\n")
 	}
 	for _, l := range rep.Links {
 		fmt.Fprintf(w, "link %s\tid %d, program %d\n", l.Pin, l.ID, l.Program)

@@ -633,6 +633,20 @@ func TestServices(t *testing.T) {
 		if f := scrape(t, metricsAddr)["eztunnel_services_frontends"]; f != 7 {
 			t.Errorf("frontends after the restart %v, want 7 (sticky deleted)", f)
 		}
+		// eztunnel status reads the pinned load balancer.
+		out, err := eztunnel(context.Background(), "status", "--pin-path", pin, "-o", "json")
+		var st struct {
+			Services *struct {
+				Frontends, NodePorts, Cgroups int
+				Counters                      map[string]uint64
+			} `json:"services"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &st) != nil || st.Services == nil {
+			t.Fatalf("status: %v: %s", err, out)
+		}
+		if s := st.Services; s.Frontends != 7 || s.NodePorts != 0 || s.Cgroups != 1 || s.Counters["tcp_connect"] == 0 {
+			t.Errorf("status: services %+v, want 7 frontends, no NodePort, 1 cgroup, TCP translations counted", *s)
+		}
 		var r struct {
 			Peer, Backend string
 			Exact         bool

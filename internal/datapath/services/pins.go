@@ -256,3 +256,62 @@ func (lb *LB) List() []Frontend {
 	})
 	return out
 }
+
+// PinnedState is what `eztunnel status` shows of a pinned load balancer.
+type PinnedState struct {
+	Frontends int      `json:"frontends"` // ClusterIP:port:protocol
+	NodePorts int      `json:"nodeports"` // port:protocol:family
+	Backends  int      `json:"backends"`  // distinct addresses and ports
+	Cgroups   int      `json:"cgroups"`   // cgroups its hooks are attached to
+	Counters  Counters `json:"counters"`
+}
+
+// ReadPinned reads the load balancer pinned under pinDir; nil and no error
+// when there is none.
+func ReadPinned(pinDir string) (*PinnedState, error) {
+	dir := mapDir(pinDir)
+	if !bpfsys.Exists(dir) {
+		return nil, nil
+	}
+	count := func(name string) (int, error) {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return 0, fmt.Errorf("services: open pinned map %s: %w", name, err)
+		}
+		defer m.Close()
+		n := 0
+		k, v := make([]byte, m.KeySize()), make([]byte, m.ValueSize())
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			n++
+		}
+		return n, it.Err()
+	}
+	st := &PinnedState{Counters: Counters{}}
+	var err error
+	if st.Frontends, err = count("ez_svc_frontends"); err != nil {
+		return nil, err
+	}
+	if st.NodePorts, err = count("ez_svc_nodeports"); err != nil {
+		return nil, err
+	}
+	if st.Backends, err = count("ez_svc_backends"); err != nil {
+		return nil, err
+	}
+	if entries, err := os.ReadDir(bpfsys.LinkPin(pinDir, bpfsys.KindServices)); err == nil {
+		st.Cgroups = len(entries)
+	}
+	ctrs, err := ebpf.LoadPinnedMap(filepath.Join(dir, "ez_svc_counters"), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("services: open pinned counters: %w", err)
+	}
+	defer ctrs.Close()
+	for c := servicesEzSvcCounter(0); c < servicesEzSvcCounterEZ_SVC_C_MAX; c++ {
+		sum, err := bpfsys.SumPerCPU(ctrs, uint32(c))
+		if err != nil {
+			return nil, fmt.Errorf("services: read counter %s: %w", counterName(c), err)
+		}
+		st.Counters[counterName(c)] = sum
+	}
+	return st, nil
+}
