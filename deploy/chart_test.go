@@ -226,9 +226,12 @@ func TestChartLeastPrivilege(t *testing.T) {
 		t.Errorf("env %v, want %v", env, wantEnv)
 	}
 
-	// Probes on the health port.
+	// Liveness on the health port; readiness through `eztunnel ready`,
+	// which checks the node's lock names this pod before asking the port
+	// (hostNetwork: an httpGet would reach the old agent in a surge update).
+	wantReady := []any{"/eztunnel", "ready", "--lock-file=/run/eztunnel/agent.lock", "--health-addr=0.0.0.0:9877"}
 	if get(c, "livenessProbe", "httpGet", "path") != "/healthz" || get(c, "livenessProbe", "httpGet", "port") != 9877 ||
-		get(c, "readinessProbe", "httpGet", "path") != "/readyz" || get(c, "readinessProbe", "httpGet", "port") != 9877 {
+		!reflect.DeepEqual(get(c, "readinessProbe", "exec", "command"), wantReady) || get(c, "readinessProbe", "httpGet") != nil {
 		t.Errorf("probes %v %v", c["livenessProbe"], c["readinessProbe"])
 	}
 

@@ -135,7 +135,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The lock first: during a DaemonSet update with maxSurge the agent we
 	// take over from holds the health and metrics ports (host network) until
 	// it hands over.
-	lock, err := agentlock.Acquire(cfg.LockFile, lockOwner(), cfg.Takeover, cfg.LockWait)
+	lock, err := agentlock.Acquire(cfg.LockFile, agentlock.Owner(), cfg.Takeover, cfg.LockWait)
 	if errors.Is(err, agentlock.ErrSuperseded) {
 		// This pod is being replaced and its container was restarted.
 		slog.Info("standing by until stopped: a newer agent manages the datapath", "reason", err.Error())
@@ -381,15 +381,6 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 	}
-}
-
-// lockOwner names this agent in the lock file: the pod in Kubernetes, else the host.
-func lockOwner() string {
-	if pod := os.Getenv("POD_NAME"); pod != "" {
-		return "pod " + os.Getenv("POD_NAMESPACE") + "/" + pod
-	}
-	host, _ := os.Hostname()
-	return fmt.Sprintf("eztunnel run (pid %d) on %s", os.Getpid(), host)
 }
 
 func closedChan() <-chan struct{} {

@@ -211,6 +211,34 @@ func (l *Lock) Release() error {
 	return l.f.Close() // closing the last descriptor drops the flock
 }
 
+// Owner names this process in the lock file: the pod in Kubernetes (from
+// the POD_NAME and POD_NAMESPACE the chart sets), else the host and pid.
+func Owner() string {
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return "pod " + os.Getenv("POD_NAMESPACE") + "/" + pod
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("eztunnel run (pid %d) on %s", os.Getpid(), host)
+}
+
+// Holder is who holds the lock at path (the first line of the file), or
+// ErrNoAgent when the lock is free.
+func Holder(path string) (string, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%w %s", ErrNoAgent, path)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		return "", fmt.Errorf("%w %s", ErrNoAgent, path)
+	}
+	return readHolder(path), nil
+}
+
 // ErrNoAgent: nobody holds the lock.
 var ErrNoAgent = errors.New("no agent holds the lock")
 

@@ -124,3 +124,22 @@ func TestSupersededDoesNotTakeBack(t *testing.T) {
 	}
 	c.Release()
 }
+
+func TestHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.lock")
+	if _, err := Holder(path); !errors.Is(err, ErrNoAgent) {
+		t.Fatalf("no lock file: %v, want ErrNoAgent", err)
+	}
+	a, err := Acquire(path, "pod ns/agent-a", false, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := Holder(path); err != nil || h != "pod ns/agent-a" {
+		t.Fatalf("held: %q, %v", h, err)
+	}
+	a.Release()
+	// The file stays, naming the agent that stopped: nobody holds it.
+	if h, err := Holder(path); !errors.Is(err, ErrNoAgent) {
+		t.Fatalf("released: %q, %v, want ErrNoAgent", h, err)
+	}
+}
