@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -31,20 +34,36 @@ func (f Families) has(a netip.Addr) bool {
 	return f.IPv6
 }
 
+// Node is the node the frontends are made for: its endpoints (by the
+// endpoints' nodeName) are the local ones, and its topology zone (the
+// node's topology.kubernetes.io/zone label) selects zone hints.
+type Node struct{ Name, Zone string }
+
 // ServiceEntries are the ClusterIP frontends of svc with the backends kube-proxy
 // would use, and its sessionAffinity ClientIP timeout: per port, the ready endpoints of the matching EndpointSlice
 // ports, or when none is ready the serving terminating ones. Skipped
 // parts are reported by reason; svc nil (deleted), headless and
-// ExternalName Services have no frontends. Topology hints are not applied.
+// ExternalName Services have no frontends. No node: no local endpoints
+// and no zone.
 func ServiceEntries(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fam Families) (Entries, []string) {
-	return ServiceEntriesOn(svc, slices, fam, "")
+	return ServiceEntriesOn(svc, slices, fam, Node{})
 }
 
-// ServiceEntriesOn is ServiceEntries on the node named node: a NodePort
-// (Services of type NodePort and LoadBalancer) is a frontend too, whose
-// backends with externalTrafficPolicy Local are the endpoints on that node
-// (by the endpoints' nodeName) and keep the client's source.
-func ServiceEntriesOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fam Families, node string) (Entries, []string) {
+// ServiceEntriesOn is ServiceEntries on node, with kube-proxy's choice of
+// endpoints (pkg/proxy/topology.go, CategorizeEndpoints, v1.33):
+//   - Cluster policy: the ready endpoints, narrowed to those hinted for the
+//     node's zone when every ready endpoint has a zone hint and one is for
+//     this zone; none ready: the serving terminating ones (no topology).
+//   - Local policy: the node's ready endpoints, else its serving
+//     terminating ones.
+//
+// The ClusterIP uses Local with internalTrafficPolicy Local, else Cluster.
+// A NodePort (Services of type NodePort and LoadBalancer) is a frontend
+// too: with externalTrafficPolicy Local its backends are Local and keep the
+// client's source, else Cluster. Node hints (ForNodes) are not used: their
+// kube-proxy feature gate (PreferSameTrafficDistribution) is alpha and off
+// in v1.33.
+func ServiceEntriesOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fam Families, node Node) (Entries, []string) {
 	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil, nil
 	}
@@ -67,6 +86,9 @@ func ServiceEntriesOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, 
 		}
 		affinity = min(max(affinity, 0), lb.MaxAffinity)
 	}
+	internalLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	externalLocal := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	hasNodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	e := Entries{}
 	for _, s := range ips {
 		vip, err := netip.ParseAddr(s)
@@ -98,18 +120,23 @@ func ServiceEntriesOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, 
 				skipped = append(skipped, SkipBadAddress)
 				continue
 			}
+			eps := endpoints(slices, addrType, p, vip.Is4(), node.Name)
+			cluster, local := categorize(eps, node.Zone)
 			f := lb.Frontend{Addr: vip, Port: uint16(p.Port), Proto: proto}
-			chosen, listed, local := backends(slices, addrType, p, f.Addr.Is4(), node)
-			e[f] = lb.Target{Backends: chosen, Listed: listed, Affinity: affinity}
-			if p.NodePort > 0 && p.NodePort <= 65535 && (svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
+			chosen := cluster
+			if internalLocal {
+				chosen = local
+			}
+			e[f] = lb.Target{Backends: chosen, Listed: others(eps, chosen), Affinity: affinity}
+			if p.NodePort > 0 && p.NodePort <= 65535 && hasNodePorts {
 				np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: uint16(p.NodePort), Proto: proto, NodePort: true}
 				if vip.Is6() {
 					np.Addr = netip.IPv6Unspecified()
 				}
-				if svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+				if externalLocal {
 					e[np] = lb.Target{Backends: local, KeepSource: true}
 				} else {
-					e[np] = lb.Target{Backends: chosen}
+					e[np] = lb.Target{Backends: cluster}
 				}
 			}
 		}
@@ -117,12 +144,20 @@ func ServiceEntriesOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, 
 	return e, skipped
 }
 
-// backends are the endpoints of the slices' port named like p that
-// connections go to, and the others the slices list (not ready, not
-// serving): their TCP connections are left alone when they leave.
-func backends(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p corev1.ServicePort, v4 bool, node string) (chosen, listed, local []lb.Backend) {
-	var ready, terminating, other []lb.Backend
-	onNode := map[lb.Backend]bool{}
+// endpoint is one endpoint of a Service port, as kube-proxy sees it.
+type endpoint struct {
+	be                          lb.Backend
+	ready, serving, terminating bool
+	local                       bool
+	zones                       []string // hints.forZones
+}
+
+// endpoints are the endpoints of the slices' port named like p, of the
+// family v4 says, each once (kube-proxy keeps the first address of an
+// endpoint, and favours a local copy of one listed twice).
+func endpoints(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p corev1.ServicePort, v4 bool, node string) []endpoint {
+	var eps []endpoint
+	index := map[lb.Backend]int{}
 	for _, sl := range slices {
 		if sl.AddressType != at {
 			continue
@@ -154,41 +189,97 @@ func backends(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p
 				continue
 			}
 			c := ep.Conditions
-			isReady := c.Ready == nil || *c.Ready
-			serving := c.Serving == nil || *c.Serving
-			term := c.Terminating != nil && *c.Terminating
-			be := netip.AddrPortFrom(a.Unmap(), uint16(port))
-			if node != "" && ep.NodeName != nil && *ep.NodeName == node {
-				onNode[be] = true
+			e := endpoint{
+				be:          netip.AddrPortFrom(a.Unmap(), uint16(port)),
+				ready:       c.Ready == nil || *c.Ready,
+				serving:     c.Serving == nil || *c.Serving,
+				terminating: c.Terminating != nil && *c.Terminating,
+				local:       node != "" && ep.NodeName != nil && *ep.NodeName == node,
 			}
-			switch {
-			case isReady:
-				ready = append(ready, be)
-			case serving && term:
-				terminating = append(terminating, be)
-			default:
-				other = append(other, be)
+			if ep.Hints != nil {
+				for _, z := range ep.Hints.ForZones {
+					e.zones = append(e.zones, z.Name)
+				}
+			}
+			if i, ok := index[e.be]; ok {
+				if e.local {
+					eps[i] = e
+				}
+				continue
+			}
+			index[e.be] = len(eps)
+			eps = append(eps, e)
+		}
+	}
+	return eps
+}
+
+// categorize is kube-proxy's CategorizeEndpoints: the endpoints of the
+// Cluster policy (with zone topology) and of the Local policy.
+func categorize(eps []endpoint, zone string) (cluster, local []lb.Backend) {
+	// Zone hints apply when every ready endpoint has one and one is for
+	// this zone (a node without the label has zone "": no hint matches).
+	useZone, allHinted, anyForZone := false, true, false
+	for _, e := range eps {
+		if !e.ready {
+			continue
+		}
+		if len(e.zones) == 0 {
+			allHinted = false
+		} else if slices.Contains(e.zones, zone) {
+			anyForZone = true
+		}
+	}
+	useZone = len(eps) > 0 && allHinted && anyForZone
+	for _, e := range eps {
+		if e.ready && (!useZone || slices.Contains(e.zones, zone)) {
+			cluster = append(cluster, e.be)
+		}
+	}
+	if len(cluster) == 0 {
+		for _, e := range eps {
+			if e.serving && e.terminating {
+				cluster = append(cluster, e.be)
 			}
 		}
 	}
-	if len(ready) > 0 {
-		chosen, listed = ready, append(terminating, other...)
-	} else {
-		chosen, listed = terminating, other
-	}
-	for _, b := range chosen {
-		if onNode[b] {
-			local = append(local, b)
+	for _, e := range eps {
+		if e.local && e.ready {
+			local = append(local, e.be)
 		}
 	}
-	return chosen, listed, local
+	if len(local) == 0 {
+		for _, e := range eps {
+			if e.local && e.serving && e.terminating {
+				local = append(local, e.be)
+			}
+		}
+	}
+	return cluster, local
+}
+
+// others are the endpoints not chosen: their TCP connections are left
+// alone when they leave the chosen (not ready, terminating, another zone,
+// another node).
+func others(eps []endpoint, chosen []lb.Backend) []lb.Backend {
+	var o []lb.Backend
+	for _, e := range eps {
+		if !slices.Contains(chosen, e.be) {
+			o = append(o, e.be)
+		}
+	}
+	return o
 }
 
 // KubeConfig configures RunKube.
 type KubeConfig struct {
 	REST     *rest.Config
 	Families Families
-	NodeName string       // the node's name: its endpoints are the local ones of externalTrafficPolicy Local
+	// NodeName is the node's name: its endpoints are the local ones of the
+	// Local traffic policies, and its topology.kubernetes.io/zone label
+	// (watched: needs get, list and watch on nodes) selects zone hints.
+	// Empty: no local endpoints, no zone.
+	NodeName string
 	Log      *slog.Logger // nil: slog.Default()
 }
 
@@ -210,8 +301,31 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 	f := informers.NewSharedInformerFactory(cs, 0)
 	svcInf := f.Core().V1().Services()
 	sliceInf := f.Discovery().V1().EndpointSlices()
-	k := &kubeSource{t: t, fam: cfg.Families, node: cfg.NodeName, log: log, svcs: svcInf.Lister(), slices: sliceInf.Lister(),
+	k := &kubeSource{t: t, fam: cfg.Families, node: Node{Name: cfg.NodeName}, log: log, svcs: svcInf.Lister(), slices: sliceInf.Lister(),
 		pending: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+	informersOf := []cache.SharedIndexInformer{svcInf.Informer(), sliceInf.Informer()}
+	var nf informers.SharedInformerFactory
+	if cfg.NodeName != "" {
+		// The node's zone label: a change re-applies every Service.
+		nf = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
+		}))
+		nodeInf := nf.Core().V1().Nodes().Informer()
+		onNode := func(obj any) {
+			n, ok := obj.(*corev1.Node)
+			if !ok {
+				return // deleted: keep the last zone
+			}
+			k.setZone(n.Labels[corev1.LabelTopologyZone])
+		}
+		if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    onNode,
+			UpdateFunc: func(_, n any) { onNode(n) },
+		}); err != nil {
+			return fmt.Errorf("services: node informer: %w", err)
+		}
+		informersOf = append(informersOf, nodeInf)
+	}
 	svcKey := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			k.enqueue(key)
@@ -242,19 +356,39 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 		}
 	}
 	f.Start(ctx.Done())
+	shutdown := func() {
+		f.Shutdown()
+		if nf != nil {
+			nf.Shutdown()
+		}
+	}
+	if nf != nil {
+		nf.Start(ctx.Done())
+	}
 	sctx, cancel := context.WithTimeout(ctx, FirstSyncTimeout)
 	defer cancel()
-	for typ, ok := range f.WaitForCacheSync(sctx.Done()) {
-		if !ok {
-			f.Shutdown()
-			return fmt.Errorf("services: %v informer did not sync in %v (is the API server reachable, may this identity list and watch services and endpointslices?): %w",
-				typ, FirstSyncTimeout, context.Cause(sctx))
+	if !cache.WaitForCacheSync(sctx.Done(), func() bool {
+		for _, inf := range informersOf {
+			if !inf.HasSynced() {
+				return false
+			}
+		}
+		return true
+	}) {
+		shutdown()
+		return fmt.Errorf("services: informers did not sync in %v (is the API server reachable, may this identity list and watch services, endpointslices and its node %q?): %w",
+			FirstSyncTimeout, cfg.NodeName, context.Cause(sctx))
+	}
+	if nf != nil {
+		// The handlers may not have seen the node yet: read it now.
+		if n, err := nf.Core().V1().Nodes().Lister().Get(cfg.NodeName); err == nil {
+			k.setZone(n.Labels[corev1.LabelTopologyZone])
 		}
 	}
 	k.drain()
 	log.Info("services: watching Services and EndpointSlices", "frontends_of", len(t.Names()))
 	go func() {
-		defer f.Shutdown()
+		defer shutdown()
 		for {
 			select {
 			case <-ctx.Done():
@@ -270,7 +404,7 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 type kubeSource struct {
 	t       *Table
 	fam     Families
-	node    string
+	node    Node // Zone under mu
 	log     *slog.Logger
 	svcs    corelisters.ServiceLister
 	slices  discoverylisters.EndpointSliceLister
@@ -291,11 +425,31 @@ func (k *kubeSource) enqueue(key string) {
 	}
 }
 
+// setZone takes the node's zone; a change re-applies every Service.
+func (k *kubeSource) setZone(zone string) {
+	k.mu.Lock()
+	changed := k.node.Zone != zone
+	k.node.Zone = zone
+	k.mu.Unlock()
+	if !changed {
+		return
+	}
+	k.log.Info("services: the node's topology zone", "zone", zone)
+	svcs, err := k.svcs.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, s := range svcs {
+		k.enqueue(s.Namespace + "/" + s.Name)
+	}
+}
+
 // drain applies every pending Service from the informers' caches.
 func (k *kubeSource) drain() {
 	k.mu.Lock()
 	pending := k.pending
 	k.pending = map[string]time.Time{}
+	node := k.node
 	k.mu.Unlock()
 	for key, since := range pending {
 		ns, name, err := cache.SplitMetaNamespaceKey(key)
@@ -313,7 +467,7 @@ func (k *kubeSource) drain() {
 				k.log.Warn("services: list EndpointSlices", "service", key, "err", err)
 			}
 		}
-		e, skipped := ServiceEntriesOn(svc, sls, k.fam, k.node)
+		e, skipped := ServiceEntriesOn(svc, sls, k.fam, node)
 		if len(skipped) > 0 {
 			k.log.Warn("services: Service partly or wholly skipped", "service", key, "reasons", skipped)
 		}

@@ -224,17 +224,17 @@ func TestServiceEntriesNodePort(t *testing.T) {
 	sl.Endpoints[0].NodeName = ptr.To("n1")
 	sl.Endpoints[1].NodeName = ptr.To("n2")
 	np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: 30080, Proto: lb.TCP, NodePort: true}
-	e, _ := ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, "n1")
+	e, _ := ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, Node{Name: "n1"})
 	if got := sortedBackends(e[np].Backends); len(e) != 2 || !slices.Equal(got, aps("10.0.0.1:8080", "10.0.0.2:8080")) || e[np].KeepSource {
 		t.Errorf("Cluster: %v", e)
 	}
 	s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-	e, _ = ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, "n1")
+	e, _ = ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, Node{Name: "n1"})
 	if got := e[np].Backends; !slices.Equal(got, aps("10.0.0.1:8080")) || !e[np].KeepSource {
 		t.Errorf("Local on n1: %v", e[np])
 	}
 	s.Spec.Type = corev1.ServiceTypeClusterIP
-	if e, _ = ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, "n1"); len(e) != 1 {
+	if e, _ = ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, Node{Name: "n1"}); len(e) != 1 {
 		t.Errorf("ClusterIP Service with a stale nodePort: %v", e)
 	}
 }
