@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
@@ -138,6 +138,14 @@ func sharedMount(path string) bool {
 }
 
 func (c *Cluster) setupHost(ctx context.Context) error {
+	// A machine booted without systemd's bpffs mount (CI's) gets one, as
+	// the agent would make it (bpfsys.EnsureDir); it stays, like the
+	// agent's.
+	if !bpfsys.IsBPFFS(bpffs) {
+		if err := unix.Mount("bpf", bpffs, "bpf", 0, "mode=0700"); err != nil {
+			return fmt.Errorf("mount a BPF filesystem at %s: %w", bpffs, err)
+		}
+	}
 	if err := unix.Mount("", bpffs, "", unix.MS_SHARED, ""); err != nil {
 		return fmt.Errorf("make %s a shared mount: %w", bpffs, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -314,4 +315,96 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 		st.Counters[counterName(c)] = sum
 	}
 	return st, nil
+}
+
+// PinnedFrontend is one frontend of a pinned load balancer and the
+// backends its slots hold, as `eztunnel services` lists them.
+type PinnedFrontend struct {
+	Frontend string   `json:"frontend"` // addr:port/proto, NodePorts as *:port/proto (family 4 or 6)
+	NodePort bool     `json:"nodePort,omitempty"`
+	Local    bool     `json:"local,omitempty"`    // NodePort, externalTrafficPolicy Local: client source kept
+	Affinity uint32   `json:"affinity,omitempty"` // sessionAffinity ClientIP timeout, seconds
+	Backends []string `json:"backends"`           // sorted
+}
+
+// ReadPinnedFrontends lists the frontends of the load balancer pinned
+// under pinDir with their backends, sorted; nil and no error when none is
+// pinned. It reads the maps only: an agent may run meanwhile, so a
+// frontend being rewritten may show a slot it is about to drop.
+func ReadPinnedFrontends(pinDir string) ([]PinnedFrontend, error) {
+	dir := mapDir(pinDir)
+	if !bpfsys.Exists(dir) {
+		return nil, nil
+	}
+	open := func(name string) (*ebpf.Map, error) {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("services: open pinned map %s: %w", name, err)
+		}
+		return m, nil
+	}
+	var maps [4]*ebpf.Map
+	for i, name := range []string{"ez_svc_frontends", "ez_svc_nodeports", "ez_svc_backends", "ez_svc_slots"} {
+		m, err := open(name)
+		if err != nil {
+			return nil, err // the ones opened close on return
+		}
+		defer m.Close()
+		maps[i] = m
+	}
+	fes, nps, bes, slots := maps[0], maps[1], maps[2], maps[3]
+	backends := map[uint32]string{}
+	var beID uint32
+	var be servicesEzSvcBackend
+	for it := bes.Iterate(); it.Next(&beID, &be); {
+		backends[beID] = netip.AddrPortFrom(netip.AddrFrom16(be.Addr).Unmap(), be.Port).String()
+	}
+	fill := func(pf *PinnedFrontend, v servicesEzSvc) {
+		pf.Affinity = v.Affinity
+		pf.Backends = []string{}
+		for i := uint32(0); i < v.Count; i++ {
+			var id uint32
+			if slots.Lookup(servicesEzSvcSlotKey{Id: v.Id, Slot: i}, &id) != nil {
+				continue
+			}
+			if b, ok := backends[id]; ok {
+				pf.Backends = append(pf.Backends, b)
+			}
+		}
+		slices.Sort(pf.Backends)
+	}
+	var out []PinnedFrontend
+	var key servicesEzSvcKey
+	var val servicesEzSvc
+	it := fes.Iterate()
+	for it.Next(&key, &val) {
+		pf := PinnedFrontend{Frontend: netip.AddrPortFrom(netip.AddrFrom16(key.Addr).Unmap(), key.Port).String() + "/" + Proto(key.Proto).String()}
+		fill(&pf, val)
+		out = append(out, pf)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("services: read pinned frontends: %w", err)
+	}
+	var nk servicesEzSvcNpKey
+	var nv servicesEzSvcNp
+	nit := nps.Iterate()
+	for nit.Next(&nk, &nv) {
+		pf := PinnedFrontend{Frontend: fmt.Sprintf("*:%d/%s (IPv%d)", nk.Port, Proto(nk.Proto), nk.Family), NodePort: true,
+			Local: nv.Flags&uint32(servicesEzSvcNpFlagEZ_SVC_NP_LOCAL) != 0}
+		fill(&pf, nv.Svc)
+		out = append(out, pf)
+	}
+	if err := nit.Err(); err != nil {
+		return nil, fmt.Errorf("services: read pinned NodePorts: %w", err)
+	}
+	slices.SortFunc(out, func(a, b PinnedFrontend) int {
+		if a.NodePort != b.NodePort {
+			if a.NodePort {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a.Frontend, b.Frontend)
+	})
+	return out, nil
 }
