@@ -251,6 +251,9 @@ func Cleanup(runDir string) error {
 			continue
 		}
 		if r[0] == "private" {
+			if !bpfsys.IsBPFFS(r[1]) {
+				continue // a run that failed before mounting it: nothing to restore
+			}
 			if err := unix.Mount("", r[1], "", unix.MS_PRIVATE, ""); err != nil {
 				errs = append(errs, fmt.Errorf("make %s private again: %w", r[1], err))
 			}

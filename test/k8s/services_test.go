@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/k8scluster"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
@@ -66,7 +67,9 @@ func kubeProxyRules(t *testing.T, svcPort string) (eps []string, reject bool) {
 	}
 	mark := `--comment "` + svcPort + ` -> `
 	for _, l := range strings.Split(save("nat"), "\n") {
-		if !strings.HasPrefix(l, "-A KUBE-SVC-") {
+		// KUBE-SVC: the Cluster policy's chain; KUBE-SVL: the Local one
+		// (internalTrafficPolicy Local).
+		if !strings.HasPrefix(l, "-A KUBE-SVC-") && !strings.HasPrefix(l, "-A KUBE-SVL-") {
 			continue
 		}
 		if _, rest, ok := strings.Cut(l, mark); ok {
@@ -171,7 +174,7 @@ spec:
 	ln.Close()
 	ready := filepath.Join(t.TempDir(), "ready")
 	agent := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "run", "--cgroup", podsCgroup(), "--pin-path", svcPin,
-		"--adopt=false", "--services", "--kubeconfig", cl.Kubeconfig, "--metrics-addr", metricsAddr, "--ready-file", ready)
+		"--adopt=false", "--services", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName, "--metrics-addr", metricsAddr, "--ready-file", ready)
 	var logs lockedLog
 	agent.Stdout, agent.Stderr = &logs, &logs
 	if err := agent.Start(); err != nil {
@@ -327,6 +330,94 @@ spec:
 	})
 	waitKubeProxy(t, svcPort, ep("s3"))
 	both("only a serving terminating endpoint", true)
+
+	// eztunnelBackends waits until eztunnel's frontend for the ClusterIP
+	// holds exactly want (read from the pinned maps: `eztunnel services`).
+	eztunnelBackends := func(what string, want ...string) {
+		t.Helper()
+		slices.Sort(want)
+		var got []string
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			out, err := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "services", "--pin-path", svcPin, "-o", "json").Output()
+			if err != nil {
+				t.Fatalf("%s: eztunnel services: %v", what, err)
+			}
+			var fes []struct {
+				Frontend string   `json:"frontend"`
+				Backends []string `json:"backends"`
+			}
+			if err := json.Unmarshal(out, &fes); err != nil {
+				t.Fatalf("%s: eztunnel services: %v: %s", what, err, out)
+			}
+			got = nil
+			for _, f := range fes {
+				if f.Frontend == vip+"/TCP" {
+					got = f.Backends
+				}
+			}
+			if slices.Equal(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: eztunnel's backends of %s: %v, want %v (kube-proxy's)", what, vip, got, want)
+			}
+		}
+	}
+	updateSlice := func(next *discoveryv1.EndpointSlice) {
+		t.Helper()
+		cur, err := cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next.ResourceVersion = cur.ResourceVersion
+		setSlice(next, false)
+	}
+
+	// 3b: topology. The node is in zone-a; with every ready endpoint
+	// hinted, kube-proxy and eztunnel keep the zone's (s2) only. Then
+	// internalTrafficPolicy Local: the node's endpoints only (s3 is said to
+	// be on another node).
+	const zoneLabel = "topology.kubernetes.io/zone"
+	kubectl(t, "label", "node", k8scluster.NodeName, zoneLabel+"=zone-a", "--overwrite")
+	t.Cleanup(func() {
+		cl.Kubectl(context.Background(), "label", "node", k8scluster.NodeName, zoneLabel+"-")
+	})
+	hinted := slice(epState{"s2", true, true, false}, epState{"s3", true, true, false})
+	hinted.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}}
+	hinted.Endpoints[1].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-b"}}}
+	updateSlice(hinted)
+	waitKubeProxy(t, svcPort, ep("s2"))
+	eztunnelBackends("zone hints", ep("s2"))
+	both("zone hints", true)
+	// A hint for the node's zone missing: no topology, both endpoints.
+	hinted = slice(epState{"s2", true, true, false}, epState{"s3", true, true, false})
+	hinted.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-c"}}}
+	hinted.Endpoints[1].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-b"}}}
+	updateSlice(hinted)
+	waitKubeProxy(t, svcPort, ep("s2"), ep("s3"))
+	eztunnelBackends("no hint for the node's zone", ep("s2"), ep("s3"))
+
+	local := slice(epState{"s2", true, true, false}, epState{"s3", true, true, false})
+	local.Endpoints[0].NodeName = ptr.To(k8scluster.NodeName)
+	local.Endpoints[1].NodeName = ptr.To("elsewhere")
+	updateSlice(local)
+	svc, err = cs.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+	if svc, err = cs.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitKubeProxy(t, svcPort, ep("s2"))
+	eztunnelBackends("internalTrafficPolicy Local", ep("s2"))
+	both("internalTrafficPolicy Local", true)
+	svc.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyCluster)
+	if svc, err = cs.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitKubeProxy(t, svcPort, ep("s2"), ep("s3"))
+	eztunnelBackends("internalTrafficPolicy Cluster again", ep("s2"), ep("s3"))
 
 	// 4: no endpoints: the same connect error both ways.
 	n = syncs()
