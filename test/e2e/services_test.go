@@ -647,6 +647,36 @@ func TestServices(t *testing.T) {
 		if s := st.Services; s.Frontends != 7 || s.NodePorts != 0 || s.Cgroups != 1 || s.Counters["tcp_connect"] == 0 {
 			t.Errorf("status: services %+v, want 7 frontends, no NodePort, 1 cgroup, TCP translations counted", *s)
 		}
+		// eztunnel services lists what the file says, read from the pins.
+		out, err = eztunnel(context.Background(), "services", "--pin-path", pin, "-o", "json")
+		var fes []struct {
+			Frontend string
+			NodePort bool
+			Affinity uint32
+			Backends []string
+		}
+		if err != nil || json.Unmarshal([]byte(out), &fes) != nil {
+			t.Fatalf("eztunnel services: %v: %s", err, out)
+		}
+		listed := map[string][]string{}
+		for _, f := range fes {
+			listed[f.Frontend] = f.Backends
+		}
+		want := map[string][]string{
+			hostport(netip.MustParseAddr(vip4), 80) + "/TCP":   {hostport(bs[1].IPv4, 8080), hostport(bs[2].IPv4, 8080)},
+			hostport(netip.MustParseAddr(vip6), 80) + "/TCP":   {hostport(bs[1].IPv6, 8080), hostport(bs[2].IPv6, 8080)},
+			hostport(netip.MustParseAddr(empty4), 80) + "/TCP": {},
+			hostport(netip.MustParseAddr(near4), 80) + "/TCP":  {hostport(near.IPv4, 8080)},
+		}
+		for f, bes := range want {
+			slices.Sort(bes)
+			if got, ok := listed[f]; !ok || !slices.Equal(got, bes) {
+				t.Errorf("eztunnel services: %s: %v (listed %v), want %v", f, got, ok, bes)
+			}
+		}
+		if len(fes) != 7 {
+			t.Errorf("eztunnel services: %d frontends, want 7: %s", len(fes), out)
+		}
 		var r struct {
 			Peer, Backend string
 			Exact         bool
