@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"time"
@@ -34,14 +36,27 @@ func UDPPingPong(addr string, size, n int, timeout time.Duration) (int, []time.D
 	got := 0
 	rtts := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
+		// Each datagram carries its number (when it has room): an echo
+		// counts only if it is this datagram's, whole.
+		if size >= 8 {
+			binary.BigEndian.PutUint64(msg, uint64(i)+1)
+		}
 		t0 := time.Now()
 		if _, err := c.Write(msg); err != nil {
 			return got, rtts, fmt.Errorf("send %d: %w", i, err)
 		}
 		c.SetReadDeadline(t0.Add(timeout))
-		if m, err := c.Read(back); err == nil && m == size {
-			rtts = append(rtts, time.Since(t0))
-			got++
+		for {
+			m, err := c.Read(back)
+			if err != nil {
+				break // timed out: lost
+			}
+			if m == size && bytes.Equal(back[:m], msg) {
+				rtts = append(rtts, time.Since(t0))
+				got++
+				break
+			}
+			// A late echo of an earlier datagram: wait on for this one.
 		}
 	}
 	return got, rtts, nil

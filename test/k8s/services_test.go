@@ -140,7 +140,11 @@ spec:
     image: %s
     imagePullPolicy: Never
     args: [workload, serve, --stream, "0.0.0.0:7000"]
-`, name, ns, labImage)
+  - name: u
+    image: %s
+    imagePullPolicy: Never
+    args: [workload, udp, --serve, "0.0.0.0:7001"]
+`, name, ns, labImage, labImage)
 	}
 	apply(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s, labels: {test: eztunnel-k8s}}\n%s%s%s%s",
 		ns, podYAML("s1"), podYAML("s2"), podYAML("s3"), podYAML("c")))
@@ -232,13 +236,15 @@ spec:
 
 	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "stream", Port: 80, Protocol: corev1.ProtocolTCP,
-			TargetPort: intstr.FromInt32(7000)}}},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+			{Name: "stream", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(7000)},
+			{Name: "dgram", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(7001)}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	vip := net.JoinHostPort(svc.Spec.ClusterIP, "80")
+	udpVIP := net.JoinHostPort(svc.Spec.ClusterIP, "53")
 	type epState struct {
 		pod                         string
 		ready, serving, terminating bool
@@ -248,8 +254,9 @@ spec:
 			ObjectMeta: metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{
 				discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "eztunnel-test"}},
 			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("stream"), Port: ptr.To[int32](7000), Protocol: ptr.To(corev1.ProtocolTCP)}},
-			Endpoints:   []discoveryv1.Endpoint{},
+			Ports: []discoveryv1.EndpointPort{{Name: ptr.To("stream"), Port: ptr.To[int32](7000), Protocol: ptr.To(corev1.ProtocolTCP)},
+				{Name: ptr.To("dgram"), Port: ptr.To[int32](7001), Protocol: ptr.To(corev1.ProtocolUDP)}},
+			Endpoints: []discoveryv1.Endpoint{},
 		}
 		for _, e := range eps {
 			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip[e.pod]},
@@ -274,7 +281,7 @@ spec:
 	// reports.
 	both := func(what string, wantOK bool) (pod, host workload.StreamReport) {
 		t.Helper()
-		args := []string{"-n", ns, "exec", "c", "--", "/eztunnel-lab", "workload", "stream", "--addr", vip, "--conns", "16",
+		args := []string{"-n", ns, "exec", "c", "-c", "w", "--", "/eztunnel-lab", "workload", "stream", "--addr", vip, "--conns", "16",
 			"--up", "65536", "--down", "65536", "--seed", "7"}
 		out, err := cl.Kubectl(ctx, args...)
 		if jerr := json.Unmarshal(out, &pod); jerr != nil {
@@ -284,6 +291,22 @@ spec:
 		if wantOK && (pod.Conns != 16 || len(pod.Failures) > 0 || host.Conns != 16 || len(host.Failures) > 0) {
 			t.Fatalf("%s: through eztunnel %+v; through kube-proxy %+v (%v)", what, pod, host, err)
 		}
+		if wantOK {
+			// Numbered datagrams on a connected UDP socket, each echoed whole.
+			udpArgs := []string{"workload", "udp", "--addr", udpVIP, "--n", "200", "--size", "100"}
+			var pu, hu workload.UDPResult
+			out, err := cl.Kubectl(ctx, append([]string{"-n", ns, "exec", "c", "-c", "w", "--", "/eztunnel-lab"}, udpArgs...)...)
+			if jerr := json.Unmarshal(out, &pu); err != nil || jerr != nil {
+				t.Fatalf("%s: pod UDP: %v %v: %q", what, err, jerr, out)
+			}
+			out, err = sysexec.Command(ctx, filepath.Join(workDir, "eztunnel-lab"), udpArgs...).Output()
+			if jerr := json.Unmarshal(out, &hu); err != nil || jerr != nil {
+				t.Fatalf("%s: host UDP: %v %v: %q", what, err, jerr, out)
+			}
+			if pu.Echoed != pu.Sent || hu.Echoed != hu.Sent {
+				t.Errorf("%s: UDP through eztunnel %d of %d echoed, through kube-proxy %d of %d", what, pu.Echoed, pu.Sent, hu.Echoed, hu.Sent)
+			}
+		}
 		return pod, host
 	}
 
@@ -291,7 +314,7 @@ spec:
 	n := syncs()
 	setSlice(slice(epState{"s1", true, true, false}, epState{"s2", true, true, false}), true)
 	waitMetrics("Service with 2 endpoints", func(m map[string]float64) bool {
-		return m["eztunnel_services_frontends"] == f0+1 && m["eztunnel_services_backend_slots"] == s0+2 && m["eztunnel_services_sync_seconds_count"] > n
+		return m["eztunnel_services_frontends"] == f0+2 && m["eztunnel_services_backend_slots"] == s0+4 && m["eztunnel_services_sync_seconds_count"] > n
 	})
 	ep := func(pod string) string { return net.JoinHostPort(ip[pod], "7000") }
 	const svcPort = ns + "/web:stream"
@@ -301,21 +324,40 @@ spec:
 	if tr := metricsNow()[`eztunnel_services_translations_total{kind="tcp_connect"}`]; tr-tr0 < 16 {
 		t.Errorf("%v TCP connects translated for 16 streams", tr-tr0)
 	}
+	if u := metricsNow()[`eztunnel_services_translations_total{kind="udp_connect"}`]; u < 1 {
+		t.Errorf("%v UDP connects translated", u)
+	}
 
 	// 2: s1 terminating (still serving), s2 and s3 ready; then s1's pod is
 	// deleted: nothing may still go there.
+	// The change is made while the pod opens connections to the ClusterIP,
+	// two at a time: none may fail (s1 still serves its own).
 	n = syncs()
 	cur, err := cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	during := make(chan error, 1)
+	go func() {
+		out, err := cl.Kubectl(ctx, "-n", ns, "exec", "c", "-c", "w", "--", "/eztunnel-lab", "workload", "stream", "--addr", vip,
+			"--conns", "1500", "--parallel", "2", "--up", "16384", "--down", "16384", "--seed", "11")
+		var rep workload.StreamReport
+		if jerr := json.Unmarshal(out, &rep); err != nil || jerr != nil || rep.Conns != 1500 || len(rep.Failures) > 0 {
+			err = fmt.Errorf("%v %v %+v: %q", err, jerr, rep, out)
+		}
+		during <- err
+	}()
+	time.Sleep(time.Second) // kubectl exec started, connections are flowing
 	next := slice(epState{"s1", false, true, true}, epState{"s2", true, true, false}, epState{"s3", true, true, false})
 	next.ResourceVersion = cur.ResourceVersion
 	setSlice(next, false)
 	waitMetrics("s1 terminating, s2 and s3 ready", func(m map[string]float64) bool {
-		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0+2
+		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0+4
 	})
 	waitKubeProxy(t, svcPort, ep("s2"), ep("s3"))
+	if err := <-during; err != nil {
+		t.Errorf("connections while s3 was added and s1 began terminating: %v", err)
+	}
 	kubectl(t, "-n", ns, "delete", "pod", "s1", "--wait=true", "--timeout=60s")
 	both("s1 terminating and deleted", true)
 
@@ -326,7 +368,7 @@ spec:
 	next.ResourceVersion = cur.ResourceVersion
 	setSlice(next, false)
 	waitMetrics("only s3, serving and terminating", func(m map[string]float64) bool {
-		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0+1
+		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0+2
 	})
 	waitKubeProxy(t, svcPort, ep("s3"))
 	both("only a serving terminating endpoint", true)
@@ -440,12 +482,29 @@ spec:
 		t.Errorf("%v connects refused for no backend, want 16", r-refused0)
 	}
 
-	// 5: the Service deleted: its frontend goes.
-	if err := cs.CoreV1().Services(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+	// A Service the datapath cannot serve (SCTP; last: kube-proxy's rules
+	// for it need a kernel module) is counted as skipped while it exists,
+	// and the agent goes on.
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "sctp"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "s", Port: 9, Protocol: corev1.ProtocolSCTP,
+			TargetPort: intstr.FromInt32(9)}}},
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitMetrics("Service deleted", func(m map[string]float64) bool {
-		return m["eztunnel_services_frontends"] == f0 && m["eztunnel_services_backend_slots"] == s0
+	waitMetrics("SCTP Service skipped", func(m map[string]float64) bool {
+		return m[`eztunnel_services_skipped{reason="protocol"}`] == 1 && m["eztunnel_services_frontends"] == f0+2
+	})
+
+	// 5: the Services deleted: their frontends go.
+	for _, name := range []string{"web", "sctp"} {
+		if err := cs.CoreV1().Services(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitMetrics("Services deleted", func(m map[string]float64) bool {
+		return m["eztunnel_services_frontends"] == f0 && m["eztunnel_services_backend_slots"] == s0 &&
+			m[`eztunnel_services_skipped{reason="protocol"}`] == 0
 	})
 	if s := metricsNow()[`eztunnel_services_skipped{reason="protocol"}`]; s != 0 {
 		t.Errorf("skipped parts: %v", s)
