@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -35,6 +36,7 @@ type runConfig struct {
 	svcFile   string
 	nodePort  bool
 	npDevs    []string
+	hcAddrs   []string
 }
 
 func runCmd() *cobra.Command {
@@ -70,6 +72,7 @@ func runCmd() *cobra.Command {
 	f.StringVar(&rc.svcFile, "services-file", "", "with --services: a YAML or JSON file of frontends and backends (hosts without Kubernetes), re-read when it changes")
 	f.BoolVar(&rc.nodePort, "nodeport", false, "with --services: NodePorts too, for traffic from outside the node (tcx ingress on the node's devices; the flow's conntrack entry gets the NAT, so the node's firewall still decides); externalTrafficPolicy Local uses the endpoints of --node-name (default $NODE_NAME, else the hostname)")
 	f.StringSliceVar(&rc.npDevs, "nodeport-devices", nil, "with --nodeport: the devices NodePorts answer on (default: every device of the agent's network namespace with a global address that is not a bridge port or loopback); the node addresses are theirs")
+	f.StringSliceVar(&rc.hcAddrs, "healthcheck-addresses", nil, "with --nodeport and the Kubernetes API: the addresses the healthCheckNodePorts of LoadBalancer Services with externalTrafficPolicy Local are served on, as kube-proxy serves them (default: every address; give others where kube-proxy still runs on the node)")
 	rc.kube.register(f)
 	f.MarkHidden("ready-file")
 	return cmd
@@ -91,7 +94,7 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	var svc *agent.ServicesConfig
 	if rc.services {
 		svc = &agent.ServicesConfig{File: rc.svcFile, Kubeconfig: rc.kube.cfg.Kubeconfig,
-			NodePort: rc.nodePort, NodePortDevices: rc.npDevs, NodeName: rc.kube.cfg.NodeName}
+			NodePort: rc.nodePort, NodePortDevices: rc.npDevs, NodeName: rc.kube.cfg.NodeName, HealthCheckAddrs: rc.hcAddrs}
 		if rc.svcFile != "" && flags.Changed("kubeconfig") {
 			return fmt.Errorf("--services-file and --kubeconfig exclude each other: the services come from one source")
 		}
@@ -102,6 +105,14 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	}
 	if len(rc.npDevs) > 0 && !rc.nodePort {
 		return fmt.Errorf("--nodeport-devices needs --nodeport")
+	}
+	if len(rc.hcAddrs) > 0 && (!rc.nodePort || rc.svcFile != "") {
+		return fmt.Errorf("--healthcheck-addresses needs --nodeport with the Kubernetes API (not --services-file)")
+	}
+	for _, a := range rc.hcAddrs {
+		if _, err := netip.ParseAddr(a); err != nil {
+			return fmt.Errorf("--healthcheck-addresses: %q is not an IP address", a)
+		}
 	}
 	if rc.adoptIvl < 0 {
 		return fmt.Errorf("--adopt-interval %s must not be negative", rc.adoptIvl)

@@ -30,6 +30,10 @@ type ServicesConfig struct {
 	NodePort        bool
 	NodePortDevices []string
 	NodeName        string
+	// HealthCheckAddrs: with NodePort and the Kubernetes API, where the
+	// healthCheckNodePorts of LoadBalancer Services with
+	// externalTrafficPolicy Local are served (hosts; empty: every address).
+	HealthCheckAddrs []string
 }
 
 // serviceLB is the load balancer attached to the agent's cgroups. Its maps
@@ -42,6 +46,7 @@ type serviceLB struct {
 	lb      *lbsvc.LB // nil once closed
 	table   *svcsync.Table
 	metrics *svcsync.Metrics
+	health  *svcsync.HealthServer // nil: none
 	cancel  context.CancelFunc
 }
 
@@ -218,10 +223,14 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 		if node == "" {
 			node, _ = os.Hostname()
 		}
-		err = svcsync.RunKube(ctx, svcsync.KubeConfig{REST: rc, Families: fam, NodeName: node}, s.table)
+		if s.cfg.NodePort {
+			s.health = svcsync.NewHealthServer(s.cfg.HealthCheckAddrs, nil, nil)
+		}
+		err = svcsync.RunKube(ctx, svcsync.KubeConfig{REST: rc, Families: fam, NodeName: node, Health: s.health}, s.table)
 	}
 	if err != nil {
 		cancel()
+		s.health.Close()
 		return fmt.Errorf("--services: %w", err)
 	}
 	// The source's first state is written: what an earlier agent pinned
@@ -253,6 +262,7 @@ func (s *serviceLB) counters() (lbsvc.Counters, error) {
 // balancer stays pinned and attached); safe to call twice.
 func (s *serviceLB) close() {
 	s.cancel()
+	s.health.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lb == nil {

@@ -280,7 +280,10 @@ type KubeConfig struct {
 	// (watched: needs get, list and watch on nodes) selects zone hints.
 	// Empty: no local endpoints, no zone.
 	NodeName string
-	Log      *slog.Logger // nil: slog.Default()
+	// Health serves the healthCheckNodePorts of the node's Services (nil:
+	// none).
+	Health *HealthServer
+	Log    *slog.Logger // nil: slog.Default()
 }
 
 // FirstSyncTimeout bounds RunKube's wait for the informers' first list.
@@ -301,7 +304,7 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 	f := informers.NewSharedInformerFactory(cs, 0)
 	svcInf := f.Core().V1().Services()
 	sliceInf := f.Discovery().V1().EndpointSlices()
-	k := &kubeSource{t: t, fam: cfg.Families, node: Node{Name: cfg.NodeName}, log: log, svcs: svcInf.Lister(), slices: sliceInf.Lister(),
+	k := &kubeSource{t: t, fam: cfg.Families, node: Node{Name: cfg.NodeName}, health: cfg.Health, log: log, svcs: svcInf.Lister(), slices: sliceInf.Lister(),
 		pending: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 	informersOf := []cache.SharedIndexInformer{svcInf.Informer(), sliceInf.Informer()}
 	var nf informers.SharedInformerFactory
@@ -405,6 +408,7 @@ type kubeSource struct {
 	t       *Table
 	fam     Families
 	node    Node // Zone under mu
+	health  *HealthServer
 	log     *slog.Logger
 	svcs    corelisters.ServiceLister
 	slices  discoverylisters.EndpointSliceLister
@@ -472,5 +476,10 @@ func (k *kubeSource) drain() {
 			k.log.Warn("services: Service partly or wholly skipped", "service", key, "reasons", skipped)
 		}
 		k.t.Apply(key, e, skipped, since)
+		if hc, ok := HealthCheckOn(svc, sls, node.Name); ok {
+			k.health.Set(key, &hc)
+		} else {
+			k.health.Set(key, nil)
+		}
 	}
 }

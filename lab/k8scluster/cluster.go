@@ -431,7 +431,8 @@ metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 iptables: {localhostNodePorts: false, masqueradeAll: false}
-`, c.pki.path("kube-proxy.kubeconfig"), PodCIDR, NodeName)
+nodePortAddresses: [%s/32]
+`, c.pki.path("kube-proxy.kubeconfig"), PodCIDR, NodeName, NodeIP)
 	path := c.path("kube-proxy.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err

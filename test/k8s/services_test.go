@@ -7,7 +7,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -178,7 +180,10 @@ spec:
 	ln.Close()
 	ready := filepath.Join(t.TempDir(), "ready")
 	agent := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "run", "--cgroup", podsCgroup(), "--pin-path", svcPin,
-		"--adopt=false", "--services", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName, "--metrics-addr", metricsAddr, "--ready-file", ready)
+		"--adopt=false", "--services", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName,
+		// NodePorts on the node's own link only; health checks on loopback:
+		// kube-proxy serves them on the node address (nodePortAddresses).
+		"--nodeport", "--nodeport-devices", k8scluster.NodeLink, "--healthcheck-addresses", "127.0.0.1", "--metrics-addr", metricsAddr, "--ready-file", ready)
 	var logs lockedLog
 	agent.Stdout, agent.Stderr = &logs, &logs
 	if err := agent.Start(); err != nil {
@@ -498,8 +503,65 @@ spec:
 		return m[`eztunnel_services_skipped{reason="protocol"}`] == 1 && m["eztunnel_services_frontends"] == f0+2
 	})
 
+	// A LoadBalancer Service with externalTrafficPolicy Local: its
+	// healthCheckNodePort answers as kube-proxy's does (status, endpoint
+	// weight, body), with a local ready endpoint and without.
+	lbSvc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Ports: []corev1.ServicePort{{Name: "stream", Port: 8080, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(7000)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hcPort := strconv.Itoa(int(lbSvc.Spec.HealthCheckNodePort))
+	lbSlice := func(readyHere bool) *discoveryv1.EndpointSlice {
+		sl := slice(epState{"s2", readyHere, true, !readyHere}, epState{"s3", true, true, false})
+		sl.Name, sl.Labels[discoveryv1.LabelServiceName] = "lb-1", "lb"
+		sl.Ports = sl.Ports[:1]
+		sl.Endpoints[0].NodeName = ptr.To(k8scluster.NodeName)
+		sl.Endpoints[1].NodeName = ptr.To("elsewhere")
+		return sl
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, lbSlice(true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	type hcAnswer struct{ code, weight, body string }
+	askHC := func(host string) hcAnswer {
+		c := &http.Client{Timeout: 2 * time.Second}
+		resp, err := c.Get("http://" + net.JoinHostPort(host, hcPort) + "/")
+		if err != nil {
+			return hcAnswer{code: err.Error()}
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return hcAnswer{strconv.Itoa(resp.StatusCode), resp.Header.Get("X-Load-Balancing-Endpoint-Weight"), string(b)}
+	}
+	sameHC := func(what, wantCode string) {
+		t.Helper()
+		var kp, ez hcAnswer
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			kp, ez = askHC(k8scluster.NodeIP), askHC("127.0.0.1")
+			if kp.code == wantCode && kp == ez {
+				t.Logf("%s: both answer %s, weight %s", what, kp.code, kp.weight)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: healthCheckNodePort %s: kube-proxy %+v, eztunnel %+v (want %s from both, the same)", what, hcPort, kp, ez, wantCode)
+			}
+		}
+	}
+	sameHC("a local ready endpoint", "200")
+	cur, _ = cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "lb-1", metav1.GetOptions{})
+	next = lbSlice(false)
+	next.ResourceVersion = cur.ResourceVersion
+	if _, err := cs.DiscoveryV1().EndpointSlices(ns).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sameHC("the local endpoint terminating", "503")
+
 	// 5: the Services deleted: their frontends go.
-	for _, name := range []string{"web", "sctp"} {
+	for _, name := range []string{"web", "sctp", "lb"} {
 		if err := cs.CoreV1().Services(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -508,6 +570,14 @@ spec:
 		return m["eztunnel_services_frontends"] == f0 && m["eztunnel_services_backend_slots"] == s0 &&
 			m[`eztunnel_services_skipped{reason="protocol"}`] == 0
 	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", hcPort), time.Second); err != nil {
+			break // the health check port closed with its Service
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("eztunnel's healthCheckNodePort %s still open after the Service was deleted", hcPort)
+		}
+	}
 	if s := metricsNow()[`eztunnel_services_skipped{reason="protocol"}`]; s != 0 {
 		t.Errorf("skipped parts: %v", s)
 	}
