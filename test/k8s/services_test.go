@@ -345,12 +345,12 @@ spec:
 	during := make(chan error, 1)
 	go func() {
 		out, err := cl.Kubectl(ctx, "-n", ns, "exec", "c", "-c", "w", "--", "/eztunnel-lab", "workload", "stream", "--addr", vip,
-			"--conns", "1500", "--parallel", "2", "--up", "16384", "--down", "16384", "--seed", "11")
+			"--conns", "6000", "--parallel", "2", "--up", "16384", "--down", "16384", "--seed", "11")
 		var rep workload.StreamReport
-		if jerr := json.Unmarshal(out, &rep); err != nil || jerr != nil || rep.Conns != 1500 || len(rep.Failures) > 0 {
+		if jerr := json.Unmarshal(out, &rep); err != nil || jerr != nil || rep.Conns != 6000 || len(rep.Failures) > 0 {
 			err = fmt.Errorf("%v %v %+v: %q", err, jerr, rep, out)
 		} else {
-			t.Logf("1500 connections in %.1f s while the endpoints changed (the change was written 1 s after they began)", rep.Seconds)
+			t.Logf("6000 connections in %.1f s while the endpoints changed", rep.Seconds)
 		}
 		during <- err
 	}()
@@ -358,6 +358,11 @@ spec:
 	next := slice(epState{"s1", false, true, true}, epState{"s2", true, true, false}, epState{"s3", true, true, false})
 	next.ResourceVersion = cur.ResourceVersion
 	setSlice(next, false)
+	select {
+	case err := <-during:
+		t.Fatalf("the connections ended before the endpoints changed (%v): nothing checked", err)
+	default:
+	}
 	waitMetrics("s1 terminating, s2 and s3 ready", func(m map[string]float64) bool {
 		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0+4
 	})
