@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -491,5 +492,72 @@ func unanswered(ctx context.Context, wl workload.Client, client *multinode.Pod, 
 			return fmt.Errorf("%s connects with no datapath running: the lab does not measure Service translation", c.target)
 		}
 	}
+	return nil
+}
+
+// Merge reads the services.json of several runs (e.g. a sweep split into
+// runs under 15 minutes), and writes one report and its plots: each
+// count's datapaths still come from one run, interleaved there; different
+// counts may come from different runs. A count in two runs is an error.
+func Merge(files []string, out string, w io.Writer) error {
+	var all Result
+	all.CreateTimes = map[int]float64{}
+	var dps []string
+	seen := map[int]string{}
+	for i, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var r Result
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if i == 0 {
+			all.NodePortEZ, all.CPUPlacement, all.DITG = r.NodePortEZ, r.CPUPlacement, r.DITG
+		} else if r.DITG != all.DITG {
+			return fmt.Errorf("%s: D-ITG settings %+v differ from %s's %+v", f, r.DITG, files[0], all.DITG)
+		}
+		for _, c := range counts(r) {
+			if prev, ok := seen[c]; ok {
+				return fmt.Errorf("%d Services in both %s and %s", c, prev, f)
+			}
+			seen[c] = f
+		}
+		for _, s := range r.Steps {
+			if !slices.Contains(dps, s.Datapath) {
+				dps = append(dps, s.Datapath)
+			}
+		}
+		all.Steps = append(all.Steps, r.Steps...)
+		for c, t := range r.CreateTimes {
+			all.CreateTimes[c] = t
+		}
+		for _, l := range r.Load {
+			all.Load = append(all.Load, l+" ("+filepath.Base(filepath.Dir(f))+")")
+		}
+	}
+	order := []string{}
+	for _, dp := range []string{IPTables, NFTables, Eztunnel} {
+		if slices.Contains(dps, dp) {
+			order = append(order, dp)
+		}
+	}
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		b, _ := json.MarshalIndent(all, "", " ")
+		if err := os.WriteFile(filepath.Join(out, "services.json"), b, 0o644); err != nil {
+			return err
+		}
+		if err := plots(all, out); err != nil {
+			return err
+		}
+		if err := ditgPlots(all, out); err != nil {
+			return err
+		}
+	}
+	report(w, all, order)
 	return nil
 }

@@ -1,6 +1,8 @@
 package services
 
 import (
+	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -180,5 +182,45 @@ func TestDITGService(t *testing.T) {
 	}
 	if nodePort(MaxNodePorts-1) >= ditgPort {
 		t.Fatalf("D-ITG NodePort %d collides with the bench's", ditgPort)
+	}
+}
+
+// Merge: disjoint counts from several runs in one report; a count in two
+// runs, or different D-ITG settings, is refused.
+func TestMerge(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, r Result) string {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name+".json")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	d := DITG{N: 1, Duration: time.Second}
+	st := func(c int, dp string) Step {
+		return Step{Count: c, Datapath: dp, UDPDelay: map[string][]float64{"clusterip-v4": {float64(c)}}}
+	}
+	a := write("a", Result{DITG: d, Steps: []Step{st(1, IPTables), st(1, Eztunnel)}, CreateTimes: map[int]float64{1: 0.1}})
+	b := write("b", Result{DITG: d, Steps: []Step{st(10000, Eztunnel), st(10000, IPTables)}, CreateTimes: map[int]float64{10000: 99}})
+	var out strings.Builder
+	if err := Merge([]string{a, b}, "", &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| 10000 ") || !strings.Contains(out.String(), "| 1 ") {
+		t.Fatalf("merged report lacks a count:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "nftables mean") {
+		t.Fatal("nftables columns with no nftables step")
+	}
+	if err := Merge([]string{a, a}, "", io.Discard); err == nil {
+		t.Fatal("the same count twice: no error")
+	}
+	c := write("c", Result{DITG: DITG{N: 2}, Steps: []Step{st(5000, Eztunnel)}})
+	if err := Merge([]string{a, c}, "", io.Discard); err == nil {
+		t.Fatal("different D-ITG settings: no error")
 	}
 }
