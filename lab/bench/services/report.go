@@ -361,6 +361,10 @@ func ditgPlots(res Result, dir string) error {
 			if !any {
 				continue
 			}
+			// From zero, the legend above the lines: the differences are
+			// small and a zoomed axis would make noise look like a trend.
+			pl.Y.Min, pl.Y.Max = 0, pl.Y.Max*1.5
+			pl.Legend.Top, pl.Legend.Left = true, true
 			if err := pl.Save(16*vg.Centimeter, 10*vg.Centimeter, filepath.Join(dir, "ditg-"+m.metric+"-"+path+".png")); err != nil {
 				return err
 			}
