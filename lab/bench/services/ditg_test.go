@@ -224,3 +224,20 @@ func TestMerge(t *testing.T) {
 		t.Fatal("different D-ITG settings: no error")
 	}
 }
+
+// The first packet of each flow, found from the flows' packet counts.
+func TestFirstPackets(t *testing.T) {
+	s := &Step{UDPDelay: map[string][]float64{"nodeport-v4": {100, 1, 2, 200, 3}}, Flows: []Flow{
+		{Path: "nodeport-v4", Proto: "TCP", Dec: Totals{Packets: 50}},
+		{Path: "nodeport-v4", Proto: "UDP", Dec: Totals{Packets: 3}},
+		{Path: "clusterip-v4", Proto: "UDP", Dec: Totals{Packets: 7}},
+		{Path: "nodeport-v4", Proto: "UDP", Dec: Totals{Packets: 2}},
+	}}
+	if got := firstPackets(s, "nodeport-v4"); len(got) != 2 || got[0] != 100 || got[1] != 200 {
+		t.Fatalf("%v", got)
+	}
+	s.Flows[3].Dec.Packets = 3 // does not add up: no answer rather than a wrong one
+	if got := firstPackets(s, "nodeport-v4"); got != nil {
+		t.Fatalf("%v", got)
+	}
+}

@@ -310,6 +310,9 @@ func ditgReport(b *strings.Builder, res Result, dps []string) {
 			bench.WriteTable(b, h, rows)
 		}
 	}
+	fmt.Fprintf(b, "\n### D-ITG UDP one-way delay of each flow's first packet (µs, mean over the %d flows; the packet that meets the Service lookup)\n\n", d.N)
+	h, rows := firstPacketTable(res, dps)
+	bench.WriteTable(b, h, rows)
 }
 
 // ditgPlots: TCP throughput (mean) and UDP delay (p50, p99) against the
@@ -371,4 +374,53 @@ func ditgPlots(res Result, dir string) error {
 		}
 	}
 	return nil
+}
+
+// firstPackets: the one-way delay of each UDP flow's first packet on path
+// (the packet that meets the Service lookup: kube-proxy's rule walk or
+// eztunnel's map lookup; the rest follow conntrack or the translated
+// socket). UDPDelay holds the flows' packets in flow order; nil if the
+// counts do not add up.
+func firstPackets(s *Step, path string) []float64 {
+	if s == nil {
+		return nil
+	}
+	d := s.UDPDelay[path]
+	var out []float64
+	i := 0
+	for _, f := range s.Flows {
+		if f.Path != path || f.Proto != "UDP" {
+			continue
+		}
+		if i >= len(d) || f.Dec.Packets <= 0 {
+			return nil
+		}
+		out = append(out, d[i])
+		i += f.Dec.Packets
+	}
+	if i != len(d) {
+		return nil
+	}
+	return out
+}
+
+// firstPacketTable: per count, each path's and datapath's mean first-packet
+// delay over the flows.
+func firstPacketTable(res Result, dps []string) (header []string, rows [][]string) {
+	header = []string{"Services"}
+	for _, path := range DITGPaths {
+		for _, dp := range dps {
+			header = append(header, path+" "+dp)
+		}
+	}
+	for _, c := range counts(res) {
+		row := []string{strconv.Itoa(c)}
+		for _, path := range DITGPaths {
+			for _, dp := range dps {
+				row = append(row, f1(meanOf(firstPackets(step(res, c, dp), path))))
+			}
+		}
+		rows = append(rows, row)
+	}
+	return header, rows
 }
