@@ -69,7 +69,7 @@ func init() {
 	register("iptables-save", "iptables", "lab/k8scluster: finds the KUBE-/CNI- chains to remove")
 	register("ip6tables-save", "iptables", "lab/k8scluster: finds the KUBE-/CNI- chains to remove")
 	register("ip6tables", "iptables", "lab/k8scluster: removes the KUBE-/CNI- chains; lab/multinode: FORWARD rules; e2e: kube-proxy's REJECT of an IPv6 Service without endpoints")
-	register("ITGSend", "d-itg", "bench services: D-ITG sender (TCP throughput, UDP round-trip latency)")
+	register("ITGSend", "d-itg", "bench services: D-ITG sender (TCP throughput, UDP one-way latency)")
 	register("ITGRecv", "d-itg", "bench services: D-ITG receiver in the backend pods")
 	register("ITGDec", "d-itg", "bench services: decodes ITGSend's log")
 	register("ldd", "libc-bin", "test/k8s bench: the shared libraries the redis image needs")

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,8 +35,9 @@ type Options struct {
 	BinDir     string // tools/kube/build.sh's output
 	Counts     []int
 	Datapaths  []string
-	Connects   int // connect-latency samples per datapath, count and family
-	SyncN      int // one-change sync samples per datapath and count
+	Connects   int  // connect-latency samples per datapath, count and family
+	SyncN      int  // one-change sync samples per datapath and count
+	DITG       DITG // D-ITG flows (N 0: none)
 	Out        string
 	Log        io.Writer
 }
@@ -58,9 +60,9 @@ const (
 
 // Step is one datapath at one Service count.
 type Step struct {
-	Count    int            `json:"count"`
-	Datapath string         `json:"datapath"`
-	Ready    float64        `json:"ready_seconds"` // start until the newest Service answers
+	Count    int     `json:"count"`
+	Datapath string  `json:"datapath"`
+	Ready    float64 `json:"ready_seconds"` // start until the newest Service answers
 	// Connect latency in µs by path: clusterip-v4, clusterip-v6, nodeport-v4, nodeport-v6.
 	Latency map[string][]float64 `json:"latency_us"`
 	Fails   map[string]int       `json:"failures"`
@@ -69,6 +71,13 @@ type Step struct {
 	SyncE2E []float64 `json:"sync_e2e_ms"`
 	// The datapath's own sync histograms over the sync samples: p50, p99 in ms.
 	SyncMetric map[string][2]float64 `json:"sync_metric_ms"`
+	// D-ITG by path: TCP throughput samples (Mbit/s per interval, pooled
+	// over the flows) and UDP one-way delays (µs, every packet of every
+	// flow); each flow's ITGDec totals; flows that failed.
+	Throughput map[string][]float64 `json:"ditg_tcp_mbps"`
+	UDPDelay   map[string][]float64 `json:"ditg_udp_delay_us"`
+	Flows      []Flow               `json:"ditg_flows"`
+	DITGFails  map[string]int       `json:"ditg_failures"`
 }
 
 // Result of a run.
@@ -77,6 +86,8 @@ type Result struct {
 	CreateTimes  map[int]float64 `json:"create_seconds"` // Services created up to count: seconds for that batch
 	NodePortEZ   bool            `json:"eztunnel_nodeport"`
 	CPUPlacement string          `json:"cpu_placement"`
+	DITG         DITG            `json:"ditg"`
+	Load         []string        `json:"loadavg"` // /proc/loadavg at the start of each count
 }
 
 func (o Options) logf(f string, a ...any) {
@@ -145,7 +156,23 @@ func Run(ctx context.Context, o Options, w io.Writer) (err error) {
 		fmt.Fprintln(w, "eztunnel NodePort: not supported by this build (no --nodeport in `eztunnel run --help`)")
 		o.logf("eztunnel NodePort: not supported by this build")
 	}
-	res := Result{CreateTimes: map[int]float64{}, NodePortEZ: nodePortEZ, CPUPlacement: "unpinned: client, servers, datapath and API server share the VM's CPUs"}
+	res := Result{CreateTimes: map[int]float64{}, NodePortEZ: nodePortEZ, CPUPlacement: "unpinned: client, servers, datapath and API server share the VM's CPUs",
+		DITG: o.DITG}
+	var de *ditgEnv
+	if o.DITG.N > 0 {
+		// ITGRecv in the first backend pod, behind the D-ITG Service.
+		de = &ditgEnv{recv: &receiver{pod: backends[0], dir: tmp}}
+		defer de.recv.stop()
+		if err := extRoutes(lab.External, node); err != nil {
+			return err
+		}
+		if de.v4, de.v6, err = createDITG(ctx, cs, backends[0], node.Name); err != nil {
+			return err
+		}
+		if err := de.recv.ensure(ctx); err != nil {
+			return err
+		}
+	}
 	v := &vips{}
 	made := 0
 	r := rand.New(rand.NewPCG(1, 2))
@@ -157,6 +184,9 @@ func Run(ctx context.Context, o Options, w io.Writer) (err error) {
 		res.CreateTimes[count] = d.Seconds()
 		o.logf("%d Services (+%d, two EndpointSlices each) created in %.1fs", count, count-made, d.Seconds())
 		made = count
+		if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+			res.Load = append(res.Load, fmt.Sprintf("%d Services: %s", count, strings.TrimSpace(string(la))))
+		}
 		if ci == 0 {
 			// No datapath yet: the VIPs must not answer, or the bench
 			// would measure something other than translation.
@@ -172,7 +202,7 @@ func Run(ctx context.Context, o Options, w io.Writer) (err error) {
 			}
 		}
 		for _, dp := range order {
-			st, err := runStep(ctx, o, wl, cs, cp, node, client, lab.External, backends, v, count, dp, tmp, nodePortEZ, r)
+			st, err := runStep(ctx, o, wl, cs, cp, node, client, lab.External, backends, v, de, count, dp, tmp, nodePortEZ, r)
 			if err != nil {
 				return fmt.Errorf("%s at %d Services: %w", dp, count, err)
 			}
@@ -188,6 +218,9 @@ func Run(ctx context.Context, o Options, w io.Writer) (err error) {
 			return err
 		}
 		if err := plots(res, o.Out); err != nil {
+			return err
+		}
+		if err := ditgPlots(res, o.Out); err != nil {
 			return err
 		}
 	}
@@ -240,9 +273,10 @@ func apiLink(n *multinode.Node) error {
 // runStep starts one datapath, waits until it serves the newest Service,
 // measures, stops it and cleans the node.
 func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.Interface, cp *k8scluster.Cluster,
-	node *multinode.Node, client *multinode.Pod, ext *multinode.External, backends []*multinode.Pod, v *vips,
+	node *multinode.Node, client *multinode.Pod, ext *multinode.External, backends []*multinode.Pod, v *vips, de *ditgEnv,
 	count int, dp, tmp string, nodePortEZ bool, r *rand.Rand) (st Step, err error) {
-	st = Step{Count: count, Datapath: dp, Latency: map[string][]float64{}, Fails: map[string]int{}, SyncMetric: map[string][2]float64{}}
+	st = Step{Count: count, Datapath: dp, Latency: map[string][]float64{}, Fails: map[string]int{}, SyncMetric: map[string][2]float64{},
+		Throughput: map[string][]float64{}, UDPDelay: map[string][]float64{}, DITGFails: map[string]int{}}
 	t0 := time.Now()
 	var run *running
 	switch dp {
@@ -317,6 +351,12 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 		st.Fails[path] = res.Failures
 		if res.Failures > 0 {
 			o.logf("%s %d %s: %d connects failed (%s)", dp, count, path, res.Failures, res.LastErr)
+		}
+	}
+
+	if de != nil {
+		if err := runDITG(ctx, o, wl, client, ext, node, backends[0], de, dp, nodePortEZ, tmp, &st); err != nil {
+			return st, err
 		}
 	}
 
@@ -452,5 +492,72 @@ func unanswered(ctx context.Context, wl workload.Client, client *multinode.Pod, 
 			return fmt.Errorf("%s connects with no datapath running: the lab does not measure Service translation", c.target)
 		}
 	}
+	return nil
+}
+
+// Merge reads the services.json of several runs (e.g. a sweep split into
+// runs under 15 minutes), and writes one report and its plots: each
+// count's datapaths still come from one run, interleaved there; different
+// counts may come from different runs. A count in two runs is an error.
+func Merge(files []string, out string, w io.Writer) error {
+	var all Result
+	all.CreateTimes = map[int]float64{}
+	var dps []string
+	seen := map[int]string{}
+	for i, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var r Result
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if i == 0 {
+			all.NodePortEZ, all.CPUPlacement, all.DITG = r.NodePortEZ, r.CPUPlacement, r.DITG
+		} else if r.DITG != all.DITG {
+			return fmt.Errorf("%s: D-ITG settings %+v differ from %s's %+v", f, r.DITG, files[0], all.DITG)
+		}
+		for _, c := range counts(r) {
+			if prev, ok := seen[c]; ok {
+				return fmt.Errorf("%d Services in both %s and %s", c, prev, f)
+			}
+			seen[c] = f
+		}
+		for _, s := range r.Steps {
+			if !slices.Contains(dps, s.Datapath) {
+				dps = append(dps, s.Datapath)
+			}
+		}
+		all.Steps = append(all.Steps, r.Steps...)
+		for c, t := range r.CreateTimes {
+			all.CreateTimes[c] = t
+		}
+		for _, l := range r.Load {
+			all.Load = append(all.Load, l+" ("+filepath.Base(filepath.Dir(f))+")")
+		}
+	}
+	order := []string{}
+	for _, dp := range []string{IPTables, NFTables, Eztunnel} {
+		if slices.Contains(dps, dp) {
+			order = append(order, dp)
+		}
+	}
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		b, _ := json.MarshalIndent(all, "", " ")
+		if err := os.WriteFile(filepath.Join(out, "services.json"), b, 0o644); err != nil {
+			return err
+		}
+		if err := plots(all, out); err != nil {
+			return err
+		}
+		if err := ditgPlots(all, out); err != nil {
+			return err
+		}
+	}
+	report(w, all, order)
 	return nil
 }

@@ -121,6 +121,7 @@ func report(w io.Writer, res Result, dps []string) {
 		rows = append(rows, row)
 	}
 	bench.WriteTable(&b, header, rows)
+	ditgReport(&b, res, dps)
 	fmt.Fprintf(&b, "\nCreating Services (each with an IPv4 and an IPv6 EndpointSlice, %d parallel writers):", createWorkers)
 	for _, c := range counts(res) {
 		fmt.Fprintf(&b, " up to %d in %.1f s;", c, res.CreateTimes[c])
@@ -133,7 +134,11 @@ func report(w io.Writer, res Result, dps []string) {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "\nCPU placement: %s\n", res.CPUPlacement)
+	fmt.Fprintf(&b, "\nCPU placement: %s", res.CPUPlacement)
+	if len(res.Load) > 0 {
+		fmt.Fprintf(&b, "\nLoad average (/proc/loadavg) as each count started: %s", strings.Join(res.Load, "; "))
+	}
+	fmt.Fprintln(&b)
 	io.WriteString(w, b.String())
 }
 
@@ -181,4 +186,241 @@ func plots(res Result, dir string) error {
 		}
 	}
 	return nil
+}
+
+func meanOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	return stats.Summarize(xs).Mean
+}
+
+func p50Of(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	return stats.Summarize(xs).P50
+}
+
+// D-ITG metrics: TCP throughput and UDP one-way delay.
+const (
+	MetricThroughput = "throughput"
+	MetricUDPDelay   = "udp-delay"
+)
+
+func ditgSamples(s *Step, metric, path string) []float64 {
+	if s == nil {
+		return nil
+	}
+	if metric == MetricThroughput {
+		return s.Throughput[path]
+	}
+	return s.UDPDelay[path]
+}
+
+func ditgSumm(s *Step, metric, path string) stats.Summary {
+	xs := ditgSamples(s, metric, path)
+	if len(xs) == 0 {
+		return stats.Summary{P50: math.NaN(), P99: math.NaN(), Max: math.NaN(), StdDev: math.NaN(), Mean: math.NaN()}
+	}
+	return stats.Summarize(xs)
+}
+
+// lossPct: UDP packets the receiver did not get, over the flows of path.
+func lossPct(s *Step, path string) float64 {
+	var got, lost float64
+	for _, f := range s.Flows {
+		if f.Path == path && f.Proto == "UDP" {
+			got += float64(f.Dec.Packets)
+			lost += float64(f.Dec.Dropped)
+		}
+	}
+	if got+lost == 0 {
+		return math.NaN()
+	}
+	return 100 * lost / (got + lost)
+}
+
+// ditgTable is the paper's Tables I-III layout for one D-ITG metric and
+// path: per Service count the SD and max ratios eztunnel / iptables and
+// eztunnel / nftables, then each datapath's mean, p50, SD and max (UDP
+// delay also p99 and loss).
+func ditgTable(res Result, dps []string, metric, path string) (header []string, rows [][]string) {
+	header = []string{"Services", "SD ez/ipt", "max ez/ipt", "SD ez/nft", "max ez/nft"}
+	for _, dp := range dps {
+		header = append(header, dp+" mean", dp+" p50", dp+" SD", dp+" max")
+		if metric == MetricUDPDelay {
+			header = append(header, dp+" p99", dp+" loss %")
+		}
+		header = append(header, dp+" retried")
+	}
+	for _, c := range counts(res) {
+		ez := ditgSumm(step(res, c, Eztunnel), metric, path)
+		ipt := ditgSumm(step(res, c, IPTables), metric, path)
+		nft := ditgSumm(step(res, c, NFTables), metric, path)
+		row := []string{strconv.Itoa(c), ratio(ez.StdDev, ipt.StdDev), ratio(ez.Max, ipt.Max), ratio(ez.StdDev, nft.StdDev), ratio(ez.Max, nft.Max)}
+		for _, dp := range dps {
+			s := step(res, c, dp)
+			x := ditgSumm(s, metric, path)
+			row = append(row, f1(x.Mean), f1(x.P50), f1(x.StdDev), f1(x.Max))
+			if metric == MetricUDPDelay {
+				loss := math.NaN()
+				if s != nil {
+					loss = lossPct(s, path)
+				}
+				row = append(row, f1(x.P99), f2(loss))
+			}
+			retried := "–"
+			if s != nil && len(ditgSamples(s, metric, path)) > 0 {
+				proto := "TCP"
+				if metric == MetricUDPDelay {
+					proto = "UDP"
+				}
+				retried = strconv.Itoa(s.DITGFails[path+"/"+proto])
+			}
+			row = append(row, retried)
+		}
+		rows = append(rows, row)
+	}
+	return header, rows
+}
+
+func f2(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	return strconv.FormatFloat(x, 'f', 2, 64)
+}
+
+// ditgReport writes the D-ITG tables (none if the run had no D-ITG flows).
+func ditgReport(b *strings.Builder, res Result, dps []string) {
+	if res.DITG.N == 0 {
+		return
+	}
+	d := res.DITG
+	for _, m := range []struct{ metric, title string }{
+		{MetricThroughput, fmt.Sprintf("TCP throughput (Mbit/s per %v interval of %d flows × %v; D-ITG %d B × %d pkt/s offered)",
+			d.Interval, d.N, d.Duration, d.TCPSize, d.TCPRate)},
+		{MetricUDPDelay, fmt.Sprintf("UDP one-way delay (µs, every packet of %d flows × %v; D-ITG %d B × %d pkt/s)",
+			d.N, d.Duration, d.UDPSize, d.UDPRate)},
+	} {
+		for _, path := range DITGPaths {
+			fmt.Fprintf(b, "\n### D-ITG %s, %s\n\n", m.title, path)
+			h, rows := ditgTable(res, dps, m.metric, path)
+			bench.WriteTable(b, h, rows)
+		}
+	}
+	fmt.Fprintf(b, "\n### D-ITG UDP one-way delay of each flow's first packet (µs, mean over the %d flows; the packet that meets the Service lookup)\n\n", d.N)
+	h, rows := firstPacketTable(res, dps)
+	bench.WriteTable(b, h, rows)
+}
+
+// ditgPlots: TCP throughput (mean) and UDP delay (p50, p99) against the
+// Service count, one file per metric and path.
+func ditgPlots(res Result, dir string) error {
+	for _, m := range []struct {
+		metric, title, unit string
+		qs                  []string
+	}{{MetricThroughput, "D-ITG TCP throughput", "Mbit/s", []string{"mean", "p50"}}, {MetricUDPDelay, "D-ITG UDP one-way delay", "µs", []string{"p50", "p99"}}} {
+		for _, path := range DITGPaths {
+			pl := plot.New()
+			pl.Title.Text = m.title + ", " + path
+			pl.X.Label.Text = "Services"
+			pl.Y.Label.Text = m.unit
+			pl.Add(plotter.NewGrid())
+			any := false
+			for di, dp := range []string{IPTables, NFTables, Eztunnel} {
+				for qi, q := range m.qs {
+					var xy plotter.XYs
+					for _, c := range counts(res) {
+						s := step(res, c, dp)
+						if len(ditgSamples(s, m.metric, path)) == 0 {
+							continue
+						}
+						x := ditgSumm(s, m.metric, path)
+						y := x.P50
+						switch q {
+						case "mean":
+							y = x.Mean
+						case "p99":
+							y = x.P99
+						}
+						xy = append(xy, plotter.XY{X: float64(c), Y: y})
+					}
+					if len(xy) == 0 {
+						continue
+					}
+					l, p, err := plotter.NewLinePoints(xy)
+					if err != nil {
+						return err
+					}
+					l.Color, p.Color = plotutil.Color(di), plotutil.Color(di)
+					l.Dashes = plotutil.Dashes(qi)
+					pl.Add(l, p)
+					pl.Legend.Add(dp+" "+q, l, p)
+					any = true
+				}
+			}
+			if !any {
+				continue
+			}
+			// From zero, the legend above the lines: the differences are
+			// small and a zoomed axis would make noise look like a trend.
+			pl.Y.Min, pl.Y.Max = 0, pl.Y.Max*1.5
+			pl.Legend.Top, pl.Legend.Left = true, true
+			if err := pl.Save(16*vg.Centimeter, 10*vg.Centimeter, filepath.Join(dir, "ditg-"+m.metric+"-"+path+".png")); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// firstPackets: the one-way delay of each UDP flow's first packet on path
+// (the packet that meets the Service lookup: kube-proxy's rule walk or
+// eztunnel's map lookup; the rest follow conntrack or the translated
+// socket). UDPDelay holds the flows' packets in flow order; nil if the
+// counts do not add up.
+func firstPackets(s *Step, path string) []float64 {
+	if s == nil {
+		return nil
+	}
+	d := s.UDPDelay[path]
+	var out []float64
+	i := 0
+	for _, f := range s.Flows {
+		if f.Path != path || f.Proto != "UDP" {
+			continue
+		}
+		if i >= len(d) || f.Dec.Packets <= 0 {
+			return nil
+		}
+		out = append(out, d[i])
+		i += f.Dec.Packets
+	}
+	if i != len(d) {
+		return nil
+	}
+	return out
+}
+
+// firstPacketTable: per count, each path's and datapath's mean first-packet
+// delay over the flows.
+func firstPacketTable(res Result, dps []string) (header []string, rows [][]string) {
+	header = []string{"Services"}
+	for _, path := range DITGPaths {
+		for _, dp := range dps {
+			header = append(header, path+" "+dp)
+		}
+	}
+	for _, c := range counts(res) {
+		row := []string{strconv.Itoa(c)}
+		for _, path := range DITGPaths {
+			for _, dp := range dps {
+				row = append(row, f1(meanOf(firstPackets(step(res, c, dp), path))))
+			}
+		}
+		rows = append(rows, row)
+	}
+	return header, rows
 }
