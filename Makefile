@@ -128,8 +128,8 @@ bench-bypass:
 
 # Yang et al.'s configuration matrix across two nodes: an HTTP chain of
 # sidecar pods (wrk, HAProxy, nginx) at concurrency 1, 10, 100; baseline vs
-# shortcut only vs bypass only vs both, host-gw and VXLAN (about 12 minutes;
-# ARGS=--quick: about 4).
+# shortcut only vs bypass only vs both, host-gw and VXLAN (about 10 minutes;
+# ARGS=--quick: about 2.5).
 bench-mesh-matrix:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-mesh-matrix needs root: sudo make bench-mesh-matrix" >&2; exit 1; fi
 	./scripts/install-deps.sh

@@ -74,7 +74,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 		all[mode] = r
 	}
 	fmt.Fprintf(w, "\ndone in %s; load average %s\n", time.Since(start).Round(time.Second), loadavg())
-	fmt.Fprintf(w, "\nmedians over %d round(s); in parentheses the median of the per-round changes against the baseline of the same round (latency: negative is faster; RPS: positive is more)\n", o.Rounds)
+	fmt.Fprintf(w, "\nmedians over %d round(s); in parentheses the median of the per-round changes against the baseline of the same round, then the smallest and largest of them (latency: negative is faster; RPS: positive is more)\n", o.Rounds)
 	for _, mode := range o.Modes {
 		fmt.Fprintf(w, "\n%s\n\n", mode)
 		table(w, all[mode], o.Concs)

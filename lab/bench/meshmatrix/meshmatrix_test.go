@@ -128,11 +128,11 @@ func TestTable(t *testing.T) {
 		"| c | ",
 		"| baseline | shortcut only | bypass only | both |",
 		// shortcut only: rounds -10% and -25%: median -17.5%; value median(180, 300) = 240
-		"| 240 (-17.5%) |",
+		"| 240 (-17.5%, -25..-10) |",
 		// both: -25% and -25%
-		"| 225 (-25.0%) |",
+		"| 225 (-25.0%, -25..-25) |",
 		// RPS both: +30% and +40%
-		"| 1000 (+35.0%) |",
+		"| 1000 (+35.0%, +30..+40) |",
 		"| shortcut messages / request | 0.0 | 8.0 | 0.0 | 8.0 |",
 		"| bypassed packets / request | 0.0 | 0.0 | 8.0 | 8.0 |",
 	} {

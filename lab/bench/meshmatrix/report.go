@@ -173,7 +173,8 @@ func values(ss []sample, get func(mesh.WrkResult) float64) []float64 {
 }
 
 // change is the median over rounds of (x / baseline - 1) in percent,
-// pairing the samples of the same round.
+// pairing the samples of the same round, then (with several rounds) the
+// smallest and largest of those changes.
 func change(base, x []sample, get func(mesh.WrkResult) float64) string {
 	byRound := map[int]float64{}
 	for _, s := range base {
@@ -188,7 +189,10 @@ func change(base, x []sample, get func(mesh.WrkResult) float64) string {
 	if len(ch) == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%+.1f%%", median(ch))
+	if len(ch) == 1 {
+		return fmt.Sprintf("%+.1f%%", ch[0])
+	}
+	return fmt.Sprintf("%+.1f%%, %+.0f..%+.0f", median(ch), slices.Min(ch), slices.Max(ch))
 }
 
 func median(xs []float64) float64 {
