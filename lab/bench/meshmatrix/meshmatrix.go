@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/eztunnel/eztunnel/lab/bench/mesh"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 	"github.com/eztunnel/eztunnel/lab/workload"
@@ -198,8 +200,16 @@ func runConfig(ctx context.Context, o Options, w io.Writer, mode multinode.Mode,
 	if _, err := runWrk(ctx, o, wl, ch, 10, time.Second); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
+	pfs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return err
+	}
 	for _, c := range o.Concs {
 		c0, err := a.counters()
+		if err != nil {
+			return err
+		}
+		t0, err := readCPUs(pfs)
 		if err != nil {
 			return err
 		}
@@ -207,11 +217,15 @@ func runConfig(ctx context.Context, o Options, w io.Writer, mode multinode.Mode,
 		if err != nil {
 			return fmt.Errorf("c=%d: %w", c, err)
 		}
+		t1, err := readCPUs(pfs)
+		if err != nil {
+			return err
+		}
 		c1, err := a.counters()
 		if err != nil {
 			return err
 		}
-		s := sample{round: r, wrk: res, acc: c1.sub(c0)}
+		s := sample{round: r, wrk: res, acc: c1.sub(c0), cpu: t1.since(t0)}
 		if err := check(cfg, s); err != nil {
 			return fmt.Errorf("c=%d: %w", c, err)
 		}

@@ -119,7 +119,9 @@ func TestTable(t *testing.T) {
 		{Both, 1, 300, 700, 8, 8},
 	} {
 		w := mesh.WrkResult{Requests: 1000, RPS: x.rps, P50Us: x.p50, AvgUs: x.p50, P90Us: x.p50, P99Us: x.p50}
-		r.add(x.cfg, 1, sample{round: x.round, wrk: w, acc: counters{redirected: x.red * 1000, bypassed: x.bypkt * 1000}})
+		// CPU time per request as the latency: 1000 requests, p50 us each.
+		cpu := cpuUse{busy: []float64{0.5, 1}, seconds: x.p50 * 1000 / 1e6}
+		r.add(x.cfg, 1, sample{round: x.round, wrk: w, acc: counters{redirected: x.red * 1000, bypassed: x.bypkt * 1000}, cpu: cpu})
 	}
 	var b strings.Builder
 	table(&b, r, []int{1})
@@ -133,6 +135,8 @@ func TestTable(t *testing.T) {
 		"| 225 (-25.0%, -25..-25) |",
 		// RPS both: +30% and +40%
 		"| 1000 (+35.0%, +30..+40) |",
+		"| CPU per request (us, all CPUs) | 300 | 240 (-17.5%, -25..-10) | 285 (-5.0%, -5..-5) | 225 (-25.0%, -25..-25) |",
+		"| busy per CPU (%) | 50/100 | 50/100 | 50/100 | 50/100 |",
 		"| shortcut messages / request | 0.0 | 8.0 | 0.0 | 8.0 |",
 		"| bypassed packets / request | 0.0 | 0.0 | 8.0 | 8.0 |",
 	} {
@@ -140,8 +144,8 @@ func TestTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
 	}
-	if n := strings.Count(got, "\n"); n != 2+len(metrics)+2 {
-		t.Errorf("%d lines, want %d:\n%s", n, 2+len(metrics)+2, got)
+	if n := strings.Count(got, "\n"); n != 2+len(metrics)+4 {
+		t.Errorf("%d lines, want %d:\n%s", n, 2+len(metrics)+4, got)
 	}
 }
 
@@ -185,5 +189,15 @@ func TestConfigs(t *testing.T) {
 	if agentArgs(Baseline) != nil || !slices.Contains(agentArgs(ShortcutOnly), "--bypass=false") ||
 		!slices.Contains(agentArgs(BypassOnly), "0.0.0.0/0,::/0") || slices.Contains(agentArgs(Both), "--exclude-cidrs") {
 		t.Error("agent flags")
+	}
+}
+
+func TestCPUSince(t *testing.T) {
+	type bt = struct{ busy, total float64 }
+	before := cpuTimes{0: bt{10, 100}, 1: bt{50, 100}}
+	after := cpuTimes{1: bt{60, 110}, 0: bt{12.5, 110}}
+	u := after.since(before)
+	if !slices.Equal(u.busy, []float64{0.25, 1}) || u.seconds != 12.5 {
+		t.Errorf("got %+v", u)
 	}
 }

@@ -17,6 +17,7 @@ type sample struct {
 	round int
 	wrk   mesh.WrkResult
 	acc   counters
+	cpu   cpuUse // the whole machine during the wrk run
 }
 
 // results of one routing mode: configuration -> concurrency -> samples in
@@ -77,7 +78,8 @@ func (s sample) line() string {
 	fmt.Fprintf(&b, "%.0f req/s, avg %.0f us, p50 %.0f us, p90 %.0f us, p99 %.0f us, %.0f requests, 0 errors",
 		w.RPS, w.AvgUs, w.P50Us, w.P90Us, w.P99Us, w.Requests)
 	if w.Requests > 0 {
-		fmt.Fprintf(&b, "; per request: %.1f shortcut messages, %.1f bypassed packets", s.acc.redirected/w.Requests, s.acc.bypassed/w.Requests)
+		fmt.Fprintf(&b, "; per request: %.1f shortcut messages, %.1f bypassed packets, %.1f us CPU; busy per CPU %s %%",
+			s.acc.redirected/w.Requests, s.acc.bypassed/w.Requests, cpuPerReq(s), busyCell([]sample{s}))
 	}
 	if len(s.acc.fallbacks) > 0 {
 		reasons := make([]string, 0, len(s.acc.fallbacks))
@@ -132,6 +134,21 @@ func table(w io.Writer, r results, concs []int) {
 			}
 			rows = append(rows, row)
 		}
+		// CPU time per request, with its change like the metrics above.
+		row := []string{"", "CPU per request (us, all CPUs)"}
+		for _, cfg := range configs {
+			cell := fmtValue(median(cpuValues(r[cfg][c])))
+			if cfg != Baseline {
+				cell += " (" + changeOf(r[Baseline][c], r[cfg][c], cpuPerReq) + ")"
+			}
+			row = append(row, cell)
+		}
+		rows = append(rows, row)
+		row = []string{"", "busy per CPU (%)"}
+		for _, cfg := range configs {
+			row = append(row, busyCell(r[cfg][c]))
+		}
+		rows = append(rows, row)
 		for _, acc := range []struct {
 			name string
 			get  func(sample) float64
@@ -172,18 +189,58 @@ func values(ss []sample, get func(mesh.WrkResult) float64) []float64 {
 	return xs
 }
 
+// cpuPerReq is the machine's busy CPU time per request of a wrk run, in
+// microseconds.
+func cpuPerReq(s sample) float64 {
+	if s.wrk.Requests <= 0 {
+		return 0
+	}
+	return s.cpu.seconds / s.wrk.Requests * 1e6
+}
+
+func cpuValues(ss []sample) []float64 {
+	var xs []float64
+	for _, s := range ss {
+		xs = append(xs, cpuPerReq(s))
+	}
+	return xs
+}
+
+// busyCell is the median busy share of each CPU over the samples, as
+// "cpu0/cpu1/...".
+func busyCell(ss []sample) string {
+	if len(ss) == 0 {
+		return "-"
+	}
+	var parts []string
+	for i := range ss[0].cpu.busy {
+		var xs []float64
+		for _, s := range ss {
+			if i < len(s.cpu.busy) {
+				xs = append(xs, s.cpu.busy[i]*100)
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%.0f", median(xs)))
+	}
+	return strings.Join(parts, "/")
+}
+
 // change is the median over rounds of (x / baseline - 1) in percent,
 // pairing the samples of the same round, then (with several rounds) the
 // smallest and largest of those changes.
 func change(base, x []sample, get func(mesh.WrkResult) float64) string {
+	return changeOf(base, x, func(s sample) float64 { return get(s.wrk) })
+}
+
+func changeOf(base, x []sample, get func(sample) float64) string {
 	byRound := map[int]float64{}
 	for _, s := range base {
-		byRound[s.round] = get(s.wrk)
+		byRound[s.round] = get(s)
 	}
 	var ch []float64
 	for _, s := range x {
 		if b, ok := byRound[s.round]; ok && b > 0 {
-			ch = append(ch, (get(s.wrk)/b-1)*100)
+			ch = append(ch, (get(s)/b-1)*100)
 		}
 	}
 	if len(ch) == 0 {
