@@ -193,6 +193,6 @@ func benchMeshMatrixCmd() *cobra.Command {
 	f.IntVar(&o.ClientCPU, "client-cpu", o.ClientCPU, "CPU of wrk (-1: any)")
 	f.IntVar(&o.ChainCPU, "chain-cpu", o.ChainCPU, "CPU of every proxy and nginx of the chain (-1: any)")
 	f.IntVar(&o.Probes, "probes", o.Probes, "integrity probes (curl, bodies checked) per page before and after each configuration's runs")
-	f.BoolVar(&quickRun, "quick", false, "2 rounds of 2 s runs (about 2 minutes per mode) unless --rounds or --duration say otherwise")
+	f.BoolVar(&quickRun, "quick", false, "2 rounds of 2 s runs (about a minute per mode) unless --rounds or --duration say otherwise")
 	return cmd
 }
