@@ -38,6 +38,8 @@ func agentArgs(cfg string) []string {
 		return []string{"--bypass", "--exclude-cidrs", "0.0.0.0/0,::/0"}
 	case Both:
 		return []string{"--bypass"}
+	case Idle:
+		return []string{"--bypass=false", "--exclude-cidrs", "0.0.0.0/0,::/0"}
 	}
 	return nil
 }
@@ -112,7 +114,7 @@ func startAgents(ctx context.Context, exe, cfg, tmp string, nodes ...*multinode.
 			a.stop()
 			return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
 		}
-		if cfg != ShortcutOnly {
+		if cfg == BypassOnly || cfg == Both {
 			if err := waitEndpoints(ctx, n); err != nil {
 				a.stop()
 				return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())

@@ -36,7 +36,37 @@ const (
 	Both         = "both"
 )
 
+// Idle is an agent that accelerates nothing (no bypass, every connection
+// excluded from the shortcut): what its programs cost the kernel path.
+// Not in the default set.
+const Idle = "agent idle"
+
 var configs = []string{Baseline, ShortcutOnly, BypassOnly, Both}
+
+// ConfigNames are the names of the configurations on the command line.
+var ConfigNames = map[string]string{
+	"baseline": Baseline, "shortcut": ShortcutOnly, "bypass": BypassOnly, "both": Both, "idle": Idle,
+}
+
+// ParseConfigs reads command-line names (ConfigNames) into configurations
+// in the report's order; the baseline is always among them.
+func ParseConfigs(names []string) ([]string, error) {
+	want := map[string]bool{Baseline: true}
+	for _, n := range names {
+		c, ok := ConfigNames[n]
+		if !ok {
+			return nil, fmt.Errorf("configuration %q: not one of baseline, shortcut, bypass, both, idle", n)
+		}
+		want[c] = true
+	}
+	var out []string
+	for _, c := range []string{Baseline, Idle, ShortcutOnly, BypassOnly, Both} {
+		if want[c] {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
 
 // Options configure a run.
 type Options struct {
@@ -49,6 +79,9 @@ type Options struct {
 	// CPU of wrk, and of every proxy and server of the chain; -1: any.
 	ClientCPU, ChainCPU int
 	Probes              int // integrity probes per page before and after each configuration's runs
+	// Configs to run, in the report's order (ParseConfigs); nil: the four
+	// of the paper.
+	Configs []string
 }
 
 // Run measures every mode and writes progress and the report to w.
@@ -64,9 +97,12 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	if len(o.Modes) == 0 {
 		return errors.New("bench mesh-matrix: no routing mode")
 	}
+	if len(o.Configs) == 0 {
+		o.Configs = configs
+	}
 	start := time.Now()
 	fmt.Fprintf(w, "eztunnel bench mesh-matrix: %d mode(s) x %d round(s) x %d configurations (order rotated each round) x concurrency %v, wrk %s each, -t%d (fewer when c is smaller); wrk on CPU %s, proxies and nginx on CPU %s, agents on any; load average %s\n",
-		len(o.Modes), o.Rounds, len(configs), o.Concs, o.Duration, o.Threads, cpuName(o.ClientCPU), cpuName(o.ChainCPU), loadavg())
+		len(o.Modes), o.Rounds, len(o.Configs), o.Concs, o.Duration, o.Threads, cpuName(o.ClientCPU), cpuName(o.ChainCPU), loadavg())
 	all := map[multinode.Mode]results{}
 	for _, mode := range o.Modes {
 		r, err := runMode(ctx, o, mode, w)
@@ -79,7 +115,7 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	fmt.Fprintf(w, "\nmedians over %d round(s); in parentheses the median of the per-round changes against the baseline of the same round, then the smallest and largest of them (latency: negative is faster; RPS: positive is more)\n", o.Rounds)
 	for _, mode := range o.Modes {
 		fmt.Fprintf(w, "\n%s\n\n", mode)
-		table(w, all[mode], o.Concs)
+		table(w, all[mode], o.Configs, o.Concs)
 	}
 	return nil
 }
@@ -163,7 +199,7 @@ func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (
 
 	out := results{}
 	for r := range o.Rounds {
-		for _, cfg := range rotate(configs, r) {
+		for _, cfg := range rotate(o.Configs, r) {
 			if err := runConfig(ctx, o, w, mode, r, cfg, tmp, ch, wl, out, n1, n2); err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", r+1, cfg, err)
 			}
@@ -190,7 +226,7 @@ func runConfig(ctx context.Context, o Options, w io.Writer, mode multinode.Mode,
 	if err := ch.start(ctx); err != nil {
 		return err
 	}
-	if r == 0 && cfg == configs[0] {
+	if r == 0 && cfg == o.Configs[0] {
 		fmt.Fprintf(w, "%s: placement: wrk CPUs %s; %s\n", mode, cpuName(o.ClientCPU), ch.placement())
 	}
 	if err := ch.probe(ctx, wl, o.Probes); err != nil {

@@ -71,6 +71,9 @@ func TestCheckAcceleration(t *testing.T) {
 		{Both, acc(8000, 0), false},
 		{Both, acc(0, 8000), false},
 		{Both, sample{}, false}, // no request
+		{Idle, acc(0, 0), true},
+		{Idle, acc(8000, 0), false},
+		{Idle, acc(0, 8000), false},
 	} {
 		err := check(tc.cfg, tc.s)
 		if (err == nil) != tc.ok {
@@ -124,7 +127,7 @@ func TestTable(t *testing.T) {
 		r.add(x.cfg, 1, sample{round: x.round, wrk: w, acc: counters{redirected: x.red * 1000, bypassed: x.bypkt * 1000}, cpu: cpu})
 	}
 	var b strings.Builder
-	table(&b, r, []int{1})
+	table(&b, r, configs, []int{1})
 	got := b.String()
 	for _, want := range []string{
 		"| c | ",
@@ -199,5 +202,18 @@ func TestCPUSince(t *testing.T) {
 	u := after.since(before)
 	if !slices.Equal(u.busy, []float64{0.25, 1}) || u.seconds != 12.5 {
 		t.Errorf("got %+v", u)
+	}
+}
+
+func TestParseConfigs(t *testing.T) {
+	got, err := ParseConfigs([]string{"both", "idle", "shortcut"})
+	if err != nil || !slices.Equal(got, []string{Baseline, Idle, ShortcutOnly, Both}) {
+		t.Errorf("got %v, %v", got, err)
+	}
+	if _, err := ParseConfigs([]string{"fast"}); err == nil {
+		t.Error("unknown configuration accepted")
+	}
+	if !slices.Contains(agentArgs(Idle), "--bypass=false") || !slices.Contains(agentArgs(Idle), "0.0.0.0/0,::/0") {
+		t.Errorf("idle agent flags %v", agentArgs(Idle))
 	}
 }

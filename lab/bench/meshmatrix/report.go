@@ -114,7 +114,7 @@ var metrics = []metric{
 // configuration): the median over rounds, and for the accelerated
 // configurations the median of the per-round changes against the baseline
 // of the same round.
-func table(w io.Writer, r results, concs []int) {
+func table(w io.Writer, r results, configs []string, concs []int) {
 	header := append([]string{"c", "metric"}, configs...)
 	var rows [][]string
 	for _, c := range concs {

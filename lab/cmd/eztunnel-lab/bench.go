@@ -156,6 +156,7 @@ func benchMeshMatrixCmd() *cobra.Command {
 		ClientCPU: 0, ChainCPU: 1, Probes: 3}
 	modes := []string{string(multinode.HostGW), string(multinode.VXLAN)}
 	var quickRun bool
+	cfgNames := []string{"baseline", "shortcut", "bypass", "both"}
 	cmd := &cobra.Command{
 		Use:   "mesh-matrix",
 		Short: "Yang et al.'s matrix across two nodes: an HTTP chain of sidecar pods under wrk, baseline vs shortcut only vs bypass only vs both (needs root)",
@@ -169,6 +170,11 @@ func benchMeshMatrixCmd() *cobra.Command {
 					return fmt.Errorf("--modes: %q is not %q or %q", m, multinode.HostGW, multinode.VXLAN)
 				}
 			}
+			cfgs, err := meshmatrix.ParseConfigs(cfgNames)
+			if err != nil {
+				return fmt.Errorf("--configs: %w", err)
+			}
+			o.Configs = cfgs
 			if quickRun {
 				f := cmd.Flags()
 				if !f.Changed("rounds") {
@@ -193,6 +199,7 @@ func benchMeshMatrixCmd() *cobra.Command {
 	f.IntVar(&o.ClientCPU, "client-cpu", o.ClientCPU, "CPU of wrk (-1: any)")
 	f.IntVar(&o.ChainCPU, "chain-cpu", o.ChainCPU, "CPU of every proxy and nginx of the chain (-1: any)")
 	f.IntVar(&o.Probes, "probes", o.Probes, "integrity probes (curl, bodies checked) per page before and after each configuration's runs")
+	f.StringSliceVar(&cfgNames, "configs", cfgNames, "configurations: baseline (always), shortcut, bypass, both, idle (an agent that accelerates nothing: what its programs cost)")
 	f.BoolVar(&quickRun, "quick", false, "2 rounds of 2 s runs (about a minute per mode) unless --rounds or --duration say otherwise")
 	return cmd
 }
