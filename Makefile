@@ -13,7 +13,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
 .PHONY: k8s-bin test-k8s bench-k8s bench-services
-.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-memory clean deps helm image manifests check-manifests
+.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-mesh-matrix bench-memory clean deps helm image manifests check-manifests
 
 all: build
 
@@ -125,6 +125,16 @@ bench-bypass:
 	./scripts/install-deps.sh
 	$(MAKE) build
 	./$(LAB_BIN) bench bypass
+
+# Yang et al.'s configuration matrix across two nodes: an HTTP chain of
+# sidecar pods (wrk, HAProxy, nginx) at concurrency 1, 10, 100; baseline vs
+# shortcut only vs bypass only vs both, host-gw and VXLAN (about 10 minutes;
+# ARGS=--quick: about 2.5).
+bench-mesh-matrix:
+	@if [ "$$(id -u)" != 0 ]; then echo "make bench-mesh-matrix needs root: sudo make bench-mesh-matrix" >&2; exit 1; fi
+	./scripts/install-deps.sh
+	$(MAKE) build
+	./$(LAB_BIN) bench mesh-matrix $(ARGS)
 
 # Agent RSS + BPF map memory with 10k established accelerated connections.
 bench-memory: build

@@ -70,4 +70,9 @@ func removeCgroupTree(root string) error {
 
 // KillCgroupTree SIGKILLs every process in the cgroup tree root and waits
 // briefly for it to empty.
+//
+// Use it only for cgroups that are removed next. On Linux 6.18, a process
+// started later with CLONE_INTO_CGROUP into a cgroup that cgroup.kill has
+// killed is SIGKILLed at once; one moved there by a write to cgroup.procs
+// is not (lab/bench/meshmatrix kills process by process for that reason).
 func KillCgroupTree(root string) { killCgroupTree(root) }

@@ -53,8 +53,8 @@ func ParseRedisCSV(out string) ([]RedisTest, error) {
 	return tests, nil
 }
 
-// wrkResult is what `wrk --latency` prints that the lab uses.
-type wrkResult struct {
+// WrkResult is what `wrk --latency` prints that the lab uses.
+type WrkResult struct {
 	Requests            float64
 	Seconds             float64
 	RPS                 float64
@@ -63,6 +63,8 @@ type wrkResult struct {
 	P50Us, P75Us, P90Us float64
 	P99Us               float64
 	Errors              float64 // socket errors and non-2xx/3xx responses
+	SocketErrors        float64 // connect, read, write and timeout errors
+	Non2xx              float64 // non-2xx/3xx responses
 }
 
 var (
@@ -74,9 +76,9 @@ var (
 	wrkNon2xx   = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
 )
 
-// parseWrk reads the output of `wrk --latency`.
-func parseWrk(out string) (wrkResult, error) {
-	var r wrkResult
+// ParseWrk reads the output of `wrk --latency`.
+func ParseWrk(out string) (WrkResult, error) {
+	var r WrkResult
 	m := wrkLatency.FindStringSubmatch(out)
 	rq := wrkRequests.FindStringSubmatch(out)
 	rps := wrkRPS.FindStringSubmatch(out)
@@ -112,13 +114,13 @@ func parseWrk(out string) (wrkResult, error) {
 	if s := wrkSocket.FindStringSubmatch(out); s != nil {
 		for _, v := range s[1:] {
 			n, _ := strconv.ParseFloat(v, 64)
-			r.Errors += n
+			r.SocketErrors += n
 		}
 	}
 	if s := wrkNon2xx.FindStringSubmatch(out); s != nil {
-		n, _ := strconv.ParseFloat(s[1], 64)
-		r.Errors += n
+		r.Non2xx, _ = strconv.ParseFloat(s[1], 64)
 	}
+	r.Errors = r.SocketErrors + r.Non2xx
 	for _, e := range errs {
 		if e != nil {
 			return r, e

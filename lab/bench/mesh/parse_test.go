@@ -39,18 +39,18 @@ func TestParseWrk(t *testing.T) {
 Requests/sec:  63180.00
 Transfer/sec:     51.03MB
 `
-	w, err := parseWrk(out)
+	w, err := ParseWrk(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := wrkResult{Requests: 126360, Seconds: 2, RPS: 63180, AvgUs: 112.5, StdevUs: 40.1, MaxUs: 2100,
+	want := WrkResult{Requests: 126360, Seconds: 2, RPS: 63180, AvgUs: 112.5, StdevUs: 40.1, MaxUs: 2100,
 		P50Us: 105, P75Us: 120, P90Us: 150, P99Us: 1200}
 	if w != want {
 		t.Errorf("got %+v\nwant %+v", w, want)
 	}
-	w, err = parseWrk(out + "  Socket errors: connect 1, read 2, write 0, timeout 3\n  Non-2xx or 3xx responses: 4\n")
-	if err != nil || w.Errors != 10 {
-		t.Errorf("errors %v, %v", w.Errors, err)
+	w, err = ParseWrk(out + "  Socket errors: connect 1, read 2, write 0, timeout 3\n  Non-2xx or 3xx responses: 4\n")
+	if err != nil || w.Errors != 10 || w.SocketErrors != 6 || w.Non2xx != 4 {
+		t.Errorf("errors %v (socket %v, non-2xx %v), %v", w.Errors, w.SocketErrors, w.Non2xx, err)
 	}
 }
 

@@ -133,7 +133,7 @@ func httpBench(m *meter, s scale, r *Run) (clientResult, error) {
 	if err != nil {
 		return res, err
 	}
-	w, err := parseWrk(string(out))
+	w, err := ParseWrk(string(out))
 	if err != nil {
 		return res, err
 	}

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/eztunnel/eztunnel/lab/bench/adoption"
 	"github.com/eztunnel/eztunnel/lab/bench/bypass"
+	"github.com/eztunnel/eztunnel/lab/bench/meshmatrix"
 	"github.com/eztunnel/eztunnel/lab/bench/quick"
 	"github.com/eztunnel/eztunnel/lab/bench/scope"
 	"github.com/eztunnel/eztunnel/lab/multinode"
@@ -17,7 +19,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
-	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd(), benchBypassCmd(), benchServicesCmd())
+	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd(), benchBypassCmd(), benchMeshMatrixCmd(), benchServicesCmd())
 	return cmd
 }
 
@@ -146,5 +148,58 @@ func benchBypassCmd() *cobra.Command {
 	f.BoolVar(&o.IPv6, "ipv6", false, "pods talk IPv6")
 	f.IntVar(&o.ClientCPU, "client-cpu", o.ClientCPU, "CPU of every client (-1: any)")
 	f.IntVar(&o.ServerCPU, "server-cpu", o.ServerCPU, "CPU of every server (-1: any)")
+	return cmd
+}
+
+func benchMeshMatrixCmd() *cobra.Command {
+	o := meshmatrix.Options{Rounds: 4, Duration: 5 * time.Second, Concs: []int{1, 10, 100}, Threads: 1,
+		ClientCPU: 0, ChainCPU: 1, Probes: 3}
+	modes := []string{string(multinode.HostGW), string(multinode.VXLAN)}
+	var quickRun bool
+	cfgNames := []string{"baseline", "shortcut", "bypass", "both"}
+	cmd := &cobra.Command{
+		Use:   "mesh-matrix",
+		Short: "Yang et al.'s matrix across two nodes: an HTTP chain of sidecar pods under wrk, baseline vs shortcut only vs bypass only vs both (needs root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, m := range modes {
+				switch multinode.Mode(m) {
+				case multinode.HostGW, multinode.VXLAN:
+					o.Modes = append(o.Modes, multinode.Mode(m))
+				default:
+					return fmt.Errorf("--modes: %q is not %q or %q", m, multinode.HostGW, multinode.VXLAN)
+				}
+			}
+			cfgs, err := meshmatrix.ParseConfigs(cfgNames)
+			if err != nil {
+				return fmt.Errorf("--configs: %w", err)
+			}
+			o.Configs = cfgs
+			if quickRun {
+				f := cmd.Flags()
+				if !f.Changed("rounds") {
+					o.Rounds = 2
+				}
+				if !f.Changed("duration") {
+					o.Duration = 2 * time.Second
+				}
+			}
+			return withSelf(cmd, func(ctx context.Context, exe string) error {
+				o.Agent = filepath.Join(filepath.Dir(exe), "eztunnel")
+				return meshmatrix.Run(ctx, o, os.Stdout)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&modes, "modes", modes, "routing modes: host-gw, vxlan")
+	f.IntVar(&o.Rounds, "rounds", o.Rounds, "interleaved rounds of the four configurations (the order rotates each round)")
+	f.DurationVar(&o.Duration, "duration", o.Duration, "each wrk run (whole seconds)")
+	f.IntSliceVar(&o.Concs, "concurrency", o.Concs, "wrk connections, one run each per configuration and round")
+	f.IntVar(&o.Threads, "threads", o.Threads, "wrk threads (at most the concurrency)")
+	f.IntVar(&o.ClientCPU, "client-cpu", o.ClientCPU, "CPU of wrk (-1: any)")
+	f.IntVar(&o.ChainCPU, "chain-cpu", o.ChainCPU, "CPU of every proxy and nginx of the chain (-1: any)")
+	f.IntVar(&o.Probes, "probes", o.Probes, "integrity probes (curl, bodies checked) per page before and after each configuration's runs")
+	f.StringSliceVar(&cfgNames, "configs", cfgNames, "configurations: baseline (always), shortcut, bypass, both, idle (an agent that accelerates nothing: what its programs cost)")
+	f.BoolVar(&quickRun, "quick", false, "2 rounds of 2 s runs (about a minute per mode) unless --rounds or --duration say otherwise")
 	return cmd
 }

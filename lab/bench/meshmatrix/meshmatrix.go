@@ -1,0 +1,290 @@
+// Package meshmatrix is `eztunnel-lab bench mesh-matrix`: Yang et al.'s
+// configuration matrix (the "network shortcut" paper, figures 8-9) for a
+// sidecar mesh across the two nodes of the multi-node lab (lab/multinode),
+// in each routing mode. An HTTP chain of sidecar pods (see chain) is driven
+// by wrk at several concurrencies under four configurations run in
+// interleaved rounds: no agent, the socket shortcut only (the paper's
+// intra-pod optimisation), the tc bypass only (inter-pod) and both (full).
+// Every wrk run must finish without socket errors or non-2xx responses,
+// every configuration must show in the agents' counters that it
+// accelerated what it is for, and an integrity probe checks bodies byte
+// for byte through the chain; otherwise the run fails.
+package meshmatrix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/eztunnel/eztunnel/lab/bench/mesh"
+	"github.com/eztunnel/eztunnel/lab/multinode"
+	"github.com/eztunnel/eztunnel/lab/workload"
+)
+
+// Configurations, in the order of the report.
+const (
+	Baseline     = "baseline"
+	ShortcutOnly = "shortcut only"
+	BypassOnly   = "bypass only"
+	Both         = "both"
+)
+
+// Idle is an agent that accelerates nothing (no bypass, every connection
+// excluded from the shortcut): what its programs cost the kernel path.
+// Not in the default set.
+const Idle = "agent idle"
+
+var configs = []string{Baseline, ShortcutOnly, BypassOnly, Both}
+
+// ConfigNames are the names of the configurations on the command line.
+var ConfigNames = map[string]string{
+	"baseline": Baseline, "shortcut": ShortcutOnly, "bypass": BypassOnly, "both": Both, "idle": Idle,
+}
+
+// ParseConfigs reads command-line names (ConfigNames) into configurations
+// in the report's order; the baseline is always among them.
+func ParseConfigs(names []string) ([]string, error) {
+	want := map[string]bool{Baseline: true}
+	for _, n := range names {
+		c, ok := ConfigNames[n]
+		if !ok {
+			return nil, fmt.Errorf("configuration %q: not one of baseline, shortcut, bypass, both, idle", n)
+		}
+		want[c] = true
+	}
+	var out []string
+	for _, c := range []string{Baseline, Idle, ShortcutOnly, BypassOnly, Both} {
+		if want[c] {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// Options configure a run.
+type Options struct {
+	Agent    string           // the eztunnel binary
+	Modes    []multinode.Mode // routing modes, a lab each
+	Rounds   int              // interleaved rounds of the four configurations
+	Duration time.Duration    // each wrk run
+	Concs    []int            // wrk connections (concurrency)
+	Threads  int              // wrk threads (at most the concurrency)
+	// CPU of wrk, and of every proxy and server of the chain; -1: any.
+	ClientCPU, ChainCPU int
+	Probes              int // integrity probes per page before and after each configuration's runs
+	// Configs to run, in the report's order (ParseConfigs); nil: the four
+	// of the paper.
+	Configs []string
+}
+
+// Run measures every mode and writes progress and the report to w.
+func Run(ctx context.Context, o Options, w io.Writer) error {
+	if o.Rounds < 1 || o.Duration < time.Second || len(o.Concs) == 0 || o.Threads < 1 {
+		return fmt.Errorf("bench mesh-matrix: rounds %d (>= 1), duration %s (>= 1s), concurrencies %v, threads %d", o.Rounds, o.Duration, o.Concs, o.Threads)
+	}
+	for _, c := range o.Concs {
+		if c < 1 {
+			return fmt.Errorf("bench mesh-matrix: concurrency %d", c)
+		}
+	}
+	if len(o.Modes) == 0 {
+		return errors.New("bench mesh-matrix: no routing mode")
+	}
+	if len(o.Configs) == 0 {
+		o.Configs = configs
+	}
+	start := time.Now()
+	fmt.Fprintf(w, "eztunnel bench mesh-matrix: %d mode(s) x %d round(s) x %d configurations (order rotated each round) x concurrency %v, wrk %s each, -t%d (fewer when c is smaller); wrk on CPU %s, proxies and nginx on CPU %s, agents on any; load average %s\n",
+		len(o.Modes), o.Rounds, len(o.Configs), o.Concs, o.Duration, o.Threads, cpuName(o.ClientCPU), cpuName(o.ChainCPU), loadavg())
+	all := map[multinode.Mode]results{}
+	for _, mode := range o.Modes {
+		r, err := runMode(ctx, o, mode, w)
+		if err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+		all[mode] = r
+	}
+	fmt.Fprintf(w, "\ndone in %s; load average %s\n", time.Since(start).Round(time.Second), loadavg())
+	fmt.Fprintf(w, "\nmedians over %d round(s); in parentheses the median of the per-round changes against the baseline of the same round, then the smallest and largest of them (latency: negative is faster; RPS: positive is more)\n", o.Rounds)
+	for _, mode := range o.Modes {
+		fmt.Fprintf(w, "\n%s\n\n", mode)
+		table(w, all[mode], o.Configs, o.Concs)
+	}
+	return nil
+}
+
+func cpuName(c int) string {
+	if c < 0 {
+		return "any"
+	}
+	return strconv.Itoa(c)
+}
+
+func placement(cpu int) workload.Placement {
+	if cpu < 0 {
+		return workload.Placement{}
+	}
+	return workload.Placement{CPUs: []int{cpu}}
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// runMode builds a two-node lab in mode and runs the rounds.
+func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (_ results, err error) {
+	l, err := multinode.New(multinode.Options{Name: "bmm", Nodes: 2, Mode: mode})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := l.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	n1, n2 := l.Node(1), l.Node(2)
+	client, err := n1.AddPod("client", true)
+	if err != nil {
+		return nil, err
+	}
+	front, err := n2.AddPod("front", true)
+	if err != nil {
+		return nil, err
+	}
+	back, err := n1.AddPod("back", true)
+	if err != nil {
+		return nil, err
+	}
+	if err := sweepPins(n1, n2); err != nil {
+		return nil, err
+	}
+	// As in bench bypass: conntrack of the nodes accepts the windows of
+	// flows whose packets it saw only in part (those the bypass carried).
+	for _, n := range []*multinode.Node{n1, n2} {
+		if err := n.Do(func() error {
+			return os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", []byte("1"), 0o644)
+		}); err != nil {
+			return nil, fmt.Errorf("%s: nf_conntrack_tcp_be_liberal: %w", n.Name, err)
+		}
+	}
+	tmp, err := os.MkdirTemp("", "eztunnel-bench-meshmatrix-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	os.Chmod(tmp, 0o755)
+	ch, err := newChain(client, front, back, tmp, placement(o.ChainCPU))
+	if err != nil {
+		return nil, err
+	}
+	defer ch.stop()
+	wl := workload.Client{Placement: placement(o.ClientCPU)}
+	fmt.Fprintf(w, "%s: client %s (%s) -> front %s (%s) -> back %s (%s)\n", mode,
+		client.IPv4, n1.Name, front.IPv4, n2.Name, back.IPv4, n1.Name)
+
+	out := results{}
+	for r := range o.Rounds {
+		for _, cfg := range rotate(o.Configs, r) {
+			if err := runConfig(ctx, o, w, mode, r, cfg, tmp, ch, wl, out, n1, n2); err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", r+1, cfg, err)
+			}
+		}
+	}
+	return out, nil
+}
+
+// runConfig starts the agents of cfg and then the chain (every connection
+// of the chain is opened after the agents), runs wrk at each concurrency,
+// and stops both.
+func runConfig(ctx context.Context, o Options, w io.Writer, mode multinode.Mode, r int, cfg, tmp string,
+	ch *chain, wl workload.Client, out results, nodes ...*multinode.Node) (err error) {
+	a, err := startAgents(ctx, o.Agent, cfg, tmp, nodes...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ch.stop()
+		if serr := a.stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	if err := ch.start(ctx); err != nil {
+		return err
+	}
+	if r == 0 && cfg == o.Configs[0] {
+		fmt.Fprintf(w, "%s: placement: wrk CPUs %s; %s\n", mode, cpuName(o.ClientCPU), ch.placement())
+	}
+	if err := ch.probe(ctx, wl, o.Probes); err != nil {
+		return err
+	}
+	// Warm-up, not recorded: the proxies' pools, caches.
+	if _, err := runWrk(ctx, o, wl, ch, 10, time.Second); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	pfs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return err
+	}
+	for _, c := range o.Concs {
+		c0, err := a.counters()
+		if err != nil {
+			return err
+		}
+		t0, err := readCPUs(pfs)
+		if err != nil {
+			return err
+		}
+		res, err := runWrk(ctx, o, wl, ch, c, o.Duration)
+		if err != nil {
+			return fmt.Errorf("c=%d: %w", c, err)
+		}
+		t1, err := readCPUs(pfs)
+		if err != nil {
+			return err
+		}
+		c1, err := a.counters()
+		if err != nil {
+			return err
+		}
+		s := sample{round: r, wrk: res, acc: c1.sub(c0), cpu: t1.since(t0)}
+		if err := check(cfg, s); err != nil {
+			return fmt.Errorf("c=%d: %w", c, err)
+		}
+		out.add(cfg, c, s)
+		fmt.Fprintf(w, "%s round %d/%d %-13s c=%-3d %s\n", mode, r+1, o.Rounds, cfg, c, s.line())
+	}
+	return ch.probe(ctx, wl, o.Probes)
+}
+
+// runWrk runs wrk in the client pod against its sidecar.
+func runWrk(ctx context.Context, o Options, wl workload.Client, ch *chain, conns int, d time.Duration) (mesh.WrkResult, error) {
+	url := fmt.Sprintf("http://127.0.0.1:%d/%s", PortOutbound, smallPage)
+	outb, _, err := wl.Run(ctx, ch.client, d+time.Minute, "wrk", "-t", strconv.Itoa(min(o.Threads, conns)),
+		"-c", strconv.Itoa(conns), "-d", fmt.Sprintf("%ds", int(d.Seconds())), "--timeout", "5s", "--latency", url)
+	if err != nil {
+		return mesh.WrkResult{}, err
+	}
+	res, err := mesh.ParseWrk(string(outb))
+	if err != nil {
+		return res, err
+	}
+	if res.Errors > 0 || res.Requests <= 0 {
+		return res, fmt.Errorf("wrk: %.0f requests, %.0f socket errors, %.0f non-2xx/3xx responses:\n%s", res.Requests, res.SocketErrors, res.Non2xx, outb)
+	}
+	return res, nil
+}
