@@ -18,6 +18,8 @@ type tracerEzTrcConfig struct {
 	HostNetns uint64
 	MaxAgeNs  uint64
 	Netns     uint64
+	Hosts     [4]uint64
+	Wires     [2]uint64
 	Host      [4]uint32
 	Ifindex   uint32
 	Port      uint16
@@ -57,23 +59,32 @@ const (
 	tracerEzTrcEndEZ_TRC_ENDS        tracerEzTrcEnd = 6
 )
 
+type tracerEzTrcLimits uint32
+
+const (
+	tracerEzTrcLimitsEZ_TRC_MAX_HOSTS tracerEzTrcLimits = 4
+	tracerEzTrcLimitsEZ_TRC_MAX_WIRES tracerEzTrcLimits = 2
+)
+
 type tracerEzTrcNf uint32
 
 const (
 	tracerEzTrcNfEZ_TRC_HOOKS    tracerEzTrcNf = 5
-	tracerEzTrcNfEZ_TRC_NF_SLOTS tracerEzTrcNf = 60
+	tracerEzTrcNfEZ_TRC_SIDES    tracerEzTrcNf = 3
+	tracerEzTrcNfEZ_TRC_NF_SLOTS tracerEzTrcNf = 90
 )
 
 type tracerEzTrcPkt struct {
 	_            structs.HostLayout
 	Skb          uint64
 	Netns        uint64
+	Host1        uint64
 	LastNs       uint64
 	NfStart      uint64
-	Ts           [30]uint64
+	Ts           [44]uint64
 	Saddr        [4]uint32
 	Daddr        [4]uint32
-	NfNs         [60]uint32
+	NfNs         [90]uint32
 	FirstIfindex uint32
 	LastIfindex  uint32
 	FirstCpu     uint32
@@ -121,19 +132,33 @@ const (
 	tracerEzTrcStageEZ_TRC_H_TCXE_LAST  tracerEzTrcStage = 16
 	tracerEzTrcStageEZ_TRC_H_QUEUE      tracerEzTrcStage = 17
 	tracerEzTrcStageEZ_TRC_H_XMIT       tracerEzTrcStage = 18
-	tracerEzTrcStageEZ_TRC_P_RX         tracerEzTrcStage = 19
-	tracerEzTrcStageEZ_TRC_P_RECV       tracerEzTrcStage = 20
-	tracerEzTrcStageEZ_TRC_P_TCXI_FIRST tracerEzTrcStage = 21
-	tracerEzTrcStageEZ_TRC_P_TCXI_LAST  tracerEzTrcStage = 22
-	tracerEzTrcStageEZ_TRC_P_NF_PRE     tracerEzTrcStage = 23
-	tracerEzTrcStageEZ_TRC_P_NF_IN      tracerEzTrcStage = 24
-	tracerEzTrcStageEZ_TRC_P_NF_FWD     tracerEzTrcStage = 25
-	tracerEzTrcStageEZ_TRC_COPY         tracerEzTrcStage = 26
-	tracerEzTrcStageEZ_TRC_FREE         tracerEzTrcStage = 27
-	tracerEzTrcStageEZ_TRC_ORDERED      tracerEzTrcStage = 28
-	tracerEzTrcStageEZ_TRC_P_DONE       tracerEzTrcStage = 28
-	tracerEzTrcStageEZ_TRC_H_DONE       tracerEzTrcStage = 29
-	tracerEzTrcStageEZ_TRC_STAGES       tracerEzTrcStage = 30
+	tracerEzTrcStageEZ_TRC_H2RX         tracerEzTrcStage = 19
+	tracerEzTrcStageEZ_TRC_H2RECV       tracerEzTrcStage = 20
+	tracerEzTrcStageEZ_TRC_H2TCXI_FIRST tracerEzTrcStage = 21
+	tracerEzTrcStageEZ_TRC_H2TCXI_LAST  tracerEzTrcStage = 22
+	tracerEzTrcStageEZ_TRC_H2NF_PRE     tracerEzTrcStage = 23
+	tracerEzTrcStageEZ_TRC_H2NF_IN      tracerEzTrcStage = 24
+	tracerEzTrcStageEZ_TRC_H2NF_FWD     tracerEzTrcStage = 25
+	tracerEzTrcStageEZ_TRC_H2NF_OUT     tracerEzTrcStage = 26
+	tracerEzTrcStageEZ_TRC_H2NF_POST    tracerEzTrcStage = 27
+	tracerEzTrcStageEZ_TRC_H2TCXE_FIRST tracerEzTrcStage = 28
+	tracerEzTrcStageEZ_TRC_H2TCXE_LAST  tracerEzTrcStage = 29
+	tracerEzTrcStageEZ_TRC_H2QUEUE      tracerEzTrcStage = 30
+	tracerEzTrcStageEZ_TRC_H2XMIT       tracerEzTrcStage = 31
+	tracerEzTrcStageEZ_TRC_P_RX         tracerEzTrcStage = 32
+	tracerEzTrcStageEZ_TRC_P_RECV       tracerEzTrcStage = 33
+	tracerEzTrcStageEZ_TRC_P_TCXI_FIRST tracerEzTrcStage = 34
+	tracerEzTrcStageEZ_TRC_P_TCXI_LAST  tracerEzTrcStage = 35
+	tracerEzTrcStageEZ_TRC_P_NF_PRE     tracerEzTrcStage = 36
+	tracerEzTrcStageEZ_TRC_P_NF_IN      tracerEzTrcStage = 37
+	tracerEzTrcStageEZ_TRC_P_NF_FWD     tracerEzTrcStage = 38
+	tracerEzTrcStageEZ_TRC_COPY         tracerEzTrcStage = 39
+	tracerEzTrcStageEZ_TRC_FREE         tracerEzTrcStage = 40
+	tracerEzTrcStageEZ_TRC_ORDERED      tracerEzTrcStage = 41
+	tracerEzTrcStageEZ_TRC_P_DONE       tracerEzTrcStage = 41
+	tracerEzTrcStageEZ_TRC_H_DONE       tracerEzTrcStage = 42
+	tracerEzTrcStageEZ_TRC_H2DONE       tracerEzTrcStage = 43
+	tracerEzTrcStageEZ_TRC_STAGES       tracerEzTrcStage = 44
 )
 
 type tracerEzTrcTable uint32
@@ -197,6 +222,7 @@ const (
 	tracerVarEzTrcCfg                    = "ez_trc_cfg"
 	tracerVarEzTrcCounterEnum            = "ez_trc_counter_enum"
 	tracerVarEzTrcEndEnum                = "ez_trc_end_enum"
+	tracerVarEzTrcLimitsEnum             = "ez_trc_limits_enum"
 	tracerVarEzTrcNfEnum                 = "ez_trc_nf_enum"
 	tracerVarEzTrcPrioEnum               = "ez_trc_prio_enum"
 	tracerVarEzTrcStageEnum              = "ez_trc_stage_enum"
@@ -302,6 +328,7 @@ type tracerVariableSpecs struct {
 	EzTrcCfg         *ebpf.VariableSpec `ebpf:"ez_trc_cfg"`
 	EzTrcCounterEnum *ebpf.VariableSpec `ebpf:"ez_trc_counter_enum"`
 	EzTrcEndEnum     *ebpf.VariableSpec `ebpf:"ez_trc_end_enum"`
+	EzTrcLimitsEnum  *ebpf.VariableSpec `ebpf:"ez_trc_limits_enum"`
 	EzTrcNfEnum      *ebpf.VariableSpec `ebpf:"ez_trc_nf_enum"`
 	EzTrcPrioEnum    *ebpf.VariableSpec `ebpf:"ez_trc_prio_enum"`
 	EzTrcStageEnum   *ebpf.VariableSpec `ebpf:"ez_trc_stage_enum"`
@@ -350,6 +377,7 @@ type tracerVariables struct {
 	EzTrcCfg         *ebpf.Variable `ebpf:"ez_trc_cfg"`
 	EzTrcCounterEnum *ebpf.Variable `ebpf:"ez_trc_counter_enum"`
 	EzTrcEndEnum     *ebpf.Variable `ebpf:"ez_trc_end_enum"`
+	EzTrcLimitsEnum  *ebpf.Variable `ebpf:"ez_trc_limits_enum"`
 	EzTrcNfEnum      *ebpf.Variable `ebpf:"ez_trc_nf_enum"`
 	EzTrcPrioEnum    *ebpf.Variable `ebpf:"ez_trc_prio_enum"`
 	EzTrcStageEnum   *ebpf.Variable `ebpf:"ez_trc_stage_enum"`
