@@ -32,7 +32,7 @@ var stageNames = func() [StageCount]string {
 		tracerEzTrcStageEZ_TRC_H_NF_POST: "h_nf_post", tracerEzTrcStageEZ_TRC_H_QUEUE: "h_queue",
 		tracerEzTrcStageEZ_TRC_H_TCXE_FIRST: "h_tcxe_first", tracerEzTrcStageEZ_TRC_H_TCXE_LAST: "h_tcxe_last",
 		tracerEzTrcStageEZ_TRC_H_XMIT: "h_xmit",
-		tracerEzTrcStageEZ_TRC_H2RX: "h2_rx", tracerEzTrcStageEZ_TRC_H2RECV: "h2_recv",
+		tracerEzTrcStageEZ_TRC_H2RX:   "h2_rx", tracerEzTrcStageEZ_TRC_H2RECV: "h2_recv",
 		tracerEzTrcStageEZ_TRC_H2TCXI_FIRST: "h2_tcxi_first", tracerEzTrcStageEZ_TRC_H2TCXI_LAST: "h2_tcxi_last",
 		tracerEzTrcStageEZ_TRC_H2NF_PRE: "h2_nf_pre", tracerEzTrcStageEZ_TRC_H2NF_IN: "h2_nf_in",
 		tracerEzTrcStageEZ_TRC_H2NF_FWD: "h2_nf_fwd", tracerEzTrcStageEZ_TRC_H2NF_OUT: "h2_nf_out",
