@@ -59,6 +59,7 @@ enum ez_trc_stage {
 	EZ_TRC_P_NF_PRE,
 	EZ_TRC_P_NF_IN,
 	EZ_TRC_P_NF_FWD,
+	EZ_TRC_SOCK,		/* tp sk_data_ready: queued to a socket (see sock.h) */
 	EZ_TRC_COPY,		/* tp skb_copy_datagram_iovec: the application reads it */
 	EZ_TRC_FREE,		/* tp consume_skb / kfree_skb: end of the lifetime */
 	EZ_TRC_ORDERED,

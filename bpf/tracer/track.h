@@ -89,6 +89,24 @@ static __always_inline __u32 trc_second_host(__u32 stage)
 	return stage + (EZ_TRC_H2_RX - EZ_TRC_H_RX);
 }
 
+/*
+ * trc_retransmit: a packet that a host transmitted on one device (last is
+ * H_XMIT or H2_XMIT) is transmitted again by the same host on another: a
+ * bridge device hands it to a port (a routed packet to a local pod), a
+ * tunnel to its underlay. st is one of that host's transmit stages
+ * (NF_OUT .. QUEUE). The lifetime goes on; it is not a new packet.
+ */
+static __always_inline bool trc_retransmit(const struct ez_trc_pkt *r, __u32 st, __u32 ifindex)
+{
+	if (!ifindex || ifindex == r->last_ifindex)
+		return false;
+	if (r->last == EZ_TRC_H_XMIT)
+		return st >= EZ_TRC_H_NF_OUT && st <= EZ_TRC_H_QUEUE;
+	if (r->last == EZ_TRC_H2_XMIT)
+		return st >= EZ_TRC_H2_NF_OUT && st <= EZ_TRC_H2_QUEUE;
+	return false;
+}
+
 /* Waking the reader costs microseconds per record (irq_work, epoll): the
  * reader polls every few ms instead, and is woken only when the ring is half
  * full. */
@@ -145,6 +163,23 @@ trc_track(struct sk_buff *skb, __u32 stage, enum trc_l3 where, __u64 netns, __u3
 		}
 		if (!aged && st == r->last)
 			return r; /* seen again at the same stage: keep the first time */
+		if (!aged && trc_retransmit(r, st, ifindex)) {
+			/* The transmit stages are the last device's: clear those of
+			 * the previous one (at most NF_OUT+1 .. XMIT, five stages). */
+			for (__u32 i = 1; i <= EZ_TRC_H_XMIT - EZ_TRC_H_NF_OUT; i++) {
+				__u32 j = st + i;
+
+				if (j > r->last || j >= EZ_TRC_STAGES)
+					break;
+				r->ts[j] = 0;
+			}
+			r->ts[st] = now;
+			r->last = st;
+			r->last_ns = now;
+			r->last_cpu = bpf_get_smp_processor_id();
+			r->last_ifindex = ifindex;
+			return r;
+		}
 		trc_count(aged ? EZ_TRC_C_AGED : EZ_TRC_C_REUSED, 1);
 		trc_emit(r, aged ? EZ_TRC_END_AGED : EZ_TRC_END_REUSED);
 		bpf_map_delete_elem(&trc_pkts, &key);

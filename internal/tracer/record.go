@@ -15,6 +15,7 @@ const (
 	StageHostRX  = Stage(tracerEzTrcStageEZ_TRC_H_RX)
 	StageHost2RX = Stage(tracerEzTrcStageEZ_TRC_H2RX)
 	StagePodRX   = Stage(tracerEzTrcStageEZ_TRC_P_RX)
+	StageSock    = Stage(tracerEzTrcStageEZ_TRC_SOCK)
 	StageCopy    = Stage(tracerEzTrcStageEZ_TRC_COPY)
 	StageFree    = Stage(tracerEzTrcStageEZ_TRC_FREE)
 )
@@ -42,7 +43,7 @@ var stageNames = func() [StageCount]string {
 		tracerEzTrcStageEZ_TRC_P_RECV: "p_recv", tracerEzTrcStageEZ_TRC_P_TCXI_FIRST: "p_tcxi_first",
 		tracerEzTrcStageEZ_TRC_P_TCXI_LAST: "p_tcxi_last", tracerEzTrcStageEZ_TRC_P_NF_PRE: "p_nf_pre",
 		tracerEzTrcStageEZ_TRC_P_NF_IN: "p_nf_in", tracerEzTrcStageEZ_TRC_P_NF_FWD: "p_nf_fwd",
-		tracerEzTrcStageEZ_TRC_COPY: "copy", tracerEzTrcStageEZ_TRC_FREE: "free",
+		tracerEzTrcStageEZ_TRC_SOCK: "sock", tracerEzTrcStageEZ_TRC_COPY: "copy", tracerEzTrcStageEZ_TRC_FREE: "free",
 		tracerEzTrcStageEZ_TRC_P_DONE: "p_xmit_done", tracerEzTrcStageEZ_TRC_H_DONE: "h_xmit_done",
 		tracerEzTrcStageEZ_TRC_H2DONE: "h2_xmit_done",
 	} {

@@ -81,7 +81,7 @@ type tracerEzTrcPkt struct {
 	Host1        uint64
 	LastNs       uint64
 	NfStart      uint64
-	Ts           [44]uint64
+	Ts           [45]uint64
 	Saddr        [4]uint32
 	Daddr        [4]uint32
 	NfNs         [90]uint32
@@ -152,13 +152,14 @@ const (
 	tracerEzTrcStageEZ_TRC_P_NF_PRE     tracerEzTrcStage = 36
 	tracerEzTrcStageEZ_TRC_P_NF_IN      tracerEzTrcStage = 37
 	tracerEzTrcStageEZ_TRC_P_NF_FWD     tracerEzTrcStage = 38
-	tracerEzTrcStageEZ_TRC_COPY         tracerEzTrcStage = 39
-	tracerEzTrcStageEZ_TRC_FREE         tracerEzTrcStage = 40
-	tracerEzTrcStageEZ_TRC_ORDERED      tracerEzTrcStage = 41
-	tracerEzTrcStageEZ_TRC_P_DONE       tracerEzTrcStage = 41
-	tracerEzTrcStageEZ_TRC_H_DONE       tracerEzTrcStage = 42
-	tracerEzTrcStageEZ_TRC_H2DONE       tracerEzTrcStage = 43
-	tracerEzTrcStageEZ_TRC_STAGES       tracerEzTrcStage = 44
+	tracerEzTrcStageEZ_TRC_SOCK         tracerEzTrcStage = 39
+	tracerEzTrcStageEZ_TRC_COPY         tracerEzTrcStage = 40
+	tracerEzTrcStageEZ_TRC_FREE         tracerEzTrcStage = 41
+	tracerEzTrcStageEZ_TRC_ORDERED      tracerEzTrcStage = 42
+	tracerEzTrcStageEZ_TRC_P_DONE       tracerEzTrcStage = 42
+	tracerEzTrcStageEZ_TRC_H_DONE       tracerEzTrcStage = 43
+	tracerEzTrcStageEZ_TRC_H2DONE       tracerEzTrcStage = 44
+	tracerEzTrcStageEZ_TRC_STAGES       tracerEzTrcStage = 45
 )
 
 type tracerEzTrcTable uint32
@@ -179,6 +180,7 @@ const (
 const (
 	tracerMapTrcCounters                 = "trc_counters"
 	tracerMapTrcEvents                   = "trc_events"
+	tracerMapTrcLastRx                   = "trc_last_rx"
 	tracerMapTrcPkts                     = "trc_pkts"
 	tracerMapTrcScratch                  = "trc_scratch"
 	tracerProgTrcBtfConsumeSkb           = "trc_btf_consume_skb"
@@ -189,6 +191,7 @@ const (
 	tracerProgTrcBtfNetDevXmit           = "trc_btf_net_dev_xmit"
 	tracerProgTrcBtfNetifReceiveSkb      = "trc_btf_netif_receive_skb"
 	tracerProgTrcBtfNetifRx              = "trc_btf_netif_rx"
+	tracerProgTrcBtfSkDataReady          = "trc_btf_sk_data_ready"
 	tracerProgTrcBtfSkbCopyDatagramIovec = "trc_btf_skb_copy_datagram_iovec"
 	tracerProgTrcBtfSockRecvLength       = "trc_btf_sock_recv_length"
 	tracerProgTrcBtfSockSendLength       = "trc_btf_sock_send_length"
@@ -212,6 +215,7 @@ const (
 	tracerProgTrcRawNetDevXmit           = "trc_raw_net_dev_xmit"
 	tracerProgTrcRawNetifReceiveSkb      = "trc_raw_netif_receive_skb"
 	tracerProgTrcRawNetifRx              = "trc_raw_netif_rx"
+	tracerProgTrcRawSkDataReady          = "trc_raw_sk_data_ready"
 	tracerProgTrcRawSkbCopyDatagramIovec = "trc_raw_skb_copy_datagram_iovec"
 	tracerProgTrcRawSockRecvLength       = "trc_raw_sock_recv_length"
 	tracerProgTrcRawSockSendLength       = "trc_raw_sock_send_length"
@@ -279,6 +283,7 @@ type tracerProgramSpecs struct {
 	TrcBtfNetDevXmit           *ebpf.ProgramSpec `ebpf:"trc_btf_net_dev_xmit"`
 	TrcBtfNetifReceiveSkb      *ebpf.ProgramSpec `ebpf:"trc_btf_netif_receive_skb"`
 	TrcBtfNetifRx              *ebpf.ProgramSpec `ebpf:"trc_btf_netif_rx"`
+	TrcBtfSkDataReady          *ebpf.ProgramSpec `ebpf:"trc_btf_sk_data_ready"`
 	TrcBtfSkbCopyDatagramIovec *ebpf.ProgramSpec `ebpf:"trc_btf_skb_copy_datagram_iovec"`
 	TrcBtfSockRecvLength       *ebpf.ProgramSpec `ebpf:"trc_btf_sock_recv_length"`
 	TrcBtfSockSendLength       *ebpf.ProgramSpec `ebpf:"trc_btf_sock_send_length"`
@@ -302,6 +307,7 @@ type tracerProgramSpecs struct {
 	TrcRawNetDevXmit           *ebpf.ProgramSpec `ebpf:"trc_raw_net_dev_xmit"`
 	TrcRawNetifReceiveSkb      *ebpf.ProgramSpec `ebpf:"trc_raw_netif_receive_skb"`
 	TrcRawNetifRx              *ebpf.ProgramSpec `ebpf:"trc_raw_netif_rx"`
+	TrcRawSkDataReady          *ebpf.ProgramSpec `ebpf:"trc_raw_sk_data_ready"`
 	TrcRawSkbCopyDatagramIovec *ebpf.ProgramSpec `ebpf:"trc_raw_skb_copy_datagram_iovec"`
 	TrcRawSockRecvLength       *ebpf.ProgramSpec `ebpf:"trc_raw_sock_recv_length"`
 	TrcRawSockSendLength       *ebpf.ProgramSpec `ebpf:"trc_raw_sock_send_length"`
@@ -317,6 +323,7 @@ type tracerProgramSpecs struct {
 type tracerMapSpecs struct {
 	TrcCounters *ebpf.MapSpec `ebpf:"trc_counters"`
 	TrcEvents   *ebpf.MapSpec `ebpf:"trc_events"`
+	TrcLastRx   *ebpf.MapSpec `ebpf:"trc_last_rx"`
 	TrcPkts     *ebpf.MapSpec `ebpf:"trc_pkts"`
 	TrcScratch  *ebpf.MapSpec `ebpf:"trc_scratch"`
 }
@@ -357,6 +364,7 @@ func (o *tracerObjects) Close() error {
 type tracerMaps struct {
 	TrcCounters *ebpf.Map `ebpf:"trc_counters"`
 	TrcEvents   *ebpf.Map `ebpf:"trc_events"`
+	TrcLastRx   *ebpf.Map `ebpf:"trc_last_rx"`
 	TrcPkts     *ebpf.Map `ebpf:"trc_pkts"`
 	TrcScratch  *ebpf.Map `ebpf:"trc_scratch"`
 }
@@ -365,6 +373,7 @@ func (m *tracerMaps) Close() error {
 	return _TracerClose(
 		m.TrcCounters,
 		m.TrcEvents,
+		m.TrcLastRx,
 		m.TrcPkts,
 		m.TrcScratch,
 	)
@@ -396,6 +405,7 @@ type tracerPrograms struct {
 	TrcBtfNetDevXmit           *ebpf.Program `ebpf:"trc_btf_net_dev_xmit"`
 	TrcBtfNetifReceiveSkb      *ebpf.Program `ebpf:"trc_btf_netif_receive_skb"`
 	TrcBtfNetifRx              *ebpf.Program `ebpf:"trc_btf_netif_rx"`
+	TrcBtfSkDataReady          *ebpf.Program `ebpf:"trc_btf_sk_data_ready"`
 	TrcBtfSkbCopyDatagramIovec *ebpf.Program `ebpf:"trc_btf_skb_copy_datagram_iovec"`
 	TrcBtfSockRecvLength       *ebpf.Program `ebpf:"trc_btf_sock_recv_length"`
 	TrcBtfSockSendLength       *ebpf.Program `ebpf:"trc_btf_sock_send_length"`
@@ -419,6 +429,7 @@ type tracerPrograms struct {
 	TrcRawNetDevXmit           *ebpf.Program `ebpf:"trc_raw_net_dev_xmit"`
 	TrcRawNetifReceiveSkb      *ebpf.Program `ebpf:"trc_raw_netif_receive_skb"`
 	TrcRawNetifRx              *ebpf.Program `ebpf:"trc_raw_netif_rx"`
+	TrcRawSkDataReady          *ebpf.Program `ebpf:"trc_raw_sk_data_ready"`
 	TrcRawSkbCopyDatagramIovec *ebpf.Program `ebpf:"trc_raw_skb_copy_datagram_iovec"`
 	TrcRawSockRecvLength       *ebpf.Program `ebpf:"trc_raw_sock_recv_length"`
 	TrcRawSockSendLength       *ebpf.Program `ebpf:"trc_raw_sock_send_length"`
@@ -438,6 +449,7 @@ func (p *tracerPrograms) Close() error {
 		p.TrcBtfNetDevXmit,
 		p.TrcBtfNetifReceiveSkb,
 		p.TrcBtfNetifRx,
+		p.TrcBtfSkDataReady,
 		p.TrcBtfSkbCopyDatagramIovec,
 		p.TrcBtfSockRecvLength,
 		p.TrcBtfSockSendLength,
@@ -461,6 +473,7 @@ func (p *tracerPrograms) Close() error {
 		p.TrcRawNetDevXmit,
 		p.TrcRawNetifReceiveSkb,
 		p.TrcRawNetifRx,
+		p.TrcRawSkDataReady,
 		p.TrcRawSkbCopyDatagramIovec,
 		p.TrcRawSockRecvLength,
 		p.TrcRawSockSendLength,

@@ -55,30 +55,33 @@ type lifetime struct {
 }
 
 // lifetimeOf keeps what the tables need of r. A lifetime is complete when
-// it has a stage in the sending pod and was read by the application (copy):
-// pure ACKs, lifetimes split by the kernel (a new sk_buff) and the first
-// half of split ones are not. Its parts stop at the read (the free after it
-// is not counted), so they add up to e2e.
+// it has a stage in the sending pod and was queued to the receiving socket
+// (sock, the thesis' "received by socket"): pure ACKs, lifetimes split by
+// the kernel (a new sk_buff) and the first half of split ones are not. Its
+// parts stop at the socket (the application's read and the free after it
+// are not counted), so they add up to e2e.
 func lifetimeOf(r *tracer.Record) lifetime {
 	lt := lifetime{src: r.Src, dst: r.Dst, sport: r.SPort, dport: r.DPort}
 	st := r.Stages()
 	if len(st) == 0 {
 		return lt
 	}
-	names := make([]string, len(st))
-	for i, s := range st {
-		names[i] = s.String()
+	names := make([]string, 0, len(st))
+	for _, s := range st {
+		if s < tracer.StageCopy {
+			names = append(names, s.String())
+		}
 	}
 	lt.path = strings.Join(names, " ")
-	if st[0] >= tracer.StageHostRX || r.TS[tracer.StageCopy] == 0 {
+	if st[0] >= tracer.StageHostRX || r.TS[tracer.StageSock] == 0 {
 		return lt
 	}
 	c := *r
-	c.TS[tracer.StageFree] = 0
+	c.TS[tracer.StageCopy], c.TS[tracer.StageFree] = 0, 0
 	p := c.Parts()
 	lt.complete = true
 	lt.parts = [nsCount]uint64{p.PodOut, p.Host, p.Wire, p.Host2, p.PodIn}
-	lt.e2e = r.TS[tracer.StageCopy] - r.TS[st[0]]
+	lt.e2e = r.TS[tracer.StageSock] - r.TS[st[0]]
 	return lt
 }
 
@@ -179,7 +182,7 @@ func nsColumns(path, dir string) (names []string, parts []int) {
 // of the end-to-end median against the bridge (median of the per-round
 // changes); the application's round-trip p50 (median over runs); and the
 // lifetimes (complete / all of that direction). Then the stages of the most
-// common complete path of each row.
+// common complete path of each row, up to the socket.
 func (r *Results) Write(w io.Writer, datapaths, protos []string) {
 	var pathLines []string
 	for _, path := range []string{SameNode, CrossNode} {

@@ -26,15 +26,16 @@ func stage(t *testing.T, name string) tracer.Stage {
 }
 
 // crossNode is a request lifetime from cli to srv:7000 that starts at
-// start ns; the server's node takes node2 ns, the read comes 1000 ns after
-// the receiving pod's rx and the free 500 ns after the read.
+// start ns; the server's node takes node2 ns, the socket queue 1000 ns
+// after the receiving pod's rx, the read 700 ns later and the free 500 ns
+// after the read.
 func crossNode(t *testing.T, start, node2 uint64) tracer.Record {
 	r := tracer.Record{Src: cli, Dst: srv, SPort: 40000, DPort: 7000}
 	ts := start
 	for _, st := range []struct {
 		name string
 		d    uint64
-	}{{"p_queue", 0}, {"p_xmit", 100}, {"h_rx", 100}, {"h_xmit", 1000}, {"h2_rx", 300}, {"h2_xmit", node2}, {"p_rx", 100}, {"copy", 1000}, {"free", 500}} {
+	}{{"p_queue", 0}, {"p_xmit", 100}, {"h_rx", 100}, {"h_xmit", 1000}, {"h2_rx", 300}, {"h2_xmit", node2}, {"p_rx", 100}, {"sock", 1000}, {"copy", 700}, {"free", 500}} {
 		ts += st.d
 		r.TS[stage(t, st.name)] = ts
 	}
@@ -46,7 +47,7 @@ func TestLifetimeOf(t *testing.T) {
 	r := crossNode(t, 1_000_000, 2000)
 	lt := lifetimeOf(&r)
 	if !lt.complete {
-		t.Fatal("a lifetime from the sending pod to the read is complete")
+		t.Fatal("a lifetime from the sending pod to the socket is complete")
 	}
 	// sending pod 100, node 1 1100, wire 300, node 2 2000, receiving pod 1100
 	want := [nsCount]uint64{100, 1100, 300, 2000, 1100}
@@ -58,7 +59,7 @@ func TestLifetimeOf(t *testing.T) {
 		sum += v
 	}
 	if lt.e2e != 4600 || sum != lt.e2e {
-		t.Errorf("e2e %d (want 4600, the free not counted), parts add up to %d", lt.e2e, sum)
+		t.Errorf("e2e %d (want 4600, to the socket), parts add up to %d", lt.e2e, sum)
 	}
 	if d, ok := lt.direction(srv, 7000); !ok || d != Request {
 		t.Errorf("direction %q %v", d, ok)
@@ -72,8 +73,9 @@ func TestLifetimeOf(t *testing.T) {
 		t.Error("another port counted")
 	}
 
-	// Not complete: no read (a pure ACK), or not seen in the sending pod.
-	r.TS[tracer.StageCopy] = 0
+	// Not complete: not queued to a socket (a pure ACK), or not seen in the
+	// sending pod.
+	r.TS[tracer.StageSock] = 0
 	if lifetimeOf(&r).complete {
 		t.Error("a lifetime without a read is complete")
 	}
@@ -118,7 +120,7 @@ func TestResultsWrite(t *testing.T) {
 		"| bridge, UDP ", "1.98 / 1.92", "| bypass, UDP ", "2.00 / 0.00",
 		"4.58 / 1.92", // end to end on the bridge: 3.60 + node 2
 		"198/200", "30.5",
-		"cross-node request UDP, bypass: 100% of 198: p_queue p_xmit h_rx h_xmit h2_rx h2_xmit p_rx copy free",
+		"cross-node request UDP, bypass: 100% of 198: p_queue p_xmit h_rx h_xmit h2_rx h2_xmit p_rx sock",
 		"cross-node UDP, bypass: bypassed 10",
 	} {
 		if !strings.Contains(out, want) {

@@ -16,13 +16,16 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/tracer"
 	"github.com/eztunnel/eztunnel/lab/bench/bypass"
 	"github.com/eztunnel/eztunnel/lab/multinode"
@@ -42,6 +45,7 @@ type Options struct {
 	NF        bool     // also time the nodes' netfilter tables (more probes on the kernel path)
 	ClientCPU int      // CPU of the client; -1: any
 	ServerCPU int      // CPU of the servers; -1: any
+	CSVDir    string   // when set, every run's records go to DIR/<round>-<datapath>-<pair>-<proto>.csv
 }
 
 // port of the TCP and UDP echo servers in each server pod.
@@ -115,6 +119,16 @@ func Run(ctx context.Context, o Options, w io.Writer) (err error) {
 	fmt.Fprintf(w, "client %s (%s), same-node server %s, cross-node server %s (%s); hosts %s %s, wire %s\n",
 		client.IPv4, n1.Name, local.IPv4, remote.IPv4, n2.Name, n1.NetNS, n2.NetNS, l.Underlay)
 
+	var cookies []string
+	for _, ns := range []string{n1.NetNS, n2.NetNS, l.Underlay, client.NetNS, local.NetNS, remote.NetNS} {
+		c, err := bpfsys.NetNSCookie(ns)
+		if err != nil {
+			return err
+		}
+		cookies = append(cookies, fmt.Sprintf("%s=%d", ns, c))
+	}
+	fmt.Fprintf(w, "netns cookies (the CSV's netns column): %s\n", strings.Join(cookies, " "))
+
 	res := NewResults()
 	res.Rounds = o.Rounds
 	for r := 0; r < o.Rounds; r++ {
@@ -174,18 +188,36 @@ func traceRun(ctx context.Context, o Options, l *multinode.Lab, wl workload.Clie
 	}
 	defer t.Close()
 	var lts []lifetime
+	var csvw *tracer.CSVWriter
+	if o.CSVDir != "" {
+		f, err := os.Create(filepath.Join(o.CSVDir, fmt.Sprintf("%d-%s-%s-%s.csv", round+1, k.Datapath, k.Path, k.Proto)))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if csvw, err = tracer.NewCSVWriter(f); err != nil {
+			return err
+		}
+		defer csvw.Flush()
+	}
+	var csvErr error
 	tctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var runErr error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		runErr = t.Run(tctx, func(r tracer.Record) { lts = append(lts, lifetimeOf(&r)) })
+		runErr = t.Run(tctx, func(r tracer.Record) {
+			lts = append(lts, lifetimeOf(&r))
+			if csvw != nil && csvErr == nil {
+				csvErr = csvw.Write(&r)
+			}
+		})
 	}()
 	rn, werr := exchange(ctx, o, wl, client, server, k.Proto, a)
 	stop()
 	wg.Wait()
-	if err := errors.Join(werr, runErr); err != nil {
+	if err := errors.Join(werr, runErr, csvErr); err != nil {
 		return err
 	}
 	c, err := t.Counters()
@@ -207,7 +239,22 @@ func traceRun(ctx context.Context, o Options, l *multinode.Lab, wl workload.Clie
 			kk := k
 			kk.Dir = dir
 			if len(res.cell(kk).e2e) == 0 {
-				return fmt.Errorf("%s on the bridge: no complete lifetime (of %d) traced", dir, res.cell(kk).lifetimes)
+				seen := map[string]int{}
+				for _, lt := range lts {
+					if d, ok := lt.direction(server.IPv4, port); ok && d == dir {
+						seen[lt.path]++
+					}
+				}
+				var b strings.Builder
+				for range 4 {
+					top, n := topPath(seen)
+					if n == 0 {
+						break
+					}
+					fmt.Fprintf(&b, "\n  %d: %s", n, top)
+					delete(seen, top)
+				}
+				return fmt.Errorf("%s on the bridge: no complete lifetime (of %d) traced; most common paths:%s", dir, res.cell(kk).lifetimes, b.String())
 			}
 		}
 	}

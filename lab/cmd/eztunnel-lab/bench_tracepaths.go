@@ -35,6 +35,7 @@ func benchTracePathsCmd() *cobra.Command {
 	f.IntVar(&o.Size, "size", o.Size, "bytes of each request and response")
 	f.StringSliceVar(&o.Protos, "protos", o.Protos, "protocols: tcp, udp")
 	f.BoolVar(&o.NF, "nf", false, "also time the nodes' netfilter tables (BPF netfilter links: more probes on the kernel path)")
+	f.StringVar(&o.CSVDir, "csv", "", "write every run's records to DIR/<round>-<datapath>-<pair>-<proto>.csv (DIR must exist)")
 	f.IntVar(&o.ClientCPU, "client-cpu", o.ClientCPU, "CPU of the client (-1: any)")
 	f.IntVar(&o.ServerCPU, "server-cpu", o.ServerCPU, "CPU of the servers (-1: any)")
 	return cmd
