@@ -112,6 +112,8 @@ type run struct {
 	rttP50   float64
 	bypassed float64
 	sockSend uint64 // sendmsg calls the tracer counted on the flow
+	// lifetimes of this run, request [0] and response [1]
+	complete, all [2]int
 }
 
 // Results are every row of every table.
@@ -203,6 +205,17 @@ func (r *Results) Write(w io.Writer, datapaths, protos []string) {
 					if c == nil {
 						c = &cell{}
 					}
+					if r.socketToSocket(k, c) {
+						// The socket shortcut: the data never became an
+						// sk_buff; the few lifetimes are the handshake and
+						// the close, not the request/response.
+						for range parts {
+							row = append(row, "-")
+						}
+						row = append(row, "socket to socket", "", r.rtt(k), fmt.Sprintf("%d/%d", len(c.e2e), c.lifetimes))
+						rows = append(rows, row)
+						continue
+					}
 					for _, p := range parts {
 						row = append(row, medPDV(c.parts[p]))
 					}
@@ -244,6 +257,17 @@ func (r *Results) Write(w io.Writer, datapaths, protos []string) {
 	}
 }
 
+// socketToSocket: the runs of k sent data (sendmsg calls) but less than 1%
+// of them became complete lifetimes: the socket shortcut carried them.
+func (r *Results) socketToSocket(k Key, c *cell) bool {
+	k.Dir = ""
+	var sent uint64
+	for _, x := range r.runs[k] {
+		sent += x.sockSend
+	}
+	return sent > 0 && uint64(len(c.e2e))*100 < sent
+}
+
 func (r *Results) has(path, dir string) bool {
 	for k := range r.cells {
 		if k.Path == path && k.Dir == dir {
@@ -271,7 +295,7 @@ func (r *Results) change(k Key) string {
 		return ""
 	}
 	bc, c := r.cells[b], r.cells[k]
-	if bc == nil || c == nil {
+	if bc == nil || c == nil || r.socketToSocket(k, c) {
 		return "-"
 	}
 	var ch []float64

@@ -103,7 +103,7 @@ func TestResultsWrite(t *testing.T) {
 			ack := tracer.Record{Src: cli, Dst: srv, SPort: 40000, DPort: 7000} // never read
 			ack.TS[stage(t, "p_queue")] = 5
 			res.Add(k, round, srv, 7000, lifetimeOf(&ack))
-			res.AddRun(k, run{rttP50: 30 + float64(round), bypassed: 10})
+			res.AddRun(k, run{rttP50: 30 + float64(round), bypassed: 10, sockSend: 200})
 		}
 	}
 	c := res.cells[Key{CrossNode, "udp", Request, bridgeName}]
@@ -133,6 +133,21 @@ func TestResultsWrite(t *testing.T) {
 	// bypass vs bridge per round: 4.60 / 4.58 - 1 = +0.4%, printed as +0%.
 	if !strings.Contains(out, "+0%") {
 		t.Error("no change against the bridge")
+	}
+}
+
+// TestResultsSocketToSocket: with the shortcut, the few lifetimes of a run
+// (handshake, close) are not shown as its request/response.
+func TestResultsSocketToSocket(t *testing.T) {
+	res := NewResults()
+	k := Key{Path: SameNode, Proto: "tcp", Datapath: "bypass+shortcut"}
+	r := crossNode(t, 1e6, 2000)
+	res.Add(k, 0, srv, 7000, lifetimeOf(&r))
+	res.AddRun(k, run{rttP50: 9, sockSend: 10401})
+	var b strings.Builder
+	res.Write(&b, []string{"bypass+shortcut"}, []string{"tcp"})
+	if out := b.String(); !strings.Contains(out, "socket to socket") || strings.Contains(out, "4.60") {
+		t.Errorf("a shortcut run shows its handshake as the exchange:\n%s", out)
 	}
 }
 

@@ -150,10 +150,9 @@ func Run(ctx context.Context, o Options, w io.Writer) (err error) {
 					}
 					rs := res.runs[k]
 					last := rs[len(rs)-1]
-					fmt.Fprintf(w, "round %d/%d %-15s %-10s %s: RTT p50 %.1f us, bypassed %.0f, sendmsg %d, lifetimes %d/%d, %d/%d\n",
+					fmt.Fprintf(w, "round %d/%d %-15s %-10s %s: RTT p50 %.1f us, bypassed %.0f, sendmsg %d, complete/all lifetimes: request %d/%d, response %d/%d\n",
 						r+1, o.Rounds, dp, path, proto, last.rttP50, last.bypassed, last.sockSend,
-						len(res.cell(Key{path, proto, Request, dp}).e2e), res.cell(Key{path, proto, Request, dp}).lifetimes,
-						len(res.cell(Key{path, proto, Response, dp}).e2e), res.cell(Key{path, proto, Response, dp}).lifetimes)
+						last.complete[0], last.all[0], last.complete[1], last.all[1])
 				}
 			}
 			if err := agents.Stop(); err != nil {
@@ -228,10 +227,20 @@ func traceRun(ctx context.Context, o Options, l *multinode.Lab, wl workload.Clie
 		return fmt.Errorf("tracer lost %d lifetimes (ring drops %d, table full %d)", c.Lost(), c.RingDrops, c.TableFull)
 	}
 	rn.sockSend = c.SockSend
-	res.AddRun(k, rn)
 	for _, lt := range lts {
 		res.Add(k, round, server.IPv4, port, lt)
+		if d, ok := lt.direction(server.IPv4, port); ok {
+			i := 0
+			if d == Response {
+				i = 1
+			}
+			rn.all[i]++
+			if lt.complete {
+				rn.complete[i]++
+			}
+		}
 	}
+	res.AddRun(k, rn)
 	// The kernel path is always traced: a run of the bridge without complete
 	// lifetimes means the tracer does not follow this path any more.
 	if k.Datapath == bridgeName {
