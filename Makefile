@@ -13,7 +13,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
 .PHONY: k8s-bin test-k8s bench-k8s bench-services
-.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-mesh-matrix bench-memory clean deps helm image manifests check-manifests
+.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-mesh-matrix bench-trace-paths bench-memory clean deps helm image manifests check-manifests
 
 all: build
 
@@ -135,6 +135,15 @@ bench-mesh-matrix:
 	./scripts/install-deps.sh
 	$(MAKE) build
 	./$(LAB_BIN) bench mesh-matrix $(ARGS)
+
+# The lattrace thesis' CNI comparison with eztunnel's tracer in the multi-node
+# lab: time per direction and namespace, median and PDV, for bridge vs tc
+# bypass vs bypass + shortcut (docs/tracing.md; about 4 minutes; ARGS=--quick: 1).
+bench-trace-paths:
+	@if [ "$$(id -u)" != 0 ]; then echo "make bench-trace-paths needs root: sudo make bench-trace-paths" >&2; exit 1; fi
+	./scripts/install-deps.sh
+	$(MAKE) build
+	./$(LAB_BIN) bench trace-paths $(ARGS)
 
 # Agent RSS + BPF map memory with 10k established accelerated connections.
 bench-memory: build

@@ -34,6 +34,15 @@ struct {
 	__type(value, struct ez_trc_pkt);
 } trc_scratch SEC(".maps");
 
+/* The sk_buff netif_receive_skb saw last on this CPU: sk_data_ready, which
+ * carries only the socket, follows it synchronously (sock.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} trc_last_rx SEC(".maps");
+
 EZ_COUNTER_MAP(trc_counters, EZ_TRC_COUNTERS);
 
 /* Configuration (struct ez_trc_config), set on the spec before load. */

@@ -25,19 +25,21 @@ static __always_inline void trc_nf(struct bpf_nf_ctx *ctx, __u32 table, bool bef
 	struct net_device *dev;
 	struct ez_trc_pkt *r;
 	__u64 netns, key, now;
-	__u32 hook, slot;
-	bool host;
+	__u32 hook, slot, side;
+	enum trc_side where;
 
 	hook = BPF_CORE_READ(st, hook);
 	if (hook >= EZ_TRC_HOOKS)
 		return;
 	netns = BPF_CORE_READ(st, net, net_cookie);
-	host = netns == ez_trc_cfg.host_netns;
+	where = trc_side(netns);
+	if (where == TRC_SIDE_WIRE)
+		return;
 	if (before) {
 		dev = BPF_CORE_READ(st, in);
 		if (!dev)
 			dev = BPF_CORE_READ(st, out);
-		r = trc_track(skb, trc_stage(hook, host), TRC_L3_NET, netns,
+		r = trc_track(skb, trc_stage(hook, where == TRC_SIDE_HOST), TRC_L3_NET, netns,
 			      dev ? BPF_CORE_READ(dev, ifindex) : 0);
 		if (r)
 			r->nf_start = bpf_ktime_get_ns();
@@ -47,7 +49,8 @@ static __always_inline void trc_nf(struct bpf_nf_ctx *ctx, __u32 table, bool bef
 	r = bpf_map_lookup_elem(&trc_pkts, &key);
 	if (!r || !r->nf_start)
 		return;
-	slot = ((host ? 1 : 0) * EZ_TRC_HOOKS + hook) * EZ_TRC_TABLES + table;
+	side = where != TRC_SIDE_HOST ? 0 : (r->host1 && r->host1 != netns) ? 2 : 1;
+	slot = (side * EZ_TRC_HOOKS + hook) * EZ_TRC_TABLES + table;
 	now = bpf_ktime_get_ns();
 	if (slot < EZ_TRC_NF_SLOTS)
 		r->nf_ns[slot] += now - r->nf_start;

@@ -66,6 +66,39 @@ static __always_inline void trc_sock(__u64 *a, __u32 calls, bool btf)
 static __always_inline void trc_send(__u64 *a, bool btf) { trc_sock(a, EZ_TRC_C_SOCK_SEND, btf); }
 static __always_inline void trc_recvmsg(__u64 *a, bool btf) { trc_sock(a, EZ_TRC_C_SOCK_RECV, btf); }
 
+/*
+ * sk_data_ready(sk): data was queued to sk (sock_def_readable, for TCP and
+ * UDP). It carries no sk_buff: the one queued is the one netif_receive_skb
+ * saw last on this CPU (the receive path runs from there to the socket
+ * without another netif_receive_skb; bpf_redirect_peer continues the same
+ * receive without a new one), accepted only when its lifetime is on the
+ * receiving side, not queued yet, and its protocol and destination port are
+ * the socket's. A lifetime never starts here.
+ */
+static __always_inline void trc_ready(__u64 *a, bool btf)
+{
+	struct sock *sk = (void *)a[0];
+	__u32 zero = 0;
+	__u64 *last = bpf_map_lookup_elem(&trc_last_rx, &zero);
+	struct ez_trc_pkt *r;
+	__u64 key, now;
+
+	if (!last || !*last)
+		return;
+	key = *last;
+	r = bpf_map_lookup_elem(&trc_pkts, &key);
+	if (!r || r->last < EZ_TRC_H_RX || r->last >= EZ_TRC_SOCK)
+		return;
+	if (r->dport != TRC_SK(btf, sk, skc_num) || r->proto != (btf ? sk->sk_protocol : BPF_CORE_READ(sk, sk_protocol)))
+		return;
+	now = bpf_ktime_get_ns();
+	r->ts[EZ_TRC_SOCK] = now;
+	r->last = EZ_TRC_SOCK;
+	r->last_ns = now;
+	r->last_cpu = bpf_get_smp_processor_id();
+}
+
+TRC_TP(sk_data_ready, trc_ready)
 TRC_TP(sock_send_length, trc_send)
 TRC_TP(sock_recv_length, trc_recvmsg)
 

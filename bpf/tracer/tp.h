@@ -20,7 +20,15 @@
 	int trc_raw_##name(struct bpf_raw_tracepoint_args *ctx) { body(ctx->args, false); return 0; }
 
 static __always_inline void trc_rx(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_RX, TRC_L3_DATA, btf); }
-static __always_inline void trc_recv(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_RECV, TRC_L3_DATA, btf); }
+static __always_inline void trc_recv(__u64 *a, bool btf)
+{
+	__u32 zero = 0;
+	__u64 *last = bpf_map_lookup_elem(&trc_last_rx, &zero);
+
+	if (last)
+		*last = a[0];
+	trc_dev((void *)a[0], TRC_K_RECV, TRC_L3_DATA, btf);
+}
 static __always_inline void trc_queue(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_QUEUE, TRC_L3_ETH, btf); }
 static __always_inline void trc_xmit(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_XMIT, TRC_L3_ETH, btf); }
 static __always_inline void trc_done(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_DONE, TRC_L3_ETH, btf); }

@@ -20,3 +20,4 @@ const enum ez_trc_prio ez_trc_prio_enum __attribute__((unused));
 const enum ez_trc_nf ez_trc_nf_enum __attribute__((unused));
 const enum ez_trc_end ez_trc_end_enum __attribute__((unused));
 const enum ez_trc_counter ez_trc_counter_enum __attribute__((unused));
+const enum ez_trc_limits ez_trc_limits_enum __attribute__((unused));

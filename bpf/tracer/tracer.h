@@ -11,7 +11,10 @@
 
 /*
  * Stages in path order. "P_" stages are seen in a namespace other than the
- * tracer's (a pod), "H_" stages in the tracer's own (the host). A packet's
+ * tracer's (a pod), "H_" stages in the tracer's own (the host) or one of
+ * ez_trc_config.hosts. "H2_" stages are seen in a second host namespace,
+ * other than the first one the lifetime saw (the receiving node of a
+ * cross-node packet, when several node namespaces are hosts). A packet's
  * lifetime only moves forward through this order (see docs/tracing.md):
  * a stage earlier than the last one recorded starts a new lifetime.
  * Stages from EZ_TRC_ORDERED on are recorded but never order a lifetime.
@@ -36,6 +39,19 @@ enum ez_trc_stage {
 	EZ_TRC_H_TCXE_LAST,
 	EZ_TRC_H_QUEUE,
 	EZ_TRC_H_XMIT,
+	EZ_TRC_H2_RX,		/* H2_*: the H_* stages, in the second host namespace */
+	EZ_TRC_H2_RECV,
+	EZ_TRC_H2_TCXI_FIRST,
+	EZ_TRC_H2_TCXI_LAST,
+	EZ_TRC_H2_NF_PRE,
+	EZ_TRC_H2_NF_IN,
+	EZ_TRC_H2_NF_FWD,
+	EZ_TRC_H2_NF_OUT,
+	EZ_TRC_H2_NF_POST,
+	EZ_TRC_H2_TCXE_FIRST,
+	EZ_TRC_H2_TCXE_LAST,
+	EZ_TRC_H2_QUEUE,
+	EZ_TRC_H2_XMIT,
 	EZ_TRC_P_RX,
 	EZ_TRC_P_RECV,
 	EZ_TRC_P_TCXI_FIRST,
@@ -43,11 +59,13 @@ enum ez_trc_stage {
 	EZ_TRC_P_NF_PRE,
 	EZ_TRC_P_NF_IN,
 	EZ_TRC_P_NF_FWD,
+	EZ_TRC_SOCK,		/* tp sk_data_ready: queued to a socket (see sock.h) */
 	EZ_TRC_COPY,		/* tp skb_copy_datagram_iovec: the application reads it */
 	EZ_TRC_FREE,		/* tp consume_skb / kfree_skb: end of the lifetime */
 	EZ_TRC_ORDERED,
 	EZ_TRC_P_DONE = EZ_TRC_ORDERED, /* tp net_dev_xmit (returns after the peer's netif_rx) */
 	EZ_TRC_H_DONE,
+	EZ_TRC_H2_DONE,
 	EZ_TRC_STAGES,
 };
 
@@ -76,8 +94,9 @@ enum ez_trc_prio {
 
 enum ez_trc_nf {
 	EZ_TRC_HOOKS = 5,	/* NF_INET_PRE_ROUTING .. NF_INET_POST_ROUTING */
-	/* nf_ns index: (side * EZ_TRC_HOOKS + hook) * EZ_TRC_TABLES + table; side 0 pod, 1 host. */
-	EZ_TRC_NF_SLOTS = 2 * EZ_TRC_HOOKS * EZ_TRC_TABLES,
+	EZ_TRC_SIDES = 3,	/* pod, host, second host */
+	/* nf_ns index: (side * EZ_TRC_HOOKS + hook) * EZ_TRC_TABLES + table; side 0 pod, 1 host, 2 second host. */
+	EZ_TRC_NF_SLOTS = EZ_TRC_SIDES * EZ_TRC_HOOKS * EZ_TRC_TABLES,
 };
 
 /* Why a record was emitted. */
@@ -95,6 +114,7 @@ enum ez_trc_end {
 struct ez_trc_pkt {
 	__u64 skb;		/* sk_buff address */
 	__u64 netns;		/* netns cookie where the lifetime started */
+	__u64 host1;		/* netns cookie of the first host-side stage; 0 = none yet */
 	__u64 last_ns;		/* latest time seen: ordered stage or netfilter exit */
 	__u64 nf_start;		/* scratch: when the current netfilter table began */
 	__u64 ts[EZ_TRC_STAGES]; /* bpf_ktime_get_ns(); 0 = not seen */
@@ -115,6 +135,11 @@ struct ez_trc_pkt {
 	__u32 drop_reason;	/* enum skb_drop_reason when end is DROP */
 };
 
+enum ez_trc_limits {
+	EZ_TRC_MAX_HOSTS = 4,
+	EZ_TRC_MAX_WIRES = 2,
+};
+
 /*
  * The tracer's configuration: one read-only global (ez_trc_cfg), set by Go
  * on the spec before load. Zero means "off" for every filter field.
@@ -123,6 +148,8 @@ struct ez_trc_config {
 	__u64 host_netns;	/* cookie of the tracer's netns: "host" side */
 	__u64 max_age_ns;	/* a lifetime idle longer than this ends */
 	__u64 netns;		/* filter: netns cookie where the lifetime starts */
+	__u64 hosts[EZ_TRC_MAX_HOSTS];	/* more "host" namespaces (nodes); 0 = unused */
+	__u64 wires[EZ_TRC_MAX_WIRES];	/* namespaces not traced at all (the lab's underlay switch: the wire) */
 	__u32 host[4];		/* filter: either address; IPv4 in host[0], network order */
 	__u32 ifindex;		/* filter: device where the lifetime starts */
 	__u16 port;		/* filter: either port, host order */

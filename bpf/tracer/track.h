@@ -55,6 +55,58 @@ static __always_inline __u32 trc_stage(__u32 kind, bool host)
 	}
 }
 
+/* Which side a namespace is on: the tracer's own and ez_trc_cfg.hosts are
+ * hosts (nodes), ez_trc_cfg.wires are not traced, any other is a pod. */
+enum trc_side {
+	TRC_SIDE_POD,
+	TRC_SIDE_HOST,
+	TRC_SIDE_WIRE,
+};
+
+static __always_inline enum trc_side trc_side(__u64 netns)
+{
+	if (netns == ez_trc_cfg.host_netns)
+		return TRC_SIDE_HOST;
+	for (int i = 0; i < EZ_TRC_MAX_HOSTS; i++)
+		if (ez_trc_cfg.hosts[i] && netns == ez_trc_cfg.hosts[i])
+			return TRC_SIDE_HOST;
+	for (int i = 0; i < EZ_TRC_MAX_WIRES; i++)
+		if (ez_trc_cfg.wires[i] && netns == ez_trc_cfg.wires[i])
+			return TRC_SIDE_WIRE;
+	return TRC_SIDE_POD;
+}
+
+static __always_inline bool trc_host_stage(__u32 stage)
+{
+	return (stage >= EZ_TRC_H_RX && stage <= EZ_TRC_H_XMIT) || stage == EZ_TRC_H_DONE;
+}
+
+/* trc_second_host maps an H_ stage to its H2_ twin. */
+static __always_inline __u32 trc_second_host(__u32 stage)
+{
+	if (stage == EZ_TRC_H_DONE)
+		return EZ_TRC_H2_DONE;
+	return stage + (EZ_TRC_H2_RX - EZ_TRC_H_RX);
+}
+
+/*
+ * trc_retransmit: a packet that a host transmitted on one device (last is
+ * H_XMIT or H2_XMIT) is transmitted again by the same host on another: a
+ * bridge device hands it to a port (a routed packet to a local pod), a
+ * tunnel to its underlay. st is one of that host's transmit stages
+ * (NF_OUT .. QUEUE). The lifetime goes on; it is not a new packet.
+ */
+static __always_inline bool trc_retransmit(const struct ez_trc_pkt *r, __u32 st, __u32 ifindex)
+{
+	if (!ifindex || ifindex == r->last_ifindex)
+		return false;
+	if (r->last == EZ_TRC_H_XMIT)
+		return st >= EZ_TRC_H_NF_OUT && st <= EZ_TRC_H_QUEUE;
+	if (r->last == EZ_TRC_H2_XMIT)
+		return st >= EZ_TRC_H2_NF_OUT && st <= EZ_TRC_H2_QUEUE;
+	return false;
+}
+
 /* Waking the reader costs microseconds per record (irq_work, epoll): the
  * reader polls every few ms instead, and is woken only when the ring is half
  * full. */
@@ -71,7 +123,9 @@ static __always_inline void trc_emit(struct ez_trc_pkt *r, __u8 end)
 }
 
 /* trc_track records stage for skb, seen in netns on ifindex, and returns the
- * live record, or NULL when the packet is not traced. */
+ * live record, or NULL when the packet is not traced. A host stage (H_) seen
+ * in a host namespace other than the lifetime's first one is recorded as its
+ * H2_ twin. */
 static __always_inline struct ez_trc_pkt *
 trc_track(struct sk_buff *skb, __u32 stage, enum trc_l3 where, __u64 netns, __u32 ifindex)
 {
@@ -84,23 +138,48 @@ trc_track(struct sk_buff *skb, __u32 stage, enum trc_l3 where, __u64 netns, __u3
 		return NULL;
 	if (r) {
 		bool aged = ez_trc_cfg.max_age_ns && now - r->last_ns > ez_trc_cfg.max_age_ns;
+		bool host = trc_host_stage(stage);
+		__u32 st = stage;
 
-		if (!aged && stage >= EZ_TRC_ORDERED) {
-			if (!r->ts[stage])
-				r->ts[stage] = now;
+		if (host && r->host1 && r->host1 != netns)
+			st = trc_second_host(stage);
+		if (st >= EZ_TRC_STAGES)
+			return NULL;
+		if (!aged && st >= EZ_TRC_ORDERED) {
+			if (!r->ts[st])
+				r->ts[st] = now;
 			return r;
 		}
-		if (!aged && stage > r->last) {
-			r->ts[stage] = now;
-			r->last = stage;
+		if (!aged && st > r->last) {
+			if (host && !r->host1)
+				r->host1 = netns;
+			r->ts[st] = now;
+			r->last = st;
 			r->last_ns = now;
 			r->last_cpu = bpf_get_smp_processor_id();
 			if (ifindex)
 				r->last_ifindex = ifindex;
 			return r;
 		}
-		if (!aged && stage == r->last)
+		if (!aged && st == r->last)
 			return r; /* seen again at the same stage: keep the first time */
+		if (!aged && trc_retransmit(r, st, ifindex)) {
+			/* The transmit stages are the last device's: clear those of
+			 * the previous one (at most NF_OUT+1 .. XMIT, five stages). */
+			for (__u32 i = 1; i <= EZ_TRC_H_XMIT - EZ_TRC_H_NF_OUT; i++) {
+				__u32 j = st + i;
+
+				if (j > r->last || j >= EZ_TRC_STAGES)
+					break;
+				r->ts[j] = 0;
+			}
+			r->ts[st] = now;
+			r->last = st;
+			r->last_ns = now;
+			r->last_cpu = bpf_get_smp_processor_id();
+			r->last_ifindex = ifindex;
+			return r;
+		}
 		trc_count(aged ? EZ_TRC_C_AGED : EZ_TRC_C_REUSED, 1);
 		trc_emit(r, aged ? EZ_TRC_END_AGED : EZ_TRC_END_REUSED);
 		bpf_map_delete_elem(&trc_pkts, &key);
@@ -122,6 +201,7 @@ trc_track(struct sk_buff *skb, __u32 stage, enum trc_l3 where, __u64 netns, __u3
 	r->proto = fl.proto;
 	r->skb = key;
 	r->netns = netns;
+	r->host1 = trc_host_stage(stage) ? netns : 0;
 	r->ts[stage] = now;
 	r->last = stage;
 	r->last_ns = now;
@@ -167,7 +247,11 @@ static __always_inline void trc_dev(struct sk_buff *skb, __u32 kind, enum trc_l3
 		return;
 	netns = btf ? dev->nd_net.net->net_cookie : BPF_CORE_READ(dev, nd_net.net, net_cookie);
 	ifindex = btf ? dev->ifindex : BPF_CORE_READ(dev, ifindex);
-	trc_track(skb, trc_stage(kind, netns == ez_trc_cfg.host_netns), where, netns, ifindex);
+	enum trc_side side = trc_side(netns);
+
+	if (side == TRC_SIDE_WIRE)
+		return;
+	trc_track(skb, trc_stage(kind, side == TRC_SIDE_HOST), where, netns, ifindex);
 }
 
 #endif

@@ -73,6 +73,8 @@ func TraceCmd(plot PlotFunc) *cobra.Command {
 	f.StringVar(&o.cfg.Filter.NetNS, "filter-netns", "", "only packets whose lifetime starts in this netns (name under /run/netns)")
 	f.StringSliceVar(&o.ifaces, "tcx", nil, "attach tcx observers first and last on IFACE or NETNS:IFACE (repeatable)")
 	f.StringSliceVar(&o.cfg.NetNS, "netns", o.cfg.NetNS, "time the netfilter chains of these netns (names; \"\" is the tracer's own)")
+	f.StringSliceVar(&o.cfg.HostNetNS, "host-netns", nil, "more host-side netns (nodes; names), besides the tracer's own: a packet's stages in a second host netns are h2_ (at most 4)")
+	f.StringSliceVar(&o.cfg.WireNetNS, "wire-netns", nil, "netns not traced at all, e.g. a lab's underlay switch (names; at most 2)")
 	f.Uint32Var(&o.cfg.TableSize, "table-size", o.cfg.TableSize, "packet lifetimes tracked at once")
 	f.Uint32Var(&o.cfg.RingSize, "ringbuf-size", o.cfg.RingSize, "ring buffer bytes (power of two)")
 	f.DurationVar(&o.cfg.MaxAge, "max-age", o.cfg.MaxAge, "a lifetime idle this long is over (evicted)")

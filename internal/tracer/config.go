@@ -57,11 +57,19 @@ func ParseIface(s string) (Iface, error) {
 	return Iface{NetNS: ns, Name: name}, nil
 }
 
+// Limits of Config.HostNetNS and Config.WireNetNS (struct ez_trc_config).
+const (
+	MaxHostNetNS = int(tracerEzTrcLimitsEZ_TRC_MAX_HOSTS)
+	MaxWireNetNS = int(tracerEzTrcLimitsEZ_TRC_MAX_WIRES)
+)
+
 // Config of one trace.
 type Config struct {
 	Filter     Filter
 	Interfaces []Iface       // tcx observers, first and last
 	NetNS      []string      // namespaces whose netfilter chains are timed; "" is the tracer's own
+	HostNetNS  []string      // more namespaces on the host side (nodes), besides the tracer's own; at most MaxHostNetNS
+	WireNetNS  []string      // namespaces not traced (a lab's underlay switch: the wire between nodes); at most MaxWireNetNS
 	TableSize  uint32        // live lifetimes at once
 	RingSize   uint32        // ring buffer bytes, a power of two
 	MaxAge     time.Duration // a lifetime idle this long is over
@@ -86,6 +94,9 @@ func (c Config) Validate() error {
 	}
 	if c.RingSize < 1<<16 || c.RingSize&(c.RingSize-1) != 0 {
 		return fmt.Errorf("ring buffer size %d must be a power of two of at least 64 KiB", c.RingSize)
+	}
+	if len(c.HostNetNS) > MaxHostNetNS || len(c.WireNetNS) > MaxWireNetNS {
+		return fmt.Errorf("%d host and %d wire namespaces: at most %d and %d", len(c.HostNetNS), len(c.WireNetNS), MaxHostNetNS, MaxWireNetNS)
 	}
 	if c.MaxAge < time.Millisecond {
 		return fmt.Errorf("max age %s must be at least 1ms", c.MaxAge)

@@ -52,6 +52,18 @@ func setFilter(v *tracerVariableSpecs, cfg Config) error {
 			return err
 		}
 	}
+	var hosts [MaxHostNetNS]uint64
+	for i, ns := range cfg.HostNetNS {
+		if hosts[i], err = bpfsys.NetNSCookie(ns); err != nil {
+			return fmt.Errorf("host netns %q: %w", ns, err)
+		}
+	}
+	var wires [MaxWireNetNS]uint64
+	for i, ns := range cfg.WireNetNS {
+		if wires[i], err = bpfsys.NetNSCookie(ns); err != nil {
+			return fmt.Errorf("wire netns %q: %w", ns, err)
+		}
+	}
 	var addr [4]uint32
 	if f.Host.IsValid() {
 		b := f.Host.Unmap().AsSlice()
@@ -64,6 +76,8 @@ func setFilter(v *tracerVariableSpecs, cfg Config) error {
 		HostNetns: host,
 		MaxAgeNs:  uint64(cfg.MaxAge.Nanoseconds()),
 		Netns:     netnsFilter,
+		Hosts:     hosts,
+		Wires:     wires,
 		Host:      addr,
 		Ifindex:   f.Ifindex,
 		Port:      f.Port,

@@ -55,8 +55,13 @@ func init() {
 			panic(fmt.Sprintf("tracer: end %d of enum ez_trc_end has no name", i))
 		}
 	}
-	if NFSlots != 2*len(hookNames)*tableCount {
-		panic("tracer: EZ_TRC_NF_SLOTS is not 2 * hooks * tables")
+	if NFSlots != len(nfSides)*len(hookNames)*tableCount {
+		panic("tracer: EZ_TRC_NF_SLOTS is not sides * hooks * tables")
+	}
+	for s := Stage(0); s < StageCount; s++ {
+		if s.String() == "" {
+			panic(fmt.Sprintf("tracer: stage %d of enum ez_trc_stage has no name", s))
+		}
 	}
 }
 

@@ -243,3 +243,42 @@ func TestReportPaths(t *testing.T) {
 		t.Errorf("one path: no paths table expected:\n%s", b.String())
 	}
 }
+
+// TestPartsCrossNode: a cross-node lifetime (sending pod, first node, the
+// wire, second node, receiving pod) split by namespace; the parts add up to
+// the total and Split folds both nodes and the wire into "host".
+func TestPartsCrossNode(t *testing.T) {
+	h2RX, h2Xmit := Stage(tracerEzTrcStageEZ_TRC_H2RX), Stage(tracerEzTrcStageEZ_TRC_H2XMIT)
+	if h2RX != StageHost2RX || !h2RX.Host() || !h2RX.Host2() || hXmit.Host2() || pRX.Host() {
+		t.Fatalf("sides: h2_rx host %v host2 %v, h_xmit host2 %v, p_rx host %v", h2RX.Host(), h2RX.Host2(), hXmit.Host2(), pRX.Host())
+	}
+	if h2RX.String() != "h2_rx" || Stage(tracerEzTrcStageEZ_TRC_H2DONE).String() != "h2_xmit_done" {
+		t.Errorf("names %q %q", h2RX, Stage(tracerEzTrcStageEZ_TRC_H2DONE))
+	}
+	r := rec(map[Stage]uint64{pQueue: 1000, hRX: 1100, hXmit: 1500, h2RX: 1800, h2Xmit: 2400, pRX: 2450, StageCopy: 4450})
+	p := r.Parts()
+	want := Parts{PodOut: 0, Host: 500, Wire: 300, Host2: 600, PodIn: 2050}
+	if p != want {
+		t.Errorf("parts %+v, want %+v", p, want)
+	}
+	if sum := p.PodOut + p.Host + p.Wire + p.Host2 + p.PodIn; sum != r.Total() {
+		t.Errorf("parts add up to %d, total %d", sum, r.Total())
+	}
+	if out, host, in := r.Split(); out != 0 || host != 1400 || in != 2050 {
+		t.Errorf("split %d %d %d", out, host, in)
+	}
+	// Same node: no second host, no wire.
+	r = rec(map[Stage]uint64{pQueue: 1000, hRX: 1300, hXmit: 2000, pRX: 2100, StageCopy: 5000})
+	if p := r.Parts(); p != (Parts{Host: 1000, PodIn: 3000}) {
+		t.Errorf("same-node parts %+v", p)
+	}
+}
+
+func TestNFSlotNames(t *testing.T) {
+	per := NFSlots / 3
+	for i, want := range map[int]string{0: "p_pre_raw", per: "h_pre_raw", 2 * per: "h2_pre_raw", NFSlots - 1: "h2_post_snat"} {
+		if got := NFSlotName(i); got != want {
+			t.Errorf("slot %d = %q, want %q", i, got, want)
+		}
+	}
+}

@@ -18,6 +18,8 @@ type tracerEzTrcConfig struct {
 	HostNetns uint64
 	MaxAgeNs  uint64
 	Netns     uint64
+	Hosts     [4]uint64
+	Wires     [2]uint64
 	Host      [4]uint32
 	Ifindex   uint32
 	Port      uint16
@@ -57,23 +59,32 @@ const (
 	tracerEzTrcEndEZ_TRC_ENDS        tracerEzTrcEnd = 6
 )
 
+type tracerEzTrcLimits uint32
+
+const (
+	tracerEzTrcLimitsEZ_TRC_MAX_HOSTS tracerEzTrcLimits = 4
+	tracerEzTrcLimitsEZ_TRC_MAX_WIRES tracerEzTrcLimits = 2
+)
+
 type tracerEzTrcNf uint32
 
 const (
 	tracerEzTrcNfEZ_TRC_HOOKS    tracerEzTrcNf = 5
-	tracerEzTrcNfEZ_TRC_NF_SLOTS tracerEzTrcNf = 60
+	tracerEzTrcNfEZ_TRC_SIDES    tracerEzTrcNf = 3
+	tracerEzTrcNfEZ_TRC_NF_SLOTS tracerEzTrcNf = 90
 )
 
 type tracerEzTrcPkt struct {
 	_            structs.HostLayout
 	Skb          uint64
 	Netns        uint64
+	Host1        uint64
 	LastNs       uint64
 	NfStart      uint64
-	Ts           [30]uint64
+	Ts           [45]uint64
 	Saddr        [4]uint32
 	Daddr        [4]uint32
-	NfNs         [60]uint32
+	NfNs         [90]uint32
 	FirstIfindex uint32
 	LastIfindex  uint32
 	FirstCpu     uint32
@@ -121,19 +132,34 @@ const (
 	tracerEzTrcStageEZ_TRC_H_TCXE_LAST  tracerEzTrcStage = 16
 	tracerEzTrcStageEZ_TRC_H_QUEUE      tracerEzTrcStage = 17
 	tracerEzTrcStageEZ_TRC_H_XMIT       tracerEzTrcStage = 18
-	tracerEzTrcStageEZ_TRC_P_RX         tracerEzTrcStage = 19
-	tracerEzTrcStageEZ_TRC_P_RECV       tracerEzTrcStage = 20
-	tracerEzTrcStageEZ_TRC_P_TCXI_FIRST tracerEzTrcStage = 21
-	tracerEzTrcStageEZ_TRC_P_TCXI_LAST  tracerEzTrcStage = 22
-	tracerEzTrcStageEZ_TRC_P_NF_PRE     tracerEzTrcStage = 23
-	tracerEzTrcStageEZ_TRC_P_NF_IN      tracerEzTrcStage = 24
-	tracerEzTrcStageEZ_TRC_P_NF_FWD     tracerEzTrcStage = 25
-	tracerEzTrcStageEZ_TRC_COPY         tracerEzTrcStage = 26
-	tracerEzTrcStageEZ_TRC_FREE         tracerEzTrcStage = 27
-	tracerEzTrcStageEZ_TRC_ORDERED      tracerEzTrcStage = 28
-	tracerEzTrcStageEZ_TRC_P_DONE       tracerEzTrcStage = 28
-	tracerEzTrcStageEZ_TRC_H_DONE       tracerEzTrcStage = 29
-	tracerEzTrcStageEZ_TRC_STAGES       tracerEzTrcStage = 30
+	tracerEzTrcStageEZ_TRC_H2RX         tracerEzTrcStage = 19
+	tracerEzTrcStageEZ_TRC_H2RECV       tracerEzTrcStage = 20
+	tracerEzTrcStageEZ_TRC_H2TCXI_FIRST tracerEzTrcStage = 21
+	tracerEzTrcStageEZ_TRC_H2TCXI_LAST  tracerEzTrcStage = 22
+	tracerEzTrcStageEZ_TRC_H2NF_PRE     tracerEzTrcStage = 23
+	tracerEzTrcStageEZ_TRC_H2NF_IN      tracerEzTrcStage = 24
+	tracerEzTrcStageEZ_TRC_H2NF_FWD     tracerEzTrcStage = 25
+	tracerEzTrcStageEZ_TRC_H2NF_OUT     tracerEzTrcStage = 26
+	tracerEzTrcStageEZ_TRC_H2NF_POST    tracerEzTrcStage = 27
+	tracerEzTrcStageEZ_TRC_H2TCXE_FIRST tracerEzTrcStage = 28
+	tracerEzTrcStageEZ_TRC_H2TCXE_LAST  tracerEzTrcStage = 29
+	tracerEzTrcStageEZ_TRC_H2QUEUE      tracerEzTrcStage = 30
+	tracerEzTrcStageEZ_TRC_H2XMIT       tracerEzTrcStage = 31
+	tracerEzTrcStageEZ_TRC_P_RX         tracerEzTrcStage = 32
+	tracerEzTrcStageEZ_TRC_P_RECV       tracerEzTrcStage = 33
+	tracerEzTrcStageEZ_TRC_P_TCXI_FIRST tracerEzTrcStage = 34
+	tracerEzTrcStageEZ_TRC_P_TCXI_LAST  tracerEzTrcStage = 35
+	tracerEzTrcStageEZ_TRC_P_NF_PRE     tracerEzTrcStage = 36
+	tracerEzTrcStageEZ_TRC_P_NF_IN      tracerEzTrcStage = 37
+	tracerEzTrcStageEZ_TRC_P_NF_FWD     tracerEzTrcStage = 38
+	tracerEzTrcStageEZ_TRC_SOCK         tracerEzTrcStage = 39
+	tracerEzTrcStageEZ_TRC_COPY         tracerEzTrcStage = 40
+	tracerEzTrcStageEZ_TRC_FREE         tracerEzTrcStage = 41
+	tracerEzTrcStageEZ_TRC_ORDERED      tracerEzTrcStage = 42
+	tracerEzTrcStageEZ_TRC_P_DONE       tracerEzTrcStage = 42
+	tracerEzTrcStageEZ_TRC_H_DONE       tracerEzTrcStage = 43
+	tracerEzTrcStageEZ_TRC_H2DONE       tracerEzTrcStage = 44
+	tracerEzTrcStageEZ_TRC_STAGES       tracerEzTrcStage = 45
 )
 
 type tracerEzTrcTable uint32
@@ -154,6 +180,7 @@ const (
 const (
 	tracerMapTrcCounters                 = "trc_counters"
 	tracerMapTrcEvents                   = "trc_events"
+	tracerMapTrcLastRx                   = "trc_last_rx"
 	tracerMapTrcPkts                     = "trc_pkts"
 	tracerMapTrcScratch                  = "trc_scratch"
 	tracerProgTrcBtfConsumeSkb           = "trc_btf_consume_skb"
@@ -164,6 +191,7 @@ const (
 	tracerProgTrcBtfNetDevXmit           = "trc_btf_net_dev_xmit"
 	tracerProgTrcBtfNetifReceiveSkb      = "trc_btf_netif_receive_skb"
 	tracerProgTrcBtfNetifRx              = "trc_btf_netif_rx"
+	tracerProgTrcBtfSkDataReady          = "trc_btf_sk_data_ready"
 	tracerProgTrcBtfSkbCopyDatagramIovec = "trc_btf_skb_copy_datagram_iovec"
 	tracerProgTrcBtfSockRecvLength       = "trc_btf_sock_recv_length"
 	tracerProgTrcBtfSockSendLength       = "trc_btf_sock_send_length"
@@ -187,6 +215,7 @@ const (
 	tracerProgTrcRawNetDevXmit           = "trc_raw_net_dev_xmit"
 	tracerProgTrcRawNetifReceiveSkb      = "trc_raw_netif_receive_skb"
 	tracerProgTrcRawNetifRx              = "trc_raw_netif_rx"
+	tracerProgTrcRawSkDataReady          = "trc_raw_sk_data_ready"
 	tracerProgTrcRawSkbCopyDatagramIovec = "trc_raw_skb_copy_datagram_iovec"
 	tracerProgTrcRawSockRecvLength       = "trc_raw_sock_recv_length"
 	tracerProgTrcRawSockSendLength       = "trc_raw_sock_send_length"
@@ -197,6 +226,7 @@ const (
 	tracerVarEzTrcCfg                    = "ez_trc_cfg"
 	tracerVarEzTrcCounterEnum            = "ez_trc_counter_enum"
 	tracerVarEzTrcEndEnum                = "ez_trc_end_enum"
+	tracerVarEzTrcLimitsEnum             = "ez_trc_limits_enum"
 	tracerVarEzTrcNfEnum                 = "ez_trc_nf_enum"
 	tracerVarEzTrcPrioEnum               = "ez_trc_prio_enum"
 	tracerVarEzTrcStageEnum              = "ez_trc_stage_enum"
@@ -253,6 +283,7 @@ type tracerProgramSpecs struct {
 	TrcBtfNetDevXmit           *ebpf.ProgramSpec `ebpf:"trc_btf_net_dev_xmit"`
 	TrcBtfNetifReceiveSkb      *ebpf.ProgramSpec `ebpf:"trc_btf_netif_receive_skb"`
 	TrcBtfNetifRx              *ebpf.ProgramSpec `ebpf:"trc_btf_netif_rx"`
+	TrcBtfSkDataReady          *ebpf.ProgramSpec `ebpf:"trc_btf_sk_data_ready"`
 	TrcBtfSkbCopyDatagramIovec *ebpf.ProgramSpec `ebpf:"trc_btf_skb_copy_datagram_iovec"`
 	TrcBtfSockRecvLength       *ebpf.ProgramSpec `ebpf:"trc_btf_sock_recv_length"`
 	TrcBtfSockSendLength       *ebpf.ProgramSpec `ebpf:"trc_btf_sock_send_length"`
@@ -276,6 +307,7 @@ type tracerProgramSpecs struct {
 	TrcRawNetDevXmit           *ebpf.ProgramSpec `ebpf:"trc_raw_net_dev_xmit"`
 	TrcRawNetifReceiveSkb      *ebpf.ProgramSpec `ebpf:"trc_raw_netif_receive_skb"`
 	TrcRawNetifRx              *ebpf.ProgramSpec `ebpf:"trc_raw_netif_rx"`
+	TrcRawSkDataReady          *ebpf.ProgramSpec `ebpf:"trc_raw_sk_data_ready"`
 	TrcRawSkbCopyDatagramIovec *ebpf.ProgramSpec `ebpf:"trc_raw_skb_copy_datagram_iovec"`
 	TrcRawSockRecvLength       *ebpf.ProgramSpec `ebpf:"trc_raw_sock_recv_length"`
 	TrcRawSockSendLength       *ebpf.ProgramSpec `ebpf:"trc_raw_sock_send_length"`
@@ -291,6 +323,7 @@ type tracerProgramSpecs struct {
 type tracerMapSpecs struct {
 	TrcCounters *ebpf.MapSpec `ebpf:"trc_counters"`
 	TrcEvents   *ebpf.MapSpec `ebpf:"trc_events"`
+	TrcLastRx   *ebpf.MapSpec `ebpf:"trc_last_rx"`
 	TrcPkts     *ebpf.MapSpec `ebpf:"trc_pkts"`
 	TrcScratch  *ebpf.MapSpec `ebpf:"trc_scratch"`
 }
@@ -302,6 +335,7 @@ type tracerVariableSpecs struct {
 	EzTrcCfg         *ebpf.VariableSpec `ebpf:"ez_trc_cfg"`
 	EzTrcCounterEnum *ebpf.VariableSpec `ebpf:"ez_trc_counter_enum"`
 	EzTrcEndEnum     *ebpf.VariableSpec `ebpf:"ez_trc_end_enum"`
+	EzTrcLimitsEnum  *ebpf.VariableSpec `ebpf:"ez_trc_limits_enum"`
 	EzTrcNfEnum      *ebpf.VariableSpec `ebpf:"ez_trc_nf_enum"`
 	EzTrcPrioEnum    *ebpf.VariableSpec `ebpf:"ez_trc_prio_enum"`
 	EzTrcStageEnum   *ebpf.VariableSpec `ebpf:"ez_trc_stage_enum"`
@@ -330,6 +364,7 @@ func (o *tracerObjects) Close() error {
 type tracerMaps struct {
 	TrcCounters *ebpf.Map `ebpf:"trc_counters"`
 	TrcEvents   *ebpf.Map `ebpf:"trc_events"`
+	TrcLastRx   *ebpf.Map `ebpf:"trc_last_rx"`
 	TrcPkts     *ebpf.Map `ebpf:"trc_pkts"`
 	TrcScratch  *ebpf.Map `ebpf:"trc_scratch"`
 }
@@ -338,6 +373,7 @@ func (m *tracerMaps) Close() error {
 	return _TracerClose(
 		m.TrcCounters,
 		m.TrcEvents,
+		m.TrcLastRx,
 		m.TrcPkts,
 		m.TrcScratch,
 	)
@@ -350,6 +386,7 @@ type tracerVariables struct {
 	EzTrcCfg         *ebpf.Variable `ebpf:"ez_trc_cfg"`
 	EzTrcCounterEnum *ebpf.Variable `ebpf:"ez_trc_counter_enum"`
 	EzTrcEndEnum     *ebpf.Variable `ebpf:"ez_trc_end_enum"`
+	EzTrcLimitsEnum  *ebpf.Variable `ebpf:"ez_trc_limits_enum"`
 	EzTrcNfEnum      *ebpf.Variable `ebpf:"ez_trc_nf_enum"`
 	EzTrcPrioEnum    *ebpf.Variable `ebpf:"ez_trc_prio_enum"`
 	EzTrcStageEnum   *ebpf.Variable `ebpf:"ez_trc_stage_enum"`
@@ -368,6 +405,7 @@ type tracerPrograms struct {
 	TrcBtfNetDevXmit           *ebpf.Program `ebpf:"trc_btf_net_dev_xmit"`
 	TrcBtfNetifReceiveSkb      *ebpf.Program `ebpf:"trc_btf_netif_receive_skb"`
 	TrcBtfNetifRx              *ebpf.Program `ebpf:"trc_btf_netif_rx"`
+	TrcBtfSkDataReady          *ebpf.Program `ebpf:"trc_btf_sk_data_ready"`
 	TrcBtfSkbCopyDatagramIovec *ebpf.Program `ebpf:"trc_btf_skb_copy_datagram_iovec"`
 	TrcBtfSockRecvLength       *ebpf.Program `ebpf:"trc_btf_sock_recv_length"`
 	TrcBtfSockSendLength       *ebpf.Program `ebpf:"trc_btf_sock_send_length"`
@@ -391,6 +429,7 @@ type tracerPrograms struct {
 	TrcRawNetDevXmit           *ebpf.Program `ebpf:"trc_raw_net_dev_xmit"`
 	TrcRawNetifReceiveSkb      *ebpf.Program `ebpf:"trc_raw_netif_receive_skb"`
 	TrcRawNetifRx              *ebpf.Program `ebpf:"trc_raw_netif_rx"`
+	TrcRawSkDataReady          *ebpf.Program `ebpf:"trc_raw_sk_data_ready"`
 	TrcRawSkbCopyDatagramIovec *ebpf.Program `ebpf:"trc_raw_skb_copy_datagram_iovec"`
 	TrcRawSockRecvLength       *ebpf.Program `ebpf:"trc_raw_sock_recv_length"`
 	TrcRawSockSendLength       *ebpf.Program `ebpf:"trc_raw_sock_send_length"`
@@ -410,6 +449,7 @@ func (p *tracerPrograms) Close() error {
 		p.TrcBtfNetDevXmit,
 		p.TrcBtfNetifReceiveSkb,
 		p.TrcBtfNetifRx,
+		p.TrcBtfSkDataReady,
 		p.TrcBtfSkbCopyDatagramIovec,
 		p.TrcBtfSockRecvLength,
 		p.TrcBtfSockSendLength,
@@ -433,6 +473,7 @@ func (p *tracerPrograms) Close() error {
 		p.TrcRawNetDevXmit,
 		p.TrcRawNetifReceiveSkb,
 		p.TrcRawNetifRx,
+		p.TrcRawSkDataReady,
 		p.TrcRawSkbCopyDatagramIovec,
 		p.TrcRawSockRecvLength,
 		p.TrcRawSockSendLength,
