@@ -138,7 +138,7 @@ bench-mesh-matrix:
 
 # The lattrace thesis' CNI comparison with eztunnel's tracer in the multi-node
 # lab: time per direction and namespace, median and PDV, for bridge vs tc
-# bypass vs bypass + shortcut (docs/tracing.md; about 4 minutes; ARGS=--quick: 1).
+# bypass vs bypass + shortcut (docs/tracing.md; about a minute; ARGS=--quick: faster).
 bench-trace-paths:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-trace-paths needs root: sudo make bench-trace-paths" >&2; exit 1; fi
 	./scripts/install-deps.sh
