@@ -373,7 +373,7 @@ func waitEndpoints(ctx context.Context, n *multinode.Node, v6 bool) error {
 				return fmt.Errorf("%s -> %s: %w", n.Name, p.Name, err)
 			}
 		}
-		m, err := scrape(n)
+		m, err := Scrape(n, metrics0)
 		if err == nil && m["eztunnel_bypass_endpoints"] >= float64(len(pods)) {
 			return nil
 		}
@@ -407,7 +407,7 @@ func (a *agents) stop() error {
 func (a *agents) counters() (bypassed, paired float64, fallbacks map[string]float64, err error) {
 	fallbacks = map[string]float64{}
 	for _, n := range a.nodes {
-		m, err := scrape(n)
+		m, err := Scrape(n, metrics0)
 		if err != nil {
 			return 0, 0, nil, err
 		}
@@ -422,8 +422,10 @@ func (a *agents) counters() (bypassed, paired float64, fallbacks map[string]floa
 	return bypassed, paired, fallbacks, nil
 }
 
-// scrape reads an agent's metrics from inside its node's namespace.
-func scrape(n *multinode.Node) (map[string]float64, error) {
+// Scrape reads the metrics an agent serves at addr inside its node's
+// namespace: unlabelled counters and gauges by name, the bypass's
+// fallbacks as "fallback <reason>" (bench mesh-matrix uses it too).
+func Scrape(n *multinode.Node, addr string) (map[string]float64, error) {
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
@@ -435,7 +437,7 @@ func scrape(n *multinode.Node) (map[string]float64, error) {
 			return conn, err
 		},
 	}}
-	resp, err := c.Get("http://" + metrics0 + "/metrics")
+	resp, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return nil, fmt.Errorf("metrics of the agent on %s: %w", n.Name, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,10 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/lab/bench/bypass"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -144,7 +141,7 @@ func waitEndpoints(ctx context.Context, n *multinode.Node) error {
 				return fmt.Errorf("%s -> %s: %w", n.Name, p.Name, err)
 			}
 		}
-		m, err := scrape(n)
+		m, err := bypass.Scrape(n, metricsAddr)
 		if err == nil && m["eztunnel_bypass_endpoints"] >= float64(len(pods)) {
 			return nil
 		}
@@ -196,7 +193,7 @@ func (c counters) sub(b counters) counters {
 func (a *agents) counters() (counters, error) {
 	c := counters{fallbacks: map[string]float64{}}
 	for _, n := range a.nodes {
-		m, err := scrape(n)
+		m, err := bypass.Scrape(n, metricsAddr)
 		if err != nil {
 			return c, err
 		}
@@ -210,50 +207,4 @@ func (a *agents) counters() (counters, error) {
 		c.bypassed += m["eztunnel_bypass_packets_total"] + m["eztunnel_bypass_out_packets_total"] + m["eztunnel_bypass_in_packets_total"]
 	}
 	return c, nil
-}
-
-// scrape reads an agent's metrics from inside its node's namespace:
-// unlabelled counters and gauges by name, the bypass's fallbacks as
-// "fallback <reason>".
-func scrape(n *multinode.Node) (map[string]float64, error) {
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
-			err = n.Do(func() (err error) {
-				var d net.Dialer
-				conn, err = d.DialContext(ctx, network, addr)
-				return err
-			})
-			return conn, err
-		},
-	}}
-	resp, err := c.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		return nil, fmt.Errorf("metrics of the agent on %s: %w", n.Name, err)
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	for name, f := range fams {
-		for _, m := range f.GetMetric() {
-			if l := m.GetLabel(); len(l) == 1 && name == "eztunnel_bypass_fallbacks_total" && m.Counter != nil {
-				out["fallback "+l[0].GetValue()] += m.GetCounter().GetValue()
-				continue
-			}
-			if len(m.GetLabel()) > 0 {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				out[name] += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				out[name] += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return out, nil
 }
