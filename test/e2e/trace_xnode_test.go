@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
@@ -30,7 +30,7 @@ func TestTraceCrossNode(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "trace-ready")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tr := exec.CommandContext(ctx, bin, "trace", "-o", "json", "--proto", "udp", "--port", port, "--ready-file", ready,
+	tr := sysexec.Command(ctx, bin, "trace", "-o", "json", "--proto", "udp", "--port", port, "--ready-file", ready,
 		"--host-netns", l.Node(1).NetNS+","+l.Node(2).NetNS, "--wire-netns", l.Underlay)
 	var out bytes.Buffer
 	errb := &lockedBuffer{}

@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -177,7 +178,7 @@ func newChain(client, front, back *multinode.Pod, dir string, place workload.Pla
 		}
 	}
 	for _, f := range []string{"client/haproxy.cfg", "front/haproxy.cfg", "back/haproxy.cfg"} {
-		if out, err := exec.Command("haproxy", "-c", "-q", "-f", filepath.Join(dir, f)).CombinedOutput(); err != nil {
+		if out, err := sysexec.Command(context.Background(), "haproxy", "-c", "-q", "-f", filepath.Join(dir, f)).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("haproxy -c %s: %w: %s", f, err, out)
 		}
 	}
