@@ -268,14 +268,18 @@ func startServers(ctx context.Context, wl workload.Client, p *multinode.Pod, tmp
 	return stop, nil
 }
 
-// pinPath is where the agent of node n pins its datapath.
-func pinPath(n *multinode.Node) string { return "/sys/fs/bpf/eztunnel-bench-" + n.NetNS }
+// pinPrefix: the agent of node n pins its datapath at pinPrefix + n.NetNS.
+const pinPrefix = "/sys/fs/bpf/eztunnel-bench-"
 
 // sweepPins uninstalls what the agents of a killed run left pinned.
-func sweepPins(nodes ...*multinode.Node) error {
+func sweepPins(nodes ...*multinode.Node) error { return SweepPinsAt(pinPrefix, nodes...) }
+
+// SweepPinsAt uninstalls what agents pinning at prefix + a node's netns
+// name left pinned (a killed run).
+func SweepPinsAt(prefix string, nodes ...*multinode.Node) error {
 	for _, n := range nodes {
 		cfg := datapath.DefaultConfig()
-		cfg.PinRoot = pinPath(n)
+		cfg.PinRoot = prefix + n.NetNS
 		if _, err := os.Stat(cfg.PinRoot); err == nil {
 			if err := datapath.Uninstall(cfg, 0); err != nil {
 				return fmt.Errorf("pins of a killed run at %s: %w", cfg.PinRoot, err)
@@ -288,10 +292,10 @@ func sweepPins(nodes ...*multinode.Node) error {
 
 // agents is one eztunnel agent per node, or none (the bridge).
 type agents struct {
+	exe   string
 	nodes []*multinode.Node
 	cmds  []*agentProc
 	pins  []string
-	o     Options
 }
 
 // agentProc is one running agent: stop sends SIGTERM and waits.
@@ -303,23 +307,42 @@ type agentProc struct {
 // startAgents starts an agent in each node's namespace for the bypass
 // datapaths and waits until each is ready and has discovered its node's pods.
 func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ...*multinode.Node) (*agents, error) {
-	a := &agents{o: o}
 	if dp == Bridge {
-		return a, nil
+		return &agents{exe: o.Agent}, nil
 	}
+	spec := AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: []string{"--bypass"}, Endpoints: true, IPv6: o.IPv6}
+	if dp == Bypass {
+		// Every connection excluded from the shortcut: tc only.
+		spec.Args = append(spec.Args, "--exclude-cidrs", "0.0.0.0/0,::/0")
+	}
+	return runAgents(ctx, spec, tmp, nodes...)
+}
+
+// AgentSpec is how each node's agent runs (bench bypass, bench mesh-matrix).
+type AgentSpec struct {
+	Exe       string   // the eztunnel binary
+	PinPrefix string   // node n's agent pins at PinPrefix + n.NetNS
+	Args      []string // flags beyond cgroup, pins, lock, metrics (at metrics0) and ready file
+	// Endpoints: wait until the bypass has each of the node's pods as an
+	// endpoint (probing their IPv6 addresses with IPv6, else IPv4).
+	Endpoints bool
+	IPv6      bool
+}
+
+// runAgents starts an agent in each node's namespace as spec says and waits
+// until each is ready (and has the node's pods as bypass endpoints).
+func runAgents(ctx context.Context, spec AgentSpec, tmp string, nodes ...*multinode.Node) (*agents, error) {
+	a := &agents{exe: spec.Exe}
 	for _, n := range nodes {
-		pin := pinPath(n)
+		pin := spec.PinPrefix + n.NetNS
 		ready := filepath.Join(tmp, n.NetNS+"-ready")
 		os.Remove(ready)
-		args := []string{"run", "--bypass", "--cgroup", n.Managed, "--pin-path", pin,
+		args := []string{"run", "--cgroup", n.Managed, "--pin-path", pin,
 			"--lock-file", filepath.Join(tmp, n.NetNS+".lock"), "--adopt=false",
 			"--metrics-addr", metrics0, "--ready-file", ready}
-		if dp == Bypass {
-			// Every connection excluded from the shortcut: tc only.
-			args = append(args, "--exclude-cidrs", "0.0.0.0/0,::/0")
-		}
+		args = append(args, spec.Args...)
 		cctx, cancel := context.WithCancel(ctx)
-		cmd := n.Cmd(cctx, o.Agent, args...)
+		cmd := n.Cmd(cctx, spec.Exe, args...)
 		logs := &bytes.Buffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		if err := n.Start(cmd); err != nil {
@@ -345,9 +368,11 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 			a.stop()
 			return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
 		}
-		if err := waitEndpoints(ctx, n, o.IPv6); err != nil {
-			a.stop()
-			return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
+		if spec.Endpoints {
+			if err := waitEndpoints(ctx, n, spec.IPv6); err != nil {
+				a.stop()
+				return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
+			}
 		}
 	}
 	return a, nil
@@ -392,7 +417,7 @@ func (a *agents) stop() error {
 			errs = append(errs, fmt.Errorf("agent on %s: %w\n%s", a.nodes[i].Name, err, e.logs.String()))
 		}
 		var out bytes.Buffer
-		cmd := a.nodes[i].Cmd(context.Background(), a.o.Agent, "uninstall", "--pin-path", a.pins[i], "--drain-timeout", "10s")
+		cmd := a.nodes[i].Cmd(context.Background(), a.exe, "uninstall", "--pin-path", a.pins[i], "--drain-timeout", "10s")
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := a.nodes[i].Run(cmd); err != nil {
 			errs = append(errs, fmt.Errorf("uninstall on %s: %w: %s", a.nodes[i].Name, err, out.String()))

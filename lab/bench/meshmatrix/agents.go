@@ -4,25 +4,12 @@ package meshmatrix
 // with the flags of each configuration.
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"net"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
-	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/lab/bench/bypass"
 	"github.com/eztunnel/eztunnel/lab/multinode"
-	"github.com/eztunnel/eztunnel/lab/workload"
 )
-
-const metricsAddr = "127.0.0.1:9464" // each agent's metrics, in its node's namespace
 
 // agentArgs are the flags that make an agent run configuration cfg (after
 // the common ones); nil for the baseline (no agent).
@@ -41,133 +28,29 @@ func agentArgs(cfg string) []string {
 	return nil
 }
 
-// pinPath is where the agent of node n pins its datapath.
-func pinPath(n *multinode.Node) string { return "/sys/fs/bpf/eztunnel-meshmatrix-" + n.NetNS }
+// pinPrefix: the agent of node n pins its datapath at pinPrefix + n.NetNS.
+const pinPrefix = "/sys/fs/bpf/eztunnel-meshmatrix-"
 
 // sweepPins uninstalls what the agents of a killed run left pinned.
-func sweepPins(nodes ...*multinode.Node) error {
-	for _, n := range nodes {
-		cfg := datapath.DefaultConfig()
-		cfg.PinRoot = pinPath(n)
-		if _, err := os.Stat(cfg.PinRoot); err == nil {
-			if err := datapath.Uninstall(cfg, 0); err != nil {
-				return fmt.Errorf("pins of a killed run at %s: %w", cfg.PinRoot, err)
-			}
-			os.Remove(cfg.PinRoot)
-		}
-	}
-	return nil
-}
+func sweepPins(nodes ...*multinode.Node) error { return bypass.SweepPinsAt(pinPrefix, nodes...) }
 
-// agents is one eztunnel agent per node, or none (the baseline).
-type agents struct {
-	exe   string
-	nodes []*multinode.Node
-	stops []func() error
-	logs  []*bytes.Buffer
-	pins  []string
-}
+// agents is one eztunnel agent per node (bench bypass's), or none (the
+// baseline).
+type agents struct{ *bypass.Agents }
 
 // startAgents starts an agent in each node's namespace for cfg and waits
 // until each is ready and, with the bypass, has every pod of its node as an
 // endpoint.
 func startAgents(ctx context.Context, exe, cfg, tmp string, nodes ...*multinode.Node) (*agents, error) {
-	a := &agents{exe: exe}
 	if cfg == Baseline {
-		return a, nil
+		return &agents{bypass.NoAgents()}, nil
 	}
-	for _, n := range nodes {
-		pin := pinPath(n)
-		ready := filepath.Join(tmp, n.NetNS+"-ready")
-		os.Remove(ready)
-		args := []string{"run", "--cgroup", n.Managed, "--pin-path", pin,
-			"--lock-file", filepath.Join(tmp, n.NetNS+".lock"), "--adopt=false",
-			"--metrics-addr", metricsAddr, "--ready-file", ready}
-		args = append(args, agentArgs(cfg)...)
-		cctx, cancel := context.WithCancel(ctx)
-		cmd := n.Cmd(cctx, exe, args...)
-		logs := &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = logs, logs
-		if err := n.Start(cmd); err != nil {
-			cancel()
-			a.stop()
-			return nil, fmt.Errorf("agent on %s: %w", n.Name, err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		a.nodes, a.logs, a.pins = append(a.nodes, n), append(a.logs, logs), append(a.pins, pin)
-		a.stops = append(a.stops, func() error {
-			cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case err := <-exited:
-				cancel()
-				return err
-			case <-time.After(30 * time.Second):
-				cancel()
-				return errors.New("no exit 30 s after SIGTERM")
-			}
-		})
-		if err := workload.WaitReady(ctx, ready, 30*time.Second, nil); err != nil {
-			a.stop()
-			return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
-		}
-		if cfg == BypassOnly || cfg == Both {
-			if err := waitEndpoints(ctx, n); err != nil {
-				a.stop()
-				return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
-			}
-		}
+	a, err := bypass.RunAgents(ctx, bypass.AgentSpec{Exe: exe, PinPrefix: pinPrefix, Args: agentArgs(cfg),
+		Endpoints: cfg == BypassOnly || cfg == Both}, tmp, nodes...)
+	if err != nil {
+		return nil, err
 	}
-	return a, nil
-}
-
-// waitEndpoints makes node n resolve each of its pods, as kubelet's probes
-// do (the bypass learns a pod's MAC from the node's neighbour entry), and
-// waits until the agent lists them as endpoints.
-func waitEndpoints(ctx context.Context, n *multinode.Node) error {
-	pods := n.Pods()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		for _, p := range pods {
-			if err := n.Do(func() error {
-				c, err := net.Dial("udp", netip.AddrPortFrom(p.IPv4, 9).String())
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				_, err = c.Write([]byte("probe"))
-				return err
-			}); err != nil {
-				return fmt.Errorf("%s -> %s: %w", n.Name, p.Name, err)
-			}
-		}
-		m, err := bypass.Scrape(n, metricsAddr)
-		if err == nil && m["eztunnel_bypass_endpoints"] >= float64(len(pods)) {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%d of %d pods are bypass endpoints after 20 s (%v)", int(m["eztunnel_bypass_endpoints"]), len(pods), err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// stop stops the agents and uninstalls what they pinned.
-func (a *agents) stop() error {
-	var errs []error
-	for i, stop := range a.stops {
-		if err := stop(); err != nil {
-			errs = append(errs, fmt.Errorf("agent on %s: %w\n%s", a.nodes[i].Name, err, a.logs[i].String()))
-		}
-		var out bytes.Buffer
-		cmd := a.nodes[i].Cmd(context.Background(), a.exe, "uninstall", "--pin-path", a.pins[i], "--drain-timeout", "10s")
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := a.nodes[i].Run(cmd); err != nil {
-			errs = append(errs, fmt.Errorf("uninstall on %s: %w: %s", a.nodes[i].Name, err, out.String()))
-		}
-	}
-	a.stops = nil
-	return errors.Join(errs...)
+	return &agents{a}, nil
 }
 
 // counters are what the agents did, summed over both nodes.
@@ -192,8 +75,8 @@ func (c counters) sub(b counters) counters {
 // counters reads every agent's metrics (zero without agents).
 func (a *agents) counters() (counters, error) {
 	c := counters{fallbacks: map[string]float64{}}
-	for _, n := range a.nodes {
-		m, err := bypass.Scrape(n, metricsAddr)
+	for _, n := range a.Nodes() {
+		m, err := bypass.Scrape(n, bypass.MetricsAddr)
 		if err != nil {
 			return c, err
 		}

@@ -219,7 +219,7 @@ func runConfig(ctx context.Context, o Options, w io.Writer, mode multinode.Mode,
 	}
 	defer func() {
 		ch.stop()
-		if serr := a.stop(); serr != nil && err == nil {
+		if serr := a.Stop(); serr != nil && err == nil {
 			err = serr
 		}
 	}()
