@@ -224,19 +224,28 @@ func Owner() string {
 // Holder is who holds the lock at path (the first line of the file), or
 // ErrNoAgent when the lock is free.
 func Holder(path string) (string, error) {
+	if err := held(path); err != nil {
+		return "", err
+	}
+	return readHolder(path), nil
+}
+
+// held is nil when a process holds the lock at path, else ErrNoAgent (or
+// the error opening it).
+func held(path string) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("%w %s", ErrNoAgent, path)
+		return fmt.Errorf("%w %s", ErrNoAgent, path)
 	}
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer f.Close()
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
 		unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		return "", fmt.Errorf("%w %s", ErrNoAgent, path)
+		return fmt.Errorf("%w %s", ErrNoAgent, path)
 	}
-	return readHolder(path), nil
+	return nil
 }
 
 // ErrNoAgent: nobody holds the lock.
@@ -245,17 +254,8 @@ var ErrNoAgent = errors.New("no agent holds the lock")
 // HolderPID is the process id of the agent holding the lock at path, or
 // ErrNoAgent when the lock is free (the file of an agent that stopped).
 func HolderPID(path string) (int, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("%w %s", ErrNoAgent, path)
-	}
-	if err != nil {
+	if err := held(path); err != nil {
 		return 0, err
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
-		unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		return 0, fmt.Errorf("%w %s", ErrNoAgent, path)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
