@@ -224,7 +224,7 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 			node, _ = os.Hostname()
 		}
 		if s.cfg.NodePort {
-			s.health = svcsync.NewHealthServer(s.cfg.HealthCheckAddrs, nil, nil)
+			s.health = svcsync.NewHealthServer(s.cfg.HealthCheckAddrs, nil)
 		}
 		err = svcsync.RunKube(ctx, svcsync.KubeConfig{REST: rc, Families: fam, NodeName: node, Health: s.health}, s.table)
 	}

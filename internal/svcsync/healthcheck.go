@@ -53,12 +53,12 @@ func HealthCheckOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, nod
 
 // HealthServer serves the health checks of the node's Services, one HTTP
 // listener per port on each of its addresses, answering as kube-proxy
-// does: 200 with a local endpoint and a healthy agent, else 503; the body
-// names the Service and the count, X-Load-Balancing-Endpoint-Weight too.
+// does: 200 with a local endpoint, else 503; the body names the Service and
+// the count, X-Load-Balancing-Endpoint-Weight too. serviceProxyHealthy is
+// true: the listeners live as long as the agent's source runs.
 type HealthServer struct {
-	addrs   []string // listen hosts ("" or "::": every address)
-	healthy func() bool
-	log     *slog.Logger
+	addrs []string // listen hosts ("" or "::": every address)
+	log   *slog.Logger
 
 	mu     sync.Mutex
 	checks map[string]*hcServer // by Service (namespace/name)
@@ -73,18 +73,15 @@ type hcServer struct {
 }
 
 // NewHealthServer listens on addrs (hosts; empty: every address of the
-// node). healthy says whether the agent itself is healthy (nil: always).
-func NewHealthServer(addrs []string, healthy func() bool, log *slog.Logger) *HealthServer {
+// node).
+func NewHealthServer(addrs []string, log *slog.Logger) *HealthServer {
 	if len(addrs) == 0 {
 		addrs = []string{""}
-	}
-	if healthy == nil {
-		healthy = func() bool { return true }
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &HealthServer{addrs: addrs, healthy: healthy, log: log, checks: map[string]*hcServer{}}
+	return &HealthServer{addrs: addrs, log: log, checks: map[string]*hcServer{}}
 }
 
 // Set makes key's health check hc (nil: none); a new port is listened on
@@ -125,16 +122,15 @@ func (h *HealthServer) Set(key string, hc *HealthCheck) {
 			h.mu.Lock()
 			count := s.count
 			h.mu.Unlock()
-			ok := h.healthy()
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("X-Content-Type-Options", "nosniff")
 			w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(count))
-			if count != 0 && ok {
+			if count != 0 {
 				w.WriteHeader(http.StatusOK)
 			} else {
 				w.WriteHeader(http.StatusServiceUnavailable)
 			}
-			fmt.Fprintf(w, "{\n\t\"service\": {\n\t\t\"namespace\": %q,\n\t\t\"name\": %q\n\t},\n\t\"localEndpoints\": %d,\n\t\"serviceProxyHealthy\": %v\n}", ns, name, count, ok)
+			fmt.Fprintf(w, "{\n\t\"service\": {\n\t\t\"namespace\": %q,\n\t\t\"name\": %q\n\t},\n\t\"localEndpoints\": %d,\n\t\"serviceProxyHealthy\": true\n}", ns, name, count)
 		})}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -53,7 +53,7 @@ func TestHealthServer(t *testing.T) {
 	}
 	port := uint16(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
-	h := NewHealthServer([]string{"127.0.0.1"}, nil, nil)
+	h := NewHealthServer([]string{"127.0.0.1"}, nil)
 	defer h.Close()
 	get := func() (int, string, string) {
 		t.Helper()
