@@ -281,6 +281,16 @@ spec:
 			t.Fatal(err)
 		}
 	}
+	// updateSlice replaces the slice named like next with it.
+	updateSlice := func(next *discoveryv1.EndpointSlice) {
+		t.Helper()
+		cur, err := cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, next.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next.ResourceVersion = cur.ResourceVersion
+		setSlice(next, false)
+	}
 	// both streams to the ClusterIP from the pod (eztunnel) and from the host
 	// (kube-proxy, whose rules the caller waited for) and returns both
 	// reports.
@@ -338,10 +348,6 @@ spec:
 	// The change is made while the pod opens connections to the ClusterIP,
 	// two at a time: none may fail (s1 still serves its own).
 	n = syncs()
-	cur, err := cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	during := make(chan error, 1)
 	go func() {
 		out, err := cl.Kubectl(ctx, "-n", ns, "exec", "c", "-c", "w", "--", "/eztunnel-lab", "workload", "stream", "--addr", vip,
@@ -355,9 +361,7 @@ spec:
 		during <- err
 	}()
 	time.Sleep(time.Second) // kubectl exec started, connections are flowing
-	next := slice(epState{"s1", false, true, true}, epState{"s2", true, true, false}, epState{"s3", true, true, false})
-	next.ResourceVersion = cur.ResourceVersion
-	setSlice(next, false)
+	updateSlice(slice(epState{"s1", false, true, true}, epState{"s2", true, true, false}, epState{"s3", true, true, false}))
 	select {
 	case err := <-during:
 		t.Fatalf("the connections ended before the endpoints changed (%v): nothing checked", err)
@@ -375,10 +379,7 @@ spec:
 
 	// 3: no ready endpoint: the serving terminating one is used (s3).
 	n = syncs()
-	cur, _ = cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-1", metav1.GetOptions{})
-	next = slice(epState{"s2", false, false, false}, epState{"s3", false, true, true})
-	next.ResourceVersion = cur.ResourceVersion
-	setSlice(next, false)
+	updateSlice(slice(epState{"s2", false, false, false}, epState{"s3", false, true, true}))
 	waitMetrics("only s3, serving and terminating", func(m map[string]float64) bool {
 		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0+2
 	})
@@ -416,15 +417,6 @@ spec:
 				t.Fatalf("%s: eztunnel's backends of %s: %v, want %v (kube-proxy's)", what, vip, got, want)
 			}
 		}
-	}
-	updateSlice := func(next *discoveryv1.EndpointSlice) {
-		t.Helper()
-		cur, err := cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-1", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		next.ResourceVersion = cur.ResourceVersion
-		setSlice(next, false)
 	}
 
 	// 3b: topology. The node is in zone-a; with every ready endpoint
@@ -475,10 +467,7 @@ spec:
 
 	// 4: no endpoints: the same connect error both ways.
 	n = syncs()
-	cur, _ = cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-1", metav1.GetOptions{})
-	next = slice()
-	next.ResourceVersion = cur.ResourceVersion
-	setSlice(next, false)
+	updateSlice(slice())
 	waitMetrics("no endpoints", func(m map[string]float64) bool {
 		return m["eztunnel_services_sync_seconds_count"] > n && m["eztunnel_services_backend_slots"] == s0
 	})
@@ -528,9 +517,7 @@ spec:
 		sl.Endpoints[1].NodeName = ptr.To("elsewhere")
 		return sl
 	}
-	if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, lbSlice(true), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	setSlice(lbSlice(true), true)
 	type hcAnswer struct{ code, weight, body string }
 	askHC := func(host string) hcAnswer {
 		c := &http.Client{Timeout: 2 * time.Second}
@@ -557,12 +544,7 @@ spec:
 		}
 	}
 	sameHC("a local ready endpoint", "200")
-	cur, _ = cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, "lb-1", metav1.GetOptions{})
-	next = lbSlice(false)
-	next.ResourceVersion = cur.ResourceVersion
-	if _, err := cs.DiscoveryV1().EndpointSlices(ns).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	updateSlice(lbSlice(false))
 	sameHC("the local endpoint terminating", "503")
 
 	// 5: the Services deleted: their frontends go.
