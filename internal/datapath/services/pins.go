@@ -118,49 +118,64 @@ func Unpin(pinDir string) (cgroups int, err error) {
 	return cgroups, nil
 }
 
-// restore rebuilds the LB's view (frontends, their slots, backends and
-// their references, free ids) from pinned maps an earlier agent wrote, and
-// deletes what an interrupted write left: slots beyond a frontend's count,
-// members that are not in its slots, backends nothing references.
-func (lb *LB) restore() error {
+// pinnedFrontend is a frontend as the maps hold it: its ez_svc value, and
+// for a NodePort whether it is Local.
+type pinnedFrontend struct {
+	f     Frontend
+	v     servicesEzSvc
+	local bool
+}
+
+// readPinned reads the frontends (ClusterIP and NodePort) and the backends
+// by id from the load balancer's maps.
+func readPinned(frontends, nodeports, backends *ebpf.Map) ([]pinnedFrontend, map[uint32]Backend, error) {
+	var fes []pinnedFrontend
 	var key servicesEzSvcKey
 	var val servicesEzSvc
-	used := map[uint32]bool{}
-	it := lb.objs.EzSvcFrontends.Iterate()
-	type fe struct {
-		f Frontend
-		v servicesEzSvc
-	}
-	var fes []fe
+	it := frontends.Iterate()
 	for it.Next(&key, &val) {
 		f := Frontend{Addr: netip.AddrFrom16(key.Addr).Unmap(), Port: key.Port, Proto: Proto(key.Proto)}
-		fes = append(fes, fe{f, val})
+		fes = append(fes, pinnedFrontend{f: f, v: val})
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("services: read pinned frontends: %w", err)
+		return nil, nil, fmt.Errorf("services: read pinned frontends: %w", err)
 	}
 	var nk servicesEzSvcNpKey
 	var nv servicesEzSvcNp
-	nit := lb.objs.EzSvcNodeports.Iterate()
+	nit := nodeports.Iterate()
 	for nit.Next(&nk, &nv) {
 		a := netip.IPv4Unspecified()
 		if nk.Family == 6 {
 			a = netip.IPv6Unspecified()
 		}
-		fes = append(fes, fe{Frontend{Addr: a, Port: nk.Port, Proto: Proto(nk.Proto), NodePort: true}, nv.Svc})
+		fes = append(fes, pinnedFrontend{f: Frontend{Addr: a, Port: nk.Port, Proto: Proto(nk.Proto), NodePort: true}, v: nv.Svc,
+			local: nv.Flags&uint32(servicesEzSvcNpFlagEZ_SVC_NP_LOCAL) != 0})
 	}
 	if err := nit.Err(); err != nil {
-		return fmt.Errorf("services: read pinned NodePorts: %w", err)
+		return nil, nil, fmt.Errorf("services: read pinned NodePorts: %w", err)
 	}
 	var beID uint32
 	var be servicesEzSvcBackend
 	bes := map[uint32]Backend{}
-	bit := lb.objs.EzSvcBackends.Iterate()
+	bit := backends.Iterate()
 	for bit.Next(&beID, &be) {
 		bes[beID] = netip.AddrPortFrom(netip.AddrFrom16(be.Addr).Unmap(), be.Port)
 	}
 	if err := bit.Err(); err != nil {
-		return fmt.Errorf("services: read pinned backends: %w", err)
+		return nil, nil, fmt.Errorf("services: read pinned backends: %w", err)
+	}
+	return fes, bes, nil
+}
+
+// restore rebuilds the LB's view (frontends, their slots, backends and
+// their references, free ids) from pinned maps an earlier agent wrote, and
+// deletes what an interrupted write left: slots beyond a frontend's count,
+// members that are not in its slots, backends nothing references.
+func (lb *LB) restore() error {
+	used := map[uint32]bool{}
+	fes, bes, err := readPinned(lb.objs.EzSvcFrontends, lb.objs.EzSvcNodeports, lb.objs.EzSvcBackends)
+	if err != nil {
+		return err
 	}
 	for _, e := range fes {
 		st := &frontendState{id: e.v.Id, affinity: e.v.Affinity}
@@ -352,50 +367,33 @@ func ReadPinnedFrontends(pinDir string) ([]PinnedFrontend, error) {
 		defer m.Close()
 		maps[i] = m
 	}
-	fes, nps, bes, slots := maps[0], maps[1], maps[2], maps[3]
-	backends := map[uint32]string{}
-	var beID uint32
-	var be servicesEzSvcBackend
-	for it := bes.Iterate(); it.Next(&beID, &be); {
-		backends[beID] = netip.AddrPortFrom(netip.AddrFrom16(be.Addr).Unmap(), be.Port).String()
+	fes, bes, err := readPinned(maps[0], maps[1], maps[2])
+	if err != nil {
+		return nil, err
 	}
-	fill := func(pf *PinnedFrontend, v servicesEzSvc) {
-		pf.Affinity = v.Affinity
-		pf.Backends = []string{}
-		for i := uint32(0); i < v.Count; i++ {
+	out := make([]PinnedFrontend, 0, len(fes))
+	for _, e := range fes {
+		pf := PinnedFrontend{NodePort: e.f.NodePort, Local: e.local, Affinity: e.v.Affinity, Backends: []string{}}
+		if e.f.NodePort {
+			family := 4
+			if e.f.Addr.Is6() {
+				family = 6
+			}
+			pf.Frontend = fmt.Sprintf("*:%d/%s (IPv%d)", e.f.Port, e.f.Proto, family)
+		} else {
+			pf.Frontend = netip.AddrPortFrom(e.f.Addr, e.f.Port).String() + "/" + e.f.Proto.String()
+		}
+		for i := uint32(0); i < e.v.Count; i++ {
 			var id uint32
-			if slots.Lookup(servicesEzSvcSlotKey{Id: v.Id, Slot: i}, &id) != nil {
+			if maps[3].Lookup(servicesEzSvcSlotKey{Id: e.v.Id, Slot: i}, &id) != nil {
 				continue
 			}
-			if b, ok := backends[id]; ok {
-				pf.Backends = append(pf.Backends, b)
+			if b, ok := bes[id]; ok {
+				pf.Backends = append(pf.Backends, b.String())
 			}
 		}
 		slices.Sort(pf.Backends)
-	}
-	var out []PinnedFrontend
-	var key servicesEzSvcKey
-	var val servicesEzSvc
-	it := fes.Iterate()
-	for it.Next(&key, &val) {
-		pf := PinnedFrontend{Frontend: netip.AddrPortFrom(netip.AddrFrom16(key.Addr).Unmap(), key.Port).String() + "/" + Proto(key.Proto).String()}
-		fill(&pf, val)
 		out = append(out, pf)
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("services: read pinned frontends: %w", err)
-	}
-	var nk servicesEzSvcNpKey
-	var nv servicesEzSvcNp
-	nit := nps.Iterate()
-	for nit.Next(&nk, &nv) {
-		pf := PinnedFrontend{Frontend: fmt.Sprintf("*:%d/%s (IPv%d)", nk.Port, Proto(nk.Proto), nk.Family), NodePort: true,
-			Local: nv.Flags&uint32(servicesEzSvcNpFlagEZ_SVC_NP_LOCAL) != 0}
-		fill(&pf, nv.Svc)
-		out = append(out, pf)
-	}
-	if err := nit.Err(); err != nil {
-		return nil, fmt.Errorf("services: read pinned NodePorts: %w", err)
 	}
 	slices.SortFunc(out, func(a, b PinnedFrontend) int {
 		if a.NodePort != b.NodePort {
