@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -109,6 +110,12 @@ spec:
 			t.Fatalf("%s: server not reachable: %v", ns, err)
 		}
 		time.Sleep(300 * time.Millisecond)
+	}
+	// kube-proxy has the server behind each port of the Service (a pod
+	// being ready does not mean its endpoint is programmed yet: a connect
+	// to the ClusterIP meanwhile is refused).
+	for port, target := range map[string]string{"stream": "7000", "echo": "7001", "pool": "7300"} {
+		waitKubeProxy(t, ns+"/server:"+port, net.JoinHostPort(a.serverIP, target))
 	}
 	return a
 }

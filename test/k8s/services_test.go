@@ -58,7 +58,7 @@ func hostStream(ctx context.Context, addr string, conns int) (workload.StreamRep
 // kubeProxyRules reads what kube-proxy programmed for svcPort
 // ("namespace/name:port"): the endpoints its KUBE-SVC chain sends to, and
 // whether its no-endpoints REJECT rule is there.
-func kubeProxyRules(t *testing.T, svcPort string) (eps []string, reject bool) {
+func kubeProxyRules(t testing.TB, svcPort string) (eps []string, reject bool) {
 	t.Helper()
 	save := func(table string) string {
 		out, err := sysexec.Command(context.Background(), "iptables-save", "-t", table).Output()
@@ -86,7 +86,7 @@ func kubeProxyRules(t *testing.T, svcPort string) (eps []string, reject bool) {
 // waitKubeProxy waits until kube-proxy programmed exactly these endpoints
 // for svcPort (none: its REJECT rule): the comparison runs against the same
 // state on both sides.
-func waitKubeProxy(t *testing.T, svcPort string, want ...string) {
+func waitKubeProxy(t testing.TB, svcPort string, want ...string) {
 	t.Helper()
 	slices.Sort(want)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
