@@ -34,8 +34,10 @@ struct {
 	__type(value, struct ez_trc_pkt);
 } trc_scratch SEC(".maps");
 
-/* The sk_buff netif_receive_skb saw last on this CPU: sk_data_ready, which
- * carries only the socket, follows it synchronously (sock.h). */
+/* The sk_buff netif_receive_skb (or tcp_probe, for a TCP segment TCP
+ * processes later from the socket's backlog) saw last on this CPU:
+ * sk_data_ready, which carries only the socket, follows it synchronously
+ * (sock.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);

@@ -71,9 +71,10 @@ static __always_inline void trc_recvmsg(__u64 *a, bool btf) { trc_sock(a, EZ_TRC
  * UDP). It carries no sk_buff: the one queued is the one netif_receive_skb
  * saw last on this CPU (the receive path runs from there to the socket
  * without another netif_receive_skb; bpf_redirect_peer continues the same
- * receive without a new one), accepted only when its lifetime is on the
- * receiving side, not queued yet, and its protocol and destination port are
- * the socket's. A lifetime never starts here.
+ * receive without a new one), or, for TCP, the one tcp_probe saw last (a
+ * segment processed from the socket's backlog; see trc_probe). It is
+ * accepted only when its lifetime is on the receiving side, not queued yet,
+ * and its protocol and destination port are the socket's. A lifetime never starts here.
  */
 static __always_inline void trc_ready(__u64 *a, bool btf)
 {
@@ -98,6 +99,24 @@ static __always_inline void trc_ready(__u64 *a, bool btf)
 	r->last_cpu = bpf_get_smp_processor_id();
 }
 
+/*
+ * tcp_probe(sk, skb): tcp_rcv_established starts on skb. A segment that
+ * arrived while the application held the socket lock was put on the
+ * backlog; release_sock processes it later in the application's context,
+ * where the last netif_receive_skb of the CPU is another packet. Pointing
+ * trc_last_rx at the segment TCP is about to queue makes the sk_data_ready
+ * that follows name it in both cases.
+ */
+static __always_inline void trc_probe(__u64 *a, bool btf)
+{
+	__u32 zero = 0;
+	__u64 *last = bpf_map_lookup_elem(&trc_last_rx, &zero);
+
+	if (last)
+		*last = a[1];
+}
+
+TRC_TP(tcp_probe, trc_probe)
 TRC_TP(sk_data_ready, trc_ready)
 TRC_TP(sock_send_length, trc_send)
 TRC_TP(sock_recv_length, trc_recvmsg)

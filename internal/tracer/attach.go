@@ -28,6 +28,7 @@ func (o *tracerObjects) tracepoints() []tracepoint {
 		{"skb_copy_datagram_iovec", o.TrcBtfSkbCopyDatagramIovec, o.TrcRawSkbCopyDatagramIovec},
 		{"consume_skb", o.TrcBtfConsumeSkb, o.TrcRawConsumeSkb},
 		{"kfree_skb", o.TrcBtfKfreeSkb, o.TrcRawKfreeSkb},
+		{"tcp_probe", o.TrcBtfTcpProbe, o.TrcRawTcpProbe},
 		{"sk_data_ready", o.TrcBtfSkDataReady, o.TrcRawSkDataReady},
 		{"sock_send_length", o.TrcBtfSockSendLength, o.TrcRawSockSendLength},
 		{"sock_recv_length", o.TrcBtfSockRecvLength, o.TrcRawSockRecvLength},

@@ -195,6 +195,7 @@ const (
 	tracerProgTrcBtfSkbCopyDatagramIovec = "trc_btf_skb_copy_datagram_iovec"
 	tracerProgTrcBtfSockRecvLength       = "trc_btf_sock_recv_length"
 	tracerProgTrcBtfSockSendLength       = "trc_btf_sock_send_length"
+	tracerProgTrcBtfTcpProbe             = "trc_btf_tcp_probe"
 	tracerProgTrcNfConntrackAfter        = "trc_nf_conntrack_after"
 	tracerProgTrcNfConntrackBefore       = "trc_nf_conntrack_before"
 	tracerProgTrcNfDnatAfter             = "trc_nf_dnat_after"
@@ -219,6 +220,7 @@ const (
 	tracerProgTrcRawSkbCopyDatagramIovec = "trc_raw_skb_copy_datagram_iovec"
 	tracerProgTrcRawSockRecvLength       = "trc_raw_sock_recv_length"
 	tracerProgTrcRawSockSendLength       = "trc_raw_sock_send_length"
+	tracerProgTrcRawTcpProbe             = "trc_raw_tcp_probe"
 	tracerProgTrcTcxeFirst               = "trc_tcxe_first"
 	tracerProgTrcTcxeLast                = "trc_tcxe_last"
 	tracerProgTrcTcxiFirst               = "trc_tcxi_first"
@@ -287,6 +289,7 @@ type tracerProgramSpecs struct {
 	TrcBtfSkbCopyDatagramIovec *ebpf.ProgramSpec `ebpf:"trc_btf_skb_copy_datagram_iovec"`
 	TrcBtfSockRecvLength       *ebpf.ProgramSpec `ebpf:"trc_btf_sock_recv_length"`
 	TrcBtfSockSendLength       *ebpf.ProgramSpec `ebpf:"trc_btf_sock_send_length"`
+	TrcBtfTcpProbe             *ebpf.ProgramSpec `ebpf:"trc_btf_tcp_probe"`
 	TrcNfConntrackAfter        *ebpf.ProgramSpec `ebpf:"trc_nf_conntrack_after"`
 	TrcNfConntrackBefore       *ebpf.ProgramSpec `ebpf:"trc_nf_conntrack_before"`
 	TrcNfDnatAfter             *ebpf.ProgramSpec `ebpf:"trc_nf_dnat_after"`
@@ -311,6 +314,7 @@ type tracerProgramSpecs struct {
 	TrcRawSkbCopyDatagramIovec *ebpf.ProgramSpec `ebpf:"trc_raw_skb_copy_datagram_iovec"`
 	TrcRawSockRecvLength       *ebpf.ProgramSpec `ebpf:"trc_raw_sock_recv_length"`
 	TrcRawSockSendLength       *ebpf.ProgramSpec `ebpf:"trc_raw_sock_send_length"`
+	TrcRawTcpProbe             *ebpf.ProgramSpec `ebpf:"trc_raw_tcp_probe"`
 	TrcTcxeFirst               *ebpf.ProgramSpec `ebpf:"trc_tcxe_first"`
 	TrcTcxeLast                *ebpf.ProgramSpec `ebpf:"trc_tcxe_last"`
 	TrcTcxiFirst               *ebpf.ProgramSpec `ebpf:"trc_tcxi_first"`
@@ -409,6 +413,7 @@ type tracerPrograms struct {
 	TrcBtfSkbCopyDatagramIovec *ebpf.Program `ebpf:"trc_btf_skb_copy_datagram_iovec"`
 	TrcBtfSockRecvLength       *ebpf.Program `ebpf:"trc_btf_sock_recv_length"`
 	TrcBtfSockSendLength       *ebpf.Program `ebpf:"trc_btf_sock_send_length"`
+	TrcBtfTcpProbe             *ebpf.Program `ebpf:"trc_btf_tcp_probe"`
 	TrcNfConntrackAfter        *ebpf.Program `ebpf:"trc_nf_conntrack_after"`
 	TrcNfConntrackBefore       *ebpf.Program `ebpf:"trc_nf_conntrack_before"`
 	TrcNfDnatAfter             *ebpf.Program `ebpf:"trc_nf_dnat_after"`
@@ -433,6 +438,7 @@ type tracerPrograms struct {
 	TrcRawSkbCopyDatagramIovec *ebpf.Program `ebpf:"trc_raw_skb_copy_datagram_iovec"`
 	TrcRawSockRecvLength       *ebpf.Program `ebpf:"trc_raw_sock_recv_length"`
 	TrcRawSockSendLength       *ebpf.Program `ebpf:"trc_raw_sock_send_length"`
+	TrcRawTcpProbe             *ebpf.Program `ebpf:"trc_raw_tcp_probe"`
 	TrcTcxeFirst               *ebpf.Program `ebpf:"trc_tcxe_first"`
 	TrcTcxeLast                *ebpf.Program `ebpf:"trc_tcxe_last"`
 	TrcTcxiFirst               *ebpf.Program `ebpf:"trc_tcxi_first"`
@@ -453,6 +459,7 @@ func (p *tracerPrograms) Close() error {
 		p.TrcBtfSkbCopyDatagramIovec,
 		p.TrcBtfSockRecvLength,
 		p.TrcBtfSockSendLength,
+		p.TrcBtfTcpProbe,
 		p.TrcNfConntrackAfter,
 		p.TrcNfConntrackBefore,
 		p.TrcNfDnatAfter,
@@ -477,6 +484,7 @@ func (p *tracerPrograms) Close() error {
 		p.TrcRawSkbCopyDatagramIovec,
 		p.TrcRawSockRecvLength,
 		p.TrcRawSockSendLength,
+		p.TrcRawTcpProbe,
 		p.TrcTcxeFirst,
 		p.TrcTcxeLast,
 		p.TrcTcxiFirst,
