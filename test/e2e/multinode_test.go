@@ -172,7 +172,8 @@ func udpEcho(t *testing.T, from, to *multinode.Pod, v6 bool, n int) {
 }
 
 // udpEchoOn is udpEcho to an echo server on pc (a socket in the receiving
-// pod).
+// pod). Datagram i carries i*10 bytes of padding (up to about 2 kB), so the
+// last ones leave as IP fragments; udpFits counts those that do not.
 func udpEchoOn(t *testing.T, from *multinode.Pod, pc net.PacketConn, n int) {
 	t.Helper()
 	go workload.ServeUDPEcho(pc)
@@ -183,7 +184,7 @@ func udpEchoOn(t *testing.T, from *multinode.Pod, pc net.PacketConn, n int) {
 	defer c.Close()
 	buf := make([]byte, 2048)
 	for i := 0; i < n; i++ {
-		msg := fmt.Appendf(nil, "seq %d from %s %s", i, from.Name, strings.Repeat("x", i*10))
+		msg := udpEchoMsg(from, i)
 		if _, err := c.Write(msg); err != nil {
 			t.Fatalf("udp %s -> %s: %v", from.Name, pc.LocalAddr(), err)
 		}
@@ -196,6 +197,21 @@ func udpEchoOn(t *testing.T, from *multinode.Pod, pc net.PacketConn, n int) {
 			t.Fatalf("udp %s -> %s: datagram %d echoed as %q", from.Name, pc.LocalAddr(), i, buf[:k])
 		}
 	}
+}
+
+func udpEchoMsg(from *multinode.Pod, i int) []byte {
+	return fmt.Appendf(nil, "seq %d from %s %s", i, from.Name, strings.Repeat("x", i*10))
+}
+
+// udpFits is how many of udpEchoOn's n datagrams from pod from fit in one
+// IPv4 packet of mtu bytes (UDP and IPv4 headers: 28 bytes).
+func udpFits(from *multinode.Pod, n, mtu int) (fit int) {
+	for i := 0; i < n; i++ {
+		if len(udpEchoMsg(from, i))+28 <= mtu {
+			fit++
+		}
+	}
+	return fit
 }
 
 func TestMultinodeModes(t *testing.T) {
