@@ -297,6 +297,7 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	t0 := time.Now()
 	cs, err := kubernetes.NewForConfig(cfg.REST)
 	if err != nil {
 		return fmt.Errorf("services: kubernetes client: %w", err)
@@ -388,8 +389,11 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 			k.setZone(n.Labels[corev1.LabelTopologyZone])
 		}
 	}
-	k.drain()
-	log.Info("services: watching Services and EndpointSlices", "frontends_of", len(t.Names()))
+	listed := time.Since(t0)
+	n := k.drain()
+	log.Info("services: watching Services and EndpointSlices", "frontends_of", len(t.Names()),
+		"services", len(svcInf.Informer().GetStore().ListKeys()), "endpointslices", len(sliceInf.Informer().GetStore().ListKeys()),
+		"listed_seconds", listed.Seconds(), "applied", n, "applied_seconds", (time.Since(t0) - listed).Seconds())
 	go func() {
 		defer shutdown()
 		for {
@@ -448,8 +452,9 @@ func (k *kubeSource) setZone(zone string) {
 	}
 }
 
-// drain applies every pending Service from the informers' caches.
-func (k *kubeSource) drain() {
+// drain applies every pending Service from the informers' caches and
+// returns how many it applied.
+func (k *kubeSource) drain() int {
 	k.mu.Lock()
 	pending := k.pending
 	k.pending = map[string]time.Time{}
@@ -482,4 +487,5 @@ func (k *kubeSource) drain() {
 			k.health.Set(key, nil)
 		}
 	}
+	return len(pending)
 }

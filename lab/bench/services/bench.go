@@ -294,6 +294,14 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 		if serr := run.stop(); serr != nil && err == nil {
 			err = fmt.Errorf("stopping %s: %w", dp, serr)
 		}
+		// The datapath's whole log, kept (its timestamps show where a
+		// slow start went).
+		if o.Out != "" {
+			dir := filepath.Join(o.Out, "logs")
+			if merr := os.MkdirAll(dir, 0o755); merr == nil {
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", dp, count)), run.logs.Bytes(), 0o644)
+			}
+		}
 		if dp != Eztunnel {
 			if cerr := cleanupKubeProxy(context.Background(), o, node); cerr != nil && err == nil {
 				err = cerr
@@ -303,6 +311,7 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 			err = fmt.Errorf("%w\n%s log tail:\n%s", err, dp, tailOf(run.logs.String(), 30))
 		}
 	}()
+	started := time.Since(t0).Seconds()
 	// Ready: the first and newest Services answer in both families.
 	for _, a := range []string{v.v4[0], v.v6[0], v.v4[count-1], v.v6[count-1]} {
 		if err := until(ctx, wl, client, a, false); err != nil {
@@ -310,7 +319,7 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 		}
 	}
 	st.Ready = time.Since(t0).Seconds()
-	o.logf("%s at %d Services: serving after %.1fs", dp, count, st.Ready)
+	o.logf("%s at %d Services: started after %.1fs (eztunnel: its ready file), serving after %.1fs", dp, count, started, st.Ready)
 
 	targets := map[string][]string{"clusterip-v4": v.v4[:count], "clusterip-v6": v.v6[:count]}
 	if dp != Eztunnel || nodePortEZ {
