@@ -78,6 +78,10 @@ type Step struct {
 	UDPDelay   map[string][]float64 `json:"ditg_udp_delay_us"`
 	Flows      []Flow               `json:"ditg_flows"`
 	DITGFails  map[string]int       `json:"ditg_failures"`
+	// eztunnel's tc NodePort program over each NodePort path's connect
+	// probes (kernel BPF run-time statistics): ns per run (a packet of
+	// the node's devices), and runs.
+	NodePortProg map[string][2]float64 `json:"nodeport_prog,omitempty"`
 }
 
 // Result of a run.
@@ -350,9 +354,41 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 		if strings.HasPrefix(path, "nodeport") {
 			p = ext
 		}
-		if _, err := wl.Workload(ctx, p, 5*time.Minute, &res, "connect", "--targets-file", f, "--n", strconv.Itoa(o.Connects),
-			"--seed", strconv.Itoa(count)); err != nil {
+		// Statistics on for these probes only (each run of every BPF
+		// program then costs two clock reads more).
+		var prog0 progStats
+		var statsOn io.Closer
+		if dp == Eztunnel && p == ext {
+			if statsOn, err = enableProgStats(); err != nil {
+				return st, err
+			}
+			if prog0, err = nodePortProgStats(); err != nil {
+				statsOn.Close()
+				return st, err
+			}
+		}
+		_, err := wl.Workload(ctx, p, 5*time.Minute, &res, "connect", "--targets-file", f, "--n", strconv.Itoa(o.Connects),
+			"--seed", strconv.Itoa(count))
+		if err != nil {
+			if statsOn != nil {
+				statsOn.Close()
+			}
 			return st, fmt.Errorf("connect %s: %w", path, err)
+		}
+		if statsOn != nil {
+			prog1, err := nodePortProgStats()
+			statsOn.Close()
+			if err != nil {
+				return st, err
+			}
+			if runs := prog1.runs - prog0.runs; runs > 0 {
+				if st.NodePortProg == nil {
+					st.NodePortProg = map[string][2]float64{}
+				}
+				ns := float64(prog1.runtime-prog0.runtime) / float64(runs)
+				st.NodePortProg[path] = [2]float64{ns, float64(runs)}
+				o.logf("eztunnel at %d Services: %s: NodePort program %.0f ns per run over %d runs", count, path, ns, runs)
+			}
 		}
 		for _, ns := range res.Nanos {
 			st.Latency[path] = append(st.Latency[path], float64(ns)/1e3)
