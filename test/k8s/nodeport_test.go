@@ -131,7 +131,9 @@ func outcomeOf(as []workload.PeerAnswer) outcome {
 // must give the same outcome both ways: TCP byte-exact (sha256 of 64 KiB
 // per connection) and UDP datagrams echoed whole, answered only by the
 // allowed backends (Local: the node's endpoint only; with none, what the
-// client sees must match: kube-proxy drops).
+// client sees must match: kube-proxy drops). Then the Local Service's
+// local endpoint is taken away through the API (both drop) and given back
+// (both answer from it again).
 //
 // The two datapaths never handle the same packets: eztunnel's node address
 // is the veth's own (10.250.1.1; its node addresses are its NodePort
@@ -195,21 +197,9 @@ spec:
 	}
 	svcs := []*npSvc{{name: "np-cluster", endpoints: []string{"n1", "n2"}}, {name: "np-local", local: true, endpoints: []string{"n1", "n2"}},
 		{name: "np-none", local: true, endpoints: []string{"n2"}}}
-	for _, s := range svcs {
-		etp := corev1.ServiceExternalTrafficPolicyCluster
-		if s.local {
-			etp = corev1.ServiceExternalTrafficPolicyLocal
-		}
-		got, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: s.name},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ExternalTrafficPolicy: etp, Ports: []corev1.ServicePort{
-				{Name: "tcp", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(7400)},
-				{Name: "udp", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(7401)}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.tcp, s.udp = got.Spec.Ports[0].NodePort, got.Spec.Ports[1].NodePort
+	// sliceOf is s's EndpointSlice: n1 on this node, n2 said to be on
+	// another.
+	sliceOf := func(s *npSvc) *discoveryv1.EndpointSlice {
 		sl := &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: s.name + "-1", Labels: map[string]string{
 				discoveryv1.LabelServiceName: s.name, discoveryv1.LabelManagedBy: "eztunnel-test"}},
@@ -225,9 +215,36 @@ spec:
 			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip[p]}, NodeName: ptr.To(node),
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}})
 		}
-		if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+		return sl
+	}
+	for _, s := range svcs {
+		etp := corev1.ServiceExternalTrafficPolicyCluster
+		if s.local {
+			etp = corev1.ServiceExternalTrafficPolicyLocal
+		}
+		got, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: s.name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ExternalTrafficPolicy: etp, Ports: []corev1.ServicePort{
+				{Name: "tcp", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(7400)},
+				{Name: "udp", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(7401)}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		s.tcp, s.udp = got.Spec.Ports[0].NodePort, got.Spec.Ports[1].NodePort
+		if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, sliceOf(s), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// noLocalRule: kube-proxy has its rule for a Service port ("name:port")
+	// with endpoints but none local (it drops NodePort packets).
+	noLocalRule := func(port string) bool {
+		t.Helper()
+		out, err := sysexec.Command(ctx, "iptables-save", "-t", "filter").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(string(out), `"`+ns+`/`+port+` has no local endpoints"`)
 	}
 	via := func(node string, port int32) string { return net.JoinHostPort(node, strconv.Itoa(int(port))) }
 	// kube-proxy programmed all three (its rules for np-cluster name both
@@ -239,6 +256,14 @@ spec:
 				break
 			} else if time.Now().After(deadline) {
 				t.Fatalf("%s through kube-proxy: %v", s.name, o)
+			}
+		}
+	}
+	// kube-proxy's drop for np-none (no local endpoint) is in place.
+	for _, port := range []string{"np-none:tcp", "np-none:udp"} {
+		for deadline := time.Now().Add(time.Minute); !noLocalRule(port); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("kube-proxy has no rule for %s/%s without local endpoints", ns, port)
 			}
 		}
 	}
@@ -270,75 +295,113 @@ spec:
 		}
 	}
 
+	// check compares both datapaths on s's NodePort, TCP or UDP.
+	check := func(s *npSvc, udp bool) {
+		t.Helper()
+		allowed := map[string]bool{}
+		for _, p := range s.endpoints {
+			if !s.local || p == "n1" {
+				allowed[p] = true
+			}
+		}
+		noLocal := len(allowed) == 0
+		proto, port, n := "TCP", s.tcp, 16
+		if udp {
+			proto, port, n = "UDP", s.udp, 50
+		}
+		if noLocal {
+			n = 3 // each one waits for its timeout
+		}
+		what := fmt.Sprintf("%s %s", s.name, proto)
+		tr0, nb0 := counter(translated), counter(noBackend)
+		kp := outcomeOf(extPeer(t, ctx, via(k8scluster.NodeIP, port), udp, n))
+		if tr, nb := counter(translated), counter(noBackend); tr != tr0 || nb != nb0 {
+			t.Errorf("%s: eztunnel's NodePort program acted on kube-proxy's traffic (translations %v -> %v, no backend %v -> %v)", what, tr0, tr, nb0, nb)
+		}
+		tr0, nb0 = counter(translated), counter(noBackend)
+		ez := outcomeOf(extPeer(t, ctx, via(extNodeIP, port), udp, n))
+		tr, nb := counter(translated), counter(noBackend)
+		t.Logf("%s: through eztunnel %v; through kube-proxy %v", what, ez, kp)
+		for _, o := range []outcome{kp, ez} {
+			for _, b := range o.backends {
+				if !allowed[b] {
+					t.Errorf("%s: answered by %s, allowed %v", what, b, slices.Sorted(maps.Keys(allowed)))
+				}
+			}
+		}
+		if noLocal {
+			// No local endpoint: kube-proxy drops; eztunnel leaves the
+			// flow to the kernel path (counted), where kube-proxy's
+			// rule drops it too.
+			if len(kp.backends)+len(ez.backends) > 0 || !slices.Equal(kp.errs, []string{"timeout"}) || !slices.Equal(kp.errs, ez.errs) {
+				t.Errorf("%s without a local endpoint: through eztunnel %v, through kube-proxy %v: want the same timeout (a drop)", what, ez, kp)
+			}
+			if nb-nb0 < 1 {
+				t.Errorf("%s: eztunnel's nodeport_no_backend moved by %v", what, nb-nb0)
+			}
+			return
+		}
+		if len(kp.errs)+len(ez.errs) > 0 {
+			t.Errorf("%s: through eztunnel %v; through kube-proxy %v: want every one answered exactly", what, ez, kp)
+		}
+		if !udp && !s.local && len(allowed) == 2 && (len(ez.backends) != 2 || len(kp.backends) != 2) {
+			// 16 connections: both backends answer, but for 2^-15.
+			t.Errorf("%s: through eztunnel %v; through kube-proxy %v: want both backends", what, ez, kp)
+		}
+		if udp && (len(ez.backends) != 1 || len(kp.backends) != 1) {
+			t.Errorf("%s: one socket's datagrams answered by %v (eztunnel), %v (kube-proxy): want one backend each", what, ez.backends, kp.backends)
+		}
+		// Local keeps the client's address on both; Cluster shows
+		// eztunnel's node address (the one the client used), and
+		// kube-proxy's masquerade (the pods' bridge address).
+		if s.local && (!slices.Equal(ez.seen, []string{extIP}) || !slices.Equal(kp.seen, []string{extIP})) {
+			t.Errorf("%s: backends saw %v (eztunnel), %v (kube-proxy): want the client's %s", what, ez.seen, kp.seen, extIP)
+		}
+		if !s.local && !slices.Equal(ez.seen, []string{extNodeIP}) {
+			t.Errorf("%s: backends saw %v through eztunnel, want the node address %s", what, ez.seen, extNodeIP)
+		}
+		want := float64(n) // a flow per connection
+		if udp {
+			want = 1 // one socket: one flow
+		}
+		if tr-tr0 < want {
+			t.Errorf("%s: %v NodePort flows translated, want at least %v", what, tr-tr0, want)
+		}
+	}
 	for _, s := range svcs {
-		allowed := map[string]bool{"n1": true}
-		if !s.local {
-			allowed["n2"] = true
-		}
 		for _, udp := range []bool{false, true} {
-			proto, port, n := "TCP", s.tcp, 16
-			if udp {
-				proto, port, n = "UDP", s.udp, 50
-			}
-			if s.name == "np-none" {
-				n = 3 // each one waits for its timeout
-			}
-			what := fmt.Sprintf("%s %s", s.name, proto)
-			tr0, nb0 := counter(translated), counter(noBackend)
-			kp := outcomeOf(extPeer(t, ctx, via(k8scluster.NodeIP, port), udp, n))
-			if tr, nb := counter(translated), counter(noBackend); tr != tr0 || nb != nb0 {
-				t.Errorf("%s: eztunnel's NodePort program acted on kube-proxy's traffic (translations %v -> %v, no backend %v -> %v)", what, tr0, tr, nb0, nb)
-			}
-			tr0, nb0 = counter(translated), counter(noBackend)
-			ez := outcomeOf(extPeer(t, ctx, via(extNodeIP, port), udp, n))
-			tr, nb := counter(translated), counter(noBackend)
-			t.Logf("%s: through eztunnel %v; through kube-proxy %v", what, ez, kp)
-			for _, o := range []outcome{kp, ez} {
-				for _, b := range o.backends {
-					if !allowed[b] {
-						t.Errorf("%s: answered by %s, allowed %v", what, b, slices.Sorted(maps.Keys(allowed)))
-					}
-				}
-			}
-			if s.name == "np-none" {
-				// No local endpoint: kube-proxy drops; eztunnel leaves the
-				// flow to the kernel path (counted), where kube-proxy's
-				// rule drops it too.
-				if len(kp.backends)+len(ez.backends) > 0 || !slices.Equal(kp.errs, ez.errs) {
-					t.Errorf("%s without a local endpoint: through eztunnel %v, through kube-proxy %v: want the same failure", what, ez, kp)
-				}
-				if nb-nb0 < 1 {
-					t.Errorf("%s: eztunnel's nodeport_no_backend moved by %v", what, nb-nb0)
-				}
-				continue
-			}
-			if len(kp.errs)+len(ez.errs) > 0 {
-				t.Errorf("%s: through eztunnel %v; through kube-proxy %v: want every one answered exactly", what, ez, kp)
-			}
-			if !udp && !s.local && (len(ez.backends) != 2 || len(kp.backends) != 2) {
-				// 16 connections: both backends answer, but for 2^-15.
-				t.Errorf("%s: through eztunnel %v; through kube-proxy %v: want both backends", what, ez, kp)
-			}
-			if udp && (len(ez.backends) != 1 || len(kp.backends) != 1) {
-				t.Errorf("%s: one socket's datagrams answered by %v (eztunnel), %v (kube-proxy): want one backend each", what, ez.backends, kp.backends)
-			}
-			// Local keeps the client's address on both; Cluster shows
-			// eztunnel's node address (the one the client used), and
-			// kube-proxy's masquerade (the pods' bridge address).
-			if s.local && (!slices.Equal(ez.seen, []string{extIP}) || !slices.Equal(kp.seen, []string{extIP})) {
-				t.Errorf("%s: backends saw %v (eztunnel), %v (kube-proxy): want the client's %s", what, ez.seen, kp.seen, extIP)
-			}
-			if !s.local && !slices.Equal(ez.seen, []string{extNodeIP}) {
-				t.Errorf("%s: backends saw %v through eztunnel, want the node address %s", what, ez.seen, extNodeIP)
-			}
-			want := float64(n) // a flow per connection
-			if udp {
-				want = 1 // one socket: one flow
-			}
-			if tr-tr0 < want {
-				t.Errorf("%s: %v NodePort flows translated, want at least %v", what, tr-tr0, want)
+			check(s, udp)
+		}
+	}
+
+	// Through the API: np-local loses its local endpoint (both datapaths
+	// then drop), then gets it back.
+	syncs := func() float64 {
+		m, err := scrapeAt(ag.metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m["eztunnel_services_sync_seconds_count"]
+	}
+	for _, eps := range [][]string{{"n2"}, {"n1", "n2"}} {
+		local := svcs[1]
+		local.endpoints = eps
+		n := syncs()
+		cur, err := cs.DiscoveryV1().EndpointSlices(ns).Get(ctx, local.name+"-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := sliceOf(local)
+		next.ResourceVersion = cur.ResourceVersion
+		if _, err := cs.DiscoveryV1().EndpointSlices(ns).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(time.Minute); syncs() <= n || noLocalRule("np-local:tcp") != (len(eps) == 1); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("np-local with endpoints %v: eztunnel synced %v times since, kube-proxy's no-local-endpoints rule %v", eps, syncs()-n, noLocalRule("np-local:tcp"))
 			}
 		}
+		check(local, false)
 	}
 	ag.stop(t)
 }
