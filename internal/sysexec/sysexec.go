@@ -46,7 +46,7 @@ func init() {
 	register("cp", "coreutils", "e2e: copies the tree for the upgrade variant")
 	register("go", Toolchain, "e2e: builds the binaries under test")
 	register("clang-19", "clang-19", "go generate (bpf2go) in make and the upgrade test; bpftest compiles every header alone")
-	register("ip", "iproute2", "e2e: a route in a pod; scripts/trace-repro.sh")
+	register("ip", "iproute2", "e2e: a route in a pod; test/k8s: the NodePort test's external client namespace; scripts/trace-repro.sh")
 	register("iptables", "iptables", "lab/e2e: kube-proxy-style DNAT, ambient capture, trace filter rules")
 	register("iptables-restore", "iptables", "meshlab: Istio's capture rules in one batch, as istio-iptables; multinode: node firewalls")
 	register("ip6tables-restore", "iptables", "lab/multinode: node firewalls (IPv6)")

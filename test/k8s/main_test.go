@@ -108,8 +108,9 @@ func run(m *testing.M) (code int) {
 	defer cancel()
 	t2 := time.Now()
 	cl, err = k8scluster.Start(ctx, k8scluster.Config{BinDir: binDir, PauseTar: w("pause.tar"), Log: os.Stderr,
-		// The agent's pins: removed at teardown if a test left them.
-		Pins: []string{pinPath}})
+		// The agents' pins (the DaemonSet's, the services tests'):
+		// removed at teardown if a test left them.
+		Pins: []string{pinPath, svcPin, npPin}})
 	if err != nil {
 		fail("%v", err)
 	}

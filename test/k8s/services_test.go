@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -172,46 +173,11 @@ spec:
 	defer cancel()
 
 	// The agent, on the host, attached to the pods' root cgroup.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := ln.Addr().String()
-	ln.Close()
-	ready := filepath.Join(t.TempDir(), "ready")
-	agent := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "run", "--cgroup", podsCgroup(), "--pin-path", svcPin,
-		"--adopt=false", "--services", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName,
-		// NodePorts on the node's own link only; health checks on loopback:
-		// kube-proxy serves them on the node address (nodePortAddresses).
-		"--nodeport", "--nodeport-devices", k8scluster.NodeLink, "--healthcheck-addresses", "127.0.0.1", "--metrics-addr", metricsAddr, "--ready-file", ready)
-	var logs lockedLog
-	agent.Stdout, agent.Stderr = &logs, &logs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			agent.Process.Kill()
-			agent.Wait()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if out, err := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "uninstall", "--pin-path", svcPin, "--drain-timeout", "1s").CombinedOutput(); err != nil {
-			t.Errorf("uninstall: %v\n%s", err, out)
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	})
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not ready after a minute:\n%s", logs.String())
-		}
-	}
+	// NodePorts on the node's own link only (no traffic arrives there);
+	// health checks on loopback: kube-proxy serves them on the node
+	// address (nodePortAddresses).
+	ag := startSvcAgent(t, ctx, svcPin, "--nodeport-devices", k8scluster.NodeLink)
+	metricsAddr := ag.metrics
 	metricsNow := func() map[string]float64 {
 		t.Helper()
 		m, err := scrapeAt(metricsAddr)
@@ -569,9 +535,67 @@ spec:
 		t.Errorf("skipped parts: %v", s)
 	}
 
-	agent.Process.Signal(syscall.SIGTERM)
-	stopped = true
-	if err := agent.Wait(); err != nil {
+	ag.stop(t)
+}
+
+// svcAgent is `eztunnel run --services --nodeport` on the host, attached to
+// the pods' root cgroup, fed by the cluster's API server.
+type svcAgent struct {
+	cmd     *exec.Cmd
+	logs    *lockedLog
+	metrics string // its metrics address
+	stopped bool
+}
+
+// startSvcAgent starts the agent pinned at pin with args added (the
+// NodePort devices), waits until it is ready, and stops and uninstalls it
+// when the test ends (printing its log if the test failed).
+func startSvcAgent(t *testing.T, ctx context.Context, pin string, args ...string) *svcAgent {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &svcAgent{metrics: ln.Addr().String(), logs: &lockedLog{}}
+	ln.Close()
+	ready := filepath.Join(t.TempDir(), "ready")
+	a.cmd = sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), append([]string{"run", "--cgroup", podsCgroup(), "--pin-path", pin,
+		"--adopt=false", "--services", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName,
+		"--nodeport", "--healthcheck-addresses", "127.0.0.1", "--metrics-addr", a.metrics, "--ready-file", ready}, args...)...)
+	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !a.stopped {
+			a.cmd.Process.Kill()
+			a.cmd.Wait()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if out, err := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "uninstall", "--pin-path", pin, "--drain-timeout", "1s").CombinedOutput(); err != nil {
+			t.Errorf("uninstall: %v\n%s", err, out)
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", a.logs.String())
+		}
+	})
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not ready after a minute:\n%s", a.logs.String())
+		}
+	}
+}
+
+// stop ends the agent with SIGTERM; it must exit cleanly.
+func (a *svcAgent) stop(t *testing.T) {
+	t.Helper()
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.stopped = true
+	if err := a.cmd.Wait(); err != nil {
 		t.Errorf("agent exit: %v", err)
 	}
 }

@@ -78,6 +78,10 @@ type Step struct {
 	UDPDelay   map[string][]float64 `json:"ditg_udp_delay_us"`
 	Flows      []Flow               `json:"ditg_flows"`
 	DITGFails  map[string]int       `json:"ditg_failures"`
+	// eztunnel's tc NodePort program over each NodePort path's connect
+	// probes (kernel BPF run-time statistics): ns per run (a packet of
+	// the node's devices), and runs.
+	NodePortProg map[string][2]float64 `json:"nodeport_prog,omitempty"`
 }
 
 // Result of a run.
@@ -294,6 +298,14 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 		if serr := run.stop(); serr != nil && err == nil {
 			err = fmt.Errorf("stopping %s: %w", dp, serr)
 		}
+		// The datapath's whole log, kept (its timestamps show where a
+		// slow start went).
+		if o.Out != "" {
+			dir := filepath.Join(o.Out, "logs")
+			if merr := os.MkdirAll(dir, 0o755); merr == nil {
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", dp, count)), run.logs.Bytes(), 0o644)
+			}
+		}
 		if dp != Eztunnel {
 			if cerr := cleanupKubeProxy(context.Background(), o, node); cerr != nil && err == nil {
 				err = cerr
@@ -303,6 +315,7 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 			err = fmt.Errorf("%w\n%s log tail:\n%s", err, dp, tailOf(run.logs.String(), 30))
 		}
 	}()
+	started := time.Since(t0).Seconds()
 	// Ready: the first and newest Services answer in both families.
 	for _, a := range []string{v.v4[0], v.v6[0], v.v4[count-1], v.v6[count-1]} {
 		if err := until(ctx, wl, client, a, false); err != nil {
@@ -310,7 +323,7 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 		}
 	}
 	st.Ready = time.Since(t0).Seconds()
-	o.logf("%s at %d Services: serving after %.1fs", dp, count, st.Ready)
+	o.logf("%s at %d Services: started after %.1fs (eztunnel: its ready file), serving after %.1fs", dp, count, started, st.Ready)
 
 	targets := map[string][]string{"clusterip-v4": v.v4[:count], "clusterip-v6": v.v6[:count]}
 	if dp != Eztunnel || nodePortEZ {
@@ -341,9 +354,41 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 		if strings.HasPrefix(path, "nodeport") {
 			p = ext
 		}
-		if _, err := wl.Workload(ctx, p, 5*time.Minute, &res, "connect", "--targets-file", f, "--n", strconv.Itoa(o.Connects),
-			"--seed", strconv.Itoa(count)); err != nil {
+		// Statistics on for these probes only (each run of every BPF
+		// program then costs two clock reads more).
+		var prog0 progStats
+		var statsOn io.Closer
+		if dp == Eztunnel && p == ext {
+			if statsOn, err = enableProgStats(); err != nil {
+				return st, err
+			}
+			if prog0, err = nodePortProgStats(); err != nil {
+				statsOn.Close()
+				return st, err
+			}
+		}
+		_, err := wl.Workload(ctx, p, 5*time.Minute, &res, "connect", "--targets-file", f, "--n", strconv.Itoa(o.Connects),
+			"--seed", strconv.Itoa(count))
+		if err != nil {
+			if statsOn != nil {
+				statsOn.Close()
+			}
 			return st, fmt.Errorf("connect %s: %w", path, err)
+		}
+		if statsOn != nil {
+			prog1, err := nodePortProgStats()
+			statsOn.Close()
+			if err != nil {
+				return st, err
+			}
+			if runs := prog1.runs - prog0.runs; runs > 0 {
+				if st.NodePortProg == nil {
+					st.NodePortProg = map[string][2]float64{}
+				}
+				ns := float64(prog1.runtime-prog0.runtime) / float64(runs)
+				st.NodePortProg[path] = [2]float64{ns, float64(runs)}
+				o.logf("eztunnel at %d Services: %s: NodePort program %.0f ns per run over %d runs", count, path, ns, runs)
+			}
 		}
 		for _, ns := range res.Nanos {
 			st.Latency[path] = append(st.Latency[path], float64(ns)/1e3)

@@ -3,8 +3,10 @@ package services
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -131,6 +133,16 @@ func report(w io.Writer, res Result, dps []string) {
 		for _, dp := range dps {
 			if s := step(res, c, dp); s != nil {
 				fmt.Fprintf(&b, " %s@%d %.1f;", dp, c, s.Ready)
+			}
+		}
+	}
+	if s := step(res, counts(res)[0], Eztunnel); s != nil && len(s.NodePortProg) > 0 {
+		fmt.Fprintf(&b, "\neztunnel's tc NodePort program over the NodePort connect probes (ns per run, runs; BPF run-time statistics):")
+		for _, c := range counts(res) {
+			if s := step(res, c, Eztunnel); s != nil {
+				for _, path := range slices.Sorted(maps.Keys(s.NodePortProg)) {
+					fmt.Fprintf(&b, " %s@%d %.0f (%.0f);", path, c, s.NodePortProg[path][0], s.NodePortProg[path][1])
+				}
 			}
 		}
 	}

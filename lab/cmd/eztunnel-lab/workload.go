@@ -22,7 +22,7 @@ import (
 // inside lab pods. Hidden: they are tools of the lab, not of the agent.
 func workloadCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "workload", Short: "Traffic generators for tests and benchmarks", Hidden: true}
-	cmd.AddCommand(append([]*cobra.Command{workloadServeCmd(), workloadStreamCmd(), workloadPingPongCmd(), workloadHoldCmd(), workloadUDPCmd(), workloadEarlyCmd()}, append(append(workloadProbeCmds(), workloadStuckCmds()...), append(workloadPoolCmds(), workloadConnectCmds()...)...)...)...)
+	cmd.AddCommand(append([]*cobra.Command{workloadServeCmd(), workloadPeerCmd(), workloadStreamCmd(), workloadPingPongCmd(), workloadHoldCmd(), workloadUDPCmd(), workloadEarlyCmd()}, append(append(workloadProbeCmds(), workloadStuckCmds()...), append(workloadPoolCmds(), workloadConnectCmds()...)...)...)...)
 	return cmd
 }
 
@@ -43,8 +43,8 @@ func dial(addr string) (net.Conn, error) {
 }
 
 func workloadServeCmd() *cobra.Command {
-	var streams, echos, pools, poolsBlocking []string
-	var ready string
+	var streams, echos, pools, poolsBlocking, peers, peersUDP []string
+	var ready, name string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve stream and echo clients until killed",
@@ -81,7 +81,21 @@ func workloadServeCmd() *cobra.Command {
 				}
 				go workload.ServePoolBlocking(fd)
 			}
-			if len(lns)+len(echos)+len(poolsBlocking) == 0 {
+			for _, a := range peers {
+				ln, err := net.Listen("tcp", a)
+				if err != nil {
+					return err
+				}
+				go workload.ServePeer(ln, name)
+			}
+			for _, a := range peersUDP {
+				pc, err := net.ListenPacket("udp", a)
+				if err != nil {
+					return err
+				}
+				go workload.ServePeerUDP(pc, name)
+			}
+			if len(lns)+len(echos)+len(poolsBlocking)+len(peers)+len(peersUDP) == 0 {
 				return fmt.Errorf("nothing to serve: give --stream, --echo, --pool or --pool-blocking")
 			}
 			if ready != "" {
@@ -96,7 +110,39 @@ func workloadServeCmd() *cobra.Command {
 	cmd.Flags().StringSliceVar(&echos, "echo", nil, "listen address(es) for ping-pong clients (unix:/path for a unix socket)")
 	cmd.Flags().StringSliceVar(&pools, "pool", nil, "listen address(es) for pool clients: echo every byte, non-blocking sockets and epoll (Go's netpoller)")
 	cmd.Flags().StringSliceVar(&poolsBlocking, "pool-blocking", nil, "the same with a thread per connection blocked in read(2), as thread-per-connection servers do")
+	cmd.Flags().StringSliceVar(&peers, "peer", nil, "listen address(es) for peer clients (TCP): each connection is answered with --name, the client address seen and the sha256 of what it sent")
+	cmd.Flags().StringSliceVar(&peersUDP, "peer-udp", nil, "the same over UDP: each datagram comes back with --name and the client address seen")
+	cmd.Flags().StringVar(&name, "name", "", "this server's name in --peer answers (a pod's name)")
 	cmd.Flags().StringVar(&ready, "ready-file", "", "file written once listening")
+	return cmd
+}
+
+// workloadPeerCmd: who answers at an address (a Service): TCP connections
+// or UDP datagrams to --peer / --peer-udp servers, one JSON answer each.
+func workloadPeerCmd() *cobra.Command {
+	var addr string
+	var n, size int
+	var udp bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "peer",
+		Short: "Connections (or datagrams) to peer servers; prints which server answered each and the client address it saw (JSON)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var as []workload.PeerAnswer
+			if udp {
+				as = workload.PeerUDP(addr, n, size, timeout)
+			} else {
+				as = workload.PeerTCP(addr, n, size, timeout)
+			}
+			return json.NewEncoder(os.Stdout).Encode(as)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", "", "host:port")
+	f.IntVar(&n, "n", 10, "connections (or datagrams, on one socket)")
+	f.IntVar(&size, "size", 65536, "bytes sent per connection (datagram size, at least 9, with --udp)")
+	f.BoolVar(&udp, "udp", false, "datagrams on one connected UDP socket")
+	f.DurationVar(&timeout, "timeout", 2*time.Second, "connect (or answer) timeout")
 	return cmd
 }
 
