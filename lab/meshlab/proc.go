@@ -1,14 +1,13 @@
 package meshlab
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -17,7 +16,7 @@ type Proc struct {
 	Name string
 	Pod  *netlab.Pod
 	cmd  *exec.Cmd
-	out  lockedBuffer
+	out  logbuf.Buffer
 	done chan struct{} // closed once Wait returned
 }
 
@@ -36,26 +35,6 @@ func (p *Proc) exited() bool {
 // Output is what the process wrote so far, for diagnostics.
 func (p *Proc) Output() string { return p.out.String() }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 1<<20 {
-		return len(p), nil // keep the start; a chatty server must not grow us
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Cmd prepares argv in pod p; start it with Start.
 func (n *Node) Cmd(ctx context.Context, p *netlab.Pod, argv ...string) *exec.Cmd {
 	return p.Cmd(ctx, argv[0], argv[1:]...)
@@ -71,7 +50,7 @@ func (n *Node) Start(p *netlab.Pod, cmd *exec.Cmd) error {
 // start runs argv in pod p until the node closes and waits until every one
 // of ports listens in p's netns.
 func (n *Node) start(name string, p *netlab.Pod, ports []int, argv ...string) (*Proc, error) {
-	pr := &Proc{Name: name, Pod: p, done: make(chan struct{})}
+	pr := &Proc{Name: name, Pod: p, out: logbuf.Buffer{Limit: 1 << 20}, done: make(chan struct{})}
 	pr.cmd = n.Cmd(n.ctx, p, argv...)
 	pr.cmd.Stdout, pr.cmd.Stderr = &pr.out, &pr.out
 	pr.cmd.WaitDelay = 2 * time.Second // children may hold the output pipe

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
@@ -23,7 +24,7 @@ import (
 type pool struct {
 	t                *testing.T
 	cmd              *exec.Cmd
-	out              *lockedBuffer
+	out              *logbuf.Buffer
 	ready, gof, stop string
 }
 

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/podnet"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -515,7 +516,7 @@ func (s *streams) stop(t *testing.T) {
 // nodeAgent is `eztunnel run` in a node's namespace.
 type nodeAgent struct {
 	cmd    *exec.Cmd
-	logs   *lockedBuffer
+	logs   *logbuf.Buffer
 	exited chan error
 }
 
@@ -524,7 +525,7 @@ type nodeAgent struct {
 func startNodeAgent(t, owner *testing.T, n *multinode.Node, args ...string) *nodeAgent {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready")
-	a := &nodeAgent{logs: &lockedBuffer{}, exited: make(chan error, 1)}
+	a := &nodeAgent{logs: &logbuf.Buffer{}, exited: make(chan error, 1)}
 	a.cmd = n.Cmd(context.Background(), bin, append(args, "--ready-file", ready)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := n.Start(a.cmd); err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
@@ -57,7 +58,7 @@ func TestBypassTraceSavedStages(t *testing.T) {
 		defer cancel()
 		tr := n.Cmd(ctx, bin, "trace", "-o", "json", "--proto", "udp", "--port", port, "--ready-file", ready)
 		var out bytes.Buffer
-		errb := &lockedBuffer{}
+		errb := &logbuf.Buffer{}
 		tr.Stdout, tr.Stderr = &out, errb
 		if err := n.Start(tr); err != nil {
 			t.Fatal(err)

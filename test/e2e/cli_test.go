@@ -18,6 +18,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -62,7 +63,7 @@ func TestAgentLifecycle(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	agent := sysexec.Command(ctx, bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin, "--ready-file", ready)
-	logs := &lockedBuffer{}
+	logs := &logbuf.Buffer{}
 	agent.Stdout, agent.Stderr = logs, logs
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)

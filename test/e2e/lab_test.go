@@ -17,6 +17,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/bench/mesh"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
@@ -203,7 +204,7 @@ func TestLabWorkloads(t *testing.T) {
 // processes (haproxy, nginx, redis-server) or pins.
 func TestLabInterrupt(t *testing.T) {
 	cmd := tinyLab(t, "lb2", 51, t.TempDir(), "sidecar")
-	var stderr lockedBuffer
+	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -16,20 +16,21 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // agent is one `eztunnel run` process.
 type agent struct {
 	cmd  *exec.Cmd
-	logs *lockedBuffer
+	logs *logbuf.Buffer
 }
 
 // startAgent starts `binary run` with extra flags and waits until it has attached.
 func startAgent(t *testing.T, binary, cgroup, pin string, extra ...string) *agent {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready")
-	a := &agent{logs: &lockedBuffer{}}
+	a := &agent{logs: &logbuf.Buffer{}}
 	args := append([]string{"run", "--cgroup", cgroup, "--pin-path", pin, "--ready-file", ready}, extra...)
 	a.cmd = sysexec.Command(context.Background(), binary, args...)
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
@@ -112,7 +113,7 @@ func (e *env) transferDuring(pin string, during func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := a.Cmd(ctx, labBin, streamCase{conns: 1, parallel: 1, up: 1 << 30, down: 1 << 30, chunk: 256 << 10}.args(hostport(b.IPv4, 7000), 9)...)
-	out := &lockedBuffer{}
+	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := a.Start(cmd); err != nil {
 		t.Fatal(err)

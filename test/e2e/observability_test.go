@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 )
 
 // TestObservability: the agent's Prometheus endpoint reports the BPF
@@ -38,7 +40,7 @@ func TestObservability(t *testing.T) {
 	defer cancel()
 	agent := sysexec.Command(ctx, bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin,
 		"--metrics-addr", metricsAddr, "--log-format", "json", "--ready-file", ready)
-	logs := &lockedBuffer{}
+	logs := &logbuf.Buffer{}
 	agent.Stdout, agent.Stderr = logs, logs
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)

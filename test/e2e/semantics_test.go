@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -58,7 +59,7 @@ var semCases = []semCase{
 // probeServe starts `eztunnel workload probe-server` in pod and waits until it listens.
 // It returns the server's stderr, where it reports the spurious EAGAINs its
 // blocking read loops retried.
-func (e *env) probeServe(p *netlab.Pod, port int) *lockedBuffer {
+func (e *env) probeServe(p *netlab.Pod, port int) *logbuf.Buffer {
 	e.t.Helper()
 	return probeServe(e.t, p, port)
 }
@@ -71,12 +72,12 @@ type podRunner interface {
 	Run(cmd *exec.Cmd) error
 }
 
-func probeServe(t *testing.T, p podRunner, port int) *lockedBuffer {
+func probeServe(t *testing.T, p podRunner, port int) *logbuf.Buffer {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready")
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := p.Cmd(ctx, labBin, "workload", "probe-server", "--addr", ":"+strconv.Itoa(port), "--ready-file", ready)
-	stderr := &lockedBuffer{}
+	stderr := &logbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := p.Start(cmd); err != nil {
 		cancel()
@@ -117,7 +118,7 @@ func runProbe(t *testing.T, p podRunner, addr, scenario string) (map[string]any,
 }
 
 // spuriousLines returns the server's spurious-EAGAIN reports.
-func spuriousLines(b *lockedBuffer) []string {
+func spuriousLines(b *logbuf.Buffer) []string {
 	var out []string
 	for _, l := range strings.Split(b.String(), "\n") {
 		if strings.Contains(l, "spurious EAGAIN") {
@@ -175,7 +176,7 @@ func TestSemantics(t *testing.T) {
 				baseline[c.name] = obs
 			})
 		}
-		for _, srv := range []*lockedBuffer{srvB, srvU} {
+		for _, srv := range []*logbuf.Buffer{srvB, srvU} {
 			if l := spuriousLines(srv); len(l) > 0 {
 				t.Errorf("plain TCP: the probe server saw spurious EAGAINs: %v", l)
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
@@ -40,7 +41,7 @@ func svcRun(t *testing.T, p *netlab.Pod, v any, args ...string) {
 	defer cancel()
 	a := svcPy(args...)
 	cmd := p.Cmd(ctx, a[0], a[1:]...)
-	var errb lockedBuffer
+	var errb logbuf.Buffer
 	cmd.Stderr = &errb
 	out, err := func() ([]byte, error) {
 		stdout, err := cmd.StdoutPipe()
@@ -139,7 +140,7 @@ type holdRound struct {
 
 // startSvcPy starts svc.py args in p with its stdin and stdout piped; it is
 // stopped (stdin closed, waited for) at the test's end.
-func startSvcPy(t *testing.T, p *netlab.Pod, args ...string) (io.WriteCloser, *bufio.Scanner, *lockedBuffer) {
+func startSvcPy(t *testing.T, p *netlab.Pod, args ...string) (io.WriteCloser, *bufio.Scanner, *logbuf.Buffer) {
 	t.Helper()
 	a := svcPy(args...)
 	cmd := p.Cmd(context.Background(), a[0], a[1:]...)
@@ -151,7 +152,7 @@ func startSvcPy(t *testing.T, p *netlab.Pod, args ...string) (io.WriteCloser, *b
 	if err != nil {
 		t.Fatal(err)
 	}
-	errb := &lockedBuffer{}
+	errb := &logbuf.Buffer{}
 	cmd.Stderr = errb
 	if err := p.Start(cmd); err != nil {
 		t.Fatal(err)
@@ -244,7 +245,7 @@ func TestServices(t *testing.T) {
 
 	metricsAddr := freeAddr(t)
 	var agent *exec.Cmd
-	logs := &lockedBuffer{}
+	logs := &logbuf.Buffer{}
 	startAgent := func(t *testing.T, extra ...string) {
 		t.Helper()
 		ready := filepath.Join(t.TempDir(), "ready")

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,11 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
@@ -47,30 +46,12 @@ func nsTry(netns string, name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startLogged is startIn with the command's output kept for diagnostics.
-func (e *env) startLogged(p *netlab.Pod, name string, args ...string) (*exec.Cmd, *lockedBuffer) {
+func (e *env) startLogged(p *netlab.Pod, name string, args ...string) (*exec.Cmd, *logbuf.Buffer) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := p.Cmd(ctx, name, args...)
-	out := &lockedBuffer{}
+	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := p.Start(cmd); err != nil {
 		cancel()
@@ -84,7 +65,7 @@ func (e *env) startLogged(p *netlab.Pod, name string, args ...string) (*exec.Cmd
 type sidecar struct {
 	pod   *netlab.Pod
 	stats string // stats socket path
-	log   *lockedBuffer
+	log   *logbuf.Buffer
 }
 
 // startSidecar writes the config, starts `haproxy -f cfg -db` in the pod's

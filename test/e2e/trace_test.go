@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -40,7 +41,7 @@ func startTrace(t *testing.T, args ...string) func() traceOut {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	cmd := sysexec.Command(ctx, bin, append([]string{"trace", "-o", "json", "--csv", csvPath, "--ready-file", ready}, args...)...)
 	var out bytes.Buffer
-	errb := &lockedBuffer{}
+	errb := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = &out, errb
 	if err := cmd.Start(); err != nil {
 		cancel()
@@ -259,7 +260,7 @@ func TestTraceOutputs(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
 	cmd := sysexec.Command(ctx, labBin, "trace", "--raw-tp", "--live", "-o", "json", "--plot", plot, "--port", "7001", "--proto", "tcp", "--ready-file", ready)
 	var out bytes.Buffer
-	errb := &lockedBuffer{}
+	errb := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = &out, errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

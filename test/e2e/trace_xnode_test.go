@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
@@ -33,7 +34,7 @@ func TestTraceCrossNode(t *testing.T) {
 	tr := sysexec.Command(ctx, bin, "trace", "-o", "json", "--proto", "udp", "--port", port, "--ready-file", ready,
 		"--host-netns", l.Node(1).NetNS+","+l.Node(2).NetNS, "--wire-netns", l.Underlay)
 	var out bytes.Buffer
-	errb := &lockedBuffer{}
+	errb := &logbuf.Buffer{}
 	tr.Stdout, tr.Stderr = &out, errb
 	if err := tr.Start(); err != nil {
 		t.Fatal(err)

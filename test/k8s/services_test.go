@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/k8scluster"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
@@ -99,24 +99,6 @@ func waitKubeProxy(t testing.TB, svcPort string, want ...string) {
 			t.Fatalf("kube-proxy's rules for %s: endpoints %v, reject %v; want %v", svcPort, eps, reject, want)
 		}
 	}
-}
-
-// lockedLog collects the agent's output while the test may read it.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestServicesAPI runs `eztunnel run --services --kubeconfig` on the host,
@@ -542,7 +524,7 @@ spec:
 // the pods' root cgroup, fed by the cluster's API server.
 type svcAgent struct {
 	cmd     *exec.Cmd
-	logs    *lockedLog
+	logs    *logbuf.Buffer
 	metrics string // its metrics address
 	stopped bool
 }
@@ -556,7 +538,7 @@ func startSvcAgent(t *testing.T, ctx context.Context, pin string, args ...string
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &svcAgent{metrics: ln.Addr().String(), logs: &lockedLog{}}
+	a := &svcAgent{metrics: ln.Addr().String(), logs: &logbuf.Buffer{}}
 	ln.Close()
 	ready := filepath.Join(t.TempDir(), "ready")
 	a.cmd = sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), append([]string{"run", "--cgroup", podsCgroup(), "--pin-path", pin,

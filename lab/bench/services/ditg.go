@@ -36,6 +36,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -355,7 +356,7 @@ type receiver struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-	out    *logBuf
+	out    *logbuf.Buffer
 	starts int
 }
 
@@ -376,7 +377,7 @@ func (r *receiver) ensure(ctx context.Context) error {
 	// -a says otherwise: "::" takes either family (v4-mapped).
 	cmd := r.pod.Cmd(context.Background(), "ITGRecv", "-Sp", strconv.Itoa(ditgSigPort), "-a", "::")
 	cmd.Dir = r.dir
-	r.out = &logBuf{}
+	r.out = &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = r.out, r.out
 	if err := r.pod.Start(cmd); err != nil {
 		return fmt.Errorf("ITGRecv: %w", err)
@@ -422,24 +423,6 @@ func (r *receiver) stop() {
 	r.cmd.Process.Kill()
 	<-r.exited
 	r.cmd = nil
-}
-
-// logBuf is a process's output, read while it runs.
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(b)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // ditgFlow sends one flow from p to dst (data, through the datapath) with
