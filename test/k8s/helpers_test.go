@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/k8scluster"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -238,6 +239,28 @@ func podsCgroup() string { return filepath.Join(cg2Root, "kubepods") }
 
 // leftovers reports pins under pinPath and eztunnel programs (ez_*) still
 // attached anywhere (BPF links) or on the pods' root cgroup.
+// removeAgent deletes the agent's namespace (the DaemonSet's removal makes
+// the last agent remove the datapath), waits for the host to hold no
+// eztunnel state and otherwise runs `eztunnel uninstall` on the host, so
+// that a test that failed before its own uninstall leaves nothing to the
+// next one.
+func removeAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl.Kubectl(ctx, "delete", "namespace", agentNS, "--ignore-not-found", "--wait=true", "--timeout=90s")
+	deadline := time.Now().Add(60 * time.Second)
+	for len(leftovers()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	if l := leftovers(); len(l) > 0 {
+		out, err := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "uninstall", "--pin-path", pinPath).CombinedOutput()
+		t.Logf("after the agent's namespace was deleted: %v; eztunnel uninstall on the host: %v\n%s", l, err, out)
+		if l := leftovers(); len(l) > 0 {
+			t.Errorf("eztunnel state left after the test: %v", l)
+		}
+	}
+}
+
 func leftovers() []string {
 	var out []string
 	if ents, err := os.ReadDir(pinPath); err == nil {
