@@ -50,8 +50,12 @@ func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) erro
 		return err
 	}
 	r := newReconciler(cfg, layout)
-	r.log.Info("kubernetes: watching pods", "node", cfg.NodeName, "pods_cgroup", layout.PodsRoot,
-		"driver", layout.Driver, "default_policy", cfg.defaultPolicy())
+	if cfg.Select != nil {
+		r.log.Info("kubernetes: watching pods (selected by the caller)", "node", cfg.NodeName, "pods_cgroup", layout.PodsRoot, "driver", layout.Driver)
+	} else {
+		r.log.Info("kubernetes: watching pods", "node", cfg.NodeName, "pods_cgroup", layout.PodsRoot,
+			"driver", layout.Driver, "default_policy", cfg.defaultPolicy())
+	}
 
 	nodeSel := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
 	podStore, podCtl := cache.NewInformerWithOptions(cache.InformerOptions{

@@ -81,14 +81,18 @@ func OrigProxy(ln net.Listener, report io.Writer) error {
 			}
 			defer u.Close()
 			rep.Upstream = u.RemoteAddr().String()
+			// read/write copies, not io.Copy's splice(2) between TCP
+			// connections: with the socket shortcut, bytes redirected to a
+			// socket are not seen by splice (docs/architecture.md, "What
+			// still differs from plain TCP"), as a mesh proxy's are read.
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				io.Copy(c, u)
+				io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{u})
 				c.(*net.TCPConn).CloseWrite()
 			}()
-			io.Copy(u, c)
+			io.Copy(struct{ io.Writer }{u}, struct{ io.Reader }{c})
 			u.(*net.TCPConn).CloseWrite()
 			wg.Wait()
 		}()
