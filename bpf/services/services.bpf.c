@@ -26,6 +26,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Referenced so that BTF, and so bpf2go, carries the enum Go names. */
 const enum ez_svc_counter ez_svc_counter_enum __attribute__((unused));
+const enum ez_svc_proxy_flag ez_svc_proxy_flag_enum __attribute__((unused));
+const enum ez_svc_proxy_limit ez_svc_proxy_limit_enum __attribute__((unused));
 
 #define EZ_IPPROTO_TCP 6
 #define EZ_IPPROTO_UDP 17
@@ -79,6 +81,22 @@ struct {
 } ez_svc_socks SEC(".maps");
 
 EZ_COUNTER_MAP(ez_svc_counters, EZ_SVC_C_MAX);
+
+/* Pods left to their proxy, by pod cgroup id (bpf/services/services.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct ez_svc_proxy);
+} ez_svc_proxied SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ez_svc_proxy_span);
+} ez_svc_proxy_levels SEC(".maps");
 
 static __always_inline void count(__u32 c)
 {
@@ -275,6 +293,39 @@ static __always_inline int refuse(void)
 	return 0;
 }
 
+/* Whether the connecting task's pod is left to its proxy and the task is
+ * not the proxy. The task's cgroup is a container's (or the pod's own):
+ * its ancestors at the levels pods are at are looked up. uid is the real
+ * uid in the initial user namespace, as iptables' owner match sees it
+ * for pods without user namespaces. */
+static __always_inline int left_to_proxy(void)
+{
+	struct ez_svc_proxy_span *lv;
+	__u32 zero = 0;
+
+	lv = bpf_map_lookup_elem(&ez_svc_proxy_levels, &zero);
+	if (!lv || lv->max == 0)
+		return 0;
+	for (__u32 i = 0; i < EZ_SVC_PROXY_SPAN; i++) {
+		__u32 level = lv->min + i;
+		struct ez_svc_proxy *p;
+		__u64 id;
+
+		if (level > lv->max)
+			break;
+		id = bpf_get_current_ancestor_cgroup_id(level);
+		if (!id)
+			break; /* the task is above this level */
+		p = bpf_map_lookup_elem(&ez_svc_proxied, &id);
+		if (!p)
+			continue;
+		if ((p->flags & EZ_SVC_PROXY_UID) && (__u32)bpf_get_current_uid_gid() == p->uid)
+			return 0;
+		return 1;
+	}
+	return 0;
+}
+
 static __always_inline int do_connect(struct bpf_sock_addr *ctx, int v6)
 {
 	struct ez_svc_backend *be;
@@ -288,6 +339,12 @@ static __always_inline int do_connect(struct bpf_sock_addr *ctx, int v6)
 	svc = frontend(ctx, v6, &k);
 	if (!svc)
 		return 1;
+	/* TCP only: UDP has no proxy to learn its destination, and is
+	 * translated for every pod. */
+	if (k.proto == EZ_IPPROTO_TCP && left_to_proxy()) {
+		count(EZ_SVC_C_LEFT_TO_PROXY);
+		return 1;
+	}
 	be = choose(ctx, svc, &backend_id);
 	if (!be)
 		return refuse();

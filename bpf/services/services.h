@@ -132,6 +132,33 @@ struct ez_svc_np {
 	__u32 flags;		/* enum ez_svc_np_flag */
 };
 
+/* A pod left to its proxy (ez_svc_proxied, keyed by the pod's cgroup id:
+ * its processes are in it or below). Its TCP connects to a frontend are not
+ * translated, so the pod's own interception (iptables REDIRECT) and the
+ * proxy's SO_ORIGINAL_DST (conntrack) see the ClusterIP as with kube-proxy;
+ * the proxy's own connects (uid, with EZ_SVC_PROXY_UID) are translated. */
+struct ez_svc_proxy {
+	__u32 uid;	/* the proxy's uid (initial user namespace) */
+	__u32 flags;	/* enum ez_svc_proxy_flag */
+};
+
+enum ez_svc_proxy_flag {
+	EZ_SVC_PROXY_UID = 1,	/* uid is set: the proxy runs in the pod as uid */
+};
+
+/* Where ez_svc_proxied's cgroups are in the hierarchy (key 0 of
+ * ez_svc_proxy_levels): levels min..max, at most EZ_SVC_PROXY_SPAN of them
+ * (pods of different QoS classes sit one level apart). max 0: no pod is
+ * left to a proxy and nothing is looked up. */
+struct ez_svc_proxy_span {
+	__u32 min;
+	__u32 max;
+};
+
+enum ez_svc_proxy_limit {
+	EZ_SVC_PROXY_SPAN = 4,	/* levels looked at, at most */
+};
+
 /* ez_svc_gone values (flags): which sockets of the pair are destroyed. */
 enum ez_svc_gone_flag {
 	EZ_SVC_GONE_TCP = 1,	/* the backend is gone from the endpoints (not merely not ready) */
@@ -159,6 +186,7 @@ enum ez_svc_counter {
 	EZ_SVC_C_NP_NOT_NEW,		/* NodePort packets of no known flow that cannot start one (left to the kernel) */
 	EZ_SVC_C_NP_CT_FAILED,		/* NodePort flows left to the kernel path: conntrack entry not made */
 	EZ_SVC_C_NP_REOPENED,		/* NodePort SYNs on a closed flow's tuple: its entry expired, set up anew */
+	EZ_SVC_C_LEFT_TO_PROXY,		/* TCP connects of a pod left to its proxy, not translated */
 	EZ_SVC_C_MAX,
 };
 

@@ -108,7 +108,7 @@ func printStatus(rep *statusReport) {
 		fmt.Fprintf(w, "bypass\t%s\n", rep.BypassOff)
 	}
 	if sv := rep.Services; sv != nil {
-		fmt.Fprintf(w, "services\t%d frontends, %d NodePorts, %d backends, %d cgroups\n", sv.Frontends, sv.NodePorts, sv.Backends, sv.Cgroups)
+		fmt.Fprintf(w, "services\t%d frontends, %d NodePorts, %d backends, %d cgroups, %d pods left to their proxy\n", sv.Frontends, sv.NodePorts, sv.Backends, sv.Cgroups, sv.Proxied)
 		for _, name := range services.CounterNames() {
 			if v := sv.Counters[name]; v > 0 {
 				fmt.Fprintf(w, "services %s\t%d\n", name, v)

@@ -187,6 +187,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var svc *serviceLB
 	if cfg.Services != nil {
+		if cfg.Kubernetes != nil { // the pods' cgroups where Kubernetes mode finds them
+			cfg.Services.Pods.PodsCgroup, cfg.Services.Pods.Driver = cfg.Kubernetes.PodsCgroup, cfg.Kubernetes.Driver
+			cfg.Services.Pods.Cgroup2Root = cfg.Kubernetes.Cgroup2Root
+		}
 		if svc, err = loadServices(*cfg.Services, cfg.Datapath.Dir()); err != nil {
 			closeMetrics()
 			return err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	lbsvc "github.com/eztunnel/eztunnel/internal/datapath/services"
@@ -34,6 +35,10 @@ type ServicesConfig struct {
 	// healthCheckNodePorts of LoadBalancer Services with
 	// externalTrafficPolicy Local are served (hosts; empty: every address).
 	HealthCheckAddrs []string
+	// Pods is where the kubelet puts pod cgroups (PodsCgroup, Driver,
+	// Cgroup2Root; zero: detected), for the pods of NodeName left to their
+	// proxy (the eztunnel.io/services annotation) with the Kubernetes API.
+	Pods kube.Config
 }
 
 // serviceLB is the load balancer attached to the agent's cgroups. Its maps
@@ -227,6 +232,9 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 			s.health = svcsync.NewHealthServer(s.cfg.HealthCheckAddrs, nil)
 		}
 		err = svcsync.RunKube(ctx, svcsync.KubeConfig{REST: rc, Families: fam, NodeName: node, Health: s.health}, s.table)
+		if err == nil {
+			go s.watchProxied(ctx, node)
+		}
 	}
 	if err != nil {
 		cancel()
@@ -247,6 +255,66 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 	slog.Info("services: load balancer attached (pinned: it stays while the agent restarts)",
 		"cgroups", s.lb.Attached(), "frontends", s.lb.Frontends(), "ipv6", fam.IPv6)
 	return nil
+}
+
+// watchProxied keeps the pods of node left to their proxy (the
+// eztunnel.io/services annotation) written until ctx ends. A pod waits for
+// its cgroup as selected pods do; a deleted pod, or one whose annotation
+// went, is translated at the socket again. An annotation that does not
+// parse is logged once per pod and value and counted; the pod keeps the
+// default. Pods an earlier agent left to their proxy stay so until the
+// first state.
+func (s *serviceLB) watchProxied(ctx context.Context, node string) {
+	cfg := s.cfg.Pods
+	cfg.Kubeconfig, cfg.NodeName, cfg.Default, cfg.SelfUID = s.cfg.Kubeconfig, node, "", ""
+	cfg.Select = func(p *corev1.Pod) bool {
+		_, ok := p.Annotations[kube.ServicesKey]
+		return ok
+	}
+	warned := map[string]string{} // pod UID -> invalid value logged
+	apply := func(ts []kube.Target) error {
+		var ps []lbsvc.Proxied
+		invalid := 0
+		seen := map[string]bool{}
+		for _, t := range ts {
+			seen[t.UID] = true
+			proxied, uid, hasUID, err := svcsync.ParseChoice(t.Services)
+			if err != nil {
+				invalid++
+				if warned[t.UID] != t.Services {
+					warned[t.UID] = t.Services
+					slog.Warn("services: invalid pod annotation, the pod is translated at the socket", "pod", t.Namespace+"/"+t.Name,
+						"key", kube.ServicesKey, "err", err)
+				}
+				continue
+			}
+			if proxied {
+				ps = append(ps, lbsvc.Proxied{Cgroup: t.CgroupPath, UID: uid, HasUID: hasUID})
+			}
+		}
+		for uid := range warned {
+			if !seen[uid] {
+				delete(warned, uid)
+			}
+		}
+		s.table.SetProxied(ps, invalid)
+		return nil
+	}
+	synced := func() { slog.Info("services: pods left to their proxy synced", "pods", s.proxiedPods()) }
+	if err := kube.Run(ctx, cfg, apply, synced); err != nil {
+		// No pod cgroups here (no kubelet): no pod is left to a proxy.
+		slog.Warn("services: pods left to their proxy: not watched, every pod is translated at the socket", "err", err)
+		s.table.SetProxied(nil, 0)
+	}
+}
+
+func (s *serviceLB) proxiedPods() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lb == nil {
+		return 0
+	}
+	return s.lb.ProxiedPods()
 }
 
 func (s *serviceLB) counters() (lbsvc.Counters, error) {

@@ -8,6 +8,7 @@ package kube
 import (
 	"errors"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"log/slog"
 
 	"k8s.io/client-go/rest"
@@ -16,6 +17,11 @@ import (
 
 // Key is the namespace label and pod annotation that selects workloads.
 const Key = "eztunnel.io/shortcut"
+
+// ServicesKey is the pod annotation of the Service load balancer's per-pod
+// choice (internal/svcsync.ParseChoice): translate at the socket, or leave
+// the pod to its proxy. Reported in Target.Services.
+const ServicesKey = "eztunnel.io/services"
 
 // Policy is a selection value: Enabled or Disabled.
 type Policy string
@@ -46,6 +52,7 @@ type Target struct {
 	Namespace, Name, UID string
 	CgroupID             uint64 // inode number of CgroupPath
 	CgroupPath           string
+	Services             string // the pod's ServicesKey annotation ("": none)
 }
 
 // Config configures Run, PodsRoot and WatchRemoval.
@@ -58,6 +65,11 @@ type Config struct {
 	Cgroup2Root string // cgroup2 mount; "" = the first cgroup2 mount in /proc/mounts
 	PodsCgroup  string // kubepods dir (absolute, or relative to Cgroup2Root); "" = auto
 	Driver      string // auto|cgroupfs|systemd; "" = auto
+
+	// Select, when set, decides which pods are reported instead of the
+	// selection policy (Key; Default and SelfUID unused): the Service load
+	// balancer watches the pods with a ServicesKey annotation.
+	Select func(*corev1.Pod) bool
 
 	Logger *slog.Logger // nil = slog.Default()
 }

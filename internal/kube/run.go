@@ -50,8 +50,12 @@ func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) erro
 		return err
 	}
 	r := newReconciler(cfg, layout)
-	r.log.Info("kubernetes: watching pods", "node", cfg.NodeName, "pods_cgroup", layout.PodsRoot,
-		"driver", layout.Driver, "default_policy", cfg.defaultPolicy())
+	if cfg.Select != nil {
+		r.log.Info("kubernetes: watching pods (selected by the caller)", "node", cfg.NodeName, "pods_cgroup", layout.PodsRoot, "driver", layout.Driver)
+	} else {
+		r.log.Info("kubernetes: watching pods", "node", cfg.NodeName, "pods_cgroup", layout.PodsRoot,
+			"driver", layout.Driver, "default_policy", cfg.defaultPolicy())
+	}
 
 	nodeSel := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
 	podStore, podCtl := cache.NewInformerWithOptions(cache.InformerOptions{
@@ -105,8 +109,13 @@ func slimPod(obj any) (any, error) {
 	out.Name, out.Namespace, out.UID = p.Name, p.Namespace, p.UID
 	out.ResourceVersion = p.ResourceVersion
 	out.DeletionTimestamp = p.DeletionTimestamp
-	if v, ok := p.Annotations[Key]; ok {
-		out.Annotations = map[string]string{Key: v}
+	for _, k := range []string{Key, ServicesKey} {
+		if v, ok := p.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
 	}
 	out.Spec.NodeName, out.Spec.HostNetwork = p.Spec.NodeName, p.Spec.HostNetwork
 	out.Status.Phase, out.Status.QOSClass = p.Status.Phase, p.Status.QOSClass
@@ -259,12 +268,18 @@ func (r *reconciler) desired() []Target {
 		if p.Spec.NodeName != r.cfg.NodeName || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		var ns *corev1.Namespace
-		if o, ok, _ := r.nss.GetByKey(p.Namespace); ok {
-			ns = o.(*corev1.Namespace)
-		}
-		if !r.pol.decide(p, ns).Selected {
-			continue
+		if r.cfg.Select != nil {
+			if !r.cfg.Select(p) {
+				continue
+			}
+		} else {
+			var ns *corev1.Namespace
+			if o, ok, _ := r.nss.GetByKey(p.Namespace); ok {
+				ns = o.(*corev1.Namespace)
+			}
+			if !r.pol.decide(p, ns).Selected {
+				continue
+			}
 		}
 		uid := string(p.UID)
 		seen[uid] = struct{}{}
@@ -276,7 +291,7 @@ func (r *reconciler) desired() []Target {
 			r.poll = true
 			continue
 		}
-		set = append(set, Target{Namespace: p.Namespace, Name: p.Name, UID: uid, CgroupID: cg.id, CgroupPath: cg.path})
+		set = append(set, Target{Namespace: p.Namespace, Name: p.Name, UID: uid, CgroupID: cg.id, CgroupPath: cg.path, Services: p.Annotations[ServicesKey]})
 	}
 	for uid := range r.cgroups {
 		if _, ok := seen[uid]; !ok {

@@ -333,3 +333,39 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestRunSelect: with Config.Select the selection policy is not used (the
+// shortcut annotation and namespace label mean nothing) and each target
+// carries its ServicesKey annotation, updated when it changes.
+func TestRunSelect(t *testing.T) {
+	ann := func(k, v string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			p.Annotations[k] = v
+		}
+	}
+	p1 := pod("a", "p1", ann(ServicesKey, "proxy:1337"), ann(Key, "disabled"))
+	p2 := pod("a", "p2", ann(Key, "enabled"))
+	fc := newFakeCluster(t, ns("a", "enabled"), p1, p2)
+	fc.cgroupDir(p1, true)
+	fc.cgroupDir(p2, true)
+	rec := newRecorder()
+	fc.run(t.Context(), Config{Select: func(p *corev1.Pod) bool {
+		_, ok := p.Annotations[ServicesKey]
+		return ok
+	}}, rec)
+	if set := fc.next(rec, "a/p1"); set[0].Services != "proxy:1337" {
+		t.Fatalf("p1: Services %q", set[0].Services)
+	}
+	fc.waitWatches("pods", "namespaces")
+	p1.Annotations[ServicesKey] = "socket"
+	fc.update(p1)
+	if set := fc.next(rec, "a/p1"); set[0].Services != "socket" {
+		t.Fatalf("p1 changed: Services %q", set[0].Services)
+	}
+	delete(p1.Annotations, ServicesKey)
+	fc.update(p1)
+	fc.next(rec, "")
+}

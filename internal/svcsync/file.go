@@ -32,8 +32,12 @@ import (
 //	  nodePort: 30080          # also a NodePort (with `run --nodeport`); 0 (default): none
 //	  externalTrafficPolicy: Local   # Cluster (default) or Local
 //	  localBackends: ["10.77.1.2:8080"]  # of backends, the node's own (Local)
+//	proxied:                 # pods left to their proxy (proxied.go); a bad entry fails the file
+//	- cgroup: /sys/fs/cgroup/pods/a    # the pod's cgroup v2 directory (its processes in it or below)
+//	  choice: "proxy:1337"   # proxy (default: the proxy is outside the pod) or proxy:<the in-pod proxy's uid>
 type File struct {
 	Services []FileService `yaml:"services" json:"services"`
+	Proxied  []FileProxied `yaml:"proxied,omitempty" json:"proxied,omitempty"`
 }
 
 // FileService is one frontend of the services file.
@@ -54,17 +58,27 @@ type FileService struct {
 // does not parse is an error; a bad entry is skipped and its reason
 // returned under its name (as for bad Service objects).
 func ParseFile(data []byte, fam Families) (map[string]Entries, map[string][]string, error) {
+	byName, skipped, _, err := parseFile(data, fam)
+	return byName, skipped, err
+}
+
+// parseFile is ParseFile with the file's pods left to their proxy.
+func parseFile(data []byte, fam Families) (map[string]Entries, map[string][]string, []lb.Proxied, error) {
 	var f File
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	proxied, err := fileProxied(f.Proxied)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	out := map[string]Entries{}
 	skipped := map[string][]string{}
 	for i, s := range f.Services {
 		if s.Name == "" {
-			return nil, nil, fmt.Errorf("services[%d]: no name", i)
+			return nil, nil, nil, fmt.Errorf("services[%d]: no name", i)
 		}
 		if out[s.Name] == nil {
 			out[s.Name] = Entries{}
@@ -80,7 +94,7 @@ func ParseFile(data []byte, fam Families) (map[string]Entries, map[string][]stri
 				Affinity: max(prev.Affinity, tg.Affinity), KeepSource: prev.KeepSource || tg.KeepSource}
 		}
 	}
-	return out, skipped, nil
+	return out, skipped, proxied, nil
 }
 
 func fileEntry(s FileService, fam Families) (Entries, string) {
@@ -177,7 +191,7 @@ func RunFile(ctx context.Context, path string, fam Families, t *Table, log *slog
 		}
 		since := time.Now()
 		last = data // a bad content is reported once, not at every poll
-		byName, skipped, err := ParseFile(data, fam)
+		byName, skipped, proxied, err := parseFile(data, fam)
 		if err != nil {
 			return fmt.Errorf("services file %s: %w", path, err)
 		}
@@ -192,6 +206,7 @@ func RunFile(ctx context.Context, path string, fam Families, t *Table, log *slog
 		for name, e := range byName {
 			t.Apply(name, e, skipped[name], since)
 		}
+		t.SetProxied(proxied, 0)
 		log.Info("services file applied", "file", path, "services", len(byName))
 		return nil
 	}

@@ -14,10 +14,13 @@ type Metrics struct {
 	mu                  sync.Mutex
 	frontends, backends int
 	skipped             map[string]int
-	sync                prometheus.Histogram
-	counters            func() (lb.Counters, error)
+	// Pods left to their proxy, and pods whose choice does not parse.
+	proxied, invalidChoices int
+	sync                    prometheus.Histogram
+	counters                func() (lb.Counters, error)
 
 	descFrontends, descBackends, descTranslations, descReversed, descFailures, descUp, descSkipped, descAffinity, descDestroyed *prometheus.Desc
+	descProxied, descInvalidChoice, descLeftToProxy                                                                             *prometheus.Desc
 }
 
 // NewMetrics reads the datapath's counters through counters (nil: none).
@@ -40,6 +43,12 @@ func NewMetrics(counters func() (lb.Counters, error)) *Metrics {
 			"Sockets sent to the backend their client (network namespace) had, by sessionAffinity ClientIP.", nil, nil),
 		descDestroyed: prometheus.NewDesc(ns+"sockets_destroyed_total",
 			"Sockets destroyed because the backend they were translated to left the frontend (TCP: aborted; connected UDP), by proto.", []string{"proto"}, nil),
+		descProxied: prometheus.NewDesc(ns+"proxied_pods",
+			"Pods left to their proxy (eztunnel.io/services: proxy or proxy:<uid>; the file's proxied entries): their TCP connects to ClusterIPs are not translated at the socket, their proxy's are.", nil, nil),
+		descInvalidChoice: prometheus.NewDesc(ns+"pod_choice_invalid",
+			"Pods whose eztunnel.io/services annotation does not parse: they keep the default (translated at the socket).", nil, nil),
+		descLeftToProxy: prometheus.NewDesc(ns+"left_to_proxy_total",
+			"TCP connects to a frontend by a pod left to its proxy (not by its proxy), not translated.", nil, nil),
 		descUp: prometheus.NewDesc(ns+"up", "1 when the load balancer's counters could be read.", nil, nil),
 		descSkipped: prometheus.NewDesc(ns+"skipped",
 			"Parts of the current Services not translated, by reason: no_ports, protocol (not TCP/UDP), family (not served by the node), bad_address, conflict (frontend of another Service), write_failed.", []string{"reason"}, nil),
@@ -67,7 +76,8 @@ var SkipReasons = []string{SkipNoPorts, SkipProtocol, SkipFamily, SkipBadAddress
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.sync.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.descFrontends, m.descBackends, m.descTranslations, m.descReversed, m.descFailures, m.descUp, m.descSkipped, m.descAffinity, m.descDestroyed} {
+	for _, d := range []*prometheus.Desc{m.descFrontends, m.descBackends, m.descTranslations, m.descReversed, m.descFailures, m.descUp, m.descSkipped, m.descAffinity, m.descDestroyed,
+		m.descProxied, m.descInvalidChoice, m.descLeftToProxy} {
 		ch <- d
 	}
 }
@@ -81,6 +91,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range SkipReasons {
 		ch <- prometheus.MustNewConstMetric(m.descSkipped, prometheus.GaugeValue, float64(m.skipped[r]), r)
 	}
+	ch <- prometheus.MustNewConstMetric(m.descProxied, prometheus.GaugeValue, float64(m.proxied))
+	ch <- prometheus.MustNewConstMetric(m.descInvalidChoice, prometheus.GaugeValue, float64(m.invalidChoices))
 	m.mu.Unlock()
 	if m.counters == nil {
 		return
@@ -95,6 +107,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(m.descTranslations, prometheus.CounterValue, float64(c["nodeport_new"]), "nodeport")
 		ch <- prometheus.MustNewConstMetric(m.descAffinity, prometheus.CounterValue, float64(c["affinity_hit"]))
+		ch <- prometheus.MustNewConstMetric(m.descLeftToProxy, prometheus.CounterValue, float64(c["left_to_proxy"]))
 		ch <- prometheus.MustNewConstMetric(m.descReversed, prometheus.CounterValue, float64(c["recv_reversed"]), "recv")
 		ch <- prometheus.MustNewConstMetric(m.descReversed, prometheus.CounterValue, float64(c["peer_reversed"]), "peer")
 		ch <- prometheus.MustNewConstMetric(m.descReversed, prometheus.CounterValue, float64(c["orig_dst"]), "original_dst")

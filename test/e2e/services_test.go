@@ -109,6 +109,24 @@ func lbPrograms(t *testing.T, cgroup string) int {
 	return n
 }
 
+// pinnedSvcCounter reads one of the pinned load balancer's counters
+// (`eztunnel status`: no agent needed).
+func pinnedSvcCounter(t *testing.T, pin, name string) uint64 {
+	t.Helper()
+	out, err := eztunnel(context.Background(), "status", "--pin-path", pin, "-o", "json")
+	var st struct {
+		Services *struct{ Counters map[string]uint64 } `json:"services"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st.Services == nil {
+		t.Fatalf("status: %v: %s", err, out)
+	}
+	v, ok := st.Services.Counters[name]
+	if !ok {
+		t.Fatalf("status: no services counter %q: %s", name, out)
+	}
+	return v
+}
+
 // lbHooks is how many cgroup hooks the load balancer attaches.
 const lbHooks = 11
 
@@ -217,6 +235,7 @@ func TestServices(t *testing.T) {
 		return strings.Join(l, ", ")
 	}
 	var draining []*netlab.Pod // web backends still alive but chosen no more
+	proxied := ""              // the file's proxied section ("": none)
 	file := func(web ...*netlab.Pod) string {
 		var b4, b6 []string
 		for _, p := range web {
@@ -233,8 +252,8 @@ func TestServices(t *testing.T) {
 - {name: bad, ip: 10.96.93.40, port: 80, protocol: SCTP, backends: []}
 - {name: near, ip: %s, port: 80, backends: [%s]}
 - {name: sticky, ip: %s, port: 80, affinitySeconds: 3600, backends: [%s]}
-`, vip4, l4, list(draining, false), vip6, l6, list(draining, true), vip4, list(dns, false), vip6, list(dns, true), empty4, empty6,
-			near4, be(near, false), sticky4, list(bs[:2], false))
+%s`, vip4, l4, list(draining, false), vip6, l6, list(draining, true), vip4, list(dns, false), vip6, list(dns, true), empty4, empty6,
+			near4, be(near, false), sticky4, list(bs[:2], false), proxied)
 	}
 	svcFile := filepath.Join(t.TempDir(), "services.yaml")
 	writeServices(t, svcFile, file(bs[0], bs[1]))
@@ -593,6 +612,159 @@ func TestServices(t *testing.T) {
 		if d, o := after[tc]-before[tc], after[k]-before[k]; d != 6 || o != 3 {
 			t.Errorf("3 connections through the sidecar: %v TCP translations (want 6: the application's and the proxy's), %v SO_ORIGINAL_DST answers (want 3)", d, o)
 		}
+	})
+
+	t.Run("pod left to its proxy", func(t *testing.T) {
+		// A pod whose own interception catches every TCP connection but its
+		// proxy's (Istio's REDIRECT rule: the proxy's uid excluded), and a
+		// proxy that forwards to SO_ORIGINAL_DST. Default choice: the
+		// application's connect is translated at the socket and the
+		// getsockopt hook answers the ClusterIP. Left to its proxy: the
+		// application's connect is not translated, so conntrack itself
+		// answers the ClusterIP, exactly as it answers a VIP that a
+		// kube-proxy-like DNAT in the host's PREROUTING serves (the
+		// reference); the proxy's own connect is translated. Bytes are
+		// exact every way. Then the choice survives a restart (pinned), and
+		// goes with the file's entry.
+		const proxyUID, ref4 = "1337", "10.96.93.70"
+		px := e.pod("px", true)
+		for _, ipt := range []string{"iptables", "ip6tables"} {
+			nsExec(t, px.NetNS, ipt, "-w", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-m", "owner", "!", "--uid-owner", proxyUID,
+				"-j", "REDIRECT", "--to-ports", "15001")
+		}
+		hostDNAT(t, e.lab, netip.MustParseAddr(ref4), hostport(bs[2].IPv4, 8080))
+		nsExec(t, bs[2].NetNS, "ip", "route", "add", px.IPv4.String()+"/32", "via", e.lab.GatewayV4.String())
+		_, sc, errb := startSvcPy(t, px, "proxy", "15001", proxyUID)
+		defer func() {
+			if t.Failed() {
+				t.Logf("proxy stderr: %s", errb.String())
+			}
+		}()
+		if !sc.Scan() || sc.Text() != "listening" {
+			t.Fatalf("proxy: %q %v %s", sc.Text(), sc.Err(), errb.String())
+		}
+		type seen struct {
+			Orig, Upstream string // the proxy's SO_ORIGINAL_DST answer, its upstream's getpeername
+			Peer, Backend  string // the application's getpeername, the backend that answered
+			Exact          bool
+		}
+		through := func(when, host string) seen {
+			t.Helper()
+			var r struct {
+				Peer, Backend string
+				Exact         bool
+			}
+			svcRun(t, px, &r, "tcp", host, "80", fmt.Sprint(200<<10))
+			if !sc.Scan() {
+				t.Fatalf("%s: proxy ended: %v %s", when, sc.Err(), errb.String())
+			}
+			var p struct {
+				Orig         string `json:"orig"`
+				UpstreamPeer string `json:"upstream_peer"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+				t.Fatalf("%s: %v: %q", when, err, sc.Text())
+			}
+			return seen{Orig: p.Orig, Upstream: p.UpstreamPeer, Peer: r.Peer, Backend: r.Backend, Exact: r.Exact}
+		}
+		vip := hostport(netip.MustParseAddr(vip4), 80)
+		ref := hostport(netip.MustParseAddr(ref4), 80)
+		web := []string{"b2", "b3"} // as the earlier subtests left the file
+		const (
+			tcpK  = `eztunnel_services_translations_total{kind="tcp_connect"}`
+			origK = `eztunnel_services_reverse_translations_total{kind="original_dst"}`
+			leftK = "eztunnel_services_left_to_proxy_total"
+			podsK = "eztunnel_services_proxied_pods"
+		)
+		check := func(when string, left bool) {
+			t.Helper()
+			before := scrape(t, metricsAddr)
+			got := through(when, vip4)
+			after := scrape(t, metricsAddr)
+			if got.Orig != vip || got.Upstream != vip || got.Peer != vip || !got.Exact || !slices.Contains(web, got.Backend) {
+				t.Errorf("%s: %+v, want SO_ORIGINAL_DST, the proxy's and the application's peers all %s, exact bytes from a web backend", when, got, vip)
+			}
+			// Default: both connects translated, the answer the hook's.
+			// Left to the proxy: the proxy's only, the answer conntrack's.
+			wantTCP, wantOrig, wantLeft := 2.0, 1.0, 0.0
+			if left {
+				wantTCP, wantOrig, wantLeft = 1, 0, 1
+			}
+			if d := after[tcpK] - before[tcpK]; d != wantTCP {
+				t.Errorf("%s: %v TCP connects translated, want %v", when, d, wantTCP)
+			}
+			if d := after[origK] - before[origK]; d != wantOrig {
+				t.Errorf("%s: %v SO_ORIGINAL_DST answers by the hook, want %v", when, d, wantOrig)
+			}
+			if d := after[leftK] - before[leftK]; d != wantLeft {
+				t.Errorf("%s: %v connects left to the proxy, want %v", when, d, wantLeft)
+			}
+			t.Logf("%s: the proxy saw %s, its upstream %s; backend %s", when, got.Orig, got.Upstream, got.Backend)
+		}
+		// kube-proxy's way, for reference: nothing at the socket (the VIP is
+		// no frontend), DNAT in the host.
+		r := through("reference (host DNAT)", ref4)
+		if r.Orig != ref || r.Upstream != ref || r.Peer != ref || !r.Exact || r.Backend != "b3" {
+			t.Fatalf("reference through a host DNAT: %+v, want %s everywhere, exact bytes from b3", r, ref)
+		}
+
+		check("default choice", false)
+		if p := scrape(t, metricsAddr)[podsK]; p != 0 {
+			t.Errorf("%s %v, want 0", podsK, p)
+		}
+
+		waitSync := func(what string, ok func(m map[string]float64) bool) {
+			t.Helper()
+			for deadline := time.Now().Add(10 * time.Second); !ok(scrape(t, metricsAddr)); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: not applied in 10 s", what)
+				}
+			}
+		}
+		proxied = fmt.Sprintf("proxied:\n- {cgroup: %q, choice: \"proxy:%s\"}\n", px.Cgroup, proxyUID)
+		writeServices(t, svcFile, file(bs[1], bs[2]))
+		waitSync("pod left to its proxy", func(m map[string]float64) bool { return m[podsK] == 1 })
+		check("left to its proxy", true)
+		// What the proxy learns is what kube-proxy's DNAT gives it: the
+		// address the application connected to, from conntrack.
+		t.Logf("the proxy learns %s for the ClusterIP (conntrack, no hook) as %s for the host-DNAT VIP", vip, ref)
+
+		// The choice is pinned: it holds with no agent and after a restart.
+		stopAgent(t)
+		var p struct{ Orig string }
+		var cr struct {
+			Peer, Backend string
+			Exact         bool
+		}
+		left0 := pinnedSvcCounter(t, pin, "left_to_proxy")
+		svcRun(t, px, &cr, "tcp", vip4, "80", "1000")
+		if !sc.Scan() || json.Unmarshal(sc.Bytes(), &p) != nil {
+			t.Fatalf("agent stopped: proxy: %q %v %s", sc.Text(), sc.Err(), errb.String())
+		}
+		if p.Orig != vip || !cr.Exact || cr.Peer != vip || pinnedSvcCounter(t, pin, "left_to_proxy") != left0+1 {
+			t.Errorf("agent stopped: proxy saw %s, application %+v, left_to_proxy %d -> %d", p.Orig, cr, left0, pinnedSvcCounter(t, pin, "left_to_proxy"))
+		}
+		startAgent(t)
+		check("after a restart", true)
+
+		// A choice that does not parse fails the file: what is written stays.
+		const bad = `choice \"proxy:abc\"`
+		n0 := strings.Count(logs.String(), bad)
+		good := proxied
+		proxied = "proxied:\n- {cgroup: /sys/fs/cgroup/x, choice: proxy:abc}\n"
+		writeServices(t, svcFile, file(bs[1], bs[2]))
+		proxied = good
+		for deadline := time.Now().Add(10 * time.Second); strings.Count(logs.String(), bad) == n0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a bad proxied entry was not reported in 10 s:\n%s", logs.String())
+			}
+		}
+		check("bad entry ignored", true)
+
+		proxied = ""
+		writeServices(t, svcFile, file(bs[1], bs[2]))
+		waitSync("pod translated at the socket again", func(m map[string]float64) bool { return m[podsK] == 0 })
+		check("choice removed", false)
 	})
 
 	t.Run("restart keeps translated sockets", func(t *testing.T) {

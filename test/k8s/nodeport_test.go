@@ -275,10 +275,10 @@ spec:
 		}
 	}
 
-	ag := startSvcAgent(t, ctx, npPin, "--nodeport-devices", extLink)
+	ag := startSvcAgent(t, npPin, "--nodeport", "--healthcheck-addresses", "127.0.0.1", "--nodeport-devices", extLink)
 	counter := func(name string) float64 {
 		t.Helper()
-		m, err := scrapeAt(ag.metrics)
+		m, err := scrapeAt(ag.metricsAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -377,7 +377,7 @@ spec:
 	// Through the API: np-local loses its local endpoint (both datapaths
 	// then drop), then gets it back.
 	syncs := func() float64 {
-		m, err := scrapeAt(ag.metrics)
+		m, err := scrapeAt(ag.metricsAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -403,5 +403,5 @@ spec:
 		}
 		check(local, false)
 	}
-	ag.stop(t)
+	ag.stop()
 }

@@ -158,8 +158,8 @@ spec:
 	// NodePorts on the node's own link only (no traffic arrives there);
 	// health checks on loopback: kube-proxy serves them on the node
 	// address (nodePortAddresses).
-	ag := startSvcAgent(t, ctx, svcPin, "--nodeport-devices", k8scluster.NodeLink)
-	metricsAddr := ag.metrics
+	ag := startSvcAgent(t, svcPin, "--nodeport", "--healthcheck-addresses", "127.0.0.1", "--nodeport-devices", k8scluster.NodeLink)
+	metricsAddr := ag.metricsAddr
 	metricsNow := func() map[string]float64 {
 		t.Helper()
 		m, err := scrapeAt(metricsAddr)
@@ -517,39 +517,32 @@ spec:
 		t.Errorf("skipped parts: %v", s)
 	}
 
-	ag.stop(t)
+	ag.stop()
 }
 
-// svcAgent is `eztunnel run --services --nodeport` on the host, attached to
-// the pods' root cgroup, fed by the cluster's API server.
+// svcAgent is `eztunnel run --services` on the host, attached to the pods'
+// root cgroup, fed by the cluster's API server and pinned at pin. It can be
+// stopped and started again (a restart); it is stopped and uninstalled when
+// the test ends (its log printed if the test failed).
 type svcAgent struct {
-	cmd     *exec.Cmd
-	logs    *logbuf.Buffer
-	metrics string // its metrics address
-	stopped bool
+	t           testing.TB
+	pin         string
+	args        []string // beyond the ones every services agent gets
+	cmd         *exec.Cmd
+	logs        *logbuf.Buffer
+	metricsAddr string
 }
 
-// startSvcAgent starts the agent pinned at pin with args added (the
-// NodePort devices), waits until it is ready, and stops and uninstalls it
-// when the test ends (printing its log if the test failed).
-func startSvcAgent(t *testing.T, ctx context.Context, pin string, args ...string) *svcAgent {
-	t.Helper()
+// newSvcAgent prepares the agent; start runs it.
+func newSvcAgent(t testing.TB, pin string, args ...string) *svcAgent {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &svcAgent{metrics: ln.Addr().String(), logs: &logbuf.Buffer{}}
+	a := &svcAgent{t: t, pin: pin, args: args, logs: &logbuf.Buffer{}, metricsAddr: ln.Addr().String()}
 	ln.Close()
-	ready := filepath.Join(t.TempDir(), "ready")
-	a.cmd = sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), append([]string{"run", "--cgroup", podsCgroup(), "--pin-path", pin,
-		"--adopt=false", "--services", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName,
-		"--nodeport", "--healthcheck-addresses", "127.0.0.1", "--metrics-addr", a.metrics, "--ready-file", ready}, args...)...)
-	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		if !a.stopped {
+		if a.cmd != nil {
 			a.cmd.Process.Kill()
 			a.cmd.Wait()
 		}
@@ -562,22 +555,53 @@ func startSvcAgent(t *testing.T, ctx context.Context, pin string, args ...string
 			t.Logf("agent log:\n%s", a.logs.String())
 		}
 	})
+	return a
+}
+
+// startSvcAgent is newSvcAgent, started.
+func startSvcAgent(t testing.TB, pin string, args ...string) *svcAgent {
+	a := newSvcAgent(t, pin, args...)
+	a.start()
+	return a
+}
+
+// start runs the agent and waits until it is ready.
+func (a *svcAgent) start() {
+	a.t.Helper()
+	ready := filepath.Join(a.t.TempDir(), "ready")
+	a.cmd = sysexec.Command(context.Background(), filepath.Join(workDir, "eztunnel"), append([]string{"run", "--cgroup", podsCgroup(), "--pin-path", a.pin,
+		"--adopt=false", "--services", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName,
+		"--metrics-addr", a.metricsAddr, "--ready-file", ready}, a.args...)...)
+	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
+	if err := a.cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if _, err := os.Stat(ready); err == nil {
-			return a
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("agent not ready after a minute:\n%s", a.logs.String())
+			a.t.Fatalf("agent not ready after a minute:\n%s", a.logs.String())
 		}
 	}
 }
 
 // stop ends the agent with SIGTERM; it must exit cleanly.
-func (a *svcAgent) stop(t *testing.T) {
-	t.Helper()
+func (a *svcAgent) stop() {
+	a.t.Helper()
 	a.cmd.Process.Signal(syscall.SIGTERM)
-	a.stopped = true
-	if err := a.cmd.Wait(); err != nil {
-		t.Errorf("agent exit: %v", err)
+	err := a.cmd.Wait()
+	a.cmd = nil
+	if err != nil {
+		a.t.Fatalf("agent exit: %v", err)
 	}
+}
+
+func (a *svcAgent) metrics() map[string]float64 {
+	a.t.Helper()
+	m, err := scrapeAt(a.metricsAddr)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return m
 }

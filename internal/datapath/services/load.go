@@ -111,6 +111,11 @@ type LB struct {
 	// This process's NodePort tcx links, by ifindex.
 	npLinks map[int]link.Link
 
+	// Pods left to their proxy, by cgroup id (proxied.go), and the span
+	// of levels an earlier agent pinned (until the first SetProxied).
+	proxied      map[uint64]proxiedState
+	restoredSpan servicesEzSvcProxySpan
+
 	frontends map[Frontend]*frontendState
 	backends  map[Backend]*backendState
 	byID      map[uint32]Backend
@@ -148,7 +153,7 @@ func Load(cfg Config) (_ *LB, err error) {
 		}
 	}
 	lb := &LB{pinDir: cfg.PinDir, links: map[string][]link.Link{}, cgIDs: map[string]uint64{}, frontends: map[Frontend]*frontendState{},
-		backends: map[Backend]*backendState{}, byID: map[uint32]Backend{}}
+		backends: map[Backend]*backendState{}, byID: map[uint32]Backend{}, proxied: map[uint64]proxiedState{}}
 	var opts *ebpf.CollectionOptions
 	if cfg.PinDir != "" {
 		if !filepath.IsAbs(cfg.PinDir) {
@@ -176,6 +181,10 @@ func Load(cfg Config) (_ *LB, err error) {
 	}
 	if cfg.PinDir != "" {
 		if err := lb.restore(); err != nil {
+			lb.objs.Close()
+			return nil, err
+		}
+		if err := lb.restoreProxied(); err != nil {
 			lb.objs.Close()
 			return nil, err
 		}
@@ -618,6 +627,7 @@ var counterNames = map[servicesEzSvcCounter]string{
 	servicesEzSvcCounterEZ_SVC_C_NP_NOT_NEW:    "nodeport_not_new",
 	servicesEzSvcCounterEZ_SVC_C_NP_CT_FAILED:  "nodeport_ct_failed",
 	servicesEzSvcCounterEZ_SVC_C_NP_REOPENED:   "nodeport_reopened",
+	servicesEzSvcCounterEZ_SVC_C_LEFT_TO_PROXY: "left_to_proxy",
 }
 
 func counterName(c servicesEzSvcCounter) string {

@@ -279,6 +279,7 @@ type PinnedState struct {
 	NodePorts int      `json:"nodeports"` // port:protocol:family
 	Backends  int      `json:"backends"`  // distinct addresses and ports
 	Cgroups   int      `json:"cgroups"`   // cgroups its hooks are attached to
+	Proxied   int      `json:"proxied"`   // pods left to their proxy
 	Counters  Counters `json:"counters"`
 }
 
@@ -313,6 +314,11 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 	}
 	if st.Backends, err = count("ez_svc_backends"); err != nil {
 		return nil, err
+	}
+	if bpfsys.Exists(filepath.Join(dir, "ez_svc_proxied")) { // pinned by an agent that has it
+		if st.Proxied, err = count("ez_svc_proxied"); err != nil {
+			return nil, err
+		}
 	}
 	if entries, err := os.ReadDir(bpfsys.LinkPin(pinDir, bpfsys.KindServices)); err == nil {
 		st.Cgroups = len(entries)

@@ -63,7 +63,8 @@ const (
 	servicesEzSvcCounterEZ_SVC_C_NP_NOT_NEW    servicesEzSvcCounter = 16
 	servicesEzSvcCounterEZ_SVC_C_NP_CT_FAILED  servicesEzSvcCounter = 17
 	servicesEzSvcCounterEZ_SVC_C_NP_REOPENED   servicesEzSvcCounter = 18
-	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 19
+	servicesEzSvcCounterEZ_SVC_C_LEFT_TO_PROXY servicesEzSvcCounter = 19
+	servicesEzSvcCounterEZ_SVC_C_MAX           servicesEzSvcCounter = 20
 )
 
 type servicesEzSvcGoneFlag uint32
@@ -132,6 +133,30 @@ type servicesEzSvcOrigKey struct {
 	Pad         uint32
 }
 
+type servicesEzSvcProxy struct {
+	_     structs.HostLayout
+	Uid   uint32
+	Flags uint32
+}
+
+type servicesEzSvcProxyFlag uint32
+
+const (
+	servicesEzSvcProxyFlagEZ_SVC_PROXY_UID servicesEzSvcProxyFlag = 1
+)
+
+type servicesEzSvcProxyLimit uint32
+
+const (
+	servicesEzSvcProxyLimitEZ_SVC_PROXY_SPAN servicesEzSvcProxyLimit = 4
+)
+
+type servicesEzSvcProxySpan struct {
+	_   structs.HostLayout
+	Min uint32
+	Max uint32
+}
+
 type servicesEzSvcRev struct {
 	_           structs.HostLayout
 	Vip         [16]uint8
@@ -160,34 +185,38 @@ type servicesEzSvcSock struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	servicesMapEzSvcAffinities    = "ez_svc_affinities"
-	servicesMapEzSvcBackends      = "ez_svc_backends"
-	servicesMapEzSvcCounters      = "ez_svc_counters"
-	servicesMapEzSvcFrontends     = "ez_svc_frontends"
-	servicesMapEzSvcGone          = "ez_svc_gone"
-	servicesMapEzSvcMembers       = "ez_svc_members"
-	servicesMapEzSvcNodeAddrs     = "ez_svc_node_addrs"
-	servicesMapEzSvcNodeports     = "ez_svc_nodeports"
-	servicesMapEzSvcOrigdst       = "ez_svc_origdst"
-	servicesMapEzSvcSlots         = "ez_svc_slots"
-	servicesMapEzSvcSocks         = "ez_svc_socks"
-	servicesProgEzSvcConnect4     = "ez_svc_connect4"
-	servicesProgEzSvcConnect6     = "ez_svc_connect6"
-	servicesProgEzSvcDestroyTcp   = "ez_svc_destroy_tcp"
-	servicesProgEzSvcDestroyUdp   = "ez_svc_destroy_udp"
-	servicesProgEzSvcGetpeername4 = "ez_svc_getpeername4"
-	servicesProgEzSvcGetpeername6 = "ez_svc_getpeername6"
-	servicesProgEzSvcGetsockopt   = "ez_svc_getsockopt"
-	servicesProgEzSvcNodeport     = "ez_svc_nodeport"
-	servicesProgEzSvcOrigConnect  = "ez_svc_orig_connect"
-	servicesProgEzSvcOrigRelease  = "ez_svc_orig_release"
-	servicesProgEzSvcRecvmsg4     = "ez_svc_recvmsg4"
-	servicesProgEzSvcRecvmsg6     = "ez_svc_recvmsg6"
-	servicesProgEzSvcSendmsg4     = "ez_svc_sendmsg4"
-	servicesProgEzSvcSendmsg6     = "ez_svc_sendmsg6"
-	servicesVarEzSvcCounterEnum   = "ez_svc_counter_enum"
-	servicesVarEzSvcGoneFlagEnum  = "ez_svc_gone_flag_enum"
-	servicesVarEzSvcNpFlagEnum    = "ez_svc_np_flag_enum"
+	servicesMapEzSvcAffinities     = "ez_svc_affinities"
+	servicesMapEzSvcBackends       = "ez_svc_backends"
+	servicesMapEzSvcCounters       = "ez_svc_counters"
+	servicesMapEzSvcFrontends      = "ez_svc_frontends"
+	servicesMapEzSvcGone           = "ez_svc_gone"
+	servicesMapEzSvcMembers        = "ez_svc_members"
+	servicesMapEzSvcNodeAddrs      = "ez_svc_node_addrs"
+	servicesMapEzSvcNodeports      = "ez_svc_nodeports"
+	servicesMapEzSvcOrigdst        = "ez_svc_origdst"
+	servicesMapEzSvcProxied        = "ez_svc_proxied"
+	servicesMapEzSvcProxyLevels    = "ez_svc_proxy_levels"
+	servicesMapEzSvcSlots          = "ez_svc_slots"
+	servicesMapEzSvcSocks          = "ez_svc_socks"
+	servicesProgEzSvcConnect4      = "ez_svc_connect4"
+	servicesProgEzSvcConnect6      = "ez_svc_connect6"
+	servicesProgEzSvcDestroyTcp    = "ez_svc_destroy_tcp"
+	servicesProgEzSvcDestroyUdp    = "ez_svc_destroy_udp"
+	servicesProgEzSvcGetpeername4  = "ez_svc_getpeername4"
+	servicesProgEzSvcGetpeername6  = "ez_svc_getpeername6"
+	servicesProgEzSvcGetsockopt    = "ez_svc_getsockopt"
+	servicesProgEzSvcNodeport      = "ez_svc_nodeport"
+	servicesProgEzSvcOrigConnect   = "ez_svc_orig_connect"
+	servicesProgEzSvcOrigRelease   = "ez_svc_orig_release"
+	servicesProgEzSvcRecvmsg4      = "ez_svc_recvmsg4"
+	servicesProgEzSvcRecvmsg6      = "ez_svc_recvmsg6"
+	servicesProgEzSvcSendmsg4      = "ez_svc_sendmsg4"
+	servicesProgEzSvcSendmsg6      = "ez_svc_sendmsg6"
+	servicesVarEzSvcCounterEnum    = "ez_svc_counter_enum"
+	servicesVarEzSvcGoneFlagEnum   = "ez_svc_gone_flag_enum"
+	servicesVarEzSvcNpFlagEnum     = "ez_svc_np_flag_enum"
+	servicesVarEzSvcProxyFlagEnum  = "ez_svc_proxy_flag_enum"
+	servicesVarEzSvcProxyLimitEnum = "ez_svc_proxy_limit_enum"
 )
 
 // loadServices returns the embedded CollectionSpec for services.
@@ -252,26 +281,30 @@ type servicesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type servicesMapSpecs struct {
-	EzSvcAffinities *ebpf.MapSpec `ebpf:"ez_svc_affinities"`
-	EzSvcBackends   *ebpf.MapSpec `ebpf:"ez_svc_backends"`
-	EzSvcCounters   *ebpf.MapSpec `ebpf:"ez_svc_counters"`
-	EzSvcFrontends  *ebpf.MapSpec `ebpf:"ez_svc_frontends"`
-	EzSvcGone       *ebpf.MapSpec `ebpf:"ez_svc_gone"`
-	EzSvcMembers    *ebpf.MapSpec `ebpf:"ez_svc_members"`
-	EzSvcNodeAddrs  *ebpf.MapSpec `ebpf:"ez_svc_node_addrs"`
-	EzSvcNodeports  *ebpf.MapSpec `ebpf:"ez_svc_nodeports"`
-	EzSvcOrigdst    *ebpf.MapSpec `ebpf:"ez_svc_origdst"`
-	EzSvcSlots      *ebpf.MapSpec `ebpf:"ez_svc_slots"`
-	EzSvcSocks      *ebpf.MapSpec `ebpf:"ez_svc_socks"`
+	EzSvcAffinities  *ebpf.MapSpec `ebpf:"ez_svc_affinities"`
+	EzSvcBackends    *ebpf.MapSpec `ebpf:"ez_svc_backends"`
+	EzSvcCounters    *ebpf.MapSpec `ebpf:"ez_svc_counters"`
+	EzSvcFrontends   *ebpf.MapSpec `ebpf:"ez_svc_frontends"`
+	EzSvcGone        *ebpf.MapSpec `ebpf:"ez_svc_gone"`
+	EzSvcMembers     *ebpf.MapSpec `ebpf:"ez_svc_members"`
+	EzSvcNodeAddrs   *ebpf.MapSpec `ebpf:"ez_svc_node_addrs"`
+	EzSvcNodeports   *ebpf.MapSpec `ebpf:"ez_svc_nodeports"`
+	EzSvcOrigdst     *ebpf.MapSpec `ebpf:"ez_svc_origdst"`
+	EzSvcProxied     *ebpf.MapSpec `ebpf:"ez_svc_proxied"`
+	EzSvcProxyLevels *ebpf.MapSpec `ebpf:"ez_svc_proxy_levels"`
+	EzSvcSlots       *ebpf.MapSpec `ebpf:"ez_svc_slots"`
+	EzSvcSocks       *ebpf.MapSpec `ebpf:"ez_svc_socks"`
 }
 
 // servicesVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type servicesVariableSpecs struct {
-	EzSvcCounterEnum  *ebpf.VariableSpec `ebpf:"ez_svc_counter_enum"`
-	EzSvcGoneFlagEnum *ebpf.VariableSpec `ebpf:"ez_svc_gone_flag_enum"`
-	EzSvcNpFlagEnum   *ebpf.VariableSpec `ebpf:"ez_svc_np_flag_enum"`
+	EzSvcCounterEnum    *ebpf.VariableSpec `ebpf:"ez_svc_counter_enum"`
+	EzSvcGoneFlagEnum   *ebpf.VariableSpec `ebpf:"ez_svc_gone_flag_enum"`
+	EzSvcNpFlagEnum     *ebpf.VariableSpec `ebpf:"ez_svc_np_flag_enum"`
+	EzSvcProxyFlagEnum  *ebpf.VariableSpec `ebpf:"ez_svc_proxy_flag_enum"`
+	EzSvcProxyLimitEnum *ebpf.VariableSpec `ebpf:"ez_svc_proxy_limit_enum"`
 }
 
 // servicesObjects contains all objects after they have been loaded into the kernel.
@@ -294,17 +327,19 @@ func (o *servicesObjects) Close() error {
 //
 // It can be passed to loadServicesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type servicesMaps struct {
-	EzSvcAffinities *ebpf.Map `ebpf:"ez_svc_affinities"`
-	EzSvcBackends   *ebpf.Map `ebpf:"ez_svc_backends"`
-	EzSvcCounters   *ebpf.Map `ebpf:"ez_svc_counters"`
-	EzSvcFrontends  *ebpf.Map `ebpf:"ez_svc_frontends"`
-	EzSvcGone       *ebpf.Map `ebpf:"ez_svc_gone"`
-	EzSvcMembers    *ebpf.Map `ebpf:"ez_svc_members"`
-	EzSvcNodeAddrs  *ebpf.Map `ebpf:"ez_svc_node_addrs"`
-	EzSvcNodeports  *ebpf.Map `ebpf:"ez_svc_nodeports"`
-	EzSvcOrigdst    *ebpf.Map `ebpf:"ez_svc_origdst"`
-	EzSvcSlots      *ebpf.Map `ebpf:"ez_svc_slots"`
-	EzSvcSocks      *ebpf.Map `ebpf:"ez_svc_socks"`
+	EzSvcAffinities  *ebpf.Map `ebpf:"ez_svc_affinities"`
+	EzSvcBackends    *ebpf.Map `ebpf:"ez_svc_backends"`
+	EzSvcCounters    *ebpf.Map `ebpf:"ez_svc_counters"`
+	EzSvcFrontends   *ebpf.Map `ebpf:"ez_svc_frontends"`
+	EzSvcGone        *ebpf.Map `ebpf:"ez_svc_gone"`
+	EzSvcMembers     *ebpf.Map `ebpf:"ez_svc_members"`
+	EzSvcNodeAddrs   *ebpf.Map `ebpf:"ez_svc_node_addrs"`
+	EzSvcNodeports   *ebpf.Map `ebpf:"ez_svc_nodeports"`
+	EzSvcOrigdst     *ebpf.Map `ebpf:"ez_svc_origdst"`
+	EzSvcProxied     *ebpf.Map `ebpf:"ez_svc_proxied"`
+	EzSvcProxyLevels *ebpf.Map `ebpf:"ez_svc_proxy_levels"`
+	EzSvcSlots       *ebpf.Map `ebpf:"ez_svc_slots"`
+	EzSvcSocks       *ebpf.Map `ebpf:"ez_svc_socks"`
 }
 
 func (m *servicesMaps) Close() error {
@@ -318,6 +353,8 @@ func (m *servicesMaps) Close() error {
 		m.EzSvcNodeAddrs,
 		m.EzSvcNodeports,
 		m.EzSvcOrigdst,
+		m.EzSvcProxied,
+		m.EzSvcProxyLevels,
 		m.EzSvcSlots,
 		m.EzSvcSocks,
 	)
@@ -327,9 +364,11 @@ func (m *servicesMaps) Close() error {
 //
 // It can be passed to loadServicesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type servicesVariables struct {
-	EzSvcCounterEnum  *ebpf.Variable `ebpf:"ez_svc_counter_enum"`
-	EzSvcGoneFlagEnum *ebpf.Variable `ebpf:"ez_svc_gone_flag_enum"`
-	EzSvcNpFlagEnum   *ebpf.Variable `ebpf:"ez_svc_np_flag_enum"`
+	EzSvcCounterEnum    *ebpf.Variable `ebpf:"ez_svc_counter_enum"`
+	EzSvcGoneFlagEnum   *ebpf.Variable `ebpf:"ez_svc_gone_flag_enum"`
+	EzSvcNpFlagEnum     *ebpf.Variable `ebpf:"ez_svc_np_flag_enum"`
+	EzSvcProxyFlagEnum  *ebpf.Variable `ebpf:"ez_svc_proxy_flag_enum"`
+	EzSvcProxyLimitEnum *ebpf.Variable `ebpf:"ez_svc_proxy_limit_enum"`
 }
 
 // servicesPrograms contains all programs after they have been loaded into the kernel.

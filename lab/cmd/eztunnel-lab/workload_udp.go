@@ -52,3 +52,20 @@ func workloadUDPCmd() *cobra.Command {
 	f.DurationVar(&timeout, "timeout", time.Second, "wait this long for each echo")
 	return cmd
 }
+
+func workloadOrigProxyCmd() *cobra.Command {
+	var addr string
+	cmd := &cobra.Command{
+		Use:   "origproxy",
+		Short: "A sidecar behind an iptables REDIRECT: forwards each connection to its SO_ORIGINAL_DST (IPv4), a JSON line per connection on stdout",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ln, err := net.Listen("tcp4", addr)
+			if err != nil {
+				return err
+			}
+			return workload.OrigProxy(ln, os.Stdout)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "0.0.0.0:15001", "listen address (IPv4)")
+	return cmd
+}

@@ -13,6 +13,11 @@ loop HOST PORT        TCP connections one after another until stdin closes: a li
 origdst PORT N        a REDIRECT target: listens on PORT (IPv4 and IPv6), prints
                       "listening", then for N connections the SO_ORIGINAL_DST answer
                       (each connection gets the line "origdst" and is closed).
+proxy PORT UID        a sidecar proxy behind an in-pod REDIRECT: runs as UID, listens on
+                      PORT (IPv4), prints "listening", then for each connection reads
+                      SO_ORIGINAL_DST, connects there and splices the bytes both ways;
+                      a line per connection: the answer and the upstream's getpeername.
+                      Ends when stdin closes.
 hold TCPHOST TCPPORT UDPHOST UDPPORT
                       one TCP connection and one connected UDP socket, held: for each
                       line on stdin a result line (peers, reply source, backends,
@@ -245,6 +250,45 @@ def origdst(port, n):
             c.sendall(b"origdst\n")
 
 
+def proxy(port, uid):
+    import struct
+    threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)  # the sockets below are the proxy's: iptables' owner match and the BPF see uid
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("0.0.0.0", port))
+    ls.listen(16)
+    print("listening", flush=True)
+
+    def pipe(a, b):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                b.sendall(d)
+        finally:
+            try:
+                b.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    while True:
+        c, _ = ls.accept()
+        b = c.getsockopt(socket.SOL_IP, 80, 16)  # SO_ORIGINAL_DST: sockaddr_in
+        p, a = struct.unpack("!H", b[2:4])[0], socket.inet_ntop(socket.AF_INET, b[4:8])
+        u = socket.create_connection((a, p), timeout=10)
+        print(json.dumps({"orig": addr((a, p)), "upstream_peer": addr(u.getpeername())}), flush=True)
+        t = threading.Thread(target=pipe, args=(u, c))
+        t.start()
+        pipe(c, u)
+        t.join()
+        u.close()
+        c.close()
+
+
 def main():
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "server":
@@ -263,6 +307,8 @@ def main():
         loop(args[0], int(args[1]))
     elif mode == "origdst":
         origdst(int(args[0]), int(args[1]))
+    elif mode == "proxy":
+        proxy(int(args[0]), int(args[1]))
     elif mode == "hold":
         hold(args[0], int(args[1]), args[2], int(args[3]))
     else:
