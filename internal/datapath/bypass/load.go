@@ -130,6 +130,9 @@ func Load(cfg Config) (_ *Bypass, err error) {
 			}
 		}
 		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapDir(cfg.PinDir)}}
+		if err := bpfsys.GrowPinnedCounters(mapDir(cfg.PinDir), spec, "ez_bp_counters"); err != nil {
+			return nil, fmt.Errorf("bypass: %w", err)
+		}
 	}
 	if err := spec.LoadAndAssign(&b.objs, opts); err != nil {
 		var ve *ebpf.VerifierError

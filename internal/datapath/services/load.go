@@ -168,6 +168,11 @@ func Load(cfg Config) (_ *LB, err error) {
 			}
 		}
 		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapDir(cfg.PinDir)}}
+		// A build with more counters loads over the smaller pinned ones (an
+		// upgrade in place).
+		if err := bpfsys.GrowPinnedCounters(mapDir(cfg.PinDir), spec, "ez_svc_counters"); err != nil {
+			return nil, fmt.Errorf("services: %w", err)
+		}
 	}
 	if err := spec.LoadAndAssign(&lb.objs, opts); err != nil {
 		var ve *ebpf.VerifierError

@@ -137,6 +137,11 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 		m.Pinning = ebpf.PinByName
 	}
 
+	// A build with more counters loads over the smaller pinned ones (an
+	// upgrade in place).
+	if err := bpfsys.GrowPinnedCounters(dir, spec, "ez_counters", "ez_adopt_counters", "ez_reset_counters"); err != nil {
+		return nil, fmt.Errorf("datapath: %w", err)
+	}
 	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, adoptPasses: 3}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
 	if err := spec.LoadAndAssign(&s.objs, opts); err != nil {
