@@ -20,6 +20,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/k8scluster"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
@@ -155,7 +156,7 @@ spec:
 	metricsAddr := ln.Addr().String()
 	ln.Close()
 	ready := filepath.Join(t.TempDir(), "ready")
-	logs := &lockedLog{}
+	logs := &logbuf.Buffer{}
 	cmd := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "run", "--kubernetes", "--kubeconfig", cl.Kubeconfig,
 		"--node-name", k8scluster.NodeName, "--pin-path", bpnPin, "--bypass=true", "--adopt=false",
 		"--metrics-addr", metricsAddr, "--ready-file", ready)
