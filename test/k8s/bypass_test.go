@@ -155,25 +155,8 @@ spec:
 	traffic("kernel path")
 	noUsable("after the kernel path's traffic")
 
-	// The agent: Kubernetes mode, the bypass required.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := ln.Addr().String()
-	ln.Close()
-	ready := filepath.Join(t.TempDir(), "ready")
-	logs := &logbuf.Buffer{}
-	cmd := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "run", "--kubernetes", "--kubeconfig", cl.Kubeconfig,
-		"--node-name", k8scluster.NodeName, "--pin-path", bpnPin, "--bypass=true", "--adopt=false",
-		"--metrics-addr", metricsAddr, "--ready-file", ready)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped, uninstalled := false, false
 	uninstall := func() error {
 		uctx, ucancel := context.WithTimeout(context.Background(), time.Minute)
 		defer ucancel()
@@ -183,28 +166,61 @@ spec:
 		}
 		return nil
 	}
-	t.Cleanup(func() {
-		if !stopped {
-			cmd.Process.Kill()
-			cmd.Wait()
+	// start runs an agent on the host (the bypass required) with args,
+	// and waits until it is ready; the test's end kills it if it runs and
+	// uninstalls.
+	var metricsAddr string
+	start := func(name string, args ...string) (stop func()) {
+		t.Helper()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
+		metricsAddr = ln.Addr().String()
+		ln.Close()
+		ready := filepath.Join(t.TempDir(), "ready")
+		logs := &logbuf.Buffer{}
+		cmd := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), append([]string{"run", "--pin-path", bpnPin, "--bypass=true",
+			"--adopt=false", "--metrics-addr", metricsAddr, "--ready-file", ready}, args...)...)
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		stopped := false
+		t.Cleanup(func() {
+			if !stopped {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+			if t.Failed() {
+				t.Logf("%s agent log:\n%s", name, logs.String())
+			}
+		})
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if _, err := os.Stat(ready); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s agent not ready after a minute:\n%s", name, logs.String())
+			}
+		}
+		return func() {
+			t.Helper()
+			cmd.Process.Signal(syscall.SIGTERM)
+			stopped = true
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("%s agent exit: %v", name, err)
+			}
+		}
+	}
+	uninstalled := false
+	t.Cleanup(func() {
 		if !uninstalled {
 			if err := uninstall(); err != nil {
 				t.Error(err)
 			}
 		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
 	})
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not ready after a minute:\n%s", logs.String())
-		}
-	}
 	metricsNow := func() map[string]float64 {
 		t.Helper()
 		m, err := scrapeAt(metricsAddr)
@@ -213,6 +229,29 @@ spec:
 		}
 		return m
 	}
+	const noEndpoint = `eztunnel_bypass_fallbacks_total{reason="no_endpoint"}`
+
+	// Before: a plain-mode agent (no API) has the bypass but no endpoint
+	// for these pods: their traffic falls back as no_endpoint.
+	stopPlain := start("plain-mode", "--cgroup", podsCgroup())
+	p0 := metricsNow()
+	traffic("plain-mode agent")
+	p1 := metricsNow()
+	t.Logf("plain-mode agent: bypassed packets %v, no_endpoint fallbacks %v", p1["eztunnel_bypass_packets_total"]-p0["eztunnel_bypass_packets_total"], p1[noEndpoint]-p0[noEndpoint])
+	if p1[noEndpoint]-p0[noEndpoint] < datagrams {
+		t.Errorf("plain-mode agent: %v no_endpoint fallbacks during %d UDP round trips: the pods were endpoints already?", p1[noEndpoint]-p0[noEndpoint], datagrams)
+	}
+	if _, ok := p1["eztunnel_bypass_managed_neighbours"]; ok {
+		t.Errorf("a plain-mode agent exports eztunnel_bypass_managed_neighbours")
+	}
+	stopPlain()
+	if err := uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	noUsable("after the plain-mode agent")
+
+	// The agent: Kubernetes mode.
+	stop := start("kubernetes-mode", "--kubernetes", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName)
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(100 * time.Millisecond) {
@@ -240,12 +279,11 @@ spec:
 	})
 
 	// The same traffic, bypassed.
-	const noEndpoint = `eztunnel_bypass_fallbacks_total{reason="no_endpoint"}`
 	m0 := metricsNow()
 	traffic("bypass")
 	m1 := metricsNow()
 	bypassed := m1["eztunnel_bypass_packets_total"] - m0["eztunnel_bypass_packets_total"]
-	t.Logf("bypassed packets %v, no_endpoint fallbacks %v (before the managed entries this traffic had no endpoint)",
+	t.Logf("kubernetes-mode agent: bypassed packets %v, no_endpoint fallbacks %v",
 		bypassed, m1[noEndpoint]-m0[noEndpoint])
 	if bypassed < datagrams {
 		t.Errorf("%v packets bypassed during %d UDP round trips and two 1 MiB streams each way", bypassed, datagrams)
@@ -269,11 +307,7 @@ spec:
 
 	// SIGTERM: the bypass stays pinned, so do the entries (a restart keeps
 	// the pods bypassed); uninstall removes them all.
-	cmd.Process.Signal(syscall.SIGTERM)
-	stopped = true
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("agent exit: %v", err)
-	}
+	stop()
 	if !resolved(ip["client"])() {
 		t.Errorf("SIGTERM removed the client pod's managed entry: %v", bridgeNeighbours(t))
 	}
