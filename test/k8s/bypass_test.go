@@ -311,6 +311,34 @@ spec:
 	if !resolved(ip["client"])() {
 		t.Errorf("SIGTERM removed the client pod's managed entry: %v", bridgeNeighbours(t))
 	}
+
+	// Restart: a managed entry on the bridge for an address no pod has
+	// (one a stopped agent left for a pod deleted meanwhile) is deleted
+	// once the new agent has the pods; the client's stays.
+	gone := netip.MustParseAddr("10.244.0.250")
+	if _, ok := bridgeNeighbours(t)[gone]; ok {
+		t.Fatalf("%s has a neighbour entry on the bridge already", gone)
+	}
+	br, err := netlink.LinkByName(k8scluster.BridgeLink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: unix.AF_INET, IP: gone.AsSlice(),
+		State: netlink.NUD_NONE, FlagsExt: netlink.NTF_EXT_MANAGED}); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := bridgeNeighbours(t)[gone]; !ok || !managed(n) {
+		t.Fatalf("the test's managed entry for %s: %+v", gone, n)
+	}
+	stop = start("restarted kubernetes-mode", "--kubernetes", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName)
+	waitFor("the stale managed entry deleted by the restarted agent", func() bool {
+		n, ok := bridgeNeighbours(t)[gone]
+		return !ok || !managed(n)
+	})
+	if !resolved(ip["client"])() {
+		t.Errorf("the restarted agent removed the client pod's managed entry: %v", bridgeNeighbours(t))
+	}
+	stop()
 	uninstalled = true
 	if err := uninstall(); err != nil {
 		t.Fatal(err)
