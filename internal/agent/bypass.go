@@ -23,7 +23,7 @@ type bridgeBypass struct {
 	mu      sync.Mutex
 	bp      *bypass.Bypass // nil once closed
 	applied map[netip.Addr]bypass.Endpoint
-	noXnode string // why uplinks are not attached now ("": they are)
+	noXnode string         // why uplinks are not attached now ("": they are)
 	neigh   *podNeighbours // Kubernetes mode: managed neighbours of the node's pods (neighbours.go); else nil
 }
 
