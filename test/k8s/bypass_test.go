@@ -343,9 +343,28 @@ spec:
 	if err := uninstall(); err != nil {
 		t.Fatal(err)
 	}
-	for a, n := range bridgeNeighbours(t) {
-		if managed(n) {
-			t.Errorf("managed neighbour entry %s left after uninstall", a)
+	noManaged := func(when string) {
+		t.Helper()
+		for a, n := range bridgeNeighbours(t) {
+			if managed(n) {
+				t.Errorf("managed neighbour entry %s left %s", a, when)
+			}
 		}
+	}
+	noManaged("after uninstall")
+
+	// An agent started with the bypass off removes managed entries an
+	// earlier one left, as it unpins the bypass.
+	if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: unix.AF_INET, IP: ip["client"].AsSlice(),
+		State: netlink.NUD_NONE, FlagsExt: netlink.NTF_EXT_MANAGED}); err != nil {
+		t.Fatal(err)
+	}
+	uninstalled = false
+	stop = start("kubernetes-mode --bypass=false", "--kubernetes", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName, "--bypass=false")
+	noManaged("by an agent with --bypass=false")
+	stop()
+	uninstalled = true
+	if err := uninstall(); err != nil {
+		t.Fatal(err)
 	}
 }
