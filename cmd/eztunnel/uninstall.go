@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/internal/agent"
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
@@ -29,6 +30,9 @@ func uninstallCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The managed neighbour entries a Kubernetes-mode agent kept
+			// for the bypass (pinned or not: they are the node's).
+			agent.RemoveManagedNeighbours()
 			if err := datapath.Uninstall(cfg, drain); err != nil {
 				if errors.Is(err, datapath.ErrNotInstalled) {
 					lock.Remove() // nothing to manage: no lock file either

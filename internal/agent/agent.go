@@ -179,11 +179,20 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer bb.close()
-	} else if n, err := bypass.Unpin(cfg.Datapath.Dir()); err != nil {
-		closeMetrics()
-		return fmt.Errorf("remove the bridge bypass of an earlier agent: %w", err)
-	} else if n > 0 {
-		slog.Info("removed the bridge bypass an earlier agent pinned", "links", n)
+		if pods != nil {
+			// The node's pods from the API: managed neighbour entries, so
+			// every pod is an endpoint (neighbours.go).
+			bb.neigh = newPodNeighbours()
+			pods.cfg.PodIPs = bb.neigh.setPods
+		}
+	} else {
+		if n, err := bypass.Unpin(cfg.Datapath.Dir()); err != nil {
+			closeMetrics()
+			return fmt.Errorf("remove the bridge bypass of an earlier agent: %w", err)
+		} else if n > 0 {
+			slog.Info("removed the bridge bypass an earlier agent pinned", "links", n)
+		}
+		removeManagedNeighbours()
 	}
 	var svc *serviceLB
 	if cfg.Services != nil {

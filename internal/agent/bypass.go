@@ -23,7 +23,8 @@ type bridgeBypass struct {
 	mu      sync.Mutex
 	bp      *bypass.Bypass // nil once closed
 	applied map[netip.Addr]bypass.Endpoint
-	noXnode string // why uplinks are not attached now ("": they are)
+	noXnode string         // why uplinks are not attached now ("": they are)
+	neigh   *podNeighbours // Kubernetes mode: managed neighbours of the node's pods (neighbours.go); else nil
 }
 
 // xnodeBlocker says why the bypass must not run between nodes here, or "".
@@ -200,6 +201,36 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	}
 }
 
+// syncNeighbours gives the managed neighbours (Kubernetes mode) the
+// bridges of st's ports the bypass is attached to.
+func (b *bridgeBypass) syncNeighbours(st podnet.State) {
+	if b.neigh == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.bp == nil {
+		b.mu.Unlock()
+		return
+	}
+	bridges := map[int]bool{}
+	for _, ifx := range b.bp.Attached() {
+		if p, ok := st.Ports[ifx]; ok {
+			bridges[p.Bridge] = true
+		}
+	}
+	b.mu.Unlock()
+	b.neigh.setBridges(bridges)
+}
+
+// BypassManagedNeighbours implements metrics.ManagedNeighbourSource: ok is
+// false without Kubernetes mode or before the API's first list of pods.
+func (b *bridgeBypass) BypassManagedNeighbours() (n int, ok bool) {
+	if b.neigh == nil {
+		return 0, false
+	}
+	return b.neigh.managed()
+}
+
 // close releases this process's handles (the bypass stays pinned and
 // attached); safe to call twice. A later apply (the pods' watch) does nothing.
 func (b *bridgeBypass) close() {
@@ -207,6 +238,9 @@ func (b *bridgeBypass) close() {
 	defer b.mu.Unlock()
 	if b.bp == nil {
 		return
+	}
+	if b.neigh != nil {
+		b.neigh.close()
 	}
 	if err := b.bp.Close(); err != nil {
 		slog.Warn("bypass: close", "err", err)

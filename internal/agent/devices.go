@@ -41,6 +41,7 @@ func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb 
 		}
 		if bb != nil {
 			bb.apply(st)
+			bb.syncNeighbours(st)
 		}
 	})
 	if err != nil {

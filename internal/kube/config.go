@@ -72,6 +72,10 @@ type Config struct {
 	Select func(*corev1.Pod) bool
 
 	Logger *slog.Logger // nil = slog.Default()
+
+	// PodIPs, if set, gets the node's pod addresses (podips.go) after each
+	// change, never concurrently.
+	PodIPs func([]PodIPs)
 }
 
 // Validate checks the values that do not need the cluster or the host.

@@ -119,6 +119,7 @@ func slimPod(obj any) (any, error) {
 	}
 	out.Spec.NodeName, out.Spec.HostNetwork = p.Spec.NodeName, p.Spec.HostNetwork
 	out.Status.Phase, out.Status.QOSClass = p.Status.Phase, p.Status.QOSClass
+	out.Status.PodIPs = p.Status.PodIPs // podips.go
 	return out, nil
 }
 
@@ -150,6 +151,7 @@ type reconciler struct {
 	kick   chan struct{}
 
 	cgroups map[string]resolved // pod UID -> its cgroup, as last found
+	podIPs  []PodIPs            // last fed to cfg.PodIPs (podips.go)
 	errLog  map[string]string   // pod UID -> last cgroup error logged
 	poll    bool                // some selected pod waits for its cgroup or is being deleted
 }
@@ -204,6 +206,7 @@ func (r *reconciler) loop(ctx context.Context, apply func([]Target) error, synce
 	defer tick.Stop()
 
 	reconcile := func() {
+		r.feedPodIPs() // podips.go
 		set := r.desired()
 		if applied && slices.Equal(set, last) {
 			return

@@ -15,6 +15,12 @@ type BypassSource interface {
 	BypassState() (devices, endpoints int)
 }
 
+// ManagedNeighbourSource is a BypassSource that keeps managed neighbour
+// entries for the node's pods (Kubernetes mode); ok false: none kept.
+type ManagedNeighbourSource interface {
+	BypassManagedNeighbours() (n int, ok bool)
+}
+
 // BypassCollector exports the bridge bypass's counters: the fallback_*
 // counters as the reason label of eztunnel_bypass_fallbacks_total.
 type BypassCollector struct {
@@ -24,6 +30,7 @@ type BypassCollector struct {
 	devices   *prometheus.Desc
 	endpoints *prometheus.Desc
 	up        *prometheus.Desc
+	managed   *prometheus.Desc
 }
 
 var bypassMetric = map[string]struct{ name, help string }{
@@ -50,6 +57,8 @@ func NewBypassCollector(src BypassSource) *BypassCollector {
 			"Pod veths and uplinks the bridge bypass is attached to.", nil, nil),
 		endpoints: prometheus.NewDesc(namespace+"_bypass_endpoints",
 			"Pod addresses the bridge bypass delivers to.", nil, nil),
+		managed: prometheus.NewDesc(namespace+"_bypass_managed_neighbours",
+			"Kernel-managed neighbour entries the agent keeps on the pod bridges for the node's pods (Kubernetes mode; absent otherwise).", nil, nil),
 		up: prometheus.NewDesc(namespace+"_bypass_up",
 			"1 if this scrape read the bridge bypass's counters, 0 if not (the agent logs why).", nil, nil),
 	}
@@ -71,7 +80,7 @@ func (c *BypassCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.fallbacks, c.devices, c.endpoints, c.up} {
+	for _, d := range []*prometheus.Desc{c.fallbacks, c.devices, c.endpoints, c.up, c.managed} {
 		ch <- d
 	}
 }
@@ -81,6 +90,11 @@ func (c *BypassCollector) Collect(ch chan<- prometheus.Metric) {
 	devices, endpoints := c.src.BypassState()
 	ch <- prometheus.MustNewConstMetric(c.devices, prometheus.GaugeValue, float64(devices))
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(endpoints))
+	if m, ok := c.src.(ManagedNeighbourSource); ok {
+		if n, ok := m.BypassManagedNeighbours(); ok {
+			ch <- prometheus.MustNewConstMetric(c.managed, prometheus.GaugeValue, float64(n))
+		}
+	}
 	up := 1.0
 	if counters, err := c.src.BypassCounters(); err != nil {
 		up = 0

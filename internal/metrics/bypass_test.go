@@ -76,3 +76,29 @@ eztunnel_bypass_up 0
 		t.Errorf("%d packet series after a failed read", n)
 	}
 }
+
+type fakeManaged struct {
+	fakeBypass
+	n  int
+	ok bool
+}
+
+func (f fakeManaged) BypassManagedNeighbours() (int, bool) { return f.n, f.ok }
+
+// TestBypassManagedNeighbours: the gauge is exported only by a source that
+// keeps managed neighbours (Kubernetes mode) and once it has the pods.
+func TestBypassManagedNeighbours(t *testing.T) {
+	want := `
+# HELP eztunnel_bypass_managed_neighbours Kernel-managed neighbour entries the agent keeps on the pod bridges for the node's pods (Kubernetes mode; absent otherwise).
+# TYPE eztunnel_bypass_managed_neighbours gauge
+eztunnel_bypass_managed_neighbours 4
+`
+	if err := testutil.CollectAndCompare(NewBypassCollector(fakeManaged{n: 4, ok: true}), strings.NewReader(want), "eztunnel_bypass_managed_neighbours"); err != nil {
+		t.Error(err)
+	}
+	for _, src := range []BypassSource{fakeManaged{n: 4}, fakeBypass{}} {
+		if n := testutil.CollectAndCount(NewBypassCollector(src), "eztunnel_bypass_managed_neighbours"); n != 0 {
+			t.Errorf("%T: %d managed-neighbour series, want 0", src, n)
+		}
+	}
+}

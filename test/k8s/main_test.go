@@ -110,7 +110,7 @@ func run(m *testing.M) (code int) {
 	cl, err = k8scluster.Start(ctx, k8scluster.Config{BinDir: binDir, PauseTar: w("pause.tar"), Log: os.Stderr,
 		// The agents' pins (the DaemonSet's, the services tests'):
 		// removed at teardown if a test left them.
-		Pins: []string{pinPath, svcPin, npPin}})
+		Pins: []string{pinPath, svcPin, npPin, bpnPin}})
 	if err != nil {
 		fail("%v", err)
 	}
