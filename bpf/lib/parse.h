@@ -2,8 +2,9 @@
 /*
  * IPv4/IPv6 + TCP/UDP header parsing, shared by the skb programs (cgroup_skb,
  * tc: bytes read from the linear data, else with bpf_skb_load_bytes) and the
- * tracer (bytes read from kernel memory with bpf_probe_read_kernel). Reads never go past
- * ez_pkt.len, so a truncated packet yields what it holds and no more.
+ * tracer (bytes read from kernel memory with bpf_probe_read_kernel). Reads
+ * never go past ez_pkt.len, so a truncated packet yields what it holds and no
+ * more.
  */
 #ifndef EZ_LIB_PARSE_H
 #define EZ_LIB_PARSE_H

@@ -21,7 +21,7 @@ extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 
 /* ez_parse through both readers, ez_tcp_flags_quick, and the egress program's parse_syn. */
 struct test_parse_out {
-	struct ez_flow skb;	/* bpf_skb_load_bytes */
+	struct ez_flow skb;	/* ez_skb_read (a test run's packet is all linear data) */
 	struct ez_flow kern;	/* bpf_probe_read_kernel, as the tracer reads */
 	struct ez_conn_key syn_key;
 	__s32 skb_ret;
