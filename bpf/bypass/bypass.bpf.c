@@ -156,7 +156,7 @@ static __always_inline int ttl_decrement(struct __sk_buff *skb, const struct ez_
 	if (f->family == 4) {
 		__u16 old, new;
 
-		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + 8, &old, 2))
+		if (ez_skb_read(skb, EZ_ETH_HLEN + 8, &old, 2))
 			return -1;
 		new = old;
 		((__u8 *)&new)[0] -= 1;
@@ -167,7 +167,7 @@ static __always_inline int ttl_decrement(struct __sk_buff *skb, const struct ez_
 	{
 		__u8 hl;
 
-		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + 7, &hl, 1))
+		if (ez_skb_read(skb, EZ_ETH_HLEN + 7, &hl, 1))
 			return -1;
 		hl -= 1;
 		return bpf_skb_store_bytes(skb, EZ_ETH_HLEN + 7, &hl, 1, BPF_F_RECOMPUTE_CSUM) ? -1 : 0;
@@ -183,7 +183,7 @@ static __always_inline __u32 routable(struct __sk_buff *skb, const struct ez_flo
 
 	if (f->family == 4 && f->l4off != 20)
 		return EZ_BP_C_FB_IP_OPTIONS;
-	if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + (f->family == 4 ? 8 : 7), &ttl, 1))
+	if (ez_skb_read(skb, EZ_ETH_HLEN + (f->family == 4 ? 8 : 7), &ttl, 1))
 		return EZ_BP_C_FB_OTHER;
 	if (ttl <= 1)
 		return EZ_BP_C_FB_TTL;
@@ -197,17 +197,17 @@ static __always_inline __u32 routable(struct __sk_buff *skb, const struct ez_flo
  */
 static __always_inline __u32 l3_seg_len(struct __sk_buff *skb, const struct ez_flow *f)
 {
-	__u32 hdrs;
+	__u32 gso = skb->gso_size, hdrs;
 	__u8 doff;
 
-	if (!skb->gso_size)
+	if (!gso)
 		return skb->len > EZ_ETH_HLEN ? skb->len - EZ_ETH_HLEN : 0;
 	if (f->proto == EZ_IPPROTO_UDP)
-		return f->l4off + 8 + skb->gso_size;
-	if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + f->l4off + 12, &doff, 1))
+		return f->l4off + 8 + gso;
+	if (ez_skb_read(skb, EZ_ETH_HLEN + f->l4off + 12, &doff, 1))
 		return 0;
 	hdrs = f->l4off + (doff >> 4) * 4;
-	return hdrs + skb->gso_size;
+	return hdrs + gso;
 }
 
 #define EZ_AF_INET 2
@@ -233,7 +233,7 @@ static __always_inline long fib_forward(struct __sk_buff *skb, const struct ez_f
 	if (f->family == 4) {
 		__u8 tos;
 
-		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN + 1, &tos, 1))
+		if (ez_skb_read(skb, EZ_ETH_HLEN + 1, &tos, 1))
 			return -1;
 		fib->family = EZ_AF_INET;
 		fib->tos = tos;
@@ -242,7 +242,7 @@ static __always_inline long fib_forward(struct __sk_buff *skb, const struct ez_f
 	} else {
 		__be32 w0;
 
-		if (bpf_skb_load_bytes(skb, EZ_ETH_HLEN, &w0, 4))
+		if (ez_skb_read(skb, EZ_ETH_HLEN, &w0, 4))
 			return -1;
 		fib->family = EZ_AF_INET6;
 		fib->flowinfo = w0 & bpf_htonl(0x0fffffff);
@@ -495,7 +495,7 @@ int ez_bypass(struct __sk_buff *skb)
 	reason = classify(skb, &f);
 	if (reason)
 		return fallback(reason);
-	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)))
+	if (ez_skb_read(skb, 0, &eth, sizeof(eth)))
 		return fallback(EZ_BP_C_FB_OTHER);
 	ep_key(&f, &key);
 	ep = bpf_map_lookup_elem(&ez_bp_endpoints, &key);

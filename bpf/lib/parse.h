@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * IPv4/IPv6 + TCP/UDP header parsing, shared by the shortcut's cgroup_skb
- * egress program (bytes read with bpf_skb_load_bytes) and the tracer (bytes
- * read from kernel memory with bpf_probe_read_kernel). Reads never go past
- * ez_pkt.len, so a truncated packet yields what it holds and no more.
+ * IPv4/IPv6 + TCP/UDP header parsing, shared by the skb programs (cgroup_skb,
+ * tc: bytes read from the linear data, else with bpf_skb_load_bytes) and the
+ * tracer (bytes read from kernel memory with bpf_probe_read_kernel). Reads
+ * never go past ez_pkt.len, so a truncated packet yields what it holds and no
+ * more.
  */
 #ifndef EZ_LIB_PARSE_H
 #define EZ_LIB_PARSE_H
@@ -52,16 +53,36 @@ struct ez_flow {
 	__u8 flags;		/* enum ez_flow_flag */
 };
 
+/*
+ * bpf_skb_load_bytes, with bytes in the skb's linear data read directly
+ * (skb->data is where bpf_skb_load_bytes counts from: the network header for
+ * cgroup_skb, the MAC header for tc): a helper call costs more than the whole
+ * rest of a program that decides to do nothing. Bytes beyond it (paged data)
+ * go through the helper. Inlined with a constant n, so the copy unrolls.
+ */
+static __always_inline long ez_skb_read(struct __sk_buff *skb, __u32 off, void *dst, __u32 n)
+{
+	const __u8 *data = (const __u8 *)(long)skb->data;
+	const __u8 *end = (const __u8 *)(long)skb->data_end;
+
+	/* The bound keeps off + n within the verifier's packet range (MAX_PACKET_OFF). */
+	if (off < 0x8000 && data + off + n <= end) {
+		__builtin_memcpy(dst, data + off, n);
+		return 0;
+	}
+	return bpf_skb_load_bytes(skb, off, dst, n);
+}
+
 /* kern is a constant at every call site: the other branch is compiled out,
  * so skb programs never call bpf_probe_read_kernel and tracing programs
- * never call bpf_skb_load_bytes. */
+ * never read an skb. */
 static __always_inline long ez_pkt_read(const struct ez_pkt *p, bool kern, __u32 off, void *dst, __u32 n)
 {
 	if (off > p->len || n > p->len - off)
 		return -1;
 	if (kern)
 		return bpf_probe_read_kernel(dst, n, p->kern + off);
-	return bpf_skb_load_bytes(p->skb, p->off + off, dst, n);
+	return ez_skb_read(p->skb, p->off + off, dst, n);
 }
 
 /*
@@ -133,6 +154,52 @@ static __always_inline int ez_parse(const struct ez_pkt *p, bool kern, struct ez
 		f->flags |= EZ_FLOW_TCP;
 	}
 	return 0;
+}
+
+#define EZ_QUICK_NOT_TCP (-1)
+#define EZ_QUICK_UNKNOWN (-2)
+
+/*
+ * A cheap first look for skb programs that act only on a few TCP segments
+ * (SYN, FIN) and run on every packet: the TCP flags byte, read straight
+ * from the linear data, with the network header at off (constant: 0 for
+ * cgroup_skb, the Ethernet header's length for tc). Returns
+ *  - EZ_QUICK_NOT_TCP when ez_parse would report no TCP flags outside a
+ *    fragment: not IPv4 or IPv6 (skb->protocol and version), an IPv4
+ *    header length below 5, an IPv4 fragment (first or later), or a
+ *    protocol or first next header other than TCP;
+ *  - EZ_QUICK_UNKNOWN when those headers are not all in the linear data
+ *    (ez_parse decides);
+ *  - else the flags byte, the one ez_parse would read.
+ */
+static __always_inline int ez_tcp_flags_quick(struct __sk_buff *skb, __u32 off)
+{
+	const __u8 *data = (const __u8 *)(long)skb->data;
+	const __u8 *end = (const __u8 *)(long)skb->data_end;
+	const __u8 *ip = data + off;
+	const __u8 *l4;
+	__u16 proto = bpf_ntohs(skb->protocol);
+
+	if (proto == EZ_ETH_P_IP) {
+		if (ip + 20 > end)
+			return EZ_QUICK_UNKNOWN;
+		if ((ip[0] >> 4) != 4 || (ip[0] & 0xf) < 5)
+			return EZ_QUICK_NOT_TCP;
+		if (ip[9] != EZ_IPPROTO_TCP || (ip[6] & 0x3f) || ip[7]) /* frag_off & 0x3fff */
+			return EZ_QUICK_NOT_TCP;
+		l4 = ip + (ip[0] & 0xf) * 4;
+	} else if (proto == EZ_ETH_P_IPV6) {
+		if (ip + 40 > end)
+			return EZ_QUICK_UNKNOWN;
+		if ((ip[0] >> 4) != 6 || ip[6] != EZ_IPPROTO_TCP)
+			return EZ_QUICK_NOT_TCP;
+		l4 = ip + 40;
+	} else {
+		return EZ_QUICK_NOT_TCP;
+	}
+	if (l4 + 14 > end)
+		return EZ_QUICK_UNKNOWN;
+	return l4[13];
 }
 
 /* The network header of an skb program's packet: cgroup_skb sees it at

@@ -85,12 +85,17 @@ static __always_inline void reset_key(struct ez_reset_key *k, const struct ez_fl
 	k->seq = seq;
 }
 
+static __always_inline bool plain_fin_flags(__u8 flags)
+{
+	return (flags & (EZ_TCP_FIN | EZ_TCP_SYN | EZ_TCP_RST)) == EZ_TCP_FIN;
+}
+
 /* A TCP segment with FIN and neither SYN nor RST, not a fragment. */
 static __always_inline bool is_plain_fin(const struct ez_flow *f)
 {
 	if (f->proto != EZ_IPPROTO_TCP || (f->flags & (EZ_FLOW_FRAG | EZ_FLOW_TCP)) != EZ_FLOW_TCP)
 		return false;
-	return (f->tcp_flags & (EZ_TCP_FIN | EZ_TCP_SYN | EZ_TCP_RST)) == EZ_TCP_FIN;
+	return plain_fin_flags(f->tcp_flags);
 }
 
 /* cgroup_skb egress, for every packet that is not a handshake's (egress.h). */
@@ -137,7 +142,13 @@ int ez_close_reset(struct __sk_buff *skb)
 	__u64 *armed;
 	__u32 seq;
 	__u32 off;
+	int q;
 
+	/* Runs on every packet of the devices: anything but a plain FIN
+	 * leaves after reading one byte (ez_tcp_flags_quick). */
+	q = ez_tcp_flags_quick(skb, EZ_RESET_ETH_HLEN);
+	if (q == EZ_QUICK_NOT_TCP || (q >= 0 && !plain_fin_flags(q)))
+		return TCX_NEXT;
 	if (ez_parse(&p, false, &f) || !is_plain_fin(&f))
 		return TCX_NEXT;
 	if (ez_pkt_read(&p, false, f.l4off + 4, &seq, sizeof(seq)))

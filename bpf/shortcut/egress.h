@@ -8,8 +8,9 @@
  *  - a listener's SYN-ACK: if it differs from the tuple the listener
  *    registered for the handshake, NAT in the server's namespace rewrote the
  *    SYN, and the client knows the connection by the wire tuple.
- * Every other packet returns after reading its TCP flags, except the FIN
- * of a socket closed with unread data (closereset.h).
+ * Every other packet returns after reading its TCP flags (one byte of the
+ * linear data), except the FIN of a socket closed with unread data
+ * (closereset.h).
  */
 #ifndef EZ_SHORTCUT_EGRESS_H
 #define EZ_SHORTCUT_EGRESS_H
@@ -121,7 +122,14 @@ int ez_egress(struct __sk_buff *skb)
 	struct ez_syn syn = {};
 	struct bpf_sock *sk;
 	struct ez_sock *es;
+	int q;
 
+	/* Runs on every packet of a managed socket: anything but a SYN or a
+	 * plain FIN leaves after reading one byte (ez_tcp_flags_quick);
+	 * parse_syn and arm_close_reset would reject it. */
+	q = ez_tcp_flags_quick(skb, 0);
+	if (q == EZ_QUICK_NOT_TCP || (q >= 0 && !(q & EZ_TCP_SYN) && !plain_fin_flags(q)))
+		return 1;
 	if (ez_parse(&p, false, &f))
 		return 1;
 	if (!parse_syn(&f, &syn)) {

@@ -18,6 +18,7 @@
 #include "shortcut/adopt.h"
 
 #define EZ_MSG_PEEK 2
+#define EZ_SK_USER_DATA_PSOCK 4UL /* include/net/sock.h */
 
 /* Only one attached ez_recv counts: during an upgrade the new one is
  * attached next to the old (tracing links cannot be updated in place), and
@@ -38,6 +39,14 @@ int BPF_PROG(ez_recv, struct sock *sk, int ret, int flags)
 	__u64 key;
 
 	if (ret <= 0 || (flags & EZ_MSG_PEEK) || !sk || sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	/* Only a socket in the sockhash reads redirected bytes, and every
+	 * socket in a sockmap or sockhash has a psock: sk_user_data tagged
+	 * SK_USER_DATA_PSOCK. The states counted below are set around the
+	 * insertion (WAITING, PAIRED before it, undone if it fails; ADOPT_IN
+	 * after it). Every other socket returns here, before the storage
+	 * lookup, which costs more than the rest of the program. */
+	if (!((unsigned long)sk->sk_user_data & EZ_SK_USER_DATA_PSOCK))
 		return 0;
 	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
 	if (!es)

@@ -19,9 +19,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 
-/* ez_parse through both readers, and the egress program's parse_syn. */
+/* ez_parse through both readers, ez_tcp_flags_quick, and the egress program's parse_syn. */
 struct test_parse_out {
-	struct ez_flow skb;	/* bpf_skb_load_bytes */
+	struct ez_flow skb;	/* ez_skb_read (a test run's packet is all linear data) */
 	struct ez_flow kern;	/* bpf_probe_read_kernel, as the tracer reads */
 	struct ez_conn_key syn_key;
 	__s32 skb_ret;
@@ -29,7 +29,7 @@ struct test_parse_out {
 	__u32 syn_ok;
 	__u32 syn_ack;
 	__u32 syn_payload;
-	__u32 _pad;
+	__s32 quick;		/* ez_tcp_flags_quick */
 };
 
 struct test_key_in {
@@ -74,6 +74,7 @@ int test_parse(struct __sk_buff *skb)
 	__builtin_memset(o, 0, sizeof(*o));
 	o->skb_ret = ez_parse(&p, false, &o->skb);
 	o->kern_ret = trc_parse(bpf_cast_to_kern_ctx(skb), TRC_L3_NET, &o->kern);
+	o->quick = ez_tcp_flags_quick(skb, 14);
 	o->syn_ok = o->skb_ret == 0 && parse_syn(&o->skb, &syn);
 	o->syn_key = syn.key;
 	o->syn_ack = syn.ack;

@@ -183,7 +183,7 @@ type unitsTestParseOut struct {
 	SynOk      uint32
 	SynAck     uint32
 	SynPayload uint32
-	Pad        uint32
+	Quick      int32
 }
 
 // Names of all BPF objects in the ELF.

@@ -68,6 +68,7 @@ const (
 	ethIPv4 = 0x0800
 	ethIPv6 = 0x86dd
 	ethARP  = 0x0806
+	tcpFIN  = 0x01
 	tcpSYN  = 0x02
 	tcpACK  = 0x10
 )
@@ -180,6 +181,16 @@ func TestParse(t *testing.T) {
 		want: unitsEzFlow{Saddr: words("10.0.0.1"), Daddr: words("10.0.0.2"), L4off: 20, Payload: 5, Sport: 1000, Dport: 2000,
 			Family: 4, Proto: 6, TcpFlags: tcpACK, Flags: uint8(unitsEzFlowFlagEZ_FLOW_PORTS | unitsEzFlowFlagEZ_FLOW_TCP)},
 	}, {
+		name: "ipv4 tcp fin",
+		pkt:  eth(ethIPv4, ipv4("10.0.0.1", "10.0.0.2", 6, 0, nil, tcp(1000, 2000, tcpFIN|tcpACK, nil, nil), 0)),
+		want: unitsEzFlow{Saddr: words("10.0.0.1"), Daddr: words("10.0.0.2"), L4off: 20, Sport: 1000, Dport: 2000,
+			Family: 4, Proto: 6, TcpFlags: tcpFIN | tcpACK, Flags: uint8(unitsEzFlowFlagEZ_FLOW_PORTS | unitsEzFlowFlagEZ_FLOW_TCP)},
+	}, {
+		name: "ipv6 tcp fin",
+		pkt:  eth(ethIPv6, ipv6("fd00::1", "fd00::2", 6, tcp(443, 50000, tcpFIN|tcpACK, nil, nil))),
+		want: unitsEzFlow{Saddr: words("fd00::1"), Daddr: words("fd00::2"), L4off: 40, Sport: 443, Dport: 50000,
+			Family: 6, Proto: 6, TcpFlags: tcpFIN | tcpACK, Flags: uint8(unitsEzFlowFlagEZ_FLOW_PORTS | unitsEzFlowFlagEZ_FLOW_TCP)},
+	}, {
 		name: "ipv4 udp",
 		pkt:  eth(ethIPv4, ipv4("10.1.2.3", "10.3.2.1", 17, 0, nil, udp(53, 5353, payload), 0)),
 		want: unitsEzFlow{Saddr: words("10.1.2.3"), Daddr: words("10.3.2.1"), L4off: 20, Sport: 53, Dport: 5353,
@@ -256,6 +267,27 @@ func TestParse(t *testing.T) {
 			}
 			if c.ret == 0 && out.Kern != c.want {
 				t.Errorf("kernel reader:\n got %+v\nwant %+v", out.Kern, c.want)
+			}
+			// ez_tcp_flags_quick agrees with ez_parse: the flags of an unfragmented
+			// TCP segment, or none. A test run's packet is all linear data, so
+			// "unknown" only where ez_parse could not read the flags either.
+			tcpRead := c.ret == 0 && out.Skb.Flags&uint8(unitsEzFlowFlagEZ_FLOW_TCP) != 0
+			unfragmented := out.Skb.Flags&uint8(unitsEzFlowFlagEZ_FLOW_FRAG) == 0
+			switch {
+			case out.Quick >= 0:
+				if !tcpRead || !unfragmented || uint8(out.Quick) != out.Skb.TcpFlags {
+					t.Errorf("quick flags %#x, ez_parse %+v (ret %d)", out.Quick, out.Skb, c.ret)
+				}
+			case out.Quick == -1: // EZ_QUICK_NOT_TCP
+				if tcpRead && unfragmented {
+					t.Errorf("quick: not TCP, ez_parse read flags %#x", out.Skb.TcpFlags)
+				}
+			case out.Quick == -2: // EZ_QUICK_UNKNOWN
+				if tcpRead {
+					t.Errorf("quick: unknown, ez_parse read flags %#x", out.Skb.TcpFlags)
+				}
+			default:
+				t.Errorf("quick: %d", out.Quick)
 			}
 			if (out.SynOk != 0) != c.syn {
 				t.Fatalf("parse_syn accepted: %d, want %v", out.SynOk, c.syn)
