@@ -40,18 +40,11 @@ type StuckServerConfig struct {
 
 // ServeStuck accepts on ln until it is closed.
 func ServeStuck(ln net.Listener, cfg StuckServerConfig) error {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
+	return acceptEach(ln, func(c net.Conn) {
+		if err := stuckRead(c, cfg); err != nil {
+			fmt.Fprintf(os.Stderr, "stuck server: %v\n", err)
 		}
-		go func() {
-			defer c.Close()
-			if err := stuckRead(c, cfg); err != nil {
-				fmt.Fprintf(os.Stderr, "stuck server: %v\n", err)
-			}
-		}()
-	}
+	})
 }
 
 // ListenStuck listens on addr with the listener's SO_RCVBUF set before

@@ -55,46 +55,39 @@ func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
 func OrigProxy(ln net.Listener, report io.Writer) error {
 	var mu sync.Mutex
 	enc := json.NewEncoder(report)
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		go func() {
-			defer c.Close()
-			var rep OrigProxyConn
-			defer func() {
-				mu.Lock()
-				enc.Encode(rep)
-				mu.Unlock()
-			}()
-			dst, err := originalDst(c.(*net.TCPConn))
-			if err != nil {
-				rep.Error = err.Error()
-				return
-			}
-			rep.Orig = dst.String()
-			u, err := net.Dial("tcp", dst.String())
-			if err != nil {
-				rep.Error = err.Error()
-				return
-			}
-			defer u.Close()
-			rep.Upstream = u.RemoteAddr().String()
-			// read/write copies, not io.Copy's splice(2) between TCP
-			// connections: with the socket shortcut, bytes redirected to a
-			// socket are not seen by splice (docs/architecture.md, "What
-			// still differs from plain TCP"), as a mesh proxy's are read.
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{u})
-				c.(*net.TCPConn).CloseWrite()
-			}()
-			io.Copy(struct{ io.Writer }{u}, struct{ io.Reader }{c})
-			u.(*net.TCPConn).CloseWrite()
-			wg.Wait()
+	return acceptEach(ln, func(c net.Conn) {
+		var rep OrigProxyConn
+		defer func() {
+			mu.Lock()
+			enc.Encode(rep)
+			mu.Unlock()
 		}()
-	}
+		dst, err := originalDst(c.(*net.TCPConn))
+		if err != nil {
+			rep.Error = err.Error()
+			return
+		}
+		rep.Orig = dst.String()
+		u, err := net.Dial("tcp", dst.String())
+		if err != nil {
+			rep.Error = err.Error()
+			return
+		}
+		defer u.Close()
+		rep.Upstream = u.RemoteAddr().String()
+		// read/write copies, not io.Copy's splice(2) between TCP
+		// connections: with the socket shortcut, bytes redirected to a
+		// socket are not seen by splice (docs/architecture.md, "What
+		// still differs from plain TCP"), as a mesh proxy's are read.
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{u})
+			c.(*net.TCPConn).CloseWrite()
+		}()
+		io.Copy(struct{ io.Writer }{u}, struct{ io.Reader }{c})
+		u.(*net.TCPConn).CloseWrite()
+		wg.Wait()
+	})
 }

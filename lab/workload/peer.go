@@ -18,20 +18,13 @@ import (
 
 // ServePeer answers every connection on ln until ln fails.
 func ServePeer(ln net.Listener, name string) error {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
+	return acceptEach(ln, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(time.Minute))
+		h := sha256.New()
+		if _, err := io.Copy(h, c); err == nil {
+			fmt.Fprintf(c, "%s|%s|%x", name, c.RemoteAddr(), h.Sum(nil))
 		}
-		go func() {
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(time.Minute))
-			h := sha256.New()
-			if _, err := io.Copy(h, c); err == nil {
-				fmt.Fprintf(c, "%s|%s|%x", name, c.RemoteAddr(), h.Sum(nil))
-			}
-		}()
-	}
+	})
 }
 
 // ServePeerUDP answers every datagram on pc until pc fails.

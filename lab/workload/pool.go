@@ -26,8 +26,10 @@ import (
 // do; the echo loop copies through a buffer, never io.Copy (which splices
 // TCP to TCP, and splice does not see redirected bytes).
 
-// ServePool echoes every connection of ln until ln is closed.
-func ServePool(ln net.Listener) error {
+// acceptEach runs handle in its own goroutine for every connection ln
+// accepts, and closes the connection when handle returns; it returns
+// Accept's error (ln closed).
+func acceptEach(ln net.Listener, handle func(c net.Conn)) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -35,20 +37,27 @@ func ServePool(ln net.Listener) error {
 		}
 		go func() {
 			defer c.Close()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
+			handle(c)
+		}()
+	}
+}
+
+// ServePool echoes every connection of ln until ln is closed.
+func ServePool(ln net.Listener) error {
+	return acceptEach(ln, func(c net.Conn) {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				if _, werr := c.Write(buf[:n]); werr != nil {
 					return
 				}
 			}
-		}()
-	}
+			if err != nil {
+				return
+			}
+		}
+	})
 }
 
 // ServePoolBlocking is ServePool with one thread per connection blocked in

@@ -78,24 +78,7 @@ func TestBypassPodNeighbours(t *testing.T) {
 			t.Errorf("restore %s: %v", beLiberal, err)
 		}
 	})
-	podYAML := func(name string) string {
-		return fmt.Sprintf(`---
-apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: %s}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: w
-    image: %s
-    imagePullPolicy: Never
-    args: [workload, serve, --stream, "0.0.0.0:7000"]
-  - name: u
-    image: %s
-    imagePullPolicy: Never
-    args: [workload, udp, --serve, "0.0.0.0:7001"]
-`, name, ns, labImage, labImage)
-	}
+	podYAML := func(name string) string { return streamUDPPod(name, ns) }
 	apply(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s, labels: {test: eztunnel-k8s}}\n%s%s",
 		ns, podYAML("server"), podYAML("client")))
 	t.Cleanup(func() {

@@ -261,6 +261,27 @@ func removeAgent(t *testing.T) {
 	}
 }
 
+// streamUDPPod is a pod manifest serving byte streams (TCP 7000) and UDP
+// echoes (7001) with the lab image.
+func streamUDPPod(name, ns string) string {
+	return fmt.Sprintf(`---
+apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: w
+    image: %s
+    imagePullPolicy: Never
+    args: [workload, serve, --stream, "0.0.0.0:7000"]
+  - name: u
+    image: %s
+    imagePullPolicy: Never
+    args: [workload, udp, --serve, "0.0.0.0:7001"]
+`, name, ns, labImage, labImage)
+}
+
 func leftovers() []string {
 	var out []string
 	if ents, err := os.ReadDir(pinPath); err == nil {

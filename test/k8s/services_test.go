@@ -113,24 +113,7 @@ func waitKubeProxy(t testing.TB, svcPort string, want ...string) {
 // Service.
 func TestServicesAPI(t *testing.T) {
 	const ns = "ez-svc"
-	podYAML := func(name string) string {
-		return fmt.Sprintf(`---
-apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: %s}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: w
-    image: %s
-    imagePullPolicy: Never
-    args: [workload, serve, --stream, "0.0.0.0:7000"]
-  - name: u
-    image: %s
-    imagePullPolicy: Never
-    args: [workload, udp, --serve, "0.0.0.0:7001"]
-`, name, ns, labImage, labImage)
-	}
+	podYAML := func(name string) string { return streamUDPPod(name, ns) }
 	apply(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s, labels: {test: eztunnel-k8s}}\n%s%s%s%s",
 		ns, podYAML("s1"), podYAML("s2"), podYAML("s3"), podYAML("c")))
 	t.Cleanup(func() {
