@@ -123,7 +123,7 @@ func cpuName(c int) string {
 
 // runMode builds a two-node lab in mode and runs the rounds.
 func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (_ map[string]map[string][]sample, err error) {
-	l, err := multinode.New(multinode.Options{Name: "bbp", Nodes: 2, Mode: mode})
+	l, err := NewLab("bbp", mode, pinPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -146,16 +146,6 @@ func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (
 		return nil, err
 	}
 	servers := map[string]*multinode.Pod{"same-node": local, "cross-node": remote}
-	if err := sweepPins(n1, n2); err != nil {
-		return nil, err
-	}
-	for _, n := range []*multinode.Node{n1, n2} {
-		if err := n.Do(func() error {
-			return os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", []byte("1"), 0o644)
-		}); err != nil {
-			return nil, fmt.Errorf("%s: nf_conntrack_tcp_be_liberal: %w", n.Name, err)
-		}
-	}
 	tmp, err := os.MkdirTemp("", "eztunnel-bench-bypass-")
 	if err != nil {
 		return nil, err
@@ -271,12 +261,9 @@ func startServers(ctx context.Context, wl workload.Client, p *multinode.Pod, tmp
 // pinPrefix: the agent of node n pins its datapath at pinPrefix + n.NetNS.
 const pinPrefix = "/sys/fs/bpf/eztunnel-bench-"
 
-// sweepPins uninstalls what the agents of a killed run left pinned.
-func sweepPins(nodes ...*multinode.Node) error { return SweepPinsAt(pinPrefix, nodes...) }
-
-// SweepPinsAt uninstalls what agents pinning at prefix + a node's netns
+// sweepPinsAt uninstalls what agents pinning at prefix + a node's netns
 // name left pinned (a killed run).
-func SweepPinsAt(prefix string, nodes ...*multinode.Node) error {
+func sweepPinsAt(prefix string, nodes ...*multinode.Node) error {
 	for _, n := range nodes {
 		cfg := datapath.DefaultConfig()
 		cfg.PinRoot = prefix + n.NetNS

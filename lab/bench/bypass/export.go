@@ -2,6 +2,8 @@ package bypass
 
 import (
 	"context"
+	"fmt"
+	"os"
 
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
@@ -47,5 +49,35 @@ func (a *agents) Bypassed() (float64, error) {
 	return b, err
 }
 
-// SweepPins uninstalls what the agents of a killed run left pinned.
-func SweepPins(nodes ...*multinode.Node) error { return sweepPins(nodes...) }
+// PinPrefix is where these benchmarks' agents pin: node n at PinPrefix +
+// n.NetNS (NewLab sweeps it).
+const PinPrefix = pinPrefix
+
+// NewLab is the two-node lab of these benchmarks in mode, ready for
+// agents pinning at prefix + a node's netns name: what a killed run's
+// agents left pinned there is uninstalled, and each node's conntrack
+// accepts the windows of flows whose packets it saw only in part (those the
+// bypass carried: nf_conntrack_tcp_be_liberal). Pods are the caller's to
+// add. On error the lab is closed.
+func NewLab(name string, mode multinode.Mode, prefix string) (_ *multinode.Lab, err error) {
+	l, err := multinode.New(multinode.Options{Name: name, Nodes: 2, Mode: mode})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
+	if err := sweepPinsAt(prefix, l.Nodes...); err != nil {
+		return nil, err
+	}
+	for _, n := range l.Nodes {
+		if err := n.Do(func() error {
+			return os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", []byte("1"), 0o644)
+		}); err != nil {
+			return nil, fmt.Errorf("%s: nf_conntrack_tcp_be_liberal: %w", n.Name, err)
+		}
+	}
+	return l, nil
+}

@@ -31,9 +31,6 @@ func agentArgs(cfg string) []string {
 // pinPrefix: the agent of node n pins its datapath at pinPrefix + n.NetNS.
 const pinPrefix = "/sys/fs/bpf/eztunnel-meshmatrix-"
 
-// sweepPins uninstalls what the agents of a killed run left pinned.
-func sweepPins(nodes ...*multinode.Node) error { return bypass.SweepPinsAt(pinPrefix, nodes...) }
-
 // agents is one eztunnel agent per node (bench bypass's), or none (the
 // baseline).
 type agents struct{ *bypass.Agents }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
+	"github.com/eztunnel/eztunnel/lab/bench/bypass"
 	"github.com/eztunnel/eztunnel/lab/bench/mesh"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 	"github.com/eztunnel/eztunnel/lab/workload"
@@ -148,7 +149,7 @@ func loadavg() string {
 
 // runMode builds a two-node lab in mode and runs the rounds.
 func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (_ results, err error) {
-	l, err := multinode.New(multinode.Options{Name: "bmm", Nodes: 2, Mode: mode})
+	l, err := bypass.NewLab("bmm", mode, pinPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -169,18 +170,6 @@ func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (
 	back, err := n1.AddPod("back", true)
 	if err != nil {
 		return nil, err
-	}
-	if err := sweepPins(n1, n2); err != nil {
-		return nil, err
-	}
-	// As in bench bypass: conntrack of the nodes accepts the windows of
-	// flows whose packets it saw only in part (those the bypass carried).
-	for _, n := range []*multinode.Node{n1, n2} {
-		if err := n.Do(func() error {
-			return os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", []byte("1"), 0o644)
-		}); err != nil {
-			return nil, fmt.Errorf("%s: nf_conntrack_tcp_be_liberal: %w", n.Name, err)
-		}
 	}
 	tmp, err := os.MkdirTemp("", "eztunnel-bench-meshmatrix-")
 	if err != nil {

@@ -64,7 +64,7 @@ func Run(ctx context.Context, o Options, w io.Writer) (err error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return fmt.Errorf("remove memlock limit: %w", err)
 	}
-	l, err := multinode.New(multinode.Options{Name: "btp", Nodes: 2, Mode: multinode.HostGW})
+	l, err := bypass.NewLab("btp", multinode.HostGW, bypass.PinPrefix)
 	if err != nil {
 		return err
 	}
@@ -87,18 +87,6 @@ func Run(ctx context.Context, o Options, w io.Writer) (err error) {
 		return err
 	}
 	servers := map[string]*multinode.Pod{SameNode: local, CrossNode: remote}
-	if err := bypass.SweepPins(n1, n2); err != nil {
-		return err
-	}
-	for _, n := range []*multinode.Node{n1, n2} {
-		// As bench bypass: bypassed TCP segments do not move conntrack's
-		// window, so the kernel path must not call later ones INVALID.
-		if err := n.Do(func() error {
-			return os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", []byte("1"), 0o644)
-		}); err != nil {
-			return fmt.Errorf("%s: nf_conntrack_tcp_be_liberal: %w", n.Name, err)
-		}
-	}
 	tmp, err := os.MkdirTemp("", "eztunnel-bench-trace-paths-")
 	if err != nil {
 		return err
