@@ -118,6 +118,20 @@ func benchScopeCmd() *cobra.Command {
 	return cmd
 }
 
+// parseModes parses --modes of the multi-node benchmarks.
+func parseModes(modes []string) ([]multinode.Mode, error) {
+	var out []multinode.Mode
+	for _, m := range modes {
+		switch multinode.Mode(m) {
+		case multinode.HostGW, multinode.VXLAN:
+			out = append(out, multinode.Mode(m))
+		default:
+			return nil, fmt.Errorf("--modes: %q is not %q or %q", m, multinode.HostGW, multinode.VXLAN)
+		}
+	}
+	return out, nil
+}
+
 func benchBypassCmd() *cobra.Command {
 	o := bypass.Options{Rounds: 3, RTTN: 5000, Seconds: 3, ClientCPU: 1, ServerCPU: 1}
 	modes := []string{string(multinode.HostGW), string(multinode.VXLAN)}
@@ -126,13 +140,9 @@ func benchBypassCmd() *cobra.Command {
 		Short: "The bridge bypass in the multi-node lab: bridge vs tc bypass vs bypass + shortcut, same-node and cross-node, TCP and UDP (needs root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, m := range modes {
-				switch multinode.Mode(m) {
-				case multinode.HostGW, multinode.VXLAN:
-					o.Modes = append(o.Modes, multinode.Mode(m))
-				default:
-					return fmt.Errorf("--modes: %q is not %q or %q", m, multinode.HostGW, multinode.VXLAN)
-				}
+			var err error
+			if o.Modes, err = parseModes(modes); err != nil {
+				return err
 			}
 			return withSelf(cmd, func(ctx context.Context, exe string) error {
 				o.Lab, o.Agent = exe, filepath.Join(filepath.Dir(exe), "eztunnel")
@@ -162,13 +172,9 @@ func benchMeshMatrixCmd() *cobra.Command {
 		Short: "Yang et al.'s matrix across two nodes: an HTTP chain of sidecar pods under wrk, baseline vs shortcut only vs bypass only vs both (needs root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, m := range modes {
-				switch multinode.Mode(m) {
-				case multinode.HostGW, multinode.VXLAN:
-					o.Modes = append(o.Modes, multinode.Mode(m))
-				default:
-					return fmt.Errorf("--modes: %q is not %q or %q", m, multinode.HostGW, multinode.VXLAN)
-				}
+			var err error
+			if o.Modes, err = parseModes(modes); err != nil {
+				return err
 			}
 			cfgs, err := meshmatrix.ParseConfigs(cfgNames)
 			if err != nil {
