@@ -476,32 +476,21 @@ func ditgFlow(ctx context.Context, o DITG, wl workload.Client, p workload.Pod, r
 		return t, nil, raw, fmt.Errorf("%s flow to %s: the receiver logged no packet (%v; receiver log %s)\nITGSend: %s\nITGRecv: %s",
 			proto, dst, err, size, tailOf(out.String(), 8), tailOf(recv.output(), 8))
 	}
+	// TCP: bitrate per interval (-b); UDP: each packet's delay (-l).
+	opts, parse := []string{"-l", text}, parseDecPackets
 	if proto == "TCP" {
-		if err := decodeTo(ctx, rlog, []string{"-b", strconv.FormatInt(o.Interval.Milliseconds(), 10), text}); err != nil {
-			return t, nil, raw, err
-		}
-		f, err := os.Open(text)
-		if err != nil {
-			return t, nil, raw, err
-		}
-		defer f.Close()
-		samples, err = parseDecBitrate(f)
-		if err != nil {
-			return t, nil, raw, err
-		}
-	} else {
-		if err := decodeTo(ctx, rlog, []string{"-l", text}); err != nil {
-			return t, nil, raw, err
-		}
-		f, err := os.Open(text)
-		if err != nil {
-			return t, nil, raw, err
-		}
-		defer f.Close()
-		samples, err = parseDecPackets(f)
-		if err != nil {
-			return t, nil, raw, err
-		}
+		opts, parse = []string{"-b", strconv.FormatInt(o.Interval.Milliseconds(), 10), text}, parseDecBitrate
+	}
+	if err := decodeTo(ctx, rlog, opts); err != nil {
+		return t, nil, raw, err
+	}
+	f, err := os.Open(text)
+	if err != nil {
+		return t, nil, raw, err
+	}
+	defer f.Close()
+	if samples, err = parse(f); err != nil {
+		return t, nil, raw, err
 	}
 	return t, samples, raw, nil
 }
