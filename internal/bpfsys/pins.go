@@ -161,3 +161,13 @@ func AttachPinned(pin string, prog *ebpf.Program, keep func(*link.Info) bool, at
 	}
 	return l, nil
 }
+
+// OpenPinnedMap opens the map pinned at dir/name read-only (the status
+// commands read a datapath an agent may be running).
+func OpenPinnedMap(dir, name string) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("open pinned map %s: %w", name, err)
+	}
+	return m, nil
+}

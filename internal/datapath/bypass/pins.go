@@ -191,9 +191,9 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 		return nil, nil
 	}
 	open := func(name string) (*ebpf.Map, error) {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		m, err := bpfsys.OpenPinnedMap(dir, name)
 		if err != nil {
-			return nil, fmt.Errorf("bypass: open pinned map %s: %w", name, err)
+			return nil, fmt.Errorf("bypass: %w", err)
 		}
 		return m, nil
 	}

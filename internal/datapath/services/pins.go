@@ -291,9 +291,9 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 		return nil, nil
 	}
 	count := func(name string) (int, error) {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		m, err := bpfsys.OpenPinnedMap(dir, name)
 		if err != nil {
-			return 0, fmt.Errorf("services: open pinned map %s: %w", name, err)
+			return 0, fmt.Errorf("services: %w", err)
 		}
 		defer m.Close()
 		n := 0
@@ -358,9 +358,9 @@ func ReadPinnedFrontends(pinDir string) ([]PinnedFrontend, error) {
 		return nil, nil
 	}
 	open := func(name string) (*ebpf.Map, error) {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		m, err := bpfsys.OpenPinnedMap(dir, name)
 		if err != nil {
-			return nil, fmt.Errorf("services: open pinned map %s: %w", name, err)
+			return nil, fmt.Errorf("services: %w", err)
 		}
 		return m, nil
 	}
