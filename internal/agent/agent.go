@@ -192,7 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 		} else if n > 0 {
 			slog.Info("removed the bridge bypass an earlier agent pinned", "links", n)
 		}
-		removeManagedNeighbours()
+		RemoveManagedNeighbours()
 	}
 	var svc *serviceLB
 	if cfg.Services != nil {

@@ -165,10 +165,10 @@ func wantedNeighbours(pods []kube.PodIPs, bridges map[int]bool, route func(netip
 	return want
 }
 
-// removeManagedNeighbours deletes the managed neighbour entries on the pod
-// bridges (the bypass's, see podNeighbours): on uninstall and when the
-// bypass is off.
-func removeManagedNeighbours() {
+// RemoveManagedNeighbours deletes the managed neighbour entries on the pod
+// bridges (the bypass's, see podNeighbours): on uninstall (the agent's and
+// `eztunnel uninstall`) and when the bypass is off.
+func RemoveManagedNeighbours() {
 	n, err := podnet.RemoveManaged()
 	if err != nil {
 		slog.Warn("bypass: remove managed neighbours of the pods", "removed", n, "err", err)
@@ -176,6 +176,3 @@ func removeManagedNeighbours() {
 		slog.Info("bypass: removed the managed neighbours of the pods", "entries", n)
 	}
 }
-
-// RemoveManagedNeighbours is removeManagedNeighbours for `eztunnel uninstall`.
-func RemoveManagedNeighbours() { removeManagedNeighbours() }

@@ -120,7 +120,7 @@ func uninstallOnRemoval(ctx context.Context, dp *datapath.Datapath, cfg Config, 
 		lock.Release()
 		return fmt.Errorf("uninstall after the DaemonSet was deleted: %w", err)
 	}
-	removeManagedNeighbours()
+	RemoveManagedNeighbours()
 	lock.Remove()
 	slog.Info("uninstalled; waiting to be stopped")
 	<-ctx.Done()
