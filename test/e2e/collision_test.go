@@ -33,7 +33,7 @@ func TestIdenticalTuplesInTwoNetns(t *testing.T) {
 		} {
 			t.Run(fmt.Sprintf("%s/round%d", tc.name, round), func(t *testing.T) {
 				before := e.counters()
-				bind := tc.bind + ":" + strconv.Itoa(42000+round)
+				bind := tc.bind + ":" + strconv.Itoa(22000+round) // below the ephemeral range (32768-60999)
 				var wg sync.WaitGroup
 				errs := make([]error, len(pods))
 				outs := make([]string, len(pods))

@@ -62,7 +62,10 @@ func externalTCP(t *testing.T, ext *multinode.External, to netip.AddrPort, size 
 	return externalTCPFrom(t, ext, 0, to, size)
 }
 
-// externalTCPFrom is externalTCP from local port port (0: any).
+// externalTCPFrom is externalTCP from local port port (0: any). Fixed
+// ports are below the ephemeral range (32768-60999 in a new namespace):
+// an earlier ephemeral connection in TIME_WAIT (without SO_REUSEADDR)
+// would make bind fail with EADDRINUSE.
 func externalTCPFrom(t *testing.T, ext *multinode.External, port int, to netip.AddrPort, size int) (seen string, err error) {
 	var c net.Conn
 	d := net.Dialer{Timeout: 3 * time.Second}
@@ -182,8 +185,8 @@ func TestServicesNodePort(t *testing.T) {
 		// same port is a new flow (a kube-proxy-style rule would DNAT it
 		// again): it must get the NodePort's NAT too.
 		for i := range 3 {
-			if _, err := externalTCPFrom(t, ext, 41234, node4, 1000+i); err != nil {
-				t.Fatalf("connection %d from port 41234: %v", i, err)
+			if _, err := externalTCPFrom(t, ext, 21234, node4, 1000+i); err != nil {
+				t.Fatalf("connection %d from port 21234: %v", i, err)
 			}
 		}
 	})
@@ -193,8 +196,8 @@ func TestServicesNodePort(t *testing.T) {
 		// still in conntrack (TIME_WAIT). As on the kernel path, nf_nat
 		// gives the second flow another source port.
 		for _, np := range []uint16{30081, 30084, 30081} {
-			if _, err := externalTCPFrom(t, ext, 41300, netip.AddrPortFrom(n1.UnderlayV4, np), 100); err != nil {
-				t.Fatalf("to NodePort %d from port 41300: %v", np, err)
+			if _, err := externalTCPFrom(t, ext, 21300, netip.AddrPortFrom(n1.UnderlayV4, np), 100); err != nil {
+				t.Fatalf("to NodePort %d from port 21300: %v", np, err)
 			}
 		}
 	})
