@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
@@ -19,24 +23,15 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pinned.Close()
+	count := func(m *ebpf.Map) int {
+		n, err := datapath.Entries(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	entries := func() (int, int) {
-		s, err := datapath.Entries(pinned.Sockets)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := datapath.Entries(pinned.Pairs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := datapath.Entries(pinned.Aliases)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u, err := datapath.Entries(pinned.Unreads)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, p + a + u
+		return count(pinned.Sockets), count(pinned.Pairs) + count(pinned.Aliases) + count(pinned.Unreads)
 	}
 	s0, p0 := entries()
 	const conns = 200000
@@ -53,8 +48,30 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("maps did not return to start: sockets %d (start %d), pairs+aliases+unread %d (start %d)", s, s0, p, p0)
+			t.Errorf("maps did not return to start: sockets %d (start %d), pairs+aliases+unread %d (start %d)", s, s0, p, p0)
+			for name, m := range map[string]*ebpf.Map{"pairs": pinned.Pairs, "aliases": pinned.Aliases, "unread": pinned.Unreads} {
+				t.Logf("%s: %s", name, dumpMap(m))
+			}
+			t.Logf("counters now: %v", e.counters())
+			t.FailNow()
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// dumpMap prints a map's entries as hex, key=value, for a failure message.
+func dumpMap(m *ebpf.Map) string {
+	var b strings.Builder
+	key, val := make([]byte, m.KeySize()), make([]byte, m.ValueSize())
+	it := m.Iterate()
+	for it.Next(&key, &val) {
+		fmt.Fprintf(&b, "\n  %x = %x", key, val)
+	}
+	if err := it.Err(); err != nil {
+		fmt.Fprintf(&b, "\n  walk: %v", err)
+	}
+	if b.Len() == 0 {
+		return "empty"
+	}
+	return b.String()
 }
