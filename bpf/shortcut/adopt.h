@@ -103,6 +103,24 @@ static __always_inline __u32 adopt_settle(struct ez_sock *es)
 	return es->state;
 }
 
+/*
+ * A paired adopted end sent bytes through the stack: a thread that loaded
+ * the old sk_prot before the insert (no hook here can see it in flight).
+ * Those bytes go to the peer's TCP receive queue, which tcp_bpf_recvmsg
+ * reads after the psock queue: a later redirect of this end would overtake
+ * them. So the connection switches to the kernel path now, for good, as
+ * backpressure does (unread.h): every later send of either end takes the
+ * stack, and what was redirected before is read first. Sends are
+ * serialised by the socket lock, and this end's redirects before the stack
+ * send were committed to the stream before it, so the order read is the
+ * order sent. Counted once per connection.
+ */
+static __always_inline void adopt_switch_late(struct ez_unread *u)
+{
+	if (__sync_val_compare_and_swap(&u->switched, 0, 1) == 0)
+		adopt_count(EZ_A_LATE_STACK);
+}
+
 /* Both ends leave ez_sockets (deleting another socket is what userspace's delete does). */
 static __always_inline void adopt_unlink(struct ez_sock *es)
 {

@@ -258,7 +258,7 @@ enum ez_adopt_counter {
 	EZ_A_SKIP_EXCLUDED,	/* selection rules or scope */
 	EZ_A_SKIP_AMBIGUOUS,	/* two candidates for one end, or neither end is a listener's (agent) */
 	EZ_A_SKIP_UNSUPPORTED,	/* another sockmap/ULP user, repair, MD5, closing, or a failed insert */
-	EZ_A_LATE_STACK,	/* an adopted socket sent data through the stack after activation (must stay 0) */
+	EZ_A_LATE_STACK,	/* adopted connections switched to the kernel path: a send that raced the insert took the stack */
 	EZ_A_MAX,
 };
 

