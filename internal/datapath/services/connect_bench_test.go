@@ -13,16 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/netprobe"
 )
 
 // BenchmarkConnectCount: connect() latency through the ClusterIP
 // translation with 1 and with 10,000 Services, interleaved in one run (the
 // issue's target: within 5 % of the 1-Service value at 10,000). Two load
 // balancers, one per cgroup, hold 1 and 10,000 Services (IPv4 and IPv6
-// ClusterIPs, 4 backends each, all on a loopback listener); the process
+// ClusterIPs, one backend per family: a loopback listener); the process
 // moves between the two cgroups each round (which goes first alternates)
 // and connects to a random Service of the set each time. Each connect is a
 // full loopback handshake, closed with RST (no TIME_WAIT). Reported: p50
@@ -30,36 +29,6 @@ import (
 //
 //	sudo go test -run XXX -bench ConnectCount -benchtime 10x ./internal/datapath/services
 func BenchmarkConnectCount(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Fatal("needs root (BPF, cgroups)")
-	}
-	root, err := cgroupv2.Root()
-	if err != nil {
-		b.Fatal(err)
-	}
-	self, err := ownCgroup(root)
-	if err != nil {
-		b.Fatal(err)
-	}
-	base, err := os.MkdirTemp(root, "eztunnel-connect-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	counts := []int{1, 10000}
-	cgs := map[int]string{}
-	for _, n := range counts {
-		cgs[n] = filepath.Join(base, strconv.Itoa(n))
-		if err := os.Mkdir(cgs[n], 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.Cleanup(func() {
-		joinCgroup(self)
-		for _, n := range counts {
-			os.Remove(cgs[n])
-		}
-		os.Remove(base)
-	})
 	lns := map[string]net.Listener{}
 	for _, fam := range []string{"tcp4", "tcp6"} {
 		addr := "127.0.0.1:0"
@@ -83,28 +52,10 @@ func BenchmarkConnectCount(b *testing.B) {
 		lns[fam] = ln
 	}
 	port := func(fam string) uint16 { return uint16(lns[fam].Addr().(*net.TCPAddr).Port) }
-	lbs := map[int]*LB{}
-	for _, n := range counts {
-		lb, err := Load(Config{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { lb.Close() })
-		v4 := []Backend{netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port("tcp4"))}
-		v6 := []Backend{netip.AddrPortFrom(netip.MustParseAddr("::1"), port("tcp6"))}
-		for i := range n {
-			if err := lb.SetFrontend(Frontend{Addr: vip4(i), Port: 80, Proto: TCP}, Target{Backends: v4}); err != nil {
-				b.Fatal(err)
-			}
-			if err := lb.SetFrontend(Frontend{Addr: vip6(i), Port: 80, Proto: TCP}, Target{Backends: v6}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := lb.Attach(cgs[n]); err != nil {
-			b.Fatal(err)
-		}
-		lbs[n] = lb
-	}
+	counts := []int{1, 10000}
+	lbs, cgs, self := countLBs(b, counts, TCP,
+		netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port("tcp4")),
+		netip.AddrPortFrom(netip.MustParseAddr("::1"), port("tcp6")))
 	r := rand.New(rand.NewPCG(1, 2))
 	lat := map[string][]time.Duration{}
 	order := slices.Clone(counts)
@@ -121,7 +72,7 @@ func BenchmarkConnectCount(b *testing.B) {
 				if v6 {
 					vip = vip6(r.IntN(n))
 				}
-				d, err := timedConnect(netip.AddrPortFrom(vip, 80))
+				d, err := netprobe.Connect(netip.AddrPortFrom(vip, 80))
 				if err != nil {
 					b.Fatalf("%d Services: connect %s: %v", n, vip, err)
 				}
@@ -145,49 +96,93 @@ func BenchmarkConnectCount(b *testing.B) {
 			b.Fatalf("%d Services: %d connects translated, %d made: not the path measured", n, got, want)
 		}
 	}
+	reportRatios(b, lat, "")
+	b.ReportMetric(0, "ns/op")
+}
+
+// countLBs loads one load balancer per Service count, each holding that
+// many IPv4 and IPv6 ClusterIPs (vip4(i), vip6(i), port 80, proto) with the
+// one backend of each family, and attaches each to a cgroup of its own
+// (removed at cleanup, after the process went back to its own cgroup,
+// self).
+func countLBs(b *testing.B, counts []int, proto Proto, be4, be6 Backend) (lbs map[int]*LB, cgs map[int]string, self string) {
+	b.Helper()
+	if os.Geteuid() != 0 {
+		b.Fatal("needs root (BPF, cgroups)")
+	}
+	root, err := cgroupv2.Root()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if self, err = ownCgroup(root); err != nil {
+		b.Fatal(err)
+	}
+	base, err := os.MkdirTemp(root, "eztunnel-count-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cgs = map[int]string{}
+	b.Cleanup(func() {
+		joinCgroup(self)
+		for _, n := range counts {
+			os.Remove(cgs[n])
+		}
+		os.Remove(base)
+	})
+	for _, n := range counts {
+		cgs[n] = filepath.Join(base, strconv.Itoa(n))
+		if err := os.Mkdir(cgs[n], 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lbs = map[int]*LB{}
+	for _, n := range counts {
+		lb, err := Load(Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { lb.Close() })
+		for i := range n {
+			if err := lb.SetFrontend(Frontend{Addr: vip4(i), Port: 80, Proto: proto}, Target{Backends: []Backend{be4}}); err != nil {
+				b.Fatal(err)
+			}
+			if err := lb.SetFrontend(Frontend{Addr: vip6(i), Port: 80, Proto: proto}, Target{Backends: []Backend{be6}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := lb.Attach(cgs[n]); err != nil {
+			b.Fatal(err)
+		}
+		lbs[n] = lb
+	}
+	return lbs, cgs, self
+}
+
+// reportRatios reports the p50 and p99 of lat[prefix+fam+"@"+count] for
+// counts 1 and 10,000, and their ratios (10,000 / 1), named
+// prefix+fam+"-p50-...".
+func reportRatios(b *testing.B, lat map[string][]time.Duration, prefix string) {
 	q := func(k string, p float64) float64 {
-		s := slices.Clone(lat[k])
-		slices.Sort(s)
-		return float64(s[int(p*float64(len(s)-1))].Nanoseconds()) / 1e3
+		if len(lat[k]) == 0 {
+			b.Fatalf("no samples for %s", k)
+		}
+		return netprobe.Quantile(lat[k], p)
 	}
 	for _, fam := range []string{"v4", "v6"} {
 		for _, p := range []struct {
 			name string
 			q    float64
 		}{{"p50", 0.5}, {"p99", 0.99}} {
-			one, many := q(fam+"@1", p.q), q(fam+"@10000", p.q)
-			b.ReportMetric(one, fam+"-"+p.name+"-us@1")
-			b.ReportMetric(many, fam+"-"+p.name+"-us@10000")
-			b.ReportMetric(many/one, fam+"-"+p.name+"-ratio")
+			one, many := q(prefix+fam+"@1", p.q), q(prefix+fam+"@10000", p.q)
+			b.ReportMetric(one, prefix+fam+"-"+p.name+"-us@1")
+			b.ReportMetric(many, prefix+fam+"-"+p.name+"-us@10000")
+			b.ReportMetric(many/one, prefix+fam+"-"+p.name+"-ratio")
 		}
 	}
-	b.ReportMetric(0, "ns/op")
 }
 
 func vip4(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}) }
 func vip6(i int) netip.Addr { return netip.MustParseAddr(fmt.Sprintf("fd96::%x", i+1)) }
-
-// timedConnect times a blocking connect() to to (the syscall only), then
-// closes with RST.
-func timedConnect(to netip.AddrPort) (time.Duration, error) {
-	fam, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Port: int(to.Port()), Addr: to.Addr().As16()})
-	if to.Addr().Is4() {
-		fam, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(to.Port()), Addr: to.Addr().As4()}
-	}
-	fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	start := time.Now()
-	err = unix.Connect(fd, sa)
-	d := time.Since(start)
-	if err != nil {
-		return 0, err
-	}
-	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
-	return d, nil
-}
 
 // ownCgroup is this process's cgroup v2 directory under root.
 func ownCgroup(root string) (string, error) {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	svc "github.com/eztunnel/eztunnel/internal/datapath/services"
+	"github.com/eztunnel/eztunnel/internal/netprobe"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
@@ -44,6 +45,135 @@ func BenchmarkNodePortConnectCount(b *testing.B) {
 }
 
 func npConnectCount(b *testing.B, swap bool) {
+	np := newNPLab(b, swap, svc.TCP, false)
+	r := rand.New(rand.NewPCG(3, 4))
+	lat := map[string][]time.Duration{}
+	order := slices.Clone(np.counts)
+	const perRound = 200
+	for b.Loop() {
+		order[0], order[1] = order[1], order[0]
+		for _, c := range order {
+			if err := np.l.External.Do(func() error {
+				for range perRound {
+					to := netip.AddrPortFrom(np.addrs4[c], uint16(30000+r.IntN(min(c, npCount))))
+					d, err := netprobe.Connect(to)
+					if err != nil {
+						return fmt.Errorf("%d Services: connect %s: %w", c, to, err)
+					}
+					k := fmt.Sprintf("v4@%d", c)
+					lat[k] = append(lat[k], d)
+				}
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	np.requireNew(b, func(c int) int { return len(lat[fmt.Sprintf("v4@%d", c)]) })
+	for _, p := range []struct {
+		name string
+		q    float64
+	}{{"p50", 0.5}, {"p99", 0.99}} {
+		one, many := netprobe.Quantile(lat["v4@1"], p.q), netprobe.Quantile(lat["v4@10000"], p.q)
+		b.ReportMetric(one, p.name+"-us@1")
+		b.ReportMetric(many, p.name+"-us@10000")
+		b.ReportMetric(many/one, p.name+"-ratio")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkNodePortUDPCount: round trips of UDP flows from the external
+// host to a NodePort (externalTrafficPolicy Local, a UDP echo in a backend
+// pod on the node) with 1 and with 10,000 Services, interleaved in one run
+// (the target for UDP latency: within 5 % of the 1-Service value
+// at 10,000). The lab of BenchmarkNodePortConnectCount with UDP Services
+// and node addresses of both families. Each round, per count (which goes
+// first alternates) and family, 10 flows: a new socket sends 20 datagrams
+// to one random NodePort, one at a time, each echoed before the next;
+// every reply must come from the NodePort's address. Reported apart: a
+// flow's first datagram (the one the load balancer translates and sets up
+// the flow for) and the others (the flow's conntrack entry), p50 and p99
+// per count and family, and their ratios (10,000 / 1).
+//
+//	sudo go test -run XXX -bench NodePortUDPCount -benchtime 20x ./lab/bench/services
+func BenchmarkNodePortUDPCount(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Fatal("needs root (BPF, network namespaces)")
+	}
+	for _, swap := range []bool{false, true} {
+		b.Run(fmt.Sprintf("swapped=%v", swap), func(b *testing.B) { npUDPCount(b, swap) })
+	}
+}
+
+func npUDPCount(b *testing.B, swap bool) {
+	np := newNPLab(b, swap, svc.UDP, true)
+	r := rand.New(rand.NewPCG(5, 6))
+	lat := map[string][]time.Duration{}
+	flows := map[int]int{}
+	order := slices.Clone(np.counts)
+	const perRound, perFlow = 10, 20
+	for b.Loop() {
+		order[0], order[1] = order[1], order[0]
+		for _, c := range order {
+			if err := np.l.External.Do(func() error {
+				for i := range 2 * perRound {
+					fam, addr := "v4", np.addrs4[c]
+					if i%2 == 1 {
+						fam, addr = "v6", np.addrs6[c]
+					}
+					to := netip.AddrPortFrom(addr, uint16(30000+r.IntN(min(c, npCount))))
+					ds, err := netprobe.UDPFlow(to, perFlow)
+					if err != nil {
+						return fmt.Errorf("%d Services: %w", c, err)
+					}
+					flows[c]++
+					first, rest := fmt.Sprintf("first-%s@%d", fam, c), fmt.Sprintf("flow-%s@%d", fam, c)
+					lat[first] = append(lat[first], ds[0])
+					lat[rest] = append(lat[rest], ds[1:]...)
+				}
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	np.requireNew(b, func(c int) int { return flows[c] })
+	for _, kind := range []string{"first-", "flow-"} {
+		for _, fam := range []string{"v4", "v6"} {
+			for _, p := range []struct {
+				name string
+				q    float64
+			}{{"p50", 0.5}, {"p99", 0.99}} {
+				one, many := netprobe.Quantile(lat[kind+fam+"@1"], p.q), netprobe.Quantile(lat[kind+fam+"@10000"], p.q)
+				b.ReportMetric(one, kind+fam+"-"+p.name+"-us@1")
+				b.ReportMetric(many, kind+fam+"-"+p.name+"-us@10000")
+				b.ReportMetric(many/one, kind+fam+"-"+p.name+"-ratio")
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// npCount is how many of the Services have a NodePort (the paper's split).
+const npCount = 2767
+
+// npLab is a one-node lab with a backend pod and two load balancers on the
+// node's uplink, each with node addresses of its own: one holds 1
+// Service, the other 10,000.
+type npLab struct {
+	l              *multinode.Lab
+	counts         []int // in the order the load balancers were attached
+	addrs4, addrs6 map[int]netip.Addr
+	lbs            map[int]*svc.LB
+}
+
+// newNPLab builds the lab for proto: a ClusterIP per Service and NodePorts
+// 30000.. for the first npCount (externalTrafficPolicy Local), IPv4 and,
+// with v6, IPv6; the backend pod runs a TCP listener that accepts and
+// closes, or a UDP echo, on port 8080. swap exchanges which addresses (and
+// which program, attached first) serve which count.
+func newNPLab(b *testing.B, swap bool, proto svc.Proto, v6 bool) *npLab {
+	b.Helper()
 	l, err := multinode.New(multinode.Options{Name: "bnpc", Nodes: 1, Mode: multinode.HostGW})
 	if err != nil {
 		b.Fatal(err)
@@ -54,33 +184,31 @@ func npConnectCount(b *testing.B, swap bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var ln net.Listener
-	if err := be.Do(func() (err error) {
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(be.IPv4, 8080).String())
-		return err
+	if err := be.Do(func() error {
+		for _, a := range []netip.Addr{be.IPv4, be.IPv6} {
+			if err := serveBackend(b, proto, netip.AddrPortFrom(a, 8080)); err != nil {
+				return err
+			}
+		}
+		return nil
 	}); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
+	// Second node addresses on the uplink, for the second load balancer.
+	second4, second6 := netip.MustParseAddr("192.168.88.200"), netip.MustParseAddr("fd89::200")
+	for _, a := range []netip.Addr{l.External.IPv4, l.External.IPv6, n.UnderlayV4, n.UnderlayV6} {
+		if a == second4 || a == second6 {
+			b.Fatalf("address %s taken", a)
 		}
-	}()
-	// A second node address on the uplink, for the second load balancer.
-	second := netip.MustParseAddr("192.168.88.200")
-	if second == l.External.IPv4 || second == n.UnderlayV4 {
-		b.Fatalf("address %s taken", second)
 	}
-	addrs := map[int]netip.Addr{1: n.UnderlayV4, 10000: second}
-	counts := []int{1, 10000}
+	np := &npLab{l: l, counts: []int{1, 10000},
+		addrs4: map[int]netip.Addr{1: n.UnderlayV4, 10000: second4},
+		addrs6: map[int]netip.Addr{1: n.UnderlayV6, 10000: second6},
+		lbs:    map[int]*svc.LB{}}
 	if swap {
-		addrs = map[int]netip.Addr{1: second, 10000: n.UnderlayV4}
-		counts = []int{10000, 1}
+		np.counts = []int{10000, 1}
+		np.addrs4[1], np.addrs4[10000] = np.addrs4[10000], np.addrs4[1]
+		np.addrs6[1], np.addrs6[10000] = np.addrs6[10000], np.addrs6[1]
 	}
 	var uplink int
 	if err := n.Do(func() error {
@@ -89,29 +217,44 @@ func npConnectCount(b *testing.B, swap bool) {
 			return err
 		}
 		uplink = lk.Attrs().Index
-		return netlink.AddrAdd(lk, &netlink.Addr{IPNet: netlink.NewIPNet(net.IP(second.AsSlice()))})
+		for _, a := range []netip.Addr{second4, second6} {
+			na := &netlink.Addr{IPNet: netlink.NewIPNet(net.IP(a.AsSlice())), Flags: unix.IFA_F_NODAD}
+			if err := netlink.AddrAdd(lk, na); err != nil {
+				return fmt.Errorf("add %s: %w", a, err)
+			}
+		}
+		return nil
 	}); err != nil {
 		b.Fatal(err)
 	}
-	backend := []svc.Backend{netip.AddrPortFrom(be.IPv4, 8080)}
-	lbs := map[int]*svc.LB{}
-	for _, c := range counts {
+	for _, c := range np.counts {
 		lb, err := svc.Load(svc.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { lb.Close() })
-		if err := lb.SetNodeAddrs([]netip.Addr{addrs[c]}); err != nil {
+		nodeAddrs := []netip.Addr{np.addrs4[c]}
+		if v6 {
+			nodeAddrs = append(nodeAddrs, np.addrs6[c])
+		}
+		if err := lb.SetNodeAddrs(nodeAddrs); err != nil {
 			b.Fatal(err)
 		}
 		for i := range c {
-			if err := lb.SetFrontend(svc.Frontend{Addr: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Proto: svc.TCP}, svc.Target{Backends: backend}); err != nil {
-				b.Fatal(err)
+			fams := []struct{ vip, any, be netip.Addr }{{netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), netip.IPv4Unspecified(), be.IPv4}}
+			if v6 {
+				fams = append(fams, struct{ vip, any, be netip.Addr }{netip.MustParseAddr(fmt.Sprintf("fd96::%x", i+1)), netip.IPv6Unspecified(), be.IPv6})
 			}
-			if i < 2767 {
-				if err := lb.SetFrontend(svc.Frontend{Addr: netip.IPv4Unspecified(), Port: uint16(30000 + i), Proto: svc.TCP, NodePort: true},
-					svc.Target{Backends: backend, KeepSource: true}); err != nil {
+			for _, f := range fams {
+				backend := []svc.Backend{netip.AddrPortFrom(f.be, 8080)}
+				if err := lb.SetFrontend(svc.Frontend{Addr: f.vip, Port: 80, Proto: proto}, svc.Target{Backends: backend}); err != nil {
 					b.Fatal(err)
+				}
+				if i < npCount {
+					if err := lb.SetFrontend(svc.Frontend{Addr: f.any, Port: uint16(30000 + i), Proto: proto, NodePort: true},
+						svc.Target{Backends: backend, KeepSource: true}); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 		}
@@ -121,70 +264,59 @@ func npConnectCount(b *testing.B, swap bool) {
 		}); err != nil {
 			b.Fatal(err)
 		}
-		lbs[c] = lb
+		np.lbs[c] = lb
 	}
-	r := rand.New(rand.NewPCG(3, 4))
-	lat := map[int][]time.Duration{}
-	order := slices.Clone(counts)
-	const perRound = 200
-	for b.Loop() {
-		order[0], order[1] = order[1], order[0]
-		for _, c := range order {
-			if err := l.External.Do(func() error {
-				for range perRound {
-					to := netip.AddrPortFrom(addrs[c], uint16(30000+r.IntN(min(c, 2767))))
-					d, err := timedConnect(to)
-					if err != nil {
-						return fmt.Errorf("%d Services: connect %s: %w", c, to, err)
-					}
-					lat[c] = append(lat[c], d)
-				}
-				return nil
-			}); err != nil {
-				b.Fatal(err)
-			}
+	return np
+}
+
+// serveBackend serves proto on addr until the benchmark ends: TCP accepts
+// and closes, UDP echoes each datagram.
+func serveBackend(b *testing.B, proto svc.Proto, addr netip.AddrPort) error {
+	if proto == svc.TCP {
+		ln, err := net.Listen("tcp", addr.String())
+		if err != nil {
+			return err
 		}
+		b.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		return nil
 	}
-	for _, c := range counts {
-		k, err := lbs[c].Counters()
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		return err
+	}
+	b.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			c.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+	return nil
+}
+
+// requireNew fails unless each load balancer set up at least made(count)
+// NodePort flows: the path measured is the one meant.
+func (np *npLab) requireNew(b *testing.B, made func(count int) int) {
+	for _, c := range np.counts {
+		k, err := np.lbs[c].Counters()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if got := k["nodeport_new"]; got < uint64(len(lat[c])) {
-			b.Fatalf("%d Services: %d NodePort flows set up for %d connects: not the path measured (%v)", c, got, len(lat[c]), k)
+		if got := k["nodeport_new"]; got < uint64(made(c)) {
+			b.Fatalf("%d Services: %d NodePort flows set up for %d made: not the path measured (%v)", c, got, made(c), k)
 		}
 	}
-	q := func(c int, p float64) float64 {
-		s := slices.Clone(lat[c])
-		slices.Sort(s)
-		return float64(s[int(p*float64(len(s)-1))].Nanoseconds()) / 1e3
-	}
-	for _, p := range []struct {
-		name string
-		q    float64
-	}{{"p50", 0.5}, {"p99", 0.99}} {
-		one, many := q(1, p.q), q(10000, p.q)
-		b.ReportMetric(one, p.name+"-us@1")
-		b.ReportMetric(many, p.name+"-us@10000")
-		b.ReportMetric(many/one, p.name+"-ratio")
-	}
-	b.ReportMetric(0, "ns/op")
-}
-
-// timedConnect times a blocking IPv4 connect() (the syscall only), then
-// closes with RST (no TIME_WAIT on the client).
-func timedConnect(to netip.AddrPort) (time.Duration, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	start := time.Now()
-	err = unix.Connect(fd, &unix.SockaddrInet4{Port: int(to.Port()), Addr: to.Addr().As4()})
-	d := time.Since(start)
-	if err != nil {
-		return 0, err
-	}
-	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
-	return d, nil
 }

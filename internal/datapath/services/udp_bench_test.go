@@ -1,0 +1,102 @@
+package services
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/eztunnel/eztunnel/internal/netprobe"
+)
+
+// BenchmarkUDPCount: round-trip time of unconnected UDP datagrams through
+// the ClusterIP translation (sendmsg4/6 to the backend, recvmsg4/6 back to
+// the Service's address) with 1 and with 10,000 Services, interleaved in
+// one run (the target for UDP latency: within 5 % of the 1-Service
+// value at 10,000). Set up as BenchmarkConnectCount, with UDP Services and
+// a loopback echo as the backend of each family. Each round, per count
+// (which goes first alternates) and family, 20 flows: a new socket sends
+// 20 datagrams to one random Service, one at a time, each answered by the
+// echo before the next. Every reply must come from the Service's address
+// with the payload sent. Reported apart: a flow's first datagram (the one
+// that creates the socket's translation state, as D-ITG's first packet)
+// and the others (a flow in progress: the socket's backend is kept), p50
+// and p99 per count and family, and their ratios (10,000 / 1).
+//
+//	sudo go test -run XXX -bench UDPCount -benchtime 40x ./internal/datapath/services
+func BenchmarkUDPCount(b *testing.B) {
+	echo := map[string]*net.UDPConn{}
+	for _, fam := range []string{"udp4", "udp6"} {
+		addr := "127.0.0.1:0"
+		if fam == "udp6" {
+			addr = "[::1]:0"
+		}
+		c, err := net.ListenUDP(fam, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := c.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					return
+				}
+				c.WriteToUDPAddrPort(buf[:n], from)
+			}
+		}()
+		echo[fam] = c
+	}
+	be := func(fam string) Backend { return echo[fam].LocalAddr().(*net.UDPAddr).AddrPort() }
+	counts := []int{1, 10000}
+	lbs, cgs, self := countLBs(b, counts, UDP, be("udp4"), be("udp6"))
+	runtime.LockOSThread() // one thread does every send and receive
+	defer runtime.UnlockOSThread()
+	r := rand.New(rand.NewPCG(3, 4))
+	lat := map[string][]time.Duration{}
+	sent := map[int]int{}
+	order := slices.Clone(counts)
+	const flows, perFlow = 20, 20
+	for b.Loop() {
+		order[0], order[1] = order[1], order[0]
+		for _, n := range order {
+			if err := joinCgroup(cgs[n]); err != nil {
+				b.Fatal(err)
+			}
+			for i := range 2 * flows {
+				fam, vip := "v4", vip4(r.IntN(n))
+				if i%2 == 1 {
+					fam, vip = "v6", vip6(r.IntN(n))
+				}
+				ds, err := netprobe.UDPFlow(netip.AddrPortFrom(vip, 80), perFlow)
+				if err != nil {
+					b.Fatalf("%d Services: %v", n, err)
+				}
+				sent[n] += perFlow
+				lat[fmt.Sprintf("first-%s@%d", fam, n)] = append(lat[fmt.Sprintf("first-%s@%d", fam, n)], ds[0])
+				lat[fmt.Sprintf("flow-%s@%d", fam, n)] = append(lat[fmt.Sprintf("flow-%s@%d", fam, n)], ds[1:]...)
+			}
+		}
+	}
+	if err := joinCgroup(self); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range counts {
+		c, err := lbs[n].Counters()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if c["udp_send"] != uint64(sent[n]) || c["recv_reversed"] != uint64(sent[n]) {
+			b.Fatalf("%d Services: %d sends and %d receives translated, %d datagrams each way: not the path measured",
+				n, c["udp_send"], c["recv_reversed"], sent[n])
+		}
+	}
+	reportRatios(b, lat, "first-")
+	reportRatios(b, lat, "flow-")
+	b.ReportMetric(0, "ns/op")
+}

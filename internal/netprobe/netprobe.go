@@ -1,0 +1,104 @@
+// Package netprobe times single network operations for benchmarks: a TCP
+// connect, and the round trips of a UDP flow to an echo. Raw syscalls on
+// the calling thread, so the time is the kernel's and the peer's, not the
+// Go runtime's poller.
+package netprobe
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// sockaddr is to as a socket family and address.
+func sockaddr(to netip.AddrPort) (int, unix.Sockaddr) {
+	if to.Addr().Is4() {
+		return unix.AF_INET, &unix.SockaddrInet4{Port: int(to.Port()), Addr: to.Addr().As4()}
+	}
+	return unix.AF_INET6, &unix.SockaddrInet6{Port: int(to.Port()), Addr: to.Addr().As16()}
+}
+
+// AddrPort is sa as an address and port (zero if neither family).
+func AddrPort(sa unix.Sockaddr) netip.AddrPort {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// Connect times a blocking connect() to to (the syscall only), then closes
+// with RST (no TIME_WAIT on the client).
+func Connect(to netip.AddrPort) (time.Duration, error) {
+	fam, sa := sockaddr(to)
+	fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	start := time.Now()
+	err = unix.Connect(fd, sa)
+	d := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	return d, nil
+}
+
+// UDPFlow sends count datagrams from a new unconnected socket to to, each
+// after the echo of the one before, and returns each round trip (sendto to
+// the end of recvfrom). A reply must come from to (what the application
+// sees, after any translation is reversed) with the payload sent; none for
+// 2 s is an error.
+func UDPFlow(to netip.AddrPort, count int) ([]time.Duration, error) {
+	fam, sa := sockaddr(to)
+	fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 2}); err != nil {
+		return nil, err
+	}
+	msg, buf := make([]byte, 64), make([]byte, 128)
+	out := make([]time.Duration, 0, count)
+	for i := range count {
+		msg[0], msg[1] = byte(i), byte(i>>8)
+		start := time.Now()
+		if err := unix.Sendto(fd, msg, 0, sa); err != nil {
+			return nil, fmt.Errorf("send to %s: %w", to, err)
+		}
+		n, from, err := unix.Recvfrom(fd, buf, 0)
+		d := time.Since(start)
+		if err != nil {
+			return nil, fmt.Errorf("datagram %d to %s: %w", i, to, err)
+		}
+		if got := AddrPort(from); got != to {
+			return nil, fmt.Errorf("datagram %d to %s: reply from %s", i, to, got)
+		}
+		if !bytes.Equal(buf[:n], msg) {
+			return nil, fmt.Errorf("datagram %d to %s: reply %x, sent %x", i, to, buf[:n], msg)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// Quantile is the q-quantile (0..1) of ds in µs (the sample at
+// q × (len-1) of the sorted copy); NaN for no samples.
+func Quantile(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[int(q*float64(len(s)-1))].Nanoseconds()) / 1e3
+}
