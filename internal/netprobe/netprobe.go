@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"runtime"
 	"slices"
 	"time"
 
@@ -53,18 +54,28 @@ func Connect(to netip.AddrPort) (time.Duration, error) {
 	return d, nil
 }
 
-// UDPFlow sends count datagrams from a new unconnected socket to to, each
-// after the echo of the one before, and returns each round trip (sendto to
-// the end of recvfrom). A reply must come from to (what the application
-// sees, after any translation is reversed) with the payload sent; none for
-// 2 s is an error.
-func UDPFlow(to netip.AddrPort, count int) ([]time.Duration, error) {
+// UDPFlow sends count datagrams from a new unconnected socket, bound to
+// local port from (0: an ephemeral one), to to, each after the echo of the
+// one before, and returns each round trip (sendto to the end of recvfrom).
+// A reply must come from to (what the application sees, after any
+// translation is reversed) with the payload sent; none for 2 s is an
+// error.
+func UDPFlow(from uint16, to netip.AddrPort, count int) ([]time.Duration, error) {
 	fam, sa := sockaddr(to)
 	fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	if from != 0 {
+		local := unix.Sockaddr(&unix.SockaddrInet4{Port: int(from)})
+		if fam == unix.AF_INET6 {
+			local = &unix.SockaddrInet6{Port: int(from)}
+		}
+		if err := unix.Bind(fd, local); err != nil {
+			return nil, fmt.Errorf("bind port %d: %w", from, err)
+		}
+	}
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 2}); err != nil {
 		return nil, err
 	}
@@ -90,6 +101,65 @@ func UDPFlow(to netip.AddrPort, count int) ([]time.Duration, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// Echo answers every UDP datagram on fd with the same bytes, to its
+// sender, until fd is closed or shut down. It runs on a thread of its own
+// (locked, blocking recvfrom), so a datagram wakes it directly rather than
+// through the Go runtime's poller, whose wake-up time varies by tens of µs
+// with what the runtime's other threads are doing.
+// With cpu >= 0 the thread is pinned to that CPU.
+func Echo(fd, cpu int) {
+	runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+	if cpu >= 0 {
+		PinThread(cpu) // best effort: the thread ends with the goroutine
+	}
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := unix.Recvfrom(fd, buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 && from == nil {
+			return
+		}
+		unix.Sendto(fd, buf[:n], 0, from)
+	}
+}
+
+// PinThread pins the calling OS thread to cpu and returns what restores
+// its affinity; the caller must hold the thread (runtime.LockOSThread).
+func PinThread(cpu int) (restore func(), err error) {
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return nil, err
+	}
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("pin to CPU %d: %w", cpu, err)
+	}
+	return func() { unix.SchedSetaffinity(0, &old) }, nil
+}
+
+// ListenUDP is a UDP socket bound to addr (port 0: any), for Echo, and
+// the address it is bound to. Close it with unix.Shutdown, which wakes a
+// blocked recvfrom, then unix.Close.
+func ListenUDP(addr netip.AddrPort) (int, netip.AddrPort, error) {
+	fam, sa := sockaddr(addr)
+	fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, netip.AddrPort{}, err
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, netip.AddrPort{}, fmt.Errorf("bind %s: %w", addr, err)
+	}
+	got, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return -1, netip.AddrPort{}, err
+	}
+	return fd, AddrPort(got), nil
 }
 
 // Quantile is the q-quantile (0..1) of ds in µs (the sample at

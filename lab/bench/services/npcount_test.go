@@ -89,11 +89,13 @@ func npConnectCount(b *testing.B, swap bool) {
 // at 10,000). The lab of BenchmarkNodePortConnectCount with UDP Services
 // and node addresses of both families. Each round, per count (which goes
 // first alternates) and family, 10 flows: a new socket sends 20 datagrams
-// to one random NodePort, one at a time, each echoed before the next;
+// to one random NodePort from a port no other flow of the run used, one
+// at a time, each echoed before the next;
 // every reply must come from the NodePort's address. Reported apart: a
 // flow's first datagram (the one the load balancer translates and sets up
 // the flow for) and the others (the flow's conntrack entry), p50 and p99
-// per count and family, and their ratios (10,000 / 1).
+// per count and family, and their ratios (10,000 / 1). The sender and the
+// echo are pinned to one CPU (benchCPU, reported as "cpu").
 //
 //	sudo go test -run XXX -bench NodePortUDPCount -benchtime 20x ./lab/bench/services
 func BenchmarkNodePortUDPCount(b *testing.B) {
@@ -116,13 +118,21 @@ func npUDPCount(b *testing.B, swap bool) {
 		order[0], order[1] = order[1], order[0]
 		for _, c := range order {
 			if err := np.l.External.Do(func() error {
+				unpin, err := netprobe.PinThread(benchCPU) // Do holds the thread
+				if err != nil {
+					return err
+				}
+				defer unpin()
 				for i := range 2 * perRound {
 					fam, addr := "v4", np.addrs4[c]
 					if i%2 == 1 {
 						fam, addr = "v6", np.addrs6[c]
 					}
 					to := netip.AddrPortFrom(addr, uint16(30000+r.IntN(min(c, npCount))))
-					ds, err := netprobe.UDPFlow(to, perFlow)
+					// A port of its own per flow (below the ephemeral
+					// range): a port used again would meet its earlier
+					// flow's conntrack entry, not the load balancer.
+					ds, err := netprobe.UDPFlow(uint16(20000+flows[c]%10000), to, perFlow)
 					if err != nil {
 						return fmt.Errorf("%d Services: %w", c, err)
 					}
@@ -138,6 +148,7 @@ func npUDPCount(b *testing.B, swap bool) {
 		}
 	}
 	np.requireNew(b, func(c int) int { return flows[c] })
+	b.ReportMetric(benchCPU, "cpu")
 	for _, kind := range []string{"first-", "flow-"} {
 		for _, fam := range []string{"v4", "v6"} {
 			for _, p := range []struct {
@@ -153,6 +164,9 @@ func npUDPCount(b *testing.B, swap bool) {
 	}
 	b.ReportMetric(0, "ns/op")
 }
+
+// benchCPU is the CPU the UDP benchmark's sender and echo run on.
+const benchCPU = 1
 
 // npCount is how many of the Services have a NodePort (the paper's split).
 const npCount = 2767
@@ -289,21 +303,12 @@ func serveBackend(b *testing.B, proto svc.Proto, addr netip.AddrPort) error {
 		}()
 		return nil
 	}
-	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
+	fd, _, err := netprobe.ListenUDP(addr)
 	if err != nil {
 		return err
 	}
-	b.Cleanup(func() { c.Close() })
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := c.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			c.WriteToUDPAddrPort(buf[:n], from)
-		}
-	}()
+	b.Cleanup(func() { unix.Shutdown(fd, unix.SHUT_RDWR); unix.Close(fd) })
+	go netprobe.Echo(fd, benchCPU)
 	return nil
 }
 
