@@ -421,7 +421,7 @@ static __always_inline void adopt_insert(struct tcp_sock *tp, struct ez_sock *es
 		goto cleanup;
 	}
 	if (__sync_val_compare_and_swap(&a->state, EZ_ADOPT_ONE_IN, EZ_ADOPT_PAIRED) != EZ_ADOPT_ONE_IN) {
-		bpf_map_delete_elem(&ez_unreads, &ukey);
+		delete_record(&ez_unreads, &ukey);
 		goto cleanup;
 	}
 	es->state = EZ_SOCK_PAIRED;

@@ -137,6 +137,23 @@ static __always_inline void count(__u32 c)
 	count_add(c, 1);
 }
 
+#define EZ_ENOENT 2
+
+/*
+ * Deletes a pairing or unread record whose last user is done with it. A
+ * failure other than a missing key leaves the record behind for good, so
+ * it is counted. Quirk: a hash map's bucket lock is an rqspinlock (6.15+),
+ * and taking it can fail (-ETIMEDOUT after 250 ms, -EDEADLK), for example
+ * while the vCPU holding it is preempted by the hypervisor.
+ */
+static __always_inline void delete_record(void *map, const void *key)
+{
+	long err = bpf_map_delete_elem(map, key);
+
+	if (err && err != -EZ_ENOENT)
+		count(EZ_C_DELETE_FAILED);
+}
+
 static __always_inline void adopt_count(__u32 c)
 {
 	ez_counter_add(&ez_adopt_counters, c, 1);

@@ -289,6 +289,7 @@ enum ez_counter {
 	EZ_C_SOCKETS_RELEASED,		/* enrolled sockets handed back to the kernel path */
 	EZ_C_NAT_ALIASES,		/* handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK */
 	EZ_C_FB_BACKPRESSURE,		/* a receiver fell a bound behind: the connection switched to the kernel path */
+	EZ_C_DELETE_FAILED,		/* a pairing or unread record could not be deleted (left behind) */
 	EZ_C_MAX,
 };
 

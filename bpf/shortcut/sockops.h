@@ -192,7 +192,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		bpf_map_delete_elem(&ez_syn_index, &ix);
 	}
 	if (old == EZ_PAIR_SYN) {
-		bpf_map_delete_elem(&ez_pairs, &key);
+		delete_record(&ez_pairs, &key);
 		count(EZ_C_FB_NO_LOCAL_PEER);
 		return;
 	}
@@ -246,7 +246,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_CLIENT, EZ_PAIR_PAIRED) != EZ_PAIR_CLIENT) {
 		/* The client wrote first and took the kernel path: so do we. */
 		ses->state = EZ_SOCK_KERNEL;
-		bpf_map_delete_elem(&ez_unreads, &ccookie);
+		delete_record(&ez_unreads, &ccookie);
 		bpf_map_delete_elem(&ez_sockets, &cookie);
 		goto release_client;
 	}
@@ -267,7 +267,7 @@ release_client:
 	 * sk_callback_lock). Nothing was redirected to the client, and nothing
 	 * can reach it through the stack before this: we have not been accepted. */
 	bpf_map_delete_elem(&ez_sockets, &ccookie);
-	bpf_map_delete_elem(&ez_pairs, &key);
+	delete_record(&ez_pairs, &key);
 	count(EZ_C_SOCKETS_RELEASED);
 }
 
@@ -291,7 +291,7 @@ static __always_inline __u32 settle_client(struct ez_sock *es)
 		es->peer_cookie = p->server_cookie;
 		es->state = EZ_SOCK_PAIRED;
 		es->flags |= EZ_F_UNREAD_REF; /* the server took it for us */
-		bpf_map_delete_elem(&ez_pairs, &es->key);
+		delete_record(&ez_pairs, &es->key);
 		return EZ_SOCK_PAIRED;
 	}
 	if (old == EZ_PAIR_CLIENT)
@@ -320,7 +320,7 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 
 		bpf_map_delete_elem(&ez_sockets, &es->self_cookie);
 		if (p && p->client_cookie == es->self_cookie && p->state != EZ_PAIR_AMBIGUOUS)
-			bpf_map_delete_elem(&ez_pairs, &es->key);
+			delete_record(&ez_pairs, &es->key);
 	}
 	if (es && (es->flags & EZ_F_UNREAD_REF)) {
 		if (skops->args[1] != BPF_TCP_CLOSE)

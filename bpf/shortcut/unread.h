@@ -97,7 +97,7 @@ static __always_inline void unread_put(__u64 key)
 	struct ez_unread *u = bpf_map_lookup_elem(&ez_unreads, &key);
 
 	if (u && __sync_fetch_and_add(&u->refs, -1) == 1)
-		bpf_map_delete_elem(&ez_unreads, &key);
+		delete_record(&ez_unreads, &key);
 }
 
 /*

@@ -33,6 +33,7 @@ var counterNames = map[shortcutEzCounter]string{
 	shortcutEzCounterEZ_C_SOCKETS_RELEASED: "sockets_released",
 	shortcutEzCounterEZ_C_NAT_ALIASES:      "nat_aliases",
 	shortcutEzCounterEZ_C_FB_BACKPRESSURE:  "fallback_backpressure",
+	shortcutEzCounterEZ_C_DELETE_FAILED:    "record_delete_failed",
 }
 
 func counterName(c shortcutEzCounter) string {

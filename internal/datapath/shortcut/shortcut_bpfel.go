@@ -176,7 +176,8 @@ const (
 	shortcutEzCounterEZ_C_SOCKETS_RELEASED shortcutEzCounter = 15
 	shortcutEzCounterEZ_C_NAT_ALIASES      shortcutEzCounter = 16
 	shortcutEzCounterEZ_C_FB_BACKPRESSURE  shortcutEzCounter = 17
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 18
+	shortcutEzCounterEZ_C_DELETE_FAILED    shortcutEzCounter = 18
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 19
 )
 
 type shortcutEzPair struct {
