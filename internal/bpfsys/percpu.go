@@ -78,7 +78,7 @@ func growCounters(old *ebpf.Map, ms *ebpf.MapSpec, path string) error {
 		}
 	}
 	tmp := path + "_grow" // bpffs refuses dots in names
-	os.Remove(tmp) // a killed earlier attempt's
+	os.Remove(tmp)        // a killed earlier attempt's
 	if err := m.Pin(tmp); err != nil {
 		return err
 	}
