@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -160,6 +161,18 @@ func ListenUDP(addr netip.AddrPort) (int, netip.AddrPort, error) {
 		return -1, netip.AddrPort{}, err
 	}
 	return fd, AddrPort(got), nil
+}
+
+// AcceptAndClose accepts connections on ln and closes each at once, until
+// ln is closed: a peer for Connect.
+func AcceptAndClose(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
 }
 
 // Quantile is the q-quantile (0..1) of ds in µs (the sample at

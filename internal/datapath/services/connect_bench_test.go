@@ -40,15 +40,7 @@ func BenchmarkConnectCount(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		go netprobe.AcceptAndClose(ln)
 		lns[fam] = ln
 	}
 	port := func(fam string) uint16 { return uint16(lns[fam].Addr().(*net.TCPAddr).Port) }
@@ -84,18 +76,12 @@ func BenchmarkConnectCount(b *testing.B) {
 			}
 		}
 	}
-	if err := joinCgroup(self); err != nil {
-		b.Fatal(err)
-	}
-	for _, n := range counts {
-		c, err := lbs[n].Counters()
-		if err != nil {
-			b.Fatal(err)
-		}
+	checkCounters(b, self, lbs, func(n int, c Counters) error {
 		if got, want := c["tcp_connect"], uint64(len(lat[fmt.Sprintf("v4@%d", n)])+len(lat[fmt.Sprintf("v6@%d", n)])); got != want {
-			b.Fatalf("%d Services: %d connects translated, %d made: not the path measured", n, got, want)
+			return fmt.Errorf("%d connects translated, %d made", got, want)
 		}
-	}
+		return nil
+	})
 	reportRatios(b, lat, "")
 	b.ReportMetric(0, "ns/op")
 }
@@ -156,6 +142,24 @@ func countLBs(b *testing.B, counts []int, proto Proto, be4, be6 Backend) (lbs ma
 		lbs[n] = lb
 	}
 	return lbs, cgs, self
+}
+
+// checkCounters moves the process back to its own cgroup (self), then
+// fails unless check accepts the counters of each count's load balancer:
+// the path measured is the one meant.
+func checkCounters(b *testing.B, self string, lbs map[int]*LB, check func(count int, c Counters) error) {
+	if err := joinCgroup(self); err != nil {
+		b.Fatal(err)
+	}
+	for n, lb := range lbs {
+		c, err := lb.Counters()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := check(n, c); err != nil {
+			b.Fatalf("%d Services: %v: not the path measured", n, err)
+		}
+	}
 }
 
 // reportRatios reports the p50 and p99 of lat[prefix+fam+"@"+count] for

@@ -83,19 +83,12 @@ func BenchmarkUDPCount(b *testing.B) {
 			}
 		}
 	}
-	if err := joinCgroup(self); err != nil {
-		b.Fatal(err)
-	}
-	for _, n := range counts {
-		c, err := lbs[n].Counters()
-		if err != nil {
-			b.Fatal(err)
-		}
+	checkCounters(b, self, lbs, func(n int, c Counters) error {
 		if c["udp_send"] != uint64(sent[n]) || c["recv_reversed"] != uint64(sent[n]) {
-			b.Fatalf("%d Services: %d sends and %d receives translated, %d datagrams each way: not the path measured",
-				n, c["udp_send"], c["recv_reversed"], sent[n])
+			return fmt.Errorf("%d sends and %d receives translated, %d datagrams each way", c["udp_send"], c["recv_reversed"], sent[n])
 		}
-	}
+		return nil
+	})
 	b.ReportMetric(benchCPU, "cpu")
 	reportRatios(b, lat, "first-")
 	reportRatios(b, lat, "flow-")

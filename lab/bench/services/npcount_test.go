@@ -33,14 +33,17 @@ import (
 // comes first on the device, serves which count.
 //
 //	sudo go test -run XXX -bench NodePortConnectCount -benchtime 20x ./lab/bench/services
-func BenchmarkNodePortConnectCount(b *testing.B) {
+func BenchmarkNodePortConnectCount(b *testing.B) { runSwapped(b, npConnectCount) }
+
+// runSwapped runs fn as two sub-benchmarks: as built, and with which node
+// address (and load balancer, attached in this order) serves which count
+// swapped.
+func runSwapped(b *testing.B, fn func(b *testing.B, swap bool)) {
 	if os.Geteuid() != 0 {
 		b.Fatal("needs root (BPF, network namespaces)")
 	}
-	// Which node address (and load balancer, attached in this order) serves
-	// which count is swapped in the second sub-benchmark.
 	for _, swap := range []bool{false, true} {
-		b.Run(fmt.Sprintf("swapped=%v", swap), func(b *testing.B) { npConnectCount(b, swap) })
+		b.Run(fmt.Sprintf("swapped=%v", swap), func(b *testing.B) { fn(b, swap) })
 	}
 }
 
@@ -98,14 +101,7 @@ func npConnectCount(b *testing.B, swap bool) {
 // echo are pinned to one CPU (benchCPU, reported as "cpu").
 //
 //	sudo go test -run XXX -bench NodePortUDPCount -benchtime 20x ./lab/bench/services
-func BenchmarkNodePortUDPCount(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Fatal("needs root (BPF, network namespaces)")
-	}
-	for _, swap := range []bool{false, true} {
-		b.Run(fmt.Sprintf("swapped=%v", swap), func(b *testing.B) { npUDPCount(b, swap) })
-	}
-}
+func BenchmarkNodePortUDPCount(b *testing.B) { runSwapped(b, npUDPCount) }
 
 func npUDPCount(b *testing.B, swap bool) {
 	np := newNPLab(b, swap, svc.UDP, true)
@@ -292,15 +288,7 @@ func serveBackend(b *testing.B, proto svc.Proto, addr netip.AddrPort) error {
 			return err
 		}
 		b.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		go netprobe.AcceptAndClose(ln)
 		return nil
 	}
 	fd, _, err := netprobe.ListenUDP(addr)
