@@ -7,11 +7,9 @@ package netprobe
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"net"
 	"net/netip"
 	"runtime"
-	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -173,15 +171,4 @@ func AcceptAndClose(ln net.Listener) {
 		}
 		c.Close()
 	}
-}
-
-// Quantile is the q-quantile (0..1) of ds in µs (the sample at
-// q × (len-1) of the sorted copy); NaN for no samples.
-func Quantile(ds []time.Duration, q float64) float64 {
-	if len(ds) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return float64(s[int(q*float64(len(s)-1))].Nanoseconds()) / 1e3
 }

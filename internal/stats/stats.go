@@ -3,6 +3,7 @@ package stats
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -71,6 +72,14 @@ func Micros(ds []time.Duration) []float64 {
 		out[i] = float64(d) / float64(time.Microsecond)
 	}
 	return out
+}
+
+// QuantileMicros is the q-quantile (R-7, as Quantile) of ds in µs; ds is
+// not modified.
+func QuantileMicros(ds []time.Duration, q float64) float64 {
+	xs := Micros(ds)
+	slices.Sort(xs)
+	return Quantile(xs, q)
 }
 
 // Change is the relative change from base to x in percent.

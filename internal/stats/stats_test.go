@@ -3,6 +3,7 @@ package stats
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 // Hand-computed: xs = 2, 4, 4, 4, 5, 5, 7, 9 has mean 5 and population
@@ -59,5 +60,15 @@ func TestCDF(t *testing.T) {
 	}
 	if x, _ := CDF(nil, 5); x != nil {
 		t.Error("empty sample")
+	}
+}
+
+func TestQuantileMicros(t *testing.T) {
+	ds := []time.Duration{4 * time.Microsecond, time.Microsecond, 3 * time.Microsecond, 2 * time.Microsecond}
+	if got := QuantileMicros(ds, 0.5); got != 2.5 {
+		t.Errorf("median of 1..4 µs: %v, want 2.5", got)
+	}
+	if ds[0] != 4*time.Microsecond {
+		t.Errorf("the input was sorted in place: %v", ds)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/netprobe"
+	"github.com/eztunnel/eztunnel/internal/stats"
 )
 
 // BenchmarkConnectCount: connect() latency through the ClusterIP
@@ -170,7 +171,7 @@ func reportRatios(b *testing.B, lat map[string][]time.Duration, prefix string) {
 		if len(lat[k]) == 0 {
 			b.Fatalf("no samples for %s", k)
 		}
-		return netprobe.Quantile(lat[k], p)
+		return stats.QuantileMicros(lat[k], p)
 	}
 	for _, fam := range []string{"v4", "v6"} {
 		for _, p := range []struct {

@@ -15,6 +15,7 @@ import (
 
 	svc "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/netprobe"
+	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
@@ -77,7 +78,7 @@ func npConnectCount(b *testing.B, swap bool) {
 		name string
 		q    float64
 	}{{"p50", 0.5}, {"p99", 0.99}} {
-		one, many := netprobe.Quantile(lat["v4@1"], p.q), netprobe.Quantile(lat["v4@10000"], p.q)
+		one, many := stats.QuantileMicros(lat["v4@1"], p.q), stats.QuantileMicros(lat["v4@10000"], p.q)
 		b.ReportMetric(one, p.name+"-us@1")
 		b.ReportMetric(many, p.name+"-us@10000")
 		b.ReportMetric(many/one, p.name+"-ratio")
@@ -151,7 +152,7 @@ func npUDPCount(b *testing.B, swap bool) {
 				name string
 				q    float64
 			}{{"p50", 0.5}, {"p99", 0.99}} {
-				one, many := netprobe.Quantile(lat[kind+fam+"@1"], p.q), netprobe.Quantile(lat[kind+fam+"@10000"], p.q)
+				one, many := stats.QuantileMicros(lat[kind+fam+"@1"], p.q), stats.QuantileMicros(lat[kind+fam+"@10000"], p.q)
 				b.ReportMetric(one, kind+fam+"-"+p.name+"-us@1")
 				b.ReportMetric(many, kind+fam+"-"+p.name+"-us@10000")
 				b.ReportMetric(many/one, kind+fam+"-"+p.name+"-ratio")
