@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,12 +24,16 @@ func sockaddr(to netip.AddrPort) (int, unix.Sockaddr) {
 	return unix.AF_INET6, &unix.SockaddrInet6{Port: int(to.Port()), Addr: to.Addr().As16()}
 }
 
-// AddrPort is sa as an address and port (zero if neither family).
-func AddrPort(sa unix.Sockaddr) netip.AddrPort {
+// sysAddrPort is sa as an address and port (zero if neither family). The
+// probes receive with syscall.Recvfrom: unix.Recvfrom asks the socket for
+// its protocol (getsockopt SO_PROTOCOL) after every IPv4 datagram, one
+// more syscall, and one more run of any cgroup/getsockopt program, per
+// datagram measured.
+func sysAddrPort(sa syscall.Sockaddr) netip.AddrPort {
 	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
+	case *syscall.SockaddrInet4:
 		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
-	case *unix.SockaddrInet6:
+	case *syscall.SockaddrInet6:
 		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port))
 	}
 	return netip.AddrPort{}
@@ -86,12 +91,12 @@ func UDPFlow(from uint16, to netip.AddrPort, count int) ([]time.Duration, error)
 		if err := unix.Sendto(fd, msg, 0, sa); err != nil {
 			return nil, fmt.Errorf("send to %s: %w", to, err)
 		}
-		n, from, err := unix.Recvfrom(fd, buf, 0)
+		n, from, err := syscall.Recvfrom(fd, buf, 0)
 		d := time.Since(start)
 		if err != nil {
 			return nil, fmt.Errorf("datagram %d to %s: %w", i, to, err)
 		}
-		if got := AddrPort(from); got != to {
+		if got := sysAddrPort(from); got != to {
 			return nil, fmt.Errorf("datagram %d to %s: reply from %s", i, to, got)
 		}
 		if !bytes.Equal(buf[:n], msg) {
@@ -115,14 +120,14 @@ func Echo(fd, cpu int) {
 	}
 	buf := make([]byte, 65536)
 	for {
-		n, from, err := unix.Recvfrom(fd, buf, 0)
-		if err == unix.EINTR {
+		n, from, err := syscall.Recvfrom(fd, buf, 0)
+		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil || n == 0 && from == nil {
 			return
 		}
-		unix.Sendto(fd, buf[:n], 0, from)
+		syscall.Sendto(fd, buf[:n], 0, from)
 	}
 }
 
@@ -153,12 +158,12 @@ func ListenUDP(addr netip.AddrPort) (int, netip.AddrPort, error) {
 		unix.Close(fd)
 		return -1, netip.AddrPort{}, fmt.Errorf("bind %s: %w", addr, err)
 	}
-	got, err := unix.Getsockname(fd)
+	got, err := syscall.Getsockname(fd)
 	if err != nil {
 		unix.Close(fd)
 		return -1, netip.AddrPort{}, err
 	}
-	return fd, AddrPort(got), nil
+	return fd, sysAddrPort(got), nil
 }
 
 // AcceptAndClose accepts connections on ln and closes each at once, until
