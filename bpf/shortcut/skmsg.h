@@ -96,6 +96,10 @@ int ez_msg(struct sk_msg_md *msg)
 	 * plain TCP would). */
 	if (bpf_msg_redirect_hash(msg, &ez_sockets, &es->peer_cookie, BPF_F_INGRESS) != SK_PASS) {
 		__sync_fetch_and_add(&u->unread[dir], -(__s64)size);
+		/* For good: this end then leaves the sockhash too (may_leave),
+		 * and an adopted end's stack send is not taken for a send that
+		 * raced its insert (adopt_switch_late). */
+		__sync_val_compare_and_swap(&u->switched, 0, 1);
 		count(EZ_C_FB_PEER_GONE);
 		return SK_PASS;
 	}
