@@ -77,7 +77,7 @@ spec:
   - {name: redis, image: %[2]s, imagePullPolicy: Never, args: [--port, "6380", --bind, 127.0.0.1, --save, "", --appendonly, "no"]}
 `, benchNS, redisImage))
 	kubectl(b, "-n", benchNS, "wait", "--for=condition=Ready", "pod/redis", "pod/redis-client", "--timeout=120s")
-	redisIP := strings.TrimSpace(kubectl(b, "-n", benchNS, "get", "pod", "redis", "-o", "jsonpath={.status.podIP}"))
+	redisIP := podIP(b, benchNS, "redis")
 
 	// Placement: each pod's cpuset (cgroup v1, as the CPU manager's static
 	// policy would set it); processes exec'd into a container join it.

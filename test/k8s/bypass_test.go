@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,18 +77,10 @@ func TestBypassPodNeighbours(t *testing.T) {
 			t.Errorf("restore %s: %v", beLiberal, err)
 		}
 	})
-	podYAML := func(name string) string { return streamUDPPod(name, ns) }
-	apply(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s, labels: {test: eztunnel-k8s}}\n%s%s",
-		ns, podYAML("server"), podYAML("client")))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cl.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=90s")
-	})
-	kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "pod/server", "pod/client", "--timeout=120s")
+	applyNamespace(t, ns, nil, streamUDPPod("server", ns)+streamUDPPod("client", ns), "server", "client")
 	ip := map[string]netip.Addr{}
 	for _, p := range []string{"server", "client"} {
-		a, err := netip.ParseAddr(strings.TrimSpace(kubectl(t, "-n", ns, "get", "pod", p, "-o", "jsonpath={.status.podIP}")))
+		a, err := netip.ParseAddr(podIP(t, ns, p))
 		if err != nil {
 			t.Fatalf("%s: pod IP: %v", p, err)
 		}
@@ -204,14 +195,7 @@ func TestBypassPodNeighbours(t *testing.T) {
 			}
 		}
 	})
-	metricsNow := func() map[string]float64 {
-		t.Helper()
-		m, err := scrapeAt(metricsAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	metricsNow := func() map[string]float64 { return metricsAt(t, metricsAddr) }
 	const noEndpoint = `eztunnel_bypass_fallbacks_total{reason="no_endpoint"}`
 
 	// Before: a plain-mode agent (no API) has the bypass but no endpoint

@@ -44,6 +44,46 @@ func apply(t testing.TB, yaml string) {
 	}
 }
 
+// applyNamespace creates namespace ns, labelled test: eztunnel-k8s and
+// with labels, and objects in it (a YAML stream of its pods and Services,
+// each document starting with ---), deletes the namespace when the test
+// ends, and waits until pods are Ready.
+func applyNamespace(t testing.TB, ns string, labels map[string]string, objects string, pods ...string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cl.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=90s")
+	})
+	var lb strings.Builder
+	for k, v := range labels {
+		fmt.Fprintf(&lb, "    %s: %q\n", k, v)
+	}
+	apply(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels:\n    test: eztunnel-k8s\n%s%s", ns, lb.String(), objects))
+	args := []string{"-n", ns, "wait", "--for=condition=Ready"}
+	for _, p := range pods {
+		args = append(args, "pod/"+p)
+	}
+	kubectl(t, append(args, "--timeout=120s")...)
+}
+
+// podIP is the IP of pod name in namespace ns.
+func podIP(t testing.TB, ns, name string) string {
+	t.Helper()
+	return strings.TrimSpace(kubectl(t, "-n", ns, "get", "pod", name, "-o", "jsonpath={.status.podIP}"))
+}
+
+// metricsAt reads the metrics served at addr, failing the test if it
+// cannot.
+func metricsAt(t testing.TB, addr string) map[string]float64 {
+	t.Helper()
+	m, err := scrapeAt(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // app is a namespace with a server pod, a client pod and a ClusterIP
 // Service in front of the server; both pods run the lab's workload server
 // (streams on 7000, echo on 7001), the client is where streams start.
@@ -57,10 +97,6 @@ type app struct {
 // deletes the namespace when the test ends.
 func newApp(t testing.TB, ns string, labels map[string]string) *app {
 	t.Helper()
-	var lb strings.Builder
-	for k, v := range labels {
-		fmt.Fprintf(&lb, "    %s: %q\n", k, v)
-	}
 	pod := func(name string) string {
 		return fmt.Sprintf(`---
 apiVersion: v1
@@ -75,28 +111,16 @@ spec:
     args: [workload, serve, --stream, "0.0.0.0:7000", --echo, "0.0.0.0:7001", --pool, "0.0.0.0:7300"]
 `, name, ns, name, labImage)
 	}
-	apply(t, fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata:
-  name: %s
-  labels:
-    test: eztunnel-k8s
-%s%s%s---
+	applyNamespace(t, ns, labels, pod("server")+pod("client")+fmt.Sprintf(`---
 apiVersion: v1
 kind: Service
 metadata: {name: server, namespace: %s}
 spec:
   selector: {app: server}
   ports: [{name: stream, port: 80, targetPort: 7000}, {name: echo, port: 81, targetPort: 7001}, {name: pool, port: 82, targetPort: 7300}]
-`, ns, lb.String(), pod("server"), pod("client"), ns))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cl.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=90s")
-	})
-	kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "pod/server", "pod/client", "--timeout=120s")
+`, ns), "server", "client")
 	a := &app{ns: ns}
-	a.serverIP = strings.TrimSpace(kubectl(t, "-n", ns, "get", "pod", "server", "-o", "jsonpath={.status.podIP}"))
+	a.serverIP = podIP(t, ns, "server")
 	a.svcIP = strings.TrimSpace(kubectl(t, "-n", ns, "get", "service", "server", "-o", "jsonpath={.spec.clusterIP}"))
 	if a.serverIP == "" || a.svcIP == "" {
 		t.Fatalf("%s: server pod IP %q, service IP %q", ns, a.serverIP, a.svcIP)
@@ -155,14 +179,13 @@ func (a *app) stream(t testing.TB, addr string, conns int, size uint64) {
 // metrics scrapes the agent's metrics endpoint (hostNetwork, node IP).
 func metrics(t testing.TB) map[string]float64 {
 	t.Helper()
-	m, err := scrape()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return metricsAt(t, agentMetrics)
 }
 
-func scrape() (map[string]float64, error) { return scrapeAt(k8scluster.NodeIP + ":9876") }
+// agentMetrics is where the DaemonSet's agent serves its metrics.
+const agentMetrics = k8scluster.NodeIP + ":9876"
+
+func scrape() (map[string]float64, error) { return scrapeAt(agentMetrics) }
 
 // scrapeAt scrapes an agent's metrics at host:port; a histogram's _count
 // and _sum are series like any other.

@@ -163,17 +163,10 @@ spec:
     args: [workload, serve, --peer, "0.0.0.0:7400", --peer-udp, "0.0.0.0:7401", --name, "$(POD_NAME)"]
 `, name, ns, labImage)
 	}
-	apply(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s, labels: {test: eztunnel-k8s}}\n%s%s",
-		ns, podYAML("n1"), podYAML("n2")))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cl.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=90s")
-	})
-	kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "pod/n1", "pod/n2", "--timeout=120s")
+	applyNamespace(t, ns, nil, podYAML("n1")+podYAML("n2"), "n1", "n2")
 	ip := map[string]string{}
 	for _, p := range []string{"n1", "n2"} {
-		ip[p] = strings.TrimSpace(kubectl(t, "-n", ns, "get", "pod", p, "-o", "jsonpath={.status.podIP}"))
+		ip[p] = podIP(t, ns, p)
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", cl.Kubeconfig)
 	if err != nil {

@@ -94,24 +94,15 @@ spec:
 		}
 		return y
 	}
-	apply(t, fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata: {name: %s, labels: {test: eztunnel-k8s}}
-%s%s%s%s---
+	applyNamespace(t, ns, nil, pod("s", "", false)+pod("m", "proxy:1337", true)+pod("d", "", true)+pod("x", "proxy:istio", false)+fmt.Sprintf(`---
 apiVersion: v1
 kind: Service
 metadata: {name: web, namespace: %s}
 spec:
   selector: {app: s}
   ports: [{name: stream, port: 80, targetPort: 7000}]
-`, ns, pod("s", "", false), pod("m", "proxy:1337", true), pod("d", "", true), pod("x", "proxy:istio", false), ns))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cl.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=90s")
-	})
-	kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "pod/s", "pod/m", "pod/d", "pod/x", "--timeout=120s")
-	sIP := strings.TrimSpace(kubectl(t, "-n", ns, "get", "pod", "s", "-o", "jsonpath={.status.podIP}"))
+`, ns), "s", "m", "d", "x")
+	sIP := podIP(t, ns, "s")
 	vipIP := strings.TrimSpace(kubectl(t, "-n", ns, "get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"))
 	vip := net.JoinHostPort(vipIP, "80")
 	waitKubeProxy(t, ns+"/web:stream", net.JoinHostPort(sIP, "7000"))

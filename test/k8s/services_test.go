@@ -114,17 +114,10 @@ func waitKubeProxy(t testing.TB, svcPort string, want ...string) {
 func TestServicesAPI(t *testing.T) {
 	const ns = "ez-svc"
 	podYAML := func(name string) string { return streamUDPPod(name, ns) }
-	apply(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s, labels: {test: eztunnel-k8s}}\n%s%s%s%s",
-		ns, podYAML("s1"), podYAML("s2"), podYAML("s3"), podYAML("c")))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cl.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=90s")
-	})
-	kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "pod/s1", "pod/s2", "pod/s3", "pod/c", "--timeout=120s")
+	applyNamespace(t, ns, nil, podYAML("s1")+podYAML("s2")+podYAML("s3")+podYAML("c"), "s1", "s2", "s3", "c")
 	ip := map[string]string{}
 	for _, p := range []string{"s1", "s2", "s3"} {
-		ip[p] = strings.TrimSpace(kubectl(t, "-n", ns, "get", "pod", p, "-o", "jsonpath={.status.podIP}"))
+		ip[p] = podIP(t, ns, p)
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", cl.Kubeconfig)
 	if err != nil {
@@ -143,14 +136,7 @@ func TestServicesAPI(t *testing.T) {
 	// address (nodePortAddresses).
 	ag := startSvcAgent(t, svcPin, "--nodeport", "--healthcheck-addresses", "127.0.0.1", "--nodeport-devices", k8scluster.NodeLink)
 	metricsAddr := ag.metricsAddr
-	metricsNow := func() map[string]float64 {
-		t.Helper()
-		m, err := scrapeAt(metricsAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	metricsNow := func() map[string]float64 { return metricsAt(t, metricsAddr) }
 	waitMetrics := func(what string, ok func(m map[string]float64) bool) map[string]float64 {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -582,9 +568,5 @@ func (a *svcAgent) stop() {
 
 func (a *svcAgent) metrics() map[string]float64 {
 	a.t.Helper()
-	m, err := scrapeAt(a.metricsAddr)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	return m
+	return metricsAt(a.t, a.metricsAddr)
 }
