@@ -3,6 +3,7 @@ package podnet
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
@@ -22,21 +23,16 @@ func (st State) Bridges() map[int]bool {
 // bridges: address -> bridge ifindex.
 func Managed(h *netlink.Handle, bridges map[int]bool) (map[netip.Addr]int, error) {
 	out := map[netip.Addr]int{}
-	for br := range bridges {
-		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
-			ns, err := h.NeighList(br, fam)
-			if err != nil {
-				return nil, fmt.Errorf("podnet: list neighbours of bridge %d: %w", br, err)
-			}
-			for _, n := range ns {
-				if n.LinkIndex != br || n.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
-					continue
-				}
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					out[ip.Unmap()] = br
-				}
-			}
+	err := bridgeNeighbours(h, maps.Keys(bridges), func(br int, n netlink.Neigh) {
+		if n.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
+			return
 		}
+		if ip, ok := netip.AddrFromSlice(n.IP); ok {
+			out[ip.Unmap()] = br
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

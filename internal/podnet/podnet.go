@@ -20,7 +20,9 @@ package podnet
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"time"
@@ -110,35 +112,46 @@ func Scan(h *netlink.Handle) (State, error) {
 		}
 	}
 	seen := map[netip.Addr]int{} // bridge of each address; -1: several
+	err = bridgeNeighbours(h, maps.Keys(bridges), func(br int, n netlink.Neigh) {
+		if n.State&usable == 0 || len(n.HardwareAddr) != 6 {
+			return
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if ip = ip.Unmap(); !ok || !ip.IsGlobalUnicast() {
+			return
+		}
+		if b, dup := seen[ip]; dup && b != br {
+			seen[ip] = -1
+			delete(st.Endpoints, ip)
+			return
+		}
+		seen[ip] = br
+		port, ok := learnt[fdbKey{bridge: br, mac: [6]byte(n.HardwareAddr)}]
+		if !ok || port < 0 {
+			return
+		}
+		st.Endpoints[ip] = Endpoint{Port: port, MAC: n.HardwareAddr}
+	})
+	return st, err
+}
+
+// bridgeNeighbours calls fn for each IPv4 and IPv6 neighbour entry of each
+// of bridges.
+func bridgeNeighbours(h *netlink.Handle, bridges iter.Seq[int], fn func(bridge int, n netlink.Neigh)) error {
 	for br := range bridges {
 		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
 			ns, err := h.NeighList(br, fam)
 			if err != nil {
-				return st, fmt.Errorf("podnet: list neighbours of bridge %d: %w", br, err)
+				return fmt.Errorf("podnet: list neighbours of bridge %d: %w", br, err)
 			}
 			for _, n := range ns {
-				if n.LinkIndex != br || n.State&usable == 0 || len(n.HardwareAddr) != 6 {
-					continue
+				if n.LinkIndex == br {
+					fn(br, n)
 				}
-				ip, ok := netip.AddrFromSlice(n.IP)
-				if ip = ip.Unmap(); !ok || !ip.IsGlobalUnicast() {
-					continue
-				}
-				if b, dup := seen[ip]; dup && b != br {
-					seen[ip] = -1
-					delete(st.Endpoints, ip)
-					continue
-				}
-				seen[ip] = br
-				port, ok := learnt[fdbKey{bridge: br, mac: [6]byte(n.HardwareAddr)}]
-				if !ok || port < 0 {
-					continue
-				}
-				st.Endpoints[ip] = Endpoint{Port: port, MAC: n.HardwareAddr}
 			}
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // scanUplinks adds the uplinks: devices of gateway routes of the main table
