@@ -78,8 +78,9 @@ func BenchmarkUDPCount(b *testing.B) {
 					b.Fatalf("%d Services: %v", n, err)
 				}
 				sent[n] += perFlow
-				lat[fmt.Sprintf("first-%s@%d", fam, n)] = append(lat[fmt.Sprintf("first-%s@%d", fam, n)], ds[0])
-				lat[fmt.Sprintf("flow-%s@%d", fam, n)] = append(lat[fmt.Sprintf("flow-%s@%d", fam, n)], ds[1:]...)
+				first, rest := fmt.Sprintf("first-%s@%d", fam, n), fmt.Sprintf("flow-%s@%d", fam, n)
+				lat[first] = append(lat[first], ds[0])
+				lat[rest] = append(lat[rest], ds[1:]...)
 			}
 		}
 	}
