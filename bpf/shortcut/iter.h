@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * Iterator over ez_socks (attached with the map as its target): one struct
- * ez_conn_record per paired socket (or one that left after a switch) not closed yet, for `eztunnel
- * connections`. Read-only; runs only when a reader reads the iterator, never
- * on the data path.
+ * iter/tcp, opened by `eztunnel connections` in each network namespace (the
+ * iterator sees the namespace it was opened in): one struct ez_conn_record
+ * per paired socket (or one that left after a switch) not closed yet.
+ * Read-only; runs only when a reader reads the iterator, never on the data
+ * path. Not iter/bpf_sk_storage_map, which walks every namespace at once:
+ * some kernels refuse map-element iterators to processes other than the
+ * global PID 1 (EPERM, "processed 0 insns"), while iter/tcp loads everywhere
+ * from 5.9 (docs/kernels.md).
  */
 #ifndef EZ_SHORTCUT_ITER_H
 #define EZ_SHORTCUT_ITER_H
@@ -17,17 +21,26 @@
 
 #define EZ_TCP_CLOSE 7
 
-SEC("iter/bpf_sk_storage_map")
-int ez_conns(struct bpf_iter__bpf_sk_storage_map *ctx)
+SEC("iter/tcp")
+int ez_conns(struct bpf_iter__tcp *ctx)
 {
+	struct sock_common *skc = ctx->sk_common;
 	struct ez_conn_record rec = {};
-	struct sock *sk = ctx->sk;
-	struct ez_sock *es = ctx->value;
 	struct ez_unread *u;
+	struct tcp_sock *tp;
+	struct ez_sock *es;
+	struct sock *sk;
 	struct net *net;
 	__u64 ukey;
 
-	if (!sk || !es)
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0; /* request and time-wait sockets carry no storage */
+	sk = (struct sock *)tp;
+	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	if (!es)
 		return 0;
 	if ((es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_LEFT) || sk->__sk_common.skc_state == EZ_TCP_CLOSE)
 		return 0;

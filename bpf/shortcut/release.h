@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * iter/sockmap: hands sockets back to the kernel path during uninstall. Run
- * by the agent after draining is set and in-flight redirects had time to
- * land: removes from ez_sockets every socket whose psock queue is empty
- * (removing one with queued bytes would discard them, sk_psock_destroy).
- * Iterators may delete from a sockhash (may_update_sockmap: BPF_TRACE_ITER).
+ * Handing sockets back to the kernel path. Both programs are tc programs
+ * that never see traffic: the agent runs them through BPF_PROG_TEST_RUN once
+ * per socket of the sockhash, with the socket's cookie in the input packet
+ * (enum ez_release_input), and reads an enum ez_release_result back. A tc
+ * program may look a socket up in a sockhash and delete it
+ * (may_update_sockmap: SCHED_CLS), in any network namespace. Not
+ * iter/sockmap, which some kernels refuse to processes other than the
+ * global PID 1 (docs/kernels.md).
  */
 #ifndef EZ_SHORTCUT_RELEASE_H
 #define EZ_SHORTCUT_RELEASE_H
@@ -15,59 +18,83 @@
 #include "shortcut/maps.h"
 #include "shortcut/unread.h"
 
-
-SEC("iter/sockmap")
-int ez_release(struct bpf_iter__sockmap *ctx)
+static __always_inline int release_cookie(struct __sk_buff *skb, __u64 *cookie)
 {
-	struct sock *sk = ctx->sk;
-	__u64 *key = ctx->key;
-	__u64 cookie;
-
-	if (!sk || !key)
-		return 0;
-	/* Masked with ~3 this read psock->state (never 0): see unread.h. */
-	if (psock_queued(sk))
-		return 0; /* the application has not read everything yet: next pass */
-	cookie = *key;
-	if (!bpf_map_delete_elem(&ez_sockets, &cookie))
-		count(EZ_C_SOCKETS_RELEASED);
-	return 0;
+	return bpf_skb_load_bytes(skb, EZ_RELEASE_COOKIE_OFF, cookie, sizeof(*cookie));
 }
 
 /*
- * iter/sockmap, run by the agent every ~100 ms: the backstop of sockops'
- * on_segment, which needs a segment in or out. Removes each end of a
- * switched connection once nothing redirected to it is unread (may_leave).
- * A client still waiting for its outcome is left to sockops, which settles it.
+ * Uninstall, after draining is set and in-flight redirects had time to land:
+ * removes the socket from ez_sockets once its psock queue is empty (removing
+ * one with queued bytes would discard them, sk_psock_destroy).
  */
-SEC("iter/sockmap")
-int ez_release_switched(struct bpf_iter__sockmap *ctx)
+SEC("tc")
+int ez_release(struct __sk_buff *skb)
 {
-	struct sock *sk = ctx->sk;
-	__u64 *key = ctx->key;
+	struct bpf_sock *sk;
+	struct tcp_sock *tp;
+	__u64 cookie;
+	int ret = EZ_REL_WAIT;
+
+	if (release_cookie(skb, &cookie))
+		return EZ_REL_GONE;
+	sk = bpf_map_lookup_elem(&ez_sockets, &cookie);
+	if (!sk)
+		return EZ_REL_GONE;
+	tp = bpf_skc_to_tcp_sock(sk);
+	/* Masked with ~3 this read psock->state (never 0): see unread.h. */
+	if (tp && !psock_queued((struct sock *)tp)) {
+		ret = EZ_REL_GONE;
+		if (!bpf_map_delete_elem(&ez_sockets, &cookie)) {
+			count(EZ_C_SOCKETS_RELEASED);
+			ret = EZ_REL_RELEASED;
+		}
+	}
+	bpf_sk_release(sk);
+	return ret;
+}
+
+/*
+ * Run by the agent every ~100 ms after a switch: the backstop of sockops'
+ * on_segment, which needs a segment in or out. Removes an end of a switched
+ * connection once nothing redirected to it is unread (may_leave). A client
+ * still waiting for its outcome is left to sockops, which settles it.
+ */
+SEC("tc")
+int ez_release_switched(struct __sk_buff *skb)
+{
+	struct bpf_sock *sk;
+	struct tcp_sock *tp;
 	struct ez_unread *u;
 	struct ez_sock *es;
 	__u64 ukey, cookie;
-	char one = 1;
+	int ret = EZ_REL_KEEP;
 
-	if (!sk || !key)
-		return 0;
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	if (release_cookie(skb, &cookie))
+		return EZ_REL_GONE;
+	sk = bpf_map_lookup_elem(&ez_sockets, &cookie);
+	if (!sk)
+		return EZ_REL_GONE;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		goto out;
+	es = bpf_sk_storage_get(&ez_socks, tp, 0, 0);
 	if (!es || es->state != EZ_SOCK_PAIRED)
-		return 0;
+		goto out;
 	ukey = unread_key(es);
 	u = bpf_map_lookup_elem(&ez_unreads, &ukey);
 	if (!u || !u->switched)
-		return 0;
-	cookie = *key;
-	if (may_leave(u, es, sk) && !bpf_map_delete_elem(&ez_sockets, &cookie)) {
+		goto out;
+	if (may_leave(u, es, (struct sock *)tp) && !bpf_map_delete_elem(&ez_sockets, &cookie)) {
 		es->state = EZ_SOCK_LEFT;
 		count(EZ_C_SOCKETS_RELEASED);
-		return 0;
+		ret = EZ_REL_RELEASED;
+		goto out;
 	}
-	/* Still holds unread bytes: one byte tells the agent to pass again. */
-	bpf_seq_write(ctx->meta->seq, &one, 1);
-	return 0;
+	ret = EZ_REL_WAIT; /* still holds unread bytes: the agent passes again */
+out:
+	bpf_sk_release(sk);
+	return ret;
 }
 
 #endif

@@ -25,3 +25,5 @@ const enum ez_cfg_flag ez_cfg_flag_enum __attribute__((unused));
 const enum ez_rule ez_rule_enum __attribute__((unused));
 const enum ez_control ez_control_enum __attribute__((unused));
 const enum ez_reset_counter ez_reset_counter_enum __attribute__((unused));
+const enum ez_release_input ez_release_input_enum __attribute__((unused));
+const enum ez_release_result ez_release_result_enum __attribute__((unused));

@@ -269,6 +269,24 @@ enum ez_control {
 	EZ_CTL_MAX,
 };
 
+/*
+ * ez_release and ez_release_switched (shortcut/release.h) are tc programs the
+ * agent runs through BPF_PROG_TEST_RUN, once per socket: the input packet
+ * carries the socket's cookie at EZ_RELEASE_COOKIE_OFF, the return value is
+ * an enum ez_release_result.
+ */
+enum ez_release_input {
+	EZ_RELEASE_COOKIE_OFF = 14,	/* after an Ethernet header (test_run needs one) */
+	EZ_RELEASE_INPUT_LEN = 22,
+};
+
+enum ez_release_result {
+	EZ_REL_GONE = 0,	/* not in the sockhash (closed, or it left before) */
+	EZ_REL_RELEASED = 1,	/* removed from the sockhash now */
+	EZ_REL_WAIT = 2,	/* bytes redirected to it are unread: run again later */
+	EZ_REL_KEEP = 3,	/* stays: not switched (ez_release_switched) */
+};
+
 /* Per-CPU counters (BPF_MAP_TYPE_PERCPU_ARRAY indexed by this enum). */
 enum ez_counter {
 	EZ_C_SOCKETS_ENROLLED = 0,	/* sockets inserted into the sockhash */

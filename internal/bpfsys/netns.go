@@ -3,6 +3,7 @@ package bpfsys
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 
 	"github.com/vishvananda/netns"
@@ -70,4 +71,34 @@ func NetNSCookie(name string) (cookie uint64, err error) {
 		return 0, fmt.Errorf("netns cookie of %q: %w", name, err)
 	}
 	return cookie, nil
+}
+
+// NetNamespaces lists one nsfs path for every network namespace a task on
+// the node is in (/proc/PID/task/TID/ns/net) or that is bound under
+// /run/netns, deduplicated by inode. A namespace that holds sockets but no
+// task and no bind mount is not found (a socket created by a task that left it).
+func NetNamespaces() ([]string, error) {
+	seen := map[uint64]bool{}
+	var out []string
+	add := func(p string) {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil || seen[st.Ino] {
+			return
+		}
+		seen[st.Ino] = true
+		out = append(out, p)
+	}
+	add("/proc/self/ns/net")
+	tasks, err := filepath.Glob("/proc/[0-9]*/task/[0-9]*/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range tasks {
+		add(p)
+	}
+	bound, _ := filepath.Glob("/run/netns/*")
+	for _, p := range bound {
+		add(p)
+	}
+	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -43,8 +44,9 @@ type Connection struct {
 }
 
 // Connections lists the accelerated sockets of the datapath pinned under
-// dir: a fresh copy of the ez_conns iterator is loaded and run over the
-// pinned ez_socks map, so it works without a running agent.
+// dir: a fresh copy of the ez_conns iterator (iter/tcp) is loaded against the
+// pinned maps and run in every network namespace of the node
+// (bpfsys.NetNamespaces), so it works without a running agent.
 func Connections(dir string) ([]Connection, error) {
 	if !bpfsys.Exists(dir) {
 		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, dir)
@@ -72,35 +74,42 @@ func Connections(dir string) ([]Connection, error) {
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("datapath: verifier rejected ez_conns: %+v", verr)
+			return nil, fmt.Errorf("datapath: verifier rejected ez_conns (connection listing): %+v", verr)
 		}
-		return nil, fmt.Errorf("datapath: load connections iterator: %w", err)
+		return nil, fmt.Errorf("datapath: load ez_conns (connection listing): %w", err)
 	}
 	defer objs.EzConns.Close()
-	conns, err := iterConnections(objs.EzConns, socks)
+	it, err := link.AttachIter(link.IterOptions{Program: objs.EzConns})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("attach connections iterator: %w", err)
+	}
+	defer it.Close()
+	namespaces, err := bpfsys.NetNamespaces()
+	if err != nil {
+		return nil, fmt.Errorf("list network namespaces: %w", err)
+	}
+	seen := map[uint64]bool{}
+	var conns []Connection
+	for _, ns := range namespaces {
+		err := runIn(it, ns, func(r io.Reader) error {
+			cs, err := readConnections(bufio.NewReader(r))
+			for _, c := range cs {
+				if !seen[c.Cookie] {
+					seen[c.Cookie] = true
+					conns = append(conns, c)
+				}
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("connections in %s: %w", ns, err)
+		}
 	}
 	// The two ends of a connection next to each other, client first.
 	slices.SortFunc(conns, func(a, b Connection) int {
 		return cmp.Or(a.Client.Compare(b.Client), a.Server.Compare(b.Server), cmp.Compare(a.Role, b.Role))
 	})
 	return conns, nil
-}
-
-// iterConnections runs the iterator prog over the sk_storage map socks.
-func iterConnections(prog *ebpf.Program, socks *ebpf.Map) ([]Connection, error) {
-	it, err := link.AttachIter(link.IterOptions{Program: prog, Map: socks})
-	if err != nil {
-		return nil, fmt.Errorf("attach connections iterator: %w", err)
-	}
-	defer it.Close()
-	rd, err := it.Open()
-	if err != nil {
-		return nil, fmt.Errorf("open connections iterator: %w", err)
-	}
-	defer rd.Close()
-	return readConnections(bufio.NewReader(rd))
 }
 
 // readConnections decodes fixed-width struct ez_conn_record until EOF.

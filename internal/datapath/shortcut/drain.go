@@ -3,7 +3,6 @@ package shortcut
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -23,7 +22,7 @@ const releaseGrace = 200 * time.Millisecond
 //  1. set the draining flag: from their next message on, paired sockets send
 //     through the kernel (bytes redirected earlier are read first);
 //  2. hand each enrolled socket back as soon as its psock queue is empty
-//     (ez_release iterator), repeating until none is left;
+//     (ez_release, run per socket), repeating until none is left;
 //  3. detach sk_msg.
 //
 // If sockets still hold unread redirected bytes after drain, it returns an
@@ -56,7 +55,7 @@ func Release(dir string, drain time.Duration) error {
 	return nil
 }
 
-// drainSockets sets the draining flag and runs the release iterator until
+// drainSockets sets the draining flag and runs ez_release until
 // the sockhash is empty or drain has passed.
 func drainSockets(dir string, sockets *ebpf.Map, drain time.Duration) error {
 	n, err := Entries(sockets)
@@ -84,7 +83,7 @@ func drainSockets(dir string, sockets *ebpf.Map, drain time.Duration) error {
 	time.Sleep(releaseGrace)
 	deadline := time.Now().Add(drain)
 	for {
-		if err := runIter(release, sockets); err != nil {
+		if _, _, err := releasePass(release, sockets); err != nil {
 			return fmt.Errorf("release sockets: %w", err)
 		}
 		n, err := Entries(sockets)
@@ -101,7 +100,7 @@ func drainSockets(dir string, sockets *ebpf.Map, drain time.Duration) error {
 	}
 }
 
-// loadRelease loads only the ez_release iterator, against the pinned maps.
+// loadRelease loads only ez_release, against the pinned maps.
 func loadRelease(sockets, counters *ebpf.Map) (*ebpf.Program, error) {
 	spec, err := loadShortcut()
 	if err != nil {
@@ -115,23 +114,7 @@ func loadRelease(sockets, counters *ebpf.Map) (*ebpf.Program, error) {
 		shortcutMapEzCounters: counters,
 	}}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
-		return nil, fmt.Errorf("load release iterator: %w", err)
+		return nil, fmt.Errorf("load ez_release (shortcut release): %w", err)
 	}
 	return objs.Release, nil
-}
-
-// runIter runs an iterator program over a map once.
-func runIter(prog *ebpf.Program, m *ebpf.Map) error {
-	it, err := link.AttachIter(link.IterOptions{Program: prog, Map: m})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	r, err := it.Open()
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	_, err = io.Copy(io.Discard, r)
-	return err
 }

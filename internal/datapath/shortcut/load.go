@@ -3,7 +3,6 @@ package shortcut
 import (
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"slices"
 
@@ -83,7 +82,6 @@ type Shortcut struct {
 	prevProgs map[string]*ebpf.Program
 	links     []link.Link
 	instance  uint32     // ez_cfg_instance of this load (recv.h)
-	release   *link.Iter // ez_release_switched over the sockhash, run by ReleaseSwitched
 	adoptScan *link.Iter // ez_adopt_scan and ez_adopt_step (adopt.go), attached on first use
 	adoptStep *link.Iter
 	// adoptPasses: step passes per round (3; fewer only through
@@ -224,7 +222,7 @@ func (s *Shortcut) Pruned() []uint64 { return slices.Clone(s.pruned) }
 // state stays.
 func (s *Shortcut) Close() error {
 	var errs []error
-	for _, it := range []**link.Iter{&s.release, &s.adoptScan, &s.adoptStep} {
+	for _, it := range []**link.Iter{&s.adoptScan, &s.adoptStep} {
 		if *it != nil {
 			errs = append(errs, (*it).Close())
 			*it = nil
@@ -247,7 +245,7 @@ func (s *Shortcut) Close() error {
 	return errors.Join(append(errs, s.objs.Close())...)
 }
 
-// ReleaseSwitched runs the ez_release_switched iterator once: ends of
+// ReleaseSwitched runs ez_release_switched over the sockhash once: ends of
 // connections that switched to the kernel path (backpressure) leave the
 // sockhash once nothing redirected to them is unread. sockops does this at
 // the socket's next segment; this is the backstop for sockets that see none.
@@ -259,24 +257,12 @@ func (s *Shortcut) ReleaseSwitched() error {
 	if switches == s.switchesSeen && s.waiting == 0 {
 		return nil
 	}
-	if s.release == nil {
-		it, err := link.AttachIter(link.IterOptions{Program: s.objs.EzReleaseSwitched, Map: s.objs.EzSockets})
-		if err != nil {
-			return fmt.Errorf("attach release iterator: %w", err)
-		}
-		s.release = it
-	}
-	r, err := s.release.Open()
-	if err != nil {
-		return fmt.Errorf("run release iterator: %w", err)
-	}
-	defer r.Close()
-	// The iterator writes one byte per switched socket it had to leave in
-	// the sockhash (bytes still unread): those need another pass.
-	n, err := io.Copy(io.Discard, r)
+	// Switched sockets it had to leave in the sockhash (bytes still
+	// unread) need another pass.
+	_, waiting, err := releasePass(s.objs.EzReleaseSwitched, s.objs.EzSockets)
 	if err != nil {
 		return err
 	}
-	s.switchesSeen, s.waiting = switches, n
+	s.switchesSeen, s.waiting = switches, int64(waiting)
 	return nil
 }

@@ -203,6 +203,22 @@ const (
 	shortcutEzPairStateEZ_PAIR_AMBIGUOUS shortcutEzPairState = 6
 )
 
+type shortcutEzReleaseInput uint32
+
+const (
+	shortcutEzReleaseInputEZ_RELEASE_COOKIE_OFF shortcutEzReleaseInput = 14
+	shortcutEzReleaseInputEZ_RELEASE_INPUT_LEN  shortcutEzReleaseInput = 22
+)
+
+type shortcutEzReleaseResult uint32
+
+const (
+	shortcutEzReleaseResultEZ_REL_GONE     shortcutEzReleaseResult = 0
+	shortcutEzReleaseResultEZ_REL_RELEASED shortcutEzReleaseResult = 1
+	shortcutEzReleaseResultEZ_REL_WAIT     shortcutEzReleaseResult = 2
+	shortcutEzReleaseResultEZ_REL_KEEP     shortcutEzReleaseResult = 3
+)
+
 type shortcutEzResetCounter uint32
 
 const (
@@ -285,52 +301,54 @@ type shortcutEzUnread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shortcutMapEzAdoptCounters    = "ez_adopt_counters"
-	shortcutMapEzAdoptHooks       = "ez_adopt_hooks"
-	shortcutMapEzAdoptSocks       = "ez_adopt_socks"
-	shortcutMapEzAdopts           = "ez_adopts"
-	shortcutMapEzAliases          = "ez_aliases"
-	shortcutMapEzCgroups          = "ez_cgroups"
-	shortcutMapEzCidrRules        = "ez_cidr_rules"
-	shortcutMapEzControl          = "ez_control"
-	shortcutMapEzCounters         = "ez_counters"
-	shortcutMapEzPairs            = "ez_pairs"
-	shortcutMapEzPortRules        = "ez_port_rules"
-	shortcutMapEzResetCounters    = "ez_reset_counters"
-	shortcutMapEzResets           = "ez_resets"
-	shortcutMapEzSockets          = "ez_sockets"
-	shortcutMapEzSocks            = "ez_socks"
-	shortcutMapEzSynIndex         = "ez_syn_index"
-	shortcutMapEzUnreads          = "ez_unreads"
-	shortcutProgEzAdoptScan       = "ez_adopt_scan"
-	shortcutProgEzAdoptStep       = "ez_adopt_step"
-	shortcutProgEzCloseReset      = "ez_close_reset"
-	shortcutProgEzConns           = "ez_conns"
-	shortcutProgEzEgress          = "ez_egress"
-	shortcutProgEzMsg             = "ez_msg"
-	shortcutProgEzNat             = "ez_nat"
-	shortcutProgEzRecv            = "ez_recv"
-	shortcutProgEzRelease         = "ez_release"
-	shortcutProgEzReleaseSwitched = "ez_release_switched"
-	shortcutProgEzSockRelease     = "ez_sock_release"
-	shortcutProgEzSockops         = "ez_sockops"
-	shortcutVarEzAdoptBusyEnum    = "ez_adopt_busy_enum"
-	shortcutVarEzAdoptCounterEnum = "ez_adopt_counter_enum"
-	shortcutVarEzAdoptFinish      = "ez_adopt_finish"
-	shortcutVarEzAdoptSockType    = "ez_adopt_sock_type"
-	shortcutVarEzAdoptStateEnum   = "ez_adopt_state_enum"
-	shortcutVarEzCfgFlagEnum      = "ez_cfg_flag_enum"
-	shortcutVarEzCfgFlags         = "ez_cfg_flags"
-	shortcutVarEzCfgInstance      = "ez_cfg_instance"
-	shortcutVarEzCfgMaxUnread     = "ez_cfg_max_unread"
-	shortcutVarEzConnRecordType   = "ez_conn_record_type"
-	shortcutVarEzControlEnum      = "ez_control_enum"
-	shortcutVarEzCounterEnum      = "ez_counter_enum"
-	shortcutVarEzPairStateEnum    = "ez_pair_state_enum"
-	shortcutVarEzResetCounterEnum = "ez_reset_counter_enum"
-	shortcutVarEzRuleEnum         = "ez_rule_enum"
-	shortcutVarEzSockFlagsEnum    = "ez_sock_flags_enum"
-	shortcutVarEzSockStateEnum    = "ez_sock_state_enum"
+	shortcutMapEzAdoptCounters     = "ez_adopt_counters"
+	shortcutMapEzAdoptHooks        = "ez_adopt_hooks"
+	shortcutMapEzAdoptSocks        = "ez_adopt_socks"
+	shortcutMapEzAdopts            = "ez_adopts"
+	shortcutMapEzAliases           = "ez_aliases"
+	shortcutMapEzCgroups           = "ez_cgroups"
+	shortcutMapEzCidrRules         = "ez_cidr_rules"
+	shortcutMapEzControl           = "ez_control"
+	shortcutMapEzCounters          = "ez_counters"
+	shortcutMapEzPairs             = "ez_pairs"
+	shortcutMapEzPortRules         = "ez_port_rules"
+	shortcutMapEzResetCounters     = "ez_reset_counters"
+	shortcutMapEzResets            = "ez_resets"
+	shortcutMapEzSockets           = "ez_sockets"
+	shortcutMapEzSocks             = "ez_socks"
+	shortcutMapEzSynIndex          = "ez_syn_index"
+	shortcutMapEzUnreads           = "ez_unreads"
+	shortcutProgEzAdoptScan        = "ez_adopt_scan"
+	shortcutProgEzAdoptStep        = "ez_adopt_step"
+	shortcutProgEzCloseReset       = "ez_close_reset"
+	shortcutProgEzConns            = "ez_conns"
+	shortcutProgEzEgress           = "ez_egress"
+	shortcutProgEzMsg              = "ez_msg"
+	shortcutProgEzNat              = "ez_nat"
+	shortcutProgEzRecv             = "ez_recv"
+	shortcutProgEzRelease          = "ez_release"
+	shortcutProgEzReleaseSwitched  = "ez_release_switched"
+	shortcutProgEzSockRelease      = "ez_sock_release"
+	shortcutProgEzSockops          = "ez_sockops"
+	shortcutVarEzAdoptBusyEnum     = "ez_adopt_busy_enum"
+	shortcutVarEzAdoptCounterEnum  = "ez_adopt_counter_enum"
+	shortcutVarEzAdoptFinish       = "ez_adopt_finish"
+	shortcutVarEzAdoptSockType     = "ez_adopt_sock_type"
+	shortcutVarEzAdoptStateEnum    = "ez_adopt_state_enum"
+	shortcutVarEzCfgFlagEnum       = "ez_cfg_flag_enum"
+	shortcutVarEzCfgFlags          = "ez_cfg_flags"
+	shortcutVarEzCfgInstance       = "ez_cfg_instance"
+	shortcutVarEzCfgMaxUnread      = "ez_cfg_max_unread"
+	shortcutVarEzConnRecordType    = "ez_conn_record_type"
+	shortcutVarEzControlEnum       = "ez_control_enum"
+	shortcutVarEzCounterEnum       = "ez_counter_enum"
+	shortcutVarEzPairStateEnum     = "ez_pair_state_enum"
+	shortcutVarEzReleaseInputEnum  = "ez_release_input_enum"
+	shortcutVarEzReleaseResultEnum = "ez_release_result_enum"
+	shortcutVarEzResetCounterEnum  = "ez_reset_counter_enum"
+	shortcutVarEzRuleEnum          = "ez_rule_enum"
+	shortcutVarEzSockFlagsEnum     = "ez_sock_flags_enum"
+	shortcutVarEzSockStateEnum     = "ez_sock_state_enum"
 )
 
 // loadShortcut returns the embedded CollectionSpec for shortcut.
@@ -416,23 +434,25 @@ type shortcutMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutVariableSpecs struct {
-	EzAdoptBusyEnum    *ebpf.VariableSpec `ebpf:"ez_adopt_busy_enum"`
-	EzAdoptCounterEnum *ebpf.VariableSpec `ebpf:"ez_adopt_counter_enum"`
-	EzAdoptFinish      *ebpf.VariableSpec `ebpf:"ez_adopt_finish"`
-	EzAdoptSockType    *ebpf.VariableSpec `ebpf:"ez_adopt_sock_type"`
-	EzAdoptStateEnum   *ebpf.VariableSpec `ebpf:"ez_adopt_state_enum"`
-	EzCfgFlagEnum      *ebpf.VariableSpec `ebpf:"ez_cfg_flag_enum"`
-	EzCfgFlags         *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
-	EzCfgInstance      *ebpf.VariableSpec `ebpf:"ez_cfg_instance"`
-	EzCfgMaxUnread     *ebpf.VariableSpec `ebpf:"ez_cfg_max_unread"`
-	EzConnRecordType   *ebpf.VariableSpec `ebpf:"ez_conn_record_type"`
-	EzControlEnum      *ebpf.VariableSpec `ebpf:"ez_control_enum"`
-	EzCounterEnum      *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
-	EzPairStateEnum    *ebpf.VariableSpec `ebpf:"ez_pair_state_enum"`
-	EzResetCounterEnum *ebpf.VariableSpec `ebpf:"ez_reset_counter_enum"`
-	EzRuleEnum         *ebpf.VariableSpec `ebpf:"ez_rule_enum"`
-	EzSockFlagsEnum    *ebpf.VariableSpec `ebpf:"ez_sock_flags_enum"`
-	EzSockStateEnum    *ebpf.VariableSpec `ebpf:"ez_sock_state_enum"`
+	EzAdoptBusyEnum     *ebpf.VariableSpec `ebpf:"ez_adopt_busy_enum"`
+	EzAdoptCounterEnum  *ebpf.VariableSpec `ebpf:"ez_adopt_counter_enum"`
+	EzAdoptFinish       *ebpf.VariableSpec `ebpf:"ez_adopt_finish"`
+	EzAdoptSockType     *ebpf.VariableSpec `ebpf:"ez_adopt_sock_type"`
+	EzAdoptStateEnum    *ebpf.VariableSpec `ebpf:"ez_adopt_state_enum"`
+	EzCfgFlagEnum       *ebpf.VariableSpec `ebpf:"ez_cfg_flag_enum"`
+	EzCfgFlags          *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
+	EzCfgInstance       *ebpf.VariableSpec `ebpf:"ez_cfg_instance"`
+	EzCfgMaxUnread      *ebpf.VariableSpec `ebpf:"ez_cfg_max_unread"`
+	EzConnRecordType    *ebpf.VariableSpec `ebpf:"ez_conn_record_type"`
+	EzControlEnum       *ebpf.VariableSpec `ebpf:"ez_control_enum"`
+	EzCounterEnum       *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
+	EzPairStateEnum     *ebpf.VariableSpec `ebpf:"ez_pair_state_enum"`
+	EzReleaseInputEnum  *ebpf.VariableSpec `ebpf:"ez_release_input_enum"`
+	EzReleaseResultEnum *ebpf.VariableSpec `ebpf:"ez_release_result_enum"`
+	EzResetCounterEnum  *ebpf.VariableSpec `ebpf:"ez_reset_counter_enum"`
+	EzRuleEnum          *ebpf.VariableSpec `ebpf:"ez_rule_enum"`
+	EzSockFlagsEnum     *ebpf.VariableSpec `ebpf:"ez_sock_flags_enum"`
+	EzSockStateEnum     *ebpf.VariableSpec `ebpf:"ez_sock_state_enum"`
 }
 
 // shortcutObjects contains all objects after they have been loaded into the kernel.
@@ -500,23 +520,25 @@ func (m *shortcutMaps) Close() error {
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutVariables struct {
-	EzAdoptBusyEnum    *ebpf.Variable `ebpf:"ez_adopt_busy_enum"`
-	EzAdoptCounterEnum *ebpf.Variable `ebpf:"ez_adopt_counter_enum"`
-	EzAdoptFinish      *ebpf.Variable `ebpf:"ez_adopt_finish"`
-	EzAdoptSockType    *ebpf.Variable `ebpf:"ez_adopt_sock_type"`
-	EzAdoptStateEnum   *ebpf.Variable `ebpf:"ez_adopt_state_enum"`
-	EzCfgFlagEnum      *ebpf.Variable `ebpf:"ez_cfg_flag_enum"`
-	EzCfgFlags         *ebpf.Variable `ebpf:"ez_cfg_flags"`
-	EzCfgInstance      *ebpf.Variable `ebpf:"ez_cfg_instance"`
-	EzCfgMaxUnread     *ebpf.Variable `ebpf:"ez_cfg_max_unread"`
-	EzConnRecordType   *ebpf.Variable `ebpf:"ez_conn_record_type"`
-	EzControlEnum      *ebpf.Variable `ebpf:"ez_control_enum"`
-	EzCounterEnum      *ebpf.Variable `ebpf:"ez_counter_enum"`
-	EzPairStateEnum    *ebpf.Variable `ebpf:"ez_pair_state_enum"`
-	EzResetCounterEnum *ebpf.Variable `ebpf:"ez_reset_counter_enum"`
-	EzRuleEnum         *ebpf.Variable `ebpf:"ez_rule_enum"`
-	EzSockFlagsEnum    *ebpf.Variable `ebpf:"ez_sock_flags_enum"`
-	EzSockStateEnum    *ebpf.Variable `ebpf:"ez_sock_state_enum"`
+	EzAdoptBusyEnum     *ebpf.Variable `ebpf:"ez_adopt_busy_enum"`
+	EzAdoptCounterEnum  *ebpf.Variable `ebpf:"ez_adopt_counter_enum"`
+	EzAdoptFinish       *ebpf.Variable `ebpf:"ez_adopt_finish"`
+	EzAdoptSockType     *ebpf.Variable `ebpf:"ez_adopt_sock_type"`
+	EzAdoptStateEnum    *ebpf.Variable `ebpf:"ez_adopt_state_enum"`
+	EzCfgFlagEnum       *ebpf.Variable `ebpf:"ez_cfg_flag_enum"`
+	EzCfgFlags          *ebpf.Variable `ebpf:"ez_cfg_flags"`
+	EzCfgInstance       *ebpf.Variable `ebpf:"ez_cfg_instance"`
+	EzCfgMaxUnread      *ebpf.Variable `ebpf:"ez_cfg_max_unread"`
+	EzConnRecordType    *ebpf.Variable `ebpf:"ez_conn_record_type"`
+	EzControlEnum       *ebpf.Variable `ebpf:"ez_control_enum"`
+	EzCounterEnum       *ebpf.Variable `ebpf:"ez_counter_enum"`
+	EzPairStateEnum     *ebpf.Variable `ebpf:"ez_pair_state_enum"`
+	EzReleaseInputEnum  *ebpf.Variable `ebpf:"ez_release_input_enum"`
+	EzReleaseResultEnum *ebpf.Variable `ebpf:"ez_release_result_enum"`
+	EzResetCounterEnum  *ebpf.Variable `ebpf:"ez_reset_counter_enum"`
+	EzRuleEnum          *ebpf.Variable `ebpf:"ez_rule_enum"`
+	EzSockFlagsEnum     *ebpf.Variable `ebpf:"ez_sock_flags_enum"`
+	EzSockStateEnum     *ebpf.Variable `ebpf:"ez_sock_state_enum"`
 }
 
 // shortcutPrograms contains all programs after they have been loaded into the kernel.
