@@ -17,6 +17,7 @@
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 #include "lib/addr.h"
 #include "lib/parse.h"
 #include "shortcut/key.h"
@@ -62,6 +63,22 @@ static __always_inline bool parse_syn(const struct ez_flow *f, struct ez_syn *ou
  * listener, never the request socket; the record is found through
  * ez_syn_index (client ip:port and listening port, in this namespace).
  */
+/*
+ * The cookie of the socket's network namespace, what bpf_get_netns_cookie
+ * returns elsewhere (sock_net(sk)->net_cookie). cgroup_skb may call that
+ * helper only from Linux 6.17 on (sk_filter_func_proto): before, the socket's
+ * struct net is read through BTF (bpf_skc_to_tcp_sock and a CO-RE read,
+ * CAP_PERFMON; net_cookie is a u64 from 5.12 on). 0: not a TCP socket.
+ */
+static __always_inline __u64 sk_netns_cookie(struct bpf_sock *sk)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+
+	if (!tp)
+		return 0;
+	return BPF_CORE_READ((struct sock *)tp, __sk_common.skc_net.net, net_cookie);
+}
+
 static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt)
 {
 	struct ez_conn_key post, wire = {};
@@ -79,7 +96,9 @@ static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt)
 	__builtin_memcpy(wire.server_ip, pkt->key.client_ip, 16);
 	wire.client_port = pkt->key.server_port;
 	wire.server_port = pkt->key.client_port;
-	ix.netns = bpf_get_netns_cookie(skb);
+	ix.netns = sk_netns_cookie(sk);
+	if (!ix.netns)
+		return;
 	__builtin_memcpy(ix.client_ip, wire.client_ip, 16);
 	ix.client_port = wire.client_port;
 	ix.listener_port = sk->src_port;

@@ -42,8 +42,7 @@ int ez_release(struct __sk_buff *skb)
 	if (!sk)
 		return EZ_REL_GONE;
 	tp = bpf_skc_to_tcp_sock(sk);
-	/* Masked with ~3 this read psock->state (never 0): see unread.h. */
-	if (tp && !psock_queued((struct sock *)tp)) {
+	if (tp && psock_empty((struct sock *)tp)) {
 		ret = EZ_REL_GONE;
 		if (!bpf_map_delete_elem(&ez_sockets, &cookie)) {
 			count(EZ_C_SOCKETS_RELEASED);

@@ -43,13 +43,22 @@ struct {
  * read msg_tot_len 4 bytes off (psock->state, never 0). */
 #define EZ_SK_USER_DATA_PTRMASK (~7UL)
 
-/* Bytes in a socket's psock ingress queue (0 without a psock). */
-static __always_inline __u32 psock_queued(struct sock *sk)
+/*
+ * Whether nothing is queued in a socket's psock ingress queue (true without a
+ * psock). psock->msg_tot_len (what FIONREAD reports) is in Linux 6.15 and was
+ * backported to 6.12.75; before it, an empty ingress_msg list is the same
+ * answer (list_empty: the head points at itself).
+ */
+static __always_inline bool psock_empty(struct sock *sk)
 {
 	struct sk_psock *psock;
 
 	psock = (struct sk_psock *)((unsigned long)BPF_CORE_READ(sk, sk_user_data) & EZ_SK_USER_DATA_PTRMASK);
-	return psock ? BPF_CORE_READ(psock, msg_tot_len) : 0;
+	if (!psock)
+		return true;
+	if (bpf_core_field_exists(psock->msg_tot_len))
+		return BPF_CORE_READ(psock, msg_tot_len) == 0;
+	return (void *)BPF_CORE_READ(psock, ingress_msg.next) == (void *)&psock->ingress_msg;
 }
 
 static __always_inline __u64 unread_key(const struct ez_sock *es)
@@ -117,7 +126,7 @@ static __always_inline bool may_leave(struct ez_unread *u, struct ez_sock *es, s
 		return false;
 	if (u->unread[rx_dir(es) & 1] > 0)
 		return false;
-	return psock_queued(sk) == 0;
+	return psock_empty(sk);
 }
 
 #endif

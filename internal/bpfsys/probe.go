@@ -5,6 +5,7 @@ package bpfsys
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
 )
 
 // Requirement is one thing the datapath needs.
@@ -78,4 +80,19 @@ func MapType(t ebpf.MapType) func() error {
 // Helper checks a program type may call a helper.
 func Helper(pt ebpf.ProgramType, fn asm.BuiltinFunc) func() error {
 	return func() error { return features.HaveProgramHelper(pt, fn) }
+}
+
+// TCX checks the kernel has tcx links (Linux 6.6), with a sched_cls program:
+// a link to an interface that cannot exist fails with ENODEV where tcx is
+// there, and as not supported where it is not. Nothing is attached.
+func TCX(prog *ebpf.Program) error {
+	l, err := link.AttachTCX(link.TCXOptions{Interface: math.MaxInt32, Program: prog, Attach: ebpf.AttachTCXIngress})
+	if err == nil {
+		l.Close()
+		return nil
+	}
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		return errors.New("tcx links not supported (Linux 6.6)")
+	}
+	return nil
 }

@@ -30,12 +30,29 @@ var cgroupHooks = []cgroupHook{
 	{"ez_sock_release", ebpf.AttachCgroupInetSockRelease, func(s *Shortcut) *ebpf.Program { return s.objs.EzSockRelease }},
 }
 
+// lastHook is the last cgroup hook this load attaches: its pin marks a
+// cgroup whose hooks are all attached.
+func (s *Shortcut) lastHook() string {
+	name := ""
+	for _, h := range cgroupHooks {
+		if h.prog(s) != nil {
+			name = h.name
+		}
+	}
+	return name
+}
+
 // pinnedProgs are the programs pinned under progsDir: the cgroup hooks' and
 // the close-reset program of the device links.
 func pinnedProgs(s *Shortcut) map[string]*ebpf.Program {
-	out := map[string]*ebpf.Program{resetProg: s.objs.EzCloseReset}
+	out := map[string]*ebpf.Program{}
+	if s.objs.EzCloseReset != nil {
+		out[resetProg] = s.objs.EzCloseReset
+	}
 	for _, h := range cgroupHooks {
-		out[h.name] = h.prog(s)
+		if p := h.prog(s); p != nil { // nil: its part is off on this kernel
+			out[h.name] = p
+		}
 	}
 	return out
 }
@@ -125,6 +142,9 @@ func (s *Shortcut) attachCgroup(tx *bpfsys.Tx, cgroupPath string) (uint64, error
 		return 0, err
 	}
 	for _, h := range cgroupHooks {
+		if h.prog(s) == nil {
+			continue // its part is off on this kernel (s.parts)
+		}
 		pin := bpfsys.LinkPin(s.dir, bpfsys.KindCgroup, strconv.FormatUint(cgID, 10), h.name)
 		l, ok, err := tx.UpdatePinned(pin, h.prog(s), s.prevProgs[h.name])
 		if l != nil {

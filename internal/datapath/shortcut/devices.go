@@ -44,6 +44,9 @@ var devAttaches = []devAttach{{"ingress", ebpf.AttachTCXIngress}, {"egress", ebp
 // device that disappears while it is attached fails alone and is reported
 // in skipped. It returns the pins it attached and pruned.
 func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, skipped []string, err error) {
+	if s.objs.EzCloseReset == nil {
+		return nil, nil, nil, nil // RST on close is off on this kernel (s.parts)
+	}
 	cookie, err := bpfsys.NetNSCookie("")
 	if err != nil {
 		return nil, nil, nil, err
@@ -175,6 +178,9 @@ const loopbackIfindex = 1
 // namespace that disappears meanwhile is skipped, and so is one the agent
 // may not enter (setns needs CAP_SYS_ADMIN): denied counts those.
 func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pruned []string, denied int, err error) {
+	if s.objs.EzCloseReset == nil {
+		return nil, nil, 0, nil // RST on close is off on this kernel (s.parts)
+	}
 	self, err := bpfsys.NetNSCookie("")
 	if err != nil {
 		return nil, nil, 0, err

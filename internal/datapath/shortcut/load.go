@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // Requirements lists what the socket shortcut needs of the kernel and process.
@@ -92,6 +93,7 @@ type Shortcut struct {
 	// new switch and none waiting would walk the sockhash for nothing.
 	switchesSeen uint64
 	waiting      int64
+	parts        parts.Report // which parts loaded (load)
 }
 
 // Load loads the programs, reusing the maps pinned in dir by an installed
@@ -141,16 +143,8 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 		return nil, fmt.Errorf("datapath: %w", err)
 	}
 	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, adoptPasses: 3}
-	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}
-	if err := spec.LoadAndAssign(&s.objs, opts); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("datapath: verifier rejected a program: %+v", verr)
-		}
-		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return nil, fmt.Errorf("datapath: pinned maps in %s do not match this build (map sizes or schema changed); run `eztunnel uninstall` first: %w", dir, err)
-		}
-		return nil, fmt.Errorf("datapath: load: %w", err)
+	if err := s.load(spec, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
+		return nil, err
 	}
 	if err := s.writeSelection(cfg.Select); err != nil {
 		s.objs.Close()
@@ -158,6 +152,120 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	}
 	return s, nil
 }
+
+// programGroups are the shortcut's programs by the part they serve. The
+// first three are the shortcut itself: without reads counted (the unread
+// bound, invariant 4) or a way to hand sockets back (uninstall, switches),
+// the shortcut does not run. Each other group is optional: a kernel that
+// refuses one of its programs turns off that part only.
+var programGroups = []struct {
+	part     parts.Name
+	required bool
+	progs    []string
+}{
+	{parts.Shortcut, true, []string{shortcutProgEzSockops, shortcutProgEzEgress, shortcutProgEzMsg}},
+	{parts.ReadAccounting, true, []string{shortcutProgEzRecv}},
+	{parts.Release, true, []string{shortcutProgEzReleaseSwitched, shortcutProgEzRelease}},
+	{parts.ShortcutNAT, false, []string{shortcutProgEzNat}},
+	{parts.CloseReset, false, []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset}},
+	{parts.Adoption, false, []string{shortcutProgEzAdoptScan, shortcutProgEzAdoptStep}},
+	{parts.Connections, false, []string{shortcutProgEzConns}},
+}
+
+// load loads the maps, then each program on its own (bpfsys.Programs),
+// recording each part's status in s.parts. A required part that fails fails
+// the load, naming the program.
+func (s *Shortcut) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) error {
+	ps, err := bpfsys.LoadMaps(spec, opts)
+	if err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return fmt.Errorf("datapath: pinned maps in %s do not match this build (map sizes or schema changed); run `eztunnel uninstall` first: %w", s.dir, err)
+		}
+		return fmt.Errorf("datapath: load maps: %w", err)
+	}
+	defer ps.Close()
+	loaded := map[string]*ebpf.Program{}
+	fail := func(err error) error {
+		for _, p := range loaded {
+			p.Close()
+		}
+		return fmt.Errorf("datapath: %w", err)
+	}
+	for _, g := range programGroups {
+		var gerr error
+		var got []*ebpf.Program
+		for _, name := range g.progs {
+			p, err := ps.Load(name, string(g.part))
+			if err != nil {
+				gerr = err
+				break
+			}
+			got = append(got, p)
+		}
+		if gerr != nil {
+			for _, p := range got {
+				p.Close()
+			}
+			if g.required {
+				return fail(gerr)
+			}
+			s.parts.Off(g.part, gerr.Error())
+			continue
+		}
+		for i, name := range g.progs {
+			loaded[name] = got[i]
+		}
+		s.parts.On(g.part, "")
+	}
+	if p := loaded[shortcutProgEzCloseReset]; p != nil {
+		if err := bpfsys.TCX(p); err != nil {
+			for _, name := range []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset} {
+				loaded[name].Close()
+				delete(loaded, name)
+			}
+			s.parts.Off(parts.CloseReset, "ez_close_reset: "+err.Error())
+		}
+	}
+	// ez_release runs only at uninstall (drain.go), ez_conns only for
+	// `eztunnel connections`: loaded here to prove they load, then closed.
+	for _, name := range []string{shortcutProgEzRelease, shortcutProgEzConns} {
+		if p := loaded[name]; p != nil {
+			p.Close()
+			delete(loaded, name)
+		}
+	}
+	// Assign takes the maps and variables out of ps.Coll (its Close no
+	// longer closes them).
+	if err := ps.Coll.Assign(&s.objs.shortcutMaps); err != nil {
+		return fail(err)
+	}
+	if err := ps.Coll.Assign(&s.objs.shortcutVariables); err != nil {
+		s.objs.shortcutMaps.Close()
+		return fail(err)
+	}
+	o := &s.objs.shortcutPrograms
+	for name, dst := range map[string]**ebpf.Program{
+		shortcutProgEzSockops: &o.EzSockops, shortcutProgEzEgress: &o.EzEgress, shortcutProgEzMsg: &o.EzMsg,
+		shortcutProgEzRecv: &o.EzRecv, shortcutProgEzReleaseSwitched: &o.EzReleaseSwitched, shortcutProgEzNat: &o.EzNat,
+		shortcutProgEzSockRelease: &o.EzSockRelease, shortcutProgEzCloseReset: &o.EzCloseReset,
+		shortcutProgEzAdoptScan: &o.EzAdoptScan, shortcutProgEzAdoptStep: &o.EzAdoptStep,
+	} {
+		*dst = loaded[name]
+	}
+	s.parts.Set(parts.Status{Part: parts.ReadAccounting, Runs: true, Via: "tp_btf/sock_recv_length"})
+	s.parts.Set(parts.Status{Part: parts.Release, Runs: true, Via: "tc program by BPF_PROG_TEST_RUN"})
+	s.parts.Set(parts.Status{Part: parts.Connections, Runs: s.parts.Runs(parts.Connections), Via: "iter/tcp per network namespace",
+		Reason: reasonOf(s.parts, parts.Connections)})
+	return nil
+}
+
+func reasonOf(r parts.Report, p parts.Name) string {
+	st, _ := r.Get(p)
+	return st.Reason
+}
+
+// Parts reports which of the shortcut's parts loaded, and why others did not.
+func (s *Shortcut) Parts() parts.Report { return s.parts }
 
 // Attach attaches the shortcut within tx: sk_msg on the sockhash (once),
 // ez_nat on POST_ROUTING, ez_recv on tp_btf/sock_recv_length, then ez_egress

@@ -32,6 +32,9 @@ var natFamilies = []struct {
 // kept on rollback. Meanwhile both run: the second finds the alias the first
 // wrote (BPF_NOEXIST) with the same target and changes nothing.
 func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
+	if s.objs.EzNat == nil {
+		return nil // pairing under NAT is off on this kernel (s.parts): NAT-ed connections stay on the kernel path
+	}
 	for _, f := range natFamilies {
 		pin := bpfsys.LinkPin(s.dir, bpfsys.KindNetfilter, "ez_nat_"+f.name)
 		old, err := link.LoadPinnedLink(pin, nil)

@@ -122,7 +122,7 @@ func (s *Shortcut) ReconcileCgroups(paths []string) (attached, missing []string,
 			continue
 		}
 		want[id] = true
-		if bpfsys.Exists(bpfsys.LinkPin(s.dir, bpfsys.KindCgroup, strconv.FormatUint(id, 10), cgroupHooks[len(cgroupHooks)-1].name)) {
+		if bpfsys.Exists(bpfsys.LinkPin(s.dir, bpfsys.KindCgroup, strconv.FormatUint(id, 10), s.lastHook())) {
 			kept = append(kept, id)
 			continue
 		}
