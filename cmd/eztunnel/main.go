@@ -25,5 +25,5 @@ func main() {
 func newRoot() *cobra.Command {
 	return cli.Root("eztunnel", "eBPF data-plane accelerator for node-local TCP",
 		"eBPF data-plane accelerator for node-local TCP.", version,
-		runCmd(), statusCmd(), connectionsCmd(), adoptCmd(), uninstallCmd(), servicesCmd(), readyCmd(), cli.TraceCmd(nil))
+		runCmd(), preflightCmd(), statusCmd(), connectionsCmd(), adoptCmd(), uninstallCmd(), servicesCmd(), readyCmd(), cli.TraceCmd(nil))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/datapath/services"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // statusReport is the JSON form of `eztunnel status -o json`.
@@ -27,6 +29,9 @@ type statusReport struct {
 	BypassOff string              `json:"bypass_off,omitempty"`
 	// Services is the pinned Service load balancer; nil: none.
 	Services *services.PinnedState `json:"services"`
+	// Parts is what the last agent of this datapath reported running, and
+	// why each other part does not; nil: no agent has reported since boot.
+	Parts *parts.Report `json:"parts"`
 }
 
 func statusCmd() *cobra.Command {
@@ -77,6 +82,11 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 	if rep.Services, err = services.ReadPinned(cfg.Dir()); err != nil {
 		return nil, err
 	}
+	if pr, err := parts.Read(parts.ReportPath(cfg.Dir())); err == nil {
+		rep.Parts = &pr
+	} else if !errors.Is(err, parts.ErrNoReport) {
+		return nil, fmt.Errorf("read the agent's parts report: %w", err)
+	}
 	if rep.Bypass == nil {
 		rep.BypassOff = "not running (off with --bypass=false)"
 		var bc bypass.Config
@@ -90,6 +100,18 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 func printStatus(rep *statusReport) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "datapath\t%s (schema %s)\n", rep.Pins, rep.Schema)
+	if rep.Parts != nil {
+		fmt.Fprintf(w, "kernel\t%s\n", rep.Parts.Kernel)
+		for _, s := range rep.Parts.Sorted() {
+			if s.Runs {
+				fmt.Fprintf(w, "part %s\ton\t%s\n", s.Part, s.Via)
+			} else {
+				fmt.Fprintf(w, "part %s\toff\t%s\n", s.Part, s.Reason)
+			}
+		}
+	} else {
+		fmt.Fprintf(w, "parts\t%s\n", parts.ErrNoReport)
+	}
 	for _, name := range datapath.CounterNames() {
 		fmt.Fprintf(w, "%s\t%d\n", name, rep.Counters[name])
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	lbsvc "github.com/eztunnel/eztunnel/internal/datapath/services"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // releaseEvery is how often drained ends of connections that switched to
@@ -174,10 +175,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var bb *bridgeBypass
 	if cfg.Bypass {
-		if bb, err = loadBypass(cfg.Datapath.Dir()); err != nil {
+		if bb, err = loadBypass(cfg.Datapath.Dir()); err != nil && cfg.BypassRequired {
 			closeMetrics()
 			return err
 		}
+		if err != nil {
+			// A kernel without one of its programs' needs (tcx, a kfunc,
+			// a BTF field): the rest runs (docs/kernels.md).
+			slog.Warn("running without the bridge bypass: this kernel refused it", "reason", err.Error())
+			cfg.Bypass, bypassOff = false, err.Error()
+		}
+	}
+	if cfg.Bypass {
 		defer bb.close()
 		if pods != nil {
 			// The node's pods from the API: managed neighbour entries, so
@@ -220,7 +229,12 @@ func Run(ctx context.Context, cfg Config) error {
 			slog.Info("cleared the pod selection of an earlier Kubernetes-mode agent", "cgroups", n)
 		}
 	}
-	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version, pods, bb, bypassOff, svc)
+	rep := partsReport(dp, bypassOff, svc)
+	logParts(rep)
+	if err := rep.Write(parts.ReportPath(cfg.Datapath.Dir())); err != nil {
+		slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)
+	}
+	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version, pods, bb, bypassOff, svc, rep)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/metrics"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // listenMetrics binds --metrics-addr (nothing when empty) before the agent
@@ -22,7 +23,7 @@ func listenMetrics(addr string) (*metrics.Server, error) {
 // the load balancer's when bb and svc are not nil; bypassOff: why the
 // bypass does not run) on srv until ctx is done.
 // The returned function stops the server and releases the maps.
-func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config, version string, pods *podScope, bb *bridgeBypass, bypassOff string, svc *serviceLB) (func(), error) {
+func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config, version string, pods *podScope, bb *bridgeBypass, bypassOff string, svc *serviceLB, rep parts.Report) (func(), error) {
 	if srv == nil {
 		return func() {}, nil
 	}
@@ -36,6 +37,7 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config,
 		reg.MustRegister(metrics.NewPodCollector(podMetrics{pods, p}))
 	}
 	reg.MustRegister(metrics.BypassEnabled(bypassOff))
+	reg.MustRegister(metrics.FeatureEnabled(rep))
 	if bb != nil {
 		reg.MustRegister(metrics.NewBypassCollector(bb))
 	}

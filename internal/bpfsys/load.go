@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
+
+	"github.com/eztunnel/eztunnel/internal/parts"
 
 	"github.com/cilium/ebpf"
 )
@@ -71,4 +74,70 @@ func ProgramError(name, part string, err error) error {
 		return fmt.Errorf("program %s (%s): verifier rejected it: %w", name, part, verr)
 	}
 	return fmt.Errorf("program %s (%s): %w", name, part, err)
+}
+
+// Group is the programs one part needs: all load, or the part is off.
+type Group struct {
+	Part parts.Name
+	// Required: the component cannot run without it; a refusal fails the load.
+	Required bool
+	Progs    []string
+	Via      string // the mechanism, for the report
+}
+
+// LoadGroups loads each group's programs and records each part in rep:
+// on, or off with the refusal that named the program. It returns the
+// programs loaded, by name; on a required group's refusal, none (closed).
+func (p *Programs) LoadGroups(groups []Group, rep *parts.Report) (map[string]*ebpf.Program, error) {
+	loaded := map[string]*ebpf.Program{}
+	for _, g := range groups {
+		var got []*ebpf.Program
+		var gerr error
+		for _, name := range g.Progs {
+			prog, err := p.Load(name, string(g.Part))
+			if err != nil {
+				gerr = err
+				break
+			}
+			got = append(got, prog)
+		}
+		if gerr != nil {
+			for _, prog := range got {
+				prog.Close()
+			}
+			if g.Required {
+				CloseAll(loaded)
+				return nil, gerr
+			}
+			rep.Off(g.Part, gerr.Error())
+			continue
+		}
+		for i, name := range g.Progs {
+			loaded[name] = got[i]
+		}
+		rep.On(g.Part, g.Via)
+	}
+	return loaded, nil
+}
+
+// CloseAll closes the programs and empties the map.
+func CloseAll(progs map[string]*ebpf.Program) {
+	for name, prog := range progs {
+		prog.Close()
+		delete(progs, name)
+	}
+}
+
+// AssignPrograms sets every *ebpf.Program field of the struct dst points
+// to from progs by its `ebpf:"name"` tag (nil where progs has none), as
+// bpf2go's generated structs are tagged.
+func AssignPrograms(progs map[string]*ebpf.Program, dst any) {
+	v := reflect.ValueOf(dst).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name := f.Tag.Get("ebpf"); name != "" && f.Type == reflect.TypeFor[*ebpf.Program]() {
+			v.Field(i).Set(reflect.ValueOf(progs[name]))
+		}
+	}
 }

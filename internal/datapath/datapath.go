@@ -20,6 +20,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // Schema names the layout of the pinned maps. Bump it whenever a map's key,
@@ -145,3 +146,6 @@ func (d *Datapath) ReconcileCgroups(paths []string) (attached, missing []string,
 // Pruned lists the cgroups whose links Install detached: attached by an
 // earlier agent and not wanted now, or removed since.
 func (d *Datapath) Pruned() []uint64 { return d.sc.Pruned() }
+
+// Parts reports which parts of the installed families loaded, and why others did not.
+func (d *Datapath) Parts() parts.Report { return d.sc.Parts() }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // Uninstall removes an installed datapath without losing or reordering a
@@ -31,6 +32,7 @@ func Uninstall(cfg Config, drain time.Duration) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove pins: %w", err)
 	}
+	os.Remove(parts.ReportPath(dir)) // the agent's report of what ran
 	// Remove the root too when nothing else (another schema) lives there.
 	os.Remove(cfg.PinRoot)
 	return nil

@@ -1,12 +1,10 @@
 package tracer
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // load edits the generated spec (filters, sizes) and loads it.
@@ -26,10 +24,7 @@ func load(cfg Config) (*tracerObjects, error) {
 	}
 	var objs tracerObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load tracer: %+v", ve)
-		}
+		// cilium/ebpf names the program; the verifier's last lines follow.
 		return nil, fmt.Errorf("load tracer: %w", err)
 	}
 	return &objs, nil
@@ -98,4 +93,15 @@ func boolU8(b bool) uint8 {
 		return 1
 	}
 	return 0
+}
+
+// Probe reports whether the tracer's programs load here (nothing attached).
+// Its stages attach where the kernel has them: see docs/kernels.md.
+func Probe() parts.Status {
+	objs, err := load(DefaultConfig())
+	if err != nil {
+		return parts.Status{Part: parts.Tracer, Reason: err.Error()}
+	}
+	objs.Close()
+	return parts.Status{Part: parts.Tracer, Runs: true, Via: "tp_btf, raw_tp, tcx observers, netfilter links"}
 }

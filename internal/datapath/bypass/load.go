@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // Config says where the bypass runs.
@@ -135,16 +136,28 @@ func Load(cfg Config) (_ *Bypass, err error) {
 		}
 	}
 	if err := spec.LoadAndAssign(&b.objs, opts); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("bypass: load: %+v", ve)
-		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("bypass: pinned maps in %s do not match this build; run `eztunnel uninstall` first: %w", mapDir(cfg.PinDir), err)
 		}
+		// cilium/ebpf names the program; the verifier's last lines follow.
 		return nil, fmt.Errorf("bypass: load: %w", err)
 	}
+	if err := bpfsys.TCX(b.objs.EzBypass); err != nil {
+		b.objs.Close()
+		return nil, &UnmetError{"bypass: program ez_bypass: " + err.Error()}
+	}
 	return b, nil
+}
+
+// Probe reports whether the bypass can run here: the node's conntrack
+// settings and a trial load of its programs (nothing pinned or attached).
+func Probe() parts.Status {
+	b, err := Load(Config{})
+	if err != nil {
+		return parts.Status{Part: parts.Bypass, Reason: err.Error()}
+	}
+	b.Close()
+	return parts.Status{Part: parts.Bypass, Runs: true, Via: "tcx redirect_peer / redirect_neigh"}
 }
 
 // Check validates cfg and the node's conntrack settings the bypass needs,
@@ -162,6 +175,11 @@ func Check(cfg *Config) error {
 	// unless the window is liberal, INVALID, which FORWARD rules drop
 	// (kube-proxy's --conntrack-tcp-be-liberal addresses the same).
 	lib, err := sysctl(cfg.NetNS, "nf_conntrack_tcp_be_liberal")
+	if errors.Is(err, os.ErrNotExist) {
+		// nf_conntrack is a module on most distributions: not loaded, no
+		// flow is confirmed, so there is nothing the bypass could admit.
+		return &UnmetError{fmt.Sprintf("bypass: nf_conntrack is not loaded in netns %q (no net.netfilter.nf_conntrack_tcp_be_liberal): the bypass admits only flows conntrack confirmed, and its kfuncs live in that module", cfg.NetNS)}
+	}
 	if err != nil {
 		return err
 	}

@@ -78,6 +78,9 @@ func (lb *LB) destroy(gs []gone) {
 // runDestroy runs both iterators once in the caller's network namespace
 // (a socket iterator walks the namespace it is created in).
 func (lb *LB) runDestroy() error {
+	if lb.objs.EzSvcDestroyTcp == nil {
+		return nil // socket destruction is off on this kernel (lb.parts): the sockets stay until they close
+	}
 	for _, p := range []*ebpf.Program{lb.objs.EzSvcDestroyTcp, lb.objs.EzSvcDestroyUdp} {
 		it, err := link.AttachIter(link.IterOptions{Program: p})
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // Proto is a frontend's transport protocol (IPPROTO_TCP, IPPROTO_UDP).
@@ -124,6 +125,7 @@ type LB struct {
 	freeBe    []uint32
 	nextBe    uint32
 	closed    bool
+	parts     parts.Report // which parts loaded (load)
 }
 
 type frontendState struct {
@@ -174,15 +176,8 @@ func Load(cfg Config) (_ *LB, err error) {
 			return nil, fmt.Errorf("services: %w", err)
 		}
 	}
-	if err := spec.LoadAndAssign(&lb.objs, opts); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("services: load: %+v", ve)
-		}
-		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return nil, fmt.Errorf("services: pinned maps in %s do not match this build or these sizes; run `eztunnel uninstall` first: %w", mapDir(cfg.PinDir), err)
-		}
-		return nil, fmt.Errorf("services: load: %w", err)
+	if err := lb.load(spec, opts); err != nil {
+		return nil, err
 	}
 	if cfg.PinDir != "" {
 		if err := lb.restore(); err != nil {
@@ -196,6 +191,66 @@ func Load(cfg Config) (_ *LB, err error) {
 	}
 	return lb, nil
 }
+
+// programGroups are the load balancer's programs by part: ClusterIP at the
+// socket is required; NodePort (tcx) and the destruction of a removed
+// backend's sockets (bpf_sock_destroy from iter/tcp and iter/udp, Linux 6.5)
+// turn off alone.
+var programGroups = []bpfsys.Group{
+	{Part: parts.ServicesLB, Required: true, Progs: []string{servicesProgEzSvcConnect4, servicesProgEzSvcConnect6,
+		servicesProgEzSvcSendmsg4, servicesProgEzSvcSendmsg6, servicesProgEzSvcRecvmsg4, servicesProgEzSvcRecvmsg6,
+		servicesProgEzSvcGetpeername4, servicesProgEzSvcGetpeername6, servicesProgEzSvcOrigConnect,
+		servicesProgEzSvcOrigRelease, servicesProgEzSvcGetsockopt}, Via: "cgroup connect/sendmsg/recvmsg/getpeername"},
+	{Part: parts.NodePort, Progs: []string{servicesProgEzSvcNodeport}, Via: "tcx ingress + conntrack NAT kfuncs"},
+	{Part: parts.SocketDestroy, Progs: []string{servicesProgEzSvcDestroyTcp, servicesProgEzSvcDestroyUdp}, Via: "bpf_sock_destroy from iter/tcp, iter/udp"},
+}
+
+// load loads the maps, then each part's programs on its own.
+func (lb *LB) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) error {
+	ps, err := bpfsys.LoadMaps(spec, opts)
+	if err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return fmt.Errorf("services: pinned maps in %s do not match this build or these sizes; run `eztunnel uninstall` first: %w", mapDir(lb.pinDir), err)
+		}
+		return fmt.Errorf("services: load maps: %w", err)
+	}
+	defer ps.Close()
+	loaded, err := ps.LoadGroups(programGroups, &lb.parts)
+	if err != nil {
+		return fmt.Errorf("services: %w", err)
+	}
+	if p := loaded[servicesProgEzSvcNodeport]; p != nil {
+		if err := bpfsys.TCX(p); err != nil {
+			p.Close()
+			delete(loaded, servicesProgEzSvcNodeport)
+			lb.parts.Off(parts.NodePort, "ez_svc_nodeport: "+err.Error())
+		}
+	}
+	if err := ps.Coll.Assign(&lb.objs.servicesMaps); err != nil {
+		bpfsys.CloseAll(loaded)
+		return fmt.Errorf("services: %w", err)
+	}
+	bpfsys.AssignPrograms(loaded, &lb.objs.servicesPrograms)
+	return nil
+}
+
+// Probe reports which of the load balancer's parts can run here, by a trial
+// load (nothing pinned or attached).
+func Probe() parts.Report {
+	lb, err := Load(Config{})
+	if err != nil {
+		var rep parts.Report
+		for _, p := range []parts.Name{parts.ServicesLB, parts.NodePort, parts.SocketDestroy} {
+			rep.Off(p, err.Error())
+		}
+		return rep
+	}
+	defer lb.Close()
+	return lb.Parts()
+}
+
+// Parts reports which of the load balancer's parts loaded, and why others did not.
+func (lb *LB) Parts() parts.Report { return lb.parts }
 
 // hooks are the programs attached to each cgroup.
 func (lb *LB) hooks() []struct {

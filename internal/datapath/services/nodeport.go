@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // nodePortProg names the NodePort program's link pins:
@@ -139,6 +140,10 @@ func (lb *LB) SyncNodePortDevices(ifindexes []int) (attached, detached []int, er
 // attachNodePort updates the link pinned at pin in place, or attaches a
 // new one (and pins it).
 func (lb *LB) attachNodePort(ifx int, pin string) (link.Link, error) {
+	if lb.objs.EzSvcNodeport == nil {
+		st, _ := lb.parts.Get(parts.NodePort)
+		return nil, fmt.Errorf("NodePort is off on this kernel: %s", st.Reason)
+	}
 	return bpfsys.AttachPinned(pin, lb.objs.EzSvcNodeport, func(info *link.Info) bool {
 		tcx := info.TCX()
 		return tcx != nil && int(tcx.Ifindex) == ifx

@@ -14,18 +14,20 @@ import (
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
-// Requirements lists what the socket shortcut needs of the kernel and process.
+// Requirements lists what the socket shortcut needs of the kernel and process
+// before anything loads; each program's own load (programGroups) then names
+// what a kernel refuses. Optional parts (NAT: netfilter links, Linux 6.4;
+// RST on close: tcx, Linux 6.6) are not here: they turn off alone.
 var Requirements = []bpfsys.Requirement{
 	{Name: "root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN)", Check: bpfsys.Root},
 	{Name: "kernel BTF (/sys/kernel/btf/vmlinux)", Check: bpfsys.BTF},
 	{Name: "program type sock_ops", Check: bpfsys.ProgType(ebpf.SockOps)},
 	{Name: "program type sk_msg", Check: bpfsys.ProgType(ebpf.SkMsg)},
 	{Name: "program type cgroup_skb", Check: bpfsys.ProgType(ebpf.CGroupSKB)},
-	{Name: "program type sched_cls (tcx links, Linux 6.6)", Check: bpfsys.ProgType(ebpf.SchedCLS)},
-	{Name: "program type netfilter (BPF netfilter links, Linux 6.4)", Check: bpfsys.ProgType(ebpf.Netfilter)},
+	{Name: "program type sched_cls (release by BPF_PROG_TEST_RUN)", Check: bpfsys.ProgType(ebpf.SchedCLS)},
 	{Name: "map type sockhash", Check: bpfsys.MapType(ebpf.SockHash)},
 	{Name: "map type sk_storage", Check: bpfsys.MapType(ebpf.SkStorage)},
-	{Name: "tracepoint sock_recv_length (tp_btf)", Check: bpfsys.Tracepoint("sock_recv_length")},
+	{Name: "tracepoint sock_recv_length (tp_btf, Linux 6.3: reads counted for the unread bound)", Check: bpfsys.Tracepoint("sock_recv_length")},
 	{Name: "helper bpf_msg_redirect_hash (sk_msg)", Check: bpfsys.Helper(ebpf.SkMsg, asm.FnMsgRedirectHash)},
 	{Name: "helper bpf_sk_storage_get (sk_msg)", Check: bpfsys.Helper(ebpf.SkMsg, asm.FnSkStorageGet)},
 	{Name: "helper bpf_get_netns_cookie (sock_ops)", Check: bpfsys.Helper(ebpf.SockOps, asm.FnGetNetnsCookie)},
@@ -158,18 +160,16 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 // bound, invariant 4) or a way to hand sockets back (uninstall, switches),
 // the shortcut does not run. Each other group is optional: a kernel that
 // refuses one of its programs turns off that part only.
-var programGroups = []struct {
-	part     parts.Name
-	required bool
-	progs    []string
-}{
-	{parts.Shortcut, true, []string{shortcutProgEzSockops, shortcutProgEzEgress, shortcutProgEzMsg}},
-	{parts.ReadAccounting, true, []string{shortcutProgEzRecv}},
-	{parts.Release, true, []string{shortcutProgEzReleaseSwitched, shortcutProgEzRelease}},
-	{parts.ShortcutNAT, false, []string{shortcutProgEzNat}},
-	{parts.CloseReset, false, []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset}},
-	{parts.Adoption, false, []string{shortcutProgEzAdoptScan, shortcutProgEzAdoptStep}},
-	{parts.Connections, false, []string{shortcutProgEzConns}},
+var programGroups = []bpfsys.Group{
+	{Part: parts.Shortcut, Required: true, Progs: []string{shortcutProgEzSockops, shortcutProgEzEgress, shortcutProgEzMsg},
+		Via: "sockops + sk_msg + sockhash, cgroup_skb egress"},
+	{Part: parts.ReadAccounting, Required: true, Progs: []string{shortcutProgEzRecv}, Via: "tp_btf/sock_recv_length"},
+	{Part: parts.Release, Required: true, Progs: []string{shortcutProgEzReleaseSwitched, shortcutProgEzRelease},
+		Via: "tc programs run by BPF_PROG_TEST_RUN"},
+	{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzNat}, Via: "netfilter link at POST_ROUTING"},
+	{Part: parts.CloseReset, Progs: []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset}, Via: "cgroup/sock_release + tcx"},
+	{Part: parts.Adoption, Progs: []string{shortcutProgEzAdoptScan, shortcutProgEzAdoptStep}, Via: "iter/tcp per network namespace"},
+	{Part: parts.Connections, Progs: []string{shortcutProgEzConns}, Via: "iter/tcp per network namespace"},
 }
 
 // load loads the maps, then each program on its own (bpfsys.Programs),
@@ -184,38 +184,9 @@ func (s *Shortcut) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions)
 		return fmt.Errorf("datapath: load maps: %w", err)
 	}
 	defer ps.Close()
-	loaded := map[string]*ebpf.Program{}
-	fail := func(err error) error {
-		for _, p := range loaded {
-			p.Close()
-		}
+	loaded, err := ps.LoadGroups(programGroups, &s.parts)
+	if err != nil {
 		return fmt.Errorf("datapath: %w", err)
-	}
-	for _, g := range programGroups {
-		var gerr error
-		var got []*ebpf.Program
-		for _, name := range g.progs {
-			p, err := ps.Load(name, string(g.part))
-			if err != nil {
-				gerr = err
-				break
-			}
-			got = append(got, p)
-		}
-		if gerr != nil {
-			for _, p := range got {
-				p.Close()
-			}
-			if g.required {
-				return fail(gerr)
-			}
-			s.parts.Off(g.part, gerr.Error())
-			continue
-		}
-		for i, name := range g.progs {
-			loaded[name] = got[i]
-		}
-		s.parts.On(g.part, "")
 	}
 	if p := loaded[shortcutProgEzCloseReset]; p != nil {
 		if err := bpfsys.TCX(p); err != nil {
@@ -237,26 +208,64 @@ func (s *Shortcut) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions)
 	// Assign takes the maps and variables out of ps.Coll (its Close no
 	// longer closes them).
 	if err := ps.Coll.Assign(&s.objs.shortcutMaps); err != nil {
-		return fail(err)
+		bpfsys.CloseAll(loaded)
+		return fmt.Errorf("datapath: %w", err)
 	}
 	if err := ps.Coll.Assign(&s.objs.shortcutVariables); err != nil {
 		s.objs.shortcutMaps.Close()
-		return fail(err)
+		bpfsys.CloseAll(loaded)
+		return fmt.Errorf("datapath: %w", err)
 	}
-	o := &s.objs.shortcutPrograms
-	for name, dst := range map[string]**ebpf.Program{
-		shortcutProgEzSockops: &o.EzSockops, shortcutProgEzEgress: &o.EzEgress, shortcutProgEzMsg: &o.EzMsg,
-		shortcutProgEzRecv: &o.EzRecv, shortcutProgEzReleaseSwitched: &o.EzReleaseSwitched, shortcutProgEzNat: &o.EzNat,
-		shortcutProgEzSockRelease: &o.EzSockRelease, shortcutProgEzCloseReset: &o.EzCloseReset,
-		shortcutProgEzAdoptScan: &o.EzAdoptScan, shortcutProgEzAdoptStep: &o.EzAdoptStep,
-	} {
-		*dst = loaded[name]
-	}
-	s.parts.Set(parts.Status{Part: parts.ReadAccounting, Runs: true, Via: "tp_btf/sock_recv_length"})
-	s.parts.Set(parts.Status{Part: parts.Release, Runs: true, Via: "tc program by BPF_PROG_TEST_RUN"})
-	s.parts.Set(parts.Status{Part: parts.Connections, Runs: s.parts.Runs(parts.Connections), Via: "iter/tcp per network namespace",
-		Reason: reasonOf(s.parts, parts.Connections)})
+	bpfsys.AssignPrograms(loaded, &s.objs.shortcutPrograms)
 	return nil
+}
+
+// Probe reports which of the shortcut's parts can run here: each group is
+// loaded on its own against fresh, small, unpinned maps and closed again.
+// A required part that cannot load turns the shortcut off with its reason.
+func Probe() parts.Report {
+	var rep parts.Report
+	spec, err := loadShortcut()
+	if err == nil {
+		for _, m := range spec.Maps {
+			if m.MaxEntries > 64 && m.Type != ebpf.PerCPUArray && m.Type != ebpf.Array {
+				m.MaxEntries = 64
+			}
+		}
+	}
+	var ps *bpfsys.Programs
+	if err == nil {
+		ps, err = bpfsys.LoadMaps(spec, nil)
+	}
+	if err != nil {
+		for _, g := range programGroups {
+			rep.Off(g.Part, "load maps: "+err.Error())
+		}
+		return rep
+	}
+	defer ps.Close()
+	var required []parts.Name
+	groups := make([]bpfsys.Group, len(programGroups))
+	for i, g := range programGroups {
+		groups[i] = g
+		groups[i].Required = false
+		if g.Required {
+			required = append(required, g.Part)
+		}
+	}
+	loaded, _ := ps.LoadGroups(groups, &rep)
+	defer bpfsys.CloseAll(loaded)
+	if p := loaded[shortcutProgEzCloseReset]; p != nil {
+		if err := bpfsys.TCX(p); err != nil {
+			rep.Off(parts.CloseReset, "ez_close_reset: "+err.Error())
+		}
+	}
+	for _, p := range required[1:] {
+		if !rep.Runs(p) && rep.Runs(parts.Shortcut) {
+			rep.Off(parts.Shortcut, fmt.Sprintf("needs %s: %s", p, reasonOf(rep, p)))
+		}
+	}
+	return rep
 }
 
 func reasonOf(r parts.Report, p parts.Name) string {

@@ -1,0 +1,40 @@
+package agent
+
+import (
+	"log/slog"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/kernelinfo"
+	"github.com/eztunnel/eztunnel/internal/parts"
+)
+
+// partsReport is what runs on this node: the shortcut's parts as they
+// loaded, the bypass (off with its reason), the load balancer's parts.
+func partsReport(dp *datapath.Datapath, bypassOff string, svc *serviceLB) parts.Report {
+	rep := dp.Parts()
+	rep.Kernel = kernelinfo.Release()
+	if bypassOff == "" {
+		rep.On(parts.Bypass, "tcx redirect_peer / redirect_neigh")
+	} else {
+		rep.Off(parts.Bypass, bypassOff)
+	}
+	if svc != nil && svc.lb != nil {
+		rep.Merge(svc.lb.Parts())
+	} else {
+		for _, p := range []parts.Name{parts.ServicesLB, parts.NodePort, parts.SocketDestroy} {
+			rep.Off(p, "off (no --services)")
+		}
+	}
+	return rep
+}
+
+// logParts logs each part: on, or off with its reason.
+func logParts(rep parts.Report) {
+	for _, s := range rep.Sorted() {
+		if s.Runs {
+			slog.Info("part runs", "part", s.Part, "via", s.Via)
+		} else {
+			slog.Warn("part off", "part", s.Part, "reason", s.Reason)
+		}
+	}
+}
