@@ -297,9 +297,14 @@ func Run(ctx context.Context, cfg Config) error {
 	// waitRound waits for a round in progress to end.
 	waitRound := func() { <-idle; idle <- struct{}{} }
 	warnedDenied := false
+	adoptOff, _ := rep.Get(parts.Adoption)
 	adopt := func(why string) {
 		if !cfg.Adopt {
 			slog.Info("adoption is off (--adopt=false): nothing done", "trigger", why)
+			return
+		}
+		if !adoptOff.Runs {
+			slog.Info("adoption is off on this kernel: nothing done", "trigger", why, "reason", adoptOff.Reason)
 			return
 		}
 		select {

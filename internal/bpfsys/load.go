@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/eztunnel/eztunnel/internal/parts"
 
@@ -43,6 +46,9 @@ func (p *Programs) Load(name, part string) (*ebpf.Program, error) {
 	if !ok {
 		return nil, fmt.Errorf("program %s (%s): not in the object", name, part)
 	}
+	if testRefused(name) {
+		return nil, ProgramError(name, part, fmt.Errorf("%w (%s)", ErrTestRefused, TestRefuseEnv))
+	}
 	one := p.spec.Copy()
 	one.Programs = map[string]*ebpf.ProgramSpec{name: ps}
 	o := p.opts
@@ -57,6 +63,18 @@ func (p *Programs) Load(name, part string) (*ebpf.Program, error) {
 	prog := coll.DetachProgram(name)
 	coll.Close()
 	return prog, nil
+}
+
+// TestRefuseEnv names programs (comma-separated) that Load refuses as the
+// kernel would, for tests that prove a part turns off alone on a kernel
+// that refuses it (docs/kernels.md). Never set it in production.
+const TestRefuseEnv = "EZTUNNEL_TEST_REFUSE_PROGRAMS"
+
+// ErrTestRefused is the refusal TestRefuseEnv causes.
+var ErrTestRefused = errors.New("refused for a test")
+
+func testRefused(name string) bool {
+	return slices.Contains(strings.Split(os.Getenv(TestRefuseEnv), ","), name)
 }
 
 // Close closes the maps' handles (pinned maps stay).
