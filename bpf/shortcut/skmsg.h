@@ -84,6 +84,13 @@ int ez_msg(struct sk_msg_md *msg)
 	 * the kernel path itself; at most the bound stays unread. */
 	dir = tx_dir(es) & 1;
 	total = __sync_fetch_and_add(&u->unread[dir], size) + size;
+	/* Gauge mode (unread.h, ez_rx_socks): unread[dir] only grows; the
+	 * bound is checked against what the receiver holds now. */
+	if (rx_gauge()) {
+		__s64 q = rx_queued(es->peer_cookie);
+
+		total = q < 0 ? (__s64)u->bound[dir] + 1 : q + size;
+	}
 	if (u->switched || total > u->bound[dir]) {
 		__sync_fetch_and_add(&u->unread[dir], -(__s64)size);
 		if (__sync_val_compare_and_swap(&u->switched, 0, 1) == 0)

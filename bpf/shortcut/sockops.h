@@ -144,6 +144,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 		count_insert_error(err);
 		return;
 	}
+	rx_sock_register(sk, cookie); /* before the server can redirect to us */
 	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_SYN, EZ_PAIR_CLAIMING) != EZ_PAIR_SYN)
 		goto ambiguous;
 	p->client_cookie = cookie;
@@ -233,6 +234,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		goto decide_kernel;
 	}
 	p->server_cookie = cookie;
+	rx_sock_register(sk, cookie); /* before the client can redirect to us (PAIRED) */
 	/* The unread record exists before anyone can redirect (PAIRED). */
 	urec.bound[0] = sock_rx_bound(sk);
 	urec.bound[1] = p->client_rx_bound ? p->client_rx_bound : EZ_UNREAD_AUTO_MAX;
@@ -327,6 +329,8 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 			return; /* keep the callback until the end */
 		es->flags &= ~EZ_F_UNREAD_REF;
 		unread_put(unread_key(es));
+		if (rx_gauge())
+			bpf_map_delete_elem(&ez_rx_socks, &es->self_cookie);
 	}
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~EZ_ENROLLED_CB_FLAGS);
 }

@@ -23,6 +23,7 @@
 #include <bpf/bpf_core_read.h>
 #include "lib/bound.h"
 #include "shortcut/maps.h"
+#include "shortcut/select.h"
 
 /* --max-unread, set before load; 0: per receiver (lib/bound.h). */
 volatile const __u32 ez_cfg_max_unread = 0;
@@ -59,6 +60,64 @@ static __always_inline bool psock_empty(struct sock *sk)
 	if (bpf_core_field_exists(psock->msg_tot_len))
 		return BPF_CORE_READ(psock, msg_tot_len) == 0;
 	return (void *)BPF_CORE_READ(psock, ingress_msg.next) == (void *)&psock->ingress_msg;
+}
+
+/*
+ * The gauge, for kernels without tp_btf/sock_recv_length (Linux 6.1: nothing
+ * a BPF program can use fires after a psock read, tcp_bpf_recvmsg and
+ * sk_msg_recvmsg have no tracepoint). bpf_tcp_ingress adds every redirected
+ * byte to the receiver's sk_rmem_alloc and __sk_msg_recvmsg subtracts what
+ * the reader copies (6.1 to 6.18): while a connection is paired no segment
+ * carries data to it (the server pairs with nothing received), so the
+ * receiver's sk_rmem_alloc is exactly its redirected, unread bytes. The
+ * sender reads it before each redirect. Each enrolled end registers its
+ * struct sock here (sockops; storing a kernel address needs CAP_PERFMON);
+ * the sender checks the cookie at that address (TCP sockets are
+ * SLAB_TYPESAFE_BY_RCU: a stale address reads another socket, never freed
+ * memory). No reads are counted in this mode, so a direction that received
+ * redirected bytes never proves they were read: its ends stay in the
+ * sockhash after a switch (the kernel path's bytes queue behind the psock's,
+ * tcp_bpf_recvmsg reads the psock first), and RST on close is off.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, __u64);	/* socket cookie */
+	__type(value, __u64);	/* its struct sock */
+} ez_rx_socks SEC(".maps");
+
+static __always_inline bool rx_gauge(void)
+{
+	return ez_cfg_flags & EZ_CFG_RX_GAUGE;
+}
+
+/* Registers an enrolled socket for the gauge (no-op when reads are counted). */
+static __always_inline void rx_sock_register(struct bpf_sock *sk, __u64 cookie)
+{
+	struct tcp_sock *tp;
+	__u64 addr;
+
+	if (!rx_gauge())
+		return;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return;
+	addr = (__u64)(unsigned long)tp;
+	bpf_map_update_elem(&ez_rx_socks, &cookie, &addr, BPF_ANY);
+}
+
+/* The receiver's redirected, unread bytes; -1: unknown (treat as full). */
+static __always_inline __s64 rx_queued(__u64 cookie)
+{
+	__u64 *addr = bpf_map_lookup_elem(&ez_rx_socks, &cookie);
+	struct sock *sk;
+
+	if (!addr || !*addr)
+		return -1;
+	sk = (struct sock *)(unsigned long)*addr;
+	if ((__u64)BPF_CORE_READ(sk, __sk_common.skc_cookie.counter) != cookie)
+		return -1;
+	return BPF_CORE_READ(sk, sk_backlog.rmem_alloc.counter);
 }
 
 static __always_inline __u64 unread_key(const struct ez_sock *es)
@@ -124,6 +183,8 @@ static __always_inline bool may_leave(struct ez_unread *u, struct ez_sock *es, s
 {
 	if (!u->switched)
 		return false;
+	/* Gauge mode: unread[] counts what was redirected, never what was
+	 * read, so an end that received anything stays (see ez_rx_socks). */
 	if (u->unread[rx_dir(es) & 1] > 0)
 		return false;
 	return psock_empty(sk);

@@ -46,7 +46,7 @@ func (p *Programs) Load(name, part string) (*ebpf.Program, error) {
 	if !ok {
 		return nil, fmt.Errorf("program %s (%s): not in the object", name, part)
 	}
-	if testRefused(name) {
+	if TestRefused(name) {
 		return nil, ProgramError(name, part, fmt.Errorf("%w (%s)", ErrTestRefused, TestRefuseEnv))
 	}
 	one := p.spec.Copy()
@@ -73,7 +73,8 @@ const TestRefuseEnv = "EZTUNNEL_TEST_REFUSE_PROGRAMS"
 // ErrTestRefused is the refusal TestRefuseEnv causes.
 var ErrTestRefused = errors.New("refused for a test")
 
-func testRefused(name string) bool {
+// TestRefused reports whether TestRefuseEnv names the program.
+func TestRefused(name string) bool {
 	return slices.Contains(strings.Split(os.Getenv(TestRefuseEnv), ","), name)
 }
 
@@ -101,6 +102,8 @@ type Group struct {
 	Required bool
 	Progs    []string
 	Via      string // the mechanism, for the report
+	// Off: the part cannot run in this configuration, and why (nothing loads).
+	Off string
 }
 
 // LoadGroups loads each group's programs and records each part in rep:
@@ -109,6 +112,10 @@ type Group struct {
 func (p *Programs) LoadGroups(groups []Group, rep *parts.Report) (map[string]*ebpf.Program, error) {
 	loaded := map[string]*ebpf.Program{}
 	for _, g := range groups {
+		if g.Off != "" {
+			rep.Off(g.Part, g.Off)
+			continue
+		}
 		var got []*ebpf.Program
 		var gerr error
 		for _, name := range g.Progs {

@@ -84,30 +84,30 @@ func TestParts(t *testing.T) {
 	})
 
 	t.Run("required_refused", func(t *testing.T) {
-		refuse := bpfsys.TestRefuseEnv + "=ez_recv"
+		refuse := bpfsys.TestRefuseEnv + "=ez_release_switched"
 		rep, stderr, err := runPreflight(t, refuse)
 		if err == nil || rep.CoreRuns {
-			t.Fatalf("preflight with ez_recv refused: exit %v, core_runs %v", err, rep.CoreRuns)
+			t.Fatalf("preflight with ez_release_switched refused: exit %v, core_runs %v", err, rep.CoreRuns)
 		}
-		if s := partOf(t, rep.Parts, parts.Shortcut); s.Runs || !strings.Contains(s.Reason, "ez_recv") || !strings.Contains(s.Reason, string(parts.ReadAccounting)) {
-			t.Errorf("shortcut with ez_recv refused: %+v", s)
+		if s := partOf(t, rep.Parts, parts.Shortcut); s.Runs || !strings.Contains(s.Reason, "ez_release_switched") || !strings.Contains(s.Reason, string(parts.Release)) {
+			t.Errorf("shortcut with ez_release_switched refused: %+v", s)
 		}
-		if !strings.Contains(stderr, "ez_recv") {
-			t.Errorf("preflight's error does not name ez_recv: %s", stderr)
+		if !strings.Contains(stderr, "ez_release_switched") {
+			t.Errorf("preflight error does not name ez_release_switched: %s", stderr)
 		}
-		e := newEnv(t, "prq", 41)
+		e := newEnv(t, "prq", 43)
 		pin := e.pin("/sys/fs/bpf/eztest-parts-required")
 		cmd := sysexec.Command(context.Background(), bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin)
 		cmd.Env = append(os.Environ(), refuse)
 		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "program ez_recv (read-accounting)") {
-			t.Errorf("run with ez_recv refused: %v, want an error naming ez_recv and its part:\n%s", err, out)
+		if err == nil || !strings.Contains(string(out), "program ez_release_switched (release)") {
+			t.Errorf("run with ez_release_switched refused: %v, want an error naming it and its part:\n%s", err, out)
 		}
 		assertRemoved(t, e.lab.Managed, pin)
 	})
 
 	t.Run("optional_refused", func(t *testing.T) {
-		e := newEnv(t, "pop", 42)
+		e := newEnv(t, "pop", 44)
 		a, b := e.pod("a", true), e.pod("b", true)
 		e.serve(b, "--stream", ":7000")
 		pin := e.pin("/sys/fs/bpf/eztest-parts-optional")

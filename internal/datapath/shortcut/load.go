@@ -27,7 +27,6 @@ var Requirements = []bpfsys.Requirement{
 	{Name: "program type sched_cls (release by BPF_PROG_TEST_RUN)", Check: bpfsys.ProgType(ebpf.SchedCLS)},
 	{Name: "map type sockhash", Check: bpfsys.MapType(ebpf.SockHash)},
 	{Name: "map type sk_storage", Check: bpfsys.MapType(ebpf.SkStorage)},
-	{Name: "tracepoint sock_recv_length (tp_btf, Linux 6.3: reads counted for the unread bound)", Check: bpfsys.Tracepoint("sock_recv_length")},
 	{Name: "helper bpf_msg_redirect_hash (sk_msg)", Check: bpfsys.Helper(ebpf.SkMsg, asm.FnMsgRedirectHash)},
 	{Name: "helper bpf_sk_storage_get (sk_msg)", Check: bpfsys.Helper(ebpf.SkMsg, asm.FnSkStorageGet)},
 	{Name: "helper bpf_get_netns_cookie (sock_ops)", Check: bpfsys.Helper(ebpf.SockOps, asm.FnGetNetnsCookie)},
@@ -96,6 +95,7 @@ type Shortcut struct {
 	switchesSeen uint64
 	waiting      int64
 	parts        parts.Report // which parts loaded (load)
+	gauge        bool         // reads are not counted: the bound gauges the receiver (rxGauge)
 }
 
 // Load loads the programs, reusing the maps pinned in dir by an installed
@@ -123,6 +123,11 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	if cfg.CgroupFilter {
 		flags |= uint32(shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER)
 	}
+	gauge := rxGauge()
+	if gauge {
+		flags |= uint32(shortcutEzCfgFlagEZ_CFG_RX_GAUGE)
+	}
+	specs.EzRxSocks.MaxEntries = cfg.MaxSockets
 	instance := rand.Uint32() | 1 // never 0, the owner slot's initial value
 	for v, val := range map[*ebpf.VariableSpec]uint32{
 		specs.EzCfgFlags:     flags,
@@ -135,7 +140,7 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	}
 	// Selection rule maps are left unpinned: every load writes its own.
 	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl, specs.EzUnreads, specs.EzCgroups,
-		specs.EzAdopts, specs.EzAdoptSocks, specs.EzAdoptHooks, specs.EzAdoptCounters, specs.EzResets, specs.EzResetCounters} {
+		specs.EzAdopts, specs.EzAdoptSocks, specs.EzAdoptHooks, specs.EzAdoptCounters, specs.EzResets, specs.EzResetCounters, specs.EzRxSocks} {
 		m.Pinning = ebpf.PinByName
 	}
 
@@ -144,7 +149,7 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	if err := bpfsys.GrowPinnedCounters(dir, spec, "ez_counters", "ez_adopt_counters", "ez_reset_counters"); err != nil {
 		return nil, fmt.Errorf("datapath: %w", err)
 	}
-	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, adoptPasses: 3}
+	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, adoptPasses: 3, gauge: gauge}
 	if err := s.load(spec, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
 		return nil, err
 	}
@@ -156,20 +161,37 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 }
 
 // programGroups are the shortcut's programs by the part they serve. The
-// first three are the shortcut itself: without reads counted (the unread
-// bound, invariant 4) or a way to hand sockets back (uninstall, switches),
-// the shortcut does not run. Each other group is optional: a kernel that
-// refuses one of its programs turns off that part only.
-var programGroups = []bpfsys.Group{
-	{Part: parts.Shortcut, Required: true, Progs: []string{shortcutProgEzSockops, shortcutProgEzEgress, shortcutProgEzMsg},
-		Via: "sockops + sk_msg + sockhash, cgroup_skb egress"},
-	{Part: parts.ReadAccounting, Required: true, Progs: []string{shortcutProgEzRecv}, Via: "tp_btf/sock_recv_length"},
-	{Part: parts.Release, Required: true, Progs: []string{shortcutProgEzReleaseSwitched, shortcutProgEzRelease},
-		Via: "tc programs run by BPF_PROG_TEST_RUN"},
-	{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzNat}, Via: "netfilter link at POST_ROUTING"},
-	{Part: parts.CloseReset, Progs: []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset}, Via: "cgroup/sock_release + tcx"},
-	{Part: parts.Adoption, Progs: []string{shortcutProgEzAdoptScan, shortcutProgEzAdoptStep}, Via: "iter/tcp per network namespace"},
-	{Part: parts.Connections, Progs: []string{shortcutProgEzConns}, Via: "iter/tcp per network namespace"},
+// first three are the shortcut itself: without reads counted or gauged (the
+// unread bound, invariant 4) or a way to hand sockets back (uninstall,
+// switches), the shortcut does not run. Each other group is optional: a
+// kernel that refuses one of its programs turns off that part only. gauge:
+// the kernel has no tp_btf/sock_recv_length (rxGauge).
+func programGroups(gauge bool) []bpfsys.Group {
+	read := bpfsys.Group{Part: parts.ReadAccounting, Required: true, Progs: []string{shortcutProgEzRecv}, Via: "tp_btf/sock_recv_length"}
+	reset := bpfsys.Group{Part: parts.CloseReset, Progs: []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset}, Via: "cgroup/sock_release + tcx"}
+	if gauge {
+		read = bpfsys.Group{Part: parts.ReadAccounting, Required: true, Via: "gauge: the sender reads the receiver's sk_rmem_alloc (no tp_btf/sock_recv_length here)"}
+		reset = bpfsys.Group{Part: parts.CloseReset, Off: "needs reads counted (tp_btf/sock_recv_length): with the gauge a closing socket cannot tell whether what was redirected to it was read"}
+	}
+	return []bpfsys.Group{
+		{Part: parts.Shortcut, Required: true, Progs: []string{shortcutProgEzSockops, shortcutProgEzEgress, shortcutProgEzMsg},
+			Via: "sockops + sk_msg + sockhash, cgroup_skb egress"},
+		read,
+		{Part: parts.Release, Required: true, Progs: []string{shortcutProgEzReleaseSwitched, shortcutProgEzRelease},
+			Via: "tc programs run by BPF_PROG_TEST_RUN"},
+		{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzNat}, Via: "netfilter link at POST_ROUTING"},
+		reset,
+		{Part: parts.Adoption, Progs: []string{shortcutProgEzAdoptScan, shortcutProgEzAdoptStep}, Via: "iter/tcp per network namespace"},
+		{Part: parts.Connections, Progs: []string{shortcutProgEzConns}, Via: "iter/tcp per network namespace"},
+	}
+}
+
+// rxGauge reports whether reads cannot be counted here, so the unread bound
+// gauges the receiver instead (bpf/shortcut/unread.h, ez_rx_socks): the
+// kernel has no sock_recv_length tracepoint (Linux 6.1), or a test refuses
+// ez_recv (bpfsys.TestRefuseEnv).
+func rxGauge() bool {
+	return bpfsys.Tracepoint("sock_recv_length")() != nil || bpfsys.TestRefused(shortcutProgEzRecv)
 }
 
 // load loads the maps, then each program on its own (bpfsys.Programs),
@@ -184,7 +206,7 @@ func (s *Shortcut) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions)
 		return fmt.Errorf("datapath: load maps: %w", err)
 	}
 	defer ps.Close()
-	loaded, err := ps.LoadGroups(programGroups, &s.parts)
+	loaded, err := ps.LoadGroups(programGroups(s.gauge), &s.parts)
 	if err != nil {
 		return fmt.Errorf("datapath: %w", err)
 	}
@@ -226,6 +248,10 @@ func (s *Shortcut) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions)
 func Probe() parts.Report {
 	var rep parts.Report
 	spec, err := loadShortcut()
+	gauge := rxGauge()
+	if err == nil && gauge {
+		err = spec.Variables[shortcutVarEzCfgFlags].Set(uint32(shortcutEzCfgFlagEZ_CFG_RX_GAUGE))
+	}
 	if err == nil {
 		for _, m := range spec.Maps {
 			if m.MaxEntries > 64 && m.Type != ebpf.PerCPUArray && m.Type != ebpf.Array {
@@ -238,15 +264,16 @@ func Probe() parts.Report {
 		ps, err = bpfsys.LoadMaps(spec, nil)
 	}
 	if err != nil {
-		for _, g := range programGroups {
+		for _, g := range programGroups(gauge) {
 			rep.Off(g.Part, "load maps: "+err.Error())
 		}
 		return rep
 	}
 	defer ps.Close()
 	var required []parts.Name
-	groups := make([]bpfsys.Group, len(programGroups))
-	for i, g := range programGroups {
+	all := programGroups(gauge)
+	groups := make([]bpfsys.Group, len(all))
+	for i, g := range all {
 		groups[i] = g
 		groups[i].Required = false
 		if g.Required {

@@ -77,6 +77,9 @@ func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
 // ez_control owner slot, bpf/shortcut/recv.h): the old one until commit
 // moves the slot to this load, then the old link is detached.
 func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
+	if s.objs.EzRecv == nil {
+		return nil // reads are gauged, not counted, on this kernel (rxGauge)
+	}
 	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, "ez_recv")
 	old, err := link.LoadPinnedLink(pin, nil)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -99,6 +99,7 @@ const (
 	shortcutEzCfgFlagEZ_CFG_PORT_ALLOWLIST shortcutEzCfgFlag = 2
 	shortcutEzCfgFlagEZ_CFG_CIDR_ALLOWLIST shortcutEzCfgFlag = 4
 	shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER  shortcutEzCfgFlag = 8
+	shortcutEzCfgFlagEZ_CFG_RX_GAUGE       shortcutEzCfgFlag = 16
 )
 
 type shortcutEzCgroup struct {
@@ -314,6 +315,7 @@ const (
 	shortcutMapEzPortRules         = "ez_port_rules"
 	shortcutMapEzResetCounters     = "ez_reset_counters"
 	shortcutMapEzResets            = "ez_resets"
+	shortcutMapEzRxSocks           = "ez_rx_socks"
 	shortcutMapEzSockets           = "ez_sockets"
 	shortcutMapEzSocks             = "ez_socks"
 	shortcutMapEzSynIndex          = "ez_syn_index"
@@ -424,6 +426,7 @@ type shortcutMapSpecs struct {
 	EzPortRules     *ebpf.MapSpec `ebpf:"ez_port_rules"`
 	EzResetCounters *ebpf.MapSpec `ebpf:"ez_reset_counters"`
 	EzResets        *ebpf.MapSpec `ebpf:"ez_resets"`
+	EzRxSocks       *ebpf.MapSpec `ebpf:"ez_rx_socks"`
 	EzSockets       *ebpf.MapSpec `ebpf:"ez_sockets"`
 	EzSocks         *ebpf.MapSpec `ebpf:"ez_socks"`
 	EzSynIndex      *ebpf.MapSpec `ebpf:"ez_syn_index"`
@@ -488,6 +491,7 @@ type shortcutMaps struct {
 	EzPortRules     *ebpf.Map `ebpf:"ez_port_rules"`
 	EzResetCounters *ebpf.Map `ebpf:"ez_reset_counters"`
 	EzResets        *ebpf.Map `ebpf:"ez_resets"`
+	EzRxSocks       *ebpf.Map `ebpf:"ez_rx_socks"`
 	EzSockets       *ebpf.Map `ebpf:"ez_sockets"`
 	EzSocks         *ebpf.Map `ebpf:"ez_socks"`
 	EzSynIndex      *ebpf.Map `ebpf:"ez_syn_index"`
@@ -509,6 +513,7 @@ func (m *shortcutMaps) Close() error {
 		m.EzPortRules,
 		m.EzResetCounters,
 		m.EzResets,
+		m.EzRxSocks,
 		m.EzSockets,
 		m.EzSocks,
 		m.EzSynIndex,

@@ -19,7 +19,8 @@ func TestShortcutVerifies(t *testing.T) {
 	}
 	all := shortcutEzCfgFlagEZ_CFG_NO_IPV6 | shortcutEzCfgFlagEZ_CFG_PORT_ALLOWLIST |
 		shortcutEzCfgFlagEZ_CFG_CIDR_ALLOWLIST | shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER
-	for _, flags := range []shortcutEzCfgFlag{0, shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER, all} {
+	gauge := shortcutEzCfgFlagEZ_CFG_RX_GAUGE
+	for _, flags := range []shortcutEzCfgFlag{0, shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER, all, gauge, all | gauge} {
 		t.Run(fmt.Sprintf("flags=%#x", uint32(flags)), func(t *testing.T) {
 			spec, err := loadShortcut()
 			if err != nil {
