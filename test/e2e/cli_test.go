@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
@@ -87,14 +88,19 @@ func TestAgentLifecycle(t *testing.T) {
 				Pin     string `json:"pin"`
 				Program uint32 `json:"program_id"`
 			} `json:"links"`
+			Parts *parts.Report `json:"parts"`
 		}
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("status json: %v\n%s", err, out)
 		}
-		// ez_egress, ez_sockops and ez_sock_release on the managed cgroup,
-		// ez_nat for IPv4 and IPv6, ez_recv; ez_close_reset on lo (egress)
-		// and on both ways of each pod veth (a, b and whatever else this
-		// namespace has).
+		if rep.Parts == nil {
+			t.Fatalf("status: no parts report\n%s", out)
+		}
+		// ez_egress and ez_sockops on the managed cgroup; where the kernel
+		// has the part (docs/kernels.md): ez_sock_release there too,
+		// ez_nat for IPv4 and IPv6, ez_recv; ez_close_reset on lo
+		// (egress) and on both ways of each pod veth (a, b and whatever
+		// else this namespace has).
 		var pins, tcx []string
 		for _, l := range rep.Links {
 			if l.Program == 0 {
@@ -106,12 +112,29 @@ func TestAgentLifecycle(t *testing.T) {
 			}
 			pins = append(pins, l.Pin)
 		}
-		if len(pins) != 6 || !slices.Contains(pins, "links/netfilter/ez_nat_ipv4") || !slices.Contains(pins, "links/tracing/ez_recv") || !slices.ContainsFunc(pins, func(p string) bool {
-			return strings.HasPrefix(p, "links/cgroup/") && strings.HasSuffix(p, "/ez_sockops")
-		}) {
-			t.Errorf("status: pinned links %v", pins)
+		want := []string{"ez_egress", "ez_sockops"}
+		if rep.Parts.Runs(parts.CloseReset) {
+			want = append(want, "ez_sock_release")
 		}
-		if len(tcx) < 5 || !slices.ContainsFunc(tcx, func(p string) bool { return strings.HasSuffix(p, "/1/ez_close_reset_egress") }) {
+		if rep.Parts.Runs(parts.ShortcutNAT) {
+			want = append(want, "links/netfilter/ez_nat_ipv4", "links/netfilter/ez_nat_ipv6")
+		}
+		if st, _ := rep.Parts.Get(parts.ReadAccounting); st.Via == "tp_btf/sock_recv_length" {
+			want = append(want, "links/tracing/ez_recv")
+		}
+		for _, w := range want {
+			if !slices.ContainsFunc(pins, func(p string) bool { return strings.HasSuffix(p, w) }) {
+				t.Errorf("status: pinned links %v, want %s (parts %+v)", pins, w, rep.Parts.Parts)
+			}
+		}
+		if len(pins) != len(want) {
+			t.Errorf("status: pinned links %v, want %v", pins, want)
+		}
+		if !rep.Parts.Runs(parts.CloseReset) {
+			if len(tcx) != 0 {
+				t.Errorf("status: close-reset is off (%+v) but device links are pinned: %v", rep.Parts.Parts, tcx)
+			}
+		} else if len(tcx) < 5 || !slices.ContainsFunc(tcx, func(p string) bool { return strings.HasSuffix(p, "/1/ez_close_reset_egress") }) {
 			t.Errorf("status: pinned device links %v, want lo's egress and both ways of a's and b's veths", tcx)
 		}
 		return rep.Counters
