@@ -204,7 +204,7 @@ func TestBackpressureStuckReader(t *testing.T) {
 	for i, m := range readModes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Setenv(bpfsys.TestRefuseEnv, m.refuse)
-			e := newEnv(t, "bpstck"+strconv.Itoa(i), 61+3*i)
+			e := newEnv(t, "bpstk"+strconv.Itoa(i), 61+3*i)
 			a, b := e.pod("a", true), e.pod("b", true)
 			plain, accel, d, u0 := stuckRun{conns: 1, bytes: 64 * mib, port: 7200}.compare(t, e, a, b, "a stuck reader")
 			if accel.peak > 16*mib {
