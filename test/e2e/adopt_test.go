@@ -382,7 +382,7 @@ func TestAdoptAgentLifecycle(t *testing.T) {
 	waitGrowth := func(what string) {
 		t.Helper()
 		from := redirected()
-		for deadline := time.Now().Add(10 * time.Second); redirected() < from+(8<<20); {
+		for deadline := time.Now().Add(scaled(10 * time.Second)); redirected() < from+(8<<20); {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: the adopted pool is not being accelerated", what)
 			}

@@ -169,7 +169,7 @@ func unreadEntries(t *testing.T, e *env) int {
 // every connection closed).
 func waitUnread(t *testing.T, e *env, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(scaled(10 * time.Second))
 	for {
 		got := unreadEntries(t, e)
 		if got == n {

@@ -82,7 +82,7 @@ func nodeTalksTo(t *testing.T, p *multinode.Pod) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(scaled(10 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
 		found := 0
 		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
 			ns, err := h.NeighList(br.Attrs().Index, fam)
@@ -122,7 +122,7 @@ func bypassTCX(t *testing.T, n *multinode.Node) map[string][]string {
 func waitMetrics(t *testing.T, c *http.Client, what string, ok func(map[string]float64) bool) map[string]float64 {
 	t.Helper()
 	var m map[string]float64
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(scaled(20 * time.Second)); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if m = scrapeWith(t, c, bpMetricsAddr); ok(m) {
 			return m
 		}

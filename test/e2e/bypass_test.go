@@ -477,7 +477,7 @@ func checkEndpointRemoved(t *testing.T, bp *bypass.Bypass, n *multinode.Node, sr
 		t.Helper()
 		before := bpCounters(t, bp)
 		rand.Read(block)
-		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.SetDeadline(time.Now().Add(scaled(10 * time.Second)))
 		go c.Write(block)
 		got := make([]byte, len(block))
 		if _, err := io.ReadFull(c, got); err != nil {

@@ -317,7 +317,7 @@ func checkMasqueradeNotBypassed(t *testing.T, l *multinode.Lab, bp *bypass.Bypas
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	c.SetDeadline(time.Now().Add(scaled(20 * time.Second)))
 	r := bufio.NewReader(c)
 	line, err := r.ReadString('\n')
 	if err != nil {
@@ -629,7 +629,7 @@ func checkNoNeighbour(t *testing.T, bp *bypass.Bypass, n, peer *multinode.Node, 
 	defer c.Close()
 	echo := func(msg string) {
 		t.Helper()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.SetDeadline(time.Now().Add(scaled(10 * time.Second)))
 		if _, err := c.Write([]byte(msg)); err != nil {
 			t.Fatal(err)
 		}

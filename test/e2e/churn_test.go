@@ -41,7 +41,7 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 	requirePaired(t, d, conns, 1, "churn")
 	// Closing is asynchronous to the client's exit (the server closes after
 	// its trailer); give the last sockets a moment to go.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(scaled(10 * time.Second))
 	for {
 		s, p := entries()
 		if s == s0 && p == p0 {

@@ -98,7 +98,7 @@ func TestCloseResetAgent(t *testing.T) {
 	waitAttached := func(t *testing.T, what string, want map[string][]string) map[string][]string {
 		t.Helper()
 		var on map[string][]string
-		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for deadline := time.Now().Add(scaled(20 * time.Second)); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 			on = closeResetTCX(t, n)
 			got := map[string][]string{}
 			for dev, e := range on {
@@ -211,7 +211,7 @@ func TestCloseResetAgent(t *testing.T) {
 		}
 		delete(want, u.HostVeth)
 		waitAttached(t, "u's veth removed", want)
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		for deadline := time.Now().Add(scaled(20 * time.Second)); ; time.Sleep(100 * time.Millisecond) {
 			pins, err := bpfsys.PinnedLinks(cfg.Dir())
 			if err != nil {
 				t.Fatal(err)

@@ -291,7 +291,7 @@ func (e *env) gateServer(p *netlab.Pod, port int, mode string) func() {
 // waitListen waits until something listens on port in p's netns.
 func waitListen(t *testing.T, p *netlab.Pod, port int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(scaled(20 * time.Second))
 	for time.Now().Before(deadline) {
 		out, _ := p.Cmd(context.Background(), "ss", "-Htln", "sport = :"+strconv.Itoa(port)).Output()
 		if strings.TrimSpace(string(out)) != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -138,7 +139,7 @@ func (e *env) run(p *netlab.Pod, args ...string) (string, error) {
 
 func waitFile(t *testing.T, path string, diag func() string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(scaled(10 * time.Second))
 	for time.Now().Before(deadline) {
 		if _, err := os.Stat(path); err == nil {
 			return
@@ -147,3 +148,16 @@ func waitFile(t *testing.T, path string, diag func() string) {
 	}
 	t.Fatalf("%s did not appear: %s", path, diag())
 }
+
+// timeScale stretches the tests' waiting deadlines (never a measured time):
+// EZTUNNEL_E2E_TIME_SCALE=30 for a kernel under qemu without KVM (TCG runs
+// about 30 times slower), as scripts/kernels sets it.
+var timeScale = func() time.Duration {
+	n, err := strconv.Atoi(os.Getenv("EZTUNNEL_E2E_TIME_SCALE"))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return time.Duration(n)
+}()
+
+func scaled(d time.Duration) time.Duration { return d * timeScale }

@@ -249,7 +249,7 @@ func TestUninstallUnderTraffic(t *testing.T) {
 	}
 	keepAlive := start(append(streamCase{conns: 3, parallel: 3, up: 256 << 10, down: 256 << 10, chunk: 4096}.args(hostport(b.IPv4, 7000), 21), "--pause", "3s"))
 	bulk := start(streamCase{conns: 2, parallel: 2, up: 512 << 20, down: 512 << 20, chunk: 128 << 10}.args(hostport(b.IPv4, 7000), 22))
-	for deadline := time.Now().Add(20 * time.Second); pinnedCounters(t, pin)["bytes_redirected"] < 64<<20; {
+	for deadline := time.Now().Add(scaled(20 * time.Second)); pinnedCounters(t, pin)["bytes_redirected"] < 64<<20; {
 		if time.Now().After(deadline) {
 			t.Fatal("traffic is not being accelerated")
 		}
@@ -257,7 +257,7 @@ func TestUninstallUnderTraffic(t *testing.T) {
 	}
 	// Every connection is paired or a counted early-data fallback; the
 	// redirected bytes above prove the bulk transfer under test is paired.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(scaled(20 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
 		c := pinnedCounters(t, pin)
 		if c["pairs"]+c["fallback_early_data"] == 5 {
 			requirePaired(t, c, 5, 1, "before uninstall")

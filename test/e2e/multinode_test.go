@@ -474,7 +474,7 @@ func checkClusterIP(t *testing.T, l *multinode.Lab, client *multinode.Pod, backe
 			if err != nil {
 				t.Fatalf("%s -> %s: %v", client.Name, vip, err)
 			}
-			c.SetDeadline(time.Now().Add(10 * time.Second))
+			c.SetDeadline(time.Now().Add(scaled(10 * time.Second)))
 			line, err := bufio.NewReader(c).ReadString('\n')
 			if err != nil {
 				c.Close()
@@ -546,7 +546,7 @@ func checkMasquerade(t *testing.T, l *multinode.Lab, p, peer *multinode.Pod) {
 			if err != nil {
 				t.Fatalf("%s -> %s: %v", p.Name, ln.Addr(), err)
 			}
-			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn.SetDeadline(time.Now().Add(scaled(10 * time.Second)))
 			line, err := bufio.NewReader(conn).ReadString('\n')
 			conn.Close()
 			if err != nil {

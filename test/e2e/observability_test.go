@@ -96,7 +96,7 @@ func TestObservability(t *testing.T) {
 	pp := e.startIn(a, labBin, "workload", "pingpong", "--addr", hostport(b.IPv4, 7001), "--n", "20000000", "--warmup", "0")
 	listed := func(t *testing.T) (client, server datapath.Connection) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(scaled(10 * time.Second))
 		for {
 			client, server = connectionOn(t, pin, 7001)
 			if client.TxBytes > 0 && server.TxBytes > 0 || time.Now().After(deadline) {

@@ -145,7 +145,7 @@ func TestParts(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil || st.Parts == nil {
 			t.Fatalf("status json (parts): %v\n%s", err, out)
 		}
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(scaled(10 * time.Second)); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			if c, err := net.Dial("tcp", metricsAddr); err == nil {
 				c.Close()
 				break

@@ -118,7 +118,7 @@ func TestSelectionChangeOnRestart(t *testing.T) {
 	if err := a.Start(long); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); pinnedCounters(t, pin)["pairs"] < 1; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(scaled(10 * time.Second)); pinnedCounters(t, pin)["pairs"] < 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the long connection was not paired")
 		}

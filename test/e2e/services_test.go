@@ -463,7 +463,7 @@ func TestServices(t *testing.T) {
 		repick := scrape(t, metricsAddr)[`eztunnel_services_failures_total{reason="udp_repick"}`]
 		dns = []*netlab.Pod{keep}
 		writeServices(t, svcFile, file(bs[1], bs[2]))
-		for deadline := time.Now().Add(10 * time.Second); scrape(t, metricsAddr)["eztunnel_services_sync_seconds_count"] == syncs; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(scaled(10 * time.Second)); scrape(t, metricsAddr)["eztunnel_services_sync_seconds_count"] == syncs; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("the agent did not apply the changed file in 10 s")
 			}
@@ -715,7 +715,7 @@ func TestServices(t *testing.T) {
 
 		waitSync := func(what string, ok func(m map[string]float64) bool) {
 			t.Helper()
-			for deadline := time.Now().Add(10 * time.Second); !ok(scrape(t, metricsAddr)); time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(scaled(10 * time.Second)); !ok(scrape(t, metricsAddr)); time.Sleep(20 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("%s: not applied in 10 s", what)
 				}
@@ -754,7 +754,7 @@ func TestServices(t *testing.T) {
 		proxied = "proxied:\n- {cgroup: /sys/fs/cgroup/x, choice: proxy:abc}\n"
 		writeServices(t, svcFile, file(bs[1], bs[2]))
 		proxied = good
-		for deadline := time.Now().Add(10 * time.Second); strings.Count(logs.String(), bad) == n0; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(scaled(10 * time.Second)); strings.Count(logs.String(), bad) == n0; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("a bad proxied entry was not reported in 10 s:\n%s", logs.String())
 			}
@@ -899,7 +899,7 @@ func TestServices(t *testing.T) {
 		}
 		syncs := before["eztunnel_services_sync_seconds_count"]
 		writeServices(t, svcFile, strings.Replace(file(web...), "- {name: sticky", "# - {name: sticky", 1))
-		for deadline := time.Now().Add(10 * time.Second); scrape(t, metricsAddr)["eztunnel_services_sync_seconds_count"] == syncs; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(scaled(10 * time.Second)); scrape(t, metricsAddr)["eztunnel_services_sync_seconds_count"] == syncs; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("the agent did not apply the changed file in 10 s")
 			}

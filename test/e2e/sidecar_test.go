@@ -84,7 +84,7 @@ func (e *env) startSidecar(p *netlab.Pod) *sidecar {
 	}
 	cmd, log := e.startLogged(p, "haproxy", "-f", cfg, "-db")
 	s.log = log
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(scaled(10 * time.Second))
 	for {
 		missing, lerr := p.NotListening([]int{meshlab.PortOutbound, meshlab.PortInbound})
 		_, err := s.showStat()
