@@ -12,6 +12,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/parts"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 )
 
 // Programs of one object loaded on their own: the object's maps (data
@@ -48,6 +49,11 @@ func (p *Programs) Load(name, part string) (*ebpf.Program, error) {
 	}
 	if TestRefused(name) {
 		return nil, ProgramError(name, part, fmt.Errorf("%w (%s)", ErrTestRefused, TestRefuseEnv))
+	}
+	// A program type the kernel lacks fails its load with a bare EINVAL:
+	// say which (netfilter: Linux 6.4).
+	if err := features.HaveProgramType(ps.Type); errors.Is(err, ebpf.ErrNotSupported) {
+		return nil, ProgramError(name, part, fmt.Errorf("program type %s not supported by this kernel", ps.Type))
 	}
 	one := p.spec.Copy()
 	one.Programs = map[string]*ebpf.ProgramSpec{name: ps}
