@@ -44,6 +44,7 @@ const (
 	unitsEzCfgFlagEZ_CFG_PORT_ALLOWLIST unitsEzCfgFlag = 2
 	unitsEzCfgFlagEZ_CFG_CIDR_ALLOWLIST unitsEzCfgFlag = 4
 	unitsEzCfgFlagEZ_CFG_CGROUP_FILTER  unitsEzCfgFlag = 8
+	unitsEzCfgFlagEZ_CFG_RX_GAUGE       unitsEzCfgFlag = 16
 )
 
 type unitsEzCgroup struct {
@@ -203,6 +204,7 @@ const (
 	unitsMapEzPortRules      = "ez_port_rules"
 	unitsMapEzResetCounters  = "ez_reset_counters"
 	unitsMapEzResets         = "ez_resets"
+	unitsMapEzRxSocks        = "ez_rx_socks"
 	unitsMapEzSockets        = "ez_sockets"
 	unitsMapEzSocks          = "ez_socks"
 	unitsMapEzSynIndex       = "ez_syn_index"
@@ -294,6 +296,7 @@ type unitsMapSpecs struct {
 	EzPortRules     *ebpf.MapSpec `ebpf:"ez_port_rules"`
 	EzResetCounters *ebpf.MapSpec `ebpf:"ez_reset_counters"`
 	EzResets        *ebpf.MapSpec `ebpf:"ez_resets"`
+	EzRxSocks       *ebpf.MapSpec `ebpf:"ez_rx_socks"`
 	EzSockets       *ebpf.MapSpec `ebpf:"ez_sockets"`
 	EzSocks         *ebpf.MapSpec `ebpf:"ez_socks"`
 	EzSynIndex      *ebpf.MapSpec `ebpf:"ez_syn_index"`
@@ -349,6 +352,7 @@ type unitsMaps struct {
 	EzPortRules     *ebpf.Map `ebpf:"ez_port_rules"`
 	EzResetCounters *ebpf.Map `ebpf:"ez_reset_counters"`
 	EzResets        *ebpf.Map `ebpf:"ez_resets"`
+	EzRxSocks       *ebpf.Map `ebpf:"ez_rx_socks"`
 	EzSockets       *ebpf.Map `ebpf:"ez_sockets"`
 	EzSocks         *ebpf.Map `ebpf:"ez_socks"`
 	EzSynIndex      *ebpf.Map `ebpf:"ez_syn_index"`
@@ -374,6 +378,7 @@ func (m *unitsMaps) Close() error {
 		m.EzPortRules,
 		m.EzResetCounters,
 		m.EzResets,
+		m.EzRxSocks,
 		m.EzSockets,
 		m.EzSocks,
 		m.EzSynIndex,
