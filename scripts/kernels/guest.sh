@@ -6,10 +6,11 @@
 # Each step's output goes to $OUT/<name>.log; its exit code and duration are
 # appended to $OUT/results.tsv (name, exit code, seconds). A step that exits
 # 77 was skipped (e.g. a subcommand the binary does not have yet).
-# Usage: guest.sh OUT KROOT   (OUT: the results directory, shared read-write
-# with the host; KROOT: the extracted kernel package, holding lib/modules)
+# Usage: guest.sh OUT KROOT BIN   (OUT: the results directory, shared
+# read-write with the host; KROOT: the extracted kernel package, holding
+# lib/modules; BIN: the host-built binaries)
 set -uo pipefail
-OUT=$1 KROOT=$2
+OUT=$1 KROOT=$2 BIN=$3
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 : >"$OUT/results.tsv"
 uname -r >"$OUT/uname"
@@ -37,6 +38,9 @@ setup() {
 	cg=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
 	echo "cgroup2 at $cg: controllers $(cat "$cg/cgroup.controllers")"
 	ls -la /sys/kernel/btf/vmlinux || return 1
+	# The binaries into RAM, at the same path: 9p (cache=none) reads the whole
+	# static binary on every exec otherwise.
+	mkdir -p /run/eztunnel-bin && cp -a "$BIN/." /run/eztunnel-bin/ && mount --bind /run/eztunnel-bin "$BIN" || return 1
 	ip link set lo up
 	mkdir -p /run/netns
 	ulimit -l unlimited

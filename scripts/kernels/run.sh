@@ -27,6 +27,7 @@
 # state are not touched), /var/cache/eztunnel/kernels/<version> (the extracted
 # linux-image packages, depmod run). Everything else it makes goes at exit.
 set -euo pipefail
+{ # read to the closing brace before running: an edit to this file mid-run cannot break the run
 
 KERNELS=${KERNELS:-"6.1 6.12"}
 STEPS=${STEPS:-"preflight e2e extra"}
@@ -94,6 +95,7 @@ ld="-s -w -X main.version=e2e-build" # the version test/e2e expects
 CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$BIN/eztunnel" ./cmd/eztunnel
 CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$BIN/eztunnel-lab" ./lab/cmd/eztunnel-lab
 go test -c -o "$BIN/e2e.test" ./test/e2e
+cp scripts/kernels/guest.sh "$WORK/guest.sh" # the guest reads this copy, not the work tree
 
 # --- kernels ------------------------------------------------------------------
 APTO=(-o "Dir::Etc::SourceList=$APTDIR/sources.list" -o "Dir::Etc::SourceParts=$APTDIR/empty"
@@ -229,7 +231,7 @@ for series in $KERNELS; do
 	(cd "$WORK" && exec timeout -k 10 "$VM_TIMEOUT" vng --verbose --disable-kvm \
 		--cpus "$VM_CPUS" --memory "$VM_MEMORY" --run "$KROOT/boot/vmlinuz-$kver" \
 		--rodir "$KROOT" --rodir "$WORK" --rwdir "$OUT" --overlay-rwdir /root \
-		--exec "$REPO/scripts/kernels/guest.sh $OUT $KROOT") >"$OUT/console.log" 2>&1 </dev/null &
+		--exec "$WORK/guest.sh $OUT $KROOT $BIN") >"$OUT/console.log" 2>&1 </dev/null &
 	VMPID=$!
 	rc=0
 	wait "$VMPID" || rc=$?
@@ -264,3 +266,4 @@ done
 } | tee "$RESULTS/summary.txt"
 echo "logs: $RESULTS/<kernel>/"
 exit $failed
+}
