@@ -28,7 +28,8 @@ setup() {
 		ln -sfn "$KROOT/lib/modules/$kver" "/lib/modules/$kver"
 	fi
 	cat /proc/sys/kernel/modprobe
-	modprobe -a veth bridge nf_conntrack || return 1
+	# GUEST_MODULES (run.sh) in $OUT/guest-modules: loaded before the steps.
+	modprobe -a $(cat "$OUT/guest-modules" 2>/dev/null || echo veth bridge nf_conntrack) || return 1
 	# bpffs
 	mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf || return 1
 	# cgroup2: eztunnel and netlab take the first cgroup2 mount in /proc/mounts.

@@ -20,6 +20,9 @@
 #   RESULTS      host results directory, default /var/tmp/eztunnel-kernels;
 #                each kernel's in RESULTS/<uname -r>/ (results.tsv, <step>.log,
 #                setup.log, console.log, dmesg.log)
+#   GUEST_MODULES  modules loaded before the steps, default "veth bridge
+#                nf_conntrack" (add nf_nat for the kfunc bpf_ct_set_nat_info,
+#                NodePort, as on a node where iptables NAT loaded it)
 #   VM_MEMORY (3G), VM_CPUS (2), VM_TIMEOUT (seconds per kernel, 900)
 #
 # Caches, kept between runs: /var/cache/eztunnel/vng (virtme-ng's venv),
@@ -35,6 +38,7 @@ E2E_RUN=${E2E_RUN:-'TestBadInput|TestAgentLifecycle'}
 E2E_TIMEOUT=${E2E_TIMEOUT:-12m}
 EXTRA=${EXTRA:-}
 RESULTS=${RESULTS:-/var/tmp/eztunnel-kernels}
+GUEST_MODULES=${GUEST_MODULES:-"veth bridge nf_conntrack"}
 VM_MEMORY=${VM_MEMORY:-3G}
 VM_CPUS=${VM_CPUS:-2}
 VM_TIMEOUT=${VM_TIMEOUT:-900}
@@ -223,6 +227,7 @@ for series in $KERNELS; do
 	rm -rf "$OUT"
 	mkdir -p "$OUT"
 	write_steps "$OUT/steps"
+	echo "$GUEST_MODULES" >"$OUT/guest-modules"
 	log "$kver: booting (qemu TCG, $VM_CPUS CPUs, $VM_MEMORY); console in $OUT/console.log"
 	KROOT=$KCACHE/$kver
 	# --verbose: without it vng drops the guest's output and exits 255.
