@@ -12,7 +12,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
-.PHONY: k8s-bin test-k8s bench-k8s bench-services
+.PHONY: k8s-bin test-k8s bench-k8s bench-services test-kernels
 .PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-mesh-matrix bench-trace-paths bench-memory clean deps helm image manifests check-manifests
 
 all: build
@@ -85,6 +85,16 @@ bench-services:
 	./scripts/install-deps.sh
 	$(MAKE) build
 	./$(LAB_BIN) bench services --k8s-bin "$$(./tools/kube/build.sh)" --out results/services $(ARGS)
+
+# Debian's 6.1 and 6.12 kernels booted under qemu (TCG) with virtme-ng, the
+# host's root file system read-only as theirs: the agent's preflight, the e2e
+# tests E2E_RUN selects (default TestBadInput|TestAgentLifecycle) and the
+# commands in EXTRA, in each. Also KERNELS, STEPS, RESULTS: scripts/kernels/run.sh,
+# docs/kernels.md. Prints kernel | step | exit code | duration.
+test-kernels: $(GENERATED)
+	@if [ "$$(id -u)" != 0 ]; then echo "make test-kernels needs root: sudo make test-kernels" >&2; exit 1; fi
+	./scripts/install-deps.sh
+	./scripts/kernels/run.sh
 
 # SIGKILL the e2e tests mid-run, rerun them, and check the host is as before.
 test-crash:

@@ -37,7 +37,15 @@ func TestMain(m *testing.M) {
 	os.Chmod(dir, 0o755) // the not-root test runs it as nobody
 	bin = filepath.Join(dir, "eztunnel")
 	labBin = filepath.Join(dir, "eztunnel-lab")
-	for out, pkg := range map[string]string{bin: "../../cmd/eztunnel", labBin: "../../lab/cmd/eztunnel-lab"} {
+	builds := map[string]string{bin: "../../cmd/eztunnel", labBin: "../../lab/cmd/eztunnel-lab"}
+	// EZTUNNEL_E2E_BIN_DIR: use the eztunnel and eztunnel-lab prebuilt there
+	// (with -X main.version=e2e-build, the directory readable by nobody)
+	// instead of building them: scripts/kernels runs the tests in a VM
+	// without Go.
+	if pre := os.Getenv("EZTUNNEL_E2E_BIN_DIR"); pre != "" {
+		bin, labBin, builds = filepath.Join(pre, "eztunnel"), filepath.Join(pre, "eztunnel-lab"), nil
+	}
+	for out, pkg := range builds {
 		build := sysexec.Command(context.Background(), "go", "build", "-ldflags", "-X main.version="+buildVersion, "-o", out, pkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {

@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# The kernel matrix (`sudo make test-kernels`, docs/kernels.md): boots Debian's
+# own kernels under qemu with virtme-ng (the host's root file system, read-only,
+# as the guest's) and runs a list of steps in each: the agent's preflight, the
+# e2e test binary, extra commands. Prints kernel | step | exit code | duration
+# and exits non-zero when a step failed.
+#
+# Variables (environment or make):
+#   KERNELS      series to boot, default "6.1 6.12"
+#   STEPS        step groups in order, default "preflight e2e extra":
+#                  smoke      uname -r, modprobe of the modules the tests use,
+#                             /sys/kernel/btf/vmlinux, eztunnel --help
+#                  preflight  eztunnel preflight -o json > preflight.json
+#                             (exit 77, skipped, while the subcommand is absent)
+#                  e2e        the e2e test binary, -test.run "$E2E_RUN", -test.v
+#                  extra      each line of $EXTRA, as steps extra1, extra2, ...
+#   E2E_RUN      -test.run regexp, default 'TestBadInput|TestAgentLifecycle'
+#   E2E_TIMEOUT  -test.timeout, default 12m
+#   EXTRA        shell commands, one a line, run in the results directory
+#   RESULTS      host results directory, default /var/tmp/eztunnel-kernels;
+#                each kernel's in RESULTS/<uname -r>/ (results.tsv, <step>.log,
+#                setup.log, console.log, dmesg.log)
+#   GUEST_MODULES  modules loaded before the steps, default "veth bridge
+#                nf_conntrack" (add nf_nat for the kfunc bpf_ct_set_nat_info,
+#                NodePort, as on a node where iptables NAT loaded it)
+#   VM_MEMORY (3G), VM_CPUS (2), VM_TIMEOUT (seconds per kernel, 900)
+#
+# Caches, kept between runs: /var/cache/eztunnel/vng (virtme-ng's venv),
+# /var/cache/eztunnel/apt (a private apt index: the host's apt sources and
+# state are not touched), /var/cache/eztunnel/kernels/<version> (the extracted
+# linux-image packages, depmod run). Everything else it makes goes at exit.
+set -euo pipefail
+{ # read to the closing brace before running: an edit to this file mid-run cannot break the run
+
+KERNELS=${KERNELS:-"6.1 6.12"}
+STEPS=${STEPS:-"preflight e2e extra"}
+E2E_RUN=${E2E_RUN:-'TestBadInput|TestAgentLifecycle'}
+E2E_TIMEOUT=${E2E_TIMEOUT:-12m}
+EXTRA=${EXTRA:-}
+RESULTS=${RESULTS:-/var/tmp/eztunnel-kernels}
+GUEST_MODULES=${GUEST_MODULES:-"veth bridge nf_conntrack"}
+VM_MEMORY=${VM_MEMORY:-3G}
+VM_CPUS=${VM_CPUS:-2}
+VM_TIMEOUT=${VM_TIMEOUT:-900}
+VNG_VERSION=${VNG_VERSION:-1.42} # virtme-ng from PyPI, the version tried
+CACHE=/var/cache/eztunnel
+VENV=$CACHE/vng
+APTDIR=$CACHE/apt
+KCACHE=$CACHE/kernels
+
+if [ "$(id -u)" != 0 ]; then
+	echo "scripts/kernels/run.sh needs root: sudo make test-kernels" >&2
+	exit 1
+fi
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$REPO"
+
+WORK="" VMPID="" TMPX=""
+cleanup() {
+	if [ -n "$VMPID" ] && kill -0 "$VMPID" 2>/dev/null; then
+		kill -TERM -- "-$VMPID" 2>/dev/null || true # timeout's process group: vng, qemu
+		sleep 2
+		kill -KILL -- "-$VMPID" 2>/dev/null || true
+	fi
+	[ -n "$TMPX" ] && rm -rf "$TMPX"
+	[ -n "$WORK" ] && rm -rf "$WORK"
+	return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { echo "kernels: $*" >&2; }
+
+# --- tools: qemu and busybox (apt), virtme-ng (PyPI, in its own venv) -------
+need=()
+for p in qemu-system-x86 busybox-static file; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+	log "installing ${need[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+if [ ! -x "$VENV/bin/vng" ] || [ "$("$VENV/bin/vng" --version 2>/dev/null | awk '{print $NF}')" != "$VNG_VERSION" ]; then
+	log "installing virtme-ng $VNG_VERSION into $VENV"
+	rm -rf "$VENV"
+	/usr/bin/python3 -m venv "$VENV"
+	"$VENV/bin/pip" install -q "virtme-ng==$VNG_VERSION"
+fi
+export PATH=$VENV/bin:$PATH # vng runs virtme-run from PATH
+
+# --- binaries, built on the host (Go under TCG takes minutes) ---------------
+WORK=$(mktemp -d /tmp/eztunnel-kernels.XXXXXX)
+chmod 755 "$WORK" # the e2e not-root case runs the agent as nobody
+BIN=$WORK/bin
+mkdir -m 755 "$BIN"
+log "building eztunnel, eztunnel-lab and the e2e test binary into $BIN"
+ld="-s -w -X main.version=e2e-build" # the version test/e2e expects
+CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$BIN/eztunnel" ./cmd/eztunnel
+CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$BIN/eztunnel-lab" ./lab/cmd/eztunnel-lab
+go test -c -o "$BIN/e2e.test" ./test/e2e
+cp scripts/kernels/guest.sh "$WORK/guest.sh" # the guest reads this copy, not the work tree
+
+# --- kernels ------------------------------------------------------------------
+APTO=(-o "Dir::Etc::SourceList=$APTDIR/sources.list" -o "Dir::Etc::SourceParts=$APTDIR/empty"
+	-o Dir::Etc::Preferences=/nonexistent -o "Dir::Etc::PreferencesParts=$APTDIR/empty"
+	-o "Dir::State::Lists=$APTDIR/lists" -o "Dir::Cache=$APTDIR/cache" -o Dir::State::status=/dev/null
+	-o APT::Get::List-Cleanup=0 -o Acquire::Languages=none -o APT::Sandbox::User=root)
+
+# A private index of bookworm, bookworm-security (6.1 and, since 12.x, the
+# 6.12 series are there) and bookworm-backports, refreshed once a day.
+apt_index() {
+	mkdir -p "$APTDIR/lists/partial" "$APTDIR/cache/archives/partial" "$APTDIR/empty"
+	local k=/usr/share/keyrings/debian-archive-keyring.gpg
+	cat >"$APTDIR/sources.list" <<-EOF
+		deb [signed-by=$k] http://deb.debian.org/debian bookworm main
+		deb [signed-by=$k] http://deb.debian.org/debian bookworm-backports main
+		deb [signed-by=$k] http://deb.debian.org/debian-security bookworm-security main
+	EOF
+	if [ -z "$(find "$APTDIR/lists" -maxdepth 1 -name '*Packages*' -mmin -1440 2>/dev/null | head -1)" ]; then
+		log "refreshing the kernel package index in $APTDIR"
+		apt-get "${APTO[@]}" update -qq || return 1
+	fi
+}
+
+# The newest linux-image package of a series that apt can download. On
+# 2026-11-26 these were linux-image-6.1.0-56-amd64 (6.1.192-2) and
+# linux-image-6.12.117+deb12-amd64 (6.12.117-1~deb12u1), both from
+# bookworm-security.
+series_pattern() {
+	case $1 in
+	6.1) echo '^linux-image-6\.1\.0-[0-9]+-amd64$' ;;
+	6.12) echo '^linux-image-6\.12\.[0-9]+\+deb12-amd64$' ;;
+	*) echo "unknown kernel series $1 (known: 6.1 6.12)" >&2; return 1 ;;
+	esac
+}
+resolve() {
+	local pat p
+	pat=$(series_pattern "$1") || return 1
+	for p in $(apt-cache "${APTO[@]}" pkgnames linux-image-"$1" | grep -E "$pat" | sort -Vr); do
+		if apt-cache "${APTO[@]}" policy "$p" | grep 'Candidate: [0-9]' >/dev/null; then
+			echo "${p#linux-image-}"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# fetch SERIES: sets KVER to the kernel version, its package downloaded,
+# extracted into $KCACHE/<version> and depmod run there, unless cached.
+fetch() {
+	local kver="" deb
+	if apt_index && kver=$(resolve "$1"); then :; else
+		# Offline: the newest cached extraction of the series.
+		kver=$(ls "$KCACHE" 2>/dev/null | grep -E "$(series_pattern "$1" | sed 's/^\^linux-image-/^/')" | sort -Vr | head -1) || true
+		[ -n "$kver" ] && [ -e "$KCACHE/$kver/.complete" ] || { echo "no linux-image for $1" >&2; return 1; }
+		log "$1: using cached $kver (package index unavailable)"
+	fi
+	if [ ! -e "$KCACHE/$kver/.complete" ]; then
+		log "$1: downloading and extracting linux-image-$kver"
+		# (called in an if: set -e is off here, hence the || return)
+		mkdir -p "$KCACHE" || return 1
+		TMPX=$(mktemp -d "$KCACHE/.extract.XXXXXX") || return 1
+		(cd "$TMPX" && apt-get "${APTO[@]}" download -qq "linux-image-$kver") || return 1
+		deb=$(ls "$TMPX"/*.deb) || return 1
+		mkdir "$TMPX/root" && dpkg-deb -x "$deb" "$TMPX/root" || return 1
+		dpkg-deb -f "$deb" Version >"$TMPX/root/.package-version" || return 1
+		depmod -b "$TMPX/root" "$kver" || return 1
+		rm -rf "${KCACHE:?}/$kver" && mv "$TMPX/root" "$KCACHE/$kver" || return 1
+		touch "$KCACHE/$kver/.complete"
+		rm -rf "$TMPX"
+		TMPX=""
+	fi
+	KVER=$kver
+}
+
+# --- the guest's step list ----------------------------------------------------
+write_steps() { # file results-dir
+	local q
+	{
+		printf '# name<TAB>command, run in order by scripts/kernels/guest.sh\n'
+		for g in $STEPS; do
+			case $g in
+			smoke)
+				printf 'uname\tuname -r\n'
+				printf 'modprobe\tmodprobe -a veth bridge vxlan nf_conntrack nf_nat br_netfilter sch_ingress cls_bpf && lsmod\n'
+				printf 'btf\tls -la /sys/kernel/btf/vmlinux\n'
+				printf 'help\t%s/eztunnel --help\n' "$BIN"
+				;;
+			preflight)
+				printf 'preflight\tif %s/eztunnel --help 2>&1 | grep -qE "^  preflight( |$)"; then %s/eztunnel preflight -o json >preflight.json; else echo "eztunnel has no preflight subcommand yet: skipped"; exit 77; fi\n' "$BIN" "$BIN"
+				;;
+			e2e)
+				q=$(printf '%q' "$E2E_RUN")
+				printf 'e2e\tcd %s/test/e2e && EZTUNNEL_E2E_BIN_DIR=%s %s/e2e.test -test.v -test.count=1 -test.timeout %s -test.run %s\n' "$REPO" "$BIN" "$BIN" "$E2E_TIMEOUT" "$q"
+				;;
+			extra)
+				local n=0
+				while IFS= read -r line; do
+					[ -n "$line" ] || continue
+					n=$((n + 1))
+					printf 'extra%d\t%s\n' "$n" "$line"
+				done <<<"$EXTRA"
+				;;
+			*) echo "unknown step group $g (smoke preflight e2e extra)" >&2; return 1 ;;
+			esac
+		done
+	} >"$1"
+}
+
+# --- boot each kernel ------------------------------------------------------------
+mkdir -p "$RESULTS"
+summary=$WORK/summary.tsv
+failed=0
+for series in $KERNELS; do
+	t0=$(date +%s.%N)
+	KVER=""
+	if ! fetch "$series"; then
+		printf '%s\tfetch\t1\t-\n' "$series" >>"$summary"
+		failed=1
+		continue
+	fi
+	kver=$KVER
+	t1=$(date +%s.%N)
+	printf '%s\tfetch\t0\t%.1f\n' "$kver" "$(echo "$t1 - $t0" | bc)" >>"$summary"
+	OUT=$RESULTS/$kver
+	rm -rf "$OUT"
+	mkdir -p "$OUT"
+	write_steps "$OUT/steps"
+	echo "$GUEST_MODULES" >"$OUT/guest-modules"
+	log "$kver: booting (qemu TCG, $VM_CPUS CPUs, $VM_MEMORY); console in $OUT/console.log"
+	KROOT=$KCACHE/$kver
+	# --verbose: without it vng drops the guest's output and exits 255.
+	# /var/cache, /var/tmp are tmpfs in the guest: the kernel tree and the
+	# results come in at their host paths as their own mounts.
+	(cd "$WORK" && exec timeout -k 10 "$VM_TIMEOUT" vng --verbose --disable-kvm \
+		--cpus "$VM_CPUS" --memory "$VM_MEMORY" --run "$KROOT/boot/vmlinuz-$kver" \
+		--rodir "$KROOT" --rodir "$WORK" --rwdir "$OUT" --overlay-rwdir /root \
+		--exec "$WORK/guest.sh $OUT $KROOT $BIN") >"$OUT/console.log" 2>&1 </dev/null &
+	VMPID=$!
+	rc=0
+	wait "$VMPID" || rc=$?
+	VMPID=""
+	t2=$(date +%s.%N)
+	# vng exits 255 even when the guest script ran (its output comes over the
+	# console, not virtio-serial): the results decide, only a timeout fails.
+	case $rc in 124 | 137) log "$kver: VM timed out after ${VM_TIMEOUT}s"; failed=1 ;; esac
+	[ -s "$OUT/results.tsv" ] || { log "$kver: no results (see $OUT/console.log)"; failed=1; }
+	printf '%s\tvm (total)\t%s\t%.1f\n' "$kver" "$rc" "$(echo "$t2 - $t1" | bc)" >>"$summary"
+	[ -s "$OUT/boot-seconds" ] && printf '%s\tboot (to guest.sh)\t0\t%.1f\n' "$kver" "$(cat "$OUT/boot-seconds")" >>"$summary"
+	if [ -s "$OUT/results.tsv" ]; then
+		while IFS=$'\t' read -r name src secs; do
+			printf '%s\t%s\t%s\t%s\n' "$kver" "$name" "$src" "$secs" >>"$summary"
+			case $src in 0 | 77) ;; *) failed=1 ;; esac
+		done <"$OUT/results.tsv"
+	fi
+	# Steps the guest never reached.
+	while IFS=$'\t' read -r name _; do
+		[ -n "$name" ] && [ "${name#\#}" = "$name" ] || continue
+		grep -q "^$name	" "$OUT/results.tsv" 2>/dev/null || { printf '%s\t%s\tnot run\t-\n' "$kver" "$name" >>"$summary"; failed=1; }
+	done <"$OUT/steps"
+done
+
+{
+	printf '%-22s | %-20s | %-9s | %s\n' kernel step "exit code" "duration (s)"
+	printf '%s\n' "-----------------------+----------------------+-----------+-------------"
+	while IFS=$'\t' read -r k s c d; do
+		[ "$c" = 77 ] && c="77 (skip)"
+		printf '%-22s | %-20s | %-9s | %s\n' "$k" "$s" "$c" "$d"
+	done <"$summary"
+} | tee "$RESULTS/summary.txt"
+echo "logs: $RESULTS/<kernel>/"
+exit $failed
+}
