@@ -7,22 +7,26 @@
 #
 # Variables (environment or make):
 #   KERNELS      series to boot, default "6.1 6.12"
-#   STEPS        step groups in order, default "preflight e2e extra":
+#   STEPS        step groups in order, default "preflight e2e rtt extra":
 #                  smoke      uname -r, modprobe of the modules the tests use,
 #                             /sys/kernel/btf/vmlinux, eztunnel --help
-#                  preflight  eztunnel preflight -o json > preflight.json
-#                             (exit 77, skipped, while the subcommand is absent)
+#                  preflight  eztunnel preflight -o json > preflight.json, and
+#                             the table in preflight.log
 #                  e2e        the e2e test binary, -test.run "$E2E_RUN", -test.v
+#                  rtt        eztunnel-lab bench quick, small: the ping-pong
+#                             RTT ratio, shortcut vs plain (TCG-distorted)
 #                  extra      each line of $EXTRA, as steps extra1, extra2, ...
-#   E2E_RUN      -test.run regexp, default 'TestBadInput|TestAgentLifecycle'
+#   E2E_RUN      -test.run regexp, default: the VM set below
 #   E2E_TIMEOUT  -test.timeout, default 12m
+#   E2E_TIME_SCALE  EZTUNNEL_E2E_TIME_SCALE for the tests' deadlines, default 30
 #   EXTRA        shell commands, one a line, run in the results directory
 #   RESULTS      host results directory, default /var/tmp/eztunnel-kernels;
 #                each kernel's in RESULTS/<uname -r>/ (results.tsv, <step>.log,
 #                setup.log, console.log, dmesg.log)
 #   GUEST_MODULES  modules loaded before the steps, default "veth bridge
-#                nf_conntrack" (add nf_nat for the kfunc bpf_ct_set_nat_info,
-#                NodePort, as on a node where iptables NAT loaded it)
+#                nf_conntrack nf_nat" (nf_nat holds the kfunc
+#                bpf_ct_set_nat_info NodePort needs, as on a node where
+#                iptables NAT loaded it)
 #   VM_MEMORY (3G), VM_CPUS (2), VM_TIMEOUT (seconds per kernel, 900)
 #
 # Caches, kept between runs: /var/cache/eztunnel/vng (virtme-ng's venv),
@@ -33,12 +37,19 @@ set -euo pipefail
 { # read to the closing brace before running: an edit to this file mid-run cannot break the run
 
 KERNELS=${KERNELS:-"6.1 6.12"}
-STEPS=${STEPS:-"preflight e2e extra"}
-E2E_RUN=${E2E_RUN:-'TestBadInput|TestAgentLifecycle'}
+STEPS=${STEPS:-"preflight e2e rtt extra"}
+# The VM set: the parts table (preflight), a connection accelerated
+# byte-exact with counters moving and uninstall leaving nothing
+# (TestAgentLifecycle, TestParts), EOF and RST on close against plain TCP
+# (TestSemantics), the stuck-receiver bound counted and gauged
+# (TestBackpressureStuckReader), a Service through the LB (TestServices), the
+# bypass where the kernel has it (TestBypassSameNode), uninstall under traffic.
+E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestSemantics|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestUninstallUnderTraffic'}
+E2E_TIME_SCALE=${E2E_TIME_SCALE:-30} # EZTUNNEL_E2E_TIME_SCALE: TCG runs about 30x slower
 E2E_TIMEOUT=${E2E_TIMEOUT:-12m}
 EXTRA=${EXTRA:-}
 RESULTS=${RESULTS:-/var/tmp/eztunnel-kernels}
-GUEST_MODULES=${GUEST_MODULES:-"veth bridge nf_conntrack"}
+GUEST_MODULES=${GUEST_MODULES:-"veth bridge nf_conntrack nf_nat"}
 VM_MEMORY=${VM_MEMORY:-3G}
 VM_CPUS=${VM_CPUS:-2}
 VM_TIMEOUT=${VM_TIMEOUT:-900}
@@ -188,11 +199,16 @@ write_steps() { # file results-dir
 				printf 'help\t%s/eztunnel --help\n' "$BIN"
 				;;
 			preflight)
-				printf 'preflight\tif %s/eztunnel --help 2>&1 | grep -qE "^  preflight( |$)"; then %s/eztunnel preflight -o json >preflight.json; else echo "eztunnel has no preflight subcommand yet: skipped"; exit 77; fi\n' "$BIN" "$BIN"
+				printf 'preflight\t%s/eztunnel preflight -o json >preflight.json; rc=$?; %s/eztunnel preflight; exit $rc\n' "$BIN" "$BIN"
 				;;
 			e2e)
 				q=$(printf '%q' "$E2E_RUN")
-				printf 'e2e\tcd %s/test/e2e && EZTUNNEL_E2E_BIN_DIR=%s %s/e2e.test -test.v -test.count=1 -test.timeout %s -test.run %s\n' "$REPO" "$BIN" "$BIN" "$E2E_TIMEOUT" "$q"
+				printf 'e2e\tcd %s/test/e2e && EZTUNNEL_E2E_TIME_SCALE=%s EZTUNNEL_E2E_BIN_DIR=%s %s/e2e.test -test.v -test.count=1 -test.timeout %s -test.run %s\n' "$REPO" "$E2E_TIME_SCALE" "$BIN" "$BIN" "$E2E_TIMEOUT" "$q"
+				;;
+			rtt)
+				# Pod-to-pod ping-pong, plain TCP vs the shortcut, interleaved
+				# rounds (TCG-distorted: a ratio, not a latency).
+				printf 'rtt	%s/eztunnel-lab bench quick --rounds 3 --rtt-n 300 --transfer-bytes 4194304\n' "$BIN"
 				;;
 			extra)
 				local n=0
@@ -202,7 +218,7 @@ write_steps() { # file results-dir
 					printf 'extra%d\t%s\n' "$n" "$line"
 				done <<<"$EXTRA"
 				;;
-			*) echo "unknown step group $g (smoke preflight e2e extra)" >&2; return 1 ;;
+			*) echo "unknown step group $g (smoke preflight e2e rtt extra)" >&2; return 1 ;;
 			esac
 		done
 	} >"$1"
