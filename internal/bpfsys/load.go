@@ -98,6 +98,11 @@ func ProgramError(name, part string, err error) error {
 	if errors.As(err, &verr) {
 		return fmt.Errorf("program %s (%s): verifier rejected it: %w", name, part, verr)
 	}
+	if errors.Is(err, ebpf.ErrNotSupported) && strings.Contains(err.Error(), "kfunc") {
+		// cilium/ebpf finds a module's kfuncs only while it is loaded; the
+		// kernel never loads a module for a kfunc.
+		return fmt.Errorf("program %s (%s): %w (not in this kernel, or its module is not loaded: nf_conntrack and nf_nat hold the conntrack kfuncs)", name, part, err)
+	}
 	return fmt.Errorf("program %s (%s): %w", name, part, err)
 }
 
