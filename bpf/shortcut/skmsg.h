@@ -89,6 +89,8 @@ int ez_msg(struct sk_msg_md *msg)
 	if (rx_gauge()) {
 		__s64 q = rx_queued(es->peer_cookie);
 
+		if (q < 0 && !u->switched)
+			count(EZ_C_GAUGE_UNKNOWN);
 		total = q < 0 ? (__s64)u->bound[dir] + 1 : q + size;
 	}
 	if (u->switched || total > u->bound[dir]) {

@@ -34,6 +34,7 @@ var counterNames = map[shortcutEzCounter]string{
 	shortcutEzCounterEZ_C_NAT_ALIASES:      "nat_aliases",
 	shortcutEzCounterEZ_C_FB_BACKPRESSURE:  "fallback_backpressure",
 	shortcutEzCounterEZ_C_DELETE_FAILED:    "record_delete_failed",
+	shortcutEzCounterEZ_C_GAUGE_UNKNOWN:    "gauge_unknown",
 }
 
 func counterName(c shortcutEzCounter) string {

@@ -178,7 +178,8 @@ const (
 	shortcutEzCounterEZ_C_NAT_ALIASES      shortcutEzCounter = 16
 	shortcutEzCounterEZ_C_FB_BACKPRESSURE  shortcutEzCounter = 17
 	shortcutEzCounterEZ_C_DELETE_FAILED    shortcutEzCounter = 18
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 19
+	shortcutEzCounterEZ_C_GAUGE_UNKNOWN    shortcutEzCounter = 19
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 20
 )
 
 type shortcutEzPair struct {
