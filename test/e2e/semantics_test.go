@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/btf"
+
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
@@ -136,6 +138,22 @@ func spuriousLines(b *logbuf.Buffer) []string {
 // accelerated connections; unmanaged peers and plain TCP must report 0.
 const spuriousEAGAINReason = "tcp_msg_wait_data returns after one wakeup without data and tcp_bpf_recvmsg answers EAGAIN even on a blocking socket (see recv_wakeup)"
 
+// oldFIONREADReason is the divergence of kernels without tcp_bpf_ioctl
+// (docs/kernels.md): FIONREAD counts only the TCP receive queue.
+const oldFIONREADReason = "without tcp_bpf_ioctl (Linux 6.15, Debian's 6.12.75) FIONREAD is tcp_inq(): bytes redirected into the psock queue are not counted until read"
+
+// psockFIONREAD reports whether the kernel's FIONREAD sees the psock queue:
+// its BTF has tcp_bpf_ioctl.
+func psockFIONREAD(t *testing.T) bool {
+	t.Helper()
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fn *btf.Func
+	return spec.TypeByName("tcp_bpf_ioctl", &fn) == nil
+}
+
 // TestSemantics runs every probe scenario on plain TCP, then accelerated, and
 // requires the application to observe exactly the same results, except for
 // the fields listed in kernelDivergences (logged loudly); accelerated runs
@@ -224,6 +242,22 @@ func TestSemantics(t *testing.T) {
 				}
 				known, isKnown := kernelDivergences[c.name]
 				allowed := known.fields
+				if !psockFIONREAD(t) {
+					// Linux 6.1 (and 6.12 before .75): no tcp_bpf_ioctl.
+					var f []string
+					for k := range obs {
+						if strings.Contains(k, "fionread") && !reflect.DeepEqual(obs[k], want[k]) {
+							f = append(f, k)
+						}
+					}
+					if len(f) > 0 {
+						allowed = append(slices.Clone(allowed), f...)
+						t.Logf("KNOWN KERNEL DIVERGENCE (Linux %s, no tcp_bpf_ioctl): %s: %v", kernelRelease(t), oldFIONREADReason, f)
+						if len(allowed) == len(f) {
+							isKnown = true
+						}
+					}
+				}
 				if !c.unmanagedPeer && obs[workload.SpuriousEAGAINField] != want[workload.SpuriousEAGAINField] {
 					allowed = append(slices.Clone(allowed), workload.SpuriousEAGAINField)
 					t.Logf("KNOWN KERNEL DIVERGENCE (Linux %s, tcp_bpf): %s: %v", kernelRelease(t), spuriousEAGAINReason, obs[workload.SpuriousEAGAINField])

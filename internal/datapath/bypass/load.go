@@ -149,6 +149,25 @@ func Load(cfg Config) (_ *Bypass, err error) {
 	return b, nil
 }
 
+// ProbeKernel loads the bypass's programs on trial, unpinned, without the
+// node's conntrack checks: whether this kernel and process can run them
+// at all (tcx, kfuncs, BTF fields). Nothing is attached.
+func ProbeKernel() error {
+	spec, err := loadBypass()
+	if err != nil {
+		return err
+	}
+	var objs bypassObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return fmt.Errorf("bypass: load: %w", err)
+	}
+	defer objs.Close()
+	if err := bpfsys.TCX(objs.EzBypass); err != nil {
+		return fmt.Errorf("bypass: program ez_bypass: %w", err)
+	}
+	return nil
+}
+
 // Probe reports whether the bypass can run here: the node's conntrack
 // settings and a trial load of its programs (nothing pinned or attached).
 func Probe() parts.Status {
