@@ -150,7 +150,10 @@ static __always_inline __u32 tp_rx_bound(struct tcp_sock *tp)
 	net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
 	if (net)
 		rmem_max = BPF_CORE_READ(net, ipv4.sysctl_tcp_rmem[2]);
-	return ez_unread_bound(0, BPF_CORE_READ(sk, sk_userlocks), BPF_CORE_READ(sk, sk_rcvbuf), rmem_max);
+	/* sk_userlocks is a 4-bit bitfield before 6.4 (6.1: after sk_gso_disabled,
+	 * sk_kern_sock, sk_no_check_tx/rx), a u8 since: a plain CO-RE read of
+	 * the byte took sk_kern_sock for SOCK_RCVBUF_LOCK. */
+	return ez_unread_bound(0, BPF_CORE_READ_BITFIELD_PROBED(sk, sk_userlocks), BPF_CORE_READ(sk, sk_rcvbuf), rmem_max);
 }
 
 /* The bound of a socket sockops runs for. */

@@ -301,7 +301,7 @@ func TestInstallRollsBack(t *testing.T) {
 }
 
 func eztunnelOut(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), scaled(30*time.Second))
 	defer cancel()
 	return eztunnel(ctx, args...)
 }
