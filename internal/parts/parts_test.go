@@ -1,0 +1,56 @@
+package parts
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReport(t *testing.T) {
+	var r Report
+	r.On(Tracer, "tp_btf")
+	r.Off(Shortcut, "program ez_recv (read-accounting): refused")
+	r.On(Shortcut, "sockops") // a later status replaces the earlier one
+	if !r.Runs(Shortcut) || len(r.Parts) != 2 {
+		t.Fatalf("Set did not replace: %+v", r.Parts)
+	}
+	if r.Runs(Bypass) {
+		t.Error("a part never reported runs")
+	}
+	if s := r.Sorted(); s[0].Part != Shortcut || s[1].Part != Tracer {
+		t.Errorf("Sorted is not in the order of All: %+v", s)
+	}
+	var o Report
+	o.Off(Bypass, "nf_conntrack is not loaded")
+	r.Merge(o)
+	if st, ok := r.Get(Bypass); !ok || st.Runs || st.Reason != "nf_conntrack is not loaded" {
+		t.Errorf("Merge: %+v %v", st, ok)
+	}
+	if tab := r.Table(); !strings.Contains(tab, "bypass") || !strings.Contains(tab, "off  nf_conntrack is not loaded") {
+		t.Errorf("Table:\n%s", tab)
+	}
+}
+
+func TestWriteRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "x.parts.json")
+	if _, err := Read(path); !errors.Is(err, ErrNoReport) {
+		t.Fatalf("Read of a missing report: %v, want ErrNoReport", err)
+	}
+	r := Report{Kernel: "6.1.0"}
+	r.Off(CloseReset, "tcx links not supported (Linux 6.6)")
+	if err := r.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(path)
+	if err != nil || got.Kernel != "6.1.0" || got.Runs(CloseReset) || len(got.Parts) != 1 {
+		t.Fatalf("Read: %+v %v", got, err)
+	}
+}
+
+func TestReportPath(t *testing.T) {
+	a, b := ReportPath("/sys/fs/bpf/eztunnel/v2"), ReportPath("/sys/fs/bpf/other/v2")
+	if a == b || filepath.Dir(a) != "/run/eztunnel" || !strings.HasSuffix(a, "sys_fs_bpf_eztunnel_v2.parts.json") {
+		t.Errorf("ReportPath: %s, %s", a, b)
+	}
+}
