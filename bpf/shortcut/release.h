@@ -18,9 +18,12 @@
 #include "shortcut/maps.h"
 #include "shortcut/unread.h"
 
-static __always_inline int release_cookie(struct __sk_buff *skb, __u64 *cookie)
+/* The socket whose cookie the input packet carries, referenced (release it). */
+static __always_inline struct bpf_sock *release_lookup(struct __sk_buff *skb, __u64 *cookie)
 {
-	return bpf_skb_load_bytes(skb, EZ_RELEASE_COOKIE_OFF, cookie, sizeof(*cookie));
+	if (bpf_skb_load_bytes(skb, EZ_RELEASE_COOKIE_OFF, cookie, sizeof(*cookie)))
+		return NULL;
+	return bpf_map_lookup_elem(&ez_sockets, cookie);
 }
 
 /*
@@ -36,9 +39,7 @@ int ez_release(struct __sk_buff *skb)
 	__u64 cookie;
 	int ret = EZ_REL_WAIT;
 
-	if (release_cookie(skb, &cookie))
-		return EZ_REL_GONE;
-	sk = bpf_map_lookup_elem(&ez_sockets, &cookie);
+	sk = release_lookup(skb, &cookie);
 	if (!sk)
 		return EZ_REL_GONE;
 	tp = bpf_skc_to_tcp_sock(sk);
@@ -69,9 +70,7 @@ int ez_release_switched(struct __sk_buff *skb)
 	__u64 ukey, cookie;
 	int ret = EZ_REL_KEEP;
 
-	if (release_cookie(skb, &cookie))
-		return EZ_REL_GONE;
-	sk = bpf_map_lookup_elem(&ez_sockets, &cookie);
+	sk = release_lookup(skb, &cookie);
 	if (!sk)
 		return EZ_REL_GONE;
 	tp = bpf_skc_to_tcp_sock(sk);
