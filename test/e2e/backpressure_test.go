@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -216,9 +218,13 @@ func TestBackpressureStuckReader(t *testing.T) {
 			if d["fallback_backpressure"] != 1 {
 				t.Errorf("fallback_backpressure %d, want 1", d["fallback_backpressure"])
 			}
+			// Reads are gauged where refused, and on a kernel without
+			// sock_recv_length (6.1) in both subtests.
 			want := uint64(2)
-			if m.refuse != "" {
+			if st, _ := e.dp.Parts().Get(parts.ReadAccounting); strings.HasPrefix(st.Via, "gauge") {
 				want = 1 // the client, which nothing was redirected to
+			} else if m.refuse != "" {
+				t.Errorf("ez_recv refused but reads are counted: %+v", st)
 			}
 			if d["sockets_released"] != want {
 				t.Errorf("sockets_released %d, want %d", d["sockets_released"], want)
