@@ -309,7 +309,7 @@ enum ez_counter {
 	EZ_C_NAT_ALIASES,		/* handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK */
 	EZ_C_FB_BACKPRESSURE,		/* a receiver fell a bound behind: the connection switched to the kernel path */
 	EZ_C_DELETE_FAILED,		/* a pairing or unread record could not be deleted (left behind) */
-	EZ_C_GAUGE_UNKNOWN,		/* gauge mode: the receiver's socket was not found at a send (switched: unread.h) */
+	EZ_C_GAUGE_UNKNOWN,		/* gauge mode: the receiver's socket was not found at a send (closed: switched as peer_gone) */
 	EZ_C_MAX,
 };
 

@@ -89,9 +89,17 @@ int ez_msg(struct sk_msg_md *msg)
 	if (rx_gauge()) {
 		__s64 q = rx_queued(es->peer_cookie);
 
-		if (q < 0 && !u->switched)
+		if (q < 0) {
+			/* The receiver left ez_rx_socks at TCP_CLOSE (or was
+			 * never found): as a redirect to a gone peer below, the
+			 * kernel path gives what plain TCP gives, for good. */
+			__sync_fetch_and_add(&u->unread[dir], -(__s64)size);
+			__sync_val_compare_and_swap(&u->switched, 0, 1);
 			count(EZ_C_GAUGE_UNKNOWN);
-		total = q < 0 ? (__s64)u->bound[dir] + 1 : q + size;
+			count(EZ_C_FB_PEER_GONE);
+			return SK_PASS;
+		}
+		total = q + size;
 	}
 	if (u->switched || total > u->bound[dir]) {
 		__sync_fetch_and_add(&u->unread[dir], -(__s64)size);
