@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -90,6 +91,7 @@ func Connections(dir string) ([]Connection, error) {
 	}
 	seen := map[uint64]bool{}
 	var conns []Connection
+	denied := 0
 	for _, ns := range namespaces {
 		err := runIn(it, ns, func(r io.Reader) error {
 			cs, err := readConnections(bufio.NewReader(r))
@@ -101,9 +103,17 @@ func Connections(dir string) ([]Connection, error) {
 			}
 			return err
 		})
-		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
+		if errors.Is(err, os.ErrPermission) {
+			denied++
+			continue
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("connections in %s: %w", ns, err)
 		}
+	}
+	if denied > 0 {
+		// setns needs CAP_SYS_ADMIN (the chart's adoption.enabled grants it).
+		slog.Warn("connections: some network namespaces could not be entered; their connections are not listed", "namespaces", denied)
 	}
 	// The two ends of a connection next to each other, client first.
 	slices.SortFunc(conns, func(a, b Connection) int {
