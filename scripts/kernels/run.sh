@@ -25,9 +25,9 @@
 #                each kernel's in RESULTS/<uname -r>/ (results.tsv, <step>.log,
 #                setup.log, console.log, dmesg.log)
 #   GUEST_MODULES  modules loaded before the steps, default "veth bridge
-#                nf_conntrack nf_nat" (nf_nat holds the kfunc
-#                bpf_ct_set_nat_info NodePort needs, as on a node where
-#                iptables NAT loaded it)
+#                br_netfilter vxlan nf_conntrack nf_nat", as on a Kubernetes
+#                node (nf_nat holds the kfunc bpf_ct_set_nat_info NodePort
+#                needs; the bypass's multi-node lab needs br_netfilter)
 #   VM_MEMORY (3G), VM_CPUS (2), VM_TIMEOUT (seconds per kernel, 900)
 #
 # Caches, kept between runs: /var/cache/eztunnel/vng (virtme-ng's venv),
@@ -56,7 +56,7 @@ E2E_TIME_SCALE=${E2E_TIME_SCALE:-30} # EZTUNNEL_E2E_TIME_SCALE: TCG runs about 3
 E2E_TIMEOUT=${E2E_TIMEOUT:-12m}
 EXTRA=${EXTRA:-}
 RESULTS=${RESULTS:-/var/tmp/eztunnel-kernels}
-GUEST_MODULES=${GUEST_MODULES:-"veth bridge nf_conntrack nf_nat"}
+GUEST_MODULES=${GUEST_MODULES:-"veth bridge br_netfilter vxlan nf_conntrack nf_nat"}
 VM_MEMORY=${VM_MEMORY:-3G}
 VM_CPUS=${VM_CPUS:-2}
 VM_TIMEOUT=${VM_TIMEOUT:-900}
