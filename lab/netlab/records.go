@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/eztunnel/eztunnel/internal/agentlock"
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,6 +133,11 @@ func undoRecord(line string) error {
 	switch f[0] {
 	case RecPin:
 		os.Remove(agentlock.ForPins(f[1])) // the lock file of that datapath's agents
+		// The parts reports its agents wrote (one per schema directory).
+		reports, _ := filepath.Glob(parts.ReportPath(filepath.Join(f[1], "*")))
+		for _, r := range reports {
+			os.Remove(r)
+		}
 		return os.RemoveAll(f[1])
 	case RecSysctl:
 		return os.WriteFile(f[1], []byte(f[2]+"\n"), 0o644)
