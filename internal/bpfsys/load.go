@@ -115,6 +115,10 @@ type Group struct {
 	Via      string // the mechanism, for the report
 	// Off: the part cannot run in this configuration, and why (nothing loads).
 	Off string
+	// Attach, when set, checks the group's last program can be attached
+	// the way the part attaches it (e.g. TCX); a refusal turns the part off
+	// as a refused load does.
+	Attach func(*ebpf.Program) error
 }
 
 // LoadGroups loads each group's programs and records each part in rep:
@@ -136,6 +140,12 @@ func (p *Programs) LoadGroups(groups []Group, rep *parts.Report) (map[string]*eb
 				break
 			}
 			got = append(got, prog)
+		}
+		if gerr == nil && g.Attach != nil {
+			last := g.Progs[len(g.Progs)-1]
+			if err := g.Attach(got[len(got)-1]); err != nil {
+				gerr = fmt.Errorf("program %s (%s): %w", last, g.Part, err)
+			}
 		}
 		if gerr != nil {
 			for _, prog := range got {

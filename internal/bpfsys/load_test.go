@@ -1,6 +1,7 @@
 package bpfsys
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -45,11 +46,15 @@ func TestLoadGroups(t *testing.T) {
 		{Part: parts.Shortcut, Required: true, Progs: []string{"first"}, Via: "one"},
 		{Part: parts.Adoption, Progs: []string{"second"}},
 		{Part: parts.CloseReset, Off: "not in this mode"},
+		{Part: parts.NodePort, Progs: []string{"first"}, Attach: func(*ebpf.Program) error { return errors.New("cannot attach") }},
 	}, &rep)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer CloseAll(loaded)
+	if st, _ := rep.Get(parts.NodePort); st.Runs || st.Reason != "program first (nodeport): cannot attach" {
+		t.Errorf("a group its Attach check refuses: %+v", st)
+	}
 	if !rep.Runs(parts.Shortcut) || rep.Runs(parts.Adoption) || rep.Runs(parts.CloseReset) {
 		t.Fatalf("report: %+v", rep.Parts)
 	}

@@ -135,18 +135,27 @@ func Load(cfg Config) (_ *Bypass, err error) {
 			return nil, fmt.Errorf("bypass: %w", err)
 		}
 	}
-	if err := spec.LoadAndAssign(&b.objs, opts); err != nil {
+	if err := loadObjects(spec, opts, &b.objs); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("bypass: pinned maps in %s do not match this build; run `eztunnel uninstall` first: %w", mapDir(cfg.PinDir), err)
 		}
-		// cilium/ebpf names the program; the verifier's last lines follow.
-		return nil, fmt.Errorf("bypass: load: %w", err)
-	}
-	if err := bpfsys.TCX(b.objs.EzBypass); err != nil {
-		b.objs.Close()
-		return nil, &UnmetError{"bypass: program ez_bypass: " + err.Error()}
+		return nil, err
 	}
 	return b, nil
+}
+
+// loadObjects loads the programs and maps and checks the kernel has tcx,
+// which every program of the bypass attaches with (an UnmetError if not).
+func loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, objs *bypassObjects) error {
+	if err := spec.LoadAndAssign(objs, opts); err != nil {
+		// cilium/ebpf names the program; the verifier's last lines follow.
+		return fmt.Errorf("bypass: load: %w", err)
+	}
+	if err := bpfsys.TCX(objs.EzBypass); err != nil {
+		objs.Close()
+		return &UnmetError{"bypass: program ez_bypass: " + err.Error()}
+	}
+	return nil
 }
 
 // ProbeKernel loads the bypass's programs on trial, unpinned, without the
@@ -158,14 +167,10 @@ func ProbeKernel() error {
 		return err
 	}
 	var objs bypassObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return fmt.Errorf("bypass: load: %w", err)
+	if err := loadObjects(spec, nil, &objs); err != nil {
+		return err
 	}
-	defer objs.Close()
-	if err := bpfsys.TCX(objs.EzBypass); err != nil {
-		return fmt.Errorf("bypass: program ez_bypass: %w", err)
-	}
-	return nil
+	return objs.Close()
 }
 
 // Probe reports whether the bypass can run here: the node's conntrack

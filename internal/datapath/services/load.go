@@ -201,7 +201,7 @@ var programGroups = []bpfsys.Group{
 		servicesProgEzSvcSendmsg4, servicesProgEzSvcSendmsg6, servicesProgEzSvcRecvmsg4, servicesProgEzSvcRecvmsg6,
 		servicesProgEzSvcGetpeername4, servicesProgEzSvcGetpeername6, servicesProgEzSvcOrigConnect,
 		servicesProgEzSvcOrigRelease, servicesProgEzSvcGetsockopt}, Via: "cgroup connect/sendmsg/recvmsg/getpeername"},
-	{Part: parts.NodePort, Progs: []string{servicesProgEzSvcNodeport}, Via: "tcx ingress + conntrack NAT kfuncs"},
+	{Part: parts.NodePort, Progs: []string{servicesProgEzSvcNodeport}, Via: "tcx ingress + conntrack NAT kfuncs", Attach: bpfsys.TCX},
 	{Part: parts.SocketDestroy, Progs: []string{servicesProgEzSvcDestroyTcp, servicesProgEzSvcDestroyUdp}, Via: "bpf_sock_destroy from iter/tcp, iter/udp"},
 }
 
@@ -218,13 +218,6 @@ func (lb *LB) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) erro
 	loaded, err := ps.LoadGroups(programGroups, &lb.parts)
 	if err != nil {
 		return fmt.Errorf("services: %w", err)
-	}
-	if p := loaded[servicesProgEzSvcNodeport]; p != nil {
-		if err := bpfsys.TCX(p); err != nil {
-			p.Close()
-			delete(loaded, servicesProgEzSvcNodeport)
-			lb.parts.Off(parts.NodePort, "ez_svc_nodeport: "+err.Error())
-		}
 	}
 	if err := ps.Coll.Assign(&lb.objs.servicesMaps); err != nil {
 		bpfsys.CloseAll(loaded)

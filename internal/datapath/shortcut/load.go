@@ -168,7 +168,8 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 // the kernel has no tp_btf/sock_recv_length (rxGauge).
 func programGroups(gauge bool) []bpfsys.Group {
 	read := bpfsys.Group{Part: parts.ReadAccounting, Required: true, Progs: []string{shortcutProgEzRecv}, Via: "tp_btf/sock_recv_length"}
-	reset := bpfsys.Group{Part: parts.CloseReset, Progs: []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset}, Via: "cgroup/sock_release + tcx"}
+	reset := bpfsys.Group{Part: parts.CloseReset, Progs: []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset}, Via: "cgroup/sock_release + tcx",
+		Attach: bpfsys.TCX}
 	if gauge {
 		read = bpfsys.Group{Part: parts.ReadAccounting, Required: true, Via: "gauge: the sender reads the receiver's sk_rmem_alloc (no tp_btf/sock_recv_length here)"}
 		reset = bpfsys.Group{Part: parts.CloseReset, Off: "needs reads counted (tp_btf/sock_recv_length): with the gauge a closing socket cannot tell whether what was redirected to it was read"}
@@ -209,15 +210,6 @@ func (s *Shortcut) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions)
 	loaded, err := ps.LoadGroups(programGroups(s.gauge), &s.parts)
 	if err != nil {
 		return fmt.Errorf("datapath: %w", err)
-	}
-	if p := loaded[shortcutProgEzCloseReset]; p != nil {
-		if err := bpfsys.TCX(p); err != nil {
-			for _, name := range []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset} {
-				loaded[name].Close()
-				delete(loaded, name)
-			}
-			s.parts.Off(parts.CloseReset, "ez_close_reset: "+err.Error())
-		}
 	}
 	// ez_release runs only at uninstall (drain.go), ez_conns only for
 	// `eztunnel connections`: loaded here to prove they load, then closed.
@@ -282,11 +274,6 @@ func Probe() parts.Report {
 	}
 	loaded, _ := ps.LoadGroups(groups, &rep)
 	defer bpfsys.CloseAll(loaded)
-	if p := loaded[shortcutProgEzCloseReset]; p != nil {
-		if err := bpfsys.TCX(p); err != nil {
-			rep.Off(parts.CloseReset, "ez_close_reset: "+err.Error())
-		}
-	}
 	for _, p := range required[1:] {
 		if !rep.Runs(p) && rep.Runs(parts.Shortcut) {
 			rep.Off(parts.Shortcut, fmt.Sprintf("needs %s: %s", p, reasonOf(rep, p)))
