@@ -62,9 +62,7 @@ func preflight() *preflightReport {
 		rep.Capabilities = []string{}
 	}
 	var all parts.Report
-	if err := bpfsys.Check(datapath.Requirements()); err != nil {
-		rep.Requirements = strings.Split(strings.TrimPrefix(err.Error(), "kernel or process cannot run eztunnel:\n  - "), "\n  - ")
-	}
+	rep.Requirements = bpfsys.Unmet(datapath.Requirements())
 	if err := rlimit.RemoveMemlock(); err != nil {
 		rep.Requirements = append(rep.Requirements, "remove memlock limit: "+err.Error())
 	}

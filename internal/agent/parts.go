@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/kernelinfo"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
@@ -14,7 +15,7 @@ func partsReport(dp *datapath.Datapath, bypassOff string, svc *serviceLB) parts.
 	rep := dp.Parts()
 	rep.Kernel = kernelinfo.Release()
 	if bypassOff == "" {
-		rep.On(parts.Bypass, "tcx redirect_peer / redirect_neigh")
+		rep.On(parts.Bypass, bypass.Via)
 	} else {
 		rep.Off(parts.Bypass, bypassOff)
 	}

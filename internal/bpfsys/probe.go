@@ -24,16 +24,22 @@ type Requirement struct {
 
 // Check runs every requirement and returns one error naming all that failed.
 func Check(reqs []Requirement) error {
+	missing := Unmet(reqs)
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("kernel or process cannot run eztunnel:\n  - %s", strings.Join(missing, "\n  - "))
+}
+
+// Unmet lists the requirements that failed, each with its error.
+func Unmet(reqs []Requirement) []string {
 	var missing []string
 	for _, r := range reqs {
 		if err := r.Check(); err != nil {
 			missing = append(missing, fmt.Sprintf("%s: %v", r.Name, err))
 		}
 	}
-	if len(missing) == 0 {
-		return nil
-	}
-	return fmt.Errorf("kernel or process cannot run eztunnel:\n  - %s", strings.Join(missing, "\n  - "))
+	return missing
 }
 
 // Root checks the process runs as root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN).

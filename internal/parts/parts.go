@@ -10,7 +10,6 @@ package parts
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,20 +105,6 @@ func (r Report) Sorted() []Status {
 		}
 	}
 	return out
-}
-
-// Table renders the report as aligned text lines.
-func (r Report) Table() string {
-	var b strings.Builder
-	for _, s := range r.Sorted() {
-		state := "on"
-		detail := s.Via
-		if !s.Runs {
-			state, detail = "off", s.Reason
-		}
-		fmt.Fprintf(&b, "  %-16s %-4s %s\n", s.Part, state, detail)
-	}
-	return b.String()
 }
 
 // ErrNoReport: no agent has written a report at that path.

@@ -158,6 +158,9 @@ func loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, objs *
 	return nil
 }
 
+// Via is how the bypass runs, for the parts report.
+const Via = "tcx redirect_peer / redirect_neigh"
+
 // ProbeKernel loads the bypass's programs on trial, unpinned, without the
 // node's conntrack checks: whether this kernel and process can run them
 // at all (tcx, kfuncs, BTF fields). Nothing is attached.
@@ -181,7 +184,7 @@ func Probe() parts.Status {
 		return parts.Status{Part: parts.Bypass, Reason: err.Error()}
 	}
 	b.Close()
-	return parts.Status{Part: parts.Bypass, Runs: true, Via: "tcx redirect_peer / redirect_neigh"}
+	return parts.Status{Part: parts.Bypass, Runs: true, Via: Via}
 }
 
 // Check validates cfg and the node's conntrack settings the bypass needs,
