@@ -17,6 +17,20 @@
 #include "shortcut/adopt.h"
 
 
+/*
+ * The peer is gone (closed or reset): this message takes the kernel path,
+ * which gives the RST/EPIPE plain TCP gives, for good: this end then leaves
+ * the sockhash too (may_leave), and an adopted end's stack send is not taken
+ * for a send that raced its insert (adopt_switch_late).
+ */
+static __always_inline int peer_gone(struct ez_unread *u, __u32 dir, __u32 size)
+{
+	__sync_fetch_and_add(&u->unread[dir], -(__s64)size);
+	__sync_val_compare_and_swap(&u->switched, 0, 1);
+	count(EZ_C_FB_PEER_GONE);
+	return SK_PASS;
+}
+
 SEC("sk_msg")
 int ez_msg(struct sk_msg_md *msg)
 {
@@ -91,13 +105,9 @@ int ez_msg(struct sk_msg_md *msg)
 
 		if (q < 0) {
 			/* The receiver left ez_rx_socks at TCP_CLOSE (or was
-			 * never found): as a redirect to a gone peer below, the
-			 * kernel path gives what plain TCP gives, for good. */
-			__sync_fetch_and_add(&u->unread[dir], -(__s64)size);
-			__sync_val_compare_and_swap(&u->switched, 0, 1);
+			 * never found): a gone peer, as a failed redirect. */
 			count(EZ_C_GAUGE_UNKNOWN);
-			count(EZ_C_FB_PEER_GONE);
-			return SK_PASS;
+			return peer_gone(u, dir, size);
 		}
 		total = q + size;
 	}
@@ -111,15 +121,8 @@ int ez_msg(struct sk_msg_md *msg)
 	 * switched, which we checked): there is no reader left to see an order,
 	 * so the kernel path is the honest answer (it produces the RST/EPIPE
 	 * plain TCP would). */
-	if (bpf_msg_redirect_hash(msg, &ez_sockets, &es->peer_cookie, BPF_F_INGRESS) != SK_PASS) {
-		__sync_fetch_and_add(&u->unread[dir], -(__s64)size);
-		/* For good: this end then leaves the sockhash too (may_leave),
-		 * and an adopted end's stack send is not taken for a send that
-		 * raced its insert (adopt_switch_late). */
-		__sync_val_compare_and_swap(&u->switched, 0, 1);
-		count(EZ_C_FB_PEER_GONE);
-		return SK_PASS;
-	}
+	if (bpf_msg_redirect_hash(msg, &ez_sockets, &es->peer_cookie, BPF_F_INGRESS) != SK_PASS)
+		return peer_gone(u, dir, size);
 	es->tx_msgs++;
 	es->tx_bytes += size;
 	count(EZ_C_MSGS_REDIRECTED);
