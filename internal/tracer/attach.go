@@ -132,7 +132,7 @@ func (o *tracerObjects) nfPrograms(t Table) (before, after *ebpf.Program) {
 // one priority below and one above it.
 func (t *Tracer) attachNetfilter(namespaces []string) error {
 	for _, ns := range namespaces {
-		chains, err := baseChains(ns)
+		chains, err := BaseChains(ns)
 		if err != nil {
 			return err
 		}

@@ -98,13 +98,13 @@ func (c Chain) String() string {
 	return fmt.Sprintf("%s %s %s", fam, hookNames[c.Hook], c.Table)
 }
 
-// baseChains lists the base chains of the namespace's nftables ruleset
+// BaseChains lists the base chains of the namespace's nftables ruleset
 // ("" is the tracer's own), read over netlink (iptables-nft rules are
 // nftables chains). The kernel here lacks nfnetlink_hook, so hooks
 // registered without a chain are not listed; conntrack is inferred from nat
 // chains and conntrack expressions or matches. Hooks of the legacy iptables
 // backend are not seen.
-func baseChains(ns string) ([]Chain, error) {
+func BaseChains(ns string) ([]Chain, error) {
 	var opts []nftables.ConnOption
 	if ns != "" {
 		h, err := netns.GetFromName(ns)
