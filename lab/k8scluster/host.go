@@ -215,6 +215,19 @@ func (c *Cluster) iptables(ctx context.Context, args ...string) error {
 	return nil
 }
 
+// SweepKilled removes what a killed run left in runDir (DefaultRunDir if
+// empty) and on the host, as the next Start would: nothing when there is no
+// such run, an error when its owner still runs.
+func SweepKilled(runDir string) error {
+	if runDir == "" {
+		runDir = DefaultRunDir
+	}
+	if _, err := os.Stat(runDir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return Cleanup(runDir)
+}
+
 // Cleanup removes everything a cluster under runDir made, whether it was
 // stopped or its process was killed: processes, pods, mounts, network
 // namespaces, cgroups, iptables chains, interfaces, sysctls, files. It

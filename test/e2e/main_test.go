@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/k8scluster"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -28,6 +29,11 @@ func TestMain(m *testing.M) {
 	}
 	if err := netlab.Sweep(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: sweeping leftovers:", err)
+	}
+	// A killed `make test-k8s` leaves the cluster's chains in the host's
+	// FORWARD path, which every lab packet then passes.
+	if err := k8scluster.SweepKilled(""); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: sweeping a killed Kubernetes lab run:", err)
 	}
 	dir, err := os.MkdirTemp("", "eztunnel-e2e-")
 	if err != nil {
