@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -186,7 +187,7 @@ type StreamResult struct {
 // RunStream opens one stream connection: it writes header and upstream right
 // after connect, all before reading anything, then verifies downstream and
 // the server's verdict on the upstream.
-func RunStream(dial func() (net.Conn, error), h streamHeader, pause time.Duration) error {
+func RunStream(dial func() (net.Conn, error), h streamHeader, pause func()) error {
 	c, err := dial()
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -199,14 +200,14 @@ func RunStream(dial func() (net.Conn, error), h streamHeader, pause time.Duratio
 	// server reads concurrently, so this cannot deadlock.
 	g := h.gen('u')
 	first := h.Up
-	if pause > 0 {
+	if pause != nil {
 		first = h.Up / 2 // an idle keep-alive connection: half, a pause, the rest
 	}
 	if err := writeStream(c, g, first, h.Chunk); err != nil {
 		return fmt.Errorf("write upstream: %w", err)
 	}
-	if pause > 0 {
-		time.Sleep(pause)
+	if pause != nil {
+		pause()
 		if err := writeStream(c, g, h.Up-first, h.Chunk); err != nil {
 			return fmt.Errorf("write upstream after the pause: %w", err)
 		}
@@ -235,6 +236,9 @@ type StreamOptions struct {
 	Seed     uint64
 	NoCheck  bool          // throughput only: bytes are neither generated nor checked
 	Pause    time.Duration // idle this long halfway through the upstream
+	// ResumeFile, with Pause: the pause lasts until this file exists (Pause
+	// then bounds it), so a test resumes the stream when it is ready.
+	ResumeFile string
 	// Bind, when set, is the local ip:port of every connection, bound with
 	// SO_REUSEADDR and SO_REUSEPORT so that one source ip:port can reach
 	// several destinations at once (connections to one destination from
@@ -268,6 +272,24 @@ func (o StreamOptions) dialer() (*net.Dialer, error) {
 	return d, nil
 }
 
+// pause is the idle time halfway through the upstream, or nil.
+func (o StreamOptions) pause() func() {
+	if o.Pause <= 0 {
+		return nil
+	}
+	return func() {
+		if o.ResumeFile == "" {
+			time.Sleep(o.Pause)
+			return
+		}
+		for end := time.Now().Add(o.Pause); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(o.ResumeFile); err == nil {
+				return
+			}
+		}
+	}
+}
+
 // RunStreams runs Conns connections, Parallel at a time, and returns the
 // failures (nil when every byte of every connection matched).
 func RunStreams(o StreamOptions) []StreamResult {
@@ -291,7 +313,7 @@ func RunStreams(o StreamOptions) []StreamResult {
 			if o.NoCheck {
 				h.Flags |= flagNoCheck
 			}
-			err := RunStream(func() (net.Conn, error) { return d.Dial("tcp", o.Addr) }, h, o.Pause)
+			err := RunStream(func() (net.Conn, error) { return d.Dial("tcp", o.Addr) }, h, o.pause())
 			if err != nil {
 				mu.Lock()
 				fails = append(fails, StreamResult{Conn: i, Error: err.Error()})

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -112,7 +114,11 @@ func TestSelectionChangeOnRestart(t *testing.T) {
 	// A long connection, accelerated under the first rules.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	long := a.Cmd(ctx, labBin, append(streamCase{conns: 1, parallel: 1, up: 64 << 10, down: 64 << 10, chunk: 4096}.args(hostport(b.IPv4, 7000), 8), "--pause", "2s")...)
+	// Paused halfway until the second agent runs (resume), whatever a
+	// restart takes on a loaded machine.
+	resume := filepath.Join(t.TempDir(), "resume")
+	long := a.Cmd(ctx, labBin, append(streamCase{conns: 1, parallel: 1, up: 64 << 10, down: 64 << 10, chunk: 4096}.args(hostport(b.IPv4, 7000), 8),
+		"--pause", "90s", "--resume-file", resume)...)
 	var out bytes.Buffer
 	long.Stdout, long.Stderr = &out, &out
 	if err := a.Start(long); err != nil {
@@ -127,6 +133,9 @@ func TestSelectionChangeOnRestart(t *testing.T) {
 	startAgent(t, bin, e.lab.Managed, pin, "--exclude-ports", "7000")
 
 	before := pinnedCounters(t, pin)
+	if err := os.WriteFile(resume, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := long.Wait(); err != nil {
 		t.Fatalf("long connection: %v\n%s", err, out.String())
 	}
