@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -72,6 +73,43 @@ func Tracepoint(name string) func() error {
 		return nil
 	}
 }
+
+// EnumValue checks the kernel's BTF has an enumerator of that name: a
+// constant that arrives with the code that handles it (for example
+// TCP_BPF_SOCK_OPS_CB_FLAGS, which bpf_setsockopt accepts from Linux 6.10)
+// where no trial load can tell, since the verifier does not check values.
+func EnumValue(name string) func() error {
+	return func() error {
+		found, err := enumValues()
+		if err != nil {
+			return err
+		}
+		if !found[name] {
+			return fmt.Errorf("no %s in the kernel's BTF", name)
+		}
+		return nil
+	}
+}
+
+// enumValues reads every enumerator name of the kernel's BTF once.
+var enumValues = sync.OnceValues(func() (map[string]bool, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, err
+	}
+	found := map[string]bool{}
+	for t, err := range spec.All() {
+		if err != nil {
+			return nil, err
+		}
+		if e, ok := t.(*btf.Enum); ok {
+			for _, v := range e.Values {
+				found[v.Name] = true
+			}
+		}
+	}
+	return found, nil
+})
 
 // ProgType checks the kernel supports a program type.
 func ProgType(t ebpf.ProgramType) func() error {

@@ -79,6 +79,9 @@ type Shortcut struct {
 	cgLinks map[uint64][]link.Link
 	// This process's handles on the close-reset device links, by pin.
 	devLinks map[string]link.Link
+	// The legacy tc filters of close-reset this process attached or
+	// updated, by record (kernels without tcx: bpfsys.AttachTCFilter).
+	devFilters map[string]bool
 	// The cgroup programs of the earlier install, from their pins, while an
 	// Attach or ReconcileCgroups runs.
 	prevProgs map[string]*ebpf.Program
@@ -149,7 +152,7 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	if err := bpfsys.GrowPinnedCounters(dir, spec, "ez_counters", "ez_adopt_counters", "ez_reset_counters"); err != nil {
 		return nil, fmt.Errorf("datapath: %w", err)
 	}
-	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, adoptPasses: 3, gauge: gauge}
+	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, devFilters: map[string]bool{}, adoptPasses: 3, gauge: gauge}
 	if err := s.load(spec, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
 		return nil, err
 	}
@@ -168,11 +171,18 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 // the kernel has no tp_btf/sock_recv_length (rxGauge).
 func programGroups(gauge bool) []bpfsys.Group {
 	read := bpfsys.Group{Part: parts.ReadAccounting, Required: true, Progs: []string{shortcutProgEzRecv}, Via: "tp_btf/sock_recv_length"}
-	reset := bpfsys.Group{Part: parts.CloseReset, Progs: []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset}, Via: "cgroup/sock_release + tcx",
-		Attach: bpfsys.TCX}
+	reset := bpfsys.Group{Part: parts.CloseReset, Progs: []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset},
+		Via: "cgroup/sock_release + " + bpfsys.TCAttachHow(), Attach: bpfsys.TCAttachable}
 	if gauge {
 		read = bpfsys.Group{Part: parts.ReadAccounting, Required: true, Via: "gauge: the sender reads the receiver's sk_rmem_alloc (no tp_btf/sock_recv_length here)"}
-		reset = bpfsys.Group{Part: parts.CloseReset, Off: "needs reads counted (tp_btf/sock_recv_length): with the gauge a closing socket cannot tell whether what was redirected to it was read"}
+		reset.Via = "cgroup/sock_release reading the closing socket's sk_rmem_alloc (the gauge) + " + bpfsys.TCAttachHow()
+	}
+	adopt := bpfsys.Group{Part: parts.Adoption, Progs: []string{shortcutProgEzAdoptScan, shortcutProgEzAdoptStep}, Via: "iter/tcp per network namespace"}
+	// The programs load on older kernels, but there bpf_setsockopt refuses
+	// TCP_BPF_SOCK_OPS_CB_FLAGS (net/core/filter.c, sol_tcp_sockopt) at run
+	// time, so no tripwire could be armed.
+	if err := bpfsys.EnumValue("TCP_BPF_SOCK_OPS_CB_FLAGS")(); err != nil {
+		adopt = bpfsys.Group{Part: parts.Adoption, Off: "arming a connection needs bpf_setsockopt(TCP_BPF_SOCK_OPS_CB_FLAGS) from an iterator (Linux 6.10): " + err.Error()}
 	}
 	return []bpfsys.Group{
 		{Part: parts.Shortcut, Required: true, Progs: []string{shortcutProgEzSockops, shortcutProgEzEgress, shortcutProgEzMsg},
@@ -182,7 +192,7 @@ func programGroups(gauge bool) []bpfsys.Group {
 			Via: "tc programs run by BPF_PROG_TEST_RUN"},
 		{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzNat}, Via: "netfilter link at POST_ROUTING"},
 		reset,
-		{Part: parts.Adoption, Progs: []string{shortcutProgEzAdoptScan, shortcutProgEzAdoptStep}, Via: "iter/tcp per network namespace"},
+		adopt,
 		{Part: parts.Connections, Progs: []string{shortcutProgEzConns}, Via: "iter/tcp per network namespace"},
 	}
 }
