@@ -7,12 +7,13 @@
  * not settable from BPF) and cgroup_skb cannot rewrite packets, so:
  *  1. cgroup/sock_release runs in inet_release before sk_prot->close: a
  *     paired socket whose receive direction has redirected bytes unread
- *     (ez_unread) gets EZ_F_CLOSE_RESET. Only close() runs it: shutdown()
- *     keeps its FIN, as in plain TCP.
+ *     (ez_unread; with the gauge, its psock queue) gets EZ_F_CLOSE_RESET.
+ *     Only close() runs it: shutdown() keeps its FIN, as in plain TCP.
  *  2. cgroup_skb egress sees that socket's FIN after NAT (ip_finish_output)
  *     and arms ez_resets with its wire tuple and sequence number.
- *  3. tcx programs on the devices of the agent's namespace the FIN crosses
- *     (lo egress, pod veths both ways; attached first) rewrite the armed FIN
+ *  3. tc programs on the devices of the agent's namespace the FIN crosses
+ *     (lo egress, pod veths both ways; attached first: tcx, or a legacy
+ *     cls_bpf filter at priority 1 before Linux 6.6) rewrite the armed FIN
  *     into RST|ACK. Its sequence number is the FIN's, snd_nxt, which is what
  *     tcp_send_active_reset uses, so the peer's stack takes it as plain TCP's
  *     reset. The entry goes, and so does the flag: the closer's orphan, still
@@ -63,6 +64,20 @@ int ez_sock_release(struct bpf_sock *ctx)
 	es = bpf_sk_storage_get(&ez_socks, ctx, 0, 0);
 	if (!es || es->state != EZ_SOCK_PAIRED)
 		return 1;
+	if (rx_gauge()) {
+		/* No reads are counted (unread.h, the gauge): ask the closing
+		 * socket's own psock queue, through its registered address
+		 * (cgroup/sock has no bpf_skc_to_tcp_sock). Not its
+		 * sk_rmem_alloc: a FIN segment queued and not read (the peer
+		 * shut down, this end never read EOF) holds memory there, and
+		 * plain TCP closes that with FIN. The psock is still there:
+		 * sock_map_close runs after this hook. */
+		struct sock *sk = rx_sock(es->self_cookie);
+
+		if (sk && !psock_empty(sk))
+			es->flags |= EZ_F_CLOSE_RESET;
+		return 1;
+	}
 	key = unread_key(es);
 	u = bpf_map_lookup_elem(&ez_unreads, &key);
 	if (u && u->unread[rx_dir(es) & 1] > 0)

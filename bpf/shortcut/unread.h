@@ -77,7 +77,8 @@ static __always_inline bool psock_empty(struct sock *sk)
  * memory). No reads are counted in this mode, so a direction that received
  * redirected bytes never proves they were read: its ends stay in the
  * sockhash after a switch (the kernel path's bytes queue behind the psock's,
- * tcp_bpf_recvmsg reads the psock first), and RST on close is off.
+ * tcp_bpf_recvmsg reads the psock first), and RST on close asks the closing
+ * socket's own psock queue instead (closereset.h).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -106,16 +107,26 @@ static __always_inline void rx_sock_register(struct bpf_sock *sk, __u64 cookie)
 	bpf_map_update_elem(&ez_rx_socks, &cookie, &addr, BPF_ANY);
 }
 
-/* The receiver's redirected, unread bytes; -1: unknown (treat as full). */
-static __always_inline __s64 rx_queued(__u64 cookie)
+/* The registered socket with that cookie, for probe reads only; NULL: unknown. */
+static __always_inline struct sock *rx_sock(__u64 cookie)
 {
 	__u64 *addr = bpf_map_lookup_elem(&ez_rx_socks, &cookie);
 	struct sock *sk;
 
 	if (!addr || !*addr)
-		return -1;
+		return NULL;
 	sk = (struct sock *)(unsigned long)*addr;
 	if ((__u64)BPF_CORE_READ(sk, __sk_common.skc_cookie.counter) != cookie)
+		return NULL;
+	return sk;
+}
+
+/* The receiver's redirected, unread bytes; -1: unknown (treat as full). */
+static __always_inline __s64 rx_queued(__u64 cookie)
+{
+	struct sock *sk = rx_sock(cookie);
+
+	if (!sk)
 		return -1;
 	return BPF_CORE_READ(sk, sk_backlog.rmem_alloc.counter);
 }

@@ -73,7 +73,8 @@ func PinnedLinks(dir string) ([]string, error) {
 
 // UnpinLinks unpins and closes every link pinned under <dir>/links (a
 // pinned link lives as long as its pin), in reverse lexical order so that a
-// cgroup's ez_sockops goes before its ez_egress, and removes the directories.
+// cgroup's ez_sockops goes before its ez_egress, detaches the legacy tc
+// filters recorded under <dir>/tc, and removes the directories.
 func UnpinLinks(dir string) error {
 	pins, err := PinnedLinks(dir)
 	if err != nil {
@@ -84,6 +85,9 @@ func UnpinLinks(dir string) error {
 		if err := UnpinLink(pin); err != nil {
 			return err
 		}
+	}
+	if err := DetachTCFilters(dir); err != nil {
+		return err
 	}
 	return os.RemoveAll(filepath.Join(dir, LinksDir))
 }

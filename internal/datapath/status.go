@@ -10,7 +10,8 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
-// PinnedLink is one link pinned under <pin-path>/<schema>/links.
+// PinnedLink is one link pinned under <pin-path>/<schema>/links, or the
+// record of a legacy tc filter under <pin-path>/<schema>/tc (ID 0).
 type PinnedLink struct {
 	Pin     string         `json:"pin"` // relative to the schema directory
 	ID      link.ID        `json:"id"`
@@ -40,6 +41,25 @@ func Links(cfg Config) ([]PinnedLink, error) {
 		}
 		rel, _ := filepath.Rel(dir, pin)
 		out = append(out, PinnedLink{Pin: rel, ID: info.ID, Program: info.Program})
+	}
+	// Legacy tc filters (kernels without tcx): their records, no link id.
+	recs, err := bpfsys.TCRecords(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range recs {
+		p, err := ebpf.LoadPinnedProgram(rec, &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("open tc filter record %s: %w", rec, err)
+		}
+		info, err := p.Info()
+		p.Close()
+		if err != nil {
+			return nil, fmt.Errorf("program info of %s: %w", rec, err)
+		}
+		id, _ := info.ID()
+		rel, _ := filepath.Rel(dir, rec)
+		out = append(out, PinnedLink{Pin: rel, Program: id})
 	}
 	return out, nil
 }

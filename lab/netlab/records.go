@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/eztunnel/eztunnel/internal/agentlock"
-	"github.com/eztunnel/eztunnel/internal/parts"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +11,10 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/agentlock"
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // Kinds of resource a lab's owner record can hold besides the lab's own
@@ -138,7 +140,9 @@ func undoRecord(line string) error {
 		for _, r := range reports {
 			os.Remove(r)
 		}
-		return os.RemoveAll(f[1])
+		// Legacy tc filters live on their devices, not in their records.
+		err := bpfsys.DetachTCFiltersUnder(f[1])
+		return errors.Join(err, os.RemoveAll(f[1]))
 	case RecSysctl:
 		return os.WriteFile(f[1], []byte(f[2]+"\n"), 0o644)
 	case RecNFChain:

@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
@@ -106,7 +107,7 @@ func TestAgentLifecycle(t *testing.T) {
 			if l.Program == 0 {
 				t.Errorf("status: link %s without a program", l.Pin)
 			}
-			if strings.HasPrefix(l.Pin, "links/tcx/") {
+			if strings.HasPrefix(l.Pin, "links/tcx/") || strings.HasPrefix(l.Pin, bpfsys.TCDir+"/") {
 				tcx = append(tcx, l.Pin)
 				continue
 			}

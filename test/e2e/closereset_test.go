@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
@@ -62,10 +63,38 @@ func directions(on []string) []string {
 	return out
 }
 
+// TestCloseResetAgent runs with tcx links and counted reads where the
+// kernel has them, and as on Linux 6.1 on every kernel: legacy tc filters
+// (clsact + cls_bpf; EZTUNNEL_TEST_LEGACY_TC=1 where tcx exists) and the
+// gauge (ez_recv refused where sock_recv_length exists), where a closing
+// socket's unread bytes are its own sk_rmem_alloc.
 func TestCloseResetAgent(t *testing.T) {
-	l := newMultinode(t, multinode.Options{Name: "mncr", Nodes: 1})
+	if bpfsys.UseTCX() && bpfsys.Tracepoint("sock_recv_length")() == nil {
+		t.Run("tcx", func(t *testing.T) { closeResetAgent(t, "mncr") })
+	} else {
+		t.Log("this kernel has no tcx links or no sock_recv_length: the 6.1 way only")
+	}
+	t.Run("legacy-tc-gauge", func(t *testing.T) {
+		t.Setenv("EZTUNNEL_TEST_LEGACY_TC", "1")
+		t.Setenv(bpfsys.TestRefuseEnv, "ez_recv")
+		closeResetAgent(t, "mncl")
+	})
+}
+
+// resetPin is where ez_close_reset's attachment at dev ifx, direction dir,
+// in the netns with that cookie is pinned: a tcx link, or a legacy filter's
+// record.
+func resetPin(dir string, cookie uint64, ifx int, direction string) string {
+	if bpfsys.UseTCX() {
+		return bpfsys.LinkPin(dir, bpfsys.KindTCX, fmt.Sprint(cookie), fmt.Sprint(ifx), "ez_close_reset_"+direction)
+	}
+	return bpfsys.TCRecord(dir, cookie, bpfsys.TCFilter{Ifindex: ifx, Ingress: direction == "ingress", Name: "ez_close_reset"})
+}
+
+func closeResetAgent(t *testing.T, name string) {
+	l := newMultinode(t, multinode.Options{Name: name, Nodes: 1})
 	n := l.Node(1)
-	pin := "/sys/fs/bpf/eztunnel-e2e-mncr"
+	pin := "/sys/fs/bpf/eztunnel-e2e-" + name
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = pin
 	uninstall := func(t *testing.T) {
@@ -84,6 +113,13 @@ func TestCloseResetAgent(t *testing.T) {
 	lock := filepath.Join(t.TempDir(), "agent.lock")
 	args := []string{"run", "--cgroup", n.Managed, "--pin-path", pin, "--lock-file", lock, "--adopt=false"}
 	ag := startNodeAgent(t, t, n, args...)
+	// The agent runs the way this subtest says (the switches are inherited).
+	rep := statusParts(t, pin)
+	reset, read := partOf(t, rep.Parts, parts.CloseReset), partOf(t, rep.Parts, parts.ReadAccounting)
+	legacy, gauge := !bpfsys.UseTCX(), strings.Contains(os.Getenv(bpfsys.TestRefuseEnv), "ez_recv")
+	if !reset.Runs || strings.Contains(reset.Via, "legacy tc") != legacy || strings.Contains(read.Via, "gauge") != gauge {
+		t.Fatalf("parts: %+v and %+v, want close-reset running with legacy tc %v, reads gauged %v", reset, read, legacy, gauge)
+	}
 
 	// Pods made after the agent: discovered from netlink.
 	a, b := mnPod(t, n, "a"), mnPod(t, n, "b")
@@ -150,7 +186,7 @@ func TestCloseResetAgent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		loPin := bpfsys.LinkPin(cfg.Dir(), bpfsys.KindTCX, fmt.Sprint(cookie), "1", "ez_close_reset_egress")
+		loPin := resetPin(cfg.Dir(), cookie, 1, "egress")
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 			if _, err := os.Stat(loPin); err == nil {
 				break
@@ -206,24 +242,27 @@ func TestCloseResetAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		ifx := lk.Attrs().Index
+		nodeCookie, err := bpfsys.NetNSCookie(n.NetNS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone := []string{resetPin(cfg.Dir(), nodeCookie, ifx, "ingress"), resetPin(cfg.Dir(), nodeCookie, ifx, "egress")}
+		for _, p := range gone {
+			if !bpfsys.Exists(p) {
+				t.Fatalf("%s is not pinned before u's veth is removed", p)
+			}
+		}
 		if err := h.LinkDel(lk); err != nil {
 			t.Fatal(err)
 		}
 		delete(want, u.HostVeth)
 		waitAttached(t, "u's veth removed", want)
 		for deadline := time.Now().Add(scaled(20 * time.Second)); ; time.Sleep(100 * time.Millisecond) {
-			pins, err := bpfsys.PinnedLinks(cfg.Dir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			left := slices.ContainsFunc(pins, func(p string) bool {
-				return strings.Contains(p, fmt.Sprintf("/%s/%d/", bpfsys.KindTCX, ifx))
-			})
-			if !left {
+			if !bpfsys.Exists(gone[0]) && !bpfsys.Exists(gone[1]) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the removed veth's links are still pinned: %v", pins)
+				t.Fatalf("the removed veth's attachments are still pinned: %v", gone)
 			}
 		}
 	})
@@ -236,6 +275,17 @@ func TestCloseResetAgent(t *testing.T) {
 		}
 		if on := closeResetTCXIn(t, a.NetNS, a.Handle); len(on) > 0 {
 			t.Errorf("after uninstall, in pod a: %v", on)
+		}
+		if !bpfsys.UseTCX() {
+			// The clsact qdiscs eztunnel made go with its last filter.
+			for _, where := range []struct {
+				netns  string
+				handle func() (*netlink.Handle, error)
+			}{{n.NetNS, n.Handle}, {a.NetNS, a.Handle}} {
+				if q := clsactQdiscs(t, where.netns, where.handle); len(q) > 0 {
+					t.Errorf("after uninstall, clsact qdiscs in %s: %v", where.netns, q)
+				}
+			}
 		}
 	})
 }

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -11,17 +13,20 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
-// tcxProg is one program in a device's tcx chain.
+// tcxProg is one program in a device's tcx chain, or a legacy tc filter
+// (kernels without tcx, or EZTUNNEL_TEST_LEGACY_TC=1: Legacy, Pos its place
+// by priority among the filters of its hook).
 type tcxProg struct {
-	Dev  string
-	Dir  string // "ingress" or "egress"
-	Pos  int    // place in the chain, 0 first
-	Name string
-	ID   ebpf.ProgramID
+	Dev    string
+	Dir    string // "ingress" or "egress"
+	Pos    int    // place in the chain, 0 first
+	Name   string
+	ID     ebpf.ProgramID
+	Legacy bool
 }
 
-// tcxChains lists the tcx programs of every device of the named netns
-// (handle gives a netlink handle there).
+// tcxChains lists the tcx programs and the legacy tc BPF filters of every
+// device of the named netns (handle gives a netlink handle there).
 func tcxChains(t *testing.T, netns string, handle func() (*netlink.Handle, error)) []tcxProg {
 	t.Helper()
 	h, err := handle()
@@ -38,6 +43,9 @@ func tcxChains(t *testing.T, netns string, handle func() (*netlink.Handle, error
 		for _, lk := range links {
 			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
 				r, err := link.QueryPrograms(link.QueryOptions{Target: lk.Attrs().Index, Attach: at})
+				if errors.Is(err, ebpf.ErrNotSupported) {
+					continue // no tcx on this kernel
+				}
 				if err != nil {
 					return fmt.Errorf("query tcx %s on %s: %w", at, lk.Attrs().Name, err)
 				}
@@ -58,11 +66,54 @@ func tcxChains(t *testing.T, netns string, handle func() (*netlink.Handle, error
 					out = append(out, tcxProg{Dev: lk.Attrs().Name, Dir: dir, Pos: i, Name: info.Name, ID: pr.ID})
 				}
 			}
+			for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+				fs, err := h.FilterList(lk, parent)
+				if err != nil {
+					continue // no clsact qdisc
+				}
+				slices.SortStableFunc(fs, func(a, b netlink.Filter) int { return int(a.Attrs().Priority) - int(b.Attrs().Priority) })
+				dir := "ingress"
+				if parent == netlink.HANDLE_MIN_EGRESS {
+					dir = "egress"
+				}
+				for i, f := range fs {
+					if b, ok := f.(*netlink.BpfFilter); ok {
+						out = append(out, tcxProg{Dev: lk.Attrs().Name, Dir: dir, Pos: i, Name: b.Name, ID: ebpf.ProgramID(b.Id), Legacy: true})
+					}
+				}
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// clsactQdiscs lists the devices of the named netns with a clsact qdisc.
+func clsactQdiscs(t *testing.T, netns string, handle func() (*netlink.Handle, error)) []string {
+	t.Helper()
+	h, err := handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, lk := range links {
+		qs, err := h.QdiscList(lk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Type() == "clsact" {
+				out = append(out, lk.Attrs().Name)
+			}
+		}
 	}
 	return out
 }

@@ -51,6 +51,9 @@ func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if !bpfsys.UseTCX() {
+		return s.syncDevicesTC(tx, cookie, devs)
+	}
 	base := bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(cookie, 10))
 	want := map[string]bool{}
 	for _, d := range devs {
@@ -156,14 +159,103 @@ func (s *Shortcut) attachDevice(tx *bpfsys.Tx, pin string, d Device, a devAttach
 }
 
 // Devices lists the devices the close-reset program is attached to in this
-// network namespace, by pin.
+// network namespace, by pin (tcx) or record (legacy tc).
 func (s *Shortcut) Devices() []string {
-	out := make([]string, 0, len(s.devLinks))
+	out := make([]string, 0, len(s.devLinks)+len(s.devFilters))
 	for pin := range s.devLinks {
 		out = append(out, pin)
 	}
+	for rec := range s.devFilters {
+		out = append(out, rec)
+	}
 	slices.Sort(out)
 	return out
+}
+
+// resetPrio: the legacy tc priority of ez_close_reset, first on its device
+// (tcx: link.Head()).
+const resetPrio = 1
+
+func resetFilter(d Device, a devAttach) bpfsys.TCFilter {
+	return bpfsys.TCFilter{Ifindex: d.Ifindex, Ingress: a.dir == "ingress", Name: resetProg, Prio: resetPrio}
+}
+
+// syncDevicesTC is SyncDevices on a kernel without tcx: ez_close_reset as a
+// legacy tc filter of each device (bpfsys.AttachTCFilter), recorded under
+// <dir>/tc/<netns cookie>.
+func (s *Shortcut) syncDevicesTC(tx *bpfsys.Tx, cookie uint64, devs []Device) (attached, pruned, skipped []string, err error) {
+	want := map[string]bool{}
+	for _, d := range devs {
+		for _, a := range devAttaches {
+			if (a.dir == "ingress" && !d.Ingress) || (a.dir == "egress" && !d.Egress) {
+				continue
+			}
+			f := resetFilter(d, a)
+			rec := bpfsys.TCRecord(s.dir, cookie, f)
+			want[rec] = true
+			if s.devFilters[rec] {
+				continue // this process attached or updated it
+			}
+			if err := s.attachFilter(tx, cookie, f); err != nil {
+				if errors.Is(err, bpfsys.ErrDeviceGone) {
+					skipped = append(skipped, d.Name)
+					delete(want, rec)
+					continue
+				}
+				return nil, nil, nil, fmt.Errorf("close reset on %s (%s): %w", d.Name, a.dir, err)
+			}
+			attached = append(attached, rec)
+		}
+	}
+	recs, err := bpfsys.TCRecords(s.dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	base := filepath.Join(s.dir, bpfsys.TCDir, strconv.FormatUint(cookie, 10))
+	for _, rec := range recs {
+		if filepath.Dir(filepath.Dir(rec)) == base && !want[rec] && strings.HasPrefix(filepath.Base(rec), resetProg+"_") {
+			pruned = append(pruned, rec)
+		}
+	}
+	tx.OnCommit(func() error { return s.detachFilters(pruned) })
+	return attached, pruned, skipped, nil
+}
+
+// attachFilter attaches ez_close_reset as f in the calling thread's netns
+// within tx: an earlier agent's filter gets this load's program in place,
+// and gets its own back on rollback.
+func (s *Shortcut) attachFilter(tx *bpfsys.Tx, cookie uint64, f bpfsys.TCFilter) error {
+	rec := bpfsys.TCRecord(s.dir, cookie, f)
+	prev, _ := ebpf.LoadPinnedProgram(rec, nil)
+	if err := bpfsys.AttachTCFilter(s.dir, cookie, f, s.objs.EzCloseReset); err != nil {
+		if prev != nil {
+			prev.Close()
+		}
+		return err
+	}
+	s.devFilters[rec] = true
+	tx.OnRollback(func() error {
+		delete(s.devFilters, rec)
+		if prev == nil {
+			return bpfsys.DetachTCFilter(rec)
+		}
+		defer prev.Close()
+		return bpfsys.InNetNSCookie(cookie, func() error { return bpfsys.AttachTCFilter(s.dir, cookie, f, prev) })
+	})
+	if prev != nil {
+		tx.OnCommit(prev.Close)
+	}
+	return nil
+}
+
+// detachFilters detaches the legacy tc filters recorded at recs.
+func (s *Shortcut) detachFilters(recs []string) error {
+	var errs []error
+	for _, rec := range recs {
+		delete(s.devFilters, rec)
+		errs = append(errs, bpfsys.DetachTCFilter(rec))
+	}
+	return errors.Join(errs...)
 }
 
 // loopbackIfindex is the loopback device's ifindex in every network
@@ -189,6 +281,7 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 	if err := unix.Stat("/proc/self/ns/net", &selfStat); err != nil {
 		return nil, nil, 0, fmt.Errorf("own network namespace: %w", err)
 	}
+	seen := map[uint64]bool{} // the cookies of the namespaces in nsPaths
 	for _, ns := range nsPaths {
 		var st unix.Stat_t
 		if err := unix.Stat(ns, &st); err != nil || (st.Dev == selfStat.Dev && st.Ino == selfStat.Ino) {
@@ -200,11 +293,24 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 			if err != nil || cookie == self {
 				return err
 			}
+			lo := Device{Ifindex: loopbackIfindex, Name: "lo", Egress: true}
+			seen[cookie] = true
+			if !bpfsys.UseTCX() {
+				f := resetFilter(lo, devAttaches[1])
+				if pin = bpfsys.TCRecord(s.dir, cookie, f); s.devFilters[pin] {
+					return nil
+				}
+				if err := s.attachFilter(tx, cookie, f); err != nil {
+					return err
+				}
+				attached = append(attached, pin)
+				return nil
+			}
 			pin = bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(cookie, 10), strconv.Itoa(loopbackIfindex), resetProg+"_egress")
 			if _, ok := s.devLinks[pin]; ok {
 				return nil
 			}
-			l, err := s.attachDevice(tx, pin, Device{Ifindex: loopbackIfindex, Name: "lo", Egress: true}, devAttaches[1])
+			l, err := s.attachDevice(tx, pin, lo, devAttaches[1])
 			if err != nil {
 				return err
 			}
@@ -224,6 +330,20 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 			return nil, nil, denied, fmt.Errorf("close reset on the loopback of %s: %w", ns, err)
 		}
 	}
+	// Legacy tc records of namespaces not seen now: gone, or no longer the
+	// pods' (DetachTCFilter enters one that still exists).
+	recs, err := bpfsys.TCRecords(s.dir)
+	if err != nil {
+		return nil, nil, denied, err
+	}
+	var gone []string
+	for _, rec := range recs {
+		if c, f, err := bpfsys.ParseTCRecord(rec); err == nil && c != self && !seen[c] && f.Name == resetProg {
+			gone = append(gone, rec)
+		}
+	}
+	tx.OnCommit(func() error { return s.detachFilters(gone) })
+	pruned = append(pruned, gone...)
 	pins, err := bpfsys.PinnedLinks(s.dir)
 	if err != nil {
 		return nil, nil, denied, err

@@ -1,0 +1,409 @@
+package bpfsys
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Legacy tc. A kernel without tcx links (before Linux 6.6) runs a sched_cls
+// program as a cls_bpf filter in direct-action mode under the device's
+// clsact qdisc. A tcx program's TCX_NEXT (-1) is TC_ACT_UNSPEC there: the
+// next filter, then the stack, as with tcx. Such a filter is held by its
+// device, not by a pin, so the program itself is pinned as the record of
+// it, at <dir>/tc/<netns cookie>/<ifindex>/<program>_<direction>, and
+// <dir>/tc/<cookie>/<ifindex>/clsact records that the qdisc was made for
+// eztunnel (it goes with the last filter). Uninstall, pruning and the lab's
+// sweep detach filters from these records (DetachTCFilters).
+const (
+	TCDir       = "tc"
+	clsactPin   = "clsact"
+	clsactKind  = "clsact"
+	tcTestEnv   = "EZTUNNEL_TEST_LEGACY_TC"
+	legacyProto = unix.ETH_P_ALL
+)
+
+// TCFilter is one legacy tc attachment: a named program at a device's
+// ingress or egress, at a priority (lower runs first).
+type TCFilter struct {
+	Ifindex int
+	Ingress bool
+	Name    string // the program's name: the filter's TCA_BPF_NAME and its handle
+	Prio    uint16
+}
+
+func (f TCFilter) dir() string {
+	if f.Ingress {
+		return "ingress"
+	}
+	return "egress"
+}
+
+func (f TCFilter) parent() uint32 {
+	if f.Ingress {
+		return netlink.HANDLE_MIN_INGRESS
+	}
+	return netlink.HANDLE_MIN_EGRESS
+}
+
+// handle is the filter's handle at its priority: from the program's name,
+// never 0 (0 asks the kernel to choose one).
+func (f TCFilter) handle() uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(f.Name))
+	return h.Sum32() | 1
+}
+
+// TCRecord is the record pin of f under dir (a family's pin directory) for
+// the netns with that cookie.
+func TCRecord(dir string, cookie uint64, f TCFilter) string {
+	return filepath.Join(dir, TCDir, strconv.FormatUint(cookie, 10), strconv.Itoa(f.Ifindex), f.Name+"_"+f.dir())
+}
+
+// ErrDeviceGone: the device of a tc attachment does not exist (any more).
+var ErrDeviceGone = errors.New("device gone")
+
+// UseTCX reports whether tc programs attach as tcx links (Linux 6.6), else
+// as legacy cls_bpf filters. EZTUNNEL_TEST_LEGACY_TC=1 makes it report
+// legacy, so tests prove that path on kernels with tcx (never set it in
+// production).
+func UseTCX() bool {
+	if os.Getenv(tcTestEnv) == "1" {
+		return false
+	}
+	return haveTCX() == nil
+}
+
+var haveTCX = sync.OnceValue(func() error {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.SchedCLS,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()},
+	})
+	if err != nil {
+		return err
+	}
+	defer prog.Close()
+	return TCX(prog)
+})
+
+// TCAttachable checks prog can be attached to a device here: as a tcx link,
+// or else as a legacy tc filter, tried on the loopback of a network
+// namespace made for the trial (on a thread that is then discarded).
+func TCAttachable(prog *ebpf.Program) error {
+	if UseTCX() {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine, and the namespace with it
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("legacy tc trial: new network namespace: %w", err)
+			return
+		}
+		lo, err := netlink.LinkByIndex(1)
+		if err == nil {
+			_, err = ensureClsact(lo)
+		}
+		if err == nil {
+			err = netlink.FilterReplace(&netlink.BpfFilter{
+				FilterAttrs: netlink.FilterAttrs{LinkIndex: 1, Parent: netlink.HANDLE_MIN_EGRESS, Handle: 1, Priority: 1, Protocol: legacyProto},
+				Fd:          prog.FD(), Name: "trial", DirectAction: true,
+			})
+			if err != nil {
+				err = fmt.Errorf("legacy tc filter (module cls_bpf; no tcx links before Linux 6.6): %w", err)
+			}
+		}
+		done <- err
+	}()
+	return <-done
+}
+
+// TCAttachHow names how tc programs attach here, for a part's report.
+func TCAttachHow() string {
+	if UseTCX() {
+		return "tcx"
+	}
+	return "legacy tc (clsact + cls_bpf: no tcx before Linux 6.6)"
+}
+
+// AttachTCFilter attaches prog as f in the calling thread's netns (cookie:
+// its cookie) and pins prog as its record under dir. A filter of the same
+// name and priority already there gets prog in place (RTM_NEWTFILTER
+// without NLM_F_EXCL: cls_bpf swaps the program, never a moment without
+// one). The device's clsact qdisc is made when missing, and recorded.
+func AttachTCFilter(dir string, cookie uint64, f TCFilter, prog *ebpf.Program) error {
+	rec := TCRecord(dir, cookie, f)
+	lnk, err := netlink.LinkByIndex(f.Ifindex)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return ErrDeviceGone
+		}
+		return fmt.Errorf("device %d: %w", f.Ifindex, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(rec), 0o700); err != nil {
+		return err
+	}
+	made, err := ensureClsact(lnk)
+	if err != nil {
+		return err
+	}
+	if made {
+		if err := pinReplace(prog, filepath.Join(filepath.Dir(rec), clsactPin)); err != nil {
+			return err
+		}
+	}
+	filter := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: f.Ifindex, Parent: f.parent(), Handle: f.handle(),
+			Priority: f.Prio, Protocol: legacyProto},
+		Fd: prog.FD(), Name: f.Name, DirectAction: true,
+	}
+	if err := netlink.FilterReplace(filter); err != nil {
+		if errors.Is(err, unix.ENODEV) {
+			return ErrDeviceGone
+		}
+		return fmt.Errorf("tc filter %s at %s of %s (prio %d): %w", f.Name, f.dir(), lnk.Attrs().Name, f.Prio, err)
+	}
+	return pinReplace(prog, rec)
+}
+
+// ensureClsact makes the device's clsact qdisc when it has none, and says
+// whether it did.
+func ensureClsact(lnk netlink.Link) (bool, error) {
+	qs, err := netlink.QdiscList(lnk)
+	if err != nil {
+		return false, fmt.Errorf("qdiscs of %s: %w", lnk.Attrs().Name, err)
+	}
+	for _, q := range qs {
+		if q.Type() == clsactKind {
+			return false, nil
+		}
+	}
+	q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: lnk.Attrs().Index,
+		Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: clsactKind}
+	if err := netlink.QdiscAdd(q); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return false, nil
+		}
+		return false, fmt.Errorf("add a clsact qdisc to %s (module sch_ingress): %w", lnk.Attrs().Name, err)
+	}
+	return true, nil
+}
+
+// pinReplace pins prog at pin, replacing what is pinned there (a new pin
+// renamed over the old: the record never goes missing).
+func pinReplace(prog *ebpf.Program, pin string) error {
+	tmp := pin + "_next" // bpffs refuses dots in names (EPERM)
+	os.Remove(tmp)
+	// A clone: Pin of a program pinned elsewhere moves that pin.
+	c, err := prog.Clone()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.Pin(tmp); err != nil {
+		return fmt.Errorf("pin %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, pin); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("pin %s: %w", pin, err)
+	}
+	return nil
+}
+
+// findTC returns f's filter in the calling thread's netns (its handle and
+// name, at any priority), or nil.
+func findTC(f TCFilter) (*netlink.BpfFilter, error) {
+	lnk, err := netlink.LinkByIndex(f.Ifindex)
+	if err != nil {
+		return nil, nil
+	}
+	fs, err := netlink.FilterList(lnk, f.parent())
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil, nil // no clsact
+		}
+		return nil, fmt.Errorf("tc filters of %s: %w", lnk.Attrs().Name, err)
+	}
+	for _, x := range fs {
+		if b, ok := x.(*netlink.BpfFilter); ok && b.Handle == f.handle() && b.Name == f.Name {
+			return b, nil
+		}
+	}
+	return nil, nil
+}
+
+// TCFilterPresent reports whether f is attached in the calling thread's
+// netns.
+func TCFilterPresent(f TCFilter) (bool, error) {
+	b, err := findTC(f)
+	return b != nil, err
+}
+
+// TCRecords lists the records of legacy tc filters under dir (a family's pin
+// directory), in lexical order.
+func TCRecords(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(filepath.Join(dir, TCDir), func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && path == filepath.Join(dir, TCDir) {
+			return fs.SkipDir
+		}
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && d.Name() != clsactPin && !strings.HasSuffix(d.Name(), "_next") {
+			out = append(out, path)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ParseTCRecord reads the netns cookie and the filter from a record path.
+func ParseTCRecord(rec string) (cookie uint64, f TCFilter, err error) {
+	name := filepath.Base(rec)
+	ifx, err1 := strconv.Atoi(filepath.Base(filepath.Dir(rec)))
+	cookie, err2 := strconv.ParseUint(filepath.Base(filepath.Dir(filepath.Dir(rec))), 10, 64)
+	i := strings.LastIndexByte(name, '_')
+	if err1 != nil || err2 != nil || i <= 0 || (name[i+1:] != "ingress" && name[i+1:] != "egress") {
+		return 0, TCFilter{}, fmt.Errorf("not a tc filter record: %s", rec)
+	}
+	return cookie, TCFilter{Ifindex: ifx, Ingress: name[i+1:] == "ingress", Name: name[:i]}, nil
+}
+
+// DetachTCFilter detaches the filter recorded at rec (in whichever network
+// namespace has the recorded cookie; none: it went with its namespace),
+// removes the clsact qdisc with the last filter when eztunnel made it, and
+// removes the record.
+func DetachTCFilter(rec string) error {
+	cookie, f, err := ParseTCRecord(rec)
+	if err != nil {
+		return err
+	}
+	err = inNetNSByCookie(cookie, func() error { return detachTC(rec, f) })
+	if errors.Is(err, errNoSuchNetNS) {
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(rec); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	ifDir := filepath.Dir(rec)
+	if left, _ := os.ReadDir(ifDir); len(left) == 1 && left[0].Name() == clsactPin {
+		os.Remove(filepath.Join(ifDir, clsactPin))
+	}
+	os.Remove(ifDir)
+	os.Remove(filepath.Dir(ifDir))
+	return nil
+}
+
+func detachTC(rec string, f TCFilter) error {
+	lnk, err := netlink.LinkByIndex(f.Ifindex)
+	if err != nil {
+		return nil // the device went, and its filters with it
+	}
+	if b, err := findTC(f); err != nil {
+		return err
+	} else if b != nil {
+		if err := netlink.FilterDel(b); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("delete tc filter %s at %s of %s: %w", f.Name, f.dir(), lnk.Attrs().Name, err)
+		}
+	}
+	ifDir := filepath.Dir(rec)
+	if !Exists(filepath.Join(ifDir, clsactPin)) {
+		return nil
+	}
+	if others, _ := os.ReadDir(ifDir); len(others) > 2 {
+		return nil // another of our filters stays on the device
+	}
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		if fs, err := netlink.FilterList(lnk, parent); err == nil && len(fs) > 0 {
+			return nil // someone else's filters: the qdisc stays
+		}
+	}
+	q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: f.Ifindex,
+		Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: clsactKind}
+	if err := netlink.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("delete the clsact qdisc of %s: %w", lnk.Attrs().Name, err)
+	}
+	return nil
+}
+
+// DetachTCFilters detaches every legacy tc filter recorded under dir and
+// removes the records.
+func DetachTCFilters(dir string) error {
+	recs, err := TCRecords(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, rec := range recs {
+		errs = append(errs, DetachTCFilter(rec))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return os.RemoveAll(filepath.Join(dir, TCDir))
+}
+
+// DetachTCFiltersUnder detaches the legacy tc filters recorded in every
+// pin directory under root (a killed agent's or test's pins, before they
+// are removed).
+func DetachTCFiltersUnder(root string) error {
+	var dirs []string
+	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == TCDir {
+			dirs = append(dirs, filepath.Dir(path))
+			return fs.SkipDir
+		}
+		return nil
+	})
+	var errs []error
+	for _, d := range dirs {
+		errs = append(errs, DetachTCFilters(d))
+	}
+	return errors.Join(errs...)
+}
+
+var errNoSuchNetNS = errors.New("no such network namespace")
+
+// InNetNSCookie runs fn in the network namespace with that cookie: this
+// process's own, or one of NetNamespaces.
+func InNetNSCookie(cookie uint64, fn func() error) error { return inNetNSByCookie(cookie, fn) }
+
+func inNetNSByCookie(cookie uint64, fn func() error) error {
+	if own, err := NetNSCookie(""); err == nil && own == cookie {
+		return fn()
+	}
+	paths, err := NetNamespaces()
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		var c uint64
+		if InNetNSPath(p, func() error {
+			var err error
+			c, err = NetNSCookie("")
+			return err
+		}) != nil || c != cookie {
+			continue
+		}
+		return InNetNSPath(p, fn)
+	}
+	return errNoSuchNetNS
+}
