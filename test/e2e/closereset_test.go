@@ -187,7 +187,7 @@ func closeResetAgent(t *testing.T, name string) {
 			t.Fatal(err)
 		}
 		loPin := resetPin(cfg.Dir(), cookie, 1, "egress")
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		for deadline := time.Now().Add(scaled(30 * time.Second)); ; time.Sleep(200 * time.Millisecond) {
 			if _, err := os.Stat(loPin); err == nil {
 				break
 			}
