@@ -333,7 +333,7 @@ static __always_inline __u32 admitted(struct __sk_buff *skb, const struct ez_flo
 	tuple_sz = ez_ct_tuple(f, &tuple);
 	opts.netns_id = BPF_F_CURRENT_NETNS;
 	opts.l4proto = f->proto;
-	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, sizeof(opts));
+	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, EZ_CT_OPTS_SZ);
 	if (!ct)
 		return EZ_BP_C_FB_NO_CONNTRACK;
 	status = ct->status;
@@ -406,7 +406,7 @@ int ez_bypass_admit(struct __sk_buff *skb)
 	tuple_sz = ez_ct_tuple(&f, &tuple);
 	opts.netns_id = BPF_F_CURRENT_NETNS;
 	opts.l4proto = f.proto;
-	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, sizeof(opts));
+	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, EZ_CT_OPTS_SZ);
 	if (!ct)
 		return TCX_NEXT;
 	bit = ez_bp_admit_mark[opts.dir & 1];

@@ -9,6 +9,14 @@
 
 #include "lib/parse.h"
 
+/*
+ * The bpf_ct_opts size passed to every kfunc: 12, the size before ct_zone_id
+ * (nf_conntrack_bpf.c: Linux 6.1 takes only 12; kernels with ct_zone_id,
+ * 6.12 among them, take 12 or 16 and read the zone only from 16). eztunnel
+ * looks up zone 0, so 12 everywhere.
+ */
+#define EZ_CT_OPTS_SZ 12
+
 extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
 					 struct bpf_ct_opts *opts, __u32 opts__sz) __ksym;
 extern void bpf_ct_release(struct nf_conn *ct) __ksym;

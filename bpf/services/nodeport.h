@@ -104,7 +104,7 @@ int ez_svc_nodeport(struct __sk_buff *skb)
 	tsz = ez_ct_tuple(&f, &tuple);
 	opts.netns_id = BPF_F_CURRENT_NETNS;
 	opts.l4proto = f.proto;
-	ct = bpf_skb_ct_lookup(skb, &tuple, tsz, &opts, sizeof(opts));
+	ct = bpf_skb_ct_lookup(skb, &tuple, tsz, &opts, EZ_CT_OPTS_SZ);
 	if (ct) {
 		/* A SYN on the tuple of a closed flow (TIME_WAIT, CLOSE: a client
 		 * reusing its port) reopens it in conntrack, which kills the
@@ -123,7 +123,7 @@ int ez_svc_nodeport(struct __sk_buff *skb)
 		__builtin_memset(&opts, 0, sizeof(opts));
 		opts.netns_id = BPF_F_CURRENT_NETNS;
 		opts.l4proto = f.proto;
-		ct = bpf_skb_ct_lookup(skb, &tuple, tsz, &opts, sizeof(opts));
+		ct = bpf_skb_ct_lookup(skb, &tuple, tsz, &opts, EZ_CT_OPTS_SZ);
 		if (ct) {	/* still there: leave it to the kernel path */
 			bpf_ct_release(ct);
 			count(EZ_SVC_C_NP_CT_FAILED);
@@ -147,7 +147,7 @@ int ez_svc_nodeport(struct __sk_buff *skb)
 	__builtin_memset(&opts, 0, sizeof(opts));
 	opts.netns_id = BPF_F_CURRENT_NETNS;
 	opts.l4proto = f.proto;
-	nct = bpf_skb_ct_alloc(skb, &tuple, tsz, &opts, sizeof(opts));
+	nct = bpf_skb_ct_alloc(skb, &tuple, tsz, &opts, EZ_CT_OPTS_SZ);
 	if (!nct) {
 		count(EZ_SVC_C_NP_CT_FAILED);
 		return TCX_NEXT;

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
@@ -110,8 +112,22 @@ func externalTCPFrom(t *testing.T, ext *multinode.External, port int, to netip.A
 // IPv6. The node's FORWARD rules still decide, the NodePort keeps working
 // while the agent is stopped (pinned), and nothing answers after uninstall
 // (or before the agent ran: nothing listens on the node).
+// TestServicesNodePort runs with tcx where the kernel has it, and with
+// legacy tc filters (the path before Linux 6.6) on every kernel.
 func TestServicesNodePort(t *testing.T) {
-	l := newMultinode(t, multinode.Options{Name: "mnnp", Nodes: 2, Mode: multinode.HostGW})
+	if bpfsys.UseTCX() {
+		t.Run("tcx", func(t *testing.T) { servicesNodePort(t, "mnnp") })
+	} else {
+		t.Log("this kernel has no tcx links: legacy tc only")
+	}
+	t.Run("legacy-tc", func(t *testing.T) {
+		t.Setenv("EZTUNNEL_TEST_LEGACY_TC", "1")
+		servicesNodePort(t, "mnnl")
+	})
+}
+
+func servicesNodePort(t *testing.T, name string) {
+	l := newMultinode(t, multinode.Options{Name: name, Nodes: 2, Mode: multinode.HostGW})
 	n1, n2 := l.Node(1), l.Node(2)
 	a1, b1 := mnPod(t, n1, "a1"), mnPod(t, n2, "b1")
 	for _, p := range []*multinode.Pod{a1, b1} {
@@ -136,7 +152,7 @@ func TestServicesNodePort(t *testing.T) {
 		be(a1, false, 8053), be(b1, false, 8053), be(b1, false, 8081), be(a1, false, 8081), be(a1, false, 8081))
 	svcFile := filepath.Join(t.TempDir(), "services.yaml")
 	writeServices(t, svcFile, file)
-	pin := "/sys/fs/bpf/eztunnel-e2e-mnnp"
+	pin := "/sys/fs/bpf/eztunnel-e2e-" + name
 	uninstall := func() {
 		var out bytes.Buffer
 		cmd := n1.Cmd(context.Background(), bin, "uninstall", "--pin-path", pin, "--drain-timeout", "5s")
@@ -164,6 +180,9 @@ func TestServicesNodePort(t *testing.T) {
 		"--services", "--services-file", svcFile, "--nodeport")
 	mc := nodeClient(n1)
 	before := scrapeWith(t, mc, bpMetricsAddr)
+	if np := partOf(t, statusParts(t, pin).Parts, parts.NodePort); !np.Runs || strings.Contains(np.Via, "legacy tc") == bpfsys.UseTCX() {
+		t.Fatalf("nodeport part %+v, want it running with legacy tc %v", np, !bpfsys.UseTCX())
+	}
 
 	t.Run("cluster", func(t *testing.T) {
 		for _, to := range []netip.AddrPort{node4, node6} {
@@ -281,6 +300,11 @@ func TestServicesNodePort(t *testing.T) {
 		uninstall()
 		if _, err := externalTCP(t, ext, node4, 1000); err == nil {
 			t.Error("after uninstall the NodePort still answers")
+		}
+		if !bpfsys.UseTCX() {
+			if q := clsactQdiscs(t, n1.NetNS, n1.Handle); len(q) > 0 {
+				t.Errorf("after uninstall, clsact qdiscs on %v", q)
+			}
 		}
 	})
 	_ = n2

@@ -111,6 +111,9 @@ type LB struct {
 	netns  func() ([]string, error)
 	// This process's NodePort tcx links, by ifindex.
 	npLinks map[int]link.Link
+	// The NodePort legacy tc filters this process attached (kernels
+	// without tcx), by ifindex: their records.
+	npFilters map[int]string
 
 	// Pods left to their proxy, by cgroup id (proxied.go), and the span
 	// of levels an earlier agent pinned (until the first SetProxied).
@@ -193,16 +196,18 @@ func Load(cfg Config) (_ *LB, err error) {
 }
 
 // programGroups are the load balancer's programs by part: ClusterIP at the
-// socket is required; NodePort (tcx) and the destruction of a removed
+// socket is required; NodePort (tcx, or legacy tc) and the destruction of a removed
 // backend's sockets (bpf_sock_destroy from iter/tcp and iter/udp, Linux 6.5)
 // turn off alone.
-var programGroups = []bpfsys.Group{
-	{Part: parts.ServicesLB, Required: true, Progs: []string{servicesProgEzSvcConnect4, servicesProgEzSvcConnect6,
-		servicesProgEzSvcSendmsg4, servicesProgEzSvcSendmsg6, servicesProgEzSvcRecvmsg4, servicesProgEzSvcRecvmsg6,
-		servicesProgEzSvcGetpeername4, servicesProgEzSvcGetpeername6, servicesProgEzSvcOrigConnect,
-		servicesProgEzSvcOrigRelease, servicesProgEzSvcGetsockopt}, Via: "cgroup connect/sendmsg/recvmsg/getpeername"},
-	{Part: parts.NodePort, Progs: []string{servicesProgEzSvcNodeport}, Via: "tcx ingress + conntrack NAT kfuncs", Attach: bpfsys.TCX},
-	{Part: parts.SocketDestroy, Progs: []string{servicesProgEzSvcDestroyTcp, servicesProgEzSvcDestroyUdp}, Via: "bpf_sock_destroy from iter/tcp, iter/udp"},
+func programGroups() []bpfsys.Group {
+	return []bpfsys.Group{
+		{Part: parts.ServicesLB, Required: true, Progs: []string{servicesProgEzSvcConnect4, servicesProgEzSvcConnect6,
+			servicesProgEzSvcSendmsg4, servicesProgEzSvcSendmsg6, servicesProgEzSvcRecvmsg4, servicesProgEzSvcRecvmsg6,
+			servicesProgEzSvcGetpeername4, servicesProgEzSvcGetpeername6, servicesProgEzSvcOrigConnect,
+			servicesProgEzSvcOrigRelease, servicesProgEzSvcGetsockopt}, Via: "cgroup connect/sendmsg/recvmsg/getpeername"},
+		{Part: parts.NodePort, Progs: []string{servicesProgEzSvcNodeport}, Via: bpfsys.TCAttachHow() + " ingress + conntrack NAT kfuncs", Attach: bpfsys.TCAttachable},
+		{Part: parts.SocketDestroy, Progs: []string{servicesProgEzSvcDestroyTcp, servicesProgEzSvcDestroyUdp}, Via: "bpf_sock_destroy from iter/tcp, iter/udp"},
+	}
 }
 
 // load loads the maps, then each part's programs on its own.
@@ -215,7 +220,7 @@ func (lb *LB) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) erro
 		return fmt.Errorf("services: load maps: %w", err)
 	}
 	defer ps.Close()
-	loaded, err := ps.LoadGroups(programGroups, &lb.parts)
+	loaded, err := ps.LoadGroups(programGroups(), &lb.parts)
 	if err != nil {
 		return fmt.Errorf("services: %w", err)
 	}

@@ -75,6 +75,9 @@ func (lb *LB) SyncNodePortDevices(ifindexes []int) (attached, detached []int, er
 	if lb.npLinks == nil {
 		lb.npLinks = map[int]link.Link{}
 	}
+	if !bpfsys.UseTCX() {
+		return lb.syncNodePortFilters(ifindexes)
+	}
 	var base string
 	if lb.pinDir != "" {
 		cookie, err := bpfsys.NetNSCookie("")
@@ -152,9 +155,79 @@ func (lb *LB) attachNodePort(ifx int, pin string) (link.Link, error) {
 	})
 }
 
+// npPrio: the legacy tc priority of the NodePort program, after
+// ez_close_reset (1) and before what other owners attach at the default
+// priorities (tcx: appended after other owners' programs).
+const npPrio = 2
+
+// syncNodePortFilters is SyncNodePortDevices on a kernel without tcx: the
+// NodePort program as a legacy tc filter at each device's ingress, recorded
+// under the pin directory (needed: the filter outlives the process).
+func (lb *LB) syncNodePortFilters(ifindexes []int) (attached, detached []int, err error) {
+	if lb.pinDir == "" {
+		return nil, nil, errors.New("services: NodePort without a pin directory needs tcx links (Linux 6.6): a legacy tc filter outlives the process")
+	}
+	if lb.objs.EzSvcNodeport == nil {
+		st, _ := lb.parts.Get(parts.NodePort)
+		return nil, nil, fmt.Errorf("services: NodePort is off on this kernel: %s", st.Reason)
+	}
+	if lb.npFilters == nil {
+		lb.npFilters = map[int]string{}
+	}
+	cookie, err := bpfsys.NetNSCookie("")
+	if err != nil {
+		return nil, nil, err
+	}
+	var errs []error
+	for _, ifx := range ifindexes {
+		if _, ok := lb.npFilters[ifx]; ok {
+			continue
+		}
+		f := bpfsys.TCFilter{Ifindex: ifx, Ingress: true, Name: nodePortProg, Prio: npPrio}
+		if err := bpfsys.AttachTCFilter(lb.pinDir, cookie, f, lb.objs.EzSvcNodeport); err != nil {
+			errs = append(errs, fmt.Errorf("services: NodePort on ifindex %d: %w", ifx, err))
+			continue
+		}
+		lb.npFilters[ifx] = bpfsys.TCRecord(lb.pinDir, cookie, f)
+		attached = append(attached, ifx)
+	}
+	// This process's filters and an earlier agent's records for devices
+	// not wanted now.
+	recs, err := bpfsys.TCRecords(lb.pinDir)
+	if err != nil {
+		return attached, nil, errors.Join(append(errs, err)...)
+	}
+	for _, rec := range recs {
+		c, f, err := bpfsys.ParseTCRecord(rec)
+		if err != nil || c != cookie || f.Name != nodePortProg || slices.Contains(ifindexes, f.Ifindex) {
+			continue
+		}
+		if err := bpfsys.DetachTCFilter(rec); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, ok := lb.npFilters[f.Ifindex]; ok {
+			delete(lb.npFilters, f.Ifindex)
+			detached = append(detached, f.Ifindex)
+		}
+	}
+	return attached, detached, errors.Join(errs...)
+}
+
 // unpinNodePorts unpins the NodePort links an earlier agent left in every
-// network namespace (Unpin).
+// network namespace (Unpin), and detaches its legacy tc filters.
 func unpinNodePorts(pinDir string) error {
+	recs, err := bpfsys.TCRecords(pinDir)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if _, f, err := bpfsys.ParseTCRecord(rec); err == nil && f.Name == nodePortProg {
+			if err := bpfsys.DetachTCFilter(rec); err != nil {
+				return err
+			}
+		}
+	}
 	pins, err := bpfsys.PinnedLinks(pinDir)
 	if err != nil {
 		return err
