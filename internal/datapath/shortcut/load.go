@@ -175,7 +175,7 @@ func programGroups(gauge bool) []bpfsys.Group {
 		Via: "cgroup/sock_release + " + bpfsys.TCAttachHow(), Attach: bpfsys.TCAttachable}
 	if gauge {
 		read = bpfsys.Group{Part: parts.ReadAccounting, Required: true, Via: "gauge: the sender reads the receiver's sk_rmem_alloc (no tp_btf/sock_recv_length here)"}
-		reset.Via = "cgroup/sock_release reading the closing socket's sk_rmem_alloc (the gauge) + " + bpfsys.TCAttachHow()
+		reset.Via = "cgroup/sock_release asking the closing socket's psock queue (no counted reads) + " + bpfsys.TCAttachHow()
 	}
 	adopt := bpfsys.Group{Part: parts.Adoption, Progs: []string{shortcutProgEzAdoptScan, shortcutProgEzAdoptStep}, Via: "iter/tcp per network namespace"}
 	// The programs load on older kernels, but there bpf_setsockopt refuses
