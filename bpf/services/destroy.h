@@ -87,4 +87,65 @@ int ez_svc_destroy_udp(struct bpf_iter__udp *ctx)
 	return 0;
 }
 
+/*
+ * Kernels without bpf_sock_destroy (before Linux 6.5): the same choice of
+ * sockets, written to the iterator's reader, which destroys each one with
+ * sock_diag SOCK_DESTROY (CONFIG_INET_DIAG_DESTROY) by address and cookie.
+ */
+static __always_inline void gone_sock_write(struct seq_file *seq, struct sock *sk, __u8 proto)
+{
+	struct ez_svc_gone_sock rec = {};
+
+	rec.cookie = bpf_get_socket_cookie(sk);
+	rec.proto = proto;
+	rec.sport = sk->__sk_common.skc_num;
+	rec.dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	if (sk->__sk_common.skc_family == 2 /* AF_INET */) {
+		__u32 s = sk->__sk_common.skc_rcv_saddr, d = sk->__sk_common.skc_daddr;
+
+		rec.family = 4;
+		rec.src[10] = rec.src[11] = 0xff;
+		rec.dst[10] = rec.dst[11] = 0xff;
+		__builtin_memcpy(&rec.src[12], &s, 4);
+		__builtin_memcpy(&rec.dst[12], &d, 4);
+	} else {
+		rec.family = 6;
+		__builtin_memcpy(rec.src, sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8, 16);
+		__builtin_memcpy(rec.dst, sk->__sk_common.skc_v6_daddr.in6_u.u6_addr8, 16);
+	}
+	bpf_seq_write(seq, &rec, sizeof(rec));
+}
+
+SEC("iter/tcp")
+int ez_svc_gone_tcp(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp || !translated_to_gone((struct sock *)tp, EZ_SVC_GONE_TCP))
+		return 0;
+	gone_sock_write(ctx->meta->seq, (struct sock *)tp, 6 /* IPPROTO_TCP */);
+	return 0;
+}
+
+SEC("iter/udp")
+int ez_svc_gone_udp(struct bpf_iter__udp *ctx)
+{
+	struct udp_sock *up = ctx->udp_sk;
+	struct sock *sk = (struct sock *)up;
+
+	if (!sk || sk->__sk_common.skc_state != 1 /* TCP_ESTABLISHED: connected */)
+		return 0;
+	if (!translated_to_gone(sk, EZ_SVC_GONE_UDP))
+		return 0;
+	gone_sock_write(ctx->meta->seq, sk, 17 /* IPPROTO_UDP */);
+	return 0;
+}
+
+/* Referenced so that BTF, and so bpf2go, carries the record. */
+const struct ez_svc_gone_sock ez_svc_gone_sock_type __attribute__((unused));
+
 #endif

@@ -114,6 +114,21 @@ struct ez_svc_gone_key {
 	__u32 id;	/* ez_svc.id */
 };
 
+/* A socket translated to a backend that left, as ez_svc_gone_tcp/udp
+ * report it (kernels without bpf_sock_destroy: the agent destroys it with
+ * sock_diag SOCK_DESTROY). Addresses as IPv6 (IPv4-mapped for family 4),
+ * ports in host order. */
+struct ez_svc_gone_sock {
+	__u64 cookie;
+	__u8 src[16];
+	__u8 dst[16];
+	__u16 sport;
+	__u16 dport;
+	__u8 family;	/* 4 or 6 */
+	__u8 proto;	/* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad[2];
+};
+
 /* NodePort: a port of the node's addresses (ez_svc_node_addrs) with its
  * backends in slots 0..count-1 of ez_svc_slots under its id, as a
  * frontend's. family 4 or 6. */

@@ -23,6 +23,21 @@ func SumPerCPU(m *ebpf.Map, key uint32) (uint64, error) {
 	return sum, nil
 }
 
+// AddPerCPU adds n to one key of a per-CPU u64 map, in the first CPU's
+// slot: for a counter that user space alone counts while BPF programs do
+// not (a read-modify-write, racing any program that counts it too).
+func AddPerCPU(m *ebpf.Map, key uint32, n uint64) error {
+	var perCPU []uint64
+	if err := m.Lookup(key, &perCPU); err != nil {
+		return err
+	}
+	if len(perCPU) == 0 {
+		return errors.New("per-CPU map without CPUs")
+	}
+	perCPU[0] += n
+	return m.Update(key, perCPU, ebpf.UpdateExist)
+}
+
 // GrowPinnedCounters lets a build with more counters load over a datapath
 // pinned by one with fewer (an upgrade in place): for each named per-CPU
 // counter map of spec pinned in dir with fewer entries than spec declares,

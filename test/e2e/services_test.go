@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/logbuf"
@@ -199,7 +200,17 @@ func startHold(t *testing.T, p *netlab.Pod, thost, tport, uhost, uport string) f
 	}
 }
 
-func TestServices(t *testing.T) {
+func TestServices(t *testing.T) { services(t) }
+
+// TestServicesSockDiag is TestServices with bpf_sock_destroy refused, as on
+// kernels before 6.5: a removed backend's sockets are found by the
+// iterators and destroyed with sock_diag SOCK_DESTROY.
+func TestServicesSockDiag(t *testing.T) {
+	t.Setenv(bpfsys.TestRefuseEnv, "ez_svc_destroy_tcp")
+	services(t)
+}
+
+func services(t *testing.T) {
 	e := newEnv(t, "svc", 93)
 	c := e.pod("c", true)
 	bs := []*netlab.Pod{e.pod("b1", false), e.pod("b2", false), e.pod("b3", false)}
@@ -874,6 +885,11 @@ func TestServices(t *testing.T) {
 			t.Logf("KNOWN KERNEL LIMIT (Linux %s): socket destruction is off: %s", kernelRelease(t), st.Reason)
 			return
 		}
+		st, _ := statusParts(t, pin).Get(parts.SocketDestroy)
+		if diag := strings.Contains(st.Via, "sock_diag"); diag != strings.Contains(os.Getenv(bpfsys.TestRefuseEnv), "ez_svc_destroy_tcp") {
+			t.Fatalf("socket-destroy %+v: sock_diag %v with %s=%q", st, diag, bpfsys.TestRefuseEnv, os.Getenv(bpfsys.TestRefuseEnv))
+		}
+		t.Logf("socket-destroy via %s", st.Via)
 		held := startHold(t, c, vip4, "80", vip4, "53")
 		r := held("translated")
 		if r.TCPError != "" || r.UDPError != "" {

@@ -1,6 +1,8 @@
 package services
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
@@ -78,6 +81,9 @@ func (lb *LB) destroy(gs []gone) {
 // runDestroy runs both iterators once in the caller's network namespace
 // (a socket iterator walks the namespace it is created in).
 func (lb *LB) runDestroy() error {
+	if lb.objs.EzSvcDestroyTcp == nil && lb.objs.EzSvcGoneTcp != nil {
+		return lb.runDestroyDiag()
+	}
 	if lb.objs.EzSvcDestroyTcp == nil {
 		return nil // socket destruction is off on this kernel (lb.parts): the sockets stay until they close
 	}
@@ -99,4 +105,49 @@ func (lb *LB) runDestroy() error {
 		}
 	}
 	return nil
+}
+
+// runDestroyDiag is runDestroy without bpf_sock_destroy (Linux 6.1): the
+// iterators write each socket to destroy (struct ez_svc_gone_sock), and
+// sock_diag destroys it by address and cookie; the destroyed_* counters
+// are counted here.
+func (lb *LB) runDestroyDiag() error {
+	var errs []error
+	for _, p := range []*ebpf.Program{lb.objs.EzSvcGoneTcp, lb.objs.EzSvcGoneUdp} {
+		it, err := link.AttachIter(link.IterOptions{Program: p})
+		if err != nil {
+			return fmt.Errorf("attach iterator: %w", err)
+		}
+		r, err := it.Open()
+		if err != nil {
+			it.Close()
+			return fmt.Errorf("open iterator: %w", err)
+		}
+		raw, err := io.ReadAll(r)
+		r.Close()
+		it.Close()
+		if err != nil {
+			return fmt.Errorf("run iterator: %w", err)
+		}
+		var g servicesEzSvcGoneSock
+		size := binary.Size(g)
+		for len(raw) >= size {
+			if err := binary.Read(bytes.NewReader(raw[:size]), binary.NativeEndian, &g); err != nil {
+				return err
+			}
+			raw = raw[size:]
+			if err := sockDestroy(g); err != nil {
+				if !errors.Is(err, unix.ENOENT) { // closed meanwhile
+					errs = append(errs, fmt.Errorf("destroy socket %d: %w", g.Cookie, err))
+				}
+				continue
+			}
+			c := servicesEzSvcCounterEZ_SVC_C_DESTROYED_TCP
+			if g.Proto == unix.IPPROTO_UDP {
+				c = servicesEzSvcCounterEZ_SVC_C_DESTROYED_UDP
+			}
+			errs = append(errs, bpfsys.AddPerCPU(lb.objs.EzSvcCounters, uint32(c), 1))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -82,6 +82,18 @@ type servicesEzSvcGoneKey struct {
 	Id   uint32
 }
 
+type servicesEzSvcGoneSock struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Src    [16]uint8
+	Dst    [16]uint8
+	Sport  uint16
+	Dport  uint16
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+}
+
 type servicesEzSvcKey struct {
 	_     structs.HostLayout
 	Addr  [16]uint8
@@ -205,6 +217,8 @@ const (
 	servicesProgEzSvcGetpeername4  = "ez_svc_getpeername4"
 	servicesProgEzSvcGetpeername6  = "ez_svc_getpeername6"
 	servicesProgEzSvcGetsockopt    = "ez_svc_getsockopt"
+	servicesProgEzSvcGoneTcp       = "ez_svc_gone_tcp"
+	servicesProgEzSvcGoneUdp       = "ez_svc_gone_udp"
 	servicesProgEzSvcNodeport      = "ez_svc_nodeport"
 	servicesProgEzSvcOrigConnect   = "ez_svc_orig_connect"
 	servicesProgEzSvcOrigRelease   = "ez_svc_orig_release"
@@ -214,6 +228,7 @@ const (
 	servicesProgEzSvcSendmsg6      = "ez_svc_sendmsg6"
 	servicesVarEzSvcCounterEnum    = "ez_svc_counter_enum"
 	servicesVarEzSvcGoneFlagEnum   = "ez_svc_gone_flag_enum"
+	servicesVarEzSvcGoneSockType   = "ez_svc_gone_sock_type"
 	servicesVarEzSvcNpFlagEnum     = "ez_svc_np_flag_enum"
 	servicesVarEzSvcProxyFlagEnum  = "ez_svc_proxy_flag_enum"
 	servicesVarEzSvcProxyLimitEnum = "ez_svc_proxy_limit_enum"
@@ -268,6 +283,8 @@ type servicesProgramSpecs struct {
 	EzSvcGetpeername4 *ebpf.ProgramSpec `ebpf:"ez_svc_getpeername4"`
 	EzSvcGetpeername6 *ebpf.ProgramSpec `ebpf:"ez_svc_getpeername6"`
 	EzSvcGetsockopt   *ebpf.ProgramSpec `ebpf:"ez_svc_getsockopt"`
+	EzSvcGoneTcp      *ebpf.ProgramSpec `ebpf:"ez_svc_gone_tcp"`
+	EzSvcGoneUdp      *ebpf.ProgramSpec `ebpf:"ez_svc_gone_udp"`
 	EzSvcNodeport     *ebpf.ProgramSpec `ebpf:"ez_svc_nodeport"`
 	EzSvcOrigConnect  *ebpf.ProgramSpec `ebpf:"ez_svc_orig_connect"`
 	EzSvcOrigRelease  *ebpf.ProgramSpec `ebpf:"ez_svc_orig_release"`
@@ -302,6 +319,7 @@ type servicesMapSpecs struct {
 type servicesVariableSpecs struct {
 	EzSvcCounterEnum    *ebpf.VariableSpec `ebpf:"ez_svc_counter_enum"`
 	EzSvcGoneFlagEnum   *ebpf.VariableSpec `ebpf:"ez_svc_gone_flag_enum"`
+	EzSvcGoneSockType   *ebpf.VariableSpec `ebpf:"ez_svc_gone_sock_type"`
 	EzSvcNpFlagEnum     *ebpf.VariableSpec `ebpf:"ez_svc_np_flag_enum"`
 	EzSvcProxyFlagEnum  *ebpf.VariableSpec `ebpf:"ez_svc_proxy_flag_enum"`
 	EzSvcProxyLimitEnum *ebpf.VariableSpec `ebpf:"ez_svc_proxy_limit_enum"`
@@ -366,6 +384,7 @@ func (m *servicesMaps) Close() error {
 type servicesVariables struct {
 	EzSvcCounterEnum    *ebpf.Variable `ebpf:"ez_svc_counter_enum"`
 	EzSvcGoneFlagEnum   *ebpf.Variable `ebpf:"ez_svc_gone_flag_enum"`
+	EzSvcGoneSockType   *ebpf.Variable `ebpf:"ez_svc_gone_sock_type"`
 	EzSvcNpFlagEnum     *ebpf.Variable `ebpf:"ez_svc_np_flag_enum"`
 	EzSvcProxyFlagEnum  *ebpf.Variable `ebpf:"ez_svc_proxy_flag_enum"`
 	EzSvcProxyLimitEnum *ebpf.Variable `ebpf:"ez_svc_proxy_limit_enum"`
@@ -382,6 +401,8 @@ type servicesPrograms struct {
 	EzSvcGetpeername4 *ebpf.Program `ebpf:"ez_svc_getpeername4"`
 	EzSvcGetpeername6 *ebpf.Program `ebpf:"ez_svc_getpeername6"`
 	EzSvcGetsockopt   *ebpf.Program `ebpf:"ez_svc_getsockopt"`
+	EzSvcGoneTcp      *ebpf.Program `ebpf:"ez_svc_gone_tcp"`
+	EzSvcGoneUdp      *ebpf.Program `ebpf:"ez_svc_gone_udp"`
 	EzSvcNodeport     *ebpf.Program `ebpf:"ez_svc_nodeport"`
 	EzSvcOrigConnect  *ebpf.Program `ebpf:"ez_svc_orig_connect"`
 	EzSvcOrigRelease  *ebpf.Program `ebpf:"ez_svc_orig_release"`
@@ -400,6 +421,8 @@ func (p *servicesPrograms) Close() error {
 		p.EzSvcGetpeername4,
 		p.EzSvcGetpeername6,
 		p.EzSvcGetsockopt,
+		p.EzSvcGoneTcp,
+		p.EzSvcGoneUdp,
 		p.EzSvcNodeport,
 		p.EzSvcOrigConnect,
 		p.EzSvcOrigRelease,
