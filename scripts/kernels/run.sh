@@ -47,7 +47,7 @@ STEPS=${STEPS:-"preflight e2e rtt extra"}
 # bypass where the kernel has it (TestBypassSameNode). Not
 # TestUninstallUnderTraffic: its readers drain up to 1 GiB of redirected bytes
 # (--max-unread 1 GiB) within a 60 s drain, which TCG's pace cannot.
-E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestSemantics|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestCloseResetAgent'}
+E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestSemantics|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestCloseResetAgent|TestServicesNodePort'}
 # TestServices' subtests that take minutes under TCG are left out (-test.skip):
 # the set keeps ClusterIP TCP and UDP, no backends, pairing through the LB and
 # the destruction of a removed backend's sockets (or its part's reason).

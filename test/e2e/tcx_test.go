@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
@@ -43,8 +44,8 @@ func tcxChains(t *testing.T, netns string, handle func() (*netlink.Handle, error
 		for _, lk := range links {
 			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
 				r, err := link.QueryPrograms(link.QueryOptions{Target: lk.Attrs().Index, Attach: at})
-				if errors.Is(err, ebpf.ErrNotSupported) {
-					continue // no tcx on this kernel
+				if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EINVAL) {
+					continue // no tcx on this kernel (6.1 answers EINVAL)
 				}
 				if err != nil {
 					return fmt.Errorf("query tcx %s on %s: %w", at, lk.Attrs().Name, err)
