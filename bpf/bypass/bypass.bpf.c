@@ -213,6 +213,9 @@ static __always_inline __u32 l3_seg_len(struct __sk_buff *skb, const struct ez_f
 #define EZ_AF_INET 2
 #define EZ_AF_INET6 10
 
+/* fib_forward's answer for a packet it cannot look up exactly. */
+#define EZ_FIB_MARKED 100
+
 /*
  * A forwarding FIB lookup (the input route of a packet arriving on
  * ifindex: ip rules, iif, mark and ports count, as for the forward path)
@@ -249,8 +252,16 @@ static __always_inline long fib_forward(struct __sk_buff *skb, const struct ez_f
 		__builtin_memcpy(fib->ipv6_src, f->saddr, 16);
 		__builtin_memcpy(fib->ipv6_dst, f->daddr, 16);
 	}
-	fib->mark = skb->mark;
-	return bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_MARK);
+	if (bpf_core_field_exists(fib->mark)) {
+		fib->mark = skb->mark;
+		return bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_MARK);
+	}
+	/* Before Linux 6.10 the lookup runs with mark 0 (bpf_ipv4_fib_lookup,
+	 * bpf_ipv6_fib_lookup: flowi_mark = 0), the forward path with the
+	 * packet's: the same route only for an unmarked packet. */
+	if (skb->mark)
+		return EZ_FIB_MARKED;
+	return bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
 }
 
 /* The fallback reason of a FIB result other than SUCCESS and NO_NEIGH. */
@@ -266,6 +277,8 @@ static __always_inline __u32 fib_reason(long rc)
 		return EZ_BP_C_FB_FIB_NOT_FWDED;
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
 		return EZ_BP_C_FB_TOO_BIG;
+	case EZ_FIB_MARKED:
+		return EZ_BP_C_FB_MARK;
 	default:
 		return EZ_BP_C_FB_FIB_OTHER;
 	}

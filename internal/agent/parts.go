@@ -15,7 +15,7 @@ func partsReport(dp *datapath.Datapath, bypassOff string, svc *serviceLB) parts.
 	rep := dp.Parts()
 	rep.Kernel = kernelinfo.Release()
 	if bypassOff == "" {
-		rep.On(parts.Bypass, bypass.Via)
+		rep.On(parts.Bypass, bypass.Via())
 	} else {
 		rep.Off(parts.Bypass, bypassOff)
 	}

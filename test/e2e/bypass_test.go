@@ -139,30 +139,12 @@ func txBytes(t *testing.T, n *multinode.Node, dev string) uint64 {
 }
 
 // tcxPrograms lists the program ids at tcx ingress and egress of every
-// device of n.
+// device of n, and those of legacy tc filters.
 func tcxPrograms(t *testing.T, n *multinode.Node) map[string][]ebpf.ProgramID {
 	t.Helper()
-	ds, err := n.Devices()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string][]ebpf.ProgramID{}
-	err = bpfsys.InNetNS(n.NetNS, func() error {
-		for _, d := range ds {
-			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
-				r, err := link.QueryPrograms(link.QueryOptions{Target: d.Index, Attach: at})
-				if err != nil {
-					return fmt.Errorf("query tcx %s on %s: %w", at, d.Name, err)
-				}
-				for _, p := range r.Programs {
-					out[d.Name] = append(out[d.Name], p.ID)
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, p := range tcxChains(t, n.NetNS, n.Handle) {
+		out[p.Dev] = append(out[p.Dev], p.ID)
 	}
 	return out
 }

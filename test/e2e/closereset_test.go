@@ -16,8 +16,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
-	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
@@ -275,17 +275,6 @@ func closeResetAgent(t *testing.T, name string) {
 		}
 		if on := closeResetTCXIn(t, a.NetNS, a.Handle); len(on) > 0 {
 			t.Errorf("after uninstall, in pod a: %v", on)
-		}
-		if !bpfsys.UseTCX() {
-			// The clsact qdiscs eztunnel made go with its last filter.
-			for _, where := range []struct {
-				netns  string
-				handle func() (*netlink.Handle, error)
-			}{{n.NetNS, n.Handle}, {a.NetNS, a.Handle}} {
-				if q := clsactQdiscs(t, where.netns, where.handle); len(q) > 0 {
-					t.Errorf("after uninstall, clsact qdiscs in %s: %v", where.netns, q)
-				}
-			}
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -301,10 +302,8 @@ func servicesNodePort(t *testing.T, name string) {
 		if _, err := externalTCP(t, ext, node4, 1000); err == nil {
 			t.Error("after uninstall the NodePort still answers")
 		}
-		if !bpfsys.UseTCX() {
-			if q := clsactQdiscs(t, n1.NetNS, n1.Handle); len(q) > 0 {
-				t.Errorf("after uninstall, clsact qdiscs on %v", q)
-			}
+		if on := tcxChains(t, n1.NetNS, n1.Handle); slices.ContainsFunc(on, func(p tcxProg) bool { return p.Name == "ez_svc_nodeport" }) {
+			t.Errorf("after uninstall, the NodePort program is still attached: %+v", on)
 		}
 	})
 	_ = n2

@@ -91,30 +91,3 @@ func tcxChains(t *testing.T, netns string, handle func() (*netlink.Handle, error
 	}
 	return out
 }
-
-// clsactQdiscs lists the devices of the named netns with a clsact qdisc.
-func clsactQdiscs(t *testing.T, netns string, handle func() (*netlink.Handle, error)) []string {
-	t.Helper()
-	h, err := handle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, lk := range links {
-		qs, err := h.QdiscList(lk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, q := range qs {
-			if q.Type() == "clsact" {
-				out = append(out, lk.Attrs().Name)
-			}
-		}
-	}
-	return out
-}

@@ -47,7 +47,8 @@ const (
 	bypassEzBpCounterEZ_BP_C_FB_FIB_OTHER       bypassEzBpCounter = 28
 	bypassEzBpCounterEZ_BP_C_FB_UNKNOWN_DEVICE  bypassEzBpCounter = 29
 	bypassEzBpCounterEZ_BP_C_FB_ROUTE_MISMATCH  bypassEzBpCounter = 30
-	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 31
+	bypassEzBpCounterEZ_BP_C_FB_MARK            bypassEzBpCounter = 31
+	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 32
 )
 
 type bypassEzBpDevKind uint32

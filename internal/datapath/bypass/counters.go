@@ -43,6 +43,7 @@ var counterNames = map[bypassEzBpCounter]string{
 	bypassEzBpCounterEZ_BP_C_FB_FIB_OTHER:       "fallback_fib_other",
 	bypassEzBpCounterEZ_BP_C_FB_UNKNOWN_DEVICE:  "fallback_unknown_device",
 	bypassEzBpCounterEZ_BP_C_FB_ROUTE_MISMATCH:  "fallback_route_mismatch",
+	bypassEzBpCounterEZ_BP_C_FB_MARK:            "fallback_mark",
 }
 
 func counterName(c bypassEzBpCounter) string {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -65,7 +64,7 @@ type Bypass struct {
 // attachment is the tcx ingress program (ez_bypass on a pod veth,
 // ez_bypass_in on an uplink) and egress ez_bypass_admit on one device.
 type attachment struct {
-	links  [2]link.Link
+	links  [2]*bpfsys.TCHook
 	pins   [2]string // "": not pinned
 	uplink bool
 	dev    bypassEzBpDevice // its ez_bp_devices entry
@@ -151,7 +150,7 @@ func loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, objs *
 		// cilium/ebpf names the program; the verifier's last lines follow.
 		return fmt.Errorf("bypass: load: %w", err)
 	}
-	if err := bpfsys.TCX(objs.EzBypass); err != nil {
+	if err := bpfsys.TCAttachable(objs.EzBypass); err != nil {
 		objs.Close()
 		return &UnmetError{"bypass: program ez_bypass: " + err.Error()}
 	}
@@ -159,7 +158,7 @@ func loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, objs *
 }
 
 // Via is how the bypass runs, for the parts report.
-const Via = "tcx redirect_peer / redirect_neigh"
+func Via() string { return bpfsys.TCAttachHow() + " redirect_peer / redirect_neigh" }
 
 // ProbeKernel loads the bypass's programs on trial, unpinned, without the
 // node's conntrack checks: whether this kernel and process can run them
@@ -184,7 +183,7 @@ func Probe() parts.Status {
 		return parts.Status{Part: parts.Bypass, Reason: err.Error()}
 	}
 	b.Close()
-	return parts.Status{Part: parts.Bypass, Runs: true, Via: Via}
+	return parts.Status{Part: parts.Bypass, Runs: true, Via: Via()}
 }
 
 // Check validates cfg and the node's conntrack settings the bypass needs,
@@ -297,19 +296,19 @@ func (b *Bypass) attach(uplink bool, ifindexes []int) error {
 			if err := b.objs.EzBpDevices.Put(uint32(ifx), dev); err != nil {
 				return fmt.Errorf("bypass: %s ifindex %d: %w", what, ifx, err)
 			}
-			var ls [2]link.Link
+			var ls [2]*bpfsys.TCHook
 			var pins [2]string
 			for i, a := range []struct {
-				prog *ebpf.Program
-				at   ebpf.AttachType
-			}{{ingress, ebpf.AttachTCXIngress}, {b.objs.EzBypassAdmit, ebpf.AttachTCXEgress}} {
-				l, pin, err := b.attachOne(ifx, a.prog, a.at)
+				prog    *ebpf.Program
+				ingress bool
+			}{{ingress, true}, {b.objs.EzBypassAdmit, false}} {
+				l, pin, err := b.attachOne(ifx, a.prog, a.ingress)
 				if err != nil {
 					if ls[0] != nil {
-						b.release(ls[0], pins[0], true)
+						b.release(ls[0], true)
 					}
 					b.objs.EzBpDevices.Delete(uint32(ifx))
-					return fmt.Errorf("bypass: tcx %s on %s ifindex %d in netns %q: %w", a.at, what, ifx, b.netns, err)
+					return fmt.Errorf("bypass: %s on %s ifindex %d in netns %q: %w", dirName(a.ingress), what, ifx, b.netns, err)
 				}
 				ls[i], pins[i] = l, pin
 			}
@@ -391,8 +390,8 @@ func (b *Bypass) Detach(ifindex int) error {
 	}
 	delete(b.links, ifindex)
 	var err error
-	for i, l := range a.links {
-		err = errors.Join(err, b.release(l, a.pins[i], true))
+	for _, l := range a.links {
+		err = errors.Join(err, b.release(l, true))
 	}
 	if derr := b.objs.EzBpDevices.Delete(uint32(ifindex)); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
 		err = errors.Join(err, derr)
@@ -513,8 +512,8 @@ func (b *Bypass) handle() (*netlink.Handle, error) {
 func (b *Bypass) Close() error {
 	var errs []error
 	for ifx, a := range b.links {
-		for i, l := range a.links {
-			if err := b.release(l, a.pins[i], false); err != nil {
+		for _, l := range a.links {
+			if err := b.release(l, false); err != nil {
 				errs = append(errs, fmt.Errorf("bypass: ifindex %d: %w", ifx, err))
 			}
 		}

@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
@@ -23,58 +22,41 @@ import (
 // directories: every name here starts with linkPrefix, none of theirs does).
 const linkPrefix = "ez_bypass"
 
-func dirName(at ebpf.AttachType) string {
-	if at == ebpf.AttachTCXIngress {
+func dirName(ingress bool) string {
+	if ingress {
 		return "ingress"
 	}
 	return "egress"
 }
 
-// linkPin is where the link of prog at at on ifx is pinned.
-func (b *Bypass) linkPin(ifx int, prog *ebpf.Program, at ebpf.AttachType) (string, error) {
+// Legacy tc priorities (kernels without tcx): after ez_close_reset (1) and
+// ez_svc_nodeport (2), as tcx appends the bypass after other owners.
+const bypassPrio = 3
+
+// attachOne attaches prog at ingress or egress of ifx, after other owners'
+// programs. With pins, what an earlier agent pinned or recorded there gets
+// prog in place (no moment without the bypass); a defunct tcx link (its
+// device went, the ifindex was reused) is replaced. It returns the hook and
+// its pin or record ("": unpinned).
+func (b *Bypass) attachOne(ifx int, prog *ebpf.Program, ingress bool) (*bpfsys.TCHook, string, error) {
 	info, err := prog.Info()
 	if err != nil {
-		return "", fmt.Errorf("program info: %w", err)
+		return nil, "", fmt.Errorf("program info: %w", err)
 	}
 	if !strings.HasPrefix(info.Name, linkPrefix) {
-		return "", fmt.Errorf("program %q is not the bypass's", info.Name)
+		return nil, "", fmt.Errorf("program %q is not the bypass's", info.Name)
 	}
-	return bpfsys.LinkPin(b.pinDir, bpfsys.KindTCX, strconv.FormatUint(b.cookie, 10), strconv.Itoa(ifx), info.Name+"_"+dirName(at)), nil
+	return bpfsys.AttachTCHook(bpfsys.TCHookOptions{Ifindex: ifx, Ingress: ingress, Program: prog, Name: info.Name,
+		Prio: bypassPrio, Dir: b.pinDir, Cookie: b.cookie})
 }
 
-// attachOne attaches prog at at on ifx, after other owners' programs. With
-// pins, a link an earlier agent pinned there gets prog in place (no moment
-// without the bypass); a defunct one (its device went, the ifindex was
-// reused) is replaced. It returns the link and its pin ("": unpinned).
-func (b *Bypass) attachOne(ifx int, prog *ebpf.Program, at ebpf.AttachType) (link.Link, string, error) {
-	pin := ""
-	if b.pinDir != "" {
-		var err error
-		if pin, err = b.linkPin(ifx, prog, at); err != nil {
-			return nil, "", err
-		}
+// release drops this process's hold on l; with detach it also detaches it
+// (unpinned, or its record removed) and removes its empty directories.
+func (b *Bypass) release(l *bpfsys.TCHook, detach bool) error {
+	if !detach {
+		return l.Close()
 	}
-	l, err := bpfsys.AttachPinned(pin, prog, func(info *link.Info) bool {
-		tcx := info.TCX()
-		return tcx != nil && int(tcx.Ifindex) == ifx && ebpf.AttachType(tcx.AttachType) == at
-	}, func() (link.Link, error) {
-		return link.AttachTCX(link.TCXOptions{Interface: ifx, Program: prog, Attach: at})
-	})
-	return l, pin, err
-}
-
-// release closes this process's handle on l; with detach it also unpins it
-// (detached once nothing holds it) and removes its empty directories.
-func (b *Bypass) release(l link.Link, pin string, detach bool) error {
-	if l == nil {
-		return nil
-	}
-	var err error
-	if detach && pin != "" {
-		err = l.Unpin()
-		removeEmpty(pin)
-	}
-	return errors.Join(err, l.Close())
+	return l.Detach()
 }
 
 // removeEmpty removes the ifindex and netns directories of pin once empty.
@@ -113,6 +95,21 @@ func (b *Bypass) Prune() (pruned []string, err error) {
 		}
 		removeEmpty(pin)
 		pruned = append(pruned, pin)
+	}
+	recs, err := bpfsys.TCRecords(b.pinDir)
+	if err != nil {
+		return pruned, err
+	}
+	for _, rec := range recs {
+		c, f, err := bpfsys.ParseTCRecord(rec)
+		if err != nil || c != b.cookie || !strings.HasPrefix(f.Name, linkPrefix) || mine[rec] {
+			continue
+		}
+		if err := bpfsys.DetachTCFilter(rec); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pruned = append(pruned, rec)
 	}
 	var key uint32
 	var stale []uint32
@@ -167,6 +164,19 @@ func Unpin(pinDir string) (links int, err error) {
 			return links, err
 		}
 		removeEmpty(pin)
+		links++
+	}
+	recs, err := bpfsys.TCRecords(pinDir)
+	if err != nil {
+		return links, err
+	}
+	for _, rec := range recs {
+		if _, f, err := bpfsys.ParseTCRecord(rec); err != nil || !strings.HasPrefix(f.Name, linkPrefix) {
+			continue
+		}
+		if err := bpfsys.DetachTCFilter(rec); err != nil {
+			return links, err
+		}
 		links++
 	}
 	if err := os.RemoveAll(mapDir(pinDir)); err != nil && !errors.Is(err, unix.ENOENT) {
