@@ -8,6 +8,10 @@
  * the first packet of a DST-NATed TCP connection write
  * ez_aliases[client's key] -> the key the server will register.
  * Netfilter programs get no conntrack kfuncs; skb->_nfct is read directly.
+ * Kernels without BPF netfilter links (before 6.4) run the same learning
+ * from tp_btf/net_dev_queue (ez_nat_dev): a forwarded SYN is queued to the
+ * server's veth after POST_ROUTING, with its conntrack entry attached, and
+ * before the server can see it.
  */
 #ifndef EZ_SHORTCUT_NAT_H
 #define EZ_SHORTCUT_NAT_H
@@ -16,6 +20,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
 #include "lib/addr.h"
 #include "lib/parse.h"
 #include "shortcut/key.h"
@@ -47,8 +52,8 @@ static __always_inline bool key_from_ct_tuple(struct ez_conn_key *k, const struc
 	return true;
 }
 
-SEC("netfilter")
-int ez_nat(struct bpf_nf_ctx *ctx)
+/* Learns the alias of skb's connection: its first packet, DST-NATed. */
+static __always_inline void nat_learn(struct sk_buff *skb)
 {
 	struct ez_conn_key wire = {}, post = {};
 	struct nf_conntrack_tuple orig, reply;
@@ -58,40 +63,59 @@ int ez_nat(struct bpf_nf_ctx *ctx)
 	struct nf_conn *ct;
 	long err;
 
-	nfct = ctx->skb->_nfct;
+	nfct = BPF_CORE_READ(skb, _nfct);
 	if ((nfct & ~EZ_NFCT_PTRMASK) != IP_CT_NEW)
-		return EZ_NF_ACCEPT;
+		return;
 	ct = (struct nf_conn *)(nfct & EZ_NFCT_PTRMASK);
 	if (!ct || !(BPF_CORE_READ(ct, status) & IPS_DST_NAT))
-		return EZ_NF_ACCEPT;
+		return;
 	if (bpf_core_read(&orig, sizeof(orig), &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple) ||
 	    bpf_core_read(&reply, sizeof(reply), &ct->tuplehash[IP_CT_DIR_REPLY].tuple))
-		return EZ_NF_ACCEPT;
+		return;
 	if (orig.dst.protonum != EZ_IPPROTO_TCP)
-		return EZ_NF_ACCEPT;
+		return;
 	if (!key_from_ct_tuple(&wire, &orig, false) || !key_from_ct_tuple(&post, &reply, true))
-		return EZ_NF_ACCEPT;
+		return;
 	/* Loopback NAT stays inside one namespace, where the client's egress
 	 * program already sees it. */
 	if (key_needs_netns(&wire) || key_needs_netns(&post))
-		return EZ_NF_ACCEPT;
+		return;
 	alias.created_ns = bpf_ktime_get_ns();
 	alias.target = post;
 	err = bpf_map_update_elem(&ez_aliases, &wire, &alias, BPF_NOEXIST);
 	if (!err) {
 		count(EZ_C_NAT_ALIASES);
-		return EZ_NF_ACCEPT;
+		return;
 	}
 	if (err != -EEXIST) {
 		count_insert_error(err);
-		return EZ_NF_ACCEPT;
+		return;
 	}
 	old = bpf_map_lookup_elem(&ez_aliases, &wire);
 	if (old && !key_equal(&old->target, &post)) {
 		old->created_ns = 0; /* two translations of one client tuple: follow neither */
 		count(EZ_C_FB_AMBIGUOUS);
 	}
+}
+
+SEC("netfilter")
+int ez_nat(struct bpf_nf_ctx *ctx)
+{
+	nat_learn(ctx->skb);
 	return EZ_NF_ACCEPT;
+}
+
+/* The agent's network namespace (set before load): ez_nat_dev learns only
+ * from what its devices transmit, as ez_nat's link sees only its hooks. */
+volatile const __u64 ez_cfg_nat_netns = 0;
+
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(ez_nat_dev, struct sk_buff *skb)
+{
+	if (BPF_CORE_READ(skb, dev, nd_net.net, net_cookie) != ez_cfg_nat_netns)
+		return 0;
+	nat_learn(skb);
+	return 0;
 }
 
 #endif

@@ -119,6 +119,10 @@ type Group struct {
 	// the way the part attaches it (e.g. TCX); a refusal turns the part off
 	// as a refused load does.
 	Attach func(*ebpf.Program) error
+	// Fallback, when set, is tried when the group cannot load: its programs
+	// serve the same part another way (its Part and Required are the
+	// group's). Its Via then names the primary's refusal too.
+	Fallback *Group
 }
 
 // LoadGroups loads each group's programs and records each part in rep:
@@ -131,26 +135,18 @@ func (p *Programs) LoadGroups(groups []Group, rep *parts.Report) (map[string]*eb
 			rep.Off(g.Part, g.Off)
 			continue
 		}
-		var got []*ebpf.Program
-		var gerr error
-		for _, name := range g.Progs {
-			prog, err := p.Load(name, string(g.Part))
-			if err != nil {
-				gerr = err
+		got, gerr := p.loadGroup(g)
+		for fb := g.Fallback; gerr != nil && fb != nil; fb = fb.Fallback {
+			var ferr error
+			alt := *fb
+			alt.Part = g.Part
+			if got, ferr = p.loadGroup(alt); ferr == nil {
+				g.Progs, g.Via, gerr = fb.Progs, fmt.Sprintf("%s (%v)", fb.Via, gerr), nil
 				break
 			}
-			got = append(got, prog)
-		}
-		if gerr == nil && g.Attach != nil {
-			last := g.Progs[len(g.Progs)-1]
-			if err := g.Attach(got[len(got)-1]); err != nil {
-				gerr = fmt.Errorf("program %s (%s): %w", last, g.Part, err)
-			}
+			gerr = fmt.Errorf("%w; and %s: %v", gerr, fb.Via, ferr)
 		}
 		if gerr != nil {
-			for _, prog := range got {
-				prog.Close()
-			}
 			if g.Required {
 				CloseAll(loaded)
 				return nil, gerr
@@ -164,6 +160,33 @@ func (p *Programs) LoadGroups(groups []Group, rep *parts.Report) (map[string]*eb
 		rep.On(g.Part, g.Via)
 	}
 	return loaded, nil
+}
+
+// loadGroup loads g's programs (and checks Attach), or none.
+func (p *Programs) loadGroup(g Group) ([]*ebpf.Program, error) {
+	var got []*ebpf.Program
+	var gerr error
+	for _, name := range g.Progs {
+		prog, err := p.Load(name, string(g.Part))
+		if err != nil {
+			gerr = err
+			break
+		}
+		got = append(got, prog)
+	}
+	if gerr == nil && g.Attach != nil {
+		last := g.Progs[len(g.Progs)-1]
+		if err := g.Attach(got[len(got)-1]); err != nil {
+			gerr = fmt.Errorf("program %s (%s): %w", last, g.Part, err)
+		}
+	}
+	if gerr != nil {
+		for _, prog := range got {
+			prog.Close()
+		}
+		return nil, gerr
+	}
+	return got, nil
 }
 
 // CloseAll closes the programs and empties the map.

@@ -117,7 +117,9 @@ func TestAgentLifecycle(t *testing.T) {
 		if rep.Parts.Runs(parts.CloseReset) {
 			want = append(want, "ez_sock_release")
 		}
-		if rep.Parts.Runs(parts.ShortcutNAT) {
+		if st, _ := rep.Parts.Get(parts.ShortcutNAT); st.Runs && strings.HasPrefix(st.Via, "tp_btf/net_dev_queue") {
+			want = append(want, "links/tracing/ez_nat_dev")
+		} else if st.Runs {
 			want = append(want, "links/netfilter/ez_nat_ipv4", "links/netfilter/ez_nat_ipv6")
 		}
 		if st, _ := rep.Parts.Get(parts.ReadAccounting); st.Via == "tp_btf/sock_recv_length" {

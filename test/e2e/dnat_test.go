@@ -9,9 +9,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
@@ -102,7 +105,17 @@ func (e *env) runStreamCase(t *testing.T, p *netlab.Pod, c streamCase, addr stri
 // netns, which the netfilter program ez_nat (host POST_ROUTING) learns from
 // the host's conntrack; (c) one source ip:port to two destinations at once,
 // with and without NAT.
-func TestDNAT(t *testing.T) {
+func TestDNAT(t *testing.T) { dnat(t) }
+
+// TestDNATDevQueue is TestDNAT with ez_nat refused, as on kernels without
+// BPF netfilter links (before 6.4): ez_nat_dev learns the host's DNAT at
+// tp_btf/net_dev_queue instead.
+func TestDNATDevQueue(t *testing.T) {
+	t.Setenv(bpfsys.TestRefuseEnv, "ez_nat")
+	dnat(t)
+}
+
+func dnat(t *testing.T) {
 	e := newEnv(t, "dnat", 15)
 	a := e.pod("a", true) // client
 	b := e.pod("b", true) // server behind the pod-local VIP
@@ -178,6 +191,15 @@ func TestDNAT(t *testing.T) {
 	for _, accel := range []bool{false, true} {
 		if accel {
 			e.accelerate()
+			// ez_nat where the kernel has BPF netfilter links and nothing
+			// refuses it, else ez_nat_dev.
+			st, _ := e.dp.Parts().Get(parts.ShortcutNAT)
+			dev := strings.HasPrefix(st.Via, "tp_btf/net_dev_queue")
+			want := strings.Contains(os.Getenv(bpfsys.TestRefuseEnv), "ez_nat") || bpfsys.ProgType(ebpf.Netfilter)() != nil
+			if !st.Runs || dev != want {
+				t.Fatalf("shortcut-nat %+v, want it running, by net_dev_queue %v", st, want)
+			}
+			t.Logf("shortcut-nat via %s", st.Via)
 		}
 		for i, nc := range cases {
 			t.Run(fmt.Sprintf("accel=%v/%s", accel, nc.name), func(t *testing.T) {

@@ -117,7 +117,7 @@ func TestParts(t *testing.T) {
 		metricsAddr := freeAddr(t)
 		ready := filepath.Join(t.TempDir(), "ready")
 		refused := map[parts.Name]string{parts.ShortcutNAT: "ez_nat", parts.CloseReset: "ez_close_reset", parts.Adoption: "ez_adopt_step"}
-		var names []string
+		names := []string{"ez_nat_dev"} // shortcut-nat's fallback, refused too
 		for _, n := range refused {
 			names = append(names, n)
 		}

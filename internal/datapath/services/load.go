@@ -3,7 +3,6 @@ package services
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -207,7 +206,11 @@ func programGroups() []bpfsys.Group {
 			servicesProgEzSvcGetpeername4, servicesProgEzSvcGetpeername6, servicesProgEzSvcOrigConnect,
 			servicesProgEzSvcOrigRelease, servicesProgEzSvcGetsockopt}, Via: "cgroup connect/sendmsg/recvmsg/getpeername"},
 		{Part: parts.NodePort, Progs: []string{servicesProgEzSvcNodeport}, Via: bpfsys.TCAttachHow() + " ingress + conntrack NAT kfuncs", Attach: bpfsys.TCAttachable},
-		{Part: parts.SocketDestroy, Progs: []string{servicesProgEzSvcDestroyTcp, servicesProgEzSvcDestroyUdp}, Via: "bpf_sock_destroy from iter/tcp, iter/udp"},
+		{Part: parts.SocketDestroy, Progs: []string{servicesProgEzSvcDestroyTcp, servicesProgEzSvcDestroyUdp}, Via: "bpf_sock_destroy from iter/tcp, iter/udp",
+			// Without the kfunc (Linux 6.5): the iterators only find the
+			// sockets, sock_diag destroys them (destroy.go).
+			Fallback: &bpfsys.Group{Progs: []string{servicesProgEzSvcGoneTcp, servicesProgEzSvcGoneUdp},
+				Via: "iter/tcp, iter/udp find the sockets, sock_diag SOCK_DESTROY destroys them"}},
 	}
 }
 
@@ -224,20 +227,6 @@ func (lb *LB) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) erro
 	loaded, err := ps.LoadGroups(programGroups(), &lb.parts)
 	if err != nil {
 		return fmt.Errorf("services: %w", err)
-	}
-	if st, _ := lb.parts.Get(parts.SocketDestroy); !st.Runs {
-		// Without bpf_sock_destroy (Linux 6.5): the iterators only find
-		// the sockets, sock_diag destroys them (destroy.go).
-		var fb parts.Report
-		more, _ := ps.LoadGroups([]bpfsys.Group{{Part: parts.SocketDestroy, Progs: []string{servicesProgEzSvcGoneTcp, servicesProgEzSvcGoneUdp},
-			Via: "iter/tcp, iter/udp find the sockets, sock_diag SOCK_DESTROY destroys them (bpf_sock_destroy: " + st.Reason + ")"}}, &fb)
-		if fb.Runs(parts.SocketDestroy) {
-			lb.parts.Merge(fb)
-			maps.Copy(loaded, more)
-		} else {
-			fs, _ := fb.Get(parts.SocketDestroy)
-			lb.parts.Off(parts.SocketDestroy, st.Reason+"; and the sock_diag fallback: "+fs.Reason)
-		}
 	}
 	if err := ps.Coll.Assign(&lb.objs.servicesMaps); err != nil {
 		bpfsys.CloseAll(loaded)

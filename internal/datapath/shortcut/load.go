@@ -141,6 +141,14 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 			return nil, fmt.Errorf("datapath: %w", err)
 		}
 	}
+	// ez_nat_dev learns from this namespace's devices (bpf/shortcut/nat.h).
+	netns, err := bpfsys.NetNSCookie("")
+	if err != nil {
+		return nil, fmt.Errorf("datapath: %w", err)
+	}
+	if err := specs.EzCfgNatNetns.Set(netns); err != nil {
+		return nil, fmt.Errorf("datapath: %w", err)
+	}
 	// Selection rule maps are left unpinned: every load writes its own.
 	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl, specs.EzUnreads, specs.EzCgroups,
 		specs.EzAdopts, specs.EzAdoptSocks, specs.EzAdoptHooks, specs.EzAdoptCounters, specs.EzResets, specs.EzResetCounters, specs.EzRxSocks} {
@@ -190,7 +198,9 @@ func programGroups(gauge bool) []bpfsys.Group {
 		read,
 		{Part: parts.Release, Required: true, Progs: []string{shortcutProgEzReleaseSwitched, shortcutProgEzRelease},
 			Via: "tc programs run by BPF_PROG_TEST_RUN"},
-		{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzNat}, Via: "netfilter link at POST_ROUTING"},
+		{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzNat}, Via: "netfilter link at POST_ROUTING",
+			// No BPF netfilter links before Linux 6.4 (bpf/shortcut/nat.h).
+			Fallback: &bpfsys.Group{Progs: []string{shortcutProgEzNatDev}, Via: "tp_btf/net_dev_queue of the node's devices"}},
 		reset,
 		adopt,
 		{Part: parts.Connections, Progs: []string{shortcutProgEzConns}, Via: "iter/tcp per network namespace"},

@@ -32,6 +32,9 @@ var natFamilies = []struct {
 // kept on rollback. Meanwhile both run: the second finds the alias the first
 // wrote (BPF_NOEXIST) with the same target and changes nothing.
 func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
+	if s.objs.EzNat == nil && s.objs.EzNatDev != nil {
+		return s.attachNATDev(tx)
+	}
 	if s.objs.EzNat == nil {
 		return nil // pairing under NAT is off on this kernel (s.parts): NAT-ed connections stay on the kernel path
 	}
@@ -120,6 +123,37 @@ func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
 		return err
 	}
 	tx.OnCommit(func() error { return setOwner(s.instance) })
+	// Renaming over the old pin drops it; closing old detaches it.
+	tx.OnCommit(func() error { return os.Rename(next, pin) })
+	return nil
+}
+
+// attachNATDev attaches ez_nat_dev to tp_btf/net_dev_queue, where the
+// kernel has no BPF netfilter links. Over an earlier install the new link
+// runs next to the pinned one until commit (both write the same aliases,
+// BPF_NOEXIST), then the old one is detached.
+func (s *Shortcut) attachNATDev(tx *bpfsys.Tx) error {
+	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, "ez_nat_dev")
+	old, err := link.LoadPinnedLink(pin, nil)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("open pinned link %s: %w", pin, err)
+	}
+	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.EzNatDev})
+	if err != nil {
+		if old != nil {
+			old.Close()
+		}
+		return fmt.Errorf("attach ez_nat_dev to tp_btf/net_dev_queue: %w", err)
+	}
+	s.links = append(s.links, l)
+	if old == nil {
+		return tx.PinLink(l, pin)
+	}
+	tx.OnDone(old.Close)
+	next := pin + "_next"
+	if err := tx.PinLink(l, next); err != nil {
+		return err
+	}
 	// Renaming over the old pin drops it; closing old detaches it.
 	tx.OnCommit(func() error { return os.Rename(next, pin) })
 	return nil

@@ -328,6 +328,7 @@ const (
 	shortcutProgEzEgress           = "ez_egress"
 	shortcutProgEzMsg              = "ez_msg"
 	shortcutProgEzNat              = "ez_nat"
+	shortcutProgEzNatDev           = "ez_nat_dev"
 	shortcutProgEzRecv             = "ez_recv"
 	shortcutProgEzRelease          = "ez_release"
 	shortcutProgEzReleaseSwitched  = "ez_release_switched"
@@ -342,6 +343,7 @@ const (
 	shortcutVarEzCfgFlags          = "ez_cfg_flags"
 	shortcutVarEzCfgInstance       = "ez_cfg_instance"
 	shortcutVarEzCfgMaxUnread      = "ez_cfg_max_unread"
+	shortcutVarEzCfgNatNetns       = "ez_cfg_nat_netns"
 	shortcutVarEzConnRecordType    = "ez_conn_record_type"
 	shortcutVarEzControlEnum       = "ez_control_enum"
 	shortcutVarEzCounterEnum       = "ez_counter_enum"
@@ -403,6 +405,7 @@ type shortcutProgramSpecs struct {
 	EzEgress          *ebpf.ProgramSpec `ebpf:"ez_egress"`
 	EzMsg             *ebpf.ProgramSpec `ebpf:"ez_msg"`
 	EzNat             *ebpf.ProgramSpec `ebpf:"ez_nat"`
+	EzNatDev          *ebpf.ProgramSpec `ebpf:"ez_nat_dev"`
 	EzRecv            *ebpf.ProgramSpec `ebpf:"ez_recv"`
 	EzRelease         *ebpf.ProgramSpec `ebpf:"ez_release"`
 	EzReleaseSwitched *ebpf.ProgramSpec `ebpf:"ez_release_switched"`
@@ -447,6 +450,7 @@ type shortcutVariableSpecs struct {
 	EzCfgFlags          *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
 	EzCfgInstance       *ebpf.VariableSpec `ebpf:"ez_cfg_instance"`
 	EzCfgMaxUnread      *ebpf.VariableSpec `ebpf:"ez_cfg_max_unread"`
+	EzCfgNatNetns       *ebpf.VariableSpec `ebpf:"ez_cfg_nat_netns"`
 	EzConnRecordType    *ebpf.VariableSpec `ebpf:"ez_conn_record_type"`
 	EzControlEnum       *ebpf.VariableSpec `ebpf:"ez_control_enum"`
 	EzCounterEnum       *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
@@ -535,6 +539,7 @@ type shortcutVariables struct {
 	EzCfgFlags          *ebpf.Variable `ebpf:"ez_cfg_flags"`
 	EzCfgInstance       *ebpf.Variable `ebpf:"ez_cfg_instance"`
 	EzCfgMaxUnread      *ebpf.Variable `ebpf:"ez_cfg_max_unread"`
+	EzCfgNatNetns       *ebpf.Variable `ebpf:"ez_cfg_nat_netns"`
 	EzConnRecordType    *ebpf.Variable `ebpf:"ez_conn_record_type"`
 	EzControlEnum       *ebpf.Variable `ebpf:"ez_control_enum"`
 	EzCounterEnum       *ebpf.Variable `ebpf:"ez_counter_enum"`
@@ -558,6 +563,7 @@ type shortcutPrograms struct {
 	EzEgress          *ebpf.Program `ebpf:"ez_egress"`
 	EzMsg             *ebpf.Program `ebpf:"ez_msg"`
 	EzNat             *ebpf.Program `ebpf:"ez_nat"`
+	EzNatDev          *ebpf.Program `ebpf:"ez_nat_dev"`
 	EzRecv            *ebpf.Program `ebpf:"ez_recv"`
 	EzRelease         *ebpf.Program `ebpf:"ez_release"`
 	EzReleaseSwitched *ebpf.Program `ebpf:"ez_release_switched"`
@@ -574,6 +580,7 @@ func (p *shortcutPrograms) Close() error {
 		p.EzEgress,
 		p.EzMsg,
 		p.EzNat,
+		p.EzNatDev,
 		p.EzRecv,
 		p.EzRelease,
 		p.EzReleaseSwitched,
