@@ -18,7 +18,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -178,9 +177,11 @@ func foreignCounter(t *testing.T, n *multinode.Node, ifindex int) (*ebpf.Map, eb
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { prog.Close() })
-	var l link.Link
+	// A tcx link, or where the kernel has none a legacy tc filter ahead of
+	// the bypass's (priority 1): another owner's either way.
+	var l *bpfsys.TCHook
 	if err := bpfsys.InNetNS(n.NetNS, func() (err error) {
-		l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
+		l, _, err = bpfsys.AttachTCHook(bpfsys.TCHookOptions{Ifindex: ifindex, Ingress: true, Program: prog, Name: "foreign", Prio: 1})
 		return err
 	}); err != nil {
 		t.Fatal(err)
