@@ -44,10 +44,12 @@ STEPS=${STEPS:-"preflight e2e rtt extra"}
 # (TestAgentLifecycle, TestParts), EOF and RST on close against plain TCP
 # (TestSemantics), the stuck-receiver bound counted and gauged
 # (TestBackpressureStuckReader), a Service through the LB (TestServices), the
-# bypass where the kernel has it (TestBypassSameNode). Not
+# bypass where the kernel has it (TestBypassSameNode), the RST on close as
+# the agent runs it (TestCloseResetAgent), NodePort (TestServicesNodePort),
+# pairing under the node's DNAT (TestDNAT). Not
 # TestUninstallUnderTraffic: its readers drain up to 1 GiB of redirected bytes
 # (--max-unread 1 GiB) within a 60 s drain, which TCG's pace cannot.
-E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestSemantics|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestCloseResetAgent|TestServicesNodePort'}
+E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestSemantics|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestCloseResetAgent|TestServicesNodePort|TestDNAT$'}
 # TestServices' subtests that take minutes under TCG are left out (-test.skip):
 # the set keeps ClusterIP TCP and UDP, no backends, pairing through the LB and
 # the destruction of a removed backend's sockets (or its part's reason).
