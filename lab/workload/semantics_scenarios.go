@@ -560,6 +560,31 @@ func sendUntilEAGAIN(c *pconn, limit int, fill func(b []byte, off int)) (int, st
 	return sent, "limit"
 }
 
+// sendUntilStuck is sendUntilEAGAIN until EAGAIN holds: after a settle a
+// send still gets EAGAIN. On a slow machine (qemu TCG) the receiving
+// kernel may still be taking in queued segments when the first EAGAIN
+// comes, so plain TCP's send buffer drains and the socket turns writable
+// again; the scenario is about a connection stuck for good.
+func sendUntilStuck(c *pconn, limit int, fill func(b []byte, off int)) (int, string) {
+	sent := 0
+	for range 50 {
+		n, until := sendUntilEAGAIN(c, limit-sent, func(b []byte, off int) {
+			if fill != nil {
+				fill(b, sent+off)
+			}
+		})
+		sent += n
+		if until != "EAGAIN" {
+			return sent, until
+		}
+		time.Sleep(2 * settle)
+		if c.poll(unix.POLLOUT, 0)&unix.POLLOUT == 0 {
+			return sent, until
+		}
+	}
+	return sent, "EAGAIN"
+}
+
 // requestDrain tells the probe server, on a second connection, to start
 // reading connection c.
 func requestDrain(c *pconn) error {
@@ -601,7 +626,7 @@ func stuckNonblockClient(c *pconn, o Observation) error {
 	}
 	// The count differs legitimately (the shortcut's bound plus the
 	// kernel's buffers); reaching EAGAIN, and what poll says then, is compared.
-	sent, until := sendUntilEAGAIN(c, 256<<20, fillStream)
+	sent, until := sendUntilStuck(c, 256<<20, fillStream)
 	o["1_send_until"] = until
 	o["2_poll"] = pollNames(c.poll(unix.POLLOUT, 0))
 	n, err := epollOut(c.fd, false, 0)
