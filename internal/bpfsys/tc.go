@@ -89,6 +89,10 @@ func UseTCX() bool {
 	return haveTCX() == nil
 }
 
+// KernelHasTCX reports whether the kernel has tcx links, whatever
+// EZTUNNEL_TEST_LEGACY_TC says.
+func KernelHasTCX() bool { return haveTCX() == nil }
+
 var haveTCX = sync.OnceValue(func() error {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:         ebpf.SchedCLS,
