@@ -88,23 +88,31 @@ func (lb *LB) runDestroy() error {
 		return nil // socket destruction is off on this kernel (lb.parts): the sockets stay until they close
 	}
 	for _, p := range []*ebpf.Program{lb.objs.EzSvcDestroyTcp, lb.objs.EzSvcDestroyUdp} {
-		it, err := link.AttachIter(link.IterOptions{Program: p})
-		if err != nil {
-			return fmt.Errorf("attach iterator: %w", err)
-		}
-		r, err := it.Open()
-		if err != nil {
-			it.Close()
-			return fmt.Errorf("open iterator: %w", err)
-		}
-		_, err = io.Copy(io.Discard, r)
-		r.Close()
-		it.Close()
-		if err != nil {
-			return fmt.Errorf("run iterator: %w", err)
+		if _, err := runIter(p); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// runIter runs a socket iterator once in the caller's network namespace
+// and returns what it wrote.
+func runIter(p *ebpf.Program) ([]byte, error) {
+	it, err := link.AttachIter(link.IterOptions{Program: p})
+	if err != nil {
+		return nil, fmt.Errorf("attach iterator: %w", err)
+	}
+	defer it.Close()
+	r, err := it.Open()
+	if err != nil {
+		return nil, fmt.Errorf("open iterator: %w", err)
+	}
+	defer r.Close()
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("run iterator: %w", err)
+	}
+	return raw, nil
 }
 
 // runDestroyDiag is runDestroy without bpf_sock_destroy (Linux 6.1): the
@@ -114,20 +122,9 @@ func (lb *LB) runDestroy() error {
 func (lb *LB) runDestroyDiag() error {
 	var errs []error
 	for _, p := range []*ebpf.Program{lb.objs.EzSvcGoneTcp, lb.objs.EzSvcGoneUdp} {
-		it, err := link.AttachIter(link.IterOptions{Program: p})
+		raw, err := runIter(p)
 		if err != nil {
-			return fmt.Errorf("attach iterator: %w", err)
-		}
-		r, err := it.Open()
-		if err != nil {
-			it.Close()
-			return fmt.Errorf("open iterator: %w", err)
-		}
-		raw, err := io.ReadAll(r)
-		r.Close()
-		it.Close()
-		if err != nil {
-			return fmt.Errorf("run iterator: %w", err)
+			return err
 		}
 		var g servicesEzSvcGoneSock
 		size := binary.Size(g)

@@ -57,19 +57,9 @@ func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
 			return fmt.Errorf("attach netfilter %s POST_ROUTING: %w", f.name, err)
 		}
 		s.links = append(s.links, l)
-		if old == nil {
-			if err := tx.PinLink(l, pin); err != nil {
-				return err
-			}
-			continue
-		}
-		tx.OnDone(old.Close)
-		next := pin + "_next"
-		if err := tx.PinLink(l, next); err != nil {
+		if err := pinOver(tx, l, old, pin); err != nil {
 			return err
 		}
-		// Renaming over the old pin drops it; closing old detaches it.
-		tx.OnCommit(func() error { return os.Rename(next, pin) })
 	}
 	return nil
 }
@@ -114,18 +104,10 @@ func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
 		return fmt.Errorf("attach ez_recv to tp_btf/sock_recv_length: %w", err)
 	}
 	s.links = append(s.links, l)
-	if old == nil {
-		return tx.PinLink(l, pin)
+	if old != nil {
+		tx.OnCommit(func() error { return setOwner(s.instance) })
 	}
-	tx.OnDone(old.Close)
-	next := pin + "_next"
-	if err := tx.PinLink(l, next); err != nil {
-		return err
-	}
-	tx.OnCommit(func() error { return setOwner(s.instance) })
-	// Renaming over the old pin drops it; closing old detaches it.
-	tx.OnCommit(func() error { return os.Rename(next, pin) })
-	return nil
+	return pinOver(tx, l, old, pin)
 }
 
 // attachNATDev attaches ez_nat_dev to tp_btf/net_dev_queue, where the
@@ -146,6 +128,14 @@ func (s *Shortcut) attachNATDev(tx *bpfsys.Tx) error {
 		return fmt.Errorf("attach ez_nat_dev to tp_btf/net_dev_queue: %w", err)
 	}
 	s.links = append(s.links, l)
+	return pinOver(tx, l, old, pin)
+}
+
+// pinOver pins l within tx at pin, where old (nil: none) is the link an
+// earlier install pinned and l runs beside until commit: l is pinned at
+// pin_next and renamed over pin on commit, which drops old's pin; old is
+// closed when tx ends, which detaches it unless rollback kept its pin.
+func pinOver(tx *bpfsys.Tx, l, old link.Link, pin string) error {
 	if old == nil {
 		return tx.PinLink(l, pin)
 	}
@@ -154,7 +144,6 @@ func (s *Shortcut) attachNATDev(tx *bpfsys.Tx) error {
 	if err := tx.PinLink(l, next); err != nil {
 		return err
 	}
-	// Renaming over the old pin drops it; closing old detaches it.
 	tx.OnCommit(func() error { return os.Rename(next, pin) })
 	return nil
 }
