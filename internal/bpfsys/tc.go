@@ -243,13 +243,6 @@ func findTC(f TCFilter) (*netlink.BpfFilter, error) {
 	return nil, nil
 }
 
-// TCFilterPresent reports whether f is attached in the calling thread's
-// netns.
-func TCFilterPresent(f TCFilter) (bool, error) {
-	b, err := findTC(f)
-	return b != nil, err
-}
-
 // TCRecords lists the records of legacy tc filters under dir (a family's pin
 // directory), in lexical order.
 func TCRecords(dir string) ([]string, error) {
