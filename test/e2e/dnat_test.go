@@ -225,7 +225,7 @@ func dnat(t *testing.T) {
 		for i, sc := range shared {
 			port++
 			bind := hostport(a.IPv4, port)
-			t.Run(fmt.Sprintf("accel=%v/shared-source/%s", accel, sc.name), func(t *testing.T) {
+			t.Run(fmt.Sprintf("accel=%v-shared-source/%s", accel, sc.name), func(t *testing.T) {
 				var before map[string]uint64
 				if accel {
 					before = e.counters()
