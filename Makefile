@@ -64,7 +64,7 @@ k8s-bin:
 # agent DaemonSet (test/k8s).
 test-k8s:
 	@if [ "$$(id -u)" != 0 ]; then echo "make test-k8s needs root: sudo make test-k8s" >&2; exit 1; fi
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh build lab k8s
 	$(MAKE) k8s-bin
 	$(GO) test -tags k8s -count=1 -timeout 30m -v ./test/k8s
 
@@ -73,7 +73,7 @@ test-k8s:
 # (docs/kubernetes.md). Not part of test-k8s.
 bench-k8s:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-k8s needs root: sudo make bench-k8s" >&2; exit 1; fi
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh build lab k8s
 	$(MAKE) k8s-bin
 	$(GO) test -tags k8s -count=1 -timeout 30m -run '^$$' -bench Pods -benchtime 1x -v ./test/k8s
 
@@ -82,7 +82,7 @@ bench-k8s:
 # 1, 1000, 5000 Services.
 bench-services:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-services needs root: sudo make bench-services" >&2; exit 1; fi
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh build lab k8s bench
 	$(MAKE) build
 	./$(LAB_BIN) bench services --k8s-bin "$$(./tools/kube/build.sh)" --out results/services $(ARGS)
 
@@ -93,7 +93,7 @@ bench-services:
 # docs/kernels.md. Prints kernel | step | exit code | duration.
 test-kernels: $(GENERATED)
 	@if [ "$$(id -u)" != 0 ]; then echo "make test-kernels needs root: sudo make test-kernels" >&2; exit 1; fi
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh build lab test
 	./scripts/kernels/run.sh
 
 # SIGKILL the e2e tests mid-run, rerun them, and check the host is as before.
@@ -117,14 +117,14 @@ test-e2e: build
 # eztunnel in mesh modes none, sidecar and ambient, with its main table.
 demo:
 	@if [ "$$(id -u)" != 0 ]; then echo "make demo needs root: sudo make demo" >&2; exit 1; fi
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh build lab
 	$(MAKE) build
 	./$(LAB_BIN) bench lab --quick
 
 # Two pods, plain TCP vs the shortcut: RTT and 1 GiB FCT (about a minute).
 bench-quick:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-quick needs root: sudo make bench-quick" >&2; exit 1; fi
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh build lab
 	$(MAKE) build
 	./$(LAB_BIN) bench quick
 
@@ -132,7 +132,7 @@ bench-quick:
 # shortcut, same-node and cross-node, host-gw and VXLAN (about 6 minutes).
 bench-bypass:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-bypass needs root: sudo make bench-bypass" >&2; exit 1; fi
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh build lab
 	$(MAKE) build
 	./$(LAB_BIN) bench bypass
 
@@ -142,7 +142,7 @@ bench-bypass:
 # ARGS=--quick: about 2.5).
 bench-mesh-matrix:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-mesh-matrix needs root: sudo make bench-mesh-matrix" >&2; exit 1; fi
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh build lab
 	$(MAKE) build
 	./$(LAB_BIN) bench mesh-matrix $(ARGS)
 
@@ -151,7 +151,7 @@ bench-mesh-matrix:
 # bypass vs bypass + shortcut (docs/tracing.md; about a minute; ARGS=--quick: faster).
 bench-trace-paths:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-trace-paths needs root: sudo make bench-trace-paths" >&2; exit 1; fi
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh build lab
 	$(MAKE) build
 	./$(LAB_BIN) bench trace-paths $(ARGS)
 

@@ -25,7 +25,7 @@ import (
 
 func main() {
 	static := flag.Bool("static", false, "only check the registry against install-deps.sh and Essential")
-	deps := flag.String("install-deps", "scripts/install-deps.sh", "the install script whose pkgs=(...) list is checked")
+	deps := flag.String("install-deps", "scripts/install-deps.sh", "the install script whose pkgs_<group>=(...) lists are checked")
 	flag.Parse()
 	if err := run(*deps, *static); err != nil {
 		fmt.Fprintln(os.Stderr, "depcheck: FAIL:\n"+err.Error())
@@ -33,20 +33,27 @@ func main() {
 	}
 }
 
-var pkgsLine = regexp.MustCompile(`(?m)^pkgs=\(([^)]*)\)`)
+// pkgsLine is one group's package array, pkgs_<group>=(...), comments and
+// line breaks inside allowed.
+var pkgsLine = regexp.MustCompile(`(?m)^pkgs_[a-z0-9]+=\(([^)]*)\)`)
 
 func installed(path string) (map[string]bool, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	m := pkgsLine.FindSubmatch(b)
-	if m == nil {
-		return nil, fmt.Errorf("%s: no pkgs=(...) line", path)
+	ms := pkgsLine.FindAllSubmatch(b, -1)
+	if ms == nil {
+		return nil, fmt.Errorf("%s: no pkgs_<group>=(...) line", path)
 	}
 	out := map[string]bool{}
-	for _, p := range strings.Fields(string(m[1])) {
-		out[p] = true
+	for _, m := range ms {
+		for _, line := range strings.Split(string(m[1]), "\n") {
+			line, _, _ = strings.Cut(line, "#")
+			for _, p := range strings.Fields(line) {
+				out[p] = true
+			}
+		}
 	}
 	return out, nil
 }
