@@ -174,12 +174,17 @@ helm:
 IMAGE_REPO ?= ghcr.io/eztunnel/eztunnel
 IMAGE_TAG  ?= $(VERSION)
 IMAGE      := bin/eztunnel-image.tar
+# The chart's values naming that image by tag and digest (helm -f).
+IMAGE_VALUES := bin/eztunnel-image.values.yaml
 image: $(BIN)
 	@ezimage=$$($(GO) run ./scripts/toolbin ezimage) && \
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $$ezimage --out $(IMAGE) \
 	  --name $(IMAGE_REPO):$(IMAGE_TAG) --file $(BIN):/eztunnel:0755 --entrypoint /eztunnel --platform linux/$$($(GO) env GOARCH) \
 	  --label org.opencontainers.image.source=https://github.com/eztunnel/eztunnel \
-	  --label org.opencontainers.image.version=$(VERSION)
+	  --label org.opencontainers.image.version=$(VERSION) > $(IMAGE).out && cat $(IMAGE).out && \
+	  digest=$$(awk '{print $$3}' $(IMAGE).out) && rm -f $(IMAGE).out && \
+	  printf 'image:\n  repository: %s\n  tag: "%s"\n  digest: %s\n' '$(IMAGE_REPO)' '$(IMAGE_TAG)' "$$digest" > $(IMAGE_VALUES) && \
+	  echo "$(IMAGE_VALUES): helm install ... -f $(IMAGE_VALUES)"
 
 # The chart rendered with its default values into the namespace kube-system,
 # for users without Helm: deploy/manifests/eztunnel.yaml.

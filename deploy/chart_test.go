@@ -279,11 +279,30 @@ func atoi(s string) int { return int(s[0] - '0') }
 func TestChartBadValues(t *testing.T) {
 	for set, want := range map[string]string{
 		"capabilities={CAP_BPF}":    "without CAP_",
-		"capabilities={bpf}":        "upper case",
+		"capabilities={bpf}":        "/capabilities/0",
 		"defaultPolicy=on":          "defaultPolicy",
 		"cgroupDriver=docker":       "cgroupDriver",
 		"cgroup2Path=sys/fs/cgroup": "cgroup2Path",
 		"pinPath=/run/eztunnel":     "pinPath",
+		// values.schema.json: types, ranges and unknown keys.
+		"maxSockets=abc":                  "/maxSockets",
+		"maxSockets=-5":                   "/maxSockets",
+		"maxUnread=1.5":                   "/maxUnread",
+		"imag.tag=x":                      "'imag' not allowed",
+		"metrics.port=70000":              "/metrics/port",
+		"metrics.prt=1":                   "'prt' not allowed",
+		"traffic.includePorts={0}":        "/traffic/includePorts/0",
+		"traffic.excludeCIDRs={10.0.0.0}": "/traffic/excludeCIDRs/0",
+		"log.level=verbose":               "/log/level",
+		"ipv6=maybe":                      "/ipv6",
+		"takeoverTimeout=soon":            "/takeoverTimeout",
+		"image.digest=latest":             "/image/digest",
+		"image.pullPolicy=Sometimes":      "/image/pullPolicy",
+		"bypass=true":                     "/bypass",
+		"services.enabled=yes":            "/services/enabled",
+		"services.nodeport.enabled=true":  "'nodeport' not allowed",
+		"extraArgs={services}":            "/extraArgs/0",
+		"services.nodePort.enabled=true":  "needs services.enabled",
 	} {
 		_, err := helm(t, "template", "eztunnel", chartDir, "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -294,7 +313,8 @@ func TestChartBadValues(t *testing.T) {
 
 // TestChartRBAC: read only, pods and namespaces cluster-wide, the chart's
 // own DaemonSet in its namespace, bound to the agent's ServiceAccount, and
-// nothing else is rendered.
+// nothing else is rendered. Services, EndpointSlices and Nodes only with
+// services.enabled (TestChartServicesRBAC).
 func TestChartRBAC(t *testing.T) {
 	for _, name := range []string{"eztunnel", "custom"} {
 		var docs []obj
@@ -355,6 +375,45 @@ func TestChartRBAC(t *testing.T) {
 	}
 }
 
+// TestChartServicesRBAC: services.enabled adds read access to Services,
+// Nodes and EndpointSlices, and only it; without it none of them is granted.
+func TestChartServicesRBAC(t *testing.T) {
+	granted := func(docs []obj) map[string]bool {
+		out := map[string]bool{}
+		for _, r := range kinds(docs)["ClusterRole"] {
+			for _, rule := range r["rules"].([]any) {
+				for _, g := range strs(get(rule, "apiGroups")) {
+					for _, res := range strs(get(rule, "resources")) {
+						out[g+"/"+res] = true
+						if v := strs(get(rule, "verbs")); !reflect.DeepEqual(v, []string{"get", "list", "watch"}) {
+							t.Errorf("%s/%s verbs %v, want get, list, watch", g, res, v)
+						}
+					}
+				}
+			}
+		}
+		return out
+	}
+	svc := []string{"/services", "/nodes", "discovery.k8s.io/endpointslices"}
+	off := granted(render(t))
+	for _, set := range [][]string{{"services.enabled=true"}, {"services.enabled=true", "services.nodePort.enabled=true"}} {
+		on := granted(render(t, set...))
+		for _, r := range svc {
+			if !on[r] {
+				t.Errorf("%v: %s not granted", set, r)
+			}
+		}
+		if len(on) != len(off)+len(svc) {
+			t.Errorf("%v: granted %v, want %v and %v", set, on, off, svc)
+		}
+	}
+	for _, r := range svc {
+		if off[r] {
+			t.Errorf("services off: %s granted", r)
+		}
+	}
+}
+
 // valueFlags maps each value to a setting and the argument it must become.
 var valueFlags = []struct{ value, set, arg string }{
 	{"defaultPolicy", "defaultPolicy=enabled", "--default-policy=enabled"},
@@ -381,6 +440,12 @@ var valueFlags = []struct{ value, set, arg string }{
 	{"log.level", "log.level=debug", "--log-level=debug"},
 	{"log.format", "log.format=text", "--log-format=text"},
 	{"extraArgs", "extraArgs={--max-pairs=1}", "--max-pairs=1"},
+	{"bypass", "bypass=off", "--bypass=false"},
+	{"bypass", "bypass=on", "--bypass=true"},
+	{"services.enabled", "services.enabled=true", "--services"},
+	{"services.nodePort.enabled", "services.enabled=true,services.nodePort.enabled=true", "--nodeport"},
+	{"services.nodePort.devices", "services.enabled=true,services.nodePort.enabled=true,services.nodePort.devices={eth0,eth1}", "--nodeport-devices=eth0,eth1"},
+	{"services.nodePort.healthCheckAddresses", "services.enabled=true,services.nodePort.enabled=true,services.nodePort.healthCheckAddresses={10.0.0.1}", "--healthcheck-addresses=10.0.0.1"},
 }
 
 // Values that are not agent flags (Kubernetes settings of the pod).
@@ -503,6 +568,15 @@ func sortFlags(args, known map[string]bool) (unknown, pending []string) {
 	sort.Strings(unknown)
 	sort.Strings(pending)
 	return unknown, pending
+}
+
+// image.digest pins the image by content: repository:tag@digest.
+func TestChartDigest(t *testing.T) {
+	d := "sha256:" + strings.Repeat("ab", 32)
+	c := container(t, render(t, "image.repository=registry.local/ez", "image.tag=v1", "image.digest="+d))
+	if img, _ := get(c, "image").(string); img != "registry.local/ez:v1@"+d {
+		t.Fatalf("image %q, want registry.local/ez:v1@%s", img, d)
+	}
 }
 
 // A numeric tag (`--set image.tag=2`, which helm parses as a number) still

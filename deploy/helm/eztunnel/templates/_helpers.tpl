@@ -34,6 +34,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{- define "eztunnel.image" -}}
 {{- printf "%s:%s" .Values.image.repository (toString (default .Chart.AppVersion .Values.image.tag)) }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}
 
 {{/* The agent's arguments, one per line, from the values. */}}
@@ -84,6 +85,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- with .Values.traffic.excludeCIDRs }}
 - --exclude-cidrs={{ join "," . }}
+{{- end }}
+{{- if eq .Values.bypass "on" }}
+- --bypass=true
+{{- else if eq .Values.bypass "off" }}
+- --bypass=false
+{{- end }}
+{{- if .Values.services.enabled }}
+- --services
+{{- end }}
+{{- if .Values.services.nodePort.enabled }}
+- --nodeport
+{{- with .Values.services.nodePort.devices }}
+- --nodeport-devices={{ join "," . }}
+{{- end }}
+{{- with .Values.services.nodePort.healthCheckAddresses }}
+- --healthcheck-addresses={{ join "," . }}
+{{- end }}
 {{- end }}
 - --log-level={{ .Values.log.level }}
 - --log-format={{ .Values.log.format }}
