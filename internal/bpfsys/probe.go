@@ -43,7 +43,9 @@ func Unmet(reqs []Requirement) []string {
 	return missing
 }
 
-// Root checks the process runs as root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN).
+// Root checks the process runs as uid 0. Its capabilities (CAP_BPF,
+// CAP_NET_ADMIN, CAP_PERFMON: SECURITY.md) survive exec only for root without
+// ambient capabilities, and it opens root-owned pins and namespace files.
 func Root() error {
 	if os.Geteuid() != 0 {
 		return errors.New("not running as root")
