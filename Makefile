@@ -2,7 +2,8 @@
 GO        ?= go
 CLANG     ?= clang-19
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -s -w -X main.version=$(VERSION)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN       := bin/eztunnel
 LAB_BIN   := bin/eztunnel-lab
 BPF_SRC   := $(shell find bpf -name '*.c' -o -name '*.h')

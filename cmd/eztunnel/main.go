@@ -9,13 +9,20 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/cli"
 )
 
-// version is set by the Makefile (-ldflags -X main.version=...).
-var version = "dev"
+// version and commit are set by the Makefile (-ldflags -X main.version=...
+// -X main.commit=...); a plain `go build` leaves "dev", and `eztunnel
+// version` then reports the VCS revision Go stamped, if any.
+var (
+	version = "dev"
+	commit  = ""
+)
 
 func main() {
+	agentlock.Version = buildVersion().Version
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "eztunnel:", err)
 		os.Exit(1)
@@ -24,6 +31,6 @@ func main() {
 
 func newRoot() *cobra.Command {
 	return cli.Root("eztunnel", "eBPF data-plane accelerator for node-local TCP",
-		"eBPF data-plane accelerator for node-local TCP.", version,
-		runCmd(), preflightCmd(), statusCmd(), connectionsCmd(), adoptCmd(), uninstallCmd(), servicesCmd(), readyCmd(), cli.TraceCmd(nil))
+		"eBPF data-plane accelerator for node-local TCP.", buildVersion().Version,
+		runCmd(), preflightCmd(), statusCmd(), connectionsCmd(), adoptCmd(), uninstallCmd(), servicesCmd(), readyCmd(), versionCmd(), cli.TraceCmd(nil))
 }

@@ -100,6 +100,9 @@ func Acquire(path, who string, takeover bool, wait time.Duration) (*Lock, error)
 		os.Remove(RequestPath(path))
 		if err := f.Truncate(0); err == nil {
 			rec := fmt.Sprintf("%s\npid %d since %s\n", who, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
+			if Version != "" {
+				rec += versionPrefix + Version + "\n"
+			}
 			if from != "" {
 				rec += tookOverPrefix + from + "\n"
 			}
@@ -246,6 +249,30 @@ func held(path string) error {
 		return fmt.Errorf("%w %s", ErrNoAgent, path)
 	}
 	return nil
+}
+
+// Version is this binary's version, written into the lock file it takes
+// (`eztunnel version` reads the running agent's from there). Set by main.
+var Version string
+
+const versionPrefix = "version "
+
+// HolderVersion is the version of the agent holding the lock at path ("" if
+// it wrote none), or ErrNoAgent when the lock is free.
+func HolderVersion(path string) (string, error) {
+	if err := held(path); err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, versionPrefix); ok {
+			return v, nil
+		}
+	}
+	return "", nil
 }
 
 // ErrNoAgent: nobody holds the lock.

@@ -37,6 +37,22 @@ func CheckSchema(root, schema string) error {
 	return nil
 }
 
+// PinnedSchemas lists the schema directories (v<N>) under root: the
+// datapaths pinned there; none when root does not exist.
+func PinnedSchemas(root string) []string {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "v") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
 // Links are pinned under <dir>/links/<kind>/..., one directory per kind of
 // attachment point, so uninstall and adoption find them by walking.
 const (

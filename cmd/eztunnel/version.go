@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eztunnel/eztunnel/internal/agentlock"
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/cli"
+	"github.com/eztunnel/eztunnel/internal/datapath"
+)
+
+// versionReport is `eztunnel version -o json`.
+type versionReport struct {
+	Version  string `json:"version"`
+	Commit   string `json:"commit,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	Go       string `json:"go"`
+	Platform string `json:"platform"`
+	// Schema is the layout of the pinned maps this binary reads and writes.
+	Schema string `json:"schema"`
+	// Agent is the agent holding the node's lock; nil: none runs.
+	Agent *runningAgent `json:"agent"`
+	Lock  string        `json:"lock"`
+	// PinnedSchemas are the schemas of the datapaths pinned under
+	// --pin-path (none: nothing is pinned).
+	PinnedSchemas []string `json:"pinned_schemas"`
+}
+
+type runningAgent struct {
+	Holder  string `json:"holder"`
+	PID     int    `json:"pid"`
+	Version string `json:"version"` // "" for an agent older than this field
+}
+
+// buildVersion is version as the Makefile set it; for a plain `go build`
+// ("dev") the VCS revision Go stamped, with -dirty for a modified tree.
+func buildVersion() versionReport {
+	r := versionReport{Version: version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, Schema: datapath.Schema}
+	r.Commit = commit
+	if bi, ok := debug.ReadBuildInfo(); ok && r.Commit == "" {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				r.Commit = s.Value
+			case "vcs.modified":
+				r.Modified = s.Value == "true"
+			}
+		}
+	}
+	if r.Version == "dev" && r.Commit != "" {
+		r.Version = "dev-" + r.Commit[:min(12, len(r.Commit))]
+		if r.Modified {
+			r.Version += "-dirty"
+		}
+	}
+	return r
+}
+
+// readVersion is this binary's versionReport with the running agent's (the
+// holder of lockFile, by default the lock of pinRoot) and what is pinned
+// under pinRoot.
+func readVersion(pinRoot, lockFile string) (versionReport, error) {
+	r := buildVersion()
+	r.Lock = lockFile
+	if r.Lock == "" {
+		r.Lock = agentlock.ForPins(pinRoot)
+	}
+	holder, err := agentlock.Holder(r.Lock)
+	switch {
+	case err == nil:
+		a := &runningAgent{Holder: holder}
+		a.PID, _ = agentlock.HolderPID(r.Lock)
+		a.Version, _ = agentlock.HolderVersion(r.Lock)
+		r.Agent = a
+	case errors.Is(err, agentlock.ErrNoAgent):
+	default:
+		return r, fmt.Errorf("lock %s: %w", r.Lock, err)
+	}
+	r.PinnedSchemas = bpfsys.PinnedSchemas(pinRoot)
+	return r, nil
+}
+
+func versionCmd() *cobra.Command {
+	cfg := datapath.DefaultConfig()
+	var output, lockFile string
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print this binary's version, commit, Go version and datapath schema, and the running agent's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.CheckOutput(output); err != nil {
+				return err
+			}
+			r, err := readVersion(cfg.PinRoot, lockFile)
+			if err != nil {
+				return err
+			}
+			return cli.Render(output, r, func() {
+				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(w, "version\t%s\n", r.Version)
+				if r.Commit != "" {
+					fmt.Fprintf(w, "commit\t%s (modified %v)\n", r.Commit, r.Modified)
+				}
+				fmt.Fprintf(w, "go\t%s %s\n", r.Go, r.Platform)
+				fmt.Fprintf(w, "datapath schema\t%s\n", r.Schema)
+				if len(r.PinnedSchemas) > 0 {
+					fmt.Fprintf(w, "pinned\t%s in %s\n", strings.Join(r.PinnedSchemas, ", "), cfg.PinRoot)
+				} else {
+					fmt.Fprintf(w, "pinned\tnothing in %s\n", cfg.PinRoot)
+				}
+				if r.Agent != nil {
+					v := r.Agent.Version
+					if v == "" {
+						v = "unknown (an agent that does not write its version)"
+					}
+					fmt.Fprintf(w, "running agent\t%s: %s, pid %d (lock %s)\n", v, r.Agent.Holder, r.Agent.PID, r.Lock)
+				} else {
+					fmt.Fprintf(w, "running agent\tnone (lock %s free)\n", r.Lock)
+				}
+				w.Flush()
+			})
+		},
+	}
+	cli.OutputFlag(cmd, &output)
+	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
+	cmd.Flags().StringVar(&lockFile, "lock-file", "", "the agent's lock file (default: the one of --pin-path, as `eztunnel run` chooses it)")
+	return cmd
+}
