@@ -1,11 +1,16 @@
 package cli
 
 import (
+	"io"
 	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
+
+// logOutput is where logs go (a test swaps it).
+var logOutput io.Writer = os.Stderr
 
 // Root builds a command tree whose every flag can also be set as
 // EZTUNNEL_<FLAG>, with the global --log-format and --log-level flags.
@@ -23,11 +28,15 @@ func Root(use, short, long, version string, cmds ...*cobra.Command) *cobra.Comma
 			if err := bindOSEnv(cmd.Flags()); err != nil {
 				return err
 			}
-			h, err := logs.handler(os.Stderr)
+			h, err := logs.handler(logOutput)
 			if err != nil {
 				return err
 			}
-			slog.SetDefault(slog.New(h))
+			logger := slog.New(h)
+			slog.SetDefault(logger)
+			// client-go logs through klog: route it into the same handler,
+			// so `kubectl logs` shows one format.
+			klog.SetSlogLogger(logger.With("logger", "client-go"))
 			return nil
 		},
 	}

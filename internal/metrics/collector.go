@@ -17,6 +17,11 @@ const namespace = "eztunnel"
 // eztunnel_fallbacks_total{reason=...}.
 const fallbackPrefix = "fallback_"
 
+// messageFallbacks are the fallback reasons the datapath counts per message,
+// not per connection: eztunnel_fallback_messages_total, so that a sum() of
+// eztunnel_fallbacks_total counts connections only.
+var messageFallbacks = map[string]bool{"peer_gone": true}
+
 // adoptSkipPrefix names the adoption skip counters, exported as one vector.
 const adoptSkipPrefix = "adopt_skipped_"
 
@@ -32,6 +37,7 @@ type Collector struct {
 	version   string
 	counters  map[string]*prometheus.Desc // datapath counter name -> its own metric
 	fallback  *prometheus.Desc
+	fbMsgs    *prometheus.Desc
 	adoptSkip *prometheus.Desc
 	entries   *prometheus.Desc
 	maxEnt    *prometheus.Desc
@@ -40,7 +46,8 @@ type Collector struct {
 }
 
 // NewCollector describes one metric per datapath counter (the fallback_*
-// counters as the reason label of eztunnel_fallbacks_total).
+// counters as the reason label of eztunnel_fallbacks_total, or of
+// eztunnel_fallback_messages_total for messageFallbacks).
 func NewCollector(src Source, version string) *Collector {
 	c := &Collector{
 		src:      src,
@@ -49,7 +56,9 @@ func NewCollector(src Source, version string) *Collector {
 		adoptSkip: prometheus.NewDesc(namespace+"_adopt_skipped_total",
 			"Connections established before the agent that an adoption round left on the kernel path, by reason (counted per round).", []string{"reason"}, nil),
 		fallback: prometheus.NewDesc(namespace+"_fallbacks_total",
-			"Connections (or messages, for peer_gone) left on the kernel path, by reason.", []string{"reason"}, nil),
+			"Connections left on (or moved to) the kernel path, by reason.", []string{"reason"}, nil),
+		fbMsgs: prometheus.NewDesc(namespace+"_fallback_messages_total",
+			"Messages left on the kernel path, by reason (peer_gone: the redirect target had closed).", []string{"reason"}, nil),
 		entries: prometheus.NewDesc(namespace+"_map_entries",
 			"Entries in a datapath map.", []string{"map"}, nil),
 		maxEnt: prometheus.NewDesc(namespace+"_map_max_entries",
@@ -73,7 +82,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.fallback, c.adoptSkip, c.entries, c.maxEnt, c.info, c.up} {
+	for _, d := range []*prometheus.Desc{c.fallback, c.fbMsgs, c.adoptSkip, c.entries, c.maxEnt, c.info, c.up} {
 		ch <- d
 	}
 }
@@ -88,7 +97,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		for name, v := range counters {
 			if reason, ok := strings.CutPrefix(name, fallbackPrefix); ok {
-				ch <- prometheus.MustNewConstMetric(c.fallback, prometheus.CounterValue, float64(v), reason)
+				d := c.fallback
+				if messageFallbacks[reason] {
+					d = c.fbMsgs
+				}
+				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), reason)
 			} else if reason, ok := strings.CutPrefix(name, adoptSkipPrefix); ok {
 				ch <- prometheus.MustNewConstMetric(c.adoptSkip, prometheus.CounterValue, float64(v), reason)
 			} else if d, ok := c.counters[name]; ok {

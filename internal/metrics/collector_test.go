@@ -60,9 +60,11 @@ eztunnel_agent_info{schema="` + datapath.Schema + `",version="v9"} 1
 		t.Error(err)
 	}
 	// Every datapath counter is exported: the fallbacks as one vector.
-	fallbacks, skips, others := 0, 0, 0
+	fallbacks, msgs, skips, others := 0, 0, 0, 0
 	for _, name := range datapath.CounterNames() {
-		if strings.HasPrefix(name, "fallback_") {
+		if name == "fallback_peer_gone" {
+			msgs++
+		} else if strings.HasPrefix(name, "fallback_") {
 			fallbacks++
 		} else if strings.HasPrefix(name, "adopt_skipped_") {
 			skips++
@@ -73,10 +75,14 @@ eztunnel_agent_info{schema="` + datapath.Schema + `",version="v9"} 1
 	if n := testutil.CollectAndCount(c, "eztunnel_fallbacks_total"); n != fallbacks {
 		t.Errorf("%d fallback series, want %d", n, fallbacks)
 	}
+	// Units do not mix: peer_gone counts messages, the others connections.
+	if n := testutil.CollectAndCount(c, "eztunnel_fallback_messages_total"); n != msgs || msgs != 1 {
+		t.Errorf("%d fallback message series, want %d (peer_gone)", n, msgs)
+	}
 	if n := testutil.CollectAndCount(c, "eztunnel_adopt_skipped_total"); n != skips || skips == 0 {
 		t.Errorf("%d adoption skip series, want %d", n, skips)
 	}
-	if n := testutil.CollectAndCount(c); n != others+fallbacks+skips+2*3+2 {
+	if n := testutil.CollectAndCount(c); n != others+fallbacks+msgs+skips+2*3+2 {
 		t.Errorf("%d series in all", n)
 	}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {

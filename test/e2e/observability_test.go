@@ -69,10 +69,17 @@ func TestObservability(t *testing.T) {
 		if v := m["eztunnel_bytes_redirected_total"]; v < float64(c["pairs"]*2<<20) {
 			t.Errorf("eztunnel_bytes_redirected_total = %v, want at least %d (2 MiB per pair)", v, c["pairs"]*2<<20)
 		}
-		for _, reason := range []string{"no_local_peer", "ambiguous", "map_full", "peer_gone", "other"} {
+		for _, reason := range []string{"no_local_peer", "ambiguous", "map_full", "other"} {
 			if _, ok := m[`eztunnel_fallbacks_total{reason="`+reason+`"}`]; !ok {
 				t.Errorf("eztunnel_fallbacks_total{reason=%q} missing", reason)
 			}
+		}
+		// peer_gone counts messages: its own metric, not a connection reason.
+		if _, ok := m[`eztunnel_fallback_messages_total{reason="peer_gone"}`]; !ok {
+			t.Error(`eztunnel_fallback_messages_total{reason="peer_gone"} missing`)
+		}
+		if _, ok := m[`eztunnel_fallbacks_total{reason="peer_gone"}`]; ok {
+			t.Error(`eztunnel_fallbacks_total{reason="peer_gone"}: messages among connections`)
 		}
 		for _, name := range []string{"eztunnel_sockets_enrolled_total", "eztunnel_messages_redirected_total", "eztunnel_handshakes_total",
 			"eztunnel_nat_aliases_total", "eztunnel_sockets_released_total", `eztunnel_map_entries{map="sockets"}`} {
