@@ -11,6 +11,7 @@
 # lib/modules; BIN: the host-built binaries)
 set -uo pipefail
 OUT=$1 KROOT=$2 BIN=$3
+export EZ_BIN=$BIN # for EXTRA steps: the host-built binaries
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 : >"$OUT/results.tsv"
 uname -r >"$OUT/uname"
