@@ -65,7 +65,7 @@ change of the adoption counters over the round.`,
 	cli.OutputFlag(cmd, &output)
 	f := cmd.Flags()
 	f.StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
-	f.StringVar(&lockFile, "lock-file", "", "the running agent's lock file (default: as `eztunnel run`)")
+	f.StringVar(&lockFile, "lock-file", "", "the running agent's lock file (default: as eztunnel run)")
 	f.DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for the agent's round")
 	return cmd
 }

@@ -131,6 +131,6 @@ func versionCmd() *cobra.Command {
 	}
 	cli.OutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
-	cmd.Flags().StringVar(&lockFile, "lock-file", "", "the agent's lock file (default: the one of --pin-path, as `eztunnel run` chooses it)")
+	cmd.Flags().StringVar(&lockFile, "lock-file", "", "the agent's lock file (default: the one of --pin-path, as eztunnel run chooses it)")
 	return cmd
 }

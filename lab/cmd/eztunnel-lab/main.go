@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/spf13/cobra"
+
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/lab/traceplot"
 )
@@ -15,13 +17,16 @@ import (
 var version = "dev"
 
 func main() {
-	trace := cli.TraceCmd(traceplot.PlotCDF)
-	trace.AddCommand(traceOverheadCmd())
-	root := cli.Root("eztunnel-lab", "eztunnel's benchmark lab: baseline vs accelerated on throwaway lab nodes",
-		"eztunnel's benchmark lab. It starts the agent binary (eztunnel, next to this one, or --agent) where a\nbenchmark needs a running agent.", version,
-		workloadCmd(), benchCmd(), multinodeCmd(), trace)
-	if err := root.Execute(); err != nil {
+	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "eztunnel-lab:", err)
 		os.Exit(1)
 	}
+}
+
+func newRoot() *cobra.Command {
+	trace := cli.TraceCmd(traceplot.PlotCDF)
+	trace.AddCommand(traceOverheadCmd())
+	return cli.Root("eztunnel-lab", "eztunnel's benchmark lab: baseline vs accelerated on throwaway lab nodes",
+		"eztunnel's benchmark lab. It starts the agent binary (eztunnel, next to this one, or --agent) where a\nbenchmark needs a running agent.", version,
+		workloadCmd(), benchCmd(), multinodeCmd(), trace)
 }
