@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -89,10 +90,6 @@ func UseTCX() bool {
 	return haveTCX() == nil
 }
 
-// KernelHasTCX reports whether the kernel has tcx links, whatever
-// EZTUNNEL_TEST_LEGACY_TC says.
-func KernelHasTCX() bool { return haveTCX() == nil }
-
 var haveTCX = sync.OnceValue(func() error {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:         ebpf.SchedCLS,
@@ -108,15 +105,30 @@ var haveTCX = sync.OnceValue(func() error {
 
 // TCAttachable checks prog can be attached to a device here: as a tcx link,
 // or else as a legacy tc filter, tried on the loopback of a network
-// namespace made for the trial (on a thread that is then discarded).
+// namespace made for the trial.
+//
+// The trial's thread goes back to its network namespace and is unlocked, so
+// it lives on. A locked thread that ends (the runtime discards it) sends
+// SIGKILL to every child forked from it with Pdeathsig set (the parent-death
+// signal follows the forking thread, not the process: golang/go#27505):
+// that killed the lab's and the tests' servers, which on Linux 6.1, where
+// this trial runs, looked like "connection refused" now and then.
 func TCAttachable(prog *ebpf.Program) error {
 	if UseTCX() {
 		return nil
 	}
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine, and the namespace with it
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("legacy tc trial: this thread's network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			done <- fmt.Errorf("legacy tc trial: new network namespace: %w", err)
 			return
 		}
@@ -132,6 +144,13 @@ func TCAttachable(prog *ebpf.Program) error {
 			if err != nil {
 				err = fmt.Errorf("legacy tc filter (module cls_bpf; no tcx links before Linux 6.6): %w", err)
 			}
+		}
+		// Back home: the trial's namespace goes with its last reference.
+		// If that fails the thread stays locked and the runtime discards it.
+		if serr := netns.Set(orig); serr == nil {
+			runtime.UnlockOSThread()
+		} else if err == nil {
+			err = fmt.Errorf("legacy tc trial: back to the network namespace: %w", serr)
 		}
 		done <- err
 	}()

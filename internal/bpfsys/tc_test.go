@@ -1,13 +1,22 @@
 package bpfsys
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
+
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 )
 
 // A legacy tc filter (the path of kernels without tcx): attached and
@@ -91,4 +100,88 @@ func TestLegacyTCFilter(t *testing.T) {
 			t.Errorf("records left: %v", err)
 		}
 	})
+}
+
+// TestTCAttachableKeepsThreads: the legacy tc trial gives its thread back
+// (network namespace restored, unlocked) rather than ending it. An ended
+// thread SIGKILLs the children it forked with Pdeathsig (golang/go#27505):
+// the lab's and the tests' servers died that way on Linux 6.1, seen as
+// "connection refused". Children forked from many threads must outlive 20
+// trials, and no thread of the process may end.
+func TestTCAttachableKeepsThreads(t *testing.T) {
+	t.Setenv(tcTestEnv, "1") // the trial runs on kernels with tcx too
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "ez_test", Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	var children []*exec.Cmd
+	defer func() {
+		for _, c := range children {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			c := sysexec.Command(context.Background(), "sh", "-c", "sleep 120")
+			c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			if err := c.Start(); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			children = append(children, c)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	before := tasks(t)
+	for range 20 {
+		if err := TCAttachable(prog); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := tasks(t)
+	for tid := range before {
+		if !after[tid] {
+			t.Errorf("thread %d ended during the trials", tid)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, c := range children {
+		if err := c.Process.Signal(syscall.Signal(0)); err != nil {
+			t.Errorf("child %d, forked with Pdeathsig, died: %v", c.Process.Pid, err)
+			continue
+		}
+		var ws syscall.WaitStatus
+		if pid, _ := syscall.Wait4(c.Process.Pid, &ws, syscall.WNOHANG, nil); pid == c.Process.Pid {
+			t.Errorf("child %d, forked with Pdeathsig, died: %v", pid, ws)
+		}
+	}
+}
+
+// tasks is the set of this process's thread ids.
+func tasks(t *testing.T) map[int]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]bool{}
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			out[tid] = true
+		}
+	}
+	return out
 }

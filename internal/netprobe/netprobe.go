@@ -114,9 +114,15 @@ func UDPFlow(from uint16, to netip.AddrPort, count int) ([]time.Duration, error)
 // with what the runtime's other threads are doing.
 // With cpu >= 0 the thread is pinned to that CPU.
 func Echo(fd, cpu int) {
-	runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+	// Unlocked at the end with its affinity restored, so the thread lives
+	// on: a discarded thread would SIGKILL the children forked from it with
+	// Pdeathsig (the lab's servers; golang/go#27505).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if cpu >= 0 {
-		PinThread(cpu) // best effort: the thread ends with the goroutine
+		if restore, err := PinThread(cpu); err == nil { // best effort
+			defer restore()
+		}
 	}
 	buf := make([]byte, 65536)
 	for {

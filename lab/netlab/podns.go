@@ -83,7 +83,7 @@ func (p *Pod) Do(fn func() error) error { return InNetns(p.NetNS, fn) }
 func InNetns(name string, fn func() error) error {
 	res := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // no unlock: the thread exits with the goroutine
+		runtime.LockOSThread() // unlocked once back in the host namespace; else the thread exits with the goroutine
 		host, err := netns.Get()
 		if err != nil {
 			res <- err
