@@ -62,7 +62,7 @@ func init() {
 	register("javac", "openjdk-17-jdk-headless", "e2e eagain: compiles the Java client")
 	register("curl", "curl", "e2e eagain: an HTTP client blocked on a slow first byte")
 	register("redis-cli", "redis-tools", "e2e eagain: BLPOP blocked on an empty list, and the push that ends it")
-	register("ss", "iproute2", "e2e eagain: waits until redis-server listens")
+	register("ss", "iproute2", "e2e eagain: waits until redis-server listens; semantics: who listens when a probe is refused")
 	register("etcd", "etcd-server", "lab/k8scluster: the cluster's etcd")
 	register("containerd", "containerd", "lab/k8scluster: the cluster's container runtime (runs containerd-shim-runc-v2 and runc)")
 	register("ctr", "containerd", "lab/k8scluster: imports the locally built OCI images")

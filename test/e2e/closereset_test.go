@@ -69,20 +69,6 @@ func directions(on []string) []string {
 // gauge (ez_recv refused where sock_recv_length exists), where a closing
 // socket's unread bytes are its own sk_rmem_alloc.
 func TestCloseResetAgent(t *testing.T) {
-	if !bpfsys.KernelHasTCX() {
-		// Off by policy without tcx (shortcut.programGroups): the part
-		// says so, with its reason.
-		rep, out, err := runPreflight(t)
-		if err != nil {
-			t.Fatalf("preflight: %v\n%s", err, out)
-		}
-		if st := partOf(t, rep.Parts, parts.CloseReset); st.Runs || !strings.Contains(st.Reason, "tcx") {
-			t.Fatalf("close-reset on a kernel without tcx: %+v, want off naming tcx", st)
-		} else {
-			t.Logf("KNOWN KERNEL LIMIT (Linux %s): %s", kernelRelease(t), st.Reason)
-		}
-		return
-	}
 	if bpfsys.UseTCX() && bpfsys.Tracepoint("sock_recv_length")() == nil {
 		t.Run("tcx", func(t *testing.T) { closeResetAgent(t, "mncr") })
 	} else {

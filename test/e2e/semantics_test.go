@@ -111,6 +111,13 @@ func runProbe(t *testing.T, p podRunner, addr, scenario string) (map[string]any,
 	}
 	out := stdout.String()
 	if err != nil {
+		if strings.Contains(stderr.String(), "connection refused") {
+			// Who listens in the client's namespace (the loopback cases'
+			// server runs there), to tell a dead server from a refused SYN.
+			ss := p.Cmd(ctx, "ss", "-tanpi")
+			diag, _ := ss.CombinedOutput()
+			t.Logf("refused: sockets in the client's namespace:\n%s", diag)
+		}
 		t.Fatalf("probe %s: %v\n%s", scenario, err, out)
 	}
 	var obs map[string]any

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -178,10 +177,6 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 // switches), the shortcut does not run. Each other group is optional: a
 // kernel that refuses one of its programs turns off that part only. gauge:
 // the kernel has no tp_btf/sock_recv_length (rxGauge).
-// closeResetLegacyEnv=1 runs RST on close by legacy tc filters on a kernel
-// without tcx, which the policy below forbids (a test switch, to study it).
-const closeResetLegacyEnv = "EZTUNNEL_TEST_CLOSE_RESET_LEGACY"
-
 func programGroups(gauge bool) []bpfsys.Group {
 	read := bpfsys.Group{Part: parts.ReadAccounting, Required: true, Progs: []string{shortcutProgEzRecv}, Via: "tp_btf/sock_recv_length"}
 	reset := bpfsys.Group{Part: parts.CloseReset, Progs: []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset},
@@ -189,14 +184,6 @@ func programGroups(gauge bool) []bpfsys.Group {
 	if gauge {
 		read = bpfsys.Group{Part: parts.ReadAccounting, Required: true, Via: "gauge: the sender reads the receiver's sk_rmem_alloc (no tp_btf/sock_recv_length here)"}
 		reset.Via = "cgroup/sock_release asking the closing socket's psock queue (no counted reads) + " + bpfsys.TCAttachHow()
-	}
-	// Policy, until explained: on Debian's 6.1 (no tcx) with RST on close by
-	// legacy tc filters, a new connection was now and then refused after
-	// many installs (docs/kernels.md, open); none was with the part off.
-	// Tests still run that path on kernels with tcx (EZTUNNEL_TEST_LEGACY_TC),
-	// and EZTUNNEL_TEST_CLOSE_RESET_LEGACY=1 lifts the policy to study it.
-	if !bpfsys.KernelHasTCX() && os.Getenv(closeResetLegacyEnv) != "1" {
-		reset = bpfsys.Group{Part: parts.CloseReset, Off: "RST on close needs tcx links here (Linux 6.6): with legacy tc filters on Linux 6.1 new connections were sometimes refused (docs/kernels.md, open)"}
 	}
 	adopt := bpfsys.Group{Part: parts.Adoption, Progs: []string{shortcutProgEzAdoptScan, shortcutProgEzAdoptStep}, Via: "iter/tcp per network namespace"}
 	// The programs load on older kernels, but there bpf_setsockopt refuses
