@@ -2,14 +2,13 @@ package kube
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -32,7 +31,7 @@ type API interface {
 	WatchDaemonSets(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error)
 }
 
-// scheme holds core/v1 and apps/v1 only.
+// scheme holds core/v1, apps/v1 and discovery/v1 only.
 var (
 	scheme     = runtime.NewScheme()
 	codecs     = serializer.NewCodecFactory(scheme)
@@ -42,6 +41,7 @@ var (
 func init() {
 	utilruntime.Must(corev1.AddToScheme(scheme))
 	utilruntime.Must(appsv1.AddToScheme(scheme))
+	utilruntime.Must(discoveryv1.AddToScheme(scheme))
 }
 
 // NewAPI connects with RESTConfig(cfg).
@@ -55,24 +55,11 @@ func NewAPI(cfg Config) (API, error) {
 
 // NewAPIForConfig builds the API on a REST configuration.
 func NewAPIForConfig(rc *rest.Config) (API, error) {
-	client := func(gv *schema.GroupVersion, apiPath string) (*rest.RESTClient, error) {
-		c := rest.CopyConfig(rc)
-		c.GroupVersion, c.APIPath = gv, apiPath
-		c.NegotiatedSerializer = codecs.WithoutConversion()
-		if c.UserAgent == "" {
-			c.UserAgent = "eztunnel"
-		}
-		rcl, err := rest.RESTClientFor(c)
-		if err != nil {
-			return nil, fmt.Errorf("kubernetes: %s client: %w", gv, err)
-		}
-		return rcl, nil
-	}
-	core, err := client(&corev1.SchemeGroupVersion, "/api")
+	core, err := restClient(rc, &corev1.SchemeGroupVersion, "/api", false)
 	if err != nil {
 		return nil, err
 	}
-	apps, err := client(&appsv1.SchemeGroupVersion, "/apis")
+	apps, err := restClient(rc, &appsv1.SchemeGroupVersion, "/apis", false)
 	if err != nil {
 		return nil, err
 	}

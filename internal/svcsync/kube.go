@@ -12,16 +12,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
+	"github.com/eztunnel/eztunnel/internal/kube"
 )
 
 // Families are the IP families the node serves.
@@ -298,29 +295,25 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 		log = slog.Default()
 	}
 	t0 := time.Now()
-	cs, err := kubernetes.NewForConfig(cfg.REST)
+	lw, err := kube.NewListWatches(cfg.REST)
 	if err != nil {
-		return fmt.Errorf("services: kubernetes client: %w", err)
+		return fmt.Errorf("services: %w", err)
 	}
-	f := informers.NewSharedInformerFactory(cs, 0)
-	svcInf := f.Core().V1().Services()
-	sliceInf := f.Discovery().V1().EndpointSlices()
-	// EndpointSlices by their Service: the lister's namespace List would
-	// walk every slice of the namespace for each Service (10,000 Services
-	// in one namespace: 10,000 walks of 20,000 slices at the first sync).
-	if err := sliceInf.Informer().AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
-		return fmt.Errorf("services: EndpointSlice index: %w", err)
-	}
-	k := &kubeSource{t: t, fam: cfg.Families, node: Node{Name: cfg.NodeName}, health: cfg.Health, log: log, svcs: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer(),
+	svcInf := cache.NewSharedIndexInformer(lw.Services(), &corev1.Service{}, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	// EndpointSlices by their Service: a namespace list would walk every
+	// slice of the namespace for each Service (10,000 Services in one
+	// namespace: 10,000 walks of 20,000 slices at the first sync).
+	sliceInf := cache.NewSharedIndexInformer(lw.EndpointSlices(), &discoveryv1.EndpointSlice{}, 0,
+		cache.Indexers{sliceServiceIndex: sliceService})
+	k := &kubeSource{t: t, fam: cfg.Families, node: Node{Name: cfg.NodeName}, health: cfg.Health, log: log,
+		svcs: corelisters.NewServiceLister(svcInf.GetIndexer()), slices: sliceInf.GetIndexer(),
 		pending: map[string]time.Time{}, wake: make(chan struct{}, 1)}
-	informersOf := []cache.SharedIndexInformer{svcInf.Informer(), sliceInf.Informer()}
-	var nf informers.SharedInformerFactory
+	informersOf := []cache.SharedIndexInformer{svcInf, sliceInf}
+	var nodeInf cache.SharedIndexInformer
 	if cfg.NodeName != "" {
 		// The node's zone label: a change re-applies every Service.
-		nf = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
-		}))
-		nodeInf := nf.Core().V1().Nodes().Informer()
+		nodeInf = cache.NewSharedIndexInformer(lw.Node(cfg.NodeName), &corev1.Node{}, 0, cache.Indexers{})
 		onNode := func(obj any) {
 			n, ok := obj.(*corev1.Node)
 			if !ok {
@@ -356,7 +349,7 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 	for _, h := range []struct {
 		inf cache.SharedIndexInformer
 		fn  func(any)
-	}{{svcInf.Informer(), svcKey}, {sliceInf.Informer(), sliceKey}} {
+	}{{svcInf, svcKey}, {sliceInf, sliceKey}} {
 		if _, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    h.fn,
 			UpdateFunc: func(_, n any) { h.fn(n) },
@@ -365,16 +358,12 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 			return fmt.Errorf("services: informer: %w", err)
 		}
 	}
-	f.Start(ctx.Done())
-	shutdown := func() {
-		f.Shutdown()
-		if nf != nil {
-			nf.Shutdown()
-		}
+	// The informers run until ictx ends: ctx's end, or a failed first sync.
+	ictx, stop := context.WithCancel(ctx)
+	for _, inf := range informersOf {
+		go inf.RunWithContext(ictx)
 	}
-	if nf != nil {
-		nf.Start(ctx.Done())
-	}
+	shutdown := stop
 	sctx, cancel := context.WithTimeout(ctx, FirstSyncTimeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(sctx.Done(), func() bool {
@@ -389,16 +378,18 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 		return fmt.Errorf("services: informers did not sync in %v (is the API server reachable, may this identity list and watch services, endpointslices and its node %q?): %w",
 			FirstSyncTimeout, cfg.NodeName, context.Cause(sctx))
 	}
-	if nf != nil {
+	if nodeInf != nil {
 		// The handlers may not have seen the node yet: read it now.
-		if n, err := nf.Core().V1().Nodes().Lister().Get(cfg.NodeName); err == nil {
-			k.setZone(n.Labels[corev1.LabelTopologyZone])
+		if o, ok, err := nodeInf.GetStore().GetByKey(cfg.NodeName); err == nil && ok {
+			if n, ok := o.(*corev1.Node); ok {
+				k.setZone(n.Labels[corev1.LabelTopologyZone])
+			}
 		}
 	}
 	listed := time.Since(t0)
 	n := k.drain()
 	log.Info("services: watching Services and EndpointSlices", "frontends_of", len(t.Names()),
-		"services", len(svcInf.Informer().GetStore().ListKeys()), "endpointslices", len(sliceInf.Informer().GetStore().ListKeys()),
+		"services", len(svcInf.GetStore().ListKeys()), "endpointslices", len(sliceInf.GetStore().ListKeys()),
 		"listed_seconds", listed.Seconds(), "applied", n, "applied_seconds", (time.Since(t0) - listed).Seconds())
 	go func() {
 		defer shutdown()
