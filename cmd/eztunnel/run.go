@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/agent"
 	"github.com/eztunnel/eztunnel/internal/agentlock"
+	"github.com/eztunnel/eztunnel/internal/agentlog"
+	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
@@ -117,10 +120,26 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	if rc.adoptIvl < 0 {
 		return fmt.Errorf("--adopt-interval %s must not be negative", rc.adoptIvl)
 	}
-	return agent.Run(ctx, agent.Config{
+	// The last MiB of the log, for `eztunnel bugreport` on the node. An
+	// agent that stops before installing anything takes a new file away.
+	logPath := agentlog.Path(rc.dp.Dir())
+	_, statErr := os.Stat(logPath)
+	if tl, err := agentlog.Open(logPath, 1<<20); err != nil {
+		slog.Warn("no log file for eztunnel bugreport", "err", err)
+	} else {
+		defer tl.Close()
+		if err := cli.TeeLogs(tl); err != nil {
+			return err
+		}
+	}
+	err = agent.Run(ctx, agent.Config{
 		Cgroups: rc.cgroups, Datapath: rc.dp, ReadyFile: rc.readyFile,
 		MetricsAddr: rc.metrics, HealthAddr: rc.health, PairMaxAge: rc.pairAge, Version: version,
 		LockFile: rc.lockFile, Takeover: rc.takeover, LockWait: rc.lockWait, Kubernetes: kc,
 		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl, Bypass: rc.bypass, BypassRequired: rc.bypass && flags.Changed("bypass"), Services: svc,
 	})
+	if _, perr := os.Stat(rc.dp.Dir()); err != nil && os.IsNotExist(statErr) && os.IsNotExist(perr) {
+		os.Remove(logPath)
+	}
+	return err
 }

@@ -12,10 +12,25 @@ import (
 // logOutput is where logs go (a test swaps it).
 var logOutput io.Writer = os.Stderr
 
+// logs are the global log flags as parsed, for TeeLogs.
+var logs logFlags
+
+// TeeLogs sends every later log record to w too, in the same format (the
+// agent's bounded log file for `eztunnel bugreport`).
+func TeeLogs(w io.Writer) error {
+	h, err := logs.handler(io.MultiWriter(logOutput, w))
+	if err != nil {
+		return err
+	}
+	logger := slog.New(h)
+	slog.SetDefault(logger)
+	klog.SetSlogLogger(logger.With("logger", "client-go"))
+	return nil
+}
+
 // Root builds a command tree whose every flag can also be set as
 // EZTUNNEL_<FLAG>, with the global --log-format and --log-level flags.
 func Root(use, short, long, version string, cmds ...*cobra.Command) *cobra.Command {
-	var logs logFlags
 	root := &cobra.Command{
 		Use:           use,
 		Short:         short,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
+	"github.com/eztunnel/eztunnel/internal/agentlog"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -33,6 +34,7 @@ func Uninstall(cfg Config, drain time.Duration) error {
 		return fmt.Errorf("remove pins: %w", err)
 	}
 	os.Remove(parts.ReportPath(dir)) // the agent's report of what ran
+	os.Remove(agentlog.Path(dir))    // its recent log
 	// Remove the root too when nothing else (another schema) lives there.
 	os.Remove(cfg.PinRoot)
 	return nil

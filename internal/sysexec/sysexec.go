@@ -79,6 +79,7 @@ func init() {
 	register("setsid", "util-linux", "scripts/crash-test.sh: the killed tests' process group")
 	register("dpkg", "dpkg", "depcheck: which package owns a program")
 	register("dpkg-query", "dpkg", "depcheck: installed and essential packages")
+	register("tar", "tar", "e2e observability: reads the bug report archive")
 	register("bash", "bash", "depcheck's test: runs scripts/install-deps.sh")
 	register("service", "init-system-helpers", "depcheck's test: starts, checks and stops a packaged daemon (systemctl where systemd runs)")
 }

@@ -59,6 +59,24 @@ func TestObservability(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 
+	// One archive for an issue: the running agent's version, its recent
+	// log (JSON lines) and the pinned programs.
+	t.Run("bugreport", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "report.tar.gz")
+		if out, err := eztunnel(context.Background(), "bugreport", "--pin-path", pin, "-f", file); err != nil {
+			t.Fatalf("bugreport: %v\n%s", err, out)
+		}
+		out, err := sysexec.Command(context.Background(), "tar", "-xzOf", file, "eztunnel-bugreport/agent.log", "eztunnel-bugreport/pins.txt", "eztunnel-bugreport/version.json").CombinedOutput()
+		if err != nil {
+			t.Fatalf("tar: %v\n%s", err, out)
+		}
+		for _, want := range []string{`"msg":`, "\tprogram SockOps ez_sockops", "\tmap SockHash", `"holder":`} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("the bug report lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
 	t.Run("metrics", func(t *testing.T) {
 		m := scrape(t, metricsAddr)
 		c := pinnedCounters(t, pin)
