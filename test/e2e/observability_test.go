@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -78,6 +79,16 @@ func TestObservability(t *testing.T) {
 	})
 
 	t.Run("metrics", func(t *testing.T) {
+		// The agent's whole registry follows Prometheus' conventions.
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		problems, err := promlint.New(resp.Body).Lint()
+		resp.Body.Close()
+		if err != nil || len(problems) > 0 {
+			t.Errorf("promlint: %v %v", err, problems)
+		}
 		m := scrape(t, metricsAddr)
 		c := pinnedCounters(t, pin)
 		requirePaired(t, c, conns, 1, "the stream connections")
