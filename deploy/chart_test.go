@@ -587,3 +587,42 @@ func TestChartNumericTag(t *testing.T) {
 		t.Fatalf("image %q, want registry.local/ez:2", img)
 	}
 }
+
+// TestChartValuesDocumented: every value of values.yaml is named in
+// docs/kubernetes.md (as itself, as its last segment in its row, or by an
+// ancestor such as `image.*` or `metrics.serviceMonitor`), so a new value
+// cannot ship undocumented.
+func TestChartValuesDocumented(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values obj
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "kubernetes.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	leaves("", values, &paths)
+	if len(paths) < 30 {
+		t.Fatalf("%d values found: values.yaml's layout changed?", len(paths))
+	}
+	named := func(p string) bool {
+		segs := strings.Split(p, ".")
+		for i := len(segs); i > 0; i-- {
+			anc := strings.Join(segs[:i], ".")
+			if bytes.Contains(doc, []byte("`"+anc+"`")) || bytes.Contains(doc, []byte("`"+anc+".*`")) {
+				return true
+			}
+		}
+		return bytes.Contains(doc, []byte("`"+segs[len(segs)-1]+"`"))
+	}
+	for _, p := range paths {
+		if !named(p) {
+			t.Errorf("values.yaml %s is not named in docs/kubernetes.md", p)
+		}
+	}
+}
