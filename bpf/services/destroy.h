@@ -19,6 +19,11 @@
 #ifndef EZ_SERVICES_DESTROY_H
 #define EZ_SERVICES_DESTROY_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "services/maps.h"
+
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 
 struct {

@@ -17,8 +17,12 @@
 #ifndef EZ_SERVICES_NODEPORT_H
 #define EZ_SERVICES_NODEPORT_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 #include "lib/parse.h"
 #include "lib/ct.h"
+#include "services/maps.h"
 
 extern struct nf_conn___init *bpf_skb_ct_alloc(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
 					      struct bpf_ct_opts *opts, __u32 opts__sz) __ksym;

@@ -23,6 +23,11 @@
 #ifndef EZ_SERVICES_ORIGDST_H
 #define EZ_SERVICES_ORIGDST_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "services/maps.h"
+
 #define EZ_SOL_IP 0
 #define EZ_SOL_IPV6 41
 #define EZ_SO_ORIGINAL_DST 80		/* SOL_IP: struct sockaddr_in */

@@ -18,9 +18,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#include "lib/counters.h"
 #include "lib/errno.h"
-#include "services/services.h"
+#include "services/maps.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -28,80 +27,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const enum ez_svc_counter ez_svc_counter_enum __attribute__((unused));
 const enum ez_svc_proxy_flag ez_svc_proxy_flag_enum __attribute__((unused));
 const enum ez_svc_proxy_limit ez_svc_proxy_limit_enum __attribute__((unused));
-
-#define EZ_IPPROTO_TCP 6
-#define EZ_IPPROTO_UDP 17
-
-/* Sizes are set from userspace before load. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
-	__type(key, struct ez_svc_key);
-	__type(value, struct ez_svc);
-} ez_svc_frontends SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 131072);
-	__type(key, struct ez_svc_slot_key);
-	__type(value, __u32);
-} ez_svc_slots SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 131072);
-	__type(key, struct ez_svc_member_key);
-	__type(value, __u32);
-} ez_svc_members SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, struct ez_svc_backend);
-} ez_svc_backends SEC(".maps");
-
-/* sessionAffinity entries: LRU, as they expire by time anyway. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct ez_svc_affinity_key);
-	__type(value, struct ez_svc_affinity);
-} ez_svc_affinities SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct ez_svc_sock);
-} ez_svc_socks SEC(".maps");
-
-EZ_COUNTER_MAP(ez_svc_counters, EZ_SVC_C_MAX);
-
-/* Pods left to their proxy, by pod cgroup id (bpf/services/services.h). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 4096);
-	__type(key, __u64);
-	__type(value, struct ez_svc_proxy);
-} ez_svc_proxied SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ez_svc_proxy_span);
-} ez_svc_proxy_levels SEC(".maps");
-
-static __always_inline void count(__u32 c)
-{
-	ez_counter_add(&ez_svc_counters, c, 1);
-}
 
 #include "services/destroy.h"
 
@@ -178,31 +103,6 @@ static __always_inline struct ez_svc *frontend(struct bpf_sock_addr *ctx, int v6
 	ctx_addr(ctx, v6, k->addr, &k->port);
 	k->proto = proto;
 	return bpf_map_lookup_elem(&ez_svc_frontends, k);
-}
-
-/* A random backend of svc; two tries when an update races the lookup. */
-static __always_inline struct ez_svc_backend *choose_random(const struct ez_svc *svc, __u32 *backend_id)
-{
-	for (int i = 0; i < 2; i++) {
-		__u32 n = svc->count;
-		struct ez_svc_slot_key sk = { .id = svc->id };
-		struct ez_svc_backend *be;
-		__u32 *id;
-
-		if (n == 0)
-			return NULL;
-		sk.slot = bpf_get_prandom_u32() % n;
-		id = bpf_map_lookup_elem(&ez_svc_slots, &sk);
-		if (id) {
-			be = bpf_map_lookup_elem(&ez_svc_backends, id);
-			if (be) {
-				*backend_id = *id;
-				return be;
-			}
-		}
-		count(EZ_SVC_C_BACKEND_MISS);
-	}
-	return NULL;
 }
 
 /* The backend for a new connection or socket: with sessionAffinity the
