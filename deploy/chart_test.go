@@ -463,6 +463,22 @@ var fixedFlags = []string{"--kubernetes", "--node-name", "--takeover", "--uninst
 var pendingFlags = map[string]bool{"--node-name": true, "--default-policy": true,
 	"--pods-cgroup": true, "--cgroup2-root": true, "--cgroup-driver": true, "--uninstall-on-removal": true}
 
+// valuePaths are values.yaml's settings as dotted paths.
+func valuePaths(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values obj
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	leaves("", values, &paths)
+	return paths
+}
+
 // leaves lists values.yaml's settings as dotted paths.
 func leaves(prefix string, v any, out *[]string) {
 	if m, ok := v.(obj); ok && len(m) > 0 {
@@ -478,16 +494,7 @@ func leaves(prefix string, v any, out *[]string) {
 // becomes the agent argument it documents, and every argument the chart
 // passes is a flag `eztunnel run` accepts (the agent built from this tree).
 func TestChartFlags(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values obj
-	if err := yaml.Unmarshal(raw, &values); err != nil {
-		t.Fatal(err)
-	}
-	var paths []string
-	leaves("", values, &paths)
+	paths := valuePaths(t)
 	for _, p := range paths {
 		covered := slices.ContainsFunc(valueFlags, func(v struct{ value, set, arg string }) bool { return v.value == p }) ||
 			slices.ContainsFunc(podValues, func(pv string) bool { return p == pv || strings.HasPrefix(p, pv) })
@@ -593,20 +600,11 @@ func TestChartNumericTag(t *testing.T) {
 // ancestor such as `image.*` or `metrics.serviceMonitor`), so a new value
 // cannot ship undocumented.
 func TestChartValuesDocumented(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values obj
-	if err := yaml.Unmarshal(raw, &values); err != nil {
-		t.Fatal(err)
-	}
 	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "kubernetes.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var paths []string
-	leaves("", values, &paths)
+	paths := valuePaths(t)
 	if len(paths) < 30 {
 		t.Fatalf("%d values found: values.yaml's layout changed?", len(paths))
 	}

@@ -12,16 +12,5 @@ import (
 // accepts (each line parsed by a fresh command tree, not run).
 func TestDocsCommands(t *testing.T) {
 	docs, _ := filepath.Glob("../../docs/*.md")
-	invs, err := clidoc.Find("eztunnel", append(docs, "../../README.md", "../../SECURITY.md")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(invs) < 20 {
-		t.Fatalf("found %d eztunnel command lines in the docs: the extraction broke?", len(invs))
-	}
-	for _, inv := range invs {
-		if err := clidoc.Check(newRoot, inv.Args); err != nil {
-			t.Errorf("%s:%d: %q: %v", inv.File, inv.Line, inv.Text, err)
-		}
-	}
+	clidoc.Verify(t, "eztunnel", newRoot, 20, append(docs, "../../README.md", "../../SECURITY.md")...)
 }

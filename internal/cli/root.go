@@ -17,8 +17,12 @@ var logs logFlags
 
 // TeeLogs sends every later log record to w too, in the same format (the
 // agent's bounded log file for `eztunnel bugreport`).
-func TeeLogs(w io.Writer) error {
-	h, err := logs.handler(io.MultiWriter(logOutput, w))
+func TeeLogs(w io.Writer) error { return setLogger(io.MultiWriter(logOutput, w)) }
+
+// setLogger makes the flags' handler writing to w the default logger, and
+// routes client-go's klog into it, so `kubectl logs` shows one format.
+func setLogger(w io.Writer) error {
+	h, err := logs.handler(w)
 	if err != nil {
 		return err
 	}
@@ -43,16 +47,7 @@ func Root(use, short, long, version string, cmds ...*cobra.Command) *cobra.Comma
 			if err := bindOSEnv(cmd.Flags()); err != nil {
 				return err
 			}
-			h, err := logs.handler(logOutput)
-			if err != nil {
-				return err
-			}
-			logger := slog.New(h)
-			slog.SetDefault(logger)
-			// client-go logs through klog: route it into the same handler,
-			// so `kubectl logs` shows one format.
-			klog.SetSlogLogger(logger.With("logger", "client-go"))
-			return nil
+			return setLogger(logOutput)
 		},
 	}
 	logs.register(root.PersistentFlags())

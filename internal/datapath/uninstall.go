@@ -5,9 +5,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/agentlog"
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
-	"github.com/eztunnel/eztunnel/internal/agentlog"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"testing"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -108,4 +109,23 @@ func Check(newRoot func() *cobra.Command, args []string) error {
 		return nil
 	}
 	return err
+}
+
+// Verify checks every command line of binary in the Markdown files against
+// the tree newRoot builds (Find, then Check), failing t for each bad one. It
+// fails too when fewer than min lines are found: the extraction broke.
+func Verify(t testing.TB, binary string, newRoot func() *cobra.Command, min int, files ...string) {
+	t.Helper()
+	invs, err := Find(binary, files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(invs) < min {
+		t.Fatalf("found %d %s command lines in the docs, want at least %d: the extraction broke?", len(invs), binary, min)
+	}
+	for _, inv := range invs {
+		if err := Check(newRoot, inv.Args); err != nil {
+			t.Errorf("%s:%d: %q: %v", inv.File, inv.Line, inv.Text, err)
+		}
+	}
 }
