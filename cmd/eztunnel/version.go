@@ -73,13 +73,10 @@ func readVersion(pinRoot, lockFile string) (versionReport, error) {
 	if r.Lock == "" {
 		r.Lock = agentlock.ForPins(pinRoot)
 	}
-	holder, err := agentlock.Holder(r.Lock)
+	rec, err := agentlock.HolderRecord(r.Lock)
 	switch {
 	case err == nil:
-		a := &runningAgent{Holder: holder}
-		a.PID, _ = agentlock.HolderPID(r.Lock)
-		a.Version, _ = agentlock.HolderVersion(r.Lock)
-		r.Agent = a
+		r.Agent = &runningAgent{Holder: rec.Holder, PID: rec.PID, Version: rec.Version}
 	case errors.Is(err, agentlock.ErrNoAgent):
 	default:
 		return r, fmt.Errorf("lock %s: %w", r.Lock, err)

@@ -150,23 +150,34 @@ const tookOverPrefix = "took over from "
 
 // readHolder is the lock file's first line: who holds it.
 func readHolder(path string) string {
-	b, err := os.ReadFile(path)
-	first, _, _ := strings.Cut(string(b), "\n")
-	if err != nil || strings.TrimSpace(first) == "" {
+	b, _ := os.ReadFile(path)
+	return holderOf(b)
+}
+
+// holderOf is a lock record's first line: who holds it.
+func holderOf(rec []byte) string {
+	first, _, _ := strings.Cut(string(rec), "\n")
+	if strings.TrimSpace(first) == "" {
 		return "an unknown process"
 	}
 	return strings.TrimSpace(first)
 }
 
-// tookOverFrom is whom the holder took the lock over from, if anyone.
-func tookOverFrom(path string) string {
-	b, _ := os.ReadFile(path)
-	for _, line := range strings.Split(string(b), "\n") {
-		if from, ok := strings.CutPrefix(line, tookOverPrefix); ok {
-			return from
+// field is the rest of a lock record's line that starts with prefix, "" if
+// none does.
+func field(rec []byte, prefix string) string {
+	for _, line := range strings.Split(string(rec), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			return v
 		}
 	}
 	return ""
+}
+
+// tookOverFrom is whom the holder took the lock over from, if anyone.
+func tookOverFrom(path string) string {
+	b, _ := os.ReadFile(path)
+	return field(b, tookOverPrefix)
 }
 
 // watch reports the first takeover request on Requested.
@@ -257,22 +268,29 @@ var Version string
 
 const versionPrefix = "version "
 
-// HolderVersion is the version of the agent holding the lock at path ("" if
-// it wrote none), or ErrNoAgent when the lock is free.
-func HolderVersion(path string) (string, error) {
+// Record is what the holder of a lock wrote into it.
+type Record struct {
+	Holder  string // who (the first line)
+	PID     int    // 0: none written
+	Version string // "": an agent older than the field
+}
+
+// HolderRecord reads the record of the process holding the lock at path,
+// checked and read once; ErrNoAgent when the lock is free.
+func HolderRecord(path string) (Record, error) {
 	if err := held(path); err != nil {
-		return "", err
+		return Record{}, err
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", err
+		return Record{}, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, versionPrefix); ok {
-			return v, nil
-		}
+	r := Record{Holder: holderOf(b), Version: field(b, versionPrefix)}
+	pid, _, _ := strings.Cut(field(b, "pid "), " ")
+	if n, err := strconv.Atoi(pid); err == nil && n > 0 {
+		r.PID = n
 	}
-	return "", nil
+	return r, nil
 }
 
 // ErrNoAgent: nobody holds the lock.
@@ -281,20 +299,12 @@ var ErrNoAgent = errors.New("no agent holds the lock")
 // HolderPID is the process id of the agent holding the lock at path, or
 // ErrNoAgent when the lock is free (the file of an agent that stopped).
 func HolderPID(path string) (int, error) {
-	if err := held(path); err != nil {
-		return 0, err
-	}
-	b, err := os.ReadFile(path)
+	r, err := HolderRecord(path)
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "pid "); ok {
-			f, _, _ := strings.Cut(rest, " ")
-			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
-				return pid, nil
-			}
-		}
+	if r.PID == 0 {
+		return 0, fmt.Errorf("lock file %s names no pid", path)
 	}
-	return 0, fmt.Errorf("lock file %s names no pid", path)
+	return r.PID, nil
 }

@@ -23,15 +23,11 @@ func Exists(path string) bool {
 // build with another map layout (another "v<N>" directory): both would
 // attach to the same hooks.
 func CheckSchema(root, schema string) error {
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return nil // nothing installed yet
-	}
-	for _, e := range entries {
-		if e.IsDir() && e.Name() != schema && strings.HasPrefix(e.Name(), "v") {
+	for _, s := range PinnedSchemas(root) { // none: nothing installed yet
+		if s != schema {
 			return fmt.Errorf("a datapath of schema %s is installed in %s and this build uses schema %s; "+
 				"migrating between schemas is not supported: run `eztunnel uninstall` of that version first",
-				e.Name(), root, schema)
+				s, root, schema)
 		}
 	}
 	return nil
