@@ -67,12 +67,9 @@ func writeBugreport(w io.Writer, cfg datapath.Config, lockFile string) ([]string
 	now := time.Now()
 	var names []string
 	var problems []string
-	add := func(name string, data []byte) error {
-		names = append(names, name)
-		return tw.WriteHeader(&tar.Header{Name: "eztunnel-bugreport/" + name, Mode: 0o644, Size: int64(len(data)), ModTime: now})
-	}
 	put := func(name string, data []byte) error {
-		if err := add(name, data); err != nil {
+		names = append(names, name)
+		if err := tw.WriteHeader(&tar.Header{Name: "eztunnel-bugreport/" + name, Mode: 0o644, Size: int64(len(data)), ModTime: now}); err != nil {
 			return err
 		}
 		_, err := tw.Write(data)
