@@ -36,11 +36,13 @@ generate:
 	cd internal/datapath && $(GO) generate ./...
 	cd internal/tracer && $(GO) generate ./...
 	cd internal/bpftest && $(GO) generate ./...
+	cd internal/kubeapi && $(GO) generate ./...
 
-# Regenerates the bpf2go output with the pinned clang and fails on any diff.
+# Regenerates the bpf2go output with the pinned clang, and the Kubernetes
+# objects' deep copies, and fails on any diff.
 check-generated: generate
-	git diff --exit-code -- internal/datapath/ internal/tracer/ internal/bpftest/ || \
-	  (echo "generated eBPF files differ from the C sources: run 'make generate' and commit" >&2; exit 1)
+	git diff --exit-code -- internal/datapath/ internal/tracer/ internal/bpftest/ internal/kubeapi/ || \
+	  (echo "generated files differ from their sources: run 'make generate' and commit" >&2; exit 1)
 
 # Every program the code and the tests run is provided by a package
 # install-deps.sh installs (or an Essential one) and resolves on this machine.

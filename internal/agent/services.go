@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	lbsvc "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/kube"
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 	"github.com/eztunnel/eztunnel/internal/svcsync"
 )
 
@@ -267,7 +267,7 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 func (s *serviceLB) watchProxied(ctx context.Context, node string) {
 	cfg := s.cfg.Pods
 	cfg.Kubeconfig, cfg.NodeName, cfg.Default, cfg.SelfUID = s.cfg.Kubeconfig, node, "", ""
-	cfg.Select = func(p *corev1.Pod) bool {
+	cfg.Select = func(p *kubeapi.Pod) bool {
 		_, ok := p.Annotations[kube.ServicesKey]
 		return ok
 	}

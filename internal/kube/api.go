@@ -4,45 +4,32 @@ import (
 	"context"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // API is the part of the Kubernetes API the package reads. NewAPI talks to
 // an API server; the tests adapt client-go's fake clientset (fakeapi_test.go).
 //
 // The typed clientsets are not used here: they import client-go's scheme,
-// which registers every API group and adds about 23 MB to the agent binary.
+// which registers every API group and adds about 23 MB to the agent binary;
+// nor are k8s.io/api's types (package kubeapi says why).
 type API interface {
-	ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
+	ListPods(ctx context.Context, opts metav1.ListOptions) (*kubeapi.PodList, error)
 	WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
-	ListNamespaces(ctx context.Context, opts metav1.ListOptions) (*corev1.NamespaceList, error)
+	GetPod(ctx context.Context, namespace, name string) (*kubeapi.Pod, error)
+	ListNamespaces(ctx context.Context, opts metav1.ListOptions) (*kubeapi.NamespaceList, error)
 	WatchNamespaces(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-	GetDaemonSet(ctx context.Context, namespace, name string) (*appsv1.DaemonSet, error)
-	ListDaemonSets(ctx context.Context, namespace string, opts metav1.ListOptions) (*appsv1.DaemonSetList, error)
+	GetDaemonSet(ctx context.Context, namespace, name string) (*kubeapi.DaemonSet, error)
+	ListDaemonSets(ctx context.Context, namespace string, opts metav1.ListOptions) (*kubeapi.DaemonSetList, error)
 	WatchDaemonSets(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error)
 }
 
-// scheme holds core/v1, apps/v1 and discovery/v1 only.
-var (
-	scheme     = runtime.NewScheme()
-	codecs     = serializer.NewCodecFactory(scheme)
-	paramCodec = runtime.NewParameterCodec(scheme)
-)
-
-func init() {
-	utilruntime.Must(corev1.AddToScheme(scheme))
-	utilruntime.Must(appsv1.AddToScheme(scheme))
-	utilruntime.Must(discoveryv1.AddToScheme(scheme))
-}
+var paramCodec = kubeapi.ParameterCodec
 
 // NewAPI connects with RESTConfig(cfg).
 func NewAPI(cfg Config) (API, error) {
@@ -55,11 +42,11 @@ func NewAPI(cfg Config) (API, error) {
 
 // NewAPIForConfig builds the API on a REST configuration.
 func NewAPIForConfig(rc *rest.Config) (API, error) {
-	core, err := restClient(rc, &corev1.SchemeGroupVersion, "/api", false)
+	core, err := restClient(rc, kubeapi.CoreV1, "/api")
 	if err != nil {
 		return nil, err
 	}
-	apps, err := restClient(rc, &appsv1.SchemeGroupVersion, "/apis", false)
+	apps, err := restClient(rc, kubeapi.AppsV1, "/apis")
 	if err != nil {
 		return nil, err
 	}
@@ -68,11 +55,11 @@ func NewAPIForConfig(rc *rest.Config) (API, error) {
 
 type restAPI struct{ core, apps *rest.RESTClient }
 
-// The requests are the ones client-go's typed clients make (protobuf
-// preferred, as they do for built-in types).
+// The requests are the ones client-go's typed clients make, in JSON: the
+// objects are kubeapi's, which have no protobuf code.
 
 func get(ctx context.Context, c *rest.RESTClient, namespace, resource, name string, into runtime.Object) error {
-	return c.Get().UseProtobufAsDefaultIfPreferred(true).NamespaceIfScoped(namespace, namespace != "").
+	return c.Get().NamespaceIfScoped(namespace, namespace != "").
 		Resource(resource).Name(name).VersionedParams(&metav1.GetOptions{}, paramCodec).Do(ctx).Into(into)
 }
 
@@ -81,7 +68,7 @@ func list(ctx context.Context, c *rest.RESTClient, namespace, resource string, o
 	if opts.TimeoutSeconds != nil {
 		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
 	}
-	return c.Get().UseProtobufAsDefaultIfPreferred(true).NamespaceIfScoped(namespace, namespace != "").
+	return c.Get().NamespaceIfScoped(namespace, namespace != "").
 		Resource(resource).VersionedParams(&opts, paramCodec).Timeout(timeout).Do(ctx).Into(into)
 }
 
@@ -91,12 +78,12 @@ func watchRes(ctx context.Context, c *rest.RESTClient, namespace, resource strin
 		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
 	}
 	opts.Watch = true
-	return c.Get().UseProtobufAsDefaultIfPreferred(true).NamespaceIfScoped(namespace, namespace != "").
+	return c.Get().NamespaceIfScoped(namespace, namespace != "").
 		Resource(resource).VersionedParams(&opts, paramCodec).Timeout(timeout).Watch(ctx)
 }
 
-func (a *restAPI) ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
-	out := &corev1.PodList{}
+func (a *restAPI) ListPods(ctx context.Context, opts metav1.ListOptions) (*kubeapi.PodList, error) {
+	out := &kubeapi.PodList{}
 	return out, list(ctx, a.core, "", "pods", opts, out)
 }
 
@@ -104,13 +91,13 @@ func (a *restAPI) WatchPods(ctx context.Context, opts metav1.ListOptions) (watch
 	return watchRes(ctx, a.core, "", "pods", opts)
 }
 
-func (a *restAPI) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	out := &corev1.Pod{}
+func (a *restAPI) GetPod(ctx context.Context, namespace, name string) (*kubeapi.Pod, error) {
+	out := &kubeapi.Pod{}
 	return out, get(ctx, a.core, namespace, "pods", name, out)
 }
 
-func (a *restAPI) ListNamespaces(ctx context.Context, opts metav1.ListOptions) (*corev1.NamespaceList, error) {
-	out := &corev1.NamespaceList{}
+func (a *restAPI) ListNamespaces(ctx context.Context, opts metav1.ListOptions) (*kubeapi.NamespaceList, error) {
+	out := &kubeapi.NamespaceList{}
 	return out, list(ctx, a.core, "", "namespaces", opts, out)
 }
 
@@ -118,13 +105,13 @@ func (a *restAPI) WatchNamespaces(ctx context.Context, opts metav1.ListOptions) 
 	return watchRes(ctx, a.core, "", "namespaces", opts)
 }
 
-func (a *restAPI) GetDaemonSet(ctx context.Context, namespace, name string) (*appsv1.DaemonSet, error) {
-	out := &appsv1.DaemonSet{}
+func (a *restAPI) GetDaemonSet(ctx context.Context, namespace, name string) (*kubeapi.DaemonSet, error) {
+	out := &kubeapi.DaemonSet{}
 	return out, get(ctx, a.apps, namespace, "daemonsets", name, out)
 }
 
-func (a *restAPI) ListDaemonSets(ctx context.Context, namespace string, opts metav1.ListOptions) (*appsv1.DaemonSetList, error) {
-	out := &appsv1.DaemonSetList{}
+func (a *restAPI) ListDaemonSets(ctx context.Context, namespace string, opts metav1.ListOptions) (*kubeapi.DaemonSetList, error) {
+	out := &kubeapi.DaemonSetList{}
 	return out, list(ctx, a.apps, namespace, "daemonsets", opts, out)
 }
 

@@ -129,8 +129,11 @@ func TestRESTAPIRun(t *testing.T) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !strings.HasPrefix(s.accept[0], "application/vnd.kubernetes.protobuf") {
-		t.Fatalf("Accept %q: protobuf not preferred", s.accept[0])
+	// JSON only: kubeapi's objects have no protobuf code.
+	for _, a := range s.accept {
+		if a != "application/json" {
+			t.Fatalf("Accept %q, want application/json", a)
+		}
 	}
 }
 

@@ -46,10 +46,10 @@ func BenchmarkDesired500(b *testing.B) {
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *corev1.Pod:
-			s, _ := slimPod(o)
+			s, _ := slimPod(asAPI(o))
 			r.pods.Add(s)
 		case *corev1.Namespace:
-			s, _ := slimNamespace(o)
+			s, _ := slimNamespace(asAPI(o))
 			r.nss.Add(s)
 		}
 	}

@@ -8,9 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // Layout is where the kubelet puts pod cgroups in the cgroup2 hierarchy.
@@ -105,10 +104,10 @@ func isDir(p string) error {
 //
 // (uid_ is the UID with '-' replaced by '_'; the systemd prefix follows the
 // root slice's name, so a custom --cgroup-root slice works too.)
-func (l Layout) PodPaths(uid string, qos corev1.PodQOSClass) []string {
-	classes := []corev1.PodQOSClass{qos}
+func (l Layout) PodPaths(uid string, qos kubeapi.PodQOSClass) []string {
+	classes := []kubeapi.PodQOSClass{qos}
 	if qos == "" {
-		classes = []corev1.PodQOSClass{corev1.PodQOSBurstable, corev1.PodQOSBestEffort, corev1.PodQOSGuaranteed}
+		classes = []kubeapi.PodQOSClass{kubeapi.PodQOSBurstable, kubeapi.PodQOSBestEffort, kubeapi.PodQOSGuaranteed}
 	}
 	out := make([]string, 0, len(classes))
 	for _, c := range classes {
@@ -119,13 +118,13 @@ func (l Layout) PodPaths(uid string, qos corev1.PodQOSClass) []string {
 	return out
 }
 
-func (l Layout) podPath(uid string, qos corev1.PodQOSClass) string {
+func (l Layout) podPath(uid string, qos kubeapi.PodQOSClass) string {
 	var class string
 	switch qos {
-	case corev1.PodQOSGuaranteed:
-	case corev1.PodQOSBurstable:
+	case kubeapi.PodQOSGuaranteed:
+	case kubeapi.PodQOSBurstable:
 		class = "burstable"
-	case corev1.PodQOSBestEffort:
+	case kubeapi.PodQOSBestEffort:
 		class = "besteffort"
 	default:
 		return ""
@@ -146,7 +145,7 @@ func (l Layout) podPath(uid string, qos corev1.PodQOSClass) string {
 
 // Resolve returns the first existing candidate directory of a pod and its
 // cgroup ID. ok is false when none exists yet; err reports other failures.
-func (l Layout) Resolve(uid string, qos corev1.PodQOSClass) (path string, id uint64, ok bool, err error) {
+func (l Layout) Resolve(uid string, qos kubeapi.PodQOSClass) (path string, id uint64, ok bool, err error) {
 	for _, p := range l.PodPaths(uid, qos) {
 		id, e := cgroupv2.ID(p)
 		if e == nil {

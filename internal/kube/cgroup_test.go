@@ -7,9 +7,8 @@ import (
 	"syscall"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 const testUID = "0b5c7a4e-1f2d-4c3b-9a8e-7d6f5e4c3b2a"
@@ -39,20 +38,20 @@ func TestPodCgroupPaths(t *testing.T) {
 	u := strings.ReplaceAll(testUID, "-", "_")
 	cases := []struct {
 		driver string
-		qos    corev1.PodQOSClass
+		qos    kubeapi.PodQOSClass
 		rel    string // pod dir under the cgroup2 mount
 	}{
-		{DriverCgroupfs, corev1.PodQOSGuaranteed, "kubepods/pod" + testUID},
-		{DriverCgroupfs, corev1.PodQOSBurstable, "kubepods/burstable/pod" + testUID},
-		{DriverCgroupfs, corev1.PodQOSBestEffort, "kubepods/besteffort/pod" + testUID},
-		{DriverSystemd, corev1.PodQOSGuaranteed, "kubepods.slice/kubepods-pod" + u + ".slice"},
-		{DriverSystemd, corev1.PodQOSBurstable, "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + u + ".slice"},
-		{DriverSystemd, corev1.PodQOSBestEffort, "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + u + ".slice"},
+		{DriverCgroupfs, kubeapi.PodQOSGuaranteed, "kubepods/pod" + testUID},
+		{DriverCgroupfs, kubeapi.PodQOSBurstable, "kubepods/burstable/pod" + testUID},
+		{DriverCgroupfs, kubeapi.PodQOSBestEffort, "kubepods/besteffort/pod" + testUID},
+		{DriverSystemd, kubeapi.PodQOSGuaranteed, "kubepods.slice/kubepods-pod" + u + ".slice"},
+		{DriverSystemd, kubeapi.PodQOSBurstable, "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + u + ".slice"},
+		{DriverSystemd, kubeapi.PodQOSBestEffort, "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + u + ".slice"},
 	}
 	for _, mount := range []string{"", "unified"} { // pure v2: /sys/fs/cgroup; hybrid: /sys/fs/cgroup/unified
 		for _, c := range cases {
 			for _, cfgDriver := range []string{c.driver, DriverAuto, ""} {
-				for _, statusQOS := range []corev1.PodQOSClass{c.qos, ""} {
+				for _, statusQOS := range []kubeapi.PodQOSClass{c.qos, ""} {
 					name := filepath.Join("mount="+mount, c.rel, "driver="+cfgDriver, "qos="+string(statusQOS))
 					root := filepath.Join(t.TempDir(), mount)
 					pod := filepath.Join(root, c.rel)
@@ -138,11 +137,11 @@ func TestPodsCgroupOverride(t *testing.T) {
 	mkdirs(t, fsPod, sdPod)
 	for _, c := range []struct {
 		pods, driver, wantDriver, wantPod string
-		qos                               corev1.PodQOSClass
+		qos                               kubeapi.PodQOSClass
 	}{
-		{"custom/kubepods", "", DriverCgroupfs, fsPod, corev1.PodQOSBestEffort},
+		{"custom/kubepods", "", DriverCgroupfs, fsPod, kubeapi.PodQOSBestEffort},
 		{fsRoot, DriverCgroupfs, DriverCgroupfs, fsPod, ""},
-		{"custom.slice/custom-kubepods.slice", DriverAuto, DriverSystemd, sdPod, corev1.PodQOSBurstable},
+		{"custom.slice/custom-kubepods.slice", DriverAuto, DriverSystemd, sdPod, kubeapi.PodQOSBurstable},
 		{sdRoot, DriverSystemd, DriverSystemd, sdPod, ""},
 	} {
 		l, err := DetectLayout(Config{NodeName: "n", Cgroup2Root: root, PodsCgroup: c.pods, Driver: c.driver})

@@ -8,11 +8,12 @@ package kube
 import (
 	"errors"
 	"fmt"
-	corev1 "k8s.io/api/core/v1"
 	"log/slog"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // Key is the namespace label and pod annotation that selects workloads.
@@ -69,7 +70,7 @@ type Config struct {
 	// Select, when set, decides which pods are reported instead of the
 	// selection policy (Key; Default and SelfUID unused): the Service load
 	// balancer watches the pods with a ServicesKey annotation.
-	Select func(*corev1.Pod) bool
+	Select func(*kubeapi.Pod) bool
 
 	Logger *slog.Logger // nil = slog.Default()
 

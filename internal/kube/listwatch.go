@@ -3,13 +3,14 @@ package kube
 import (
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // ListWatches are the list+watch endpoints informers need for the Service
@@ -21,11 +22,11 @@ type ListWatches struct {
 
 // NewListWatches builds them on a REST configuration.
 func NewListWatches(rc *rest.Config) (*ListWatches, error) {
-	core, err := restClient(rc, &corev1.SchemeGroupVersion, "/api", true)
+	core, err := restClient(rc, kubeapi.CoreV1, "/api")
 	if err != nil {
 		return nil, err
 	}
-	disc, err := restClient(rc, &discoveryv1.SchemeGroupVersion, "/apis", true)
+	disc, err := restClient(rc, kubeapi.DiscoveryV1, "/apis")
 	if err != nil {
 		return nil, err
 	}
@@ -47,20 +48,18 @@ func (l *ListWatches) Node(name string) cache.ListerWatcher {
 	return cache.NewListWatchFromClient(l.core, "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", name))
 }
 
-// restClient is a client of one group version with the trimmed scheme's
-// codecs. protobuf: every request asks for protobuf (informers' list and
-// watch requests cannot ask per request, as restAPI's do).
-func restClient(rc *rest.Config, gv *schema.GroupVersion, apiPath string, protobuf bool) (*rest.RESTClient, error) {
+// restClient is a client of one group version with kubeapi's scheme and
+// codecs. It speaks JSON: kubeapi's objects have no protobuf code (a
+// protobuf answer would not decode), and JSON leaves out the fields they
+// do not declare.
+func restClient(rc *rest.Config, gv schema.GroupVersion, apiPath string) (*rest.RESTClient, error) {
 	c := rest.CopyConfig(rc)
-	c.GroupVersion, c.APIPath = gv, apiPath
-	c.NegotiatedSerializer = codecs.WithoutConversion()
+	c.GroupVersion, c.APIPath = &gv, apiPath
+	c.NegotiatedSerializer = kubeapi.Codecs.WithoutConversion()
 	if c.UserAgent == "" {
 		c.UserAgent = "eztunnel"
 	}
-	if protobuf && c.ContentType == "" {
-		c.ContentType = "application/vnd.kubernetes.protobuf"
-		c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	}
+	c.ContentType, c.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
 	rcl, err := rest.RESTClientFor(c)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %s client: %w", gv, err)

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // PodIPs is a pod of this node with its own network namespace and the
@@ -21,9 +21,9 @@ type PodIPs struct {
 func NodePodIPs(pods []any, node string) []PodIPs {
 	var out []PodIPs
 	for _, obj := range pods {
-		p, ok := obj.(*corev1.Pod)
+		p, ok := obj.(*kubeapi.Pod)
 		if !ok || p.Spec.NodeName != node || p.Spec.HostNetwork || p.DeletionTimestamp != nil ||
-			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			p.Status.Phase == kubeapi.PodSucceeded || p.Status.Phase == kubeapi.PodFailed {
 			continue
 		}
 		var ips []netip.Addr

@@ -77,9 +77,9 @@ func TestPodIPsFeed(t *testing.T) {
 }
 
 func TestNodePodIPs(t *testing.T) {
-	deleting := pod("a", "deleting", withIPs("10.0.0.9"), func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} })
+	deleting := pod("a", "deleting", withIPs("10.0.0.9"), func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)} })
 	bad := pod("a", "bad", withIPs("nonsense", "::ffff:10.0.0.3", "10.0.0.3"))
-	got := NodePodIPs([]any{deleting, bad, "not a pod"}, node)
+	got := NodePodIPs([]any{asAPI(deleting), asAPI(bad), "not a pod"}, node)
 	if len(got) != 1 || got[0].Name != "bad" || len(got[0].IPs) != 1 || got[0].IPs[0] != netip.MustParseAddr("10.0.0.3") {
 		t.Fatalf("NodePodIPs = %s", fmtPodIPs(got))
 	}

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // Decision is why a pod is selected or not.
@@ -65,7 +65,7 @@ func (p *policy) forget(object string) {
 // decide applies the rules: the pod annotation overrides everything; host-network
 // pods and the agent's own pod are excluded otherwise; then the namespace
 // label; then the default. ns may be nil (namespace not known).
-func (p *policy) decide(pod *corev1.Pod, ns *corev1.Namespace) Decision {
+func (p *policy) decide(pod *kubeapi.Pod, ns *kubeapi.Namespace) Decision {
 	switch p.value(pod.Annotations, "pod annotation", "pod ", pod.Namespace, pod.Name) {
 	case Enabled:
 		return Decision{true, "pod annotation"}

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 func TestParsePolicyAndValidate(t *testing.T) {
@@ -71,7 +72,7 @@ func TestPolicyTable(t *testing.T) {
 					cfg := Config{NodeName: "n", Default: def, SelfUID: "self-uid",
 						Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 					p := newPolicy(cfg)
-					pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid"}}
+					pod := &kubeapi.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid"}}
 					if ann != "" {
 						pod.Annotations = map[string]string{Key: ann, "other": "x"}
 					}
@@ -81,9 +82,9 @@ func TestPolicyTable(t *testing.T) {
 					case "self":
 						pod.UID = "self-uid"
 					}
-					var ns *corev1.Namespace
+					var ns *kubeapi.Namespace
 					if lab != "<no namespace>" {
-						ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}
+						ns = &kubeapi.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}
 						if lab != "" {
 							ns.Labels = map[string]string{Key: lab}
 						}
@@ -141,8 +142,8 @@ func TestPolicyTable(t *testing.T) {
 func TestPolicyWarnsAgainOnNewValue(t *testing.T) {
 	var logs bytes.Buffer
 	p := newPolicy(Config{NodeName: "n", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: map[string]string{Key: "yes"}}}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
+	ns := &kubeapi.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: map[string]string{Key: "yes"}}}
+	pod := &kubeapi.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
 	p.decide(pod, ns)
 	p.decide(pod, ns)
 	ns.Labels[Key] = "no"

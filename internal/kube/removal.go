@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -13,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // WatchRemoval returns a channel closed when the DaemonSet owning the pod
@@ -80,7 +81,7 @@ func WatchRemovalWith(ctx context.Context, cfg Config, api API, podNamespace, po
 	// check fires when obj is our DaemonSet going away; one of the same name
 	// with another UID means ours was deleted.
 	check := func(obj any) {
-		ds, ok := obj.(*appsv1.DaemonSet)
+		ds, ok := obj.(*kubeapi.DaemonSet)
 		if !ok || ds.Name != name { // fake clients ignore the field selector
 			return
 		}
@@ -103,7 +104,7 @@ func WatchRemovalWith(ctx context.Context, cfg Config, api API, podNamespace, po
 				return api.WatchDaemonSets(ctx, podNamespace, o)
 			},
 		},
-		ObjectType: &appsv1.DaemonSet{},
+		ObjectType: &kubeapi.DaemonSet{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    check,
 			UpdateFunc: func(_, obj any) { check(obj) },
@@ -111,7 +112,7 @@ func WatchRemovalWith(ctx context.Context, cfg Config, api API, podNamespace, po
 				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 					obj = d.Obj
 				}
-				if ds, ok := obj.(*appsv1.DaemonSet); ok && ds.Name == name && ds.UID == uid {
+				if ds, ok := obj.(*kubeapi.DaemonSet); ok && ds.Name == name && ds.UID == uid {
 					fire("deleted")
 				}
 			},

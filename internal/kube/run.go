@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // Timings of the reconciliation loop.
@@ -69,7 +69,7 @@ func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) erro
 				return api.WatchPods(ctx, o)
 			},
 		},
-		ObjectType: &corev1.Pod{},
+		ObjectType: &kubeapi.Pod{},
 		Handler:    r.handler("pod "),
 		Transform:  slimPod,
 	})
@@ -82,7 +82,7 @@ func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) erro
 				return api.WatchNamespaces(ctx, o)
 			},
 		},
-		ObjectType: &corev1.Namespace{},
+		ObjectType: &kubeapi.Namespace{},
 		Handler:    r.handler("namespace "),
 		Transform:  slimNamespace,
 	})
@@ -101,11 +101,11 @@ func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) erro
 
 // slimPod keeps only what selection and cgroup mapping read.
 func slimPod(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
+	p, ok := obj.(*kubeapi.Pod)
 	if !ok {
 		return obj, nil
 	}
-	out := &corev1.Pod{}
+	out := &kubeapi.Pod{}
 	out.Name, out.Namespace, out.UID = p.Name, p.Namespace, p.UID
 	out.ResourceVersion = p.ResourceVersion
 	out.DeletionTimestamp = p.DeletionTimestamp
@@ -124,11 +124,11 @@ func slimPod(obj any) (any, error) {
 }
 
 func slimNamespace(obj any) (any, error) {
-	n, ok := obj.(*corev1.Namespace)
+	n, ok := obj.(*kubeapi.Namespace)
 	if !ok {
 		return obj, nil
 	}
-	out := &corev1.Namespace{}
+	out := &kubeapi.Namespace{}
 	out.Name, out.UID, out.ResourceVersion = n.Name, n.UID, n.ResourceVersion
 	if v, ok := n.Labels[Key]; ok {
 		out.Labels = map[string]string{Key: v}
@@ -266,9 +266,9 @@ func (r *reconciler) desired() []Target {
 	seen := make(map[string]struct{}, len(r.cgroups))
 	r.poll = false
 	for _, obj := range r.pods.List() {
-		p := obj.(*corev1.Pod)
+		p := obj.(*kubeapi.Pod)
 		// The API server filters by node; fake clients do not.
-		if p.Spec.NodeName != r.cfg.NodeName || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Spec.NodeName != r.cfg.NodeName || p.Status.Phase == kubeapi.PodSucceeded || p.Status.Phase == kubeapi.PodFailed {
 			continue
 		}
 		if r.cfg.Select != nil {
@@ -276,9 +276,9 @@ func (r *reconciler) desired() []Target {
 				continue
 			}
 		} else {
-			var ns *corev1.Namespace
+			var ns *kubeapi.Namespace
 			if o, ok, _ := r.nss.GetByKey(p.Namespace); ok {
-				ns = o.(*corev1.Namespace)
+				ns = o.(*kubeapi.Namespace)
 			}
 			if !r.pol.decide(p, ns).Selected {
 				continue
@@ -317,7 +317,7 @@ func (r *reconciler) desired() []Target {
 
 // cgroup finds a pod's cgroup: the known path if it still exists (same
 // inode check as the BPF side: the ID is the inode), else the candidates.
-func (r *reconciler) cgroup(p *corev1.Pod) (resolved, bool) {
+func (r *reconciler) cgroup(p *kubeapi.Pod) (resolved, bool) {
 	uid := string(p.UID)
 	if cg, ok := r.cgroups[uid]; ok {
 		if id, err := cgroupv2.ID(cg.path); err == nil {

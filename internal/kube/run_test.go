@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 const node = "node-1"
@@ -75,7 +77,7 @@ func (fc *fakeCluster) waitWatches(resources ...string) {
 // cgroupDir makes (or returns) a pod's directory in the tree.
 func (fc *fakeCluster) cgroupDir(p *corev1.Pod, create bool) string {
 	fc.t.Helper()
-	dir := fc.layout.PodPaths(string(p.UID), p.Status.QOSClass)[0]
+	dir := fc.layout.PodPaths(string(p.UID), kubeapi.PodQOSClass(p.Status.QOSClass))[0]
 	if create {
 		mkdirs(fc.t, filepath.Join(dir, "c0ffee"))
 	}
@@ -352,7 +354,7 @@ func TestRunSelect(t *testing.T) {
 	fc.cgroupDir(p1, true)
 	fc.cgroupDir(p2, true)
 	rec := newRecorder()
-	fc.run(t.Context(), Config{Select: func(p *corev1.Pod) bool {
+	fc.run(t.Context(), Config{Select: func(p *kubeapi.Pod) bool {
 		_, ok := p.Annotations[ServicesKey]
 		return ok
 	}}, rec)

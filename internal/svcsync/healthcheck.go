@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // HealthCheck is a Service's healthCheckNodePort as kube-proxy serves it
@@ -29,8 +29,8 @@ type HealthCheck struct {
 }
 
 // HealthCheckOn is svc's health check on node, if it has one.
-func HealthCheckOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node string) (HealthCheck, bool) {
-	if svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal ||
+func HealthCheckOn(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, node string) (HealthCheck, bool) {
+	if svc == nil || svc.Spec.Type != kubeapi.ServiceTypeLoadBalancer || svc.Spec.ExternalTrafficPolicy != kubeapi.ServiceExternalTrafficPolicyLocal ||
 		svc.Spec.HealthCheckNodePort <= 0 || svc.Spec.HealthCheckNodePort > 65535 {
 		return HealthCheck{}, false
 	}

@@ -8,37 +8,37 @@ import (
 	"strconv"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // TestHealthCheckOn: only LoadBalancer Services with externalTrafficPolicy
 // Local have one; it counts the node's ready endpoints by address.
 func TestHealthCheckOn(t *testing.T) {
-	web := corev1.ServicePort{Name: "web", Port: 80, Protocol: corev1.ProtocolTCP, NodePort: 30080}
+	web := kubeapi.ServicePort{Name: "web", Port: 80, Protocol: kubeapi.ProtocolTCP, NodePort: 30080}
 	s := svc("a", []string{"10.96.0.1"}, web)
-	s.Spec.Type = corev1.ServiceTypeLoadBalancer
+	s.Spec.Type = kubeapi.ServiceTypeLoadBalancer
 	s.Spec.HealthCheckNodePort = 32000
-	sl := slice("a", discoveryv1.AddressTypeIPv4, "web", 8080, ep{addr: "10.0.0.1"}, ep{addr: "10.0.0.2"},
+	sl := slice("a", kubeapi.AddressTypeIPv4, "web", 8080, ep{addr: "10.0.0.1"}, ep{addr: "10.0.0.2"},
 		ep{addr: "10.0.0.3", ready: ptr.To(false), serving: ptr.To(true), terminate: ptr.To(true)}, ep{addr: "10.0.0.4"})
-	other := slice("a", discoveryv1.AddressTypeIPv4, "dns", 5353, ep{addr: "10.0.0.1"}) // same pod, another port
+	other := slice("a", kubeapi.AddressTypeIPv4, "dns", 5353, ep{addr: "10.0.0.1"}) // same pod, another port
 	for i, n := range []string{"n1", "n2", "n1", "n1"} {
 		sl.Endpoints[i].NodeName = ptr.To(n)
 	}
 	other.Endpoints[0].NodeName = ptr.To("n1")
-	sls := []*discoveryv1.EndpointSlice{sl, other}
+	sls := []*kubeapi.EndpointSlice{sl, other}
 	if _, ok := HealthCheckOn(s, sls, "n1"); ok {
 		t.Errorf("externalTrafficPolicy Cluster has a health check")
 	}
-	s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	s.Spec.ExternalTrafficPolicy = kubeapi.ServiceExternalTrafficPolicyLocal
 	if hc, ok := HealthCheckOn(s, sls, "n1"); !ok || hc.Port != 32000 || hc.LocalEndpoints != 2 {
 		t.Errorf("Local on n1: %+v %v, want port 32000 and 2 endpoints (10.0.0.1 once, 10.0.0.4; not the terminating one)", hc, ok)
 	}
 	if hc, _ := HealthCheckOn(s, sls, "n3"); hc.LocalEndpoints != 0 {
 		t.Errorf("Local on n3: %+v", hc)
 	}
-	s.Spec.Type = corev1.ServiceTypeNodePort
+	s.Spec.Type = kubeapi.ServiceTypeNodePort
 	if _, ok := HealthCheckOn(s, sls, "n1"); ok {
 		t.Errorf("a NodePort Service has a health check")
 	}

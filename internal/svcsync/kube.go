@@ -10,15 +10,13 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	corelisters "k8s.io/client-go/listers/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/kube"
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // Families are the IP families the node serves.
@@ -42,7 +40,7 @@ type Node struct{ Name, Zone string }
 // parts are reported by reason; svc nil (deleted), headless and
 // ExternalName Services have no frontends. No node: no local endpoints
 // and no zone.
-func ServiceEntries(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fam Families) (Entries, []string) {
+func ServiceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam Families) (Entries, []string) {
 	return ServiceEntriesOn(svc, slices, fam, Node{})
 }
 
@@ -60,15 +58,15 @@ func ServiceEntries(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fa
 // client's source, else Cluster. Node hints (ForNodes) are not used: their
 // kube-proxy feature gate (PreferSameTrafficDistribution) is alpha and off
 // in v1.33.
-func ServiceEntriesOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, fam Families, node Node) (Entries, []string) {
-	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
+func ServiceEntriesOn(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam Families, node Node) (Entries, []string) {
+	if svc == nil || svc.Spec.Type == kubeapi.ServiceTypeExternalName {
 		return nil, nil
 	}
 	ips := svc.Spec.ClusterIPs
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
 	}
-	if len(ips) == 0 || ips[0] == corev1.ClusterIPNone {
+	if len(ips) == 0 || ips[0] == kubeapi.ClusterIPNone {
 		return nil, nil // headless: nothing to translate
 	}
 	if len(svc.Spec.Ports) == 0 {
@@ -76,16 +74,16 @@ func ServiceEntriesOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, 
 	}
 	var skipped []string
 	var affinity time.Duration
-	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
-		affinity = time.Duration(corev1.DefaultClientIPServiceAffinitySeconds) * time.Second
+	if svc.Spec.SessionAffinity == kubeapi.ServiceAffinityClientIP {
+		affinity = time.Duration(kubeapi.DefaultClientIPServiceAffinitySeconds) * time.Second
 		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
 			affinity = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
 		}
 		affinity = min(max(affinity, 0), lb.MaxAffinity)
 	}
-	internalLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
-	externalLocal := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-	hasNodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+	internalLocal := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == kubeapi.ServiceInternalTrafficPolicyLocal
+	externalLocal := svc.Spec.ExternalTrafficPolicy == kubeapi.ServiceExternalTrafficPolicyLocal
+	hasNodePorts := svc.Spec.Type == kubeapi.ServiceTypeNodePort || svc.Spec.Type == kubeapi.ServiceTypeLoadBalancer
 	e := Entries{}
 	for _, s := range ips {
 		vip, err := netip.ParseAddr(s)
@@ -98,16 +96,16 @@ func ServiceEntriesOn(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, 
 			skipped = append(skipped, SkipFamily)
 			continue
 		}
-		addrType := discoveryv1.AddressTypeIPv4
+		addrType := kubeapi.AddressTypeIPv4
 		if vip.Is6() {
-			addrType = discoveryv1.AddressTypeIPv6
+			addrType = kubeapi.AddressTypeIPv6
 		}
 		for _, p := range svc.Spec.Ports {
 			var proto lb.Proto
 			switch p.Protocol {
-			case corev1.ProtocolTCP, "": // the API defaults it to TCP
+			case kubeapi.ProtocolTCP, "": // the API defaults it to TCP
 				proto = lb.TCP
-			case corev1.ProtocolUDP:
+			case kubeapi.ProtocolUDP:
 				proto = lb.UDP
 			default:
 				skipped = append(skipped, SkipProtocol)
@@ -152,7 +150,7 @@ type endpoint struct {
 // endpoints are the endpoints of the slices' port named like p, of the
 // family v4 says, each once (kube-proxy keeps the first address of an
 // endpoint, and favours a local copy of one listed twice).
-func endpoints(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, p corev1.ServicePort, v4 bool, node string) []endpoint {
+func endpoints(slices []*kubeapi.EndpointSlice, at kubeapi.AddressType, p kubeapi.ServicePort, v4 bool, node string) []endpoint {
 	var eps []endpoint
 	index := map[lb.Backend]int{}
 	for _, sl := range slices {
@@ -165,11 +163,11 @@ func endpoints(slices []*discoveryv1.EndpointSlice, at discoveryv1.AddressType, 
 			if sp.Name != nil {
 				name = *sp.Name
 			}
-			proto := corev1.ProtocolTCP
+			proto := kubeapi.ProtocolTCP
 			if sp.Protocol != nil {
 				proto = *sp.Protocol
 			}
-			if name == p.Name && (proto == p.Protocol || p.Protocol == "" && proto == corev1.ProtocolTCP) && sp.Port != nil {
+			if name == p.Name && (proto == p.Protocol || p.Protocol == "" && proto == kubeapi.ProtocolTCP) && sp.Port != nil {
 				port = int(*sp.Port)
 				break
 			}
@@ -299,27 +297,32 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 	if err != nil {
 		return fmt.Errorf("services: %w", err)
 	}
-	svcInf := cache.NewSharedIndexInformer(lw.Services(), &corev1.Service{}, 0,
+	svcInf := cache.NewSharedIndexInformer(lw.Services(), &kubeapi.Service{}, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	// EndpointSlices by their Service: a namespace list would walk every
 	// slice of the namespace for each Service (10,000 Services in one
 	// namespace: 10,000 walks of 20,000 slices at the first sync).
-	sliceInf := cache.NewSharedIndexInformer(lw.EndpointSlices(), &discoveryv1.EndpointSlice{}, 0,
+	sliceInf := cache.NewSharedIndexInformer(lw.EndpointSlices(), &kubeapi.EndpointSlice{}, 0,
 		cache.Indexers{sliceServiceIndex: sliceService})
+	for _, inf := range []cache.SharedIndexInformer{svcInf, sliceInf} {
+		if err := inf.SetTransform(trimMeta); err != nil {
+			return fmt.Errorf("services: informer: %w", err)
+		}
+	}
 	k := &kubeSource{t: t, fam: cfg.Families, node: Node{Name: cfg.NodeName}, health: cfg.Health, log: log,
-		svcs: corelisters.NewServiceLister(svcInf.GetIndexer()), slices: sliceInf.GetIndexer(),
+		svcs: svcInf.GetIndexer(), slices: sliceInf.GetIndexer(),
 		pending: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 	informersOf := []cache.SharedIndexInformer{svcInf, sliceInf}
 	var nodeInf cache.SharedIndexInformer
 	if cfg.NodeName != "" {
 		// The node's zone label: a change re-applies every Service.
-		nodeInf = cache.NewSharedIndexInformer(lw.Node(cfg.NodeName), &corev1.Node{}, 0, cache.Indexers{})
+		nodeInf = cache.NewSharedIndexInformer(lw.Node(cfg.NodeName), &kubeapi.Node{}, 0, cache.Indexers{})
 		onNode := func(obj any) {
-			n, ok := obj.(*corev1.Node)
+			n, ok := obj.(*kubeapi.Node)
 			if !ok {
 				return // deleted: keep the last zone
 			}
-			k.setZone(n.Labels[corev1.LabelTopologyZone])
+			k.setZone(n.Labels[kubeapi.LabelTopologyZone])
 		}
 		if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    onNode,
@@ -338,11 +341,11 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		sl, ok := obj.(*discoveryv1.EndpointSlice)
+		sl, ok := obj.(*kubeapi.EndpointSlice)
 		if !ok {
 			return
 		}
-		if name := sl.Labels[discoveryv1.LabelServiceName]; name != "" {
+		if name := sl.Labels[kubeapi.LabelServiceName]; name != "" {
 			k.enqueue(sl.Namespace + "/" + name)
 		}
 	}
@@ -381,8 +384,8 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 	if nodeInf != nil {
 		// The handlers may not have seen the node yet: read it now.
 		if o, ok, err := nodeInf.GetStore().GetByKey(cfg.NodeName); err == nil && ok {
-			if n, ok := o.(*corev1.Node); ok {
-				k.setZone(n.Labels[corev1.LabelTopologyZone])
+			if n, ok := o.(*kubeapi.Node); ok {
+				k.setZone(n.Labels[kubeapi.LabelTopologyZone])
 			}
 		}
 	}
@@ -405,16 +408,27 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 	return nil
 }
 
+// trimMeta drops the metadata the load balancer never reads (managed
+// fields; annotations, such as kubectl's last applied configuration): the
+// caches of 10,000 Services and their EndpointSlices hold less.
+func trimMeta(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		m.SetAnnotations(nil)
+	}
+	return obj, nil
+}
+
 // sliceServiceIndex indexes EndpointSlices by their Service's key
 // (namespace/name, from the kubernetes.io/service-name label).
 const sliceServiceIndex = "service"
 
 func sliceService(obj any) ([]string, error) {
-	sl, ok := obj.(*discoveryv1.EndpointSlice)
+	sl, ok := obj.(*kubeapi.EndpointSlice)
 	if !ok {
 		return nil, nil
 	}
-	name := sl.Labels[discoveryv1.LabelServiceName]
+	name := sl.Labels[kubeapi.LabelServiceName]
 	if name == "" {
 		return nil, nil
 	}
@@ -422,21 +436,21 @@ func sliceService(obj any) ([]string, error) {
 }
 
 // slicesOf are the cached EndpointSlices of the Service key.
-func slicesOf(idx cache.Indexer, key string) ([]*discoveryv1.EndpointSlice, error) {
+func slicesOf(idx cache.Indexer, key string) ([]*kubeapi.EndpointSlice, error) {
 	objs, err := idx.ByIndex(sliceServiceIndex, key)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	out := make([]*kubeapi.EndpointSlice, 0, len(objs))
 	for _, o := range objs {
-		if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+		if sl, ok := o.(*kubeapi.EndpointSlice); ok {
 			out = append(out, sl)
 		}
 	}
 	// The index is a set (no order, nor was the lister's): sorted by name,
 	// the copy kept of an endpoint listed twice in two slices is the same
 	// from one sync to the next.
-	slices.SortFunc(out, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *kubeapi.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -446,7 +460,7 @@ type kubeSource struct {
 	node    Node // Zone under mu
 	health  *HealthServer
 	log     *slog.Logger
-	svcs    corelisters.ServiceLister
+	svcs    cache.Indexer // Services by namespace/name
 	slices  cache.Indexer // EndpointSlices, indexed by sliceServiceIndex
 	mu      sync.Mutex
 	pending map[string]time.Time // Service key -> first change not applied yet
@@ -475,12 +489,8 @@ func (k *kubeSource) setZone(zone string) {
 		return
 	}
 	k.log.Info("services: the node's topology zone", "zone", zone)
-	svcs, err := k.svcs.List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, s := range svcs {
-		k.enqueue(s.Namespace + "/" + s.Name)
+	for _, key := range k.svcs.ListKeys() {
+		k.enqueue(key)
 	}
 }
 
@@ -493,15 +503,12 @@ func (k *kubeSource) drain() int {
 	node := k.node
 	k.mu.Unlock()
 	for key, since := range pending {
-		ns, name, err := cache.SplitMetaNamespaceKey(key)
-		if err != nil {
-			continue
+		var svc *kubeapi.Service // nil: deleted
+		if o, ok, _ := k.svcs.GetByKey(key); ok {
+			svc, _ = o.(*kubeapi.Service)
 		}
-		svc, err := k.svcs.Services(ns).Get(name)
-		if err != nil {
-			svc = nil // deleted (NotFound is the only error of a cache lister)
-		}
-		var sls []*discoveryv1.EndpointSlice
+		var err error
+		var sls []*kubeapi.EndpointSlice
 		if svc != nil {
 			if sls, err = slicesOf(k.slices, key); err != nil {
 				k.log.Warn("services: list EndpointSlices", "service", key, "err", err)

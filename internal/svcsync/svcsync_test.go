@@ -7,19 +7,18 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 var both = Families{IPv4: true, IPv6: true}
 
-func svc(name string, ips []string, ports ...corev1.ServicePort) *corev1.Service {
-	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIPs: ips, Ports: ports}}
+func svc(name string, ips []string, ports ...kubeapi.ServicePort) *kubeapi.Service {
+	return &kubeapi.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: kubeapi.ServiceSpec{Type: kubeapi.ServiceTypeClusterIP, ClusterIPs: ips, Ports: ports}}
 }
 
 type ep struct {
@@ -27,13 +26,13 @@ type ep struct {
 	ready, serving, terminate *bool
 }
 
-func slice(name string, at discoveryv1.AddressType, portName string, port int32, eps ...ep) *discoveryv1.EndpointSlice {
-	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-x",
-		Labels: map[string]string{discoveryv1.LabelServiceName: name}}, AddressType: at,
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}}}
+func slice(name string, at kubeapi.AddressType, portName string, port int32, eps ...ep) *kubeapi.EndpointSlice {
+	sl := &kubeapi.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-x",
+		Labels: map[string]string{kubeapi.LabelServiceName: name}}, AddressType: at,
+		Ports: []kubeapi.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(port), Protocol: ptr.To(kubeapi.ProtocolTCP)}}}
 	for _, e := range eps {
-		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.addr},
-			Conditions: discoveryv1.EndpointConditions{Ready: e.ready, Serving: e.serving, Terminating: e.terminate}})
+		sl.Endpoints = append(sl.Endpoints, kubeapi.Endpoint{Addresses: []string{e.addr},
+			Conditions: kubeapi.EndpointConditions{Ready: e.ready, Serving: e.serving, Terminating: e.terminate}})
 	}
 	return sl
 }
@@ -47,19 +46,19 @@ func aps(s ...string) []lb.Backend {
 }
 
 func TestServiceEntriesReadiness(t *testing.T) {
-	web := corev1.ServicePort{Name: "web", Port: 80, Protocol: corev1.ProtocolTCP}
+	web := kubeapi.ServicePort{Name: "web", Port: 80, Protocol: kubeapi.ProtocolTCP}
 	s := svc("a", []string{"10.96.0.1", "fd00::1"}, web)
 	yes, no := ptr.To(true), ptr.To(false)
-	sl4 := slice("a", discoveryv1.AddressTypeIPv4, "web", 8080,
+	sl4 := slice("a", kubeapi.AddressTypeIPv4, "web", 8080,
 		ep{addr: "10.0.0.1"},                                          // nil conditions: ready
 		ep{addr: "10.0.0.2", ready: yes},                              // ready
 		ep{addr: "10.0.0.3", ready: no},                               // not ready, not terminating
 		ep{addr: "10.0.0.4", ready: no, serving: yes, terminate: yes}) // serving terminating: only without ready ones
-	sl6 := slice("a", discoveryv1.AddressTypeIPv6, "web", 8080,
+	sl6 := slice("a", kubeapi.AddressTypeIPv6, "web", 8080,
 		ep{addr: "fd00::a", ready: no, serving: yes, terminate: yes},
 		ep{addr: "fd00::b", ready: no, serving: no, terminate: yes})
-	other := slice("a", discoveryv1.AddressTypeIPv4, "other", 9090, ep{addr: "10.0.0.9"})
-	e, skipped := ServiceEntries(s, []*discoveryv1.EndpointSlice{sl4, sl6, other}, both)
+	other := slice("a", kubeapi.AddressTypeIPv4, "other", 9090, ep{addr: "10.0.0.9"})
+	e, skipped := ServiceEntries(s, []*kubeapi.EndpointSlice{sl4, sl6, other}, both)
 	if len(skipped) != 0 {
 		t.Errorf("skipped %v", skipped)
 	}
@@ -74,28 +73,28 @@ func TestServiceEntriesReadiness(t *testing.T) {
 	if len(e) != 2 || e[f4].Affinity != 0 {
 		t.Errorf("%d frontends, want 2: %v", len(e), e)
 	}
-	s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	s.Spec.SessionAffinity = kubeapi.ServiceAffinityClientIP
 	if e, _ := ServiceEntries(s, nil, both); e[f4].Affinity != 10800*time.Second {
 		t.Errorf("ClientIP affinity without config: %v, want the API default 3h", e[f4].Affinity)
 	}
-	s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](30)}}
+	s.Spec.SessionAffinityConfig = &kubeapi.SessionAffinityConfig{ClientIP: &kubeapi.ClientIPConfig{TimeoutSeconds: ptr.To[int32](30)}}
 	if e, _ := ServiceEntries(s, nil, both); e[f6].Affinity != 30*time.Second {
 		t.Errorf("ClientIP affinity 30 s: %v", e[f6].Affinity)
 	}
 }
 
 func TestServiceEntriesSkips(t *testing.T) {
-	tcp := corev1.ServicePort{Port: 80, Protocol: corev1.ProtocolTCP}
+	tcp := kubeapi.ServicePort{Port: 80, Protocol: kubeapi.ProtocolTCP}
 	for _, c := range []struct {
 		name    string
-		svc     *corev1.Service
+		svc     *kubeapi.Service
 		fam     Families
 		want    int
 		skipped []string
 	}{
 		{"no ports", svc("a", []string{"10.96.0.1"}), both, 0, []string{SkipNoPorts}},
-		{"sctp", svc("a", []string{"10.96.0.1"}, tcp, corev1.ServicePort{Name: "s", Port: 9, Protocol: corev1.ProtocolSCTP}), both, 1, []string{SkipProtocol}},
-		{"unknown protocol", svc("a", []string{"10.96.0.1"}, corev1.ServicePort{Port: 9, Protocol: "QUIC"}), both, 0, []string{SkipProtocol}},
+		{"sctp", svc("a", []string{"10.96.0.1"}, tcp, kubeapi.ServicePort{Name: "s", Port: 9, Protocol: kubeapi.ProtocolSCTP}), both, 1, []string{SkipProtocol}},
+		{"unknown protocol", svc("a", []string{"10.96.0.1"}, kubeapi.ServicePort{Port: 9, Protocol: "QUIC"}), both, 0, []string{SkipProtocol}},
 		{"v6 on v4-only node", svc("a", []string{"fd00::1"}, tcp), Families{IPv4: true}, 0, []string{SkipFamily}},
 		{"dual-stack on v4-only node", svc("a", []string{"10.96.0.1", "fd00::1"}, tcp), Families{IPv4: true}, 1, []string{SkipFamily}},
 		{"bad address", svc("a", []string{"10.96.0.300"}, tcp), both, 0, []string{SkipBadAddress}},
@@ -217,24 +216,24 @@ func TestTableIncremental(t *testing.T) {
 // per family; externalTrafficPolicy Local keeps the endpoints on this node
 // (by nodeName) and the client's source, Cluster all of them.
 func TestServiceEntriesNodePort(t *testing.T) {
-	web := corev1.ServicePort{Name: "web", Port: 80, Protocol: corev1.ProtocolTCP, NodePort: 30080}
+	web := kubeapi.ServicePort{Name: "web", Port: 80, Protocol: kubeapi.ProtocolTCP, NodePort: 30080}
 	s := svc("a", []string{"10.96.0.1"}, web)
-	s.Spec.Type = corev1.ServiceTypeNodePort
-	sl := slice("a", discoveryv1.AddressTypeIPv4, "web", 8080, ep{addr: "10.0.0.1"}, ep{addr: "10.0.0.2"})
+	s.Spec.Type = kubeapi.ServiceTypeNodePort
+	sl := slice("a", kubeapi.AddressTypeIPv4, "web", 8080, ep{addr: "10.0.0.1"}, ep{addr: "10.0.0.2"})
 	sl.Endpoints[0].NodeName = ptr.To("n1")
 	sl.Endpoints[1].NodeName = ptr.To("n2")
 	np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: 30080, Proto: lb.TCP, NodePort: true}
-	e, _ := ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, Node{Name: "n1"})
+	e, _ := ServiceEntriesOn(s, []*kubeapi.EndpointSlice{sl}, both, Node{Name: "n1"})
 	if got := sortedBackends(e[np].Backends); len(e) != 2 || !slices.Equal(got, aps("10.0.0.1:8080", "10.0.0.2:8080")) || e[np].KeepSource {
 		t.Errorf("Cluster: %v", e)
 	}
-	s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-	e, _ = ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, Node{Name: "n1"})
+	s.Spec.ExternalTrafficPolicy = kubeapi.ServiceExternalTrafficPolicyLocal
+	e, _ = ServiceEntriesOn(s, []*kubeapi.EndpointSlice{sl}, both, Node{Name: "n1"})
 	if got := e[np].Backends; !slices.Equal(got, aps("10.0.0.1:8080")) || !e[np].KeepSource {
 		t.Errorf("Local on n1: %v", e[np])
 	}
-	s.Spec.Type = corev1.ServiceTypeClusterIP
-	if e, _ = ServiceEntriesOn(s, []*discoveryv1.EndpointSlice{sl}, both, Node{Name: "n1"}); len(e) != 1 {
+	s.Spec.Type = kubeapi.ServiceTypeClusterIP
+	if e, _ = ServiceEntriesOn(s, []*kubeapi.EndpointSlice{sl}, both, Node{Name: "n1"}); len(e) != 1 {
 		t.Errorf("ClusterIP Service with a stale nodePort: %v", e)
 	}
 }

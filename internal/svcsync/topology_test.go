@@ -5,11 +5,10 @@ import (
 	"slices"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
 
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
+	"github.com/eztunnel/eztunnel/internal/kubeapi"
 )
 
 // TestCategorize runs the cases of kube-proxy's own TestCategorizeEndpoints
@@ -94,23 +93,23 @@ func sameSet(got []lb.Backend, want []string) bool {
 // (its TCP connections are not destroyed); one endpoint listed in two
 // slices counts once, as local if either copy is.
 func TestServiceEntriesPolicies(t *testing.T) {
-	web := corev1.ServicePort{Name: "web", Port: 80, Protocol: corev1.ProtocolTCP, NodePort: 30080}
+	web := kubeapi.ServicePort{Name: "web", Port: 80, Protocol: kubeapi.ProtocolTCP, NodePort: 30080}
 	s := svc("a", []string{"10.96.0.1"}, web)
-	s.Spec.Type = corev1.ServiceTypeNodePort
-	sl := slice("a", discoveryv1.AddressTypeIPv4, "web", 8080, ep{addr: "10.0.0.1"}, ep{addr: "10.0.0.2"}, ep{addr: "10.0.0.3"})
+	s.Spec.Type = kubeapi.ServiceTypeNodePort
+	sl := slice("a", kubeapi.AddressTypeIPv4, "web", 8080, ep{addr: "10.0.0.1"}, ep{addr: "10.0.0.2"}, ep{addr: "10.0.0.3"})
 	sl.Endpoints[0].NodeName = ptr.To("n1")
 	sl.Endpoints[1].NodeName = ptr.To("n2")
 	sl.Endpoints[2].NodeName = ptr.To("n2")
 	for i, z := range []string{"z1", "z1", "z2"} {
-		sl.Endpoints[i].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: z}}}
+		sl.Endpoints[i].Hints = &kubeapi.EndpointHints{ForZones: []kubeapi.ForZone{{Name: z}}}
 	}
-	dup := slice("a", discoveryv1.AddressTypeIPv4, "web", 8080, ep{addr: "10.0.0.3"})
+	dup := slice("a", kubeapi.AddressTypeIPv4, "web", 8080, ep{addr: "10.0.0.3"})
 	dup.Name = "a-y"
 	dup.Endpoints[0].Hints = sl.Endpoints[2].Hints
 	dup.Endpoints[0].NodeName = ptr.To("n1") // the local copy wins
 	cip := lb.Frontend{Addr: netip.MustParseAddr("10.96.0.1"), Port: 80, Proto: lb.TCP}
 	np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: 30080, Proto: lb.TCP, NodePort: true}
-	sls := []*discoveryv1.EndpointSlice{sl, dup}
+	sls := []*kubeapi.EndpointSlice{sl, dup}
 	check := func(what string, node Node, cipWant, cipListed, npWant []string, keep bool) {
 		t.Helper()
 		e, _ := ServiceEntriesOn(s, sls, both, node)
@@ -123,10 +122,10 @@ func TestServiceEntriesPolicies(t *testing.T) {
 	check("no zone", Node{Name: "n1"}, all, nil, all, false)
 	check("zone z1", Node{Name: "n1", Zone: "z1"}, []string{"10.0.0.1:8080", "10.0.0.2:8080"}, []string{"10.0.0.3:8080"},
 		[]string{"10.0.0.1:8080", "10.0.0.2:8080"}, false)
-	s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	s.Spec.ExternalTrafficPolicy = kubeapi.ServiceExternalTrafficPolicyLocal
 	check("eTP Local", Node{Name: "n1", Zone: "z1"}, []string{"10.0.0.1:8080", "10.0.0.2:8080"}, []string{"10.0.0.3:8080"},
 		[]string{"10.0.0.1:8080", "10.0.0.3:8080"}, true)
-	s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+	s.Spec.InternalTrafficPolicy = ptr.To(kubeapi.ServiceInternalTrafficPolicyLocal)
 	check("iTP Local", Node{Name: "n1", Zone: "z1"}, []string{"10.0.0.1:8080", "10.0.0.3:8080"}, []string{"10.0.0.2:8080"},
 		[]string{"10.0.0.1:8080", "10.0.0.3:8080"}, true)
 	// No local endpoint: the ClusterIP has none (connects refused; kube-proxy
