@@ -213,6 +213,9 @@ func Run(ctx context.Context, cfg Config) error {
 			closeMetrics()
 			return err
 		}
+		if pods != nil {
+			svc.pods = pods.watch
+		}
 		defer svc.close()
 	} else if n, err := lbsvc.Unpin(cfg.Datapath.Dir()); err != nil {
 		closeMetrics()

@@ -27,8 +27,9 @@ type KubeConfig struct {
 
 // podScope keeps ez_cgroups equal to the selected pods of this node.
 type podScope struct {
-	cfg  KubeConfig
-	root string
+	cfg   KubeConfig
+	root  string
+	watch *kube.PodWatch // the node's pods, shared with the Service load balancer
 
 	mu   sync.Mutex
 	pods []metrics.Pod // last applied selection, for the per-pod metrics
@@ -47,11 +48,11 @@ func newPodScope(kc KubeConfig) (*podScope, error) {
 	if _, err := kube.RESTConfig(kc.Config); err != nil {
 		return nil, err
 	}
-	root, err := kube.PodsRoot(kc.Config)
+	w, err := kube.NewPodWatch(kc.Config)
 	if err != nil {
 		return nil, err
 	}
-	return &podScope{cfg: kc, root: root}, nil
+	return &podScope{cfg: kc, root: w.Layout().PodsRoot, watch: w}, nil
 }
 
 // Pods implements metrics.PodSource.
@@ -68,7 +69,8 @@ type kubeEvents struct {
 	failed  <-chan error    // the watch could not run
 }
 
-// start watches the node's pods and applies each desired set to dp.
+// start watches the node's pods (for every consumer added to p.watch) and
+// applies each desired set to dp.
 func (p *podScope) start(ctx context.Context, dp *datapath.Datapath) (kubeEvents, error) {
 	var ev kubeEvents
 	if p.cfg.UninstallOnRemoval {
@@ -101,9 +103,9 @@ func (p *podScope) start(ctx context.Context, dp *datapath.Datapath) (kubeEvents
 		}
 		return nil
 	}
+	p.watch.Add(ctx, p.cfg.Config, apply, func() { once.Do(func() { close(synced) }) })
 	go func() {
-		err := kube.Run(ctx, p.cfg.Config, apply, func() { once.Do(func() { close(synced) }) })
-		if err != nil {
+		if err := p.watch.Run(ctx); err != nil {
 			failed <- err
 		}
 	}()

@@ -53,6 +53,9 @@ type serviceLB struct {
 	metrics *svcsync.Metrics
 	health  *svcsync.HealthServer // nil: none
 	cancel  context.CancelFunc
+	// pods is Kubernetes mode's watch of the node's pods, which the pods
+	// left to their proxy share (nil: the load balancer watches them).
+	pods *kube.PodWatch
 }
 
 // checkServices checks the source's configuration; nothing is loaded.
@@ -301,6 +304,10 @@ func (s *serviceLB) watchProxied(ctx context.Context, node string) {
 		return nil
 	}
 	synced := func() { slog.Info("services: pods left to their proxy synced", "pods", s.proxiedPods()) }
+	if s.pods != nil {
+		s.pods.Add(ctx, cfg, apply, synced) // one watch of the pods with the pod selection
+		return
+	}
 	if err := kube.Run(ctx, cfg, apply, synced); err != nil {
 		// No pod cgroups here (no kubelet): no pod is left to a proxy.
 		slog.Warn("services: pods left to their proxy: not watched, every pod is translated at the socket", "err", err)

@@ -2,9 +2,11 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,34 +33,72 @@ const (
 // empty set) once the caches synced; synced is then called once after that
 // apply succeeded. A failed apply is logged and retried with backoff. Pods
 // whose cgroup does not exist yet are retried every PollInterval. Run
-// returns nil when ctx ends.
+// returns nil when ctx ends. It is a PodWatch with one consumer.
 func Run(ctx context.Context, cfg Config, apply func([]Target) error, synced func()) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	api, err := NewAPI(cfg)
+	w, err := NewPodWatch(cfg)
 	if err != nil {
 		return err
 	}
-	return RunWith(ctx, cfg, api, apply, synced)
+	w.Add(ctx, cfg, apply, synced)
+	return w.Run(ctx)
 }
 
 // RunWith is Run on a given API (client-go's fake clientset in tests, fakeapi_test.go).
 func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) error, synced func()) error {
-	layout, err := DetectLayout(cfg)
+	w, err := NewPodWatchWith(cfg, api)
 	if err != nil {
 		return err
 	}
-	r := newReconciler(cfg, layout)
-	if cfg.Select != nil {
-		r.log.Info("kubernetes: watching pods (selected by the caller)", "node", cfg.NodeName, "pods_cgroup", layout.PodsRoot, "driver", layout.Driver)
-	} else {
-		r.log.Info("kubernetes: watching pods", "node", cfg.NodeName, "pods_cgroup", layout.PodsRoot,
-			"driver", layout.Driver, "default_policy", cfg.defaultPolicy())
-	}
+	w.Add(ctx, cfg, apply, synced)
+	return w.Run(ctx)
+}
 
+// PodWatch is the one watch of a node's pods and of all namespaces: one
+// list and one watch of each, whatever the number of consumers (the
+// shortcut's pod selection, the Service load balancer's pods left to their
+// proxy, the bridge bypass's pod addresses). Each consumer has its own
+// selection, apply loop, debounce and backoff on the shared caches.
+type PodWatch struct {
+	cfg    Config // the shared fields: Kubeconfig, NodeName, the cgroup layout
+	layout Layout
+	pods   cache.Store
+	nss    cache.Store
+	podCtl cache.Controller
+	nsCtl  cache.Controller
+
+	synced  chan struct{} // closed once both caches synced
+	stopped chan struct{} // closed when Run returns
+
+	mu      sync.Mutex
+	users   map[*reconciler]struct{}
+	started bool
+}
+
+// NewPodWatch connects with RESTConfig(cfg) and finds the pods' cgroups;
+// nothing is listed before Run.
+func NewPodWatch(cfg Config) (*PodWatch, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	api, err := NewAPI(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewPodWatchWith(cfg, api)
+}
+
+// NewPodWatchWith is NewPodWatch on a given API.
+func NewPodWatchWith(cfg Config, api API) (*PodWatch, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	layout, err := DetectLayout(cfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &PodWatch{cfg: cfg, layout: layout, users: map[*reconciler]struct{}{}, synced: make(chan struct{}), stopped: make(chan struct{})}
 	nodeSel := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-	podStore, podCtl := cache.NewInformerWithOptions(cache.InformerOptions{
+	w.pods, w.podCtl = cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.FieldSelector = nodeSel
@@ -70,10 +110,10 @@ func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) erro
 			},
 		},
 		ObjectType: &kubeapi.Pod{},
-		Handler:    r.handler("pod "),
+		Handler:    w.handler("pod "),
 		Transform:  slimPod,
 	})
-	nsStore, nsCtl := cache.NewInformerWithOptions(cache.InformerOptions{
+	w.nss, w.nsCtl = cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return api.ListNamespaces(ctx, o)
@@ -83,20 +123,116 @@ func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) erro
 			},
 		},
 		ObjectType: &kubeapi.Namespace{},
-		Handler:    r.handler("namespace "),
+		Handler:    w.handler("namespace "),
 		Transform:  slimNamespace,
 	})
-	r.pods, r.nss = podStore, nsStore
+	return w, nil
+}
 
+// Layout is where the watch finds the pods' cgroups.
+func (w *PodWatch) Layout() Layout { return w.layout }
+
+// Add starts a consumer: apply and synced as Run's, with cfg's selection
+// (Select, or the policy of Default and SelfUID), PodIPs and Logger; the
+// watch's own fields (node, cgroup layout) are the PodWatch's. The consumer
+// starts once the caches synced (at once if they have) and stops when ctx
+// or the watch ends. Consumers may be added before or after Run.
+func (w *PodWatch) Add(ctx context.Context, cfg Config, apply func([]Target) error, synced func()) {
+	cfg.Kubeconfig, cfg.NodeName = w.cfg.Kubeconfig, w.cfg.NodeName
+	cfg.Cgroup2Root, cfg.PodsCgroup, cfg.Driver = w.cfg.Cgroup2Root, w.cfg.PodsCgroup, w.cfg.Driver
+	r := newReconciler(cfg, w.layout)
+	r.pods, r.nss = w.pods, w.nss
+	if cfg.Select != nil {
+		r.log.Info("kubernetes: watching pods (selected by the caller)", "node", cfg.NodeName, "pods_cgroup", w.layout.PodsRoot, "driver", w.layout.Driver)
+	} else {
+		r.log.Info("kubernetes: watching pods", "node", cfg.NodeName, "pods_cgroup", w.layout.PodsRoot,
+			"driver", w.layout.Driver, "default_policy", cfg.defaultPolicy())
+	}
+	w.mu.Lock()
+	w.users[r] = struct{}{}
+	w.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go podCtl.RunWithContext(ctx)
-	go nsCtl.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), podCtl.HasSynced, nsCtl.HasSynced) {
+	go func() {
+		defer func() {
+			w.mu.Lock()
+			delete(w.users, r)
+			w.mu.Unlock()
+		}()
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.stopped:
+			return
+		case <-w.synced:
+		}
+		go func() { // the watch's end ends the consumer
+			select {
+			case <-w.stopped:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		r.loop(ctx, apply, synced)
+		cancel()
+	}()
+}
+
+// Run lists and watches until ctx ends, then returns nil; consumers stop
+// with it. It runs once.
+func (w *PodWatch) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("kubernetes: the pod watch runs once")
+	}
+	w.started = true
+	w.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		close(w.stopped)
+	}()
+	go w.podCtl.RunWithContext(ctx)
+	go w.nsCtl.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), w.podCtl.HasSynced, w.nsCtl.HasSynced) {
 		return nil // ctx ended
 	}
-	r.loop(ctx, apply, synced)
+	close(w.synced)
+	<-ctx.Done()
 	return nil
+}
+
+// handler wakes every consumer; a deleted object's warnings are forgotten.
+func (w *PodWatch) handler(kind string) cache.ResourceEventHandler {
+	each := func(f func(*reconciler)) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for r := range w.users {
+			f(r)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { each((*reconciler).wake) },
+		UpdateFunc: func(any, any) { each((*reconciler).wake) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			name := ""
+			if m, ok := obj.(metav1.Object); ok {
+				name = m.GetName()
+				if m.GetNamespace() != "" {
+					name = m.GetNamespace() + "/" + name
+				}
+			}
+			each(func(r *reconciler) {
+				if name != "" {
+					r.pol.forget(kind + name)
+				}
+				r.wake()
+			})
+		},
+	}
 }
 
 // slimPod keeps only what selection and cgroup mapping read.
@@ -162,26 +298,6 @@ func newReconciler(cfg Config, layout Layout) *reconciler {
 		kick:    make(chan struct{}, 1),
 		cgroups: map[string]resolved{},
 		errLog:  map[string]string{},
-	}
-}
-
-func (r *reconciler) handler(kind string) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { r.wake() },
-		UpdateFunc: func(any, any) { r.wake() },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if m, ok := obj.(metav1.Object); ok {
-				name := m.GetName()
-				if m.GetNamespace() != "" {
-					name = m.GetNamespace() + "/" + name
-				}
-				r.pol.forget(kind + name)
-			}
-			r.wake()
-		},
 	}
 }
 

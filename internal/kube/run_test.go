@@ -371,3 +371,62 @@ func TestRunSelect(t *testing.T) {
 	fc.update(p1)
 	fc.next(rec, "")
 }
+
+// TestPodWatchShared: two consumers of one PodWatch (the shortcut's policy
+// and the Service load balancer's Select) each get their own selection from
+// one list and one watch of pods and of namespaces; a consumer added after
+// the first sync starts at once; a consumer whose context ends stops alone.
+func TestPodWatchShared(t *testing.T) {
+	p1 := pod("a", "p1", func(p *corev1.Pod) { p.Annotations = map[string]string{ServicesKey: "proxy"} })
+	p2 := pod("b", "p2")
+	fc := newFakeCluster(t, ns("a", "enabled"), ns("b", ""), p1, p2)
+	fc.cgroupDir(p1, true)
+	fc.cgroupDir(p2, true)
+	cfg := Config{NodeName: node, Cgroup2Root: fc.root}
+	w, err := NewPodWatchWith(cfg, fromClientset(fc.cs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	policyRec, selectRec, lateRec := newRecorder(), newRecorder(), newRecorder()
+	w.Add(ctx, cfg, policyRec.apply, nil)
+	selCtx, stopSel := context.WithCancel(ctx)
+	w.Add(selCtx, Config{Select: func(p *kubeapi.Pod) bool { _, ok := p.Annotations[ServicesKey]; return ok }}, selectRec.apply, nil)
+	go w.Run(ctx)
+	fc.next(policyRec, "a/p1")
+	fc.next(selectRec, "a/p1")
+	fc.waitWatches("pods", "namespaces")
+
+	w.Add(ctx, Config{Select: func(p *kubeapi.Pod) bool { return p.Namespace == "b" }}, lateRec.apply, nil)
+	fc.next(lateRec, "b/p2")
+
+	stopSel()
+	time.Sleep(2 * Debounce) // the stopped consumer's loop ends
+	p2.Annotations = map[string]string{ServicesKey: "proxy", Key: "enabled"}
+	fc.update(p2)
+	fc.next(policyRec, "a/p1,b/p2")
+	fc.next(lateRec, "b/p2") // applied again: the target carries the annotation
+	select {
+	case set := <-selectRec.ch:
+		t.Fatalf("a stopped consumer applied %s", names(set))
+	case <-time.After(3 * Debounce):
+	}
+
+	lists, watches := map[string]int{}, map[string]int{}
+	for _, a := range fc.cs.Actions() {
+		switch a.GetVerb() {
+		case "list":
+			lists[a.GetResource().Resource]++
+		case "watch":
+			watches[a.GetResource().Resource]++
+		}
+	}
+	for _, r := range []string{"pods", "namespaces"} {
+		if lists[r] != 1 || watches[r] != 1 {
+			t.Errorf("%s: %d lists and %d watches for three consumers, want 1 and 1", r, lists[r], watches[r])
+		}
+	}
+	if err := w.Run(ctx); err == nil {
+		t.Error("a second Run was accepted")
+	}
+}

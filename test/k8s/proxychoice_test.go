@@ -63,8 +63,9 @@ func podPID(t testing.TB, ns, pod string) string {
 // m's because its application's connects are left untranslated (conntrack
 // answers, the proxy's connect is translated), d's because the getsockopt
 // hook answers. A pod with a bad value is counted and keeps the default.
-// The choice survives a restart (pinned) and goes with the annotation and
-// with the pod.
+// The choice survives a restart (pinned), into Kubernetes mode, where the
+// pod selection and the load balancer share one watch of the node's pods,
+// and goes with the annotation and with the pod.
 func TestServicesProxyChoice(t *testing.T) {
 	const ns = "ez-proxychoice"
 	pod := func(name, annotation string, proxy bool) string {
@@ -227,8 +228,15 @@ spec:
 	if err != nil || json.Unmarshal(out, &st) != nil || st.Services == nil || st.Services.Counters["left_to_proxy"] != left0+n {
 		t.Errorf("no agent: left_to_proxy %d -> %s, want +%d", left0, out, n)
 	}
+	// Restarted in Kubernetes mode: the pods left to their proxy come from
+	// the watch the pod selection shares (one watch of the node's pods).
+	a.kubernetes = true
+	logged := len(a.logs.String())
 	a.start()
 	a.wait("restarted", func(m map[string]float64) bool { return m[podsK] == 1 })
+	if n := strings.Count(a.logs.String()[logged:], "kubernetes: watching pods"); n != 2 {
+		t.Errorf("Kubernetes mode: %d consumers of the pod watch logged, want 2 (selection, pods left to their proxy)", n)
+	}
 	counts("annotated pod after a restart", n, 0, n, func() { learns("restarted, annotated pod", through("restarted, annotated pod", "m", n)) })
 
 	// The annotation removed: the default again (the hook answers).

@@ -497,6 +497,7 @@ type svcAgent struct {
 	t           testing.TB
 	pin         string
 	args        []string // beyond the ones every services agent gets
+	kubernetes  bool     // Kubernetes mode (--kubernetes at the pods' root) instead of --cgroup
 	cmd         *exec.Cmd
 	logs        *logbuf.Buffer
 	metricsAddr string
@@ -538,9 +539,13 @@ func startSvcAgent(t testing.TB, pin string, args ...string) *svcAgent {
 func (a *svcAgent) start() {
 	a.t.Helper()
 	ready := filepath.Join(a.t.TempDir(), "ready")
-	a.cmd = sysexec.Command(context.Background(), filepath.Join(workDir, "eztunnel"), append([]string{"run", "--cgroup", podsCgroup(), "--pin-path", a.pin,
+	scope := []string{"--cgroup", podsCgroup()}
+	if a.kubernetes {
+		scope = []string{"--kubernetes", "--pods-cgroup", podsCgroup()}
+	}
+	a.cmd = sysexec.Command(context.Background(), filepath.Join(workDir, "eztunnel"), append(append([]string{"run"}, scope...), append([]string{"--pin-path", a.pin,
 		"--adopt=false", "--services", "--kubeconfig", cl.Kubeconfig, "--node-name", k8scluster.NodeName,
-		"--metrics-addr", a.metricsAddr, "--ready-file", ready}, a.args...)...)
+		"--metrics-addr", a.metricsAddr, "--ready-file", ready}, a.args...)...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := a.cmd.Start(); err != nil {
 		a.t.Fatal(err)
