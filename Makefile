@@ -168,24 +168,52 @@ bench-memory: build
 helm:
 	@$(GO) run ./scripts/toolbin helm
 
-# The agent's container image: bin/eztunnel-image.tar, one layer with only the
-# static agent at /eztunnel (no shell, no lab), run as user 0 (BPF needs
-# capabilities). An OCI layout and a docker save archive in one tar:
-# `ctr -n k8s.io images import`, `skopeo copy oci-archive:...`, `crane push`.
-# Reproducible: the same commit gives the same digest (time stamps from the
-# commit, see tools/ezimage).
+# The agent's container image: bin/eztunnel-image.tar, an OCI image index with
+# one image per platform of IMAGE_PLATFORMS (linux/amd64 and linux/arm64),
+# each one layer with only that platform's static agent at /eztunnel (no
+# shell, no lab), run as user 0 (BPF needs capabilities). An OCI layout and a
+# docker save archive in one tar: `ctr -n k8s.io images import` (unpacks the
+# node's platform), `skopeo copy --all oci-archive:...` (the whole index);
+# the docker save side (docker load, crane push of the tar) holds the first
+# platform's image only. Reproducible: the same commit gives the same digest
+# (time stamps from the commit, see tools/ezimage). The digest printed and
+# written to the values file is the index's: every platform pulls by it.
 IMAGE_REPO ?= ghcr.io/eztunnel/eztunnel
 IMAGE_TAG  ?= $(VERSION)
+# os/arch[/variant], in the index's order (the docker save side holds the
+# first); a single platform gives a plain image, no index.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 IMAGE      := bin/eztunnel-image.tar
 # The chart's values naming that image by tag and digest (helm -f).
 IMAGE_VALUES := bin/eztunnel-image.values.yaml
-image: $(BIN)
+# The agent of each platform, built as $(BIN) is: bin/<os>-<arch><variant>/
+# eztunnel (bin/linux-arm64/eztunnel, bin/linux-armv7/eztunnel), the path
+# ezimage's --file 'bin/{os}-{arch}{variant}/eztunnel' names per platform.
+AGENT_SRC := $(shell find cmd internal -name '*.go' -not -name '*_test.go')
+platform-os      = $(word 1,$(subst /, ,$(1)))
+platform-arch    = $(word 2,$(subst /, ,$(1)))
+platform-variant = $(word 3,$(subst /, ,$(1)))
+image-dir = bin/$(call platform-os,$(1))-$(call platform-arch,$(1))$(call platform-variant,$(1))
+IMAGE_BINS := $(foreach p,$(IMAGE_PLATFORMS),$(call image-dir,$(p))/eztunnel)
+# The variant as Go's GOARM (arm/v7) or GOAMD64 (amd64/v3); other variants
+# (arm64/v8) need none.
+image-goenv = $(if $(call platform-variant,$(1)),$(if $(filter arm,$(call platform-arch,$(1))),GOARM=$(patsubst v%,%,$(call platform-variant,$(1)))) \
+  $(if $(filter amd64,$(call platform-arch,$(1))),GOAMD64=$(call platform-variant,$(1))))
+define image-agent
+$(call image-dir,$(1))/eztunnel: $$(GENERATED) $$(AGENT_SRC)
+	@mkdir -p $$(@D)
+	$(strip GOOS=$(call platform-os,$(1)) GOARCH=$(call platform-arch,$(1)) $(call image-goenv,$(1)) CGO_ENABLED=0) \
+	  $$(GO) build -trimpath -ldflags '$$(LDFLAGS)' -o $$@ ./cmd/eztunnel
+endef
+$(foreach p,$(sort $(IMAGE_PLATFORMS)),$(eval $(call image-agent,$(p))))
+image: $(IMAGE_BINS)
 	@ezimage=$$($(GO) run ./scripts/toolbin ezimage) && \
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $$ezimage --out $(IMAGE) \
-	  --name $(IMAGE_REPO):$(IMAGE_TAG) --file $(BIN):/eztunnel:0755 --entrypoint /eztunnel --platform linux/$$($(GO) env GOARCH) \
+	  --name $(IMAGE_REPO):$(IMAGE_TAG) --file 'bin/{os}-{arch}{variant}/eztunnel:/eztunnel:0755' --entrypoint /eztunnel \
+	  $(foreach p,$(IMAGE_PLATFORMS),--platform $(p)) \
 	  --label org.opencontainers.image.source=https://github.com/eztunnel/eztunnel \
 	  --label org.opencontainers.image.version=$(VERSION) > $(IMAGE).out && cat $(IMAGE).out && \
-	  digest=$$(awk '{print $$3}' $(IMAGE).out) && rm -f $(IMAGE).out && \
+	  digest=$$(awk 'NR == 1 {print $$3}' $(IMAGE).out) && rm -f $(IMAGE).out && \
 	  printf 'image:\n  repository: %s\n  tag: "%s"\n  digest: %s\n' '$(IMAGE_REPO)' '$(IMAGE_TAG)' "$$digest" > $(IMAGE_VALUES) && \
 	  echo "$(IMAGE_VALUES): helm install ... -f $(IMAGE_VALUES)"
 
