@@ -24,8 +24,8 @@ const (
 	tableCount     = int(tracerEzTrcTableEZ_TRC_TABLES)
 )
 
-// tables names each class and gives its priority (enum ez_trc_prio); init
-// checks that every class of the C enum is here.
+// tables names each class and gives its priority (enum ez_trc_prio);
+// TestEnumNames checks that every class of the C enum is here.
 var tables = [tableCount]struct {
 	name string
 	prio int32
@@ -42,27 +42,6 @@ var tables = [tableCount]struct {
 var hookNames = [tracerEzTrcNfEZ_TRC_HOOKS]string{
 	unix.NF_INET_PRE_ROUTING: "pre", unix.NF_INET_LOCAL_IN: "in", unix.NF_INET_FORWARD: "fwd",
 	unix.NF_INET_LOCAL_OUT: "out", unix.NF_INET_POST_ROUTING: "post",
-}
-
-func init() {
-	for i, t := range tables {
-		if t.name == "" {
-			panic(fmt.Sprintf("tracer: table class %d of enum ez_trc_table has no name", i))
-		}
-	}
-	for i, n := range endNames {
-		if n == "" {
-			panic(fmt.Sprintf("tracer: end %d of enum ez_trc_end has no name", i))
-		}
-	}
-	if NFSlots != len(nfSides)*len(hookNames)*tableCount {
-		panic("tracer: EZ_TRC_NF_SLOTS is not sides * hooks * tables")
-	}
-	for s := Stage(0); s < StageCount; s++ {
-		if s.String() == "" {
-			panic(fmt.Sprintf("tracer: stage %d of enum ez_trc_stage has no name", s))
-		}
-	}
 }
 
 func (t Table) String() string { return tables[t].name }
