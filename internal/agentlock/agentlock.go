@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
 // Dir holds the lock files.
@@ -26,7 +28,7 @@ const Dir = "/run/eztunnel"
 // ForPins is the default lock file of the datapath pinned under pinRoot:
 // one agent per pinned datapath (tests and labs pin several).
 func ForPins(pinRoot string) string {
-	if filepath.Clean(pinRoot) == "/sys/fs/bpf/eztunnel" {
+	if filepath.Clean(pinRoot) == bpfsys.DefaultPinRoot {
 		return filepath.Join(Dir, "agent.lock")
 	}
 	name := strings.Trim(strings.ReplaceAll(filepath.Clean(pinRoot), "/", "_"), "_")

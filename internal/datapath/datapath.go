@@ -28,7 +28,7 @@ import (
 const Schema = "v2"
 
 // DefaultPinRoot is where the datapath is pinned unless configured otherwise.
-const DefaultPinRoot = "/sys/fs/bpf/eztunnel"
+const DefaultPinRoot = bpfsys.DefaultPinRoot
 
 // The socket shortcut's types, used by the agent, the CLI and the metrics.
 type (
