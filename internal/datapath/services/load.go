@@ -558,6 +558,8 @@ func (lb *LB) SetFrontend(f Frontend, target Target) error {
 	}
 	if !f.NodePort { // no socket is translated to a NodePort's backends
 		lb.destroy(gs)
+	} else if f.Proto == UDP && len(removed) > 0 {
+		flushNodePortUDP(f, removed)
 	}
 	return nil
 }
@@ -606,6 +608,9 @@ func (lb *LB) DeleteFrontend(f Frontend) error {
 		lb.unrefBackend(lb.byID[id])
 	}
 	lb.destroy(gs)
+	if f.NodePort && f.Proto == UDP {
+		flushNodePortUDP(f, nil)
+	}
 	lb.freeSvc = append(lb.freeSvc, st.id)
 	return nil
 }
