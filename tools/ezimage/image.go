@@ -267,7 +267,8 @@ func Build(spec Spec) (v1.Image, error) {
 		layer = static.NewLayer(tb, types.OCIUncompressedLayer)
 	} else {
 		layer, err = tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tb)), nil },
-			tarball.WithCompressionLevel(gzip.BestCompression), tarball.WithMediaType(types.OCILayer))
+			tarball.WithCompressionLevel(gzip.BestCompression), tarball.WithMediaType(types.OCILayer),
+			tarball.WithCompressedCaching) // compressed once, not for the digest and again for the blob
 		if err != nil {
 			return nil, err
 		}
