@@ -26,6 +26,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	lbsvc "github.com/eztunnel/eztunnel/internal/datapath/services"
+	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -71,72 +72,20 @@ type Config struct {
 }
 
 // Run validates cfg, installs the datapath and serves until ctx is done.
-// Nothing is changed on the host before every check has passed.
+// Nothing is changed on the host before every check has passed. It reads
+// as the agent's parts in their order: checks, the node lock, health and
+// metrics listeners, the datapath and its families, what converges them,
+// then the loop; each part's stop is recorded in a lifecycle and run in the
+// reverse order.
 func Run(ctx context.Context, cfg Config) error {
-	if err := cfg.Datapath.Validate(); err != nil {
+	a, err := check(cfg)
+	if err != nil {
 		return err
 	}
-	if cfg.PairMaxAge <= 0 {
-		return fmt.Errorf("--pair-max-age %s must be positive", cfg.PairMaxAge)
-	}
-	if cfg.LockWait <= 0 {
-		cfg.LockWait = 60 * time.Second
-	}
-	var pods *podScope
-	if cfg.Kubernetes != nil {
-		if len(cfg.Cgroups) > 0 {
-			return fmt.Errorf("--cgroup and --kubernetes exclude each other: in Kubernetes mode the pods' root cgroup is attached (--pods-cgroup)")
-		}
-		var err error
-		if pods, err = newPodScope(*cfg.Kubernetes); err != nil {
-			return err
-		}
-		cfg.Cgroups = []string{pods.root}
-		cfg.Datapath.CgroupFilter = true
-	}
-	if len(cfg.Cgroups) == 0 {
-		root, err := cgroupv2.Root()
-		if err != nil {
-			return err
-		}
-		cfg.Cgroups = []string{root}
-	}
-	for _, cg := range cfg.Cgroups {
-		if err := cgroupv2.Validate(cg); err != nil {
-			return err
-		}
-	}
-	if err := bpfsys.Check(datapath.Requirements()); err != nil {
-		return err
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return fmt.Errorf("remove memlock limit: %w", err)
-	}
-	// The bypass's checks (nf_conntrack_tcp_be_liberal) come before anything
-	// changes; it is loaded once the datapath is installed (its pins live there).
-	bypassOff := ""
-	if cfg.Bypass {
-		if err := checkBypass(); err != nil {
-			var unmet *bypass.UnmetError
-			if !errors.As(err, &unmet) || cfg.BypassRequired {
-				return fmt.Errorf("--bypass: %w", err)
-			}
-			slog.Warn("running without the bridge bypass (on by default where the node allows it; --bypass=false silences this)", "reason", err.Error())
-			cfg.Bypass, bypassOff = false, err.Error()
-		}
-	} else {
-		bypassOff = "off (--bypass=false)"
-	}
-	if cfg.Services != nil {
-		if err := checkServices(*cfg.Services); err != nil {
-			return err
-		}
-	}
-
 	// The lock first: during a DaemonSet update with maxSurge the agent we
 	// take over from holds the health and metrics ports (host network) until
 	// it hands over.
-	lock, err := agentlock.Acquire(cfg.LockFile, agentlock.Owner(), cfg.Takeover, cfg.LockWait)
+	lock, err := agentlock.Acquire(a.cfg.LockFile, agentlock.Owner(), a.cfg.Takeover, a.cfg.LockWait)
 	if errors.Is(err, agentlock.ErrSuperseded) {
 		// This pod is being replaced and its container was restarted.
 		slog.Info("standing by until stopped: a newer agent manages the datapath", "reason", err.Error())
@@ -146,134 +95,264 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer lock.Release()
-	hl, err := listenHealth(cfg.HealthAddr)
-	if err != nil {
-		return err
-	}
-	defer hl.close()
-	msrv, err := listenMetrics(cfg.MetricsAddr)
-	if err != nil {
-		return err
-	}
-	closeMetrics := func() {
-		if msrv != nil {
-			msrv.Close()
+	a.lock = lock
+	a.parts.add(lock.Release)
+	defer func() {
+		if err := a.parts.stop(); err != nil {
+			slog.Warn("stopping the agent's parts", "err", err)
+		}
+	}()
+	for _, start := range []func(context.Context) error{a.listen, a.install, a.loadFamilies, a.converge} {
+		if err := start(ctx); err != nil {
+			return err
 		}
 	}
-	stopHealth := hl.serve(ctx)
-	defer stopHealth()
+	return a.serve(ctx)
+}
 
-	dp, err := datapath.Install(cfg.Datapath, cfg.Cgroups)
+// agent is a running agent: its configuration, the parts it started and
+// their stops (parts).
+type agent struct {
+	cfg       Config
+	pods      *podScope // Kubernetes mode; nil: plain mode
+	bypassOff string    // why the bridge bypass is off ("": on)
+	parts     lifecycle
+
+	lock *agentlock.Lock
+	hl   *health
+	msrv *metrics.Server // nil: no metrics
+	dp   *datapath.Datapath
+	bb   *bridgeBypass // nil: no bypass
+	svc  *serviceLB    // nil: no Service load balancer
+	rep  parts.Report
+	// Stops the loop calls before the datapath is closed or uninstalled
+	// (a handover, the DaemonSet's removal); nil: not started.
+	stopPods, stopBypass, stopSvc func() error
+}
+
+// check validates the configuration and the node; nothing changes on the
+// host.
+func check(cfg Config) (*agent, error) {
+	if err := cfg.Datapath.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.PairMaxAge <= 0 {
+		return nil, fmt.Errorf("--pair-max-age %s must be positive", cfg.PairMaxAge)
+	}
+	if cfg.LockWait <= 0 {
+		cfg.LockWait = 60 * time.Second
+	}
+	a := &agent{}
+	if cfg.Kubernetes != nil {
+		if len(cfg.Cgroups) > 0 {
+			return nil, fmt.Errorf("--cgroup and --kubernetes exclude each other: in Kubernetes mode the pods' root cgroup is attached (--pods-cgroup)")
+		}
+		var err error
+		if a.pods, err = newPodScope(*cfg.Kubernetes); err != nil {
+			return nil, err
+		}
+		cfg.Cgroups = []string{a.pods.root}
+		cfg.Datapath.CgroupFilter = true
+	}
+	if len(cfg.Cgroups) == 0 {
+		root, err := cgroupv2.Root()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Cgroups = []string{root}
+	}
+	for _, cg := range cfg.Cgroups {
+		if err := cgroupv2.Validate(cg); err != nil {
+			return nil, err
+		}
+	}
+	if err := bpfsys.Check(datapath.Requirements()); err != nil {
+		return nil, err
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	// The bypass's checks (nf_conntrack_tcp_be_liberal) come before anything
+	// changes; it is loaded once the datapath is installed (its pins live there).
+	if cfg.Bypass {
+		if err := checkBypass(); err != nil {
+			var unmet *bypass.UnmetError
+			if !errors.As(err, &unmet) || cfg.BypassRequired {
+				return nil, fmt.Errorf("--bypass: %w", err)
+			}
+			slog.Warn("running without the bridge bypass (on by default where the node allows it; --bypass=false silences this)", "reason", err.Error())
+			cfg.Bypass, a.bypassOff = false, err.Error()
+		}
+	} else {
+		a.bypassOff = "off (--bypass=false)"
+	}
+	if cfg.Services != nil {
+		if err := checkServices(*cfg.Services); err != nil {
+			return nil, err
+		}
+	}
+	a.cfg = cfg
+	return a, nil
+}
+
+// listen takes the health and metrics addresses and serves health.
+func (a *agent) listen(ctx context.Context) error {
+	hl, err := listenHealth(a.cfg.HealthAddr)
 	if err != nil {
-		closeMetrics()
 		return err
 	}
-	defer dp.Close()
+	a.hl = hl
+	a.parts.addFunc(hl.close)
+	if a.msrv, err = listenMetrics(a.cfg.MetricsAddr); err != nil {
+		return err
+	}
+	if a.msrv != nil {
+		a.parts.addFunc(func() { a.msrv.Close() }) // the address, if never served
+	}
+	a.parts.addFunc(hl.serve(ctx))
+	return nil
+}
+
+// install installs (or adopts) the pinned datapath on the managed cgroups.
+func (a *agent) install(context.Context) error {
+	dp, err := datapath.Install(a.cfg.Datapath, a.cfg.Cgroups)
+	if err != nil {
+		return err
+	}
+	a.dp = dp
+	a.parts.add(dp.Close)
 	if pruned := dp.Pruned(); len(pruned) > 0 {
 		slog.Info("detached cgroups no longer managed (or removed)", "cgroup_ids", pruned)
 	}
-	var bb *bridgeBypass
+	return nil
+}
+
+// loadFamilies loads the bridge bypass and the Service load balancer
+// asked for, and removes those an earlier agent pinned and this one is not
+// told to run; plain mode clears a Kubernetes-mode selection.
+func (a *agent) loadFamilies(context.Context) error {
+	cfg, dir := &a.cfg, a.cfg.Datapath.Dir()
 	if cfg.Bypass {
-		if bb, err = loadBypass(cfg.Datapath.Dir()); err != nil && cfg.BypassRequired {
-			closeMetrics()
+		bb, err := loadBypass(dir)
+		if err != nil && cfg.BypassRequired {
 			return err
 		}
 		if err != nil {
 			// A kernel without one of its programs' needs (tcx, a kfunc,
 			// a BTF field): the rest runs (docs/kernels.md).
 			slog.Warn("running without the bridge bypass: this kernel refused it", "reason", err.Error())
-			cfg.Bypass, bypassOff = false, err.Error()
+			cfg.Bypass, a.bypassOff = false, err.Error()
+		} else {
+			a.bb = bb
+			a.stopBypass = a.parts.addFunc(bb.close)
+			if a.pods != nil {
+				// The node's pods from the API: managed neighbour entries, so
+				// every pod is an endpoint (neighbours.go).
+				bb.neigh = newPodNeighbours()
+				a.pods.cfg.PodIPs = bb.neigh.setPods
+			}
 		}
 	}
-	if cfg.Bypass {
-		defer bb.close()
-		if pods != nil {
-			// The node's pods from the API: managed neighbour entries, so
-			// every pod is an endpoint (neighbours.go).
-			bb.neigh = newPodNeighbours()
-			pods.cfg.PodIPs = bb.neigh.setPods
-		}
-	} else {
-		if n, err := bypass.Unpin(cfg.Datapath.Dir()); err != nil {
-			closeMetrics()
+	if !cfg.Bypass {
+		if n, err := bypass.Unpin(dir); err != nil {
 			return fmt.Errorf("remove the bridge bypass of an earlier agent: %w", err)
 		} else if n > 0 {
 			slog.Info("removed the bridge bypass an earlier agent pinned", "links", n)
 		}
 		RemoveManagedNeighbours()
 	}
-	var svc *serviceLB
 	if cfg.Services != nil {
 		if cfg.Kubernetes != nil { // the pods' cgroups where Kubernetes mode finds them
 			cfg.Services.Pods.PodsCgroup, cfg.Services.Pods.Driver = cfg.Kubernetes.PodsCgroup, cfg.Kubernetes.Driver
 			cfg.Services.Pods.Cgroup2Root = cfg.Kubernetes.Cgroup2Root
 		}
-		if svc, err = loadServices(*cfg.Services, cfg.Datapath.Dir()); err != nil {
-			closeMetrics()
+		svc, err := loadServices(*cfg.Services, dir)
+		if err != nil {
 			return err
 		}
-		if pods != nil {
-			svc.pods = pods.watch
+		if a.pods != nil {
+			svc.pods = a.pods.watch
 		}
-		defer svc.close()
-	} else if n, err := lbsvc.Unpin(cfg.Datapath.Dir()); err != nil {
-		closeMetrics()
+		a.svc = svc
+		a.stopSvc = a.parts.addFunc(svc.close)
+	} else if n, err := lbsvc.Unpin(dir); err != nil {
 		return fmt.Errorf("remove the Service load balancer of an earlier agent: %w", err)
 	} else if n > 0 {
 		slog.Info("removed the Service load balancer an earlier agent pinned", "cgroups", n)
 	}
-	if pods == nil {
+	if a.pods == nil {
 		// Plain mode selects whole subtrees: a selection left by a
 		// Kubernetes-mode agent means nothing now.
-		if _, n, err := dp.SetScope(nil); err != nil {
+		if _, n, err := a.dp.SetScope(nil); err != nil {
 			return err
 		} else if n > 0 {
 			slog.Info("cleared the pod selection of an earlier Kubernetes-mode agent", "cgroups", n)
 		}
 	}
-	rep := partsReport(dp, bypassOff, svc)
-	logParts(rep)
-	if err := rep.Write(parts.ReportPath(cfg.Datapath.Dir())); err != nil {
+	return nil
+}
+
+// converge reports the parts, serves metrics, and starts what keeps the
+// families converged: the pods' devices, the Service load balancer's
+// sources.
+func (a *agent) converge(ctx context.Context) error {
+	a.rep = partsReport(a.dp, a.bypassOff, a.svc)
+	logParts(a.rep)
+	if err := a.rep.Write(parts.ReportPath(a.cfg.Datapath.Dir())); err != nil {
 		slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)
 	}
-	stopMetrics, err := serveMetrics(ctx, msrv, cfg.Datapath, cfg.Version, pods, bb, bypassOff, svc, rep)
+	stopMetrics, err := serveMetrics(ctx, a.msrv, a.cfg.Datapath, a.cfg.Version, a.pods, a.bb, a.bypassOff, a.svc, a.rep)
 	if err != nil {
 		return err
 	}
-	defer stopMetrics()
-	stopPods, err := watchPods(ctx, dp, cfg.Cgroups, bb)
+	a.parts.addFunc(stopMetrics)
+	stopPods, err := watchPods(ctx, a.dp, a.cfg.Cgroups, a.bb)
 	if err != nil {
-		if bb != nil {
+		if a.bb != nil {
 			err = fmt.Errorf("--bypass: %w", err)
 		}
 		return err
 	}
-	defer stopPods()
-	stopBypass := func() {}
-	if bb != nil {
-		bb.prune() // what an earlier agent pinned and the first convergence did not want
-		bb.logAttached()
-		stopBypass = bb.close
+	a.stopPods = a.parts.addFunc(stopPods)
+	if a.bb != nil {
+		a.bb.prune() // what an earlier agent pinned and the first convergence did not want
+		a.bb.logAttached()
 	}
-	stopServices := func() {}
-	if svc != nil {
-		if err := svc.start(ctx, cfg.Cgroups); err != nil {
+	if a.svc != nil {
+		if err := a.svc.start(ctx, a.cfg.Cgroups); err != nil {
 			return err
 		}
-		stopServices = svc.close
 	}
 	// Loading parsed the kernel's BTF (tens of MB, partly mmapped); nothing
 	// needs it any more: give it back before serving for months.
 	runtime.GC()
 	debug.FreeOSMemory()
-	slog.Info("datapath attached", "cgroups", cfg.Cgroups, "pins", cfg.Datapath.Dir(), "kubernetes", pods != nil)
+	slog.Info("datapath attached", "cgroups", a.cfg.Cgroups, "pins", a.cfg.Datapath.Dir(), "kubernetes", a.pods != nil)
+	return nil
+}
 
+// stopFamilies stops, before the datapath is closed or uninstalled, what
+// converges the families and the families' handles (pinned, they keep
+// working): after a handover or the DaemonSet's removal.
+func (a *agent) stopFamilies() {
+	for _, stop := range []func() error{a.stopPods, a.stopBypass, a.stopSvc} {
+		if stop != nil {
+			stop()
+		}
+	}
+}
+
+// serve is the agent's loop: readiness, adoption rounds, the Kubernetes
+// side's events, handovers, and the periodic work (cgroups, released
+// connections, pair aging), until ctx ends.
+func (a *agent) serve(ctx context.Context) error {
+	cfg, dp, hl := a.cfg, a.dp, a.hl
 	ev := kubeEvents{synced: closedChan()}
-	kctx, stopKube := context.WithCancel(ctx)
-	defer stopKube()
-	if pods != nil {
-		if ev, err = pods.start(kctx, dp); err != nil {
+	kctx, cancelKube := context.WithCancel(ctx)
+	stopKube := a.parts.addFunc(cancelKube)
+	if a.pods != nil {
+		var err error
+		if ev, err = a.pods.start(kctx, dp); err != nil {
 			return err
 		}
 	}
@@ -289,48 +368,8 @@ func Run(ctx context.Context, cfg Config) error {
 		defer t.Stop()
 		adoptTick = t.C
 	}
-	// A round runs beside the loop: it visits every pod's namespace (about
-	// 25 ms each in the e2e tests here), so 500 pods would take longer than
-	// the health check allows the loop to stall;
-	// the token lets one run at a time, and is taken back before the
-	// datapath is closed.
-	idle := make(chan struct{}, 1)
-	idle <- struct{}{}
-	defer func() { <-idle }() // runs before the deferred dp.Close
-	// waitRound waits for a round in progress to end.
-	waitRound := func() { <-idle; idle <- struct{}{} }
-	warnedDenied := false
-	adoptOff, _ := rep.Get(parts.Adoption)
-	adopt := func(why string) {
-		if !cfg.Adopt {
-			slog.Info("adoption is off (--adopt=false): nothing done", "trigger", why)
-			return
-		}
-		if !adoptOff.Runs {
-			slog.Info("adoption is off on this kernel: nothing done", "trigger", why, "reason", adoptOff.Reason)
-			return
-		}
-		select {
-		case <-idle:
-		default:
-			return // a round is running; this request is served by it
-		}
-		go func() {
-			defer func() { idle <- struct{}{} }()
-			rep, err := dp.Adopt(cfg.Cgroups)
-			if err != nil {
-				slog.Warn("adoption round", "err", err)
-			}
-			if rep.Denied > 0 && !warnedDenied {
-				warnedDenied = true
-				slog.Warn("adoption cannot open the network namespace of some processes of the managed cgroups: it needs CAP_SYS_ADMIN, CAP_SYS_PTRACE and the host PID namespace (chart: adoption.enabled=true)", "processes", rep.Denied)
-			}
-			if rep.Adopted > 0 || len(rep.Skipped) > 0 || why != "interval" {
-				slog.Info("adoption round", "trigger", why, "namespaces", rep.Namespaces, "sockets", rep.Sockets,
-					"candidates", rep.Candidates, "adopted", rep.Adopted, "skipped", rep.Skipped, "took", rep.Took)
-			}
-		}()
-	}
+	ad := newAdopter(cfg, dp, a.rep)
+	a.parts.addFunc(ad.stop) // before the datapath closes
 
 	tick := time.NewTicker(cfg.PairMaxAge / 4)
 	defer tick.Stop()
@@ -356,15 +395,15 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			slog.Info("ready")
 			if cfg.Adopt {
-				adopt("start")
+				ad.round("start")
 			}
 		case <-adoptNow:
 			if synced == nil {
-				adopt("request")
+				ad.round("request")
 			}
 		case <-adoptTick:
 			if synced == nil {
-				adopt("interval")
+				ad.round("interval")
 			}
 		case err := <-ev.failed:
 			return fmt.Errorf("watching the node's pods: %w", err)
@@ -372,29 +411,25 @@ func Run(ctx context.Context, cfg Config) error {
 			// Our DaemonSet is gone: this is `helm uninstall`, not an update.
 			stopKube()
 			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
-			waitRound() // no round while the datapath is drained
-			stopPods()
-			stopBypass()
-			stopServices()
-			return uninstallOnRemoval(ctx, dp, cfg, lock)
-		case who := <-lock.Requested():
+			ad.stop() // no round while the datapath is drained
+			a.stopFamilies()
+			return uninstallOnRemoval(ctx, dp, cfg, a.lock)
+		case who := <-a.lock.Requested():
 			// Everything the next agent needs goes before the lock: our
 			// hold on the datapath, and the health and metrics ports.
 			stopKube()
 			hl.setReady(false, "handed over to "+who)
 			slog.Info("handing the datapath over; standing by until stopped (the datapath stays pinned)", "to", who)
-			waitRound() // the round in progress ends before the datapath closes
-			stopPods()
-			dp.Close()
-			stopBypass() // pinned: the next agent updates it in place
-			stopServices()
-			stopMetrics()
-			stopHealth()
-			lock.Release()
+			// Every part, the lock last (the round in progress ends before
+			// the datapath closes; the bypass and the load balancer stay
+			// pinned: the next agent updates them in place).
+			if err := a.parts.stop(); err != nil {
+				slog.Warn("stopping the agent's parts", "err", err)
+			}
 			<-ctx.Done()
 			return nil
 		case <-reconcile.C:
-			if pods != nil {
+			if a.pods != nil {
 				continue // the pods' root stays; pods converge through the selection
 			}
 			attached, missing, pruned, err := dp.ReconcileCgroups(cfg.Cgroups)

@@ -45,10 +45,7 @@ func newPodScope(kc KubeConfig) (*podScope, error) {
 	if kc.Drain <= 0 {
 		kc.Drain = 30 * time.Second
 	}
-	if _, err := kube.RESTConfig(kc.Config); err != nil {
-		return nil, err
-	}
-	w, err := kube.NewPodWatch(kc.Config)
+	w, err := kube.NewPodWatch(kc.Config) // the API's configuration, the pods' cgroups
 	if err != nil {
 		return nil, err
 	}

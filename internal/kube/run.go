@@ -77,9 +77,6 @@ type PodWatch struct {
 // NewPodWatch connects with RESTConfig(cfg) and finds the pods' cgroups;
 // nothing is listed before Run.
 func NewPodWatch(cfg Config) (*PodWatch, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	api, err := NewAPI(cfg)
 	if err != nil {
 		return nil, err
@@ -89,10 +86,7 @@ func NewPodWatch(cfg Config) (*PodWatch, error) {
 
 // NewPodWatchWith is NewPodWatch on a given API.
 func NewPodWatchWith(cfg Config, api API) (*PodWatch, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	layout, err := DetectLayout(cfg)
+	layout, err := DetectLayout(cfg) // validates cfg
 	if err != nil {
 		return nil, err
 	}

@@ -230,49 +230,8 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	if err := purge(s.objs.EzAdoptSocks); err != nil {
 		return rep, err
 	}
-	var socks []scanSock
-	var flows []ctFlow
-	var errs []error
-	for _, p := range namespaces {
-		ss, err := scanIn(s.adoptScan, p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("scan %s: %w", p, err))
-			continue
-		}
-		socks = append(socks, ss...)
-		// Every namespace's NAT counts, also where no managed socket lives
-		// (the node's: kube-proxy). Loopback entries matter only where
-		// sockets are, and carry that namespace's cookie.
-		var cookie uint64
-		if len(ss) > 0 {
-			cookie = ss[0].rec.NetnsCookie
-		}
-		ct, err := conntrackIn(p, cookie)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", p, err))
-		}
-		flows = append(flows, ct...)
-	}
-	busyNames := map[shortcutEzAdoptBusy]string{
-		shortcutEzAdoptBusyEZ_AB_UNACKED: "unacked", shortcutEzAdoptBusyEZ_AB_UNREAD: "unread",
-		shortcutEzAdoptBusyEZ_AB_QUEUED: "queued", shortcutEzAdoptBusyEZ_AB_SLEEPER: "sleeper",
-		shortcutEzAdoptBusyEZ_AB_CLOSING: "closing", shortcutEzAdoptBusyEZ_AB_UNSUPPORTED: "unsupported",
-		shortcutEzAdoptBusyEZ_AB_SACK: "sack",
-	}
-	for i := range socks {
-		if !socks[i].established() || !adoptable(&socks[i]) {
-			continue
-		}
-		rep.Sockets++
-		for bit, name := range busyNames {
-			if socks[i].rec.Busy&uint32(bit) != 0 {
-				if rep.Busy == nil {
-					rep.Busy = map[string]int{}
-				}
-				rep.Busy[name]++
-			}
-		}
-	}
+	socks, flows, errs := s.scanAll(namespaces)
+	rep.Sockets, rep.Busy = countBusy(socks)
 	cands, sk := matchAdoption(socks, flows)
 	// Agent-decided skips are counted now; BPF counts the rest.
 	for c, n := range map[shortcutEzAdoptCounter]uint64{
@@ -334,6 +293,60 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	}
 	rep.Took = time.Since(start)
 	return rep, errors.Join(errs...)
+}
+
+// scanAll lists the sockets and the conntrack flows of every namespace;
+// a namespace that cannot be read is an error, the others are scanned.
+func (s *Shortcut) scanAll(namespaces []string) (socks []scanSock, flows []ctFlow, errs []error) {
+	for _, p := range namespaces {
+		ss, err := scanIn(s.adoptScan, p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("scan %s: %w", p, err))
+			continue
+		}
+		socks = append(socks, ss...)
+		// Every namespace's NAT counts, also where no managed socket lives
+		// (the node's: kube-proxy). Loopback entries matter only where
+		// sockets are, and carry that namespace's cookie.
+		var cookie uint64
+		if len(ss) > 0 {
+			cookie = ss[0].rec.NetnsCookie
+		}
+		ct, err := conntrackIn(p, cookie)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p, err))
+		}
+		flows = append(flows, ct...)
+	}
+	return socks, flows, errs
+}
+
+// busyNames name the reasons an established socket cannot be adopted now.
+var busyNames = map[shortcutEzAdoptBusy]string{
+	shortcutEzAdoptBusyEZ_AB_UNACKED: "unacked", shortcutEzAdoptBusyEZ_AB_UNREAD: "unread",
+	shortcutEzAdoptBusyEZ_AB_QUEUED: "queued", shortcutEzAdoptBusyEZ_AB_SLEEPER: "sleeper",
+	shortcutEzAdoptBusyEZ_AB_CLOSING: "closing", shortcutEzAdoptBusyEZ_AB_UNSUPPORTED: "unsupported",
+	shortcutEzAdoptBusyEZ_AB_SACK: "sack",
+}
+
+// countBusy counts the established adoptable sockets and, by reason, those
+// busy (nil: none).
+func countBusy(socks []scanSock) (sockets int, busy map[string]int) {
+	for i := range socks {
+		if !socks[i].established() || !adoptable(&socks[i]) {
+			continue
+		}
+		sockets++
+		for bit, name := range busyNames {
+			if socks[i].rec.Busy&uint32(bit) != 0 {
+				if busy == nil {
+					busy = map[string]int{}
+				}
+				busy[name]++
+			}
+		}
+	}
+	return sockets, busy
 }
 
 // stepAll runs ez_adopt_step once over every namespace; finish aborts and

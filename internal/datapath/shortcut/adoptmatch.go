@@ -176,8 +176,14 @@ func matchAdoption(socks []scanSock, flows []ctFlow) ([]adoptCandidate, adoptSki
 		c.key = adoptKey(&c.ends[1])
 		out = append(out, c)
 	}
-	// A quiet socket whose sequence numbers match another unmatched one:
-	// a local peer exists, but nothing we know links their tuples.
+	skipUnmatched(socks, unmatched, done, &sk)
+	return out, sk
+}
+
+// skipUnmatched counts the sockets no peer was found for: a quiet socket
+// whose sequence numbers match another unmatched one has a local peer that
+// nothing we know links it to (NAT unknown); the others have none.
+func skipUnmatched(socks []scanSock, unmatched []int, done []bool, sk *adoptSkips) {
 	seq := map[[2]uint32]int{}
 	for _, i := range unmatched {
 		s := &socks[i]
@@ -198,7 +204,6 @@ func matchAdoption(socks []scanSock, flows []ctFlow) ([]adoptCandidate, adoptSki
 		done[i] = true
 		sk.noPeer++
 	}
-	return out, sk
 }
 
 // adoptKey names a connection as its server's socket sees it: the client
