@@ -25,6 +25,40 @@ func InNetNSPath(path string, fn func() error) error {
 	return inNetNS(path, func() (netns.NsHandle, error) { return netns.GetFromPath(path) }, fn)
 }
 
+// InNetNSHandle is InNetNS for a namespace held by a handle (left open).
+func InNetNSHandle(h netns.NsHandle, fn func() error) error {
+	return inNetNS(h.String(), func() (netns.NsHandle, error) {
+		fd, err := unix.Dup(int(h))
+		return netns.NsHandle(fd), err
+	}, fn)
+}
+
+// NewNetNS makes an unnamed network namespace and returns its handle; it
+// lives until the last handle and the last thing in it go. The thread
+// that makes it goes straight back to its own namespace.
+func NewNetNS() (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return netns.None(), err
+	}
+	defer orig.Close()
+	ns, err := netns.New() // moves this thread into it
+	if err != nil {
+		runtime.UnlockOSThread()
+		return netns.None(), fmt.Errorf("new netns: %w", err)
+	}
+	if err := netns.Set(orig); err != nil {
+		// The thread stays locked: the runtime discards it when this
+		// goroutine ends, so no other goroutine runs in that netns.
+		ns.Close()
+		return netns.None(), fmt.Errorf("return from a new netns: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return ns, nil
+}
+
 func inNetNS(name string, get func() (netns.NsHandle, error), fn func() error) (err error) {
 	runtime.LockOSThread()
 	orig, err := netns.Get()

@@ -20,7 +20,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -148,25 +147,9 @@ func newLab(t *testing.T) *lab {
 	}
 	t.Cleanup(func() { l.objs.Close() })
 
-	// A new netns on this thread, then straight back.
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
+	if l.ns, err = bpfsys.NewNetNS(); err != nil {
 		t.Fatal(err)
 	}
-	l.ns, err = netns.New()
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Fatalf("new netns: %v", err)
-	}
-	if err := netns.Set(orig); err != nil {
-		// Stays locked: the runtime discards the thread with the goroutine.
-		t.Fatalf("return from the lab netns: %v", err)
-	}
-	orig.Close()
-	runtime.UnlockOSThread()
 	t.Cleanup(func() { l.ns.Close() }) // the last reference: devices and conntrack entries go with it
 
 	l.do(t, func() { l.setup(t) })
@@ -202,27 +185,9 @@ func checkSkbCtx(t *testing.T) {
 // always switches back before unlocking the thread.
 func (l *lab) do(t testing.TB, fn func()) {
 	t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
+	if err := bpfsys.InNetNSHandle(l.ns, func() error { fn(); return nil }); err != nil {
+		t.Fatalf("the lab netns: %v", err)
 	}
-	defer orig.Close()
-	if err := netns.Set(l.ns); err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("enter the lab netns: %v", err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			// Never unlock a thread left in another netns: the goroutine
-			// ends, and the runtime discards the locked thread.
-			t.Errorf("return from the lab netns: %v", err)
-			runtime.Goexit()
-		}
-		runtime.UnlockOSThread()
-	}()
-	fn()
 }
 
 func setSysctl(t testing.TB, path, v string) {

@@ -34,7 +34,7 @@ func TestNodePortUDPFlushesRemovedBackends(t *testing.T) {
 		pkts = append(pkts, ptPacket(ptZeroMAC, ptClient4, ptNode4, unix.IPPROTO_UDP, 0, ptUDP(uint16(42000+i), port, "q")))
 	}
 	others := [][]byte{
-		ptPacket(ptZeroMAC, ptClient4, ptNode4, unix.IPPROTO_UDP, 0, ptUDP(43000, 30053, "q")),  // another NodePort
+		ptPacket(ptZeroMAC, ptClient4, ptNode4, unix.IPPROTO_UDP, 0, ptUDP(43000, 30053, "q")),   // another NodePort
 		ptPacket(ptZeroMAC, ptClient4, ptNode4, unix.IPPROTO_TCP, 0, ptTCP(43001, 30083, ptSYN)), // TCP
 	}
 	ptRunAll(t, lb, e, append(pkts, others...))

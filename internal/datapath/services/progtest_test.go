@@ -30,7 +30,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -41,6 +40,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -63,25 +63,10 @@ type ptNetNS struct {
 
 func newPTNetNS(t *testing.T) *ptNetNS {
 	t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
+	ns, err := bpfsys.NewNetNS()
 	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
+		t.Fatalf("%v (root needed)", err)
 	}
-	ns, err := netns.New() // moves this thread into it
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Fatalf("new netns (root needed): %v", err)
-	}
-	if err := netns.Set(orig); err != nil {
-		// The thread stays locked: the runtime discards it when the
-		// goroutine ends, so nothing else runs in that namespace.
-		t.Fatalf("return to the original netns: %v", err)
-	}
-	orig.Close()
-	runtime.UnlockOSThread()
 	e := &ptNetNS{ns: ns}
 	t.Cleanup(func() { ns.Close() })
 	h, err := netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
@@ -93,30 +78,9 @@ func newPTNetNS(t *testing.T) *ptNetNS {
 	return e
 }
 
-// in runs fn on a thread in the namespace; the thread goes back to the
-// original namespace before it is unlocked (if it cannot, it stays locked
-// and the runtime discards it: it never runs another goroutine).
-func (e *ptNetNS) in(fn func() error) (err error) {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	if err := netns.Set(e.ns); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter test netns: %w", err)
-	}
-	defer func() {
-		if serr := netns.Set(orig); serr != nil {
-			err = fmt.Errorf("return from test netns: %w (%v)", serr, err)
-			return
-		}
-		runtime.UnlockOSThread()
-	}()
-	return fn()
-}
+// in runs fn on a thread in the namespace (bpfsys.InNetNSHandle: it goes
+// back before it is unlocked, or the runtime discards it).
+func (e *ptNetNS) in(fn func() error) error { return bpfsys.InNetNSHandle(e.ns, fn) }
 
 // run runs prog once on pkt inside the namespace: its verdict and the packet it hands on.
 func (e *ptNetNS) run(t *testing.T, prog *ebpf.Program, pkt []byte) (uint32, []byte) {
