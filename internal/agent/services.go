@@ -17,6 +17,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	lbsvc "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/kube"
+	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/kubeapi"
 	"github.com/eztunnel/eztunnel/internal/svcsync"
 )
@@ -50,7 +51,7 @@ type serviceLB struct {
 	cfg     ServicesConfig
 	lb      *lbsvc.LB // nil once closed
 	table   *svcsync.Table
-	metrics *svcsync.Metrics
+	metrics *metrics.Services
 	health  *svcsync.HealthServer // nil: none
 	cancel  context.CancelFunc
 	// pods is Kubernetes mode's watch of the node's pods, which the pods
@@ -85,7 +86,7 @@ func loadServices(cfg ServicesConfig, pinDir string) (*serviceLB, error) {
 		slog.Info("services: adopting the frontends an earlier agent pinned", "frontends", n)
 	}
 	s := &serviceLB{cfg: cfg, lb: l, cancel: func() {}}
-	s.metrics = svcsync.NewMetrics(s.counters)
+	s.metrics = metrics.NewServices(s.counters, svcsync.SkipReasons)
 	s.table = svcsync.NewTable(l, s.metrics, nil)
 	return s, nil
 }

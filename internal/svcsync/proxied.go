@@ -96,8 +96,6 @@ func (t *Table) SetProxied(ps []lb.Proxied, invalid int) {
 		t.log.Warn("services: pods left to their proxy", "err", err)
 	}
 	if t.m != nil {
-		t.m.mu.Lock()
-		t.m.proxied, t.m.invalidChoices = len(ps), invalid
-		t.m.mu.Unlock()
+		t.m.SetProxied(len(ps), invalid)
 	}
 }

@@ -163,8 +163,7 @@ func TestTableIncremental(t *testing.T) {
 	}
 	defer l.Close()
 	w := &countingLB{LB: l}
-	m := NewMetrics(l.Counters)
-	tb := NewTable(w, m, nil)
+	tb := NewTable(w, nil, nil)
 	entries := func(i, backends int) Entries {
 		f := lb.Frontend{Addr: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Proto: lb.TCP}
 		var bes []lb.Backend

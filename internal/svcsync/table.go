@@ -35,11 +35,21 @@ const (
 	SkipWriteFailed = "write_failed" // the map write failed (full, ...)
 )
 
+// SkipReasons are every skip reason, for the metrics to report each.
+var SkipReasons = []string{SkipNoPorts, SkipProtocol, SkipFamily, SkipBadAddress, SkipConflict, SkipWriteFailed}
+
+// Recorder takes what the table did (metrics.Services).
+type Recorder interface {
+	Synced(time.Duration)                                     // from a change seen to its frontends written
+	SetState(frontends, backends int, skipped map[string]int) // the totals after each Apply
+	SetProxied(proxied, invalid int)                          // pods left to their proxy, choices that do not parse
+}
+
 // Table applies Services to a Writer and remembers what each wrote.
 type Table struct {
 	mu      sync.Mutex
 	w       Writer
-	m       *Metrics
+	m       Recorder // nil: none
 	log     *slog.Logger
 	applied map[string]Entries     // by Service (namespace/name)
 	skipped map[string][]string    // by Service: reasons of the parts not written
@@ -49,8 +59,8 @@ type Table struct {
 	skips               map[string]int
 }
 
-// NewTable writes to w; m may be nil.
-func NewTable(w Writer, m *Metrics, log *slog.Logger) *Table {
+// NewTable writes to w and records to m (nil: nothing).
+func NewTable(w Writer, m Recorder, log *slog.Logger) *Table {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -117,10 +127,13 @@ func (t *Table) Apply(name string, e Entries, skipped []string, since time.Time)
 		t.skipped[name] = skipped
 	}
 	t.count(next, skipped, 1)
-	if wrote {
-		t.m.synced(time.Since(since))
+	if t.m == nil {
+		return
 	}
-	t.m.setState(t.frontends, t.backends, maps.Clone(t.skips))
+	if wrote {
+		t.m.Synced(time.Since(since))
+	}
+	t.m.SetState(t.frontends, t.backends, maps.Clone(t.skips))
 }
 
 // Skipped counts the parts of Services not written, by reason.

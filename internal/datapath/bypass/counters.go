@@ -7,11 +7,11 @@ import (
 )
 
 // Counters are the bypass's per-CPU counters summed over CPUs, by name.
-type Counters map[string]uint64
+type Counters = bpfsys.Counters
 
-// counterNames are the external names of enum ez_bp_counter;
+// counters names enum values (external names: metrics, JSON);
 // TestCounterNamesComplete checks every value has one.
-var counterNames = map[bypassEzBpCounter]string{
+var counters = bpfsys.CounterSet[bypassEzBpCounter]{Max: bypassEzBpCounterEZ_BP_C_MAX, Names: map[bypassEzBpCounter]string{
 	bypassEzBpCounterEZ_BP_C_PACKETS:            "bypassed_packets",
 	bypassEzBpCounterEZ_BP_C_BYTES:              "bypassed_bytes",
 	bypassEzBpCounterEZ_BP_C_ROUTED:             "bypassed_routed_packets",
@@ -44,33 +44,16 @@ var counterNames = map[bypassEzBpCounter]string{
 	bypassEzBpCounterEZ_BP_C_FB_UNKNOWN_DEVICE:  "fallback_unknown_device",
 	bypassEzBpCounterEZ_BP_C_FB_ROUTE_MISMATCH:  "fallback_route_mismatch",
 	bypassEzBpCounterEZ_BP_C_FB_MARK:            "fallback_mark",
-}
-
-func counterName(c bypassEzBpCounter) string {
-	if n, ok := counterNames[c]; ok {
-		return n
-	}
-	return fmt.Sprintf("counter_%d", uint32(c))
-}
+}}
 
 // CounterNames lists every counter name in enum order.
-func CounterNames() []string {
-	names := make([]string, 0, bypassEzBpCounterEZ_BP_C_MAX)
-	for c := bypassEzBpCounter(0); c < bypassEzBpCounterEZ_BP_C_MAX; c++ {
-		names = append(names, counterName(c))
-	}
-	return names
-}
+func CounterNames() []string { return counters.List() }
 
 // Counters reads the counters.
 func (b *Bypass) Counters() (Counters, error) {
-	out := make(Counters, bypassEzBpCounterEZ_BP_C_MAX)
-	for c := bypassEzBpCounter(0); c < bypassEzBpCounterEZ_BP_C_MAX; c++ {
-		sum, err := bpfsys.SumPerCPU(b.objs.EzBpCounters, uint32(c))
-		if err != nil {
-			return nil, fmt.Errorf("bypass: read counter %s: %w", counterName(c), err)
-		}
-		out[counterName(c)] = sum
+	c, err := counters.Read(b.objs.EzBpCounters)
+	if err != nil {
+		return nil, fmt.Errorf("bypass: %w", err)
 	}
-	return out, nil
+	return c, nil
 }

@@ -241,12 +241,8 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 		return nil, err
 	}
 	defer ctrs.Close()
-	for c := bypassEzBpCounter(0); c < bypassEzBpCounterEZ_BP_C_MAX; c++ {
-		sum, err := bpfsys.SumPerCPU(ctrs, uint32(c))
-		if err != nil {
-			return nil, fmt.Errorf("bypass: read counter %s: %w", counterName(c), err)
-		}
-		st.Counters[counterName(c)] = sum
+	if err := counters.ReadInto(ctrs, st.Counters); err != nil {
+		return nil, fmt.Errorf("bypass: %w", err)
 	}
 	return st, nil
 }

@@ -570,7 +570,7 @@ func (c counts) String() string {
 	s := "{"
 	for i := bypassEzBpCounter(0); i < bypassEzBpCounterEZ_BP_C_MAX; i++ {
 		if c[i] != 0 {
-			s += fmt.Sprintf(" %s:%d", counterName(i), c[i])
+			s += fmt.Sprintf(" %s:%d", counters.Name(i), c[i])
 		}
 	}
 	return s + " }"

@@ -670,11 +670,11 @@ func (lb *LB) unrefBackend(b Backend) {
 }
 
 // Counters are the per-CPU counters summed over CPUs, by name.
-type Counters map[string]uint64
+type Counters = bpfsys.Counters
 
-// counterNames are the external names of enum ez_svc_counter;
+// counters names enum values (external names: metrics, JSON);
 // TestCounterNamesComplete checks every value has one.
-var counterNames = map[servicesEzSvcCounter]string{
+var counters = bpfsys.CounterSet[servicesEzSvcCounter]{Max: servicesEzSvcCounterEZ_SVC_C_MAX, Names: map[servicesEzSvcCounter]string{
 	servicesEzSvcCounterEZ_SVC_C_TCP_CONNECT:   "tcp_connect",
 	servicesEzSvcCounterEZ_SVC_C_UDP_CONNECT:   "udp_connect",
 	servicesEzSvcCounterEZ_SVC_C_UDP_SEND:      "udp_send",
@@ -695,23 +695,10 @@ var counterNames = map[servicesEzSvcCounter]string{
 	servicesEzSvcCounterEZ_SVC_C_NP_CT_FAILED:  "nodeport_ct_failed",
 	servicesEzSvcCounterEZ_SVC_C_NP_REOPENED:   "nodeport_reopened",
 	servicesEzSvcCounterEZ_SVC_C_LEFT_TO_PROXY: "left_to_proxy",
-}
-
-func counterName(c servicesEzSvcCounter) string {
-	if n, ok := counterNames[c]; ok {
-		return n
-	}
-	return fmt.Sprintf("counter_%d", uint32(c))
-}
+}}
 
 // CounterNames lists every counter name in enum order.
-func CounterNames() []string {
-	names := make([]string, 0, servicesEzSvcCounterEZ_SVC_C_MAX)
-	for c := servicesEzSvcCounter(0); c < servicesEzSvcCounterEZ_SVC_C_MAX; c++ {
-		names = append(names, counterName(c))
-	}
-	return names
-}
+func CounterNames() []string { return counters.List() }
 
 // Counters reads the counters.
 func (lb *LB) Counters() (Counters, error) {
@@ -720,13 +707,9 @@ func (lb *LB) Counters() (Counters, error) {
 	if lb.closed {
 		return nil, errClosed
 	}
-	out := make(Counters, servicesEzSvcCounterEZ_SVC_C_MAX)
-	for c := servicesEzSvcCounter(0); c < servicesEzSvcCounterEZ_SVC_C_MAX; c++ {
-		sum, err := bpfsys.SumPerCPU(lb.objs.EzSvcCounters, uint32(c))
-		if err != nil {
-			return nil, fmt.Errorf("services: read counter %s: %w", counterName(c), err)
-		}
-		out[counterName(c)] = sum
+	c, err := counters.Read(lb.objs.EzSvcCounters)
+	if err != nil {
+		return nil, fmt.Errorf("services: %w", err)
 	}
-	return out, nil
+	return c, nil
 }

@@ -328,12 +328,8 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 		return nil, fmt.Errorf("services: open pinned counters: %w", err)
 	}
 	defer ctrs.Close()
-	for c := servicesEzSvcCounter(0); c < servicesEzSvcCounterEZ_SVC_C_MAX; c++ {
-		sum, err := bpfsys.SumPerCPU(ctrs, uint32(c))
-		if err != nil {
-			return nil, fmt.Errorf("services: read counter %s: %w", counterName(c), err)
-		}
-		st.Counters[counterName(c)] = sum
+	if err := counters.ReadInto(ctrs, st.Counters); err != nil {
+		return nil, fmt.Errorf("services: %w", err)
 	}
 	return st, nil
 }

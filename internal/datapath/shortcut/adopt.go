@@ -37,8 +37,8 @@ type AdoptReport struct {
 	Took time.Duration  `json:"took_ns"`
 }
 
-// adoptCounterNames are the external names of enum ez_adopt_counter.
-var adoptCounterNames = map[shortcutEzAdoptCounter]string{
+// adoptCounters names enum ez_adopt_counter.
+var adoptCounters = bpfsys.CounterSet[shortcutEzAdoptCounter]{Max: shortcutEzAdoptCounterEZ_A_MAX, Names: map[shortcutEzAdoptCounter]string{
 	shortcutEzAdoptCounterEZ_A_ROUNDS:           "adopt_rounds",
 	shortcutEzAdoptCounterEZ_A_ADOPTED:          "adopted",
 	shortcutEzAdoptCounterEZ_A_SKIP_BUSY:        "adopt_skipped_busy",
@@ -48,29 +48,13 @@ var adoptCounterNames = map[shortcutEzAdoptCounter]string{
 	shortcutEzAdoptCounterEZ_A_SKIP_AMBIGUOUS:   "adopt_skipped_ambiguous",
 	shortcutEzAdoptCounterEZ_A_SKIP_UNSUPPORTED: "adopt_skipped_unsupported",
 	shortcutEzAdoptCounterEZ_A_LATE_STACK:       "adopt_late_stack",
-}
+}}
 
 // AdoptCounterNames lists the adoption counters in enum order.
-func AdoptCounterNames() []string {
-	var out []string
-	for c := shortcutEzAdoptCounter(0); c < shortcutEzAdoptCounterEZ_A_MAX; c++ {
-		out = append(out, adoptCounterNames[c])
-	}
-	return out
-}
+func AdoptCounterNames() []string { return adoptCounters.List() }
 
 // ReadAdoptCounters sums the per-CPU adoption counters.
-func ReadAdoptCounters(m *ebpf.Map) (Counters, error) {
-	out := Counters{}
-	for c := shortcutEzAdoptCounter(0); c < shortcutEzAdoptCounterEZ_A_MAX; c++ {
-		sum, err := bpfsys.SumPerCPU(m, uint32(c))
-		if err != nil {
-			return nil, fmt.Errorf("read counter %s: %w", adoptCounterNames[c], err)
-		}
-		out[adoptCounterNames[c]] = sum
-	}
-	return out, nil
-}
+func ReadAdoptCounters(m *ebpf.Map) (Counters, error) { return adoptCounters.Read(m) }
 
 // addAdoptCounter adds n to CPU 0's slot: the agent is the only userspace writer.
 func addAdoptCounter(m *ebpf.Map, c shortcutEzAdoptCounter, n uint64) error {

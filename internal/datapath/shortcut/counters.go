@@ -1,7 +1,6 @@
 package shortcut
 
 import (
-	"fmt"
 	"maps"
 
 	"github.com/cilium/ebpf"
@@ -10,11 +9,11 @@ import (
 )
 
 // Counters are the datapath's per-CPU counters summed over CPUs, by name.
-type Counters map[string]uint64
+type Counters = bpfsys.Counters
 
-// counterNames are the external (metrics, JSON) names of enum ez_counter.
+// counters names enum ez_counter (external names: metrics, JSON);
 // TestCounterNamesComplete checks that every enum value has one.
-var counterNames = map[shortcutEzCounter]string{
+var counters = bpfsys.CounterSet[shortcutEzCounter]{Max: shortcutEzCounterEZ_C_MAX, Names: map[shortcutEzCounter]string{
 	shortcutEzCounterEZ_C_SOCKETS_ENROLLED: "sockets_enrolled",
 	shortcutEzCounterEZ_C_PAIRS:            "pairs",
 	shortcutEzCounterEZ_C_MSGS_REDIRECTED:  "messages_redirected",
@@ -35,69 +34,31 @@ var counterNames = map[shortcutEzCounter]string{
 	shortcutEzCounterEZ_C_FB_BACKPRESSURE:  "fallback_backpressure",
 	shortcutEzCounterEZ_C_DELETE_FAILED:    "record_delete_failed",
 	shortcutEzCounterEZ_C_GAUGE_UNKNOWN:    "gauge_unknown",
-}
+}}
 
-func counterName(c shortcutEzCounter) string {
-	if n, ok := counterNames[c]; ok {
-		return n
-	}
-	return fmt.Sprintf("counter_%d", uint32(c))
-}
-
-// CounterNames lists every counter name in enum order, then adoption's.
+// CounterNames lists every counter name in enum order, then adoption's and
+// close-reset's.
 func CounterNames() []string {
-	names := make([]string, 0, shortcutEzCounterEZ_C_MAX)
-	for c := shortcutEzCounter(0); c < shortcutEzCounterEZ_C_MAX; c++ {
-		names = append(names, counterName(c))
-	}
-	names = append(names, AdoptCounterNames()...)
-	for c := shortcutEzResetCounter(0); c < shortcutEzResetCounterEZ_R_MAX; c++ {
-		names = append(names, resetCounterNames[c])
-	}
-	return names
+	names := counters.List()
+	names = append(names, adoptCounters.List()...)
+	return append(names, resetCounters.List()...)
 }
 
-// resetCounterNames are the external names of enum ez_reset_counter
-// (bpf/shortcut/closereset.h).
-var resetCounterNames = map[shortcutEzResetCounter]string{
+// resetCounters names enum ez_reset_counter (bpf/shortcut/closereset.h).
+var resetCounters = bpfsys.CounterSet[shortcutEzResetCounter]{Max: shortcutEzResetCounterEZ_R_MAX, Names: map[shortcutEzResetCounter]string{
 	shortcutEzResetCounterEZ_R_ARMED:   "close_resets_armed",
 	shortcutEzResetCounterEZ_R_SENT:    "close_resets_sent",
 	shortcutEzResetCounterEZ_R_EXPIRED: "close_resets_expired",
-}
+}}
 
 // readResetCounters adds the close-reset counters of m to c.
-func readResetCounters(m *ebpf.Map, c Counters) error {
-	for r := shortcutEzResetCounter(0); r < shortcutEzResetCounterEZ_R_MAX; r++ {
-		sum, err := bpfsys.SumPerCPU(m, uint32(r))
-		if err != nil {
-			return fmt.Errorf("read counter %s: %w", resetCounterNames[r], err)
-		}
-		c[resetCounterNames[r]] = sum
-	}
-	return nil
-}
+func readResetCounters(m *ebpf.Map, c Counters) error { return resetCounters.ReadInto(m, c) }
 
 // ReadCounters sums the per-CPU counters of a counters map.
-func ReadCounters(m *ebpf.Map) (Counters, error) {
-	out := make(Counters, shortcutEzCounterEZ_C_MAX)
-	for c := shortcutEzCounter(0); c < shortcutEzCounterEZ_C_MAX; c++ {
-		sum, err := readCounter(m, c)
-		if err != nil {
-			return nil, err
-		}
-		out[counterName(c)] = sum
-	}
-	return out, nil
-}
+func ReadCounters(m *ebpf.Map) (Counters, error) { return counters.Read(m) }
 
 // readCounter sums one per-CPU counter.
-func readCounter(m *ebpf.Map, c shortcutEzCounter) (uint64, error) {
-	sum, err := bpfsys.SumPerCPU(m, uint32(c))
-	if err != nil {
-		return 0, fmt.Errorf("read counter %s: %w", counterName(c), err)
-	}
-	return sum, nil
-}
+func readCounter(m *ebpf.Map, c shortcutEzCounter) (uint64, error) { return counters.Get(m, c) }
 
 // Counters reads this shortcut's counters.
 func (d *Shortcut) Counters() (Counters, error) {

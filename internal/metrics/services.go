@@ -1,4 +1,4 @@
-package svcsync
+package metrics
 
 import (
 	"sync"
@@ -6,28 +6,31 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
-// Metrics are the eztunnel_services_* metrics. A nil *Metrics counts nothing.
-type Metrics struct {
+// Services are the eztunnel_services_* metrics: what the Service load
+// balancer's table did (svcsync.Recorder) and its datapath's counters.
+type Services struct {
 	mu                  sync.Mutex
 	frontends, backends int
 	skipped             map[string]int
 	// Pods left to their proxy, and pods whose choice does not parse.
 	proxied, invalidChoices int
 	sync                    prometheus.Histogram
-	counters                func() (lb.Counters, error)
+	counters                func() (bpfsys.Counters, error)
+	skipReasons             []string // always reported, 0 or not
 
 	descFrontends, descBackends, descTranslations, descReversed, descFailures, descUp, descSkipped, descAffinity, descDestroyed *prometheus.Desc
 	descProxied, descInvalidChoice, descLeftToProxy                                                                             *prometheus.Desc
 }
 
-// NewMetrics reads the datapath's counters through counters (nil: none).
-func NewMetrics(counters func() (lb.Counters, error)) *Metrics {
+// NewServices reads the datapath's counters through counters (nil: none);
+// skipReasons are the skip reasons always reported (svcsync.SkipReasons).
+func NewServices(counters func() (bpfsys.Counters, error), skipReasons []string) *Services {
 	const ns = "eztunnel_services_"
-	return &Metrics{
-		counters: counters,
+	return &Services{
+		counters: counters, skipReasons: skipReasons,
 		sync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: ns + "sync_seconds",
 			Help:    "From a Service or EndpointSlice change seen (informer event, file read) to its frontends written in the maps.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
@@ -55,26 +58,27 @@ func NewMetrics(counters func() (lb.Counters, error)) *Metrics {
 	}
 }
 
-func (m *Metrics) synced(d time.Duration) {
-	if m != nil {
-		m.sync.Observe(d.Seconds())
-	}
-}
+// Synced observes the time from a change seen to its frontends written.
+func (m *Services) Synced(d time.Duration) { m.sync.Observe(d.Seconds()) }
 
-func (m *Metrics) setState(frontends, backends int, skipped map[string]int) {
-	if m == nil {
-		return
-	}
+// SetState takes the table's totals: frontends, backend slots, and the
+// parts not written by reason.
+func (m *Services) SetState(frontends, backends int, skipped map[string]int) {
 	m.mu.Lock()
 	m.frontends, m.backends, m.skipped = frontends, backends, skipped
 	m.mu.Unlock()
 }
 
-// SkipReasons are the reasons eztunnel_services_skipped always reports.
-var SkipReasons = []string{SkipNoPorts, SkipProtocol, SkipFamily, SkipBadAddress, SkipConflict, SkipWriteFailed}
+// SetProxied takes the pods left to their proxy and those whose choice
+// does not parse.
+func (m *Services) SetProxied(proxied, invalid int) {
+	m.mu.Lock()
+	m.proxied, m.invalidChoices = proxied, invalid
+	m.mu.Unlock()
+}
 
 // Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+func (m *Services) Describe(ch chan<- *prometheus.Desc) {
 	m.sync.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.descFrontends, m.descBackends, m.descTranslations, m.descReversed, m.descFailures, m.descUp, m.descSkipped, m.descAffinity, m.descDestroyed,
 		m.descProxied, m.descInvalidChoice, m.descLeftToProxy} {
@@ -83,12 +87,12 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+func (m *Services) Collect(ch chan<- prometheus.Metric) {
 	m.sync.Collect(ch)
 	m.mu.Lock()
 	ch <- prometheus.MustNewConstMetric(m.descFrontends, prometheus.GaugeValue, float64(m.frontends))
 	ch <- prometheus.MustNewConstMetric(m.descBackends, prometheus.GaugeValue, float64(m.backends))
-	for _, r := range SkipReasons {
+	for _, r := range m.skipReasons {
 		ch <- prometheus.MustNewConstMetric(m.descSkipped, prometheus.GaugeValue, float64(m.skipped[r]), r)
 	}
 	ch <- prometheus.MustNewConstMetric(m.descProxied, prometheus.GaugeValue, float64(m.proxied))
