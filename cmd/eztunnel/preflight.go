@@ -13,7 +13,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
-	"github.com/eztunnel/eztunnel/internal/datapath/services"
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 	"github.com/eztunnel/eztunnel/internal/kernelinfo"
 	"github.com/eztunnel/eztunnel/internal/parts"
@@ -68,7 +68,7 @@ func preflight() *preflightReport {
 	}
 	all.Merge(shortcut.Probe())
 	all.Set(bypass.Probe())
-	all.Merge(services.Probe())
+	all.Merge(lb.Probe())
 	all.Set(tracer.Probe())
 	rep.Parts = all.Sorted()
 	rep.CoreRuns = len(rep.Requirements) == 0 && all.Runs(parts.Shortcut)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/datapath/services"
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 )
 
 // servicesCmd lists the pinned load balancer's frontends and the backends
@@ -30,7 +30,7 @@ func servicesCmd() *cobra.Command {
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
-			fes, err := services.ReadPinnedFrontends(cfg.Dir())
+			fes, err := lb.ReadPinnedFrontends(cfg.Dir())
 			if err != nil {
 				return err
 			}
@@ -38,7 +38,7 @@ func servicesCmd() *cobra.Command {
 				if _, serr := os.Stat(cfg.Dir()); serr != nil {
 					return fmt.Errorf("no datapath pinned at %s: %w", cfg.Dir(), serr)
 				}
-				fes = []services.PinnedFrontend{} // no load balancer (--services off)
+				fes = []lb.PinnedFrontend{} // no load balancer (--services off)
 			}
 			return cli.Render(output, fes, func() { printServices(fes) })
 		},
@@ -48,7 +48,7 @@ func servicesCmd() *cobra.Command {
 	return cmd
 }
 
-func printServices(fes []services.PinnedFrontend) {
+func printServices(fes []lb.PinnedFrontend) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "FRONTEND\tKIND\tAFFINITY\tBACKENDS")
 	for _, f := range fes {

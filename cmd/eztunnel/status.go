@@ -12,7 +12,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
-	"github.com/eztunnel/eztunnel/internal/datapath/services"
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -28,7 +28,7 @@ type statusReport struct {
 	Bypass    *bypass.PinnedState `json:"bypass"`
 	BypassOff string              `json:"bypass_off,omitempty"`
 	// Services is the pinned Service load balancer; nil: none.
-	Services *services.PinnedState `json:"services"`
+	Services *lb.PinnedState `json:"services"`
 	// Parts is what the last agent of this datapath reported running, and
 	// why each other part does not; nil: no agent has reported since boot.
 	Parts *parts.Report `json:"parts"`
@@ -79,7 +79,7 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 	if rep.Bypass, err = bypass.ReadPinned(cfg.Dir()); err != nil {
 		return nil, err
 	}
-	if rep.Services, err = services.ReadPinned(cfg.Dir()); err != nil {
+	if rep.Services, err = lb.ReadPinned(cfg.Dir()); err != nil {
 		return nil, err
 	}
 	if pr, err := parts.Read(parts.ReportPath(cfg.Dir())); err == nil {
@@ -131,7 +131,7 @@ func printStatus(rep *statusReport) {
 	}
 	if sv := rep.Services; sv != nil {
 		fmt.Fprintf(w, "services\t%d frontends, %d NodePorts, %d backends, %d cgroups, %d pods left to their proxy\n", sv.Frontends, sv.NodePorts, sv.Backends, sv.Cgroups, sv.Proxied)
-		for _, name := range services.CounterNames() {
+		for _, name := range lb.CounterNames() {
 			if v := sv.Counters[name]; v > 0 {
 				fmt.Fprintf(w, "services %s\t%d\n", name, v)
 			}

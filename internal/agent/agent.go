@@ -25,7 +25,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
-	lbsvc "github.com/eztunnel/eztunnel/internal/datapath/services"
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
@@ -275,7 +275,7 @@ func (a *agent) loadFamilies(context.Context) error {
 		}
 		a.svc = svc
 		a.stopSvc = a.parts.addFunc(svc.close)
-	} else if n, err := lbsvc.Unpin(dir); err != nil {
+	} else if n, err := lb.Unpin(dir); err != nil {
 		return fmt.Errorf("remove the Service load balancer of an earlier agent: %w", err)
 	} else if n > 0 {
 		slog.Info("removed the Service load balancer an earlier agent pinned", "cgroups", n)

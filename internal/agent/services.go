@@ -15,10 +15,10 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	lbsvc "github.com/eztunnel/eztunnel/internal/datapath/services"
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/kube"
-	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/kubeapi"
+	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/svcsync"
 )
 
@@ -49,7 +49,7 @@ type ServicesConfig struct {
 type serviceLB struct {
 	mu      sync.Mutex
 	cfg     ServicesConfig
-	lb      *lbsvc.LB // nil once closed
+	lb      *lb.LB // nil once closed
 	table   *svcsync.Table
 	metrics *metrics.Services
 	health  *svcsync.HealthServer // nil: none
@@ -78,7 +78,7 @@ func checkServices(cfg ServicesConfig) error {
 // loadServices loads the programs against the maps pinned in pinDir (an
 // earlier agent's, or new ones); nothing is attached yet.
 func loadServices(cfg ServicesConfig, pinDir string) (*serviceLB, error) {
-	l, err := lbsvc.Load(lbsvc.Config{PinDir: pinDir})
+	l, err := lb.Load(lb.Config{PinDir: pinDir})
 	if err != nil {
 		return nil, fmt.Errorf("--services: %w", err)
 	}
@@ -277,7 +277,7 @@ func (s *serviceLB) watchProxied(ctx context.Context, node string) {
 	}
 	warned := map[string]string{} // pod UID -> invalid value logged
 	apply := func(ts []kube.Target) error {
-		var ps []lbsvc.Proxied
+		var ps []lb.Proxied
 		invalid := 0
 		seen := map[string]bool{}
 		for _, t := range ts {
@@ -293,7 +293,7 @@ func (s *serviceLB) watchProxied(ctx context.Context, node string) {
 				continue
 			}
 			if proxied {
-				ps = append(ps, lbsvc.Proxied{Cgroup: t.CgroupPath, UID: uid, HasUID: hasUID})
+				ps = append(ps, lb.Proxied{Cgroup: t.CgroupPath, UID: uid, HasUID: hasUID})
 			}
 		}
 		for uid := range warned {
@@ -325,7 +325,7 @@ func (s *serviceLB) proxiedPods() int {
 	return s.lb.ProxiedPods()
 }
 
-func (s *serviceLB) counters() (lbsvc.Counters, error) {
+func (s *serviceLB) counters() (lb.Counters, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lb == nil {

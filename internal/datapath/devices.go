@@ -13,12 +13,12 @@ import (
 	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
-// finDevices lists the devices of this network namespace that FINs of
+// closeResetDevices lists the devices of this network namespace that FINs of
 // accelerated connections cross, for the RST on close (shortcut.Device):
 // the loopback device (egress: both ends are here) and each pod's host-side
 // veth from podnet (ingress: the pod sends; egress: a local process sends
 // to the pod).
-func finDevices(st podnet.State) ([]shortcut.Device, error) {
+func closeResetDevices(st podnet.State) ([]shortcut.Device, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
@@ -36,7 +36,7 @@ func finDevices(st podnet.State) ([]shortcut.Device, error) {
 	return devs, nil
 }
 
-// scanDevices is finDevices of a fresh podnet scan.
+// scanDevices is closeResetDevices of a fresh podnet scan.
 func scanDevices() ([]shortcut.Device, error) {
 	h, err := netlink.NewHandle()
 	if err != nil {
@@ -47,13 +47,13 @@ func scanDevices() ([]shortcut.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return finDevices(st)
+	return closeResetDevices(st)
 }
 
 // SyncDevices converges the RST-on-close device links to the loopback device
 // and the pods' veths of st (the agent's podnet watch), as one transaction.
 func (d *Datapath) SyncDevices(st podnet.State) error {
-	devs, err := finDevices(st)
+	devs, err := closeResetDevices(st)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	svc "github.com/eztunnel/eztunnel/internal/datapath/services"
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/netprobe"
 	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/lab/multinode"
@@ -49,7 +49,7 @@ func runSwapped(b *testing.B, fn func(b *testing.B, swap bool)) {
 }
 
 func npConnectCount(b *testing.B, swap bool) {
-	np := newNPLab(b, swap, svc.TCP, false)
+	np := newNPLab(b, swap, lb.TCP, false)
 	r := rand.New(rand.NewPCG(3, 4))
 	lat := map[string][]time.Duration{}
 	order := slices.Clone(np.counts)
@@ -105,7 +105,7 @@ func npConnectCount(b *testing.B, swap bool) {
 func BenchmarkNodePortUDPCount(b *testing.B) { runSwapped(b, npUDPCount) }
 
 func npUDPCount(b *testing.B, swap bool) {
-	np := newNPLab(b, swap, svc.UDP, true)
+	np := newNPLab(b, swap, lb.UDP, true)
 	r := rand.New(rand.NewPCG(5, 6))
 	lat := map[string][]time.Duration{}
 	flows := map[int]int{}
@@ -175,7 +175,7 @@ type npLab struct {
 	l              *multinode.Lab
 	counts         []int // in the order the load balancers were attached
 	addrs4, addrs6 map[int]netip.Addr
-	lbs            map[int]*svc.LB
+	lbs            map[int]*lb.LB
 }
 
 // newNPLab builds the lab for proto: a ClusterIP per Service and NodePorts
@@ -183,7 +183,7 @@ type npLab struct {
 // with v6, IPv6; the backend pod runs a TCP listener that accepts and
 // closes, or a UDP echo, on port 8080. swap exchanges which addresses (and
 // which program, attached first) serve which count.
-func newNPLab(b *testing.B, swap bool, proto svc.Proto, v6 bool) *npLab {
+func newNPLab(b *testing.B, swap bool, proto lb.Proto, v6 bool) *npLab {
 	b.Helper()
 	l, err := multinode.New(multinode.Options{Name: "bnpc", Nodes: 1, Mode: multinode.HostGW})
 	if err != nil {
@@ -215,7 +215,7 @@ func newNPLab(b *testing.B, swap bool, proto svc.Proto, v6 bool) *npLab {
 	np := &npLab{l: l, counts: []int{1, 10000},
 		addrs4: map[int]netip.Addr{1: n.UnderlayV4, 10000: second4},
 		addrs6: map[int]netip.Addr{1: n.UnderlayV6, 10000: second6},
-		lbs:    map[int]*svc.LB{}}
+		lbs:    map[int]*lb.LB{}}
 	if swap {
 		np.counts = []int{10000, 1}
 		np.addrs4[1], np.addrs4[10000] = np.addrs4[10000], np.addrs4[1]
@@ -239,16 +239,16 @@ func newNPLab(b *testing.B, swap bool, proto svc.Proto, v6 bool) *npLab {
 		b.Fatal(err)
 	}
 	for _, c := range np.counts {
-		lb, err := svc.Load(svc.Config{})
+		balancer, err := lb.Load(lb.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { lb.Close() })
+		b.Cleanup(func() { balancer.Close() })
 		nodeAddrs := []netip.Addr{np.addrs4[c]}
 		if v6 {
 			nodeAddrs = append(nodeAddrs, np.addrs6[c])
 		}
-		if err := lb.SetNodeAddrs(nodeAddrs); err != nil {
+		if err := balancer.SetNodeAddrs(nodeAddrs); err != nil {
 			b.Fatal(err)
 		}
 		for i := range c {
@@ -257,33 +257,33 @@ func newNPLab(b *testing.B, swap bool, proto svc.Proto, v6 bool) *npLab {
 				fams = append(fams, struct{ vip, any, be netip.Addr }{netip.MustParseAddr(fmt.Sprintf("fd96::%x", i+1)), netip.IPv6Unspecified(), be.IPv6})
 			}
 			for _, f := range fams {
-				backend := []svc.Backend{netip.AddrPortFrom(f.be, 8080)}
-				if err := lb.SetFrontend(svc.Frontend{Addr: f.vip, Port: 80, Proto: proto}, svc.Target{Backends: backend}); err != nil {
+				backend := []lb.Backend{netip.AddrPortFrom(f.be, 8080)}
+				if err := balancer.SetFrontend(lb.Frontend{Addr: f.vip, Port: 80, Proto: proto}, lb.Target{Backends: backend}); err != nil {
 					b.Fatal(err)
 				}
 				if i < npCount {
-					if err := lb.SetFrontend(svc.Frontend{Addr: f.any, Port: uint16(30000 + i), Proto: proto, NodePort: true},
-						svc.Target{Backends: backend, KeepSource: true}); err != nil {
+					if err := balancer.SetFrontend(lb.Frontend{Addr: f.any, Port: uint16(30000 + i), Proto: proto, NodePort: true},
+						lb.Target{Backends: backend, KeepSource: true}); err != nil {
 						b.Fatal(err)
 					}
 				}
 			}
 		}
 		if err := n.Do(func() error {
-			_, _, err := lb.SyncNodePortDevices([]int{uplink})
+			_, _, err := balancer.SyncNodePortDevices([]int{uplink})
 			return err
 		}); err != nil {
 			b.Fatal(err)
 		}
-		np.lbs[c] = lb
+		np.lbs[c] = balancer
 	}
 	return np
 }
 
 // serveBackend serves proto on addr until the benchmark ends: TCP accepts
 // and closes, UDP echoes each datagram.
-func serveBackend(b *testing.B, proto svc.Proto, addr netip.AddrPort) error {
-	if proto == svc.TCP {
+func serveBackend(b *testing.B, proto lb.Proto, addr netip.AddrPort) error {
+	if proto == lb.TCP {
 		ln, err := net.Listen("tcp", addr.String())
 		if err != nil {
 			return err

@@ -50,3 +50,52 @@ func TestFunctionLength(t *testing.T) {
 		t.Fatalf("walked %d files: not the repository's cmd/ and internal/?", files)
 	}
 }
+
+// TestOneImportName: every package of this module is imported under one
+// name everywhere (its own, or one alias), tests and the lab included.
+func TestOneImportName(t *testing.T) {
+	const module = "github.com/eztunnel/eztunnel/"
+	fset := token.NewFileSet()
+	names := map[string]map[string]string{} // import path -> name -> a file using it
+	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "tools" || strings.HasPrefix(d.Name(), ".")) && p != "../.." {
+			return filepath.SkipDir // modules of their own
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, im := range f.Imports {
+			path := strings.Trim(im.Path.Value, `"`)
+			if !strings.HasPrefix(path, module) {
+				continue
+			}
+			name := filepath.Base(path) // the package's own name, as far as this test knows
+			if im.Name != nil {
+				name = im.Name.Name
+			}
+			if names[path] == nil {
+				names[path] = map[string]string{}
+			}
+			names[path][name] = p
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) < 20 {
+		t.Fatalf("%d packages of the module imported: not the repository?", len(names))
+	}
+	for path, byName := range names {
+		if len(byName) > 1 {
+			t.Errorf("%s is imported as %v", path, byName)
+		}
+	}
+}
