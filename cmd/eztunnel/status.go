@@ -103,7 +103,9 @@ func printStatus(rep *statusReport) {
 	if rep.Parts != nil {
 		fmt.Fprintf(w, "kernel\t%s\n", rep.Parts.Kernel)
 		for _, s := range rep.Parts.Sorted() {
-			if s.Runs {
+			if s.Runs && s.Standby != "" {
+				fmt.Fprintf(w, "part %s\tstandby\t%s\n", s.Part, s.Standby)
+			} else if s.Runs {
 				fmt.Fprintf(w, "part %s\ton\t%s\n", s.Part, s.Via)
 			} else {
 				fmt.Fprintf(w, "part %s\toff\t%s\n", s.Part, s.Reason)

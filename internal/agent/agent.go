@@ -306,6 +306,9 @@ func (a *agent) converge(ctx context.Context) error {
 		return err
 	}
 	a.parts.addFunc(stopMetrics)
+	if a.bb != nil {
+		a.bb.onStandby = standbyReporter(a.rep, a.cfg.Datapath.Dir())
+	}
 	stopPods, err := watchPods(ctx, a.dp, a.cfg.Cgroups, a.bb)
 	if err != nil {
 		if a.bb != nil {

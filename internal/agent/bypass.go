@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -25,6 +26,54 @@ type bridgeBypass struct {
 	applied map[netip.Addr]bypass.Endpoint
 	noXnode string         // why uplinks are not attached now ("": they are)
 	neigh   *podNeighbours // Kubernetes mode: managed neighbours of the node's pods (neighbours.go); else nil
+	// standby: why nothing is attached now because the bypass could not
+	// act ("": it can); probed again at standbyNext (conntrackBlocker).
+	standby     string
+	standbyNext time.Time
+	onStandby   func(why string) // told each change of standby (the parts report); may be nil
+}
+
+// How often the bypass looks again whether conntrack runs in its network
+// namespace: while it does not (conntrack may come with kube-proxy's or
+// the CNI's first rule), and while it does.
+const (
+	conntrackProbeOff = podsResync
+	conntrackProbeOn  = time.Minute
+)
+
+// conntrackBlocker says why the bypass cannot act in the agent's network
+// namespace now, or "" (b.mu held). The bypass acts only on flows conntrack
+// confirmed: where conntrack does not run, every packet would fall back
+// after paying for the lookup, so nothing is attached (docs/architecture.md,
+// "Attached only where it can act").
+func (b *bridgeBypass) conntrackBlocker() string {
+	now := time.Now()
+	if now.Before(b.standbyNext) {
+		return b.standby
+	}
+	why := ""
+	if active, err := bypass.ConntrackActive(); err != nil {
+		why = err.Error()
+	} else if !active {
+		why = "conntrack does not run in the node's network namespace (no rule uses it): every packet would fall back to the kernel path"
+	}
+	next := conntrackProbeOff
+	if why == "" {
+		next = conntrackProbeOn
+	}
+	b.standbyNext = now.Add(next)
+	if why != b.standby {
+		if why != "" {
+			slog.Warn("bypass: standing by, attached nowhere", "reason", why)
+		} else {
+			slog.Info("bypass: conntrack runs: attaching")
+		}
+		b.standby = why
+		if b.onStandby != nil {
+			b.onStandby(why)
+		}
+	}
+	return why
 }
 
 // xnodeBlocker says why the bypass must not run between nodes here, or "".
@@ -100,6 +149,9 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	defer b.mu.Unlock()
 	if b.bp == nil {
 		return
+	}
+	if b.conntrackBlocker() != "" {
+		st = podnet.State{} // nothing to attach: every device detached, every endpoint removed
 	}
 	want := map[netip.Addr]bypass.Endpoint{}
 	for ip, e := range st.Endpoints {
@@ -258,6 +310,13 @@ func (b *bridgeBypass) BypassCounters() (map[string]uint64, error) {
 		return nil, errBypassClosed
 	}
 	return b.bp.Counters()
+}
+
+// BypassStandby implements metrics.BypassSource.
+func (b *bridgeBypass) BypassStandby() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.standby
 }
 
 // BypassState implements metrics.BypassSource.

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"log/slog"
+	"slices"
+	"sync"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
@@ -36,6 +38,26 @@ func logParts(rep parts.Report) {
 			slog.Info("part runs", "part", s.Part, "via", s.Via)
 		} else {
 			slog.Warn("part off", "part", s.Part, "reason", s.Reason)
+		}
+	}
+}
+
+// standbyReporter writes each change of the bypass's standby into the
+// parts report `eztunnel status` reads (a copy of rep of its own).
+func standbyReporter(rep parts.Report, pinDir string) func(why string) {
+	rep.Parts = slices.Clone(rep.Parts)
+	var mu sync.Mutex
+	return func(why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		st, ok := rep.Get(parts.Bypass)
+		if !ok {
+			return
+		}
+		st.Standby = why
+		rep.Set(st)
+		if err := rep.Write(parts.ReportPath(pinDir)); err != nil {
+			slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)
 		}
 	}
 }

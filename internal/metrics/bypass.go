@@ -14,6 +14,9 @@ import (
 type BypassSource interface {
 	BypassCounters() (map[string]uint64, error)
 	BypassState() (devices, endpoints int)
+	// BypassStandby says why the bypass, loaded, is attached nowhere now
+	// (it could not act: conntrack does not run), or "".
+	BypassStandby() string
 }
 
 // ManagedNeighbourSource is a BypassSource that keeps managed neighbour
@@ -32,6 +35,7 @@ type BypassCollector struct {
 	endpoints *prometheus.Desc
 	up        *prometheus.Desc
 	managed   *prometheus.Desc
+	standby   *prometheus.Desc
 }
 
 var bypassMetric = map[string]struct{ name, help string }{
@@ -60,6 +64,8 @@ func NewBypassCollector(src BypassSource) *BypassCollector {
 			"Pod addresses the bridge bypass delivers to.", nil, nil),
 		managed: prometheus.NewDesc(namespace+"_bypass_managed_neighbours",
 			"Kernel-managed neighbour entries the agent keeps on the pod bridges for the node's pods (Kubernetes mode; absent otherwise).", nil, nil),
+		standby: prometheus.NewDesc(namespace+"_bypass_standby",
+			"1 while the loaded bridge bypass is attached nowhere because it could not act here (reason: conntrack does not run in the node's network namespace, so every packet would fall back); 0 otherwise.", []string{"reason"}, nil),
 		up: prometheus.NewDesc(namespace+"_bypass_up",
 			"1 if this scrape read the bridge bypass's counters, 0 if not (the agent logs why).", nil, nil),
 	}
@@ -81,7 +87,7 @@ func (c *BypassCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.fallbacks, c.devices, c.endpoints, c.up, c.managed} {
+	for _, d := range []*prometheus.Desc{c.fallbacks, c.devices, c.endpoints, c.up, c.managed, c.standby} {
 		ch <- d
 	}
 }
@@ -89,6 +95,11 @@ func (c *BypassCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *BypassCollector) Collect(ch chan<- prometheus.Metric) {
 	devices, endpoints := c.src.BypassState()
+	if why := c.src.BypassStandby(); why != "" {
+		ch <- prometheus.MustNewConstMetric(c.standby, prometheus.GaugeValue, 1, why)
+	} else {
+		ch <- prometheus.MustNewConstMetric(c.standby, prometheus.GaugeValue, 0, "")
+	}
 	ch <- prometheus.MustNewConstMetric(c.devices, prometheus.GaugeValue, float64(devices))
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(endpoints))
 	if m, ok := c.src.(ManagedNeighbourSource); ok {

@@ -13,10 +13,12 @@ import (
 type fakeBypass struct {
 	counters map[string]uint64
 	err      error
+	standby  string
 }
 
 func (f fakeBypass) BypassCounters() (map[string]uint64, error) { return f.counters, f.err }
 func (f fakeBypass) BypassState() (int, int)                    { return 3, 6 }
+func (f fakeBypass) BypassStandby() string                      { return f.standby }
 
 func TestBypassCollectorExports(t *testing.T) {
 	c := map[string]uint64{}
@@ -54,11 +56,26 @@ eztunnel_bypass_up 1
 		t.Errorf("%d fallback series, want %d", n, fallbacks)
 	}
 	// Every counter is exported, each once.
-	if n := testutil.CollectAndCount(col); n != len(c)+3 {
-		t.Errorf("%d series, want %d", n, len(c)+3)
+	if n := testutil.CollectAndCount(col); n != len(c)+4 {
+		t.Errorf("%d series, want %d", n, len(c)+4)
 	}
 	if problems, err := testutil.CollectAndLint(col); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", err, problems)
+	}
+}
+
+// TestBypassCollectorStandby: eztunnel_bypass_standby is 1 with the reason
+// while the bypass stands by, 0 otherwise.
+func TestBypassCollectorStandby(t *testing.T) {
+	for _, c := range []struct{ standby, want string }{
+		{"", `eztunnel_bypass_standby{reason=""} 0`},
+		{"conntrack does not run", `eztunnel_bypass_standby{reason="conntrack does not run"} 1`},
+	} {
+		col := NewBypassCollector(fakeBypass{counters: map[string]uint64{}, standby: c.standby})
+		want := "# HELP eztunnel_bypass_standby 1 while the loaded bridge bypass is attached nowhere because it could not act here (reason: conntrack does not run in the node's network namespace, so every packet would fall back); 0 otherwise.\n# TYPE eztunnel_bypass_standby gauge\n" + c.want + "\n"
+		if err := testutil.CollectAndCompare(col, strings.NewReader(want), "eztunnel_bypass_standby"); err != nil {
+			t.Errorf("standby %q: %v", c.standby, err)
+		}
 	}
 }
 

@@ -48,6 +48,9 @@ type Status struct {
 	Reason string `json:"reason,omitempty"`
 	// Via names the mechanism, where a part has more than one.
 	Via string `json:"via,omitempty"`
+	// Standby: a running part attached nowhere now because it could not
+	// act here, and why (the bypass where conntrack does not run).
+	Standby string `json:"standby,omitempty"`
 }
 
 // Report is the status of the parts a component knows about.

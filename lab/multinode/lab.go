@@ -104,6 +104,9 @@ type Options struct {
 	// ForwardPolicy is the policy of each node's FORWARD chain: "DROP"
 	// (default; the lab's rules accept pod traffic) or "ACCEPT".
 	ForwardPolicy string
+	// NoFirewall: no firewall in the nodes (FORWARD accepts), so no rule
+	// uses conntrack there and it does not run (the bypass stands by).
+	NoFirewall bool
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]{1,6}$`)
@@ -284,6 +287,9 @@ func New(o Options) (_ *Lab, err error) {
 	for _, n := range l.Nodes {
 		if err := n.mkRoutes(); err != nil {
 			return nil, fmt.Errorf("multinode: routes of %s: %w", n.Name, err)
+		}
+		if l.NoFirewall {
+			continue
 		}
 		if err := n.mkFirewall(); err != nil {
 			return nil, fmt.Errorf("multinode: firewall of %s: %w", n.Name, err)
