@@ -77,6 +77,9 @@ type PodWatch struct {
 // NewPodWatch connects with RESTConfig(cfg) and finds the pods' cgroups;
 // nothing is listed before Run.
 func NewPodWatch(cfg Config) (*PodWatch, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err // before the API's configuration: a bad flag first
+	}
 	api, err := NewAPI(cfg)
 	if err != nil {
 		return nil, err
