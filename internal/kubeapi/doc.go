@@ -10,6 +10,11 @@
 // The objects are decoded from the API server's JSON (JSON ignores the
 // fields not declared here); Scheme registers them under their upstream
 // group, version and kind for client-go's REST client and informers.
+// The price: JSON decodes slower than protobuf did into k8s.io/api's types,
+// with half the memory. BenchmarkDecodeLists, one CPU, a list of 10,000
+// Services: 231 ms and 29.6 MB here, against 87 ms and 60.8 MB; as much
+// again for their EndpointSlices. Once per (re)list; watch events are one
+// object each.
 //
 // +k8s:deepcopy-gen=package
 package kubeapi
