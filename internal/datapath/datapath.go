@@ -1,15 +1,17 @@
-// Package datapath installs, adopts, reports and uninstalls eztunnel's eBPF
-// program families. Each family is a package of its own with the same shape
-// (today only internal/datapath/shortcut, the socket shortcut; bridge bypass
-// and socket load-balancing would be datapath/bypass and datapath/socklb):
+// Package datapath installs, adopts, reports and uninstalls eztunnel's
+// socket shortcut (internal/datapath/shortcut), and owns the pin directory
+// every family pins in: the bridge bypass (internal/datapath/bypass) and
+// the Service load balancer (internal/datapath/services) are loaded by the
+// agent against that directory (internal/agent), the tracer by `eztunnel
+// trace`. The shortcut's package has the shape the others follow:
 //
 //	Load(cfg, dir)           loads its programs against the maps pinned in dir
 //	(*T).Attach(tx, targets) attaches within an install transaction, links under dir/links
 //	(*T).Close()             releases this process's handles
 //	Release(dir, drain)      hands its state back to the kernel before uninstall
 //
-// This package owns the pin directory, the install order, rollback and
-// uninstall. The shared plumbing lives in internal/bpfsys.
+// This package owns the install order, rollback and uninstall of the
+// shortcut. The shared plumbing lives in internal/bpfsys.
 package datapath
 
 import (
