@@ -2,16 +2,18 @@
 // socket shortcut (internal/datapath/shortcut), and owns the pin directory
 // every family pins in: the bridge bypass (internal/datapath/bypass) and
 // the Service load balancer (internal/datapath/services) are loaded by the
-// agent against that directory (internal/agent), the tracer by `eztunnel
-// trace`. The shortcut's package has the shape the others follow:
+// agent against that directory (internal/agent); the tracer pins nothing
+// (`eztunnel trace` loads it for its run). The shortcut's package has the
+// shape the others follow:
 //
 //	Load(cfg, dir)           loads its programs against the maps pinned in dir
 //	(*T).Attach(tx, targets) attaches within an install transaction, links under dir/links
 //	(*T).Close()             releases this process's handles
 //	Release(dir, drain)      hands its state back to the kernel before uninstall
 //
-// This package owns the install order, rollback and uninstall of the
-// shortcut. The shared plumbing lives in internal/bpfsys.
+// This package owns the shortcut's install order and rollback, and
+// Uninstall, which unpins every family's links and maps. The shared
+// plumbing lives in internal/bpfsys.
 package datapath
 
 import (
