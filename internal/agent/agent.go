@@ -28,6 +28,7 @@ import (
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
+	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
 // releaseEvery is how often drained ends of connections that switched to
@@ -248,8 +249,8 @@ func (a *agent) loadFamilies(context.Context) error {
 			if a.pods != nil {
 				// The node's pods from the API: managed neighbour entries, so
 				// every pod is an endpoint (neighbours.go).
-				bb.neigh = newPodNeighbours()
-				a.pods.cfg.PodIPs = bb.neigh.setPods
+				bb.neigh = podnet.NewNeighbours()
+				a.pods.cfg.PodIPs = bb.neigh.SetPods
 			}
 		}
 	}

@@ -24,8 +24,8 @@ type bridgeBypass struct {
 	mu      sync.Mutex
 	bp      *bypass.Bypass // nil once closed
 	applied map[netip.Addr]bypass.Endpoint
-	noXnode string         // why uplinks are not attached now ("": they are)
-	neigh   *podNeighbours // Kubernetes mode: managed neighbours of the node's pods (neighbours.go); else nil
+	noXnode string             // why uplinks are not attached now ("": they are)
+	neigh   *podnet.Neighbours // Kubernetes mode: managed neighbours of the node's pods; else nil
 	// standby: why nothing is attached now because the bypass could not
 	// act ("": it can); probed again at standbyNext (conntrackBlocker).
 	standby     string
@@ -271,7 +271,7 @@ func (b *bridgeBypass) syncNeighbours(st podnet.State) {
 		}
 	}
 	b.mu.Unlock()
-	b.neigh.setBridges(bridges)
+	b.neigh.SetBridges(bridges)
 }
 
 // BypassManagedNeighbours implements metrics.ManagedNeighbourSource: ok is
@@ -280,7 +280,7 @@ func (b *bridgeBypass) BypassManagedNeighbours() (n int, ok bool) {
 	if b.neigh == nil {
 		return 0, false
 	}
-	return b.neigh.managed()
+	return b.neigh.Managed()
 }
 
 // close releases this process's handles (the bypass stays pinned and
@@ -292,7 +292,7 @@ func (b *bridgeBypass) close() {
 		return
 	}
 	if b.neigh != nil {
-		b.neigh.close()
+		b.neigh.Close()
 	}
 	if err := b.bp.Close(); err != nil {
 		slog.Warn("bypass: close", "err", err)
@@ -327,4 +327,16 @@ func (b *bridgeBypass) BypassState() (devices, endpoints int) {
 		return 0, 0
 	}
 	return len(b.bp.Attached()) + len(b.bp.Uplinks()), len(b.applied)
+}
+
+// RemoveManagedNeighbours deletes the managed neighbour entries on the pod
+// bridges (the bypass's, see podNeighbours): on uninstall (the agent's and
+// `eztunnel uninstall`) and when the bypass is off.
+func RemoveManagedNeighbours() {
+	n, err := podnet.RemoveManaged()
+	if err != nil {
+		slog.Warn("bypass: remove managed neighbours of the pods", "removed", n, "err", err)
+	} else if n > 0 {
+		slog.Info("bypass: removed the managed neighbours of the pods", "entries", n)
+	}
 }

@@ -4,21 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/kube"
 	"github.com/eztunnel/eztunnel/internal/kubeapi"
 	"github.com/eztunnel/eztunnel/internal/metrics"
+	"github.com/eztunnel/eztunnel/internal/podnet"
 	"github.com/eztunnel/eztunnel/internal/svcsync"
 )
 
@@ -97,7 +93,7 @@ const nodePortResync = 5 * time.Second
 
 // syncNodePort converges the NodePort devices and the node addresses.
 func (s *serviceLB) syncNodePort(first bool) error {
-	devs, addrs, err := nodePortDevices(s.cfg.NodePortDevices)
+	devs, addrs, err := podnet.NodePortDevices(s.cfg.NodePortDevices)
 	if err != nil {
 		return err
 	}
@@ -114,63 +110,6 @@ func (s *serviceLB) syncNodePort(first bool) error {
 		slog.Info("services: NodePort devices converged", "devices", devs, "attached", attached, "detached", detached, "node_addresses", addrs)
 	}
 	return err
-}
-
-// nodePortDevices lists the devices NodePorts answer on (names given, or
-// every device with a global unicast address that is neither loopback nor
-// a bridge port) and their global unicast addresses.
-func nodePortDevices(names []string) (ifindexes []int, addrs []netip.Addr, err error) {
-	links, err := netlink.LinkList()
-	if err != nil {
-		return nil, nil, fmt.Errorf("list links: %w", err)
-	}
-	byIndex := map[int]netlink.Link{}
-	for _, l := range links {
-		byIndex[l.Attrs().Index] = l
-	}
-	for _, n := range names {
-		if _, err := netlink.LinkByName(n); err != nil {
-			return nil, nil, fmt.Errorf("NodePort device %q: %w", n, err)
-		}
-	}
-	for _, l := range links {
-		a := l.Attrs()
-		if len(names) > 0 {
-			if !slices.Contains(names, a.Name) {
-				continue
-			}
-		} else {
-			if a.Flags&net.FlagLoopback != 0 {
-				continue
-			}
-			if m, ok := byIndex[a.MasterIndex]; ok {
-				if _, br := m.(*netlink.Bridge); br {
-					continue // a pod's veth, or an uplink enslaved to a bridge
-				}
-			}
-		}
-		as, err := netlink.AddrList(l, netlink.FAMILY_ALL)
-		if err != nil {
-			return nil, nil, fmt.Errorf("addresses of %s: %w", a.Name, err)
-		}
-		var found bool
-		for _, ad := range as {
-			ip, ok := netip.AddrFromSlice(ad.IP)
-			if !ok {
-				continue
-			}
-			ip = ip.Unmap()
-			if !ip.IsGlobalUnicast() {
-				continue
-			}
-			addrs = append(addrs, ip)
-			found = true
-		}
-		if found || len(names) > 0 {
-			ifindexes = append(ifindexes, a.Index)
-		}
-	}
-	return ifindexes, addrs, nil
 }
 
 // nodeFamilies: IPv4 always, IPv6 unless disabled on the node.

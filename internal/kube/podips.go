@@ -6,14 +6,13 @@ import (
 	"strings"
 
 	"github.com/eztunnel/eztunnel/internal/kubeapi"
+	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
 // PodIPs is a pod of this node with its own network namespace and the
-// addresses the API gives it (status.podIPs).
-type PodIPs struct {
-	Namespace, Name string
-	IPs             []netip.Addr
-}
+// addresses the API gives it (status.podIPs), as the host network side
+// (the bypass's managed neighbours) takes them.
+type PodIPs = podnet.PodAddrs
 
 // NodePodIPs lists the pods of node in pods that are running or pending
 // (not succeeded, failed or being deleted), not hostNetwork, with at least

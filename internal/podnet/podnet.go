@@ -1,7 +1,9 @@
-// Package podnet discovers, from netlink, the pods of a node's network
-// namespace: their host-side veths (the veth ports of Linux bridges) and
-// the addresses and MACs behind each veth. Nothing depends on interface
-// names.
+// Package podnet is the agent's host network discovery, from netlink: the
+// pods of a node's network namespace (their host-side veths, the veth ports
+// of Linux bridges, and the addresses and MACs behind each veth), the
+// uplinks to other nodes, the NodePort devices (nodeport.go), and the
+// kernel-managed neighbour entries kept for the node's pods
+// (neighbours.go). Nothing depends on interface names.
 //
 // The rule: a port is a veth whose master is a bridge and whose peer is in
 // another network namespace (IFLA_LINK_NETNSID). An uplink is a device that

@@ -1,4 +1,4 @@
-package agent
+package podnet
 
 import (
 	"fmt"
@@ -7,12 +7,16 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
-
-	"github.com/eztunnel/eztunnel/internal/kube"
-	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
-// podNeighbours keeps a kernel-managed neighbour entry (NTF_EXT_MANAGED)
+// PodAddrs is a pod of this node with its own network namespace and the
+// addresses the API gives it (PodAddrs).
+type PodAddrs struct {
+	Namespace, Name string
+	IPs             []netip.Addr
+}
+
+// Neighbours keeps a kernel-managed neighbour entry (NTF_EXT_MANAGED)
 // on the bridge for each address of this node's pods that the API lists
 // (Kubernetes mode with the bypass): the kernel resolves it and keeps it
 // resolved, so the podnet watch learns every pod as an endpoint, also pods
@@ -22,23 +26,24 @@ import (
 // is attached to: entries there whose address is not a local pod's are
 // deleted. Nothing is done before the first list of pods from the API, so a
 // restarted agent reconciles what an earlier one left.
-type podNeighbours struct {
+type Neighbours struct {
 	mu      sync.Mutex
 	closed  bool
-	bridges map[int]bool  // bridges of the attached pod ports (last scan)
-	pods    []kube.PodIPs // nil until the API's first list
+	bridges map[int]bool // bridges of the attached pod ports (last scan)
+	pods    []PodAddrs   // nil until the API's first list
 	errLog  map[netip.Addr]string
 	count   int // managed entries of local pods' addresses, after the last reconcile
 }
 
-func newPodNeighbours() *podNeighbours {
-	return &podNeighbours{errLog: map[netip.Addr]string{}}
+// NewNeighbours reconciles nothing before SetPods and SetBridges.
+func NewNeighbours() *Neighbours {
+	return &Neighbours{errLog: map[netip.Addr]string{}}
 }
 
-// setBridges takes the bridges of a podnet scan and reconciles (every
+// SetBridges takes the bridges of a podnet scan and reconciles (every
 // scan: routes, and entries deleted by hand, converge too; a converged
 // reconcile writes nothing, so it raises no event).
-func (n *podNeighbours) setBridges(bridges map[int]bool) {
+func (n *Neighbours) SetBridges(bridges map[int]bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -48,35 +53,35 @@ func (n *podNeighbours) setBridges(bridges map[int]bool) {
 	n.reconcile()
 }
 
-// setPods takes the node's pods from the API (kube.Config.PodIPs) and reconciles.
-func (n *podNeighbours) setPods(pods []kube.PodIPs) {
+// SetPods takes the node's pods from the API (kube.Config.PodIPs) and reconciles.
+func (n *Neighbours) SetPods(pods []PodAddrs) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return
 	}
 	if pods == nil {
-		pods = []kube.PodIPs{}
+		pods = []PodAddrs{}
 	}
 	n.pods = pods
 	n.reconcile()
 }
 
-// close stops reconciling; the entries stay (uninstall removes them).
-func (n *podNeighbours) close() {
+// Close stops reconciling; the entries stay (uninstall removes them).
+func (n *Neighbours) Close() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.closed = true
 }
 
-// managed is the metric's count; ok is false before the first list of pods.
-func (n *podNeighbours) managed() (count int, ok bool) {
+// Managed is the metric's count; ok is false before the first list of pods.
+func (n *Neighbours) Managed() (count int, ok bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.count, n.pods != nil
 }
 
-func (n *podNeighbours) reconcile() {
+func (n *Neighbours) reconcile() {
 	if n.pods == nil || len(n.bridges) == 0 {
 		return
 	}
@@ -93,7 +98,7 @@ func (n *podNeighbours) reconcile() {
 		}
 		return rs[0].LinkIndex, rs[0].Gw == nil && rs[0].Via == nil, nil
 	}, n.logOnce)
-	have, err := podnet.Managed(h, n.bridges)
+	have, err := Managed(h, n.bridges)
 	if err != nil {
 		slog.Warn("bypass: managed neighbours", "err", err)
 		return
@@ -105,7 +110,7 @@ func (n *podNeighbours) reconcile() {
 			count++
 			continue
 		}
-		if err := podnet.DelNeigh(h, br, ip); err != nil {
+		if err := DelNeigh(h, br, ip); err != nil {
 			n.logOnce(ip, fmt.Errorf("delete managed neighbour on bridge %d: %w", br, err))
 			continue
 		}
@@ -115,7 +120,7 @@ func (n *podNeighbours) reconcile() {
 		if have[ip] == br {
 			continue
 		}
-		if err := podnet.SetManaged(h, br, ip); err != nil {
+		if err := SetManaged(h, br, ip); err != nil {
 			n.logOnce(ip, fmt.Errorf("add managed neighbour on bridge %d: %w", br, err))
 			continue
 		}
@@ -135,7 +140,7 @@ func (n *podNeighbours) reconcile() {
 }
 
 // logOnce logs err for ip unless the same error was logged last for it.
-func (n *podNeighbours) logOnce(ip netip.Addr, err error) {
+func (n *Neighbours) logOnce(ip netip.Addr, err error) {
 	if n.errLog[ip] == err.Error() {
 		return
 	}
@@ -145,7 +150,7 @@ func (n *podNeighbours) logOnce(ip netip.Addr, err error) {
 
 // wantedNeighbours maps each pod address routed directly (no gateway) by
 // one of bridges to that bridge. route gives an address's device.
-func wantedNeighbours(pods []kube.PodIPs, bridges map[int]bool, route func(netip.Addr) (dev int, direct bool, err error), logErr func(netip.Addr, error)) map[netip.Addr]int {
+func wantedNeighbours(pods []PodAddrs, bridges map[int]bool, route func(netip.Addr) (dev int, direct bool, err error), logErr func(netip.Addr, error)) map[netip.Addr]int {
 	want := map[netip.Addr]int{}
 	for _, p := range pods {
 		for _, ip := range p.IPs {
@@ -163,16 +168,4 @@ func wantedNeighbours(pods []kube.PodIPs, bridges map[int]bool, route func(netip
 		}
 	}
 	return want
-}
-
-// RemoveManagedNeighbours deletes the managed neighbour entries on the pod
-// bridges (the bypass's, see podNeighbours): on uninstall (the agent's and
-// `eztunnel uninstall`) and when the bypass is off.
-func RemoveManagedNeighbours() {
-	n, err := podnet.RemoveManaged()
-	if err != nil {
-		slog.Warn("bypass: remove managed neighbours of the pods", "removed", n, "err", err)
-	} else if n > 0 {
-		slog.Info("bypass: removed the managed neighbours of the pods", "entries", n)
-	}
 }

@@ -1,11 +1,9 @@
-package agent
+package podnet
 
 import (
 	"errors"
 	"net/netip"
 	"testing"
-
-	"github.com/eztunnel/eztunnel/internal/kube"
 )
 
 // TestWantedNeighbours: a pod address is wanted on the bridge its route
@@ -23,7 +21,7 @@ func TestWantedNeighbours(t *testing.T) {
 		a("10.244.1.5"): {7, false}, // via a gateway
 		a("10.244.2.5"): {3, true},  // another device
 	}
-	pods := []kube.PodIPs{
+	pods := []PodAddrs{
 		{Namespace: "a", Name: "p1", IPs: []netip.Addr{a("10.244.0.5"), a("fd00::5")}},
 		{Namespace: "a", Name: "p2", IPs: []netip.Addr{a("10.244.0.6"), a("fe80::1")}},
 		{Namespace: "a", Name: "p3", IPs: []netip.Addr{a("10.244.1.5"), a("10.244.2.5"), a("10.244.3.5")}},
