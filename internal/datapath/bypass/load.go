@@ -105,13 +105,13 @@ func Load(cfg Config) (_ *Bypass, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
-	if err := spec.Variables["ez_bp_admit_mark"].Set([2]uint32{lo, cfg.AdmitMark &^ lo}); err != nil {
+	if err := spec.Variables[bypassVarEzBpAdmitMark].Set([2]uint32{lo, cfg.AdmitMark &^ lo}); err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
-	if err := spec.Variables["ez_bp_tcp_timeout_ms"].Set(uint32(cfg.TCPTimeout.Milliseconds())); err != nil {
+	if err := spec.Variables[bypassVarEzBpTcpTimeoutMs].Set(uint32(cfg.TCPTimeout.Milliseconds())); err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
-	if err := spec.Variables["ez_bp_udp_timeout_ms"].Set(uint32(cfg.UDPTimeout.Milliseconds())); err != nil {
+	if err := spec.Variables[bypassVarEzBpUdpTimeoutMs].Set(uint32(cfg.UDPTimeout.Milliseconds())); err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
 	b := &Bypass{netns: cfg.NetNS, pinDir: cfg.PinDir, links: map[int]attachment{}}
@@ -130,7 +130,7 @@ func Load(cfg Config) (_ *Bypass, err error) {
 			}
 		}
 		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapDir(cfg.PinDir)}}
-		if err := bpfsys.GrowPinnedCounters(mapDir(cfg.PinDir), spec, "ez_bp_counters"); err != nil {
+		if err := bpfsys.GrowPinnedCounters(mapDir(cfg.PinDir), spec, bypassMapEzBpCounters); err != nil {
 			return nil, fmt.Errorf("bypass: %w", err)
 		}
 	}

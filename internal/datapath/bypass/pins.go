@@ -20,7 +20,7 @@ import (
 // Pinned links: <pin dir>/links/tcx/<netns cookie>/<ifindex>/<program>_<dir>,
 // the layout of the shortcut's RST-on-close links (which share the
 // directories: every name here starts with linkPrefix, none of theirs does).
-const linkPrefix = "ez_bypass"
+const linkPrefix = bypassProgEzBypass
 
 func dirName(ingress bool) string {
 	if ingress {
@@ -208,7 +208,7 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 		return m, nil
 	}
 	st := &PinnedState{Counters: Counters{}}
-	devs, err := open("ez_bp_devices")
+	devs, err := open(bypassMapEzBpDevices)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +226,7 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("bypass: read devices: %w", err)
 	}
-	eps, err := open("ez_bp_endpoints")
+	eps, err := open(bypassMapEzBpEndpoints)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +236,7 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 	for it := eps.Iterate(); it.Next(&k, &v); {
 		st.Endpoints++
 	}
-	ctrs, err := open("ez_bp_counters")
+	ctrs, err := open(bypassMapEzBpCounters)
 	if err != nil {
 		return nil, err
 	}

@@ -151,8 +151,8 @@ func Load(cfg Config) (_ *LB, err error) {
 	for _, m := range []struct {
 		spec *ebpf.MapSpec
 		n    uint32
-	}{{spec.Maps["ez_svc_frontends"], cfg.MaxFrontends}, {spec.Maps["ez_svc_backends"], cfg.MaxBackends},
-		{spec.Maps["ez_svc_slots"], cfg.MaxSlots}, {spec.Maps["ez_svc_members"], cfg.MaxSlots}} {
+	}{{spec.Maps[servicesMapEzSvcFrontends], cfg.MaxFrontends}, {spec.Maps[servicesMapEzSvcBackends], cfg.MaxBackends},
+		{spec.Maps[servicesMapEzSvcSlots], cfg.MaxSlots}, {spec.Maps[servicesMapEzSvcMembers], cfg.MaxSlots}} {
 		if m.n != 0 {
 			m.spec.MaxEntries = m.n
 		}
@@ -175,7 +175,7 @@ func Load(cfg Config) (_ *LB, err error) {
 		opts = &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapDir(cfg.PinDir)}}
 		// A build with more counters loads over the smaller pinned ones (an
 		// upgrade in place).
-		if err := bpfsys.GrowPinnedCounters(mapDir(cfg.PinDir), spec, "ez_svc_counters"); err != nil {
+		if err := bpfsys.GrowPinnedCounters(mapDir(cfg.PinDir), spec, servicesMapEzSvcCounters); err != nil {
 			return nil, fmt.Errorf("services: %w", err)
 		}
 	}

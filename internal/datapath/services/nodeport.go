@@ -19,7 +19,7 @@ import (
 
 // nodePortProg names the NodePort program's link pins:
 // links/tcx/<netns cookie>/<ifindex>/ez_svc_nodeport_ingress.
-const nodePortProg = "ez_svc_nodeport"
+const nodePortProg = servicesProgEzSvcNodeport
 
 // SetNodeAddrs makes the node addresses NodePorts answer on exactly addrs
 // (kube-proxy's --nodeport-addresses: by default every address of the

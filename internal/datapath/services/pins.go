@@ -306,24 +306,24 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 	}
 	st := &PinnedState{Counters: Counters{}}
 	var err error
-	if st.Frontends, err = count("ez_svc_frontends"); err != nil {
+	if st.Frontends, err = count(servicesMapEzSvcFrontends); err != nil {
 		return nil, err
 	}
-	if st.NodePorts, err = count("ez_svc_nodeports"); err != nil {
+	if st.NodePorts, err = count(servicesMapEzSvcNodeports); err != nil {
 		return nil, err
 	}
-	if st.Backends, err = count("ez_svc_backends"); err != nil {
+	if st.Backends, err = count(servicesMapEzSvcBackends); err != nil {
 		return nil, err
 	}
-	if bpfsys.Exists(filepath.Join(dir, "ez_svc_proxied")) { // pinned by an agent that has it
-		if st.Proxied, err = count("ez_svc_proxied"); err != nil {
+	if bpfsys.Exists(filepath.Join(dir, servicesMapEzSvcProxied)) { // pinned by an agent that has it
+		if st.Proxied, err = count(servicesMapEzSvcProxied); err != nil {
 			return nil, err
 		}
 	}
 	if entries, err := os.ReadDir(bpfsys.LinkPin(pinDir, bpfsys.KindServices)); err == nil {
 		st.Cgroups = len(entries)
 	}
-	ctrs, err := ebpf.LoadPinnedMap(filepath.Join(dir, "ez_svc_counters"), &ebpf.LoadPinOptions{ReadOnly: true})
+	ctrs, err := ebpf.LoadPinnedMap(filepath.Join(dir, servicesMapEzSvcCounters), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("services: open pinned counters: %w", err)
 	}
@@ -361,7 +361,7 @@ func ReadPinnedFrontends(pinDir string) ([]PinnedFrontend, error) {
 		return m, nil
 	}
 	var maps [4]*ebpf.Map
-	for i, name := range []string{"ez_svc_frontends", "ez_svc_nodeports", "ez_svc_backends", "ez_svc_slots"} {
+	for i, name := range []string{servicesMapEzSvcFrontends, servicesMapEzSvcNodeports, servicesMapEzSvcBackends, servicesMapEzSvcSlots} {
 		m, err := open(name)
 		if err != nil {
 			return nil, err // the ones opened close on return

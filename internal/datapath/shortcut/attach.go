@@ -25,9 +25,9 @@ type cgroupHook struct {
 // Order matters: the egress program must see a client's SYN before sockops
 // can enrol it, so egress is attached first and detached last.
 var cgroupHooks = []cgroupHook{
-	{"ez_egress", ebpf.AttachCGroupInetEgress, func(s *Shortcut) *ebpf.Program { return s.objs.EzEgress }},
-	{"ez_sockops", ebpf.AttachCGroupSockOps, func(s *Shortcut) *ebpf.Program { return s.objs.EzSockops }},
-	{"ez_sock_release", ebpf.AttachCgroupInetSockRelease, func(s *Shortcut) *ebpf.Program { return s.objs.EzSockRelease }},
+	{shortcutProgEzEgress, ebpf.AttachCGroupInetEgress, func(s *Shortcut) *ebpf.Program { return s.objs.EzEgress }},
+	{shortcutProgEzSockops, ebpf.AttachCGroupSockOps, func(s *Shortcut) *ebpf.Program { return s.objs.EzSockops }},
+	{shortcutProgEzSockRelease, ebpf.AttachCgroupInetSockRelease, func(s *Shortcut) *ebpf.Program { return s.objs.EzSockRelease }},
 }
 
 // lastHook is the last cgroup hook this load attaches: its pin marks a

@@ -28,7 +28,7 @@ type Device struct {
 
 // resetProg names the close-reset program: its program pin and, with the
 // direction, its link pins links/tcx/<netns cookie>/<ifindex>/<resetProg>_<dir>.
-const resetProg = "ez_close_reset"
+const resetProg = shortcutProgEzCloseReset
 
 type devAttach struct {
 	dir    string

@@ -157,7 +157,7 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 
 	// A build with more counters loads over the smaller pinned ones (an
 	// upgrade in place).
-	if err := bpfsys.GrowPinnedCounters(dir, spec, "ez_counters", "ez_adopt_counters", "ez_reset_counters"); err != nil {
+	if err := bpfsys.GrowPinnedCounters(dir, spec, shortcutMapEzCounters, shortcutMapEzAdoptCounters, shortcutMapEzResetCounters); err != nil {
 		return nil, fmt.Errorf("datapath: %w", err)
 	}
 	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, devFilters: map[string]bool{}, adoptPasses: 3, gauge: gauge}
