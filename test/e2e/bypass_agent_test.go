@@ -653,16 +653,7 @@ func testBypassAgentCrossNode(t *testing.T, mode multinode.Mode) {
 	for _, n := range []*multinode.Node{n1, n2} {
 		setBeLiberal(t, n, "1")
 		pin := "/sys/fs/bpf/eztunnel-e2e-" + name + "-" + n.Name
-		t.Cleanup(func() {
-			if _, err := os.Stat(pin); err == nil {
-				var out bytes.Buffer
-				cmd := n.Cmd(context.Background(), bin, "uninstall", "--pin-path", pin, "--drain-timeout", "5s")
-				cmd.Stdout, cmd.Stderr = &out, &out
-				if err := n.Run(cmd); err != nil {
-					t.Errorf("uninstall on %s: %v: %s", n.Name, err, out.String())
-				}
-			}
-		})
+		uninstallOnCleanup(t, n, pin)
 		agents[n] = startNodeAgent(t, t, n, "run", "--bypass", "--cgroup", n.Managed, "--pin-path", pin,
 			"--lock-file", filepath.Join(t.TempDir(), "agent.lock"), "--adopt=false", "--metrics-addr", bpMetricsAddr)
 		clients[n] = nodeClient(n)
@@ -855,5 +846,21 @@ func testBypassAgentCrossNode(t *testing.T, mode multinode.Mode) {
 		}
 		transfer(t, a1, sinkServer(t, b1, true), 1<<20)
 		st.stop(t)
+	})
+}
+
+// uninstallOnCleanup uninstalls the datapath pinned at pin in n when the
+// test ends, if it is still there.
+func uninstallOnCleanup(t *testing.T, n *multinode.Node, pin string) {
+	t.Cleanup(func() {
+		if _, err := os.Stat(pin); err != nil {
+			return
+		}
+		var out bytes.Buffer
+		cmd := n.Cmd(context.Background(), bin, "uninstall", "--pin-path", pin, "--drain-timeout", "5s")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := n.Run(cmd); err != nil {
+			t.Errorf("uninstall on %s: %v: %s", n.Name, err, out.String())
+		}
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,16 +29,7 @@ func TestBypassStandby(t *testing.T) {
 	a1, a2 := mnPod(t, n, "a1"), mnPod(t, n, "a2")
 	setBeLiberal(t, n, "1")
 	pin := "/sys/fs/bpf/eztunnel-e2e-mnbs"
-	t.Cleanup(func() {
-		if _, err := os.Stat(pin); err == nil {
-			var out bytes.Buffer
-			cmd := n.Cmd(context.Background(), bin, "uninstall", "--pin-path", pin, "--drain-timeout", "5s")
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := n.Run(cmd); err != nil {
-				t.Errorf("uninstall: %v: %s", err, out.String())
-			}
-		}
-	})
+	uninstallOnCleanup(t, n, pin)
 	nodeTalksTo(t, a1)
 	nodeTalksTo(t, a2)
 	ag := startNodeAgent(t, t, n, "run", "--bypass", "--cgroup", n.Managed, "--pin-path", pin,

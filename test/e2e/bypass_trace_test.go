@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,16 +29,7 @@ func TestBypassTraceSavedStages(t *testing.T) {
 	nodeTalksTo(t, a1)
 	nodeTalksTo(t, a2)
 	pin := "/sys/fs/bpf/eztunnel-e2e-mnbt"
-	t.Cleanup(func() {
-		if _, err := os.Stat(pin); err == nil {
-			var out bytes.Buffer
-			cmd := n.Cmd(context.Background(), bin, "uninstall", "--pin-path", pin, "--drain-timeout", "5s")
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := n.Run(cmd); err != nil {
-				t.Errorf("uninstall: %v: %s", err, out.String())
-			}
-		}
-	})
+	uninstallOnCleanup(t, n, pin)
 	type path struct {
 		Stages  []string `json:"stages"`
 		Packets int      `json:"packets"`
