@@ -12,9 +12,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
-	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
-	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 	"github.com/eztunnel/eztunnel/internal/kernelinfo"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/tracer"
@@ -66,9 +63,7 @@ func preflight() *preflightReport {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		rep.Requirements = append(rep.Requirements, "remove memlock limit: "+err.Error())
 	}
-	all.Merge(shortcut.Probe())
-	all.Set(bypass.Probe())
-	all.Merge(lb.Probe())
+	all.Merge(datapath.Probe()) // every family the manager installs
 	all.Set(tracer.Probe())
 	rep.Parts = all.Sorted()
 	rep.CoreRuns = len(rep.Requirements) == 0 && all.Runs(parts.Shortcut)

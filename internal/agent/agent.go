@@ -25,7 +25,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
-	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/podnet"
@@ -103,7 +102,7 @@ func Run(ctx context.Context, cfg Config) error {
 			slog.Warn("stopping the agent's parts", "err", err)
 		}
 	}()
-	for _, start := range []func(context.Context) error{a.listen, a.install, a.loadFamilies, a.converge} {
+	for _, start := range []func(context.Context) error{a.listen, a.install, a.families, a.converge} {
 		if err := start(ctx); err != nil {
 			return err
 		}
@@ -174,7 +173,7 @@ func check(cfg Config) (*agent, error) {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
 	// The bypass's checks (nf_conntrack_tcp_be_liberal) come before anything
-	// changes; it is loaded once the datapath is installed (its pins live there).
+	// changes; the datapath loads it with the other families.
 	if cfg.Bypass {
 		if err := checkBypass(); err != nil {
 			var unmet *bypass.UnmetError
@@ -214,9 +213,15 @@ func (a *agent) listen(ctx context.Context) error {
 	return nil
 }
 
-// install installs (or adopts) the pinned datapath on the managed cgroups.
+// install installs (or adopts) the pinned datapath on the managed cgroups:
+// every family asked for, in one transaction (datapath.Install), which also
+// removes the families an earlier agent pinned and this one is not told to
+// run.
 func (a *agent) install(context.Context) error {
-	dp, err := datapath.Install(a.cfg.Datapath, a.cfg.Cgroups)
+	cfg := &a.cfg
+	cfg.Datapath.Families = datapath.Families{Bypass: cfg.Bypass, BypassRequired: cfg.BypassRequired, BypassOff: a.bypassOff,
+		Services: cfg.Services != nil}
+	dp, err := datapath.Install(cfg.Datapath, cfg.Cgroups)
 	if err != nil {
 		return err
 	}
@@ -225,61 +230,51 @@ func (a *agent) install(context.Context) error {
 	if pruned := dp.Pruned(); len(pruned) > 0 {
 		slog.Info("detached cgroups no longer managed (or removed)", "cgroup_ids", pruned)
 	}
+	for name, n := range dp.Removed() {
+		slog.Info("removed a family an earlier agent pinned and this one does not run", "family", name, "links", n)
+	}
+	if why := dp.Off("bypass"); why != "" {
+		// A kernel without one of its programs' needs (tcx, a kfunc, a
+		// BTF field): the rest runs (docs/kernels.md).
+		slog.Warn("running without the bridge bypass: this kernel refused it", "reason", why)
+		cfg.Bypass, a.bypassOff = false, why
+	}
+	if !cfg.Bypass {
+		RemoveManagedNeighbours()
+	}
 	return nil
 }
 
-// loadFamilies loads the bridge bypass and the Service load balancer
-// asked for, and removes those an earlier agent pinned and this one is not
-// told to run; plain mode clears a Kubernetes-mode selection.
-func (a *agent) loadFamilies(context.Context) error {
-	cfg, dir := &a.cfg, a.cfg.Datapath.Dir()
-	if cfg.Bypass {
-		bb, err := loadBypass(dir)
-		if err != nil && cfg.BypassRequired {
+// families starts the agent's side of the bridge bypass and the Service
+// load balancer the datapath runs; plain mode clears a Kubernetes-mode
+// selection.
+func (a *agent) families(context.Context) error {
+	cfg := &a.cfg
+	if bp := a.dp.Bypass(); bp != nil {
+		bb, err := newBridgeBypass(bp)
+		if err != nil {
 			return err
 		}
-		if err != nil {
-			// A kernel without one of its programs' needs (tcx, a kfunc,
-			// a BTF field): the rest runs (docs/kernels.md).
-			slog.Warn("running without the bridge bypass: this kernel refused it", "reason", err.Error())
-			cfg.Bypass, a.bypassOff = false, err.Error()
-		} else {
-			a.bb = bb
-			a.stopBypass = a.parts.addFunc(bb.close)
-			if a.pods != nil {
-				// The node's pods from the API: managed neighbour entries, so
-				// every pod is an endpoint (neighbours.go).
-				bb.neigh = podnet.NewNeighbours()
-				a.pods.cfg.PodIPs = bb.neigh.SetPods
-			}
+		a.bb = bb
+		a.stopBypass = a.parts.addFunc(bb.close)
+		if a.pods != nil {
+			// The node's pods from the API: managed neighbour entries, so
+			// every pod is an endpoint (neighbours.go).
+			bb.neigh = podnet.NewNeighbours()
+			a.pods.cfg.PodIPs = bb.neigh.SetPods
 		}
 	}
-	if !cfg.Bypass {
-		if n, err := bypass.Unpin(dir); err != nil {
-			return fmt.Errorf("remove the bridge bypass of an earlier agent: %w", err)
-		} else if n > 0 {
-			slog.Info("removed the bridge bypass an earlier agent pinned", "links", n)
-		}
-		RemoveManagedNeighbours()
-	}
-	if cfg.Services != nil {
+	if l := a.dp.Services(); l != nil {
 		if cfg.Kubernetes != nil { // the pods' cgroups where Kubernetes mode finds them
 			cfg.Services.Pods.PodsCgroup, cfg.Services.Pods.Driver = cfg.Kubernetes.PodsCgroup, cfg.Kubernetes.Driver
 			cfg.Services.Pods.Cgroup2Root = cfg.Kubernetes.Cgroup2Root
 		}
-		svc, err := loadServices(*cfg.Services, dir)
-		if err != nil {
-			return err
-		}
+		svc := newServiceLB(*cfg.Services, l)
 		if a.pods != nil {
 			svc.pods = a.pods.watch
 		}
 		a.svc = svc
 		a.stopSvc = a.parts.addFunc(svc.close)
-	} else if n, err := lb.Unpin(dir); err != nil {
-		return fmt.Errorf("remove the Service load balancer of an earlier agent: %w", err)
-	} else if n > 0 {
-		slog.Info("removed the Service load balancer an earlier agent pinned", "cgroups", n)
 	}
 	if a.pods == nil {
 		// Plain mode selects whole subtrees: a selection left by a
@@ -297,7 +292,7 @@ func (a *agent) loadFamilies(context.Context) error {
 // families converged: the pods' devices, the Service load balancer's
 // sources.
 func (a *agent) converge(ctx context.Context) error {
-	a.rep = partsReport(a.dp, a.bypassOff, a.svc)
+	a.rep = partsReport(a.dp)
 	logParts(a.rep)
 	if err := a.rep.Write(parts.ReportPath(a.cfg.Datapath.Dir())); err != nil {
 		slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)

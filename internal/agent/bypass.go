@@ -97,16 +97,11 @@ func checkBypass() error {
 	return bypass.Check(&cfg)
 }
 
-// loadBypass loads the programs against the maps pinned in pinDir (an
-// earlier agent's, or new ones); nothing is attached yet.
-func loadBypass(pinDir string) (*bridgeBypass, error) {
-	bp, err := bypass.Load(bypass.Config{PinDir: pinDir})
-	if err != nil {
-		return nil, fmt.Errorf("--bypass: %w", err)
-	}
+// newBridgeBypass runs the agent's side of the bypass the datapath loaded:
+// it converges from the endpoints pinned (an earlier agent's, or none).
+func newBridgeBypass(bp *bypass.Bypass) (*bridgeBypass, error) {
 	applied, err := bp.Endpoints()
 	if err != nil {
-		bp.Close()
 		return nil, fmt.Errorf("--bypass: %w", err)
 	}
 	if len(applied) > 0 {
@@ -283,8 +278,9 @@ func (b *bridgeBypass) BypassManagedNeighbours() (n int, ok bool) {
 	return b.neigh.Managed()
 }
 
-// close releases this process's handles (the bypass stays pinned and
-// attached); safe to call twice. A later apply (the pods' watch) does nothing.
+// close stops converging the bypass (it stays pinned and attached; the
+// datapath releases its handles); safe to call twice. A later apply (the
+// pods' watch) does nothing.
 func (b *bridgeBypass) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -293,9 +289,6 @@ func (b *bridgeBypass) close() {
 	}
 	if b.neigh != nil {
 		b.neigh.Close()
-	}
-	if err := b.bp.Close(); err != nil {
-		slog.Warn("bypass: close", "err", err)
 	}
 	b.bp = nil
 }

@@ -6,28 +6,14 @@ import (
 	"sync"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/kernelinfo"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
-// partsReport is what runs on this node: the shortcut's parts as they
-// loaded, the bypass (off with its reason), the load balancer's parts.
-func partsReport(dp *datapath.Datapath, bypassOff string, svc *serviceLB) parts.Report {
+// partsReport is what runs on this node: every family's parts, and the kernel.
+func partsReport(dp *datapath.Datapath) parts.Report {
 	rep := dp.Parts()
 	rep.Kernel = kernelinfo.Release()
-	if bypassOff == "" {
-		rep.On(parts.Bypass, bypass.Via())
-	} else {
-		rep.Off(parts.Bypass, bypassOff)
-	}
-	if svc != nil && svc.lb != nil {
-		rep.Merge(svc.lb.Parts())
-	} else {
-		for _, p := range []parts.Name{parts.ServicesLB, parts.NodePort, parts.SocketDestroy} {
-			rep.Off(p, "off (no --services)")
-		}
-	}
 	return rep
 }
 

@@ -71,20 +71,16 @@ func checkServices(cfg ServicesConfig) error {
 	return nil
 }
 
-// loadServices loads the programs against the maps pinned in pinDir (an
-// earlier agent's, or new ones); nothing is attached yet.
-func loadServices(cfg ServicesConfig, pinDir string) (*serviceLB, error) {
-	l, err := lb.Load(lb.Config{PinDir: pinDir})
-	if err != nil {
-		return nil, fmt.Errorf("--services: %w", err)
-	}
+// newServiceLB runs the agent's side of the load balancer the datapath
+// loaded and attached: its source and NodePort devices (start).
+func newServiceLB(cfg ServicesConfig, l *lb.LB) *serviceLB {
 	if n := l.Frontends(); n > 0 {
 		slog.Info("services: adopting the frontends an earlier agent pinned", "frontends", n)
 	}
 	s := &serviceLB{cfg: cfg, lb: l, cancel: func() {}}
 	s.metrics = metrics.NewServices(s.counters, svcsync.SkipReasons)
 	s.table = svcsync.NewTable(l, s.metrics, nil)
-	return s, nil
+	return s
 }
 
 // nodePortResync is how often the NodePort devices and node addresses are
@@ -118,7 +114,8 @@ func nodeFamilies() svcsync.Families {
 	return svcsync.Families{IPv4: true, IPv6: err == nil && strings.TrimSpace(string(b)) == "0"}
 }
 
-// start attaches to cgroups and applies the source's first state; the
+// start applies the source's first state (the datapath attached the
+// load balancer to the cgroups); the
 // source keeps applying changes until close.
 func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 	// Sockets of a removed backend are looked for in the namespaces of the
@@ -127,11 +124,6 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 		nss, _, err := datapath.NetNamespaces(cgroups)
 		return nss, err
 	})
-	for _, cg := range cgroups {
-		if err := s.lb.Attach(cg); err != nil {
-			return fmt.Errorf("--services: %w", err)
-		}
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
 	if s.cfg.NodePort {
@@ -273,18 +265,12 @@ func (s *serviceLB) counters() (lb.Counters, error) {
 	return s.lb.Counters()
 }
 
-// close stops the source and releases this process's handles (the load
-// balancer stays pinned and attached); safe to call twice.
+// close stops the source (the load balancer stays pinned and attached;
+// the datapath releases its handles); safe to call twice.
 func (s *serviceLB) close() {
 	s.cancel()
 	s.health.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lb == nil {
-		return
-	}
-	if err := s.lb.Close(); err != nil {
-		slog.Warn("services: close", "err", err)
-	}
 	s.lb = nil
 }

@@ -1,19 +1,18 @@
-// Package datapath installs, adopts, reports and uninstalls eztunnel's
-// socket shortcut (internal/datapath/shortcut), and owns the pin directory
-// every family pins in: the bridge bypass (internal/datapath/bypass) and
-// the Service load balancer (internal/datapath/services) are loaded by the
-// agent against that directory (internal/agent); the tracer pins nothing
-// (`eztunnel trace` loads it for its run). The shortcut's package has the
-// shape the others follow:
-//
-//	Load(cfg, dir)           loads its programs against the maps pinned in dir
-//	(*T).Attach(tx, targets) attaches within an install transaction, links under dir/links
-//	(*T).Close()             releases this process's handles
-//	Release(dir, drain)      hands its state back to the kernel before uninstall
-//
-// This package owns the shortcut's install order and rollback, and
-// Uninstall, which unpins every family's links and maps. The shared
-// plumbing lives in internal/bpfsys.
+// Package datapath is the manager of eztunnel's datapath families: the
+// socket shortcut (internal/datapath/shortcut), the bridge bypass
+// (internal/datapath/bypass) and the Service load balancer
+// (internal/datapath/services). Each is a Family (family.go): loaded
+// against its maps pinned under one pin directory, installed within one
+// transaction, closed, removed. The manager owns their order, the
+// transaction and its rollback (Install: a failure anywhere leaves every
+// family's pinned links with the programs they had and nothing new
+// pinned), the removal of families an earlier agent pinned and this one
+// does not run, the kernel probes (Probe) and Uninstall. The agent
+// (internal/agent) converges what families attach at run time (the
+// bypass's devices, the load balancer's frontends and NodePort devices)
+// through the handles the manager gives it. The tracer pins nothing
+// (`eztunnel trace` loads it for its run). The shared plumbing lives in
+// internal/bpfsys.
 package datapath
 
 import (
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
@@ -72,6 +73,8 @@ type Config struct {
 	// CgroupFilter (Kubernetes mode): of the attached cgroup subtrees, only
 	// the cgroups given to SetScope, and their descendants, are accelerated.
 	CgroupFilter bool
+	// Families beside the shortcut.
+	Families Families
 }
 
 // DefaultConfig is what `eztunnel run` uses without flags.
@@ -94,23 +97,46 @@ func (c Config) Validate() error {
 // Dir is the pin directory of this schema.
 func (c Config) Dir() string { return filepath.Join(c.PinRoot, Schema) }
 
-// Datapath is an installed datapath. Its maps and links are pinned: closing
-// it releases this process's handles and leaves the datapath working;
-// Uninstall removes it.
+// Datapath is an installed datapath: its families, loaded in install
+// order. Their maps and links are pinned: closing it releases this
+// process's handles and leaves the datapath working; Uninstall removes it.
 type Datapath struct {
-	cfg Config
-	sc  *shortcut.Shortcut
+	cfg      Config
+	families []Family
+	sc       *shortcut.Shortcut // families[0]
+	off      map[string]string  // wanted families the kernel refused: why
+	removed  map[string]int     // families an earlier agent pinned, removed: their links
 }
 
-// Close releases this process's handles and joins their errors. Pinned state stays.
+// Close releases this process's handles of every family, in reverse
+// install order, and joins their errors. Pinned state stays. Safe to call twice.
 func (d *Datapath) Close() error {
 	var errs []error
-	if d.sc != nil {
-		errs = append(errs, d.sc.Close())
-		d.sc = nil
+	for i := len(d.families) - 1; i >= 0; i-- {
+		errs = append(errs, d.families[i].Close())
 	}
+	d.families, d.sc = nil, nil
 	return errors.Join(errs...)
 }
+
+// Bypass is the bridge bypass family; nil when it does not run.
+func (d *Datapath) Bypass() *bypass.Bypass {
+	b, _ := d.family("bypass").(*bypass.Bypass)
+	return b
+}
+
+// Services is the Service load balancer family; nil when it does not run.
+func (d *Datapath) Services() *lb.LB {
+	l, _ := d.family("services").(*lb.LB)
+	return l
+}
+
+// Off says why a wanted family does not run (the kernel refused it), or "".
+func (d *Datapath) Off(name string) string { return d.off[name] }
+
+// Removed lists the families an earlier agent pinned that this install
+// removed (not wanted now), with the number of links each had.
+func (d *Datapath) Removed() map[string]int { return d.removed }
 
 // Config returns the configuration the datapath was installed with.
 func (d *Datapath) Config() Config { return d.cfg }
@@ -151,5 +177,29 @@ func (d *Datapath) ReconcileCgroups(paths []string) (attached, missing []string,
 // earlier agent and not wanted now, or removed since.
 func (d *Datapath) Pruned() []uint64 { return d.sc.Pruned() }
 
-// Parts reports which parts of the installed families loaded, and why others did not.
-func (d *Datapath) Parts() parts.Report { return d.sc.Parts() }
+// Parts reports which parts of every family run, and why others do not.
+func (d *Datapath) Parts() parts.Report {
+	rep := d.sc.Parts()
+	if d.Bypass() != nil {
+		rep.On(parts.Bypass, bypass.Via())
+	} else {
+		rep.Off(parts.Bypass, firstOf(d.off["bypass"], d.cfg.Families.BypassOff, "off (not asked for)"))
+	}
+	if l := d.Services(); l != nil {
+		rep.Merge(l.Parts())
+	} else {
+		for _, p := range []parts.Name{parts.ServicesLB, parts.NodePort, parts.SocketDestroy} {
+			rep.Off(p, "off (no --services)")
+		}
+	}
+	return rep
+}
+
+func firstOf(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -13,11 +13,14 @@ import (
 // an error aborts the install there.
 var installFault func(change string) error
 
-// Install loads every family (adopting a datapath pinned by an earlier
-// agent of the same schema) and attaches it to every cgroup, as one
-// transaction: when any step fails, links pinned by the earlier agent get
-// their programs back and nothing new stays pinned (a fresh install leaves
-// no pin directory behind).
+// Install loads every family cfg.Families wants (adopting a datapath
+// pinned by an earlier agent of the same schema) and installs them in
+// order (kinds) as one transaction: the shortcut attaches to every cgroup,
+// the others take over the links an earlier agent pinned, the Service load
+// balancer attaches to every cgroup too. When any step fails, links pinned
+// by the earlier agent get their programs back and nothing new stays
+// pinned (a fresh install leaves no pin directory behind). Once committed,
+// what an earlier agent pinned of the families not running now is removed.
 func Install(cfg Config, cgroups []string) (_ *Datapath, err error) {
 	if len(cgroups) == 0 {
 		return nil, errors.New("no cgroup to attach to")
@@ -47,42 +50,27 @@ func Install(cfg Config, cgroups []string) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("adopt datapath in %s: %w", dir, err)
 	}
 
-	d := &Datapath{cfg: cfg}
-	if d.sc, err = shortcut.Load(cfg.shortcut(), dir); err != nil {
+	d := &Datapath{cfg: cfg, off: map[string]string{}, removed: map[string]int{}}
+	tx := &bpfsys.Tx{Fault: installFault}
+	fail := func(err error) (*Datapath, error) {
+		if rerr := tx.Rollback(); rerr != nil {
+			err = fmt.Errorf("%w (and rollback failed: %v)", err, rerr)
+		}
+		if cerr := d.Close(); cerr != nil {
+			err = fmt.Errorf("%w (and close failed: %v)", err, cerr)
+		}
 		return nil, err
 	}
-	tx := &bpfsys.Tx{Fault: installFault}
-	// Install order: families in the order they depend on each other.
-	steps := []func() error{
-		func() error { return d.sc.Attach(tx, cgroups) },
-		func() error {
-			devs, err := scanDevices()
-			if err != nil {
-				return fmt.Errorf("devices for the RST on close: %w", err)
-			}
-			_, _, _, err = d.sc.SyncDevices(tx, devs)
-			return err
-		},
-		func() error {
-			nss, _, err := netNamespaces(cgroups)
-			if err != nil {
-				return fmt.Errorf("namespaces for the RST on close: %w", err)
-			}
-			_, _, _, err = d.sc.SyncLoopbacks(tx, nss)
-			return err
-		},
+	if err := d.loadFamilies(tx, dir); err != nil {
+		return fail(err)
 	}
-	for _, step := range steps {
-		if err = step(); err != nil {
-			if rerr := tx.Rollback(); rerr != nil {
-				err = fmt.Errorf("%w (and rollback failed: %v)", err, rerr)
-			}
-			if cerr := d.Close(); cerr != nil {
-				err = fmt.Errorf("%w (and close failed: %v)", err, cerr)
-			}
-			return nil, err
+	d.sc = d.families[0].(shortcutFamily).Shortcut
+	for _, f := range d.families {
+		if err := f.Install(tx, cgroups); err != nil {
+			return fail(err)
 		}
 	}
+	d.removeUnwanted(tx, dir)
 	if err := tx.Commit(); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("commit install: %w", err)

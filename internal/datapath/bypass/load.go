@@ -245,7 +245,10 @@ type UnmetError struct{ Why string }
 func (e *UnmetError) Error() string { return e.Why }
 
 // mapDir is where the maps are pinned in a datapath's pin directory.
-func mapDir(pinDir string) string { return filepath.Join(pinDir, "bypass") }
+func mapDir(pinDir string) string { return filepath.Join(pinDir, MapDir) }
+
+// MapDir is the directory of the bypass's maps in a datapath's pin directory.
+const MapDir = "bypass"
 
 // Attach attaches to each pod's host-side veth (ifindexes in the bypass's
 // netns; each a veth port of a bridge) the bypass at tcx ingress and its

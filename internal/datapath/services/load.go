@@ -284,10 +284,17 @@ func (lb *LB) hooks() []struct {
 
 // Attach attaches every program to a cgroup v2 directory (its processes and
 // those of its descendants), after other owners' programs there. All or
-// nothing: on error the links this call made are closed.
+// nothing: on error what this call attached or pinned is undone.
 func (lb *LB) Attach(cgroup string) error {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
+	return bpfsys.RunTx(func(tx *bpfsys.Tx) error { return lb.attach(tx, cgroup) })
+}
+
+// attach is Attach within tx (lb.mu held, or lb not shared yet): links an
+// earlier agent pinned for cgroup get this load's programs in place, new
+// ones are pinned; rollback undoes both and closes this call's links.
+func (lb *LB) attach(tx *bpfsys.Tx, cgroup string) error {
 	if lb.closed {
 		return errClosed
 	}
@@ -305,24 +312,56 @@ func (lb *LB) Attach(cgroup string) error {
 		}
 	}
 	var ls []link.Link
-	var made []string
+	// Registered first, so it runs last: after the links' own undo steps.
+	tx.OnRollback(func() error {
+		for _, l := range ls {
+			l.Close()
+		}
+		delete(lb.links, cgroup)
+		delete(lb.cgIDs, cgroup)
+		return nil
+	})
 	for _, h := range lb.hooks() {
-		l, pin, err := lb.attachOne(cgroup, id, h.prog, h.at)
+		l, err := lb.attachOne(tx, cgroup, id, h.prog, h.at)
 		if err != nil {
-			for i, l := range ls {
-				if i < len(made) && made[i] != "" {
-					l.Unpin()
-				}
-				l.Close()
-			}
 			return fmt.Errorf("services: attach %s to cgroup %s: %w", h.at, cgroup, err)
 		}
 		ls = append(ls, l)
-		made = append(made, pin)
 	}
 	lb.links[cgroup] = ls
 	if lb.pinDir != "" {
 		lb.cgIDs[cgroup] = id
+	}
+	return nil
+}
+
+// Name names the family (datapath.Family).
+func (lb *LB) Name() string { return "services" }
+
+// Install gives the links and legacy tc filters an earlier agent pinned
+// under the pin directory (cgroup hooks, NodePort devices in every network
+// namespace) this load's programs in place, then attaches to cgroups, all
+// within tx (datapath.Family). NodePort devices and frontends converge
+// afterwards (SyncNodePortDevices, SetFrontend, Prune).
+func (lb *LB) Install(tx *bpfsys.Tx, cgroups []string) error {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if lb.pinDir != "" {
+		progs := []*ebpf.Program{}
+		for _, h := range lb.hooks() {
+			progs = append(progs, h.prog)
+		}
+		if lb.objs.EzSvcNodeport != nil {
+			progs = append(progs, lb.objs.EzSvcNodeport)
+		}
+		if _, err := tx.UpgradePinned(lb.pinDir, progs); err != nil {
+			return fmt.Errorf("services: %w", err)
+		}
+	}
+	for _, cg := range cgroups {
+		if err := lb.attach(tx, cg); err != nil {
+			return err
+		}
 	}
 	return nil
 }

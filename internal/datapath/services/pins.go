@@ -17,31 +17,39 @@ import (
 )
 
 // mapDir is where the maps are pinned in a datapath's pin directory.
-func mapDir(pinDir string) string { return filepath.Join(pinDir, "services") }
+func mapDir(pinDir string) string { return filepath.Join(pinDir, MapDir) }
+
+// MapDir is the directory of the load balancer's maps in a datapath's pin directory.
+const MapDir = "services"
 
 // attachOne attaches prog at at to cgroup (id: its cgroup id, pinned
-// only). With pins, a link an earlier agent pinned there gets prog in
-// place: translated sockets never see a moment without the reverse hooks.
-// newPin is the pin it made ("": none, or updated in place).
-func (lb *LB) attachOne(cgroup string, id uint64, prog *ebpf.Program, at ebpf.AttachType) (_ link.Link, newPin string, _ error) {
+// only) within tx. With pins, a link an earlier agent pinned there gets
+// prog in place: translated sockets never see a moment without the reverse
+// hooks. The caller closes the link on rollback.
+func (lb *LB) attachOne(tx *bpfsys.Tx, cgroup string, id uint64, prog *ebpf.Program, at ebpf.AttachType) (link.Link, error) {
 	attach := func() (link.Link, error) {
 		return link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: at, Program: prog})
 	}
 	if lb.pinDir == "" {
-		l, err := attach()
-		return l, "", err
+		return attach()
 	}
 	info, err := prog.Info()
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	pin := bpfsys.LinkPin(lb.pinDir, bpfsys.KindServices, strconv.FormatUint(id, 10), info.Name)
-	fresh := !bpfsys.Exists(pin)
-	l, err := bpfsys.AttachPinned(pin, prog, nil, attach)
-	if err != nil || !fresh {
-		return l, "", err
+	if l, ok, err := tx.UpdatePinned(pin, prog, nil); err != nil || ok {
+		return l, err
 	}
-	return l, pin, nil
+	l, err := attach()
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.PinLink(l, pin); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
 }
 
 // Prune unpins the links pinned for cgroups this LB has not attached (an

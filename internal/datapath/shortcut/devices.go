@@ -66,7 +66,7 @@ func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, 
 			if _, ok := s.devLinks[pin]; ok {
 				continue // this process attached or updated it
 			}
-			l, err := s.attachDevice(tx, pin, d, a)
+			_, err := s.attachDeviceTx(tx, pin, d, a)
 			if err != nil {
 				if errors.Is(err, errDeviceGone) {
 					skipped = append(skipped, d.Name)
@@ -75,8 +75,6 @@ func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, 
 				}
 				return nil, nil, nil, fmt.Errorf("close reset on %s (%s): %w", d.Name, a.dir, err)
 			}
-			s.devLinks[pin] = l
-			tx.OnRollback(func() error { delete(s.devLinks, pin); return l.Close() })
 			attached = append(attached, pin)
 		}
 	}
@@ -117,6 +115,27 @@ func (s *Shortcut) unpinDevices(pins []string) error {
 		os.Remove(filepath.Dir(filepath.Dir(pin)))
 	}
 	return errors.Join(errs...)
+}
+
+// attachDeviceTx is attachDevice recorded in s.devLinks; on rollback the
+// link leaves s.devLinks and is closed after its own undo steps (its old
+// program back, or unpinned), which need it open.
+func (s *Shortcut) attachDeviceTx(tx *bpfsys.Tx, pin string, d Device, a devAttach) (link.Link, error) {
+	var l link.Link
+	// Registered first, so it runs last.
+	tx.OnRollback(func() error {
+		if l == nil {
+			return nil
+		}
+		delete(s.devLinks, pin)
+		return l.Close()
+	})
+	l, err := s.attachDevice(tx, pin, d, a)
+	if err != nil {
+		return nil, err
+	}
+	s.devLinks[pin] = l
+	return l, nil
 }
 
 // attachDevice updates the link pinned at pin in place, or attaches a new
@@ -226,25 +245,14 @@ func (s *Shortcut) syncDevicesTC(tx *bpfsys.Tx, cookie uint64, devs []Device) (a
 // and gets its own back on rollback.
 func (s *Shortcut) attachFilter(tx *bpfsys.Tx, cookie uint64, f bpfsys.TCFilter) error {
 	rec := bpfsys.TCRecord(s.dir, cookie, f)
-	prev, _ := ebpf.LoadPinnedProgram(rec, nil)
-	if err := bpfsys.AttachTCFilter(s.dir, cookie, f, s.objs.EzCloseReset); err != nil {
-		if prev != nil {
-			prev.Close()
-		}
+	if err := tx.AttachTCFilter(s.dir, cookie, f, s.objs.EzCloseReset); err != nil {
 		return err
 	}
 	s.devFilters[rec] = true
 	tx.OnRollback(func() error {
 		delete(s.devFilters, rec)
-		if prev == nil {
-			return bpfsys.DetachTCFilter(rec)
-		}
-		defer prev.Close()
-		return bpfsys.InNetNSCookie(cookie, func() error { return bpfsys.AttachTCFilter(s.dir, cookie, f, prev) })
+		return nil
 	})
-	if prev != nil {
-		tx.OnCommit(prev.Close)
-	}
 	return nil
 }
 
@@ -310,12 +318,9 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 			if _, ok := s.devLinks[pin]; ok {
 				return nil
 			}
-			l, err := s.attachDevice(tx, pin, lo, devAttaches[1])
-			if err != nil {
+			if _, err := s.attachDeviceTx(tx, pin, lo, devAttaches[1]); err != nil {
 				return err
 			}
-			s.devLinks[pin] = l
-			tx.OnRollback(func() error { delete(s.devLinks, pin); return l.Close() })
 			attached = append(attached, pin)
 			return nil
 		})

@@ -1,0 +1,203 @@
+package datapath
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
+)
+
+// allFamilies makes kernelEnv's namespace fit for the bypass (a liberal
+// conntrack window, a veth pair) and returns cfg with every family on and
+// the veth's ifindex.
+func allFamilies(t *testing.T, cfg Config) (Config, int) {
+	t.Helper()
+	// The test's thread is in its own namespace (kernelEnv): /proc/sys/net is its.
+	if err := os.WriteFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal", []byte("1"), 0o644); err != nil {
+		t.Fatalf("the bypass needs nf_conntrack: %v", err)
+	}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ezdp0"}, PeerName: "ezdp1"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		t.Fatal(err)
+	}
+	l, err := netlink.LinkByName("ezdp0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Families = Families{Bypass: true, BypassRequired: true, Services: true}
+	return cfg, l.Attrs().Index
+}
+
+// installAll installs every family and attaches what converges later (the
+// bypass on the veth, NodePort on it), as the agent would.
+func installAll(t *testing.T, cfg Config, cgs []string, ifx int) {
+	t.Helper()
+	d, err := Install(cfg, cgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Bypass() == nil || d.Services() == nil {
+		t.Fatalf("families loaded: bypass %v, services %v (off: %v)", d.Bypass() != nil, d.Services() != nil, d.off)
+	}
+	if err := d.Bypass().AttachUplinks(ifx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.Services().SyncNodePortDevices([]int{ifx}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// familyOf names the family a pinned link's path belongs to.
+func familyOf(pin string) string {
+	switch base := filepath.Base(pin); {
+	case strings.HasPrefix(base, "ez_bypass"):
+		return "bypass"
+	case strings.HasPrefix(pin, "links/services/"), strings.HasPrefix(base, "ez_svc_"):
+		return "services"
+	default:
+		return "shortcut"
+	}
+}
+
+// An install of every family over pinned ones that fails anywhere (in the
+// shortcut, the bypass's or the load balancer's link updates, the load
+// balancer's new cgroup) leaves every family's pinned links with their old
+// programs and pins nothing new; a successful one updates them all in
+// place.
+func TestInstallAllFamiliesRollsBack(t *testing.T) {
+	cfg, cgs := kernelEnv(t, 3)
+	cfg, ifx := allFamilies(t, cfg)
+	installAll(t, cfg, cgs[:2], ifx)
+	dir := cfg.Dir()
+	before := pinnedLinks(t, dir)
+	count := map[string]int{}
+	for pin := range before {
+		count[familyOf(pin)]++
+	}
+	// bypass: ingress and egress of the veth; services: 2 cgroups x its
+	// hooks, and NodePort on the veth.
+	if count["bypass"] != 2 || count["services"] < 2*8+1 || count["shortcut"] != 10 {
+		t.Fatalf("pinned links per family after install: %v\n%v", count, before)
+	}
+	msgBefore := skMsgProgram(t, dir)
+
+	for _, failAt := range []string{
+		"update " + dir + "/links/cgroup/",         // the shortcut's first
+		"update " + dir + "/links/tcx/",            // first tcx link (the bypass's or NodePort's)
+		"update " + dir + "/links/services/",       // the load balancer's first cgroup hook
+		"pin " + dir + "/links/services/",          // the load balancer's first hook on the new cgroup
+		"update " + dir + "/links/tcx/*/ez_bypass", // the bypass's
+	} {
+		var changed []string
+		installFault = func(change string) error {
+			changed = append(changed, change)
+			if matchChange(change, failAt) {
+				return errForced
+			}
+			return nil
+		}
+		_, err := Install(cfg, cgs)
+		installFault = nil
+		if !errors.Is(err, errForced) {
+			t.Fatalf("fail at %s: install returned %v, want the forced failure (changes %v)", failAt, err, changed)
+		}
+		if after := pinnedLinks(t, dir); !mapsEqual(before, after) {
+			t.Errorf("fail at %s: pinned links (link, program IDs)\nbefore %v\nafter  %v", failAt, before, after)
+		}
+		if got := skMsgProgram(t, dir); got != msgBefore {
+			t.Errorf("fail at %s: sk_msg program %d, want the old %d", failAt, got, msgBefore)
+		}
+		for _, at := range []ebpf.AttachType{ebpf.AttachCGroupSockOps, ebpf.AttachCGroupInet4Connect} {
+			if n := cgroupPrograms(t, cgs[2], at); n != 0 {
+				t.Errorf("fail at %s: %d %s programs left on the new cgroup", failAt, n, at)
+			}
+		}
+	}
+
+	install(t, cfg, cgs)
+	after := pinnedLinks(t, dir)
+	for pin, ids := range before {
+		if strings.HasPrefix(pin, "links/netfilter/") || strings.HasPrefix(pin, "links/tracing/") {
+			continue // replaced, not updated
+		}
+		if got := after[pin]; got[0] != ids[0] || got[1] == ids[1] {
+			t.Errorf("%s (%s): link/program %v after the upgrade, was %v: want the same link with a new program", pin, familyOf(pin), got, ids)
+		}
+	}
+	if n := cgroupPrograms(t, cgs[2], ebpf.AttachCGroupInet4Connect); n != 1 {
+		t.Errorf("%d connect4 programs on the new cgroup after the upgrade, want the load balancer's", n)
+	}
+}
+
+// matchChange: change starts with pattern, where a * in pattern stands for
+// one path element.
+func matchChange(change, pattern string) bool {
+	pre, post, ok := strings.Cut(pattern, "*/")
+	if !ok {
+		return strings.HasPrefix(change, pattern)
+	}
+	rest, ok := strings.CutPrefix(change, pre)
+	return ok && strings.Contains(rest, "/"+post)
+}
+
+// A fresh install of every family that fails at the last family's first
+// pin leaves no pin directory; one that succeeds, then an install without
+// the bypass and the load balancer, removes both: their links and maps.
+func TestInstallAllFamiliesFreshAndRemoval(t *testing.T) {
+	cfg, cgs := kernelEnv(t, 1)
+	cfg, ifx := allFamilies(t, cfg)
+	installFault = func(change string) error {
+		if strings.HasPrefix(change, "pin "+cfg.Dir()+"/links/services/") {
+			return errForced
+		}
+		return nil
+	}
+	_, err := Install(cfg, cgs)
+	installFault = nil
+	if !errors.Is(err, errForced) {
+		t.Fatalf("install returned %v, want the forced failure", err)
+	}
+	if bpfsys.Exists(cfg.PinRoot) {
+		t.Fatalf("a failed fresh install left %s", cfg.PinRoot)
+	}
+	if n := cgroupPrograms(t, cgs[0], ebpf.AttachCGroupSockOps); n != 0 {
+		t.Errorf("%d sockops programs left", n)
+	}
+
+	installAll(t, cfg, cgs, ifx)
+	shortcutOnly := cfg
+	shortcutOnly.Families = Families{}
+	d, err := Install(shortcutOnly, cgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if got := d.Removed(); got["bypass"] != 2 || got["services"] != 1 {
+		t.Errorf("removed %v, want the bypass's 2 links and the load balancer's 1 cgroup", got)
+	}
+	for pin := range pinnedLinks(t, cfg.Dir()) {
+		if f := familyOf(pin); f != "shortcut" {
+			t.Errorf("%s (%s) still pinned", pin, f)
+		}
+	}
+	for _, m := range []string{bypass.MapDir, lb.MapDir} {
+		if bpfsys.Exists(filepath.Join(cfg.Dir(), m)) {
+			t.Errorf("%s maps still pinned", m)
+		}
+	}
+	if n := cgroupPrograms(t, cgs[0], ebpf.AttachCGroupInet4Connect); n != 0 {
+		t.Errorf("%d connect4 programs left on the cgroup", n)
+	}
+}
