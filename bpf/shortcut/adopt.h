@@ -14,11 +14,11 @@
  *   agent: match ends (4-tuple, conntrack, sequence numbers)  -> CANDIDATE
  *   ez_adopt_step, each end under lock_sock: quiet (everything it sent is
  *     acknowledged, everything it received is read), tripwire on   -> CONFIRMED
- *   ez_adopt_step, each end: quiet again, no sleeper, into ez_sockets
+ *   ez_adopt_step, each end: quiet again, no sleeper, into ez_sc_sockets
  *                                                       -> ONE_IN -> PAIRED
  *   tripwire: a data or FIN segment of a confirmed end, in sockops'
  *     HDR_OPT_LEN_CB (before the segment leaves) -> ABORTED, and both ends
- *     leave ez_sockets before the segment can reach its peer.
+ *     leave ez_sc_sockets before the segment can reach its peer.
  *   sk_msg of an inserted end while not PAIRED -> ABORTED, kernel path.
  *
  * At PAIRED (the second insert): nothing the first end sent since its confirm
@@ -46,7 +46,7 @@
 #define EZ_ADOPT_TCP_LISTEN 10
 #define EZ_SOL_TCP 6
 #define EZ_TCP_BPF_SOCK_OPS_CB_FLAGS 1008
-/* Ancestors looked at for an ez_sockops attachment (ez_adopt_hooks). */
+/* Ancestors looked at for an ez_sockops attachment (ez_sc_adopt_hooks). */
 #define EZ_ADOPT_HOOK_DEPTH 16
 /* Wait-queue entries looked at; more counts as a sleeper. */
 #define EZ_ADOPT_WQ_SCAN 8
@@ -64,12 +64,12 @@ static __always_inline bool adopting(const struct ez_sock *es)
 	return es && (es->state == EZ_SOCK_ADOPT_ARMED || es->state == EZ_SOCK_ADOPT_IN);
 }
 
-/* The record of an adopting end (keyed by the client's cookie, as ez_unreads). */
+/* The record of an adopting end (keyed by the client's cookie, as ez_sc_unreads). */
 static __always_inline struct ez_adopt *adopt_record(const struct ez_sock *es)
 {
 	__u64 key = unread_key(es);
 
-	return bpf_map_lookup_elem(&ez_adopts, &key);
+	return bpf_map_lookup_elem(&ez_sc_adopts, &key);
 }
 
 /* Moves a record that is not PAIRED to ABORTED; false if it is PAIRED. */
@@ -121,14 +121,14 @@ static __always_inline void adopt_switch_late(struct ez_unread *u)
 		adopt_count(EZ_A_LATE_STACK);
 }
 
-/* Both ends leave ez_sockets (deleting another socket is what userspace's delete does). */
+/* Both ends leave ez_sc_sockets (deleting another socket is what userspace's delete does). */
 static __always_inline void adopt_unlink(struct ez_sock *es)
 {
 	__u64 self = es->self_cookie, peer = es->peer_cookie;
 
-	if (!bpf_map_delete_elem(&ez_sockets, &self))
+	if (!bpf_map_delete_elem(&ez_sc_sockets, &self))
 		count(EZ_C_SOCKETS_RELEASED);
-	if (peer && !bpf_map_delete_elem(&ez_sockets, &peer))
+	if (peer && !bpf_map_delete_elem(&ez_sc_sockets, &peer))
 		count(EZ_C_SOCKETS_RELEASED);
 	es->state = EZ_SOCK_SEEN;
 	es->flags &= ~(EZ_F_CLIENT | EZ_F_SERVER);
@@ -171,7 +171,7 @@ static __always_inline bool adopt_on_sockops(struct bpf_sock_ops *skops, struct 
 /* Whether an ez_sockops attachment covers tp's cgroup. */
 static __always_inline bool adopt_hooked(struct tcp_sock *tp)
 {
-	return cgroup_lookup(tp, &ez_adopt_hooks, EZ_ADOPT_HOOK_DEPTH) != NULL;
+	return cgroup_lookup(tp, &ez_sc_adopt_hooks, EZ_ADOPT_HOOK_DEPTH) != NULL;
 }
 
 static __always_inline __u64 adopt_cgroup_id(struct tcp_sock *tp)
@@ -307,7 +307,7 @@ int ez_adopt_scan(struct bpf_iter__tcp *ctx)
 		rec.snd_nxt = tp->snd_nxt;
 		rec.rcv_nxt = tp->rcv_nxt;
 	}
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
 	if (es)
 		rec.state = es->state;
 	bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
@@ -347,7 +347,7 @@ static __always_inline void adopt_confirm(struct tcp_sock *tp, struct ez_adopt *
 		adopt_abort(a, busy_reason(busy));
 		return;
 	}
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!es || (es->state != EZ_SOCK_SEEN && es->state != EZ_SOCK_KERNEL)) {
 		adopt_abort(a, EZ_A_SKIP_UNSUPPORTED);
 		return;
@@ -390,7 +390,7 @@ static __always_inline void adopt_insert(struct tcp_sock *tp, struct ez_sock *es
 		adopt_abort(a, busy_reason(busy));
 		goto cleanup;
 	}
-	err = bpf_map_update_elem(&ez_sockets, &cookie, sk, BPF_NOEXIST);
+	err = bpf_map_update_elem(&ez_sc_sockets, &cookie, sk, BPF_NOEXIST);
 	if (err) {
 		adopt_abort(a, EZ_A_SKIP_UNSUPPORTED);
 		count_insert_error(err);
@@ -416,12 +416,12 @@ static __always_inline void adopt_insert(struct tcp_sock *tp, struct ez_sock *es
 	ukey = a->cookie[0];
 	urec.bound[0] = a->bound[1];
 	urec.bound[1] = a->bound[0];
-	if (bpf_map_update_elem(&ez_unreads, &ukey, &urec, BPF_NOEXIST)) {
+	if (bpf_map_update_elem(&ez_sc_unreads, &ukey, &urec, BPF_NOEXIST)) {
 		adopt_abort(a, EZ_A_SKIP_UNSUPPORTED);
 		goto cleanup;
 	}
 	if (__sync_val_compare_and_swap(&a->state, EZ_ADOPT_ONE_IN, EZ_ADOPT_PAIRED) != EZ_ADOPT_ONE_IN) {
-		delete_record(&ez_unreads, &ukey);
+		delete_record(&ez_sc_unreads, &ukey);
 		goto cleanup;
 	}
 	es->state = EZ_SOCK_PAIRED;
@@ -462,9 +462,9 @@ int ez_adopt_step(struct bpf_iter__tcp *ctx)
 	if (sk->__sk_common.skc_state != EZ_ADOPT_TCP_ESTABLISHED)
 		return 0; /* left ESTABLISHED: sockops aborted and cleaned up */
 	cookie = bpf_get_socket_cookie(sk);
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
-	ref = bpf_map_lookup_elem(&ez_adopt_socks, &cookie);
-	a = ref ? bpf_map_lookup_elem(&ez_adopts, &ref->conn) : NULL;
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
+	ref = bpf_map_lookup_elem(&ez_sc_adopt_socks, &cookie);
+	a = ref ? bpf_map_lookup_elem(&ez_sc_adopts, &ref->conn) : NULL;
 	if (!a || !ref || a->cookie[ref->role & 1] != cookie) {
 		if (es && adopting(es))
 			adopt_cleanup(tp, es); /* an earlier round's, never finished */

@@ -10,7 +10,7 @@
  *     (ez_unread; with the gauge, its psock queue) gets EZ_F_CLOSE_RESET.
  *     Only close() runs it: shutdown() keeps its FIN, as in plain TCP.
  *  2. cgroup_skb egress sees that socket's FIN after NAT (ip_finish_output)
- *     and arms ez_resets with its wire tuple and sequence number.
+ *     and arms ez_sc_resets with its wire tuple and sequence number.
  *  3. tc programs on the devices of the agent's namespace the FIN crosses
  *     (lo egress, pod veths both ways; attached first: tcx, or a legacy
  *     cls_bpf filter at priority 1 before Linux 6.6) rewrite the armed FIN
@@ -43,13 +43,13 @@ struct {
 	__uint(max_entries, 16384);
 	__type(key, struct ez_reset_key);
 	__type(value, __u64); /* when it was armed (ns) */
-} ez_resets SEC(".maps");
+} ez_sc_resets SEC(".maps");
 
-EZ_COUNTER_MAP(ez_reset_counters, EZ_R_MAX);
+EZ_COUNTER_MAP(ez_sc_reset_counters, EZ_R_MAX);
 
 static __always_inline void reset_count(__u32 c)
 {
-	ez_counter_add(&ez_reset_counters, c, 1);
+	ez_counter_add(&ez_sc_reset_counters, c, 1);
 }
 
 SEC("cgroup/sock_release")
@@ -61,7 +61,7 @@ int ez_sock_release(struct bpf_sock *ctx)
 
 	if (ctx->protocol != EZ_IPPROTO_TCP)
 		return 1;
-	es = bpf_sk_storage_get(&ez_socks, ctx, 0, 0);
+	es = bpf_sk_storage_get(&ez_sc_socks, ctx, 0, 0);
 	if (!es || es->state != EZ_SOCK_PAIRED)
 		return 1;
 	if (rx_gauge()) {
@@ -79,7 +79,7 @@ int ez_sock_release(struct bpf_sock *ctx)
 		return 1;
 	}
 	key = unread_key(es);
-	u = bpf_map_lookup_elem(&ez_unreads, &key);
+	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
 	if (u && u->unread[rx_dir(es) & 1] > 0)
 		es->flags |= EZ_F_CLOSE_RESET;
 	return 1;
@@ -127,14 +127,14 @@ static __always_inline void arm_close_reset(struct __sk_buff *skb, const struct 
 	sk = bpf_sk_fullsock(sk);
 	if (!sk)
 		return;
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
 	if (!es || !(es->flags & EZ_F_CLOSE_RESET))
 		return;
 	if (ez_pkt_read(p, false, f->l4off + 4, &seq, sizeof(seq)))
 		return;
 	reset_key(&k, f, bpf_ntohl(seq));
 	now = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&ez_resets, &k, &now, BPF_ANY))
+	if (bpf_map_update_elem(&ez_sc_resets, &k, &now, BPF_ANY))
 		return;
 	es->flags &= ~EZ_F_CLOSE_RESET; /* a retransmitted FIN stays a FIN */
 	reset_count(EZ_R_ARMED);
@@ -169,11 +169,11 @@ int ez_close_reset(struct __sk_buff *skb)
 	if (ez_pkt_read(&p, false, f.l4off + 4, &seq, sizeof(seq)))
 		return TCX_NEXT;
 	reset_key(&k, &f, bpf_ntohl(seq));
-	armed = bpf_map_lookup_elem(&ez_resets, &k);
+	armed = bpf_map_lookup_elem(&ez_sc_resets, &k);
 	if (!armed)
 		return TCX_NEXT;
 	if (bpf_ktime_get_ns() - *armed > EZ_RESET_TTL_NS) {
-		bpf_map_delete_elem(&ez_resets, &k);
+		bpf_map_delete_elem(&ez_sc_resets, &k);
 		reset_count(EZ_R_EXPIRED);
 		return TCX_NEXT;
 	}
@@ -191,7 +191,7 @@ int ez_close_reset(struct __sk_buff *skb)
 		bpf_skb_store_bytes(skb, off + EZ_TCP_OFF_FLAGS, &old_word, sizeof(old_word), 0);
 		return TCX_NEXT; /* stays a FIN */
 	}
-	bpf_map_delete_elem(&ez_resets, &k);
+	bpf_map_delete_elem(&ez_sc_resets, &k);
 	reset_count(EZ_R_SENT);
 	return TCX_NEXT;
 }

@@ -61,7 +61,7 @@ static __always_inline bool parse_syn(const struct ez_flow *f, struct ez_syn *ou
  * SYN-ACK of a managed listener: alias the wire tuple to the listener's
  * record. Quirk: cgroup_skb programs see skb->sk = sk_to_full_sk(), the
  * listener, never the request socket; the record is found through
- * ez_syn_index (client ip:port and listening port, in this namespace).
+ * ez_sc_syn_index (client ip:port and listening port, in this namespace).
  */
 /*
  * The cookie of the socket's network namespace, what bpf_get_netns_cookie
@@ -102,21 +102,21 @@ static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt)
 	__builtin_memcpy(ix.client_ip, wire.client_ip, 16);
 	ix.client_port = wire.client_port;
 	ix.listener_port = sk->src_port;
-	found = bpf_map_lookup_elem(&ez_syn_index, &ix);
+	found = bpf_map_lookup_elem(&ez_sc_syn_index, &ix);
 	if (!found || !found->created_ns)
 		return; /* not a managed handshake, or ambiguous */
 	post = found->target;
 	key_set_netns(&wire, ix.netns);
 	if (key_equal(&post, &wire))
 		return;
-	p = bpf_map_lookup_elem(&ez_pairs, &post);
+	p = bpf_map_lookup_elem(&ez_sc_pairs, &post);
 	if (!p || p->state != EZ_PAIR_SYN)
 		return; /* not registered (or already ambiguous), or a retransmit after the claim */
 	alias.created_ns = bpf_ktime_get_ns();
 	alias.target = post;
-	err = bpf_map_update_elem(&ez_aliases, &wire, &alias, BPF_NOEXIST);
+	err = bpf_map_update_elem(&ez_sc_aliases, &wire, &alias, BPF_NOEXIST);
 	if (err == -EEXIST) {
-		struct ez_alias *old = bpf_map_lookup_elem(&ez_aliases, &wire);
+		struct ez_alias *old = bpf_map_lookup_elem(&ez_sc_aliases, &wire);
 
 		if (old && key_equal(&old->target, &post))
 			return; /* retransmitted SYN-ACK */
@@ -165,7 +165,7 @@ int ez_egress(struct __sk_buff *skb)
 	sk = bpf_sk_fullsock(sk);
 	if (!sk)
 		return 1;
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!es) {
 		count(EZ_C_FB_NO_STORAGE);
 		return 1;

@@ -39,7 +39,7 @@ int ez_conns(struct bpf_iter__tcp *ctx)
 	if (!tp)
 		return 0; /* request and time-wait sockets carry no storage */
 	sk = (struct sock *)tp;
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
 	if (!es)
 		return 0;
 	if ((es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_LEFT) || sk->__sk_common.skc_state == EZ_TCP_CLOSE)
@@ -53,7 +53,7 @@ int ez_conns(struct bpf_iter__tcp *ctx)
 	rec.state = es->state;
 	rec.tcp_state = sk->__sk_common.skc_state;
 	ukey = unread_key(es);
-	u = bpf_map_lookup_elem(&ez_unreads, &ukey);
+	u = bpf_map_lookup_elem(&ez_sc_unreads, &ukey);
 	if (u) {
 		rec.rx_unread = u->unread[rx_dir(es) & 1];
 		rec.rx_bound = u->bound[rx_dir(es) & 1];

@@ -16,7 +16,7 @@ struct {
 	__uint(max_entries, 131072);
 	__type(key, __u64);
 	__type(value, __u64);
-} ez_sockets SEC(".maps");
+} ez_sc_sockets SEC(".maps");
 
 /* Pairing records of connections being set up, by canonical connection key. */
 struct {
@@ -25,7 +25,7 @@ struct {
 	__uint(max_entries, 16384);
 	__type(key, struct ez_conn_key);
 	__type(value, struct ez_pair);
-} ez_pairs SEC(".maps");
+} ez_sc_pairs SEC(".maps");
 
 /* Client-side keys of handshakes NAT-ed in the server's namespace. */
 struct {
@@ -34,7 +34,7 @@ struct {
 	__uint(max_entries, 16384);
 	__type(key, struct ez_conn_key);
 	__type(value, struct ez_alias);
-} ez_aliases SEC(".maps");
+} ez_sc_aliases SEC(".maps");
 
 /* Records of handshakes in flight, by what a listener's SYN-ACK shows. */
 struct {
@@ -43,7 +43,7 @@ struct {
 	__uint(max_entries, 16384);
 	__type(key, struct ez_syn_index);
 	__type(value, struct ez_alias);
-} ez_syn_index SEC(".maps");
+} ez_sc_syn_index SEC(".maps");
 
 /* Per-socket state; the kernel frees an entry with its socket. */
 struct {
@@ -51,7 +51,7 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct ez_sock);
-} ez_socks SEC(".maps");
+} ez_sc_socks SEC(".maps");
 
 /* Agent control: index 0 = EZ_CTL_DRAINING (1 once uninstall began). Pinned. */
 struct {
@@ -59,12 +59,12 @@ struct {
 	__uint(max_entries, EZ_CTL_MAX);
 	__type(key, __u32);
 	__type(value, __u32);
-} ez_control SEC(".maps");
+} ez_sc_control SEC(".maps");
 
 static __always_inline bool draining(void)
 {
 	__u32 k = EZ_CTL_DRAINING;
-	__u32 *v = bpf_map_lookup_elem(&ez_control, &k);
+	__u32 *v = bpf_map_lookup_elem(&ez_sc_control, &k);
 
 	return v && *v;
 }
@@ -76,7 +76,7 @@ struct {
 	__uint(max_entries, 1024);
 	__type(key, __u32);		/* server port */
 	__type(value, __u32);		/* enum ez_rule */
-} ez_port_rules SEC(".maps");
+} ez_sc_port_rules SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -84,7 +84,7 @@ struct {
 	__uint(max_entries, 1024);
 	__type(key, struct ez_cidr_key);
 	__type(value, __u32);		/* enum ez_rule; the longest prefix decides */
-} ez_cidr_rules SEC(".maps");
+} ez_sc_cidr_rules SEC(".maps");
 
 /* Selected cgroups (EZ_CFG_CGROUP_FILTER), by cgroup id. Pinned: a restart
  * keeps the selection until the new agent writes its own. */
@@ -94,7 +94,7 @@ struct {
 	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, struct ez_cgroup);
-} ez_cgroups SEC(".maps");
+} ez_sc_cgroups SEC(".maps");
 
 /* Adoption (shortcut/adopt.h): records by client cookie, written by the agent. */
 struct {
@@ -103,16 +103,16 @@ struct {
 	__uint(max_entries, 16384);
 	__type(key, __u64);
 	__type(value, struct ez_adopt);
-} ez_adopts SEC(".maps");
+} ez_sc_adopts SEC(".maps");
 
-/* Each end's cookie to its ez_adopts record and role. */
+/* Each end's cookie to its ez_sc_adopts record and role. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 32768);
 	__type(key, __u64);
 	__type(value, struct ez_adopt_ref);
-} ez_adopt_socks SEC(".maps");
+} ez_sc_adopt_socks SEC(".maps");
 
 /* cgroup ids where ez_sockops is attached (the agent keeps it in sync with
  * its links): only their sockets get the callbacks adoption's tripwire needs. */
@@ -122,14 +122,14 @@ struct {
 	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, __u32);
-} ez_adopt_hooks SEC(".maps");
+} ez_sc_adopt_hooks SEC(".maps");
 
-EZ_COUNTER_MAP(ez_counters, EZ_C_MAX);
-EZ_COUNTER_MAP(ez_adopt_counters, EZ_A_MAX);
+EZ_COUNTER_MAP(ez_sc_counters, EZ_C_MAX);
+EZ_COUNTER_MAP(ez_sc_adopt_counters, EZ_A_MAX);
 
 static __always_inline void count_add(__u32 c, __u64 n)
 {
-	ez_counter_add(&ez_counters, c, n);
+	ez_counter_add(&ez_sc_counters, c, n);
 }
 
 static __always_inline void count(__u32 c)
@@ -156,7 +156,7 @@ static __always_inline void delete_record(void *map, const void *key)
 
 static __always_inline void adopt_count(__u32 c)
 {
-	ez_counter_add(&ez_adopt_counters, c, 1);
+	ez_counter_add(&ez_sc_adopt_counters, c, 1);
 }
 
 /* Maps an insert error to the fallback reason it is counted under. */

@@ -6,7 +6,7 @@
  * own packets show it: the client's SYN leaves its pod for the ClusterIP, the
  * server's SYN-ACK leaves its pod un-NATed. Conntrack knows both tuples: for
  * the first packet of a DST-NATed TCP connection write
- * ez_aliases[client's key] -> the key the server will register.
+ * ez_sc_aliases[client's key] -> the key the server will register.
  * Netfilter programs get no conntrack kfuncs; skb->_nfct is read directly.
  * Kernels without BPF netfilter links (before 6.4) run the same learning
  * from tp_btf/net_dev_queue (ez_nat_dev): a forwarded SYN is queued to the
@@ -82,7 +82,7 @@ static __always_inline void nat_learn(struct sk_buff *skb)
 		return;
 	alias.created_ns = bpf_ktime_get_ns();
 	alias.target = post;
-	err = bpf_map_update_elem(&ez_aliases, &wire, &alias, BPF_NOEXIST);
+	err = bpf_map_update_elem(&ez_sc_aliases, &wire, &alias, BPF_NOEXIST);
 	if (!err) {
 		count(EZ_C_NAT_ALIASES);
 		return;
@@ -91,7 +91,7 @@ static __always_inline void nat_learn(struct sk_buff *skb)
 		count_insert_error(err);
 		return;
 	}
-	old = bpf_map_lookup_elem(&ez_aliases, &wire);
+	old = bpf_map_lookup_elem(&ez_sc_aliases, &wire);
 	if (old && !key_equal(&old->target, &post)) {
 		old->created_ns = 0; /* two translations of one client tuple: follow neither */
 		count(EZ_C_FB_AMBIGUOUS);

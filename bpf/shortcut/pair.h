@@ -33,22 +33,22 @@ static __always_inline __u32 pair_make_ambiguous(struct ez_pair *p)
  */
 static __always_inline struct ez_pair *lookup_pair_for_client(struct ez_sock *es)
 {
-	struct ez_pair *p = bpf_map_lookup_elem(&ez_pairs, &es->key);
+	struct ez_pair *p = bpf_map_lookup_elem(&ez_sc_pairs, &es->key);
 	struct ez_conn_key target;
 	struct ez_alias *a;
 
 	if (p)
 		return p;
-	a = bpf_map_lookup_elem(&ez_aliases, &es->key);
+	a = bpf_map_lookup_elem(&ez_sc_aliases, &es->key);
 	if (!a)
 		return NULL;
 	if (es->syn_ns && a->created_ns < es->syn_ns)
 		return NULL; /* another handshake's, or poisoned (created_ns 0) */
 	/* Followed once: the alias has served its only client. */
 	target = a->target;
-	bpf_map_delete_elem(&ez_aliases, &es->key);
+	bpf_map_delete_elem(&ez_sc_aliases, &es->key);
 	es->key = target;
-	return bpf_map_lookup_elem(&ez_pairs, &es->key);
+	return bpf_map_lookup_elem(&ez_sc_pairs, &es->key);
 }
 
 #endif

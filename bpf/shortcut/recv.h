@@ -26,7 +26,7 @@
 static __always_inline bool recv_owner(void)
 {
 	__u32 k = EZ_CTL_RECV_OWNER;
-	__u32 *v = bpf_map_lookup_elem(&ez_control, &k);
+	__u32 *v = bpf_map_lookup_elem(&ez_sc_control, &k);
 
 	return v && *v == ez_cfg_instance;
 }
@@ -48,7 +48,7 @@ int BPF_PROG(ez_recv, struct sock *sk, int ret, int flags)
 	 * lookup, which costs more than the rest of the program. */
 	if (!((unsigned long)sk->sk_user_data & EZ_SK_USER_DATA_PSOCK))
 		return 0;
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
 	if (!es)
 		return 0;
 	if (es->state == EZ_SOCK_ADOPT_IN)
@@ -58,7 +58,7 @@ int BPF_PROG(ez_recv, struct sock *sk, int ret, int flags)
 	if (!recv_owner())
 		return 0;
 	key = unread_key(es);
-	u = bpf_map_lookup_elem(&ez_unreads, &key);
+	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
 	if (u)
 		__sync_fetch_and_add(&u->unread[rx_dir(es) & 1], -(__s64)ret);
 	return 0;

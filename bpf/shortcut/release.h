@@ -23,12 +23,12 @@ static __always_inline struct bpf_sock *release_lookup(struct __sk_buff *skb, __
 {
 	if (bpf_skb_load_bytes(skb, EZ_RELEASE_COOKIE_OFF, cookie, sizeof(*cookie)))
 		return NULL;
-	return bpf_map_lookup_elem(&ez_sockets, cookie);
+	return bpf_map_lookup_elem(&ez_sc_sockets, cookie);
 }
 
 /*
  * Uninstall, after draining is set and in-flight redirects had time to land:
- * removes the socket from ez_sockets once its psock queue is empty (removing
+ * removes the socket from ez_sc_sockets once its psock queue is empty (removing
  * one with queued bytes would discard them, sk_psock_destroy).
  */
 SEC("tc")
@@ -45,7 +45,7 @@ int ez_release(struct __sk_buff *skb)
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (tp && psock_empty((struct sock *)tp)) {
 		ret = EZ_REL_GONE;
-		if (!bpf_map_delete_elem(&ez_sockets, &cookie)) {
+		if (!bpf_map_delete_elem(&ez_sc_sockets, &cookie)) {
 			count(EZ_C_SOCKETS_RELEASED);
 			ret = EZ_REL_RELEASED;
 		}
@@ -76,16 +76,16 @@ int ez_release_switched(struct __sk_buff *skb)
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		goto out;
-	es = bpf_sk_storage_get(&ez_socks, tp, 0, 0);
+	es = bpf_sk_storage_get(&ez_sc_socks, tp, 0, 0);
 	if (!es || es->state != EZ_SOCK_PAIRED)
 		goto out;
 	ukey = unread_key(es);
-	u = bpf_map_lookup_elem(&ez_unreads, &ukey);
+	u = bpf_map_lookup_elem(&ez_sc_unreads, &ukey);
 	if (!u || !u->switched)
 		goto out;
 	if (rx_gauge() && u->unread[rx_dir(es) & 1] > 0)
-		goto out; /* gauge mode: stays until it closes (unread.h, ez_rx_socks) */
-	if (may_leave(u, es, (struct sock *)tp) && !bpf_map_delete_elem(&ez_sockets, &cookie)) {
+		goto out; /* gauge mode: stays until it closes (unread.h, ez_sc_rx_socks) */
+	if (may_leave(u, es, (struct sock *)tp) && !bpf_map_delete_elem(&ez_sc_sockets, &cookie)) {
 		es->state = EZ_SOCK_LEFT;
 		count(EZ_C_SOCKETS_RELEASED);
 		ret = EZ_REL_RELEASED;

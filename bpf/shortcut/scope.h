@@ -2,7 +2,7 @@
 /*
  * Scope: in Kubernetes mode the cgroup hooks are attached once, at the pods'
  * root cgroup, and a socket may enrol only when its cgroup or one of its
- * closest ancestors is in ez_cgroups (the agent puts pod-level cgroups
+ * closest ancestors is in ez_sc_cgroups (the agent puts pod-level cgroups
  * there; containers are their children). Selecting a pod is a map update,
  * and deselecting one leaves its established connections on their path with
  * every callback they need (a detached link would drop STATE_CB, and with it
@@ -46,10 +46,10 @@ static __always_inline void *cgroup_lookup(struct tcp_sock *tp, void *map, int d
 	return NULL;
 }
 
-/* The ez_cgroups entry that selects tp's cgroup, NULL when none does. */
+/* The ez_sc_cgroups entry that selects tp's cgroup, NULL when none does. */
 static __always_inline struct ez_cgroup *scope_entry_tp(struct tcp_sock *tp)
 {
-	return cgroup_lookup(tp, &ez_cgroups, EZ_SCOPE_DEPTH);
+	return cgroup_lookup(tp, &ez_sc_cgroups, EZ_SCOPE_DEPTH);
 }
 
 static __always_inline struct ez_cgroup *scope_entry(struct bpf_sock *sk)
@@ -58,7 +58,7 @@ static __always_inline struct ez_cgroup *scope_entry(struct bpf_sock *sk)
 }
 
 /* May sk enrol? Always without the cgroup filter; *entry is the selecting
- * ez_cgroups entry (scope_count counts the enrolment there). */
+ * ez_sc_cgroups entry (scope_count counts the enrolment there). */
 static __always_inline bool scope_selected(struct bpf_sock *sk, struct ez_cgroup **entry)
 {
 	*entry = NULL;

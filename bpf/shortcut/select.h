@@ -18,7 +18,7 @@ static __always_inline bool ip_selected(const __u8 *ip)
 	__u32 *rule;
 
 	__builtin_memcpy(k.ip, ip, 16);
-	rule = bpf_map_lookup_elem(&ez_cidr_rules, &k);
+	rule = bpf_map_lookup_elem(&ez_sc_cidr_rules, &k);
 	if (rule)
 		return *rule == EZ_RULE_INCLUDE;
 	return !(ez_cfg_flags & EZ_CFG_CIDR_ALLOWLIST);
@@ -31,7 +31,7 @@ static __always_inline bool key_selected(const struct ez_conn_key *k)
 
 	if ((ez_cfg_flags & EZ_CFG_NO_IPV6) && !(ip_is_v4mapped(k->client_ip) && ip_is_v4mapped(k->server_ip)))
 		return false;
-	rule = bpf_map_lookup_elem(&ez_port_rules, &port);
+	rule = bpf_map_lookup_elem(&ez_sc_port_rules, &port);
 	if (rule && *rule == EZ_RULE_EXCLUDE)
 		return false;
 	if ((ez_cfg_flags & EZ_CFG_PORT_ALLOWLIST) && !(rule && *rule == EZ_RULE_INCLUDE))

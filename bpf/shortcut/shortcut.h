@@ -125,7 +125,7 @@ enum ez_sock_flags {
 
 /*
  * Redirected bytes a paired connection's receivers have not read yet
- * (shortcut/unread.h), shared by both ends: HASH ez_unreads keyed by the
+ * (shortcut/unread.h), shared by both ends: HASH ez_sc_unreads keyed by the
  * client's socket cookie. Direction 0 is client to server (the server reads
  * it), 1 server to client. Created when the connection pairs (refs = 2);
  * each end drops its reference when it reaches TCP_CLOSE, the last removes it.
@@ -146,12 +146,12 @@ enum ez_cfg_flag {
 	EZ_CFG_NO_IPV6 = 1,		/* only IPv4 (and v4-mapped) connections */
 	EZ_CFG_PORT_ALLOWLIST = 2,	/* only server ports with an INCLUDE rule */
 	EZ_CFG_CIDR_ALLOWLIST = 4,	/* only addresses inside an INCLUDE prefix */
-	EZ_CFG_CGROUP_FILTER = 8,	/* only sockets of cgroups in ez_cgroups (Kubernetes mode) */
+	EZ_CFG_CGROUP_FILTER = 8,	/* only sockets of cgroups in ez_sc_cgroups (Kubernetes mode) */
 	EZ_CFG_RX_GAUGE = 16,		/* reads are not counted (no sock_recv_length): the bound gauges the receiver (unread.h) */
 };
 
 /*
- * A selected cgroup (a pod's cgroup in Kubernetes mode), value of ez_cgroups
+ * A selected cgroup (a pod's cgroup in Kubernetes mode), value of ez_sc_cgroups
  * by cgroup id (the cgroup directory's inode number). The agent inserts and
  * deletes entries; BPF only counts.
  */
@@ -164,7 +164,7 @@ enum ez_rule {
 	EZ_RULE_EXCLUDE = 2,
 };
 
-/* LPM key of ez_cidr_rules: IPv4 prefixes are stored v4-mapped (prefixlen + 96). */
+/* LPM key of ez_sc_cidr_rules: IPv4 prefixes are stored v4-mapped (prefixlen + 96). */
 struct ez_cidr_key {
 	__u32 prefixlen;
 	__u8 ip[16];
@@ -192,9 +192,9 @@ struct ez_conn_record {
 
 /*
  * Adoption of a connection established before the agent (shortcut/adopt.h):
- * one record per connection in ez_adopts, keyed by the client's (role 0)
+ * one record per connection in ez_sc_adopts, keyed by the client's (role 0)
  * socket cookie, written by the agent (CANDIDATE) and advanced by BPF with
- * cmpxchg only. ez_adopt_socks maps each end's cookie to its record.
+ * cmpxchg only. ez_sc_adopt_socks maps each end's cookie to its record.
  */
 struct ez_adopt {
 	__u64 cookie[2];	/* role 0: client (sends direction 0), role 1: server */
@@ -207,7 +207,7 @@ struct ez_adopt {
 };
 
 struct ez_adopt_ref {
-	__u64 conn;		/* key of the ez_adopts record: the client's cookie */
+	__u64 conn;		/* key of the ez_sc_adopts record: the client's cookie */
 	__u32 role;		/* 0 client, 1 server */
 	__u32 _pad;
 };
@@ -249,7 +249,7 @@ struct ez_adopt_sock {
 	__u32 _pad;
 };
 
-/* Per-CPU counters of adoption (ez_adopt_counters). The agent adds the ones it decides. */
+/* Per-CPU counters of adoption (ez_sc_adopt_counters). The agent adds the ones it decides. */
 enum ez_adopt_counter {
 	EZ_A_ROUNDS = 0,	/* adoption rounds run (agent) */
 	EZ_A_ADOPTED,		/* connections adopted: both ends paired */
@@ -263,7 +263,7 @@ enum ez_adopt_counter {
 	EZ_A_MAX,
 };
 
-/* Slots of the ez_control array. */
+/* Slots of the ez_sc_control array. */
 enum ez_control {
 	EZ_CTL_DRAINING = 0,	/* uninstall: stop redirecting, hand sockets back */
 	EZ_CTL_RECV_OWNER = 1,	/* ez_cfg_instance of the one ez_recv that counts reads */
@@ -314,7 +314,7 @@ enum ez_counter {
 };
 
 /*
- * A FIN to send as RST (ez_resets, shortcut/closereset.h): the packet as it
+ * A FIN to send as RST (ez_sc_resets, shortcut/closereset.h): the packet as it
  * goes on the wire, after NAT. Addresses as lib/addr.h, ports and sequence
  * number in host order.
  */
@@ -326,7 +326,7 @@ struct ez_reset_key {
 	__u32 seq;
 };
 
-/* Per-CPU counters of the RST on close (ez_reset_counters). */
+/* Per-CPU counters of the RST on close (ez_sc_reset_counters). */
 enum ez_reset_counter {
 	EZ_R_ARMED = 0,		/* FINs of sockets closed with redirected bytes unread */
 	EZ_R_SENT,		/* of those, rewritten to RST on a device */

@@ -44,7 +44,7 @@ int ez_msg(struct sk_msg_md *msg)
 
 	if (!sk)
 		return SK_PASS;
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
 	if (!es)
 		return SK_PASS;
 	state = es->state;
@@ -76,7 +76,7 @@ int ez_msg(struct sk_msg_md *msg)
 	if (sk->state != BPF_TCP_ESTABLISHED && sk->state != BPF_TCP_CLOSE_WAIT)
 		return SK_PASS;
 	key = unread_key(es);
-	u = bpf_map_lookup_elem(&ez_unreads, &key);
+	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
 	if (!u || u->switched)
 		return SK_PASS;
 	/* An adopted end with stack bytes not acknowledged: a send that raced
@@ -98,13 +98,13 @@ int ez_msg(struct sk_msg_md *msg)
 	 * the kernel path itself; at most the bound stays unread. */
 	dir = tx_dir(es) & 1;
 	total = __sync_fetch_and_add(&u->unread[dir], size) + size;
-	/* Gauge mode (unread.h, ez_rx_socks): unread[dir] only grows; the
+	/* Gauge mode (unread.h, ez_sc_rx_socks): unread[dir] only grows; the
 	 * bound is checked against what the receiver holds now. */
 	if (rx_gauge()) {
 		__s64 q = rx_queued(es->peer_cookie);
 
 		if (q < 0) {
-			/* The receiver left ez_rx_socks at TCP_CLOSE (or was
+			/* The receiver left ez_sc_rx_socks at TCP_CLOSE (or was
 			 * never found): a gone peer, as a failed redirect. */
 			count(EZ_C_GAUGE_UNKNOWN);
 			return peer_gone(u, dir, size);
@@ -121,7 +121,7 @@ int ez_msg(struct sk_msg_md *msg)
 	 * switched, which we checked): there is no reader left to see an order,
 	 * so the kernel path is the honest answer (it produces the RST/EPIPE
 	 * plain TCP would). */
-	if (bpf_msg_redirect_hash(msg, &ez_sockets, &es->peer_cookie, BPF_F_INGRESS) != SK_PASS)
+	if (bpf_msg_redirect_hash(msg, &ez_sc_sockets, &es->peer_cookie, BPF_F_INGRESS) != SK_PASS)
 		return peer_gone(u, dir, size);
 	es->tx_msgs++;
 	es->tx_bytes += size;

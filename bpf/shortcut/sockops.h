@@ -5,11 +5,11 @@
  * is decided exactly once, by one cmpxchg on its ez_pair record:
  *
  *   listener sees the SYN   -> record SYN                  (BPF_NOEXIST)
- *   client ESTABLISHED      -> client into ez_sockets; SYN -> CLIENT
- *   server ESTABLISHED      -> server into ez_sockets; CLIENT -> PAIRED
+ *   client ESTABLISHED      -> client into ez_sc_sockets; SYN -> CLIENT
+ *   server ESTABLISHED      -> server into ez_sc_sockets; CLIENT -> PAIRED
  *   client's first sendmsg  -> CLIENT -> KERNEL (server not there yet); the
  *                              server's ESTABLISHED then removes the client
- *                              from ez_sockets before any byte can reach it
+ *                              from ez_sc_sockets before any byte can reach it
  *                              through the stack
  *
  * Quirk: sockops may look a socket up in a sockhash but has no bpf_sk_release,
@@ -52,11 +52,11 @@ static __always_inline void index_syn(struct bpf_sock_ops *skops, const struct e
 	struct ez_alias *old;
 
 	syn_index_key(&ix, key, bpf_get_netns_cookie(skops));
-	if (!bpf_map_update_elem(&ez_syn_index, &ix, &target, BPF_NOEXIST))
+	if (!bpf_map_update_elem(&ez_sc_syn_index, &ix, &target, BPF_NOEXIST))
 		return;
 	/* One client ip:port to two addresses of one listener at once: the
 	 * SYN-ACKs cannot tell them apart, so neither learns NAT from them. */
-	old = bpf_map_lookup_elem(&ez_syn_index, &ix);
+	old = bpf_map_lookup_elem(&ez_sc_syn_index, &ix);
 	if (old)
 		old->created_ns = 0;
 }
@@ -72,7 +72,7 @@ static __always_inline void on_syn(struct bpf_sock_ops *skops)
 	key_from_sockops(skops, &key, true);
 	if (!key_selected(&key))
 		return; /* counted by the client, if it is managed */
-	err = bpf_map_update_elem(&ez_pairs, &key, &rec, BPF_NOEXIST);
+	err = bpf_map_update_elem(&ez_sc_pairs, &key, &rec, BPF_NOEXIST);
 	if (!err) {
 		index_syn(skops, &key, rec.created_ns);
 		count(EZ_C_HANDSHAKES);
@@ -86,7 +86,7 @@ static __always_inline void on_syn(struct bpf_sock_ops *skops)
 	 * addresses): neither may pair. A decided record (PAIRED, KERNEL) is left
 	 * alone, only the new handshake goes unaccelerated. AMBIGUOUS records stay
 	 * until the agent ages them out, so a third handshake cannot claim them. */
-	old = bpf_map_lookup_elem(&ez_pairs, &key);
+	old = bpf_map_lookup_elem(&ez_sc_pairs, &key);
 	if (old)
 		pair_make_ambiguous(old);
 	count(EZ_C_FB_AMBIGUOUS);
@@ -104,7 +104,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 
 	if (!sk)
 		return;
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!es) {
 		count(EZ_C_FB_NO_STORAGE);
 		return;
@@ -138,7 +138,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 	es->self_cookie = cookie;
 	es->flags |= EZ_F_CLIENT;
 	es->state = EZ_SOCK_WAITING;
-	err = bpf_sock_hash_update(skops, &ez_sockets, &cookie, BPF_NOEXIST);
+	err = bpf_sock_hash_update(skops, &ez_sc_sockets, &cookie, BPF_NOEXIST);
 	if (err) {
 		es->state = EZ_SOCK_KERNEL;
 		count_insert_error(err);
@@ -158,7 +158,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 ambiguous:
 	pair_make_ambiguous(p);
 	es->state = EZ_SOCK_KERNEL;
-	bpf_map_delete_elem(&ez_sockets, &cookie);
+	bpf_map_delete_elem(&ez_sc_sockets, &cookie);
 	count(EZ_C_FB_AMBIGUOUS);
 }
 
@@ -178,22 +178,22 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	if (!sk)
 		return;
 	key_from_sockops(skops, &key, true);
-	p = bpf_map_lookup_elem(&ez_pairs, &key);
+	p = bpf_map_lookup_elem(&ez_sc_pairs, &key);
 	if (!p)
 		return;
 	/* The client claims at its ESTABLISHED, before sending the ACK that
 	 * created us: SYN here means no managed client exists. */
 	old = __sync_val_compare_and_swap(&p->state, EZ_PAIR_SYN, EZ_PAIR_KERNEL);
 	if (p->has_alias)
-		bpf_map_delete_elem(&ez_aliases, &p->alias);
+		bpf_map_delete_elem(&ez_sc_aliases, &p->alias);
 	{
 		struct ez_syn_index ix = {};
 
 		syn_index_key(&ix, &key, bpf_get_netns_cookie(skops));
-		bpf_map_delete_elem(&ez_syn_index, &ix);
+		bpf_map_delete_elem(&ez_sc_syn_index, &ix);
 	}
 	if (old == EZ_PAIR_SYN) {
-		delete_record(&ez_pairs, &key);
+		delete_record(&ez_sc_pairs, &key);
 		count(EZ_C_FB_NO_LOCAL_PEER);
 		return;
 	}
@@ -202,7 +202,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		/* The client may sit in the sockhash; nobody redirected to it. The
 		 * record stays for the agent to age out. */
 		if (ccookie)
-			bpf_map_delete_elem(&ez_sockets, &ccookie);
+			bpf_map_delete_elem(&ez_sc_sockets, &ccookie);
 		count(EZ_C_FB_AMBIGUOUS);
 		return;
 	}
@@ -216,7 +216,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		count(EZ_C_FB_SYN_DATA);
 		goto decide_kernel;
 	}
-	ses = bpf_sk_storage_get(&ez_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	ses = bpf_sk_storage_get(&ez_sc_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!ses) {
 		count(EZ_C_FB_NO_STORAGE);
 		goto decide_kernel;
@@ -227,7 +227,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	ses->key = key;
 	ses->flags |= EZ_F_SERVER;
 	ses->state = EZ_SOCK_PAIRED;
-	err = bpf_sock_hash_update(skops, &ez_sockets, &cookie, BPF_NOEXIST);
+	err = bpf_sock_hash_update(skops, &ez_sc_sockets, &cookie, BPF_NOEXIST);
 	if (err) {
 		ses->state = EZ_SOCK_KERNEL;
 		count_insert_error(err);
@@ -238,18 +238,18 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	/* The unread record exists before anyone can redirect (PAIRED). */
 	urec.bound[0] = sock_rx_bound(sk);
 	urec.bound[1] = p->client_rx_bound ? p->client_rx_bound : EZ_UNREAD_AUTO_MAX;
-	err = bpf_map_update_elem(&ez_unreads, &ccookie, &urec, BPF_NOEXIST);
+	err = bpf_map_update_elem(&ez_sc_unreads, &ccookie, &urec, BPF_NOEXIST);
 	if (err) {
 		ses->state = EZ_SOCK_KERNEL;
-		bpf_map_delete_elem(&ez_sockets, &cookie);
+		bpf_map_delete_elem(&ez_sc_sockets, &cookie);
 		count_insert_error(err);
 		goto decide_kernel;
 	}
 	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_CLIENT, EZ_PAIR_PAIRED) != EZ_PAIR_CLIENT) {
 		/* The client wrote first and took the kernel path: so do we. */
 		ses->state = EZ_SOCK_KERNEL;
-		delete_record(&ez_unreads, &ccookie);
-		bpf_map_delete_elem(&ez_sockets, &cookie);
+		delete_record(&ez_sc_unreads, &ccookie);
+		bpf_map_delete_elem(&ez_sc_sockets, &cookie);
 		goto release_client;
 	}
 	ses->flags |= EZ_F_UNREAD_REF;
@@ -268,8 +268,8 @@ release_client:
 	 * userspace does (sock_hash_delete_elem, psock dropped under
 	 * sk_callback_lock). Nothing was redirected to the client, and nothing
 	 * can reach it through the stack before this: we have not been accepted. */
-	bpf_map_delete_elem(&ez_sockets, &ccookie);
-	delete_record(&ez_pairs, &key);
+	bpf_map_delete_elem(&ez_sc_sockets, &ccookie);
+	delete_record(&ez_sc_pairs, &key);
 	count(EZ_C_SOCKETS_RELEASED);
 }
 
@@ -282,7 +282,7 @@ release_client:
  */
 static __always_inline __u32 settle_client(struct ez_sock *es)
 {
-	struct ez_pair *p = bpf_map_lookup_elem(&ez_pairs, &es->key);
+	struct ez_pair *p = bpf_map_lookup_elem(&ez_sc_pairs, &es->key);
 	__u32 old;
 
 	es->state = EZ_SOCK_KERNEL;
@@ -293,7 +293,7 @@ static __always_inline __u32 settle_client(struct ez_sock *es)
 		es->peer_cookie = p->server_cookie;
 		es->state = EZ_SOCK_PAIRED;
 		es->flags |= EZ_F_UNREAD_REF; /* the server took it for us */
-		delete_record(&ez_pairs, &es->key);
+		delete_record(&ez_sc_pairs, &es->key);
 		return EZ_SOCK_PAIRED;
 	}
 	if (old == EZ_PAIR_CLIENT)
@@ -314,15 +314,15 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 
 	if (!sk)
 		return;
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
 	if (adopting(es) && !adopt_on_sockops(skops, es, true))
 		return;
 	if (es && es->state == EZ_SOCK_WAITING && settle_client(es) == EZ_SOCK_KERNEL) {
-		struct ez_pair *p = bpf_map_lookup_elem(&ez_pairs, &es->key);
+		struct ez_pair *p = bpf_map_lookup_elem(&ez_sc_pairs, &es->key);
 
-		bpf_map_delete_elem(&ez_sockets, &es->self_cookie);
+		bpf_map_delete_elem(&ez_sc_sockets, &es->self_cookie);
 		if (p && p->client_cookie == es->self_cookie && p->state != EZ_PAIR_AMBIGUOUS)
-			delete_record(&ez_pairs, &es->key);
+			delete_record(&ez_sc_pairs, &es->key);
 	}
 	if (es && (es->flags & EZ_F_UNREAD_REF)) {
 		if (skops->args[1] != BPF_TCP_CLOSE)
@@ -330,7 +330,7 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 		es->flags &= ~EZ_F_UNREAD_REF;
 		unread_put(unread_key(es));
 		if (rx_gauge())
-			bpf_map_delete_elem(&ez_rx_socks, &es->self_cookie);
+			bpf_map_delete_elem(&ez_sc_rx_socks, &es->self_cookie);
 	}
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~EZ_ENROLLED_CB_FLAGS);
 }
@@ -353,13 +353,13 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 
 	if (!sk)
 		return;
-	es = bpf_sk_storage_get(&ez_socks, sk, 0, 0);
+	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
 	if (adopting(es) && !adopt_on_sockops(skops, es, false))
 		return;
 	if (!es || (es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_WAITING))
 		goto done;
 	key = unread_key(es);
-	u = bpf_map_lookup_elem(&ez_unreads, &key);
+	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
 	if (!u) {
 		if (es->state == EZ_SOCK_WAITING)
 			return; /* not paired yet: the server creates the record */
@@ -377,7 +377,7 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 	/* A waiting client never sent: learn the outcome now (drops the pairing record). */
 	if (es->state == EZ_SOCK_WAITING && settle_client(es) != EZ_SOCK_PAIRED)
 		goto done;
-	if (!bpf_map_delete_elem(&ez_sockets, &es->self_cookie))
+	if (!bpf_map_delete_elem(&ez_sc_sockets, &es->self_cookie))
 		count(EZ_C_SOCKETS_RELEASED);
 	es->state = EZ_SOCK_LEFT;
 done:

@@ -37,7 +37,7 @@ struct {
 	__uint(max_entries, 65536);
 	__type(key, __u64);
 	__type(value, struct ez_unread);
-} ez_unreads SEC(".maps");
+} ez_sc_unreads SEC(".maps");
 
 /* include/net/sock.h: sk_user_data carries three flag bits (NOCOPY 1, BPF 2,
  * PSOCK 4) and SK_USER_DATA_PTRMASK is ~7. Masking with ~3 left PSOCK set and
@@ -85,7 +85,7 @@ struct {
 	__uint(max_entries, 131072);
 	__type(key, __u64);	/* socket cookie */
 	__type(value, __u64);	/* its struct sock */
-} ez_rx_socks SEC(".maps");
+} ez_sc_rx_socks SEC(".maps");
 
 static __always_inline bool rx_gauge(void)
 {
@@ -104,13 +104,13 @@ static __always_inline void rx_sock_register(struct bpf_sock *sk, __u64 cookie)
 	if (!tp)
 		return;
 	addr = (__u64)(unsigned long)tp;
-	bpf_map_update_elem(&ez_rx_socks, &cookie, &addr, BPF_ANY);
+	bpf_map_update_elem(&ez_sc_rx_socks, &cookie, &addr, BPF_ANY);
 }
 
 /* The registered socket with that cookie, for probe reads only; NULL: unknown. */
 static __always_inline struct sock *rx_sock(__u64 cookie)
 {
-	__u64 *addr = bpf_map_lookup_elem(&ez_rx_socks, &cookie);
+	__u64 *addr = bpf_map_lookup_elem(&ez_sc_rx_socks, &cookie);
 	struct sock *sk;
 
 	if (!addr || !*addr)
@@ -176,10 +176,10 @@ static __always_inline __u32 sock_rx_bound(struct bpf_sock *bsk)
 /* Drops one end's reference; the last one removes the record. */
 static __always_inline void unread_put(__u64 key)
 {
-	struct ez_unread *u = bpf_map_lookup_elem(&ez_unreads, &key);
+	struct ez_unread *u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
 
 	if (u && __sync_fetch_and_add(&u->refs, -1) == 1)
-		delete_record(&ez_unreads, &key);
+		delete_record(&ez_sc_unreads, &key);
 }
 
 /*
@@ -198,7 +198,7 @@ static __always_inline bool may_leave(struct ez_unread *u, struct ez_sock *es, s
 	if (!u->switched)
 		return false;
 	/* Gauge mode: unread[] counts what was redirected, never what was
-	 * read, so an end that received anything stays (see ez_rx_socks). */
+	 * read, so an end that received anything stays (see ez_sc_rx_socks). */
 	if (u->unread[rx_dir(es) & 1] > 0)
 		return false;
 	return psock_empty(sk);

@@ -15,7 +15,7 @@ import (
 )
 
 // KubeConfig configures Kubernetes mode: the hooks are attached once at the
-// pods' root cgroup and the selected pods' cgroups are kept in ez_cgroups.
+// pods' root cgroup and the selected pods' cgroups are kept in ez_sc_cgroups.
 type KubeConfig struct {
 	kube.Config
 	PodNamespace, PodName string // the agent's own pod (downward API)
@@ -25,7 +25,7 @@ type KubeConfig struct {
 	Drain              time.Duration
 }
 
-// podScope keeps ez_cgroups equal to the selected pods of this node.
+// podScope keeps ez_sc_cgroups equal to the selected pods of this node.
 type podScope struct {
 	cfg   KubeConfig
 	root  string

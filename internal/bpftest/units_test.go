@@ -21,8 +21,8 @@ type objects struct {
 	ParseOut        *ebpf.Map     `ebpf:"test_parse_out"`
 	KeyIn           *ebpf.Map     `ebpf:"test_key_in"`
 	KeyOut          *ebpf.Map     `ebpf:"test_key_out"`
-	PortRules       *ebpf.Map     `ebpf:"ez_port_rules"`
-	CIDRRules       *ebpf.Map     `ebpf:"ez_cidr_rules"`
+	PortRules       *ebpf.Map     `ebpf:"ez_sc_port_rules"`
+	CIDRRules       *ebpf.Map     `ebpf:"ez_sc_cidr_rules"`
 }
 
 // load loads the programs with the selection flags (enum ez_cfg_flag) set.

@@ -56,9 +56,12 @@ type kind struct {
 	maps     string
 	wanted   func(Config) bool
 	optional func(Config) bool // a load error turns it off instead of failing the install
-	load     func(cfg Config, dir string) (Family, error)
-	unpin    func(dir string) (int, error)
-	probe    func() parts.Report
+	// migrate renames what an earlier build pinned under older names,
+	// within the install's transaction, before load (nil: nothing to).
+	migrate func(tx *bpfsys.Tx, dir string) error
+	load    func(cfg Config, dir string) (Family, error)
+	unpin   func(dir string) (int, error)
+	probe   func() parts.Report
 }
 
 // kinds are the families in install order: each may use what the ones
@@ -69,6 +72,7 @@ var kinds = []kind{
 		name:     "shortcut",
 		wanted:   func(Config) bool { return true },
 		optional: func(Config) bool { return false },
+		migrate:  shortcut.MigrateMapNames,
 		load: func(cfg Config, dir string) (Family, error) {
 			sc, err := shortcut.Load(cfg.shortcut(), dir)
 			if err != nil {
@@ -136,6 +140,11 @@ func (d *Datapath) loadFamilies(tx *bpfsys.Tx, dir string) error {
 		if k.maps != "" && !bpfsys.Exists(filepath.Join(dir, k.maps)) {
 			maps := filepath.Join(dir, k.maps)
 			tx.OnRollback(func() error { return os.RemoveAll(maps) })
+		}
+		if k.migrate != nil {
+			if err := k.migrate(tx, dir); err != nil {
+				return fmt.Errorf("%s: adopt the pins of an earlier build: %w", k.name, err)
+			}
 		}
 		f, err := k.load(d.cfg, dir)
 		if err != nil && k.optional(d.cfg) {

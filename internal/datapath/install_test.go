@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 )
 
 // These tests install the datapath on the real kernel: root is required.
@@ -113,7 +115,7 @@ func pinnedLinks(t *testing.T, dir string) linkState {
 // skMsgProgram is the ID of the sk_msg program attached to the sockhash.
 func skMsgProgram(t *testing.T, dir string) ebpf.ProgramID {
 	t.Helper()
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "ez_sockets"), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "ez_sc_sockets"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +344,7 @@ func TestAdoptFlatLayout(t *testing.T) {
 // recvOwner reads EZ_CTL_RECV_OWNER: the instance of the ez_recv that counts reads.
 func recvOwner(t *testing.T, dir string) uint32 {
 	t.Helper()
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "ez_control"), &ebpf.LoadPinOptions{ReadOnly: true})
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "ez_sc_control"), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,5 +418,105 @@ func TestLoopbackLinksPruned(t *testing.T) {
 	}
 	if bpfsys.Exists(pin) {
 		t.Errorf("%s still pinned", pin)
+	}
+}
+
+// mapIDs maps each of the shortcut's pinned maps (by its name now) to the
+// ID of the map pinned under name(it).
+func mapIDs(t *testing.T, dir string, name func(string) string) map[string]ebpf.MapID {
+	t.Helper()
+	out := map[string]ebpf.MapID{}
+	for _, m := range shortcut.PinnedMaps() {
+		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, name(m)), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := mp.Info()
+		mp.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := info.ID()
+		out[m] = id
+	}
+	return out
+}
+
+func unprefixed(m string) string { return "ez_" + strings.TrimPrefix(m, "ez_sc_") }
+
+// pinUnprefixed renames the shortcut's maps to the names builds before the
+// ez_sc_ prefix pinned them under.
+func pinUnprefixed(t *testing.T, dir string) {
+	t.Helper()
+	for _, m := range shortcut.PinnedMaps() {
+		if err := os.Rename(filepath.Join(dir, m), filepath.Join(dir, unprefixed(m))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A datapath whose maps an earlier build pinned without the family prefix
+// is read as it is (status), adopted in place by an install (the same maps
+// under their new names; a failed install gives them their old names back),
+// and uninstalled.
+func TestAdoptUnprefixedMaps(t *testing.T) {
+	cfg, cgs := kernelEnv(t, 1)
+	install(t, cfg, cgs)
+	ids := mapIDs(t, cfg.Dir(), func(m string) string { return m })
+	links := pinnedLinks(t, cfg.Dir())
+	pinUnprefixed(t, cfg.Dir())
+
+	p, err := OpenPinned(cfg)
+	if err != nil {
+		t.Fatalf("status of an unprefixed datapath: %v", err)
+	}
+	if _, err := ReadCounters(p.Counters); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Entries(p.Pairs); err != nil || n != 0 {
+		t.Fatalf("pairs of an idle datapath: %d, %v", n, err)
+	}
+	p.Close()
+
+	installFault = func(change string) error {
+		if strings.HasPrefix(change, "update ") {
+			return errForced
+		}
+		return nil
+	}
+	_, err = Install(cfg, cgs)
+	installFault = nil
+	if !errors.Is(err, errForced) {
+		t.Fatalf("install returned %v, want the forced failure", err)
+	}
+	if got := mapIDs(t, cfg.Dir(), unprefixed); !maps.Equal(got, ids) {
+		t.Fatalf("after a failed install, maps under their old names %v, want %v", got, ids)
+	}
+	if !mapsEqual(links, pinnedLinks(t, cfg.Dir())) {
+		t.Errorf("a failed install changed the links")
+	}
+
+	install(t, cfg, cgs)
+	if got := mapIDs(t, cfg.Dir(), func(m string) string { return m }); !maps.Equal(got, ids) {
+		t.Errorf("after adoption, maps %v, want the same maps %v", got, ids)
+	}
+	for _, m := range shortcut.PinnedMaps() {
+		if bpfsys.Exists(filepath.Join(cfg.Dir(), unprefixed(m))) {
+			t.Errorf("%s still pinned under its old name", m)
+		}
+	}
+	after := pinnedLinks(t, cfg.Dir())
+	for pin, l := range links {
+		if strings.HasPrefix(pin, "links/cgroup/") && after[pin][0] != l[0] {
+			t.Errorf("%s: link %d after adoption, want the adopted %d", pin, after[pin][0], l[0])
+		}
+	}
+
+	pinUnprefixed(t, cfg.Dir())
+	if err := Uninstall(cfg, 0); err != nil {
+		t.Fatal(err)
+	}
+	if bpfsys.Exists(cfg.Dir()) {
+		t.Error("pin directory left after uninstall")
 	}
 }

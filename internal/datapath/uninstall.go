@@ -25,6 +25,9 @@ func Uninstall(cfg Config, drain time.Duration) error {
 	if err := shortcut.MigrateFlatLinks(dir); err != nil {
 		return err
 	}
+	if err := shortcut.MigrateMapNames(nil, dir); err != nil {
+		return err
+	}
 	// The families beside the shortcut first, in reverse install order
 	// (their packets and sockets take the kernel path), then the shortcut's
 	// links, before its state is handed back.

@@ -20,7 +20,7 @@ type PodSource interface {
 
 // PodCollector exports per-pod counts in Kubernetes mode. Label cardinality
 // is bounded by the pods selected on this node (at most the size of
-// ez_cgroups); a deselected pod's series disappear.
+// ez_sc_cgroups); a deselected pod's series disappear.
 type PodCollector struct {
 	src      PodSource
 	selected *prometheus.Desc

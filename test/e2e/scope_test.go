@@ -24,7 +24,7 @@ func cgroupID(t *testing.T, path string) uint64 {
 
 func scopeCounts(t *testing.T, pin string) map[uint64]uint64 {
 	t.Helper()
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, datapath.Schema, "ez_cgroups"), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, datapath.Schema, "ez_sc_cgroups"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func scopeCounts(t *testing.T, pin string) map[uint64]uint64 {
 
 // TestCgroupScope is Kubernetes mode's datapath without Kubernetes: the
 // hooks attached once at the lab's root cgroup with the cgroup filter, pods
-// selected by putting their cgroup (or an ancestor's) in ez_cgroups. Only
+// selected by putting their cgroup (or an ancestor's) in ez_sc_cgroups. Only
 // connections whose two ends are selected pair; every stream is byte-exact
 // either way; deselecting a pod leaves its established connection on the
 // shortcut to its end, and new connections on the kernel path.

@@ -75,21 +75,21 @@ func (s *Shortcut) SetAdoptHooks(ids []uint64) error {
 	want := map[uint64]bool{}
 	for _, id := range ids {
 		want[id] = true
-		if err := s.objs.EzAdoptHooks.Update(id, uint32(1), ebpf.UpdateAny); err != nil {
+		if err := s.objs.EzScAdoptHooks.Update(id, uint32(1), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("adopt hooks: %w", err)
 		}
 	}
 	var id uint64
 	var v uint32
 	var stale []uint64
-	it := s.objs.EzAdoptHooks.Iterate()
+	it := s.objs.EzScAdoptHooks.Iterate()
 	for it.Next(&id, &v) {
 		if !want[id] {
 			stale = append(stale, id)
 		}
 	}
 	for _, id := range stale {
-		s.objs.EzAdoptHooks.Delete(id)
+		s.objs.EzScAdoptHooks.Delete(id)
 	}
 	return it.Err()
 }
@@ -194,7 +194,7 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	if err := s.adoptIters(); err != nil {
 		return rep, err
 	}
-	before, err := ReadAdoptCounters(s.objs.EzAdoptCounters)
+	before, err := ReadAdoptCounters(s.objs.EzScAdoptCounters)
 	if err != nil {
 		return rep, err
 	}
@@ -203,15 +203,15 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	// activated (deleting its record first would make the next pass hand
 	// back, and so break, a live pair) and hands back the rest; then they go.
 	var k uint64
-	if err := s.objs.EzAdopts.NextKey(nil, &k); err == nil {
+	if err := s.objs.EzScAdopts.NextKey(nil, &k); err == nil {
 		if err := s.stepAll(namespaces, true); err != nil {
 			return rep, err
 		}
 	}
-	if err := purge(s.objs.EzAdopts); err != nil {
+	if err := purge(s.objs.EzScAdopts); err != nil {
 		return rep, err
 	}
-	if err := purge(s.objs.EzAdoptSocks); err != nil {
+	if err := purge(s.objs.EzScAdoptSocks); err != nil {
 		return rep, err
 	}
 	socks, flows, errs := s.scanAll(namespaces)
@@ -225,7 +225,7 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 		shortcutEzAdoptCounterEZ_A_SKIP_AMBIGUOUS:   sk.ambiguous,
 		shortcutEzAdoptCounterEZ_A_SKIP_UNSUPPORTED: sk.unsupported,
 	} {
-		if err := addAdoptCounter(s.objs.EzAdoptCounters, c, n); err != nil {
+		if err := addAdoptCounter(s.objs.EzScAdoptCounters, c, n); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -251,15 +251,15 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 		return rep, errors.Join(errs...) // interrupted on purpose (tests): records stay
 	}
 	for _, c := range written {
-		s.objs.EzAdopts.Delete(c.ends[0].rec.Cookie)
-		s.objs.EzAdoptSocks.Delete(c.ends[0].rec.Cookie)
-		s.objs.EzAdoptSocks.Delete(c.ends[1].rec.Cookie)
+		s.objs.EzScAdopts.Delete(c.ends[0].rec.Cookie)
+		s.objs.EzScAdoptSocks.Delete(c.ends[0].rec.Cookie)
+		s.objs.EzScAdoptSocks.Delete(c.ends[1].rec.Cookie)
 	}
 	// Counted last: `eztunnel adopt` waits for it to read the round's counters.
-	if err := addAdoptCounter(s.objs.EzAdoptCounters, shortcutEzAdoptCounterEZ_A_ROUNDS, 1); err != nil {
+	if err := addAdoptCounter(s.objs.EzScAdoptCounters, shortcutEzAdoptCounterEZ_A_ROUNDS, 1); err != nil {
 		errs = append(errs, err)
 	}
-	after, err := ReadAdoptCounters(s.objs.EzAdoptCounters)
+	after, err := ReadAdoptCounters(s.objs.EzScAdoptCounters)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -368,16 +368,16 @@ func (s *Shortcut) writeCandidate(c *adoptCandidate) error {
 		State:  uint32(shortcutEzAdoptStateEZ_ADOPT_CANDIDATE),
 	}
 	// The record first, then the index: the step finds nothing until both exist.
-	if err := s.objs.EzAdopts.Update(conn, &rec, ebpf.UpdateNoExist); err != nil {
+	if err := s.objs.EzScAdopts.Update(conn, &rec, ebpf.UpdateNoExist); err != nil {
 		return err
 	}
 	for role, e := range c.ends {
 		ref := shortcutEzAdoptRef{Conn: conn, Role: uint32(role)}
-		if err := s.objs.EzAdoptSocks.Update(e.rec.Cookie, &ref, ebpf.UpdateNoExist); err != nil {
+		if err := s.objs.EzScAdoptSocks.Update(e.rec.Cookie, &ref, ebpf.UpdateNoExist); err != nil {
 			if role == 1 {
-				s.objs.EzAdoptSocks.Delete(c.ends[0].rec.Cookie)
+				s.objs.EzScAdoptSocks.Delete(c.ends[0].rec.Cookie)
 			}
-			s.objs.EzAdopts.Delete(conn)
+			s.objs.EzScAdopts.Delete(conn)
 			return err
 		}
 	}

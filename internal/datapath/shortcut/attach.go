@@ -64,7 +64,7 @@ const msgPin = "prog_ez_msg"
 // earlier install; on rollback the earlier program is attached again.
 func (s *Shortcut) attachMsg(tx *bpfsys.Tx) error {
 	pin := filepath.Join(s.dir, msgPin)
-	opts := link.RawAttachProgramOptions{Target: s.objs.EzSockets.FD(), Program: s.objs.EzMsg, Attach: ebpf.AttachSkMsgVerdict}
+	opts := link.RawAttachProgramOptions{Target: s.objs.EzScSockets.FD(), Program: s.objs.EzMsg, Attach: ebpf.AttachSkMsgVerdict}
 	old, err := ebpf.LoadPinnedProgram(pin, nil)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("open pinned sk_msg program: %w", err)

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -52,14 +51,14 @@ func Connections(dir string) ([]Connection, error) {
 	if !bpfsys.Exists(dir) {
 		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, dir)
 	}
-	socks, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzSocks), &ebpf.LoadPinOptions{ReadOnly: true})
+	socks, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScSocks), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("open pinned map ez_socks: %w", err)
+		return nil, fmt.Errorf("open pinned map ez_sc_socks: %w", err)
 	}
 	defer socks.Close()
-	unreads, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzUnreads), &ebpf.LoadPinOptions{ReadOnly: true})
+	unreads, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScUnreads), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("open pinned map ez_unreads: %w", err)
+		return nil, fmt.Errorf("open pinned map ez_sc_unreads: %w", err)
 	}
 	defer unreads.Close()
 
@@ -71,7 +70,7 @@ func Connections(dir string) ([]Connection, error) {
 	var objs struct {
 		EzConns *ebpf.Program `ebpf:"ez_conns"`
 	}
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{shortcutMapEzSocks: socks, shortcutMapEzUnreads: unreads}}
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{shortcutMapEzScSocks: socks, shortcutMapEzScUnreads: unreads}}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {

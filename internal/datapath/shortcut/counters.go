@@ -62,14 +62,14 @@ func readCounter(m *ebpf.Map, c shortcutEzCounter) (uint64, error) { return coun
 
 // Counters reads this shortcut's counters.
 func (d *Shortcut) Counters() (Counters, error) {
-	c, err := ReadCounters(d.objs.EzCounters)
+	c, err := ReadCounters(d.objs.EzScCounters)
 	if err != nil {
 		return nil, err
 	}
-	a, err := ReadAdoptCounters(d.objs.EzAdoptCounters)
+	a, err := ReadAdoptCounters(d.objs.EzScAdoptCounters)
 	if err != nil {
 		return nil, err
 	}
 	maps.Copy(c, a)
-	return c, readResetCounters(d.objs.EzResetCounters, c)
+	return c, readResetCounters(d.objs.EzScResetCounters, c)
 }

@@ -29,7 +29,7 @@ const releaseGrace = 200 * time.Millisecond
 // error and leaves the maps pinned (rerun it): removing the sockhash would
 // discard those bytes.
 func Release(dir string, drain time.Duration) error {
-	sockets, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzSockets), nil)
+	sockets, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScSockets), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -62,12 +62,12 @@ func drainSockets(dir string, sockets *ebpf.Map, drain time.Duration) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	control, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzControl), nil)
+	control, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScControl), nil)
 	if err != nil {
 		return fmt.Errorf("open pinned control map: %w", err)
 	}
 	defer control.Close()
-	counters, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzCounters), nil)
+	counters, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScCounters), nil)
 	if err != nil {
 		return fmt.Errorf("open pinned counters: %w", err)
 	}
@@ -110,8 +110,8 @@ func loadRelease(sockets, counters *ebpf.Map) (*ebpf.Program, error) {
 		Release *ebpf.Program `ebpf:"ez_release"`
 	}
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
-		shortcutMapEzSockets:  sockets,
-		shortcutMapEzCounters: counters,
+		shortcutMapEzScSockets:  sockets,
+		shortcutMapEzScCounters: counters,
 	}}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		return nil, fmt.Errorf("load ez_release (shortcut release): %w", err)

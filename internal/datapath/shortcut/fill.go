@@ -41,7 +41,7 @@ func (p *Pinned) ReadCounters() (Counters, error) {
 // ReadFill counts the entries of the sockhash, the pairing records, the
 // aliases, the unread-bytes records and the selected cgroups (Kubernetes
 // mode: the selected pods), keyed by FillNames. A datapath pinned by a build
-// without ez_cgroups reports no "cgroups".
+// without ez_sc_cgroups reports no "cgroups".
 func (p *Pinned) ReadFill() (map[string]MapFill, error) {
 	out := make(map[string]MapFill, len(FillNames))
 	for i, m := range []*ebpf.Map{p.Sockets, p.Pairs, p.Aliases, p.Unreads, p.Cgroups} {

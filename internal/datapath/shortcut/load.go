@@ -116,12 +116,12 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	if err := spec.Assign(&specs); err != nil {
 		return nil, fmt.Errorf("datapath: %w", err)
 	}
-	specs.EzSockets.MaxEntries = cfg.MaxSockets
-	specs.EzPairs.MaxEntries = cfg.MaxPairs
-	specs.EzAliases.MaxEntries = cfg.MaxPairs
-	specs.EzSynIndex.MaxEntries = cfg.MaxPairs
-	specs.EzUnreads.MaxEntries = max(cfg.MaxSockets/2, 1)
-	specs.EzCgroups.MaxEntries = MaxScope
+	specs.EzScSockets.MaxEntries = cfg.MaxSockets
+	specs.EzScPairs.MaxEntries = cfg.MaxPairs
+	specs.EzScAliases.MaxEntries = cfg.MaxPairs
+	specs.EzScSynIndex.MaxEntries = cfg.MaxPairs
+	specs.EzScUnreads.MaxEntries = max(cfg.MaxSockets/2, 1)
+	specs.EzScCgroups.MaxEntries = MaxScope
 	flags := cfg.Select.flags()
 	if cfg.CgroupFilter {
 		flags |= uint32(shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER)
@@ -130,7 +130,7 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	if gauge {
 		flags |= uint32(shortcutEzCfgFlagEZ_CFG_RX_GAUGE)
 	}
-	specs.EzRxSocks.MaxEntries = cfg.MaxSockets
+	specs.EzScRxSocks.MaxEntries = cfg.MaxSockets
 	instance := rand.Uint32() | 1 // never 0, the owner slot's initial value
 	for v, val := range map[*ebpf.VariableSpec]uint32{
 		specs.EzCfgFlags:     flags,
@@ -150,14 +150,13 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 		return nil, fmt.Errorf("datapath: %w", err)
 	}
 	// Selection rule maps are left unpinned: every load writes its own.
-	for _, m := range []*ebpf.MapSpec{specs.EzSockets, specs.EzPairs, specs.EzAliases, specs.EzSynIndex, specs.EzSocks, specs.EzCounters, specs.EzControl, specs.EzUnreads, specs.EzCgroups,
-		specs.EzAdopts, specs.EzAdoptSocks, specs.EzAdoptHooks, specs.EzAdoptCounters, specs.EzResets, specs.EzResetCounters, specs.EzRxSocks} {
-		m.Pinning = ebpf.PinByName
+	for _, name := range pinnedMaps {
+		spec.Maps[name].Pinning = ebpf.PinByName
 	}
 
 	// A build with more counters loads over the smaller pinned ones (an
 	// upgrade in place).
-	if err := bpfsys.GrowPinnedCounters(dir, spec, shortcutMapEzCounters, shortcutMapEzAdoptCounters, shortcutMapEzResetCounters); err != nil {
+	if err := bpfsys.GrowPinnedCounters(dir, spec, shortcutMapEzScCounters, shortcutMapEzScAdoptCounters, shortcutMapEzScResetCounters); err != nil {
 		return nil, fmt.Errorf("datapath: %w", err)
 	}
 	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, devFilters: map[string]bool{}, adoptPasses: 3, gauge: gauge}
@@ -208,7 +207,7 @@ func programGroups(gauge bool) []bpfsys.Group {
 }
 
 // rxGauge reports whether reads cannot be counted here, so the unread bound
-// gauges the receiver instead (bpf/shortcut/unread.h, ez_rx_socks): the
+// gauges the receiver instead (bpf/shortcut/unread.h, ez_sc_rx_socks): the
 // kernel has no sock_recv_length tracepoint (Linux 6.1), or a test refuses
 // ez_recv (bpfsys.TestRefuseEnv).
 func rxGauge() bool {
@@ -401,7 +400,7 @@ func (s *Shortcut) Close() error {
 // sockhash once nothing redirected to them is unread. sockops does this at
 // the socket's next segment; this is the backstop for sockets that see none.
 func (s *Shortcut) ReleaseSwitched() error {
-	switches, err := readCounter(s.objs.EzCounters, shortcutEzCounterEZ_C_FB_BACKPRESSURE)
+	switches, err := readCounter(s.objs.EzScCounters, shortcutEzCounterEZ_C_FB_BACKPRESSURE)
 	if err != nil {
 		return err
 	}
@@ -410,7 +409,7 @@ func (s *Shortcut) ReleaseSwitched() error {
 	}
 	// Switched sockets it had to leave in the sockhash (bytes still
 	// unread) need another pass.
-	_, waiting, err := releasePass(s.objs.EzReleaseSwitched, s.objs.EzSockets)
+	_, waiting, err := releasePass(s.objs.EzReleaseSwitched, s.objs.EzScSockets)
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
 // attachRecv attaches ez_recv to tp_btf/sock_recv_length. Tracing links
 // cannot be updated in place: over an earlier install the new link runs next
 // to the pinned one until commit, and exactly one of them counts reads (the
-// ez_control owner slot, bpf/shortcut/recv.h): the old one until commit
+// ez_sc_control owner slot, bpf/shortcut/recv.h): the old one until commit
 // moves the slot to this load, then the old link is detached.
 func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
 	if s.objs.EzRecv == nil {
@@ -80,7 +80,7 @@ func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
 	}
 	owner := uint32(shortcutEzControlEZ_CTL_RECV_OWNER)
 	setOwner := func(v uint32) error {
-		if err := s.objs.EzControl.Put(owner, v); err != nil {
+		if err := s.objs.EzScControl.Put(owner, v); err != nil {
 			return fmt.Errorf("set the counting ez_recv: %w", err)
 		}
 		return nil
@@ -88,7 +88,7 @@ func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
 	if old == nil {
 		// Nothing counts reads yet: this one counts from its first.
 		var prev uint32
-		if err := s.objs.EzControl.Lookup(owner, &prev); err != nil {
+		if err := s.objs.EzScControl.Lookup(owner, &prev); err != nil {
 			return fmt.Errorf("read the counting ez_recv: %w", err)
 		}
 		if err := setOwner(s.instance); err != nil {

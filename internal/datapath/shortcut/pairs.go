@@ -24,7 +24,7 @@ func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
 		stale        []shortcutEzConnKey
 		staleAliases []shortcutEzConnKey
 	)
-	it := d.objs.EzPairs.Iterate()
+	it := d.objs.EzScPairs.Iterate()
 	for it.Next(&key, &val) {
 		st := shortcutEzPairState(val.State)
 		old := now > val.CreatedNs && now-val.CreatedNs > uint64(maxAge)
@@ -37,7 +37,7 @@ func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
 	}
 	// Aliases of handshakes whose client never claimed them.
 	var alias shortcutEzAlias
-	ait := d.objs.EzAliases.Iterate()
+	ait := d.objs.EzScAliases.Iterate()
 	for ait.Next(&key, &alias) {
 		if now > alias.CreatedNs && now-alias.CreatedNs > uint64(maxAge) {
 			staleAliases = append(staleAliases, key)
@@ -46,11 +46,11 @@ func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
 	if err := ait.Err(); err != nil {
 		return 0, fmt.Errorf("walk aliases: %w", err)
 	}
-	n, err := deleteKeys(d.objs.EzPairs, stale)
+	n, err := deleteKeys(d.objs.EzScPairs, stale)
 	if err != nil {
 		return n, err
 	}
-	m, err := deleteKeys(d.objs.EzAliases, staleAliases)
+	m, err := deleteKeys(d.objs.EzScAliases, staleAliases)
 	return n + m, err
 }
 

@@ -3,7 +3,6 @@ package shortcut
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/cilium/ebpf"
 
@@ -35,23 +34,23 @@ func OpenPinned(dir string) (*Pinned, error) {
 	for _, m := range []struct {
 		name string
 		dst  **ebpf.Map
-	}{{shortcutMapEzCounters, &p.Counters}, {shortcutMapEzSockets, &p.Sockets}, {shortcutMapEzPairs, &p.Pairs}, {shortcutMapEzAliases, &p.Aliases}, {shortcutMapEzUnreads, &p.Unreads}} {
-		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), &ebpf.LoadPinOptions{ReadOnly: true})
+	}{{shortcutMapEzScCounters, &p.Counters}, {shortcutMapEzScSockets, &p.Sockets}, {shortcutMapEzScPairs, &p.Pairs}, {shortcutMapEzScAliases, &p.Aliases}, {shortcutMapEzScUnreads, &p.Unreads}} {
+		mp, err := ebpf.LoadPinnedMap(mapPin(dir, m.name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
 			p.Close()
 			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
 		}
 		*m.dst = mp
 	}
-	cg, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzCgroups), &ebpf.LoadPinOptions{ReadOnly: true})
+	cg, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScCgroups), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err == nil {
 		p.Cgroups = cg
 	}
-	ac, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzAdoptCounters), &ebpf.LoadPinOptions{ReadOnly: true})
+	ac, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScAdoptCounters), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err == nil {
 		p.AdoptCounters = ac
 	}
-	if rc, err := ebpf.LoadPinnedMap(filepath.Join(dir, shortcutMapEzResetCounters), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
+	if rc, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScResetCounters), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
 		p.ResetCounters = rc
 	}
 	return p, nil

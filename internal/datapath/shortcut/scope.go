@@ -14,10 +14,10 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 )
 
-// MaxScope is how many cgroups ez_cgroups holds (pods per node, with room).
+// MaxScope is how many cgroups ez_sc_cgroups holds (pods per node, with room).
 const MaxScope = 4096
 
-// SetScope makes ez_cgroups hold exactly ids (bpf/shortcut/scope.h): new
+// SetScope makes ez_sc_cgroups hold exactly ids (bpf/shortcut/scope.h): new
 // ids are inserted, ids no longer wanted deleted, kept ids keep their
 // counts. Only new connections see the change.
 func (s *Shortcut) SetScope(ids []uint64) (added, removed int, err error) {
@@ -31,7 +31,7 @@ func (s *Shortcut) SetScope(ids []uint64) (added, removed int, err error) {
 	var stale []uint64
 	var id uint64
 	var v shortcutEzCgroup
-	it := s.objs.EzCgroups.Iterate()
+	it := s.objs.EzScCgroups.Iterate()
 	for it.Next(&id, &v) {
 		if !want[id] {
 			stale = append(stale, id)
@@ -42,13 +42,13 @@ func (s *Shortcut) SetScope(ids []uint64) (added, removed int, err error) {
 		return 0, 0, fmt.Errorf("read selected cgroups: %w", err)
 	}
 	for id := range want {
-		if err := s.objs.EzCgroups.Update(id, shortcutEzCgroup{}, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		if err := s.objs.EzScCgroups.Update(id, shortcutEzCgroup{}, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 			return added, removed, fmt.Errorf("select cgroup %d: %w", id, err)
 		}
 		added++
 	}
 	for _, id := range stale {
-		if err := s.objs.EzCgroups.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := s.objs.EzScCgroups.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return added, removed, fmt.Errorf("deselect cgroup %d: %w", id, err)
 		}
 		removed++
@@ -56,7 +56,7 @@ func (s *Shortcut) SetScope(ids []uint64) (added, removed int, err error) {
 	return added, removed, nil
 }
 
-// ReadScope returns the selected cgroups of a ez_cgroups map with the
+// ReadScope returns the selected cgroups of a ez_sc_cgroups map with the
 // sockets each enrolled.
 func ReadScope(m *ebpf.Map) (map[uint64]uint64, error) {
 	out := map[uint64]uint64{}

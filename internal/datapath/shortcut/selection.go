@@ -83,13 +83,13 @@ func cidrKey(p netip.Prefix) shortcutEzCidrKey {
 func (d *Shortcut) writeSelection(s Selection) error {
 	put := func(rule shortcutEzRule, ports []uint16, cidrs []netip.Prefix) error {
 		for _, p := range ports {
-			if err := d.objs.EzPortRules.Put(uint32(p), uint32(rule)); err != nil {
+			if err := d.objs.EzScPortRules.Put(uint32(p), uint32(rule)); err != nil {
 				return fmt.Errorf("port rule %d: %w", p, err)
 			}
 		}
 		for _, c := range cidrs {
 			k := cidrKey(c)
-			if err := d.objs.EzCidrRules.Put(&k, uint32(rule)); err != nil {
+			if err := d.objs.EzScCidrRules.Put(&k, uint32(rule)); err != nil {
 				return fmt.Errorf("CIDR rule %v: %w", c, err)
 			}
 		}

@@ -303,24 +303,24 @@ type shortcutEzUnread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shortcutMapEzAdoptCounters     = "ez_adopt_counters"
-	shortcutMapEzAdoptHooks        = "ez_adopt_hooks"
-	shortcutMapEzAdoptSocks        = "ez_adopt_socks"
-	shortcutMapEzAdopts            = "ez_adopts"
-	shortcutMapEzAliases           = "ez_aliases"
-	shortcutMapEzCgroups           = "ez_cgroups"
-	shortcutMapEzCidrRules         = "ez_cidr_rules"
-	shortcutMapEzControl           = "ez_control"
-	shortcutMapEzCounters          = "ez_counters"
-	shortcutMapEzPairs             = "ez_pairs"
-	shortcutMapEzPortRules         = "ez_port_rules"
-	shortcutMapEzResetCounters     = "ez_reset_counters"
-	shortcutMapEzResets            = "ez_resets"
-	shortcutMapEzRxSocks           = "ez_rx_socks"
-	shortcutMapEzSockets           = "ez_sockets"
-	shortcutMapEzSocks             = "ez_socks"
-	shortcutMapEzSynIndex          = "ez_syn_index"
-	shortcutMapEzUnreads           = "ez_unreads"
+	shortcutMapEzScAdoptCounters   = "ez_sc_adopt_counters"
+	shortcutMapEzScAdoptHooks      = "ez_sc_adopt_hooks"
+	shortcutMapEzScAdoptSocks      = "ez_sc_adopt_socks"
+	shortcutMapEzScAdopts          = "ez_sc_adopts"
+	shortcutMapEzScAliases         = "ez_sc_aliases"
+	shortcutMapEzScCgroups         = "ez_sc_cgroups"
+	shortcutMapEzScCidrRules       = "ez_sc_cidr_rules"
+	shortcutMapEzScControl         = "ez_sc_control"
+	shortcutMapEzScCounters        = "ez_sc_counters"
+	shortcutMapEzScPairs           = "ez_sc_pairs"
+	shortcutMapEzScPortRules       = "ez_sc_port_rules"
+	shortcutMapEzScResetCounters   = "ez_sc_reset_counters"
+	shortcutMapEzScResets          = "ez_sc_resets"
+	shortcutMapEzScRxSocks         = "ez_sc_rx_socks"
+	shortcutMapEzScSockets         = "ez_sc_sockets"
+	shortcutMapEzScSocks           = "ez_sc_socks"
+	shortcutMapEzScSynIndex        = "ez_sc_syn_index"
+	shortcutMapEzScUnreads         = "ez_sc_unreads"
 	shortcutProgEzAdoptScan        = "ez_adopt_scan"
 	shortcutProgEzAdoptStep        = "ez_adopt_step"
 	shortcutProgEzCloseReset       = "ez_close_reset"
@@ -417,24 +417,24 @@ type shortcutProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutMapSpecs struct {
-	EzAdoptCounters *ebpf.MapSpec `ebpf:"ez_adopt_counters"`
-	EzAdoptHooks    *ebpf.MapSpec `ebpf:"ez_adopt_hooks"`
-	EzAdoptSocks    *ebpf.MapSpec `ebpf:"ez_adopt_socks"`
-	EzAdopts        *ebpf.MapSpec `ebpf:"ez_adopts"`
-	EzAliases       *ebpf.MapSpec `ebpf:"ez_aliases"`
-	EzCgroups       *ebpf.MapSpec `ebpf:"ez_cgroups"`
-	EzCidrRules     *ebpf.MapSpec `ebpf:"ez_cidr_rules"`
-	EzControl       *ebpf.MapSpec `ebpf:"ez_control"`
-	EzCounters      *ebpf.MapSpec `ebpf:"ez_counters"`
-	EzPairs         *ebpf.MapSpec `ebpf:"ez_pairs"`
-	EzPortRules     *ebpf.MapSpec `ebpf:"ez_port_rules"`
-	EzResetCounters *ebpf.MapSpec `ebpf:"ez_reset_counters"`
-	EzResets        *ebpf.MapSpec `ebpf:"ez_resets"`
-	EzRxSocks       *ebpf.MapSpec `ebpf:"ez_rx_socks"`
-	EzSockets       *ebpf.MapSpec `ebpf:"ez_sockets"`
-	EzSocks         *ebpf.MapSpec `ebpf:"ez_socks"`
-	EzSynIndex      *ebpf.MapSpec `ebpf:"ez_syn_index"`
-	EzUnreads       *ebpf.MapSpec `ebpf:"ez_unreads"`
+	EzScAdoptCounters *ebpf.MapSpec `ebpf:"ez_sc_adopt_counters"`
+	EzScAdoptHooks    *ebpf.MapSpec `ebpf:"ez_sc_adopt_hooks"`
+	EzScAdoptSocks    *ebpf.MapSpec `ebpf:"ez_sc_adopt_socks"`
+	EzScAdopts        *ebpf.MapSpec `ebpf:"ez_sc_adopts"`
+	EzScAliases       *ebpf.MapSpec `ebpf:"ez_sc_aliases"`
+	EzScCgroups       *ebpf.MapSpec `ebpf:"ez_sc_cgroups"`
+	EzScCidrRules     *ebpf.MapSpec `ebpf:"ez_sc_cidr_rules"`
+	EzScControl       *ebpf.MapSpec `ebpf:"ez_sc_control"`
+	EzScCounters      *ebpf.MapSpec `ebpf:"ez_sc_counters"`
+	EzScPairs         *ebpf.MapSpec `ebpf:"ez_sc_pairs"`
+	EzScPortRules     *ebpf.MapSpec `ebpf:"ez_sc_port_rules"`
+	EzScResetCounters *ebpf.MapSpec `ebpf:"ez_sc_reset_counters"`
+	EzScResets        *ebpf.MapSpec `ebpf:"ez_sc_resets"`
+	EzScRxSocks       *ebpf.MapSpec `ebpf:"ez_sc_rx_socks"`
+	EzScSockets       *ebpf.MapSpec `ebpf:"ez_sc_sockets"`
+	EzScSocks         *ebpf.MapSpec `ebpf:"ez_sc_socks"`
+	EzScSynIndex      *ebpf.MapSpec `ebpf:"ez_sc_syn_index"`
+	EzScUnreads       *ebpf.MapSpec `ebpf:"ez_sc_unreads"`
 }
 
 // shortcutVariableSpecs contains global variables before they are loaded into the kernel.
@@ -483,46 +483,46 @@ func (o *shortcutObjects) Close() error {
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutMaps struct {
-	EzAdoptCounters *ebpf.Map `ebpf:"ez_adopt_counters"`
-	EzAdoptHooks    *ebpf.Map `ebpf:"ez_adopt_hooks"`
-	EzAdoptSocks    *ebpf.Map `ebpf:"ez_adopt_socks"`
-	EzAdopts        *ebpf.Map `ebpf:"ez_adopts"`
-	EzAliases       *ebpf.Map `ebpf:"ez_aliases"`
-	EzCgroups       *ebpf.Map `ebpf:"ez_cgroups"`
-	EzCidrRules     *ebpf.Map `ebpf:"ez_cidr_rules"`
-	EzControl       *ebpf.Map `ebpf:"ez_control"`
-	EzCounters      *ebpf.Map `ebpf:"ez_counters"`
-	EzPairs         *ebpf.Map `ebpf:"ez_pairs"`
-	EzPortRules     *ebpf.Map `ebpf:"ez_port_rules"`
-	EzResetCounters *ebpf.Map `ebpf:"ez_reset_counters"`
-	EzResets        *ebpf.Map `ebpf:"ez_resets"`
-	EzRxSocks       *ebpf.Map `ebpf:"ez_rx_socks"`
-	EzSockets       *ebpf.Map `ebpf:"ez_sockets"`
-	EzSocks         *ebpf.Map `ebpf:"ez_socks"`
-	EzSynIndex      *ebpf.Map `ebpf:"ez_syn_index"`
-	EzUnreads       *ebpf.Map `ebpf:"ez_unreads"`
+	EzScAdoptCounters *ebpf.Map `ebpf:"ez_sc_adopt_counters"`
+	EzScAdoptHooks    *ebpf.Map `ebpf:"ez_sc_adopt_hooks"`
+	EzScAdoptSocks    *ebpf.Map `ebpf:"ez_sc_adopt_socks"`
+	EzScAdopts        *ebpf.Map `ebpf:"ez_sc_adopts"`
+	EzScAliases       *ebpf.Map `ebpf:"ez_sc_aliases"`
+	EzScCgroups       *ebpf.Map `ebpf:"ez_sc_cgroups"`
+	EzScCidrRules     *ebpf.Map `ebpf:"ez_sc_cidr_rules"`
+	EzScControl       *ebpf.Map `ebpf:"ez_sc_control"`
+	EzScCounters      *ebpf.Map `ebpf:"ez_sc_counters"`
+	EzScPairs         *ebpf.Map `ebpf:"ez_sc_pairs"`
+	EzScPortRules     *ebpf.Map `ebpf:"ez_sc_port_rules"`
+	EzScResetCounters *ebpf.Map `ebpf:"ez_sc_reset_counters"`
+	EzScResets        *ebpf.Map `ebpf:"ez_sc_resets"`
+	EzScRxSocks       *ebpf.Map `ebpf:"ez_sc_rx_socks"`
+	EzScSockets       *ebpf.Map `ebpf:"ez_sc_sockets"`
+	EzScSocks         *ebpf.Map `ebpf:"ez_sc_socks"`
+	EzScSynIndex      *ebpf.Map `ebpf:"ez_sc_syn_index"`
+	EzScUnreads       *ebpf.Map `ebpf:"ez_sc_unreads"`
 }
 
 func (m *shortcutMaps) Close() error {
 	return _ShortcutClose(
-		m.EzAdoptCounters,
-		m.EzAdoptHooks,
-		m.EzAdoptSocks,
-		m.EzAdopts,
-		m.EzAliases,
-		m.EzCgroups,
-		m.EzCidrRules,
-		m.EzControl,
-		m.EzCounters,
-		m.EzPairs,
-		m.EzPortRules,
-		m.EzResetCounters,
-		m.EzResets,
-		m.EzRxSocks,
-		m.EzSockets,
-		m.EzSocks,
-		m.EzSynIndex,
-		m.EzUnreads,
+		m.EzScAdoptCounters,
+		m.EzScAdoptHooks,
+		m.EzScAdoptSocks,
+		m.EzScAdopts,
+		m.EzScAliases,
+		m.EzScCgroups,
+		m.EzScCidrRules,
+		m.EzScControl,
+		m.EzScCounters,
+		m.EzScPairs,
+		m.EzScPortRules,
+		m.EzScResetCounters,
+		m.EzScResets,
+		m.EzScRxSocks,
+		m.EzScSockets,
+		m.EzScSocks,
+		m.EzScSynIndex,
+		m.EzScUnreads,
 	)
 }
 

@@ -1,6 +1,6 @@
 // Package scope measures the two ways Kubernetes mode could select pods: a
 // link pair (ez_egress, ez_sockops) attached and pinned per pod cgroup, or
-// one attachment at the pods' root and a cgroup id per pod in ez_cgroups
+// one attachment at the pods' root and a cgroup id per pod in ez_sc_cgroups
 // (what the agent does). Both run on the real kernel against N throwaway pod
 // cgroups (each with a container child, as the kubelet makes them).
 package scope
@@ -132,7 +132,7 @@ func Run(o Options, out io.Writer) (err error) {
 	fmt.Fprintf(out, "Selecting %d pods (kernel %s), %d rounds; milliseconds per operation, median [min, max]\n\n", n, kernelRelease(), o.Rounds)
 	fmt.Fprintf(out, "| model | select %d pods | add pod %d | deselect all |\n|---|---|---|---|\n", n, n+1)
 	fmt.Fprintf(out, "| link pair per pod (%d links, %d pins) | %s | %s | %s |\n", 2*n, 2*n, cell(rows, 0), cell(rows, 1), cell(rows, 2))
-	fmt.Fprintf(out, "| one attachment + ez_cgroups entry per pod | %s | %s | %s |\n", cell(rows, 3), cell(rows, 4), cell(rows, 5))
+	fmt.Fprintf(out, "| one attachment + ez_sc_cgroups entry per pod | %s | %s | %s |\n", cell(rows, 3), cell(rows, 4), cell(rows, 5))
 	return nil
 }
 
