@@ -12,9 +12,9 @@
  * tripwire covers the time in between:
  *
  *   agent: match ends (4-tuple, conntrack, sequence numbers)  -> CANDIDATE
- *   ez_adopt_step, each end under lock_sock: quiet (everything it sent is
+ *   ez_sc_adopt_step, each end under lock_sock: quiet (everything it sent is
  *     acknowledged, everything it received is read), tripwire on   -> CONFIRMED
- *   ez_adopt_step, each end: quiet again, no sleeper, into ez_sc_sockets
+ *   ez_sc_adopt_step, each end: quiet again, no sleeper, into ez_sc_sockets
  *                                                       -> ONE_IN -> PAIRED
  *   tripwire: a data or FIN segment of a confirmed end, in sockops'
  *     HDR_OPT_LEN_CB (before the segment leaves) -> ABORTED, and both ends
@@ -46,7 +46,7 @@
 #define EZ_ADOPT_TCP_LISTEN 10
 #define EZ_SOL_TCP 6
 #define EZ_TCP_BPF_SOCK_OPS_CB_FLAGS 1008
-/* Ancestors looked at for an ez_sockops attachment (ez_sc_adopt_hooks). */
+/* Ancestors looked at for an ez_sc_sockops attachment (ez_sc_adopt_hooks). */
 #define EZ_ADOPT_HOOK_DEPTH 16
 /* Wait-queue entries looked at; more counts as a sleeper. */
 #define EZ_ADOPT_WQ_SCAN 8
@@ -168,7 +168,7 @@ static __always_inline bool adopt_on_sockops(struct bpf_sock_ops *skops, struct 
 	return false;
 }
 
-/* Whether an ez_sockops attachment covers tp's cgroup. */
+/* Whether an ez_sc_sockops attachment covers tp's cgroup. */
 static __always_inline bool adopt_hooked(struct tcp_sock *tp)
 {
 	return cgroup_lookup(tp, &ez_sc_adopt_hooks, EZ_ADOPT_HOOK_DEPTH) != NULL;
@@ -263,10 +263,10 @@ static __always_inline __u32 busy_reason(__u32 busy)
 /*
  * iter/tcp, run by the agent in each network namespace (the iterator sees
  * the namespace it was opened in): one struct ez_adopt_sock per established
- * socket and listener under an ez_sockops attachment. Read-only.
+ * socket and listener under an ez_sc_sockops attachment. Read-only.
  */
 SEC("iter/tcp")
-int ez_adopt_scan(struct bpf_iter__tcp *ctx)
+int ez_sc_adopt_scan(struct bpf_iter__tcp *ctx)
 {
 	struct sock_common *skc = ctx->sk_common;
 	struct ez_adopt_sock rec = {};
@@ -442,7 +442,7 @@ cleanup:
  * settle) or hands it back (cleanup). One socket, locked, per visit.
  */
 SEC("iter/tcp")
-int ez_adopt_step(struct bpf_iter__tcp *ctx)
+int ez_sc_adopt_step(struct bpf_iter__tcp *ctx)
 {
 	struct sock_common *skc = ctx->sk_common;
 	struct ez_adopt_ref *ref;

@@ -53,7 +53,7 @@ static __always_inline void reset_count(__u32 c)
 }
 
 SEC("cgroup/sock_release")
-int ez_sock_release(struct bpf_sock *ctx)
+int ez_sc_sock_release(struct bpf_sock *ctx)
 {
 	struct ez_unread *u;
 	struct ez_sock *es;
@@ -147,7 +147,7 @@ static __always_inline void arm_close_reset(struct __sk_buff *skb, const struct 
 
 /* Attached with tcx at ingress and egress (one program serves both). */
 SEC("tc")
-int ez_close_reset(struct __sk_buff *skb)
+int ez_sc_close_reset(struct __sk_buff *skb)
 {
 	struct ez_pkt p = ez_pkt_of_skb(skb, EZ_RESET_ETH_HLEN);
 	struct ez_reset_key k = {};

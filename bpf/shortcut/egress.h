@@ -134,7 +134,7 @@ static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt)
 }
 
 SEC("cgroup_skb/egress")
-int ez_egress(struct __sk_buff *skb)
+int ez_sc_egress(struct __sk_buff *skb)
 {
 	struct ez_pkt p = ez_pkt_of_skb(skb, 0); /* cgroup_skb: offset 0 is the network header */
 	struct ez_flow f = {};

@@ -22,7 +22,7 @@
 #define EZ_TCP_CLOSE 7
 
 SEC("iter/tcp")
-int ez_conns(struct bpf_iter__tcp *ctx)
+int ez_sc_conns(struct bpf_iter__tcp *ctx)
 {
 	struct sock_common *skc = ctx->sk_common;
 	struct ez_conn_record rec = {};

@@ -114,7 +114,7 @@ struct {
 	__type(value, struct ez_adopt_ref);
 } ez_sc_adopt_socks SEC(".maps");
 
-/* cgroup ids where ez_sockops is attached (the agent keeps it in sync with
+/* cgroup ids where ez_sc_sockops is attached (the agent keeps it in sync with
  * its links): only their sockets get the callbacks adoption's tripwire needs. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -9,7 +9,7 @@
  * ez_sc_aliases[client's key] -> the key the server will register.
  * Netfilter programs get no conntrack kfuncs; skb->_nfct is read directly.
  * Kernels without BPF netfilter links (before 6.4) run the same learning
- * from tp_btf/net_dev_queue (ez_nat_dev): a forwarded SYN is queued to the
+ * from tp_btf/net_dev_queue (ez_sc_nat_dev): a forwarded SYN is queued to the
  * server's veth after POST_ROUTING, with its conntrack entry attached, and
  * before the server can see it.
  */
@@ -99,18 +99,18 @@ static __always_inline void nat_learn(struct sk_buff *skb)
 }
 
 SEC("netfilter")
-int ez_nat(struct bpf_nf_ctx *ctx)
+int ez_sc_nat(struct bpf_nf_ctx *ctx)
 {
 	nat_learn(ctx->skb);
 	return EZ_NF_ACCEPT;
 }
 
-/* The agent's network namespace (set before load): ez_nat_dev learns only
- * from what its devices transmit, as ez_nat's link sees only its hooks. */
+/* The agent's network namespace (set before load): ez_sc_nat_dev learns only
+ * from what its devices transmit, as ez_sc_nat's link sees only its hooks. */
 volatile const __u64 ez_cfg_nat_netns = 0;
 
 SEC("tp_btf/net_dev_queue")
-int BPF_PROG(ez_nat_dev, struct sk_buff *skb)
+int BPF_PROG(ez_sc_nat_dev, struct sk_buff *skb)
 {
 	if (BPF_CORE_READ(skb, dev, nd_net.net, net_cookie) != ez_cfg_nat_netns)
 		return 0;

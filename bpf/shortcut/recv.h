@@ -20,7 +20,7 @@
 #define EZ_MSG_PEEK 2
 #define EZ_SK_USER_DATA_PSOCK 4UL /* include/net/sock.h */
 
-/* Only one attached ez_recv counts: during an upgrade the new one is
+/* Only one attached ez_sc_recv counts: during an upgrade the new one is
  * attached next to the old (tracing links cannot be updated in place), and
  * the agent moves EZ_CTL_RECV_OWNER to the new one before detaching the old. */
 static __always_inline bool recv_owner(void)
@@ -32,7 +32,7 @@ static __always_inline bool recv_owner(void)
 }
 
 SEC("tp_btf/sock_recv_length")
-int BPF_PROG(ez_recv, struct sock *sk, int ret, int flags)
+int BPF_PROG(ez_sc_recv, struct sock *sk, int ret, int flags)
 {
 	struct ez_unread *u;
 	struct ez_sock *es;

@@ -32,7 +32,7 @@ static __always_inline struct bpf_sock *release_lookup(struct __sk_buff *skb, __
  * one with queued bytes would discard them, sk_psock_destroy).
  */
 SEC("tc")
-int ez_release(struct __sk_buff *skb)
+int ez_sc_release(struct __sk_buff *skb)
 {
 	struct bpf_sock *sk;
 	struct tcp_sock *tp;
@@ -61,7 +61,7 @@ int ez_release(struct __sk_buff *skb)
  * still waiting for its outcome is left to sockops, which settles it.
  */
 SEC("tc")
-int ez_release_switched(struct __sk_buff *skb)
+int ez_sc_release_switched(struct __sk_buff *skb)
 {
 	struct bpf_sock *sk;
 	struct tcp_sock *tp;

@@ -231,7 +231,7 @@ enum ez_adopt_busy {
 	EZ_AB_SACK = 64,	/* 3 or more SACK/D-SACK blocks to send: with timestamps they fill the option space the tripwire needs */
 };
 
-/* One socket as ez_adopt_scan emits it: established sockets and listeners of one netns. */
+/* One socket as ez_sc_adopt_scan emits it: established sockets and listeners of one netns. */
 struct ez_adopt_sock {
 	__u64 cookie;
 	__u64 netns_cookie;
@@ -266,12 +266,12 @@ enum ez_adopt_counter {
 /* Slots of the ez_sc_control array. */
 enum ez_control {
 	EZ_CTL_DRAINING = 0,	/* uninstall: stop redirecting, hand sockets back */
-	EZ_CTL_RECV_OWNER = 1,	/* ez_cfg_instance of the one ez_recv that counts reads */
+	EZ_CTL_RECV_OWNER = 1,	/* ez_cfg_instance of the one ez_sc_recv that counts reads */
 	EZ_CTL_MAX,
 };
 
 /*
- * ez_release and ez_release_switched (shortcut/release.h) are tc programs the
+ * ez_sc_release and ez_sc_release_switched (shortcut/release.h) are tc programs the
  * agent runs through BPF_PROG_TEST_RUN, once per socket: the input packet
  * carries the socket's cookie at EZ_RELEASE_COOKIE_OFF, the return value is
  * an enum ez_release_result.
@@ -285,7 +285,7 @@ enum ez_release_result {
 	EZ_REL_GONE = 0,	/* not in the sockhash (closed, or it left before) */
 	EZ_REL_RELEASED = 1,	/* removed from the sockhash now */
 	EZ_REL_WAIT = 2,	/* bytes redirected to it are unread: run again later */
-	EZ_REL_KEEP = 3,	/* stays: not switched (ez_release_switched) */
+	EZ_REL_KEEP = 3,	/* stays: not switched (ez_sc_release_switched) */
 };
 
 /* Per-CPU counters (BPF_MAP_TYPE_PERCPU_ARRAY indexed by this enum). */

@@ -32,7 +32,7 @@ static __always_inline int peer_gone(struct ez_unread *u, __u32 dir, __u32 size)
 }
 
 SEC("sk_msg")
-int ez_msg(struct sk_msg_md *msg)
+int ez_sc_msg(struct sk_msg_md *msg)
 {
 	struct bpf_sock *sk = msg->sk;
 	__u32 size = msg->size;

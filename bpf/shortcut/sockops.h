@@ -386,7 +386,7 @@ done:
 }
 
 SEC("sockops")
-int ez_sockops(struct bpf_sock_ops *skops)
+int ez_sc_sockops(struct bpf_sock_ops *skops)
 {
 	switch (skops->op) {
 	case BPF_SOCK_OPS_RWND_INIT:

@@ -11,7 +11,7 @@
  * Bytes redirected before sit in the receiver's psock queue, which
  * tcp_bpf_recvmsg reads before the TCP receive queue: no reorder. Each end
  * then leaves the sockhash once nothing redirected to it is unread (sockops
- * header-option callbacks; the agent's ez_release_switched iterator as a
+ * header-option callbacks; the agent's ez_sc_release_switched iterator as a
  * backstop), so FIONREAD (psock bytes only while enrolled) is exact again.
  * Both ends leave: psock, sk_prot and sk_msg are per socket.
  */
@@ -27,7 +27,7 @@
 
 /* --max-unread, set before load; 0: per receiver (lib/bound.h). */
 volatile const __u32 ez_cfg_max_unread = 0;
-/* Tells this load's ez_recv from an earlier install's while both are attached. */
+/* Tells this load's ez_sc_recv from an earlier install's while both are attached. */
 volatile const __u32 ez_cfg_instance = 0;
 
 /* Connections being counted, by client cookie. Sized to the sockhash / 2 by the agent. */

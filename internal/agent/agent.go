@@ -230,8 +230,11 @@ func (a *agent) install(context.Context) error {
 	if pruned := dp.Pruned(); len(pruned) > 0 {
 		slog.Info("detached cgroups no longer managed (or removed)", "cgroup_ids", pruned)
 	}
-	for name, n := range dp.Removed() {
-		slog.Info("removed a family an earlier agent pinned and this one does not run", "family", name, "links", n)
+	if n, ok := dp.Removed()["bypass"]; ok {
+		slog.Info("removed the bridge bypass an earlier agent pinned", "links", n)
+	}
+	if n, ok := dp.Removed()["services"]; ok {
+		slog.Info("removed the Service load balancer an earlier agent pinned", "cgroups", n)
 	}
 	if why := dp.Off("bypass"); why != "" {
 		// A kernel without one of its programs' needs (tcx, a kfunc, a

@@ -89,7 +89,7 @@ func PinnedLinks(dir string) ([]string, error) {
 
 // UnpinLinks unpins and closes every link pinned under <dir>/links (a
 // pinned link lives as long as its pin), in reverse lexical order so that a
-// cgroup's ez_sockops goes before its ez_egress, detaches the legacy tc
+// cgroup's ez_sc_sockops goes before its ez_sc_egress, detaches the legacy tc
 // filters recorded under <dir>/tc, and removes the directories.
 func UnpinLinks(dir string) error {
 	pins, err := PinnedLinks(dir)

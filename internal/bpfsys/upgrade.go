@@ -36,7 +36,7 @@ func (tx *Tx) AttachTCFilter(dir string, cookie uint64, f TCFilter, prog *ebpf.P
 // UpgradePinned gives every link pinned under dir, and every legacy tc
 // filter recorded there, that runs a program named as one of progs that
 // program in place, within tx: rollback gives each its old program back.
-// Names are compared as the kernel keeps them (15 bytes). This is how a
+// This is how a
 // family's new build takes over what an earlier agent pinned before the
 // family converges; links of other programs (other families') are left
 // alone. It returns how many it upgraded.
@@ -47,7 +47,9 @@ func (tx *Tx) UpgradePinned(dir string, progs []*ebpf.Program) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("program info: %w", err)
 		}
-		byName[info.Name] = p
+		// cilium/ebpf reads a name the kernel cut to 15 bytes back from
+		// BTF; both are keys.
+		byName[info.Name], byName[kernelName(info.Name)] = p, p
 	}
 	pins, err := PinnedLinks(dir)
 	if err != nil {
@@ -81,7 +83,7 @@ func (tx *Tx) UpgradePinned(dir string, progs []*ebpf.Program) (int, error) {
 		if err != nil {
 			continue
 		}
-		p := byName[kernelName(f.Name)]
+		p := byName[f.Name]
 		if p == nil {
 			continue
 		}

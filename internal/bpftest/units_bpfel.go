@@ -191,41 +191,41 @@ type unitsTestParseOut struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	unitsMapEzAdoptCounters  = "ez_adopt_counters"
-	unitsMapEzAdoptHooks     = "ez_adopt_hooks"
-	unitsMapEzAdoptSocks     = "ez_adopt_socks"
-	unitsMapEzAdopts         = "ez_adopts"
-	unitsMapEzAliases        = "ez_aliases"
-	unitsMapEzCgroups        = "ez_cgroups"
-	unitsMapEzCidrRules      = "ez_cidr_rules"
-	unitsMapEzControl        = "ez_control"
-	unitsMapEzCounters       = "ez_counters"
-	unitsMapEzPairs          = "ez_pairs"
-	unitsMapEzPortRules      = "ez_port_rules"
-	unitsMapEzResetCounters  = "ez_reset_counters"
-	unitsMapEzResets         = "ez_resets"
-	unitsMapEzRxSocks        = "ez_rx_socks"
-	unitsMapEzSockets        = "ez_sockets"
-	unitsMapEzSocks          = "ez_socks"
-	unitsMapEzSynIndex       = "ez_syn_index"
-	unitsMapEzUnreads        = "ez_unreads"
-	unitsMapTestBoundIo      = "test_bound_io"
-	unitsMapTestKeyIn        = "test_key_in"
-	unitsMapTestKeyOut       = "test_key_out"
-	unitsMapTestParseOut     = "test_parse_out"
-	unitsProgEzCloseReset    = "ez_close_reset"
-	unitsProgEzEgress        = "ez_egress"
-	unitsProgEzSockRelease   = "ez_sock_release"
-	unitsProgTestKey         = "test_key"
-	unitsProgTestParse       = "test_parse"
-	unitsProgTestSelect      = "test_select"
-	unitsProgTestUnreadBound = "test_unread_bound"
-	unitsVarEzCfgFlagEnum    = "ez_cfg_flag_enum"
-	unitsVarEzCfgFlags       = "ez_cfg_flags"
-	unitsVarEzCfgInstance    = "ez_cfg_instance"
-	unitsVarEzCfgMaxUnread   = "ez_cfg_max_unread"
-	unitsVarEzFlowFlagEnum   = "ez_flow_flag_enum"
-	unitsVarEzRuleEnum       = "ez_rule_enum"
+	unitsMapEzScAdoptCounters = "ez_sc_adopt_counters"
+	unitsMapEzScAdoptHooks    = "ez_sc_adopt_hooks"
+	unitsMapEzScAdoptSocks    = "ez_sc_adopt_socks"
+	unitsMapEzScAdopts        = "ez_sc_adopts"
+	unitsMapEzScAliases       = "ez_sc_aliases"
+	unitsMapEzScCgroups       = "ez_sc_cgroups"
+	unitsMapEzScCidrRules     = "ez_sc_cidr_rules"
+	unitsMapEzScControl       = "ez_sc_control"
+	unitsMapEzScCounters      = "ez_sc_counters"
+	unitsMapEzScPairs         = "ez_sc_pairs"
+	unitsMapEzScPortRules     = "ez_sc_port_rules"
+	unitsMapEzScResetCounters = "ez_sc_reset_counters"
+	unitsMapEzScResets        = "ez_sc_resets"
+	unitsMapEzScRxSocks       = "ez_sc_rx_socks"
+	unitsMapEzScSockets       = "ez_sc_sockets"
+	unitsMapEzScSocks         = "ez_sc_socks"
+	unitsMapEzScSynIndex      = "ez_sc_syn_index"
+	unitsMapEzScUnreads       = "ez_sc_unreads"
+	unitsMapTestBoundIo       = "test_bound_io"
+	unitsMapTestKeyIn         = "test_key_in"
+	unitsMapTestKeyOut        = "test_key_out"
+	unitsMapTestParseOut      = "test_parse_out"
+	unitsProgEzScCloseReset   = "ez_sc_close_reset"
+	unitsProgEzScEgress       = "ez_sc_egress"
+	unitsProgEzScSockRelease  = "ez_sc_sock_release"
+	unitsProgTestKey          = "test_key"
+	unitsProgTestParse        = "test_parse"
+	unitsProgTestSelect       = "test_select"
+	unitsProgTestUnreadBound  = "test_unread_bound"
+	unitsVarEzCfgFlagEnum     = "ez_cfg_flag_enum"
+	unitsVarEzCfgFlags        = "ez_cfg_flags"
+	unitsVarEzCfgInstance     = "ez_cfg_instance"
+	unitsVarEzCfgMaxUnread    = "ez_cfg_max_unread"
+	unitsVarEzFlowFlagEnum    = "ez_flow_flag_enum"
+	unitsVarEzRuleEnum        = "ez_rule_enum"
 )
 
 // loadUnits returns the embedded CollectionSpec for units.
@@ -270,9 +270,9 @@ type unitsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type unitsProgramSpecs struct {
-	EzCloseReset    *ebpf.ProgramSpec `ebpf:"ez_close_reset"`
-	EzEgress        *ebpf.ProgramSpec `ebpf:"ez_egress"`
-	EzSockRelease   *ebpf.ProgramSpec `ebpf:"ez_sock_release"`
+	EzScCloseReset  *ebpf.ProgramSpec `ebpf:"ez_sc_close_reset"`
+	EzScEgress      *ebpf.ProgramSpec `ebpf:"ez_sc_egress"`
+	EzScSockRelease *ebpf.ProgramSpec `ebpf:"ez_sc_sock_release"`
 	TestKey         *ebpf.ProgramSpec `ebpf:"test_key"`
 	TestParse       *ebpf.ProgramSpec `ebpf:"test_parse"`
 	TestSelect      *ebpf.ProgramSpec `ebpf:"test_select"`
@@ -283,28 +283,28 @@ type unitsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type unitsMapSpecs struct {
-	EzAdoptCounters *ebpf.MapSpec `ebpf:"ez_adopt_counters"`
-	EzAdoptHooks    *ebpf.MapSpec `ebpf:"ez_adopt_hooks"`
-	EzAdoptSocks    *ebpf.MapSpec `ebpf:"ez_adopt_socks"`
-	EzAdopts        *ebpf.MapSpec `ebpf:"ez_adopts"`
-	EzAliases       *ebpf.MapSpec `ebpf:"ez_aliases"`
-	EzCgroups       *ebpf.MapSpec `ebpf:"ez_cgroups"`
-	EzCidrRules     *ebpf.MapSpec `ebpf:"ez_cidr_rules"`
-	EzControl       *ebpf.MapSpec `ebpf:"ez_control"`
-	EzCounters      *ebpf.MapSpec `ebpf:"ez_counters"`
-	EzPairs         *ebpf.MapSpec `ebpf:"ez_pairs"`
-	EzPortRules     *ebpf.MapSpec `ebpf:"ez_port_rules"`
-	EzResetCounters *ebpf.MapSpec `ebpf:"ez_reset_counters"`
-	EzResets        *ebpf.MapSpec `ebpf:"ez_resets"`
-	EzRxSocks       *ebpf.MapSpec `ebpf:"ez_rx_socks"`
-	EzSockets       *ebpf.MapSpec `ebpf:"ez_sockets"`
-	EzSocks         *ebpf.MapSpec `ebpf:"ez_socks"`
-	EzSynIndex      *ebpf.MapSpec `ebpf:"ez_syn_index"`
-	EzUnreads       *ebpf.MapSpec `ebpf:"ez_unreads"`
-	TestBoundIo     *ebpf.MapSpec `ebpf:"test_bound_io"`
-	TestKeyIn       *ebpf.MapSpec `ebpf:"test_key_in"`
-	TestKeyOut      *ebpf.MapSpec `ebpf:"test_key_out"`
-	TestParseOut    *ebpf.MapSpec `ebpf:"test_parse_out"`
+	EzScAdoptCounters *ebpf.MapSpec `ebpf:"ez_sc_adopt_counters"`
+	EzScAdoptHooks    *ebpf.MapSpec `ebpf:"ez_sc_adopt_hooks"`
+	EzScAdoptSocks    *ebpf.MapSpec `ebpf:"ez_sc_adopt_socks"`
+	EzScAdopts        *ebpf.MapSpec `ebpf:"ez_sc_adopts"`
+	EzScAliases       *ebpf.MapSpec `ebpf:"ez_sc_aliases"`
+	EzScCgroups       *ebpf.MapSpec `ebpf:"ez_sc_cgroups"`
+	EzScCidrRules     *ebpf.MapSpec `ebpf:"ez_sc_cidr_rules"`
+	EzScControl       *ebpf.MapSpec `ebpf:"ez_sc_control"`
+	EzScCounters      *ebpf.MapSpec `ebpf:"ez_sc_counters"`
+	EzScPairs         *ebpf.MapSpec `ebpf:"ez_sc_pairs"`
+	EzScPortRules     *ebpf.MapSpec `ebpf:"ez_sc_port_rules"`
+	EzScResetCounters *ebpf.MapSpec `ebpf:"ez_sc_reset_counters"`
+	EzScResets        *ebpf.MapSpec `ebpf:"ez_sc_resets"`
+	EzScRxSocks       *ebpf.MapSpec `ebpf:"ez_sc_rx_socks"`
+	EzScSockets       *ebpf.MapSpec `ebpf:"ez_sc_sockets"`
+	EzScSocks         *ebpf.MapSpec `ebpf:"ez_sc_socks"`
+	EzScSynIndex      *ebpf.MapSpec `ebpf:"ez_sc_syn_index"`
+	EzScUnreads       *ebpf.MapSpec `ebpf:"ez_sc_unreads"`
+	TestBoundIo       *ebpf.MapSpec `ebpf:"test_bound_io"`
+	TestKeyIn         *ebpf.MapSpec `ebpf:"test_key_in"`
+	TestKeyOut        *ebpf.MapSpec `ebpf:"test_key_out"`
+	TestParseOut      *ebpf.MapSpec `ebpf:"test_parse_out"`
 }
 
 // unitsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -339,50 +339,50 @@ func (o *unitsObjects) Close() error {
 //
 // It can be passed to loadUnitsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type unitsMaps struct {
-	EzAdoptCounters *ebpf.Map `ebpf:"ez_adopt_counters"`
-	EzAdoptHooks    *ebpf.Map `ebpf:"ez_adopt_hooks"`
-	EzAdoptSocks    *ebpf.Map `ebpf:"ez_adopt_socks"`
-	EzAdopts        *ebpf.Map `ebpf:"ez_adopts"`
-	EzAliases       *ebpf.Map `ebpf:"ez_aliases"`
-	EzCgroups       *ebpf.Map `ebpf:"ez_cgroups"`
-	EzCidrRules     *ebpf.Map `ebpf:"ez_cidr_rules"`
-	EzControl       *ebpf.Map `ebpf:"ez_control"`
-	EzCounters      *ebpf.Map `ebpf:"ez_counters"`
-	EzPairs         *ebpf.Map `ebpf:"ez_pairs"`
-	EzPortRules     *ebpf.Map `ebpf:"ez_port_rules"`
-	EzResetCounters *ebpf.Map `ebpf:"ez_reset_counters"`
-	EzResets        *ebpf.Map `ebpf:"ez_resets"`
-	EzRxSocks       *ebpf.Map `ebpf:"ez_rx_socks"`
-	EzSockets       *ebpf.Map `ebpf:"ez_sockets"`
-	EzSocks         *ebpf.Map `ebpf:"ez_socks"`
-	EzSynIndex      *ebpf.Map `ebpf:"ez_syn_index"`
-	EzUnreads       *ebpf.Map `ebpf:"ez_unreads"`
-	TestBoundIo     *ebpf.Map `ebpf:"test_bound_io"`
-	TestKeyIn       *ebpf.Map `ebpf:"test_key_in"`
-	TestKeyOut      *ebpf.Map `ebpf:"test_key_out"`
-	TestParseOut    *ebpf.Map `ebpf:"test_parse_out"`
+	EzScAdoptCounters *ebpf.Map `ebpf:"ez_sc_adopt_counters"`
+	EzScAdoptHooks    *ebpf.Map `ebpf:"ez_sc_adopt_hooks"`
+	EzScAdoptSocks    *ebpf.Map `ebpf:"ez_sc_adopt_socks"`
+	EzScAdopts        *ebpf.Map `ebpf:"ez_sc_adopts"`
+	EzScAliases       *ebpf.Map `ebpf:"ez_sc_aliases"`
+	EzScCgroups       *ebpf.Map `ebpf:"ez_sc_cgroups"`
+	EzScCidrRules     *ebpf.Map `ebpf:"ez_sc_cidr_rules"`
+	EzScControl       *ebpf.Map `ebpf:"ez_sc_control"`
+	EzScCounters      *ebpf.Map `ebpf:"ez_sc_counters"`
+	EzScPairs         *ebpf.Map `ebpf:"ez_sc_pairs"`
+	EzScPortRules     *ebpf.Map `ebpf:"ez_sc_port_rules"`
+	EzScResetCounters *ebpf.Map `ebpf:"ez_sc_reset_counters"`
+	EzScResets        *ebpf.Map `ebpf:"ez_sc_resets"`
+	EzScRxSocks       *ebpf.Map `ebpf:"ez_sc_rx_socks"`
+	EzScSockets       *ebpf.Map `ebpf:"ez_sc_sockets"`
+	EzScSocks         *ebpf.Map `ebpf:"ez_sc_socks"`
+	EzScSynIndex      *ebpf.Map `ebpf:"ez_sc_syn_index"`
+	EzScUnreads       *ebpf.Map `ebpf:"ez_sc_unreads"`
+	TestBoundIo       *ebpf.Map `ebpf:"test_bound_io"`
+	TestKeyIn         *ebpf.Map `ebpf:"test_key_in"`
+	TestKeyOut        *ebpf.Map `ebpf:"test_key_out"`
+	TestParseOut      *ebpf.Map `ebpf:"test_parse_out"`
 }
 
 func (m *unitsMaps) Close() error {
 	return _UnitsClose(
-		m.EzAdoptCounters,
-		m.EzAdoptHooks,
-		m.EzAdoptSocks,
-		m.EzAdopts,
-		m.EzAliases,
-		m.EzCgroups,
-		m.EzCidrRules,
-		m.EzControl,
-		m.EzCounters,
-		m.EzPairs,
-		m.EzPortRules,
-		m.EzResetCounters,
-		m.EzResets,
-		m.EzRxSocks,
-		m.EzSockets,
-		m.EzSocks,
-		m.EzSynIndex,
-		m.EzUnreads,
+		m.EzScAdoptCounters,
+		m.EzScAdoptHooks,
+		m.EzScAdoptSocks,
+		m.EzScAdopts,
+		m.EzScAliases,
+		m.EzScCgroups,
+		m.EzScCidrRules,
+		m.EzScControl,
+		m.EzScCounters,
+		m.EzScPairs,
+		m.EzScPortRules,
+		m.EzScResetCounters,
+		m.EzScResets,
+		m.EzScRxSocks,
+		m.EzScSockets,
+		m.EzScSocks,
+		m.EzScSynIndex,
+		m.EzScUnreads,
 		m.TestBoundIo,
 		m.TestKeyIn,
 		m.TestKeyOut,
@@ -406,9 +406,9 @@ type unitsVariables struct {
 //
 // It can be passed to loadUnitsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type unitsPrograms struct {
-	EzCloseReset    *ebpf.Program `ebpf:"ez_close_reset"`
-	EzEgress        *ebpf.Program `ebpf:"ez_egress"`
-	EzSockRelease   *ebpf.Program `ebpf:"ez_sock_release"`
+	EzScCloseReset  *ebpf.Program `ebpf:"ez_sc_close_reset"`
+	EzScEgress      *ebpf.Program `ebpf:"ez_sc_egress"`
+	EzScSockRelease *ebpf.Program `ebpf:"ez_sc_sock_release"`
 	TestKey         *ebpf.Program `ebpf:"test_key"`
 	TestParse       *ebpf.Program `ebpf:"test_parse"`
 	TestSelect      *ebpf.Program `ebpf:"test_select"`
@@ -417,9 +417,9 @@ type unitsPrograms struct {
 
 func (p *unitsPrograms) Close() error {
 	return _UnitsClose(
-		p.EzCloseReset,
-		p.EzEgress,
-		p.EzSockRelease,
+		p.EzScCloseReset,
+		p.EzScEgress,
+		p.EzScSockRelease,
 		p.TestKey,
 		p.TestParse,
 		p.TestSelect,

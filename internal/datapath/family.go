@@ -72,7 +72,7 @@ var kinds = []kind{
 		name:     "shortcut",
 		wanted:   func(Config) bool { return true },
 		optional: func(Config) bool { return false },
-		migrate:  shortcut.MigrateMapNames,
+		migrate:  shortcut.MigrateNames,
 		load: func(cfg Config, dir string) (Family, error) {
 			sc, err := shortcut.Load(cfg.shortcut(), dir)
 			if err != nil {

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"errors"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -23,7 +24,7 @@ import (
 )
 
 // These tests install the datapath on the real kernel: root is required.
-// Links go to test cgroups, ez_nat into a network namespace of the test's
+// Links go to test cgroups, ez_sc_nat into a network namespace of the test's
 // own; a run killed midway is cleaned up by the next one.
 
 const testPinRoot = "/sys/fs/bpf/eztunnel-dptest"
@@ -171,9 +172,9 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 	msgBefore := skMsgProgram(t, cfg.Dir())
 	ownerBefore := recvOwner(t, cfg.Dir())
 	if ownerBefore == 0 {
-		t.Fatal("no ez_recv counts reads after install")
+		t.Fatal("no ez_sc_recv counts reads after install")
 	}
-	if len(before) != 10 { // 2 cgroups x 3 hooks, 2 netfilter families, ez_recv, ez_close_reset on lo (a new netns)
+	if len(before) != 10 { // 2 cgroups x 3 hooks, 2 netfilter families, ez_sc_recv, ez_sc_close_reset on lo (a new netns)
 		t.Fatalf("pinned links after install: %v", before)
 	}
 
@@ -217,9 +218,9 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 			t.Errorf("fail at %s: %d sockops programs left on the new cgroup", failAt, n)
 		}
 		if got := recvOwner(t, cfg.Dir()); got != ownerBefore {
-			t.Errorf("fail at %s: the counting ez_recv is %d, want the old %d", failAt, got, ownerBefore)
+			t.Errorf("fail at %s: the counting ez_sc_recv is %d, want the old %d", failAt, got, ownerBefore)
 		}
-		for _, leftover := range []string{"prog_ez_msg_next", "links/netfilter/ez_nat_ipv4_next", "links/tracing/ez_recv_next"} {
+		for _, leftover := range []string{"prog_ez_sc_msg_next", "links/netfilter/ez_sc_nat_ipv4_next", "links/tracing/ez_sc_recv_next"} {
 			if bpfsys.Exists(filepath.Join(cfg.Dir(), leftover)) {
 				t.Errorf("fail at %s: %s left pinned", failAt, leftover)
 			}
@@ -241,10 +242,10 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 		t.Errorf("pinned links after the upgrade: %v", after)
 	}
 	if got := recvOwner(t, cfg.Dir()); got == 0 || got == ownerBefore {
-		t.Errorf("the counting ez_recv is %d after the upgrade, was %d: want the new one", got, ownerBefore)
+		t.Errorf("the counting ez_sc_recv is %d after the upgrade, was %d: want the new one", got, ownerBefore)
 	}
-	if after["links/tracing/ez_recv"][0] == before["links/tracing/ez_recv"][0] {
-		t.Errorf("ez_recv link not replaced: %v", after["links/tracing/ez_recv"])
+	if after["links/tracing/ez_sc_recv"][0] == before["links/tracing/ez_sc_recv"][0] {
+		t.Errorf("ez_sc_recv link not replaced: %v", after["links/tracing/ez_sc_recv"])
 	}
 }
 
@@ -271,16 +272,16 @@ func pinFlat(t *testing.T, dir string) {
 		rel := strings.Split(strings.TrimPrefix(pin, filepath.Join(dir, bpfsys.LinksDir)+"/"), "/")
 		var name string
 		switch rel[0] {
-		case bpfsys.KindNetfilter: // ez_nat_ipv4 -> link_nat_ipv4
-			name = "link_" + strings.TrimPrefix(rel[1], "ez_")
-		case bpfsys.KindCgroup: // <id>/ez_egress -> link_egress_<id>
-			if rel[2] == "ez_sock_release" { // newer than the flat layout: dropped (detached)
+		case bpfsys.KindNetfilter: // ez_sc_nat_ipv4 -> link_nat_ipv4
+			name = "link_" + strings.TrimPrefix(rel[1], "ez_sc_")
+		case bpfsys.KindCgroup: // <id>/ez_sc_egress -> link_egress_<id>
+			if rel[2] == "ez_sc_sock_release" { // newer than the flat layout: dropped (detached)
 				if err := os.Remove(pin); err != nil {
 					t.Fatal(err)
 				}
 				continue
 			}
-			name = "link_" + strings.TrimPrefix(rel[2], "ez_") + "_" + rel[1]
+			name = "link_" + strings.TrimPrefix(rel[2], "ez_sc_") + "_" + rel[1]
 		case bpfsys.KindTracing, bpfsys.KindTCX: // not in the flat layout: dropped (detached)
 			if err := os.Remove(pin); err != nil {
 				t.Fatal(err)
@@ -313,7 +314,7 @@ func TestAdoptFlatLayout(t *testing.T) {
 		got, ok := after[pin]
 		if !ok {
 			t.Errorf("%s not pinned after adoption: %v", pin, after)
-		} else if strings.HasPrefix(pin, "links/cgroup/") && !strings.HasSuffix(pin, "/ez_sock_release") && got[0] != ids[0] {
+		} else if strings.HasPrefix(pin, "links/cgroup/") && !strings.HasSuffix(pin, "/ez_sc_sock_release") && got[0] != ids[0] {
 			t.Errorf("%s: link %d after adoption, want the adopted link %d", pin, got[0], ids[0])
 		}
 	}
@@ -341,7 +342,7 @@ func TestAdoptFlatLayout(t *testing.T) {
 	}
 }
 
-// recvOwner reads EZ_CTL_RECV_OWNER: the instance of the ez_recv that counts reads.
+// recvOwner reads EZ_CTL_RECV_OWNER: the instance of the ez_sc_recv that counts reads.
 func recvOwner(t *testing.T, dir string) uint32 {
 	t.Helper()
 	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "ez_sc_control"), &ebpf.LoadPinOptions{ReadOnly: true})
@@ -396,7 +397,7 @@ func TestLoopbackLinksPruned(t *testing.T) {
 		return attached, pruned
 	}
 	attached, _ := sync(filepath.Join("/run/netns", name))
-	if len(attached) != 1 || !strings.HasSuffix(attached[0], "/1/ez_close_reset_egress") {
+	if len(attached) != 1 || !strings.HasSuffix(attached[0], "/1/ez_sc_close_reset_egress") {
 		t.Fatalf("attached %v, want the namespace's loopback at egress", attached)
 	}
 	pin := attached[0]
@@ -444,8 +445,9 @@ func mapIDs(t *testing.T, dir string, name func(string) string) map[string]ebpf.
 
 func unprefixed(m string) string { return "ez_" + strings.TrimPrefix(m, "ez_sc_") }
 
-// pinUnprefixed renames the shortcut's maps to the names builds before the
-// ez_sc_ prefix pinned them under.
+// pinUnprefixed renames the shortcut's maps, and its links and programs
+// pinned under a program's name, to the names builds before the ez_sc_
+// prefix pinned them under.
 func pinUnprefixed(t *testing.T, dir string) {
 	t.Helper()
 	for _, m := range shortcut.PinnedMaps() {
@@ -453,13 +455,38 @@ func pinUnprefixed(t *testing.T, dir string) {
 			t.Fatal(err)
 		}
 	}
+	var pins []string
+	for _, sub := range []string{bpfsys.LinksDir, "progs"} {
+		filepath.WalkDir(filepath.Join(dir, sub), func(path string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				pins = append(pins, path)
+			}
+			return nil
+		})
+	}
+	pins = append(pins, filepath.Join(dir, "prog_ez_sc_msg"))
+	n := 0
+	for _, pin := range pins {
+		base := filepath.Base(pin)
+		old := strings.Replace(base, "ez_sc_", "ez_", 1)
+		if old == base {
+			continue
+		}
+		if err := os.Rename(pin, filepath.Join(filepath.Dir(pin), old)); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n < 9 { // 3 cgroup links, 2 netfilter, ez_recv, lo's close reset, progs/, prog_ez_msg
+		t.Fatalf("renamed %d link and program pins: %v", n, pins)
+	}
 }
 
-// A datapath whose maps an earlier build pinned without the family prefix
-// is read as it is (status), adopted in place by an install (the same maps
-// under their new names; a failed install gives them their old names back),
-// and uninstalled.
-func TestAdoptUnprefixedMaps(t *testing.T) {
+// A datapath an earlier build pinned without the family prefix is read as
+// it is (status), adopted in place by an install (the same maps and links
+// under their new names, the links with new programs; a failed install
+// gives everything its old name back), and uninstalled.
+func TestAdoptUnprefixedNames(t *testing.T) {
 	cfg, cgs := kernelEnv(t, 1)
 	install(t, cfg, cgs)
 	ids := mapIDs(t, cfg.Dir(), func(m string) string { return m })
@@ -492,8 +519,12 @@ func TestAdoptUnprefixedMaps(t *testing.T) {
 	if got := mapIDs(t, cfg.Dir(), unprefixed); !maps.Equal(got, ids) {
 		t.Fatalf("after a failed install, maps under their old names %v, want %v", got, ids)
 	}
-	if !mapsEqual(links, pinnedLinks(t, cfg.Dir())) {
-		t.Errorf("a failed install changed the links")
+	oldNames := linkState{}
+	for pin, ids := range links {
+		oldNames[strings.ReplaceAll(pin, "ez_sc_", "ez_")] = ids
+	}
+	if got := pinnedLinks(t, cfg.Dir()); !mapsEqual(oldNames, got) {
+		t.Errorf("a failed install changed the links:\nwant %v\ngot  %v", oldNames, got)
 	}
 
 	install(t, cfg, cgs)
@@ -506,9 +537,12 @@ func TestAdoptUnprefixedMaps(t *testing.T) {
 		}
 	}
 	after := pinnedLinks(t, cfg.Dir())
+	if len(after) != len(links) {
+		t.Errorf("links after adoption %v, want %v", after, links)
+	}
 	for pin, l := range links {
-		if strings.HasPrefix(pin, "links/cgroup/") && after[pin][0] != l[0] {
-			t.Errorf("%s: link %d after adoption, want the adopted %d", pin, after[pin][0], l[0])
+		if (strings.HasPrefix(pin, "links/cgroup/") || strings.HasPrefix(pin, "links/tcx/")) && (after[pin][0] != l[0] || after[pin][1] == l[1]) {
+			t.Errorf("%s: link/program %v after adoption, was %v: want the adopted link with a new program", pin, after[pin], l)
 		}
 	}
 

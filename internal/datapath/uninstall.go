@@ -25,7 +25,7 @@ func Uninstall(cfg Config, drain time.Duration) error {
 	if err := shortcut.MigrateFlatLinks(dir); err != nil {
 		return err
 	}
-	if err := shortcut.MigrateMapNames(nil, dir); err != nil {
+	if err := shortcut.MigrateNames(nil, dir); err != nil {
 		return err
 	}
 	// The families beside the shortcut first, in reverse install order

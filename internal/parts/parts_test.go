@@ -10,7 +10,7 @@ import (
 func TestReport(t *testing.T) {
 	var r Report
 	r.On(Tracer, "tp_btf")
-	r.Off(Shortcut, "program ez_recv (read-accounting): refused")
+	r.Off(Shortcut, "program ez_sc_recv (read-accounting): refused")
 	r.On(Shortcut, "sockops") // a later status replaces the earlier one
 	if !r.Runs(Shortcut) || len(r.Parts) != 2 {
 		t.Fatalf("Set did not replace: %+v", r.Parts)

@@ -189,11 +189,11 @@ const mib = 1 << 20
 // readModes are the two ways the unread bound learns what a receiver holds:
 // reads counted (tp_btf/sock_recv_length), and, on kernels without that
 // tracepoint (6.1), the gauge of the receiver's sk_rmem_alloc
-// (bpf/shortcut/unread.h), forced here by refusing ez_recv.
+// (bpf/shortcut/unread.h), forced here by refusing ez_sc_recv.
 var readModes = []struct {
 	name   string
 	refuse string // bpfsys.TestRefuseEnv
-}{{"counted", ""}, {"gauge", "ez_recv"}}
+}{{"counted", ""}, {"gauge", "ez_sc_recv"}}
 
 // TestBackpressureStuckReader: the server accepts and never reads, the
 // client writes 1 MiB chunks. Plain TCP blocks the writer after a few MB;
@@ -224,7 +224,7 @@ func TestBackpressureStuckReader(t *testing.T) {
 			if st, _ := e.dp.Parts().Get(parts.ReadAccounting); strings.HasPrefix(st.Via, "gauge") {
 				want = 1 // the client, which nothing was redirected to
 			} else if m.refuse != "" {
-				t.Errorf("ez_recv refused but reads are counted: %+v", st)
+				t.Errorf("ez_sc_recv refused but reads are counted: %+v", st)
 			}
 			if d["sockets_released"] != want {
 				t.Errorf("sockets_released %d, want %d", d["sockets_released"], want)

@@ -97,9 +97,9 @@ func TestAgentLifecycle(t *testing.T) {
 		if rep.Parts == nil {
 			t.Fatalf("status: no parts report\n%s", out)
 		}
-		// ez_egress and ez_sockops on the managed cgroup; where the kernel
-		// has the part (docs/kernels.md): ez_sock_release there too,
-		// ez_nat for IPv4 and IPv6, ez_recv; ez_close_reset on lo
+		// ez_sc_egress and ez_sc_sockops on the managed cgroup; where the kernel
+		// has the part (docs/kernels.md): ez_sc_sock_release there too,
+		// ez_sc_nat for IPv4 and IPv6, ez_sc_recv; ez_sc_close_reset on lo
 		// (egress) and on both ways of each pod veth (a, b and whatever
 		// else this namespace has).
 		var pins, tcx []string
@@ -113,17 +113,17 @@ func TestAgentLifecycle(t *testing.T) {
 			}
 			pins = append(pins, l.Pin)
 		}
-		want := []string{"ez_egress", "ez_sockops"}
+		want := []string{"ez_sc_egress", "ez_sc_sockops"}
 		if rep.Parts.Runs(parts.CloseReset) {
-			want = append(want, "ez_sock_release")
+			want = append(want, "ez_sc_sock_release")
 		}
 		if st, _ := rep.Parts.Get(parts.ShortcutNAT); st.Runs && strings.HasPrefix(st.Via, "tp_btf/net_dev_queue") {
-			want = append(want, "links/tracing/ez_nat_dev")
+			want = append(want, "links/tracing/ez_sc_nat_dev")
 		} else if st.Runs {
-			want = append(want, "links/netfilter/ez_nat_ipv4", "links/netfilter/ez_nat_ipv6")
+			want = append(want, "links/netfilter/ez_sc_nat_ipv4", "links/netfilter/ez_sc_nat_ipv6")
 		}
 		if st, _ := rep.Parts.Get(parts.ReadAccounting); st.Via == "tp_btf/sock_recv_length" {
-			want = append(want, "links/tracing/ez_recv")
+			want = append(want, "links/tracing/ez_sc_recv")
 		}
 		for _, w := range want {
 			if !slices.ContainsFunc(pins, func(p string) bool { return strings.HasSuffix(p, w) }) {
@@ -137,7 +137,7 @@ func TestAgentLifecycle(t *testing.T) {
 			if len(tcx) != 0 {
 				t.Errorf("status: close-reset is off (%+v) but device links are pinned: %v", rep.Parts.Parts, tcx)
 			}
-		} else if len(tcx) < 5 || !slices.ContainsFunc(tcx, func(p string) bool { return strings.HasSuffix(p, "/1/ez_close_reset_egress") }) {
+		} else if len(tcx) < 5 || !slices.ContainsFunc(tcx, func(p string) bool { return strings.HasSuffix(p, "/1/ez_sc_close_reset_egress") }) {
 			t.Errorf("status: pinned device links %v, want lo's egress and both ways of a's and b's veths", tcx)
 		}
 		return rep.Counters

@@ -28,24 +28,25 @@ import (
 // pinned and kept across a restart without being attached twice, a removed
 // pod's links go, and uninstall leaves no program on any device.
 
-// closeResetTCX lists, per device of n, the ez_close_reset programs
+// closeResetTCX lists, per device of n, the ez_sc_close_reset programs
 // attached with tcx ("<direction>#<program id>").
 func closeResetTCX(t *testing.T, n *multinode.Node) map[string][]string {
 	t.Helper()
 	return closeResetTCXIn(t, n.NetNS, n.Handle)
 }
 
-// closeResetTCXIn is closeResetTCX for the named netns; ez_close_reset
+// closeResetTCXIn is closeResetTCX for the named netns; ez_sc_close_reset
 // must be first in every chain it is in.
 func closeResetTCXIn(t *testing.T, netns string, handle func() (*netlink.Handle, error)) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	for _, p := range tcxChains(t, netns, handle) {
-		if p.Name != "ez_close_reset" {
+		// A legacy filter keeps the name it had before the family prefix.
+		if p.Name != "ez_sc_close_reset" && p.Name != "ez_close_reset" {
 			continue
 		}
 		if p.Pos != 0 {
-			t.Errorf("ez_close_reset is %d in the tcx %s chain of %s, want first", p.Pos, p.Dir, p.Dev)
+			t.Errorf("ez_sc_close_reset is %d in the tcx %s chain of %s, want first", p.Pos, p.Dir, p.Dev)
 		}
 		out[p.Dev] = append(out[p.Dev], fmt.Sprintf("%s#%d", p.Dir, p.ID))
 	}
@@ -66,7 +67,7 @@ func directions(on []string) []string {
 // TestCloseResetAgent runs with tcx links and counted reads where the
 // kernel has them, and as on Linux 6.1 on every kernel: legacy tc filters
 // (clsact + cls_bpf; EZTUNNEL_TEST_LEGACY_TC=1 where tcx exists) and the
-// gauge (ez_recv refused where sock_recv_length exists), where a closing
+// gauge (ez_sc_recv refused where sock_recv_length exists), where a closing
 // socket's unread bytes are its own sk_rmem_alloc.
 func TestCloseResetAgent(t *testing.T) {
 	if bpfsys.UseTCX() && bpfsys.Tracepoint("sock_recv_length")() == nil {
@@ -76,17 +77,17 @@ func TestCloseResetAgent(t *testing.T) {
 	}
 	t.Run("legacy-tc-gauge", func(t *testing.T) {
 		t.Setenv("EZTUNNEL_TEST_LEGACY_TC", "1")
-		t.Setenv(bpfsys.TestRefuseEnv, "ez_recv")
+		t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_recv")
 		closeResetAgent(t, "mncl")
 	})
 }
 
-// resetPin is where ez_close_reset's attachment at dev ifx, direction dir,
+// resetPin is where ez_sc_close_reset's attachment at dev ifx, direction dir,
 // in the netns with that cookie is pinned: a tcx link, or a legacy filter's
 // record.
 func resetPin(dir string, cookie uint64, ifx int, direction string) string {
 	if bpfsys.UseTCX() {
-		return bpfsys.LinkPin(dir, bpfsys.KindTCX, fmt.Sprint(cookie), fmt.Sprint(ifx), "ez_close_reset_"+direction)
+		return bpfsys.LinkPin(dir, bpfsys.KindTCX, fmt.Sprint(cookie), fmt.Sprint(ifx), "ez_sc_close_reset_"+direction)
 	}
 	return bpfsys.TCRecord(dir, cookie, bpfsys.TCFilter{Ifindex: ifx, Ingress: direction == "ingress", Name: "ez_close_reset"})
 }
@@ -116,7 +117,7 @@ func closeResetAgent(t *testing.T, name string) {
 	// The agent runs the way this subtest says (the switches are inherited).
 	rep := statusParts(t, pin)
 	reset, read := partOf(t, rep.Parts, parts.CloseReset), partOf(t, rep.Parts, parts.ReadAccounting)
-	legacy, gauge := !bpfsys.UseTCX(), strings.Contains(os.Getenv(bpfsys.TestRefuseEnv), "ez_recv")
+	legacy, gauge := !bpfsys.UseTCX(), strings.Contains(os.Getenv(bpfsys.TestRefuseEnv), "ez_sc_recv")
 	if !reset.Runs || strings.Contains(reset.Via, "legacy tc") != legacy || strings.Contains(read.Via, "gauge") != gauge {
 		t.Fatalf("parts: %+v and %+v, want close-reset running with legacy tc %v, reads gauged %v", reset, read, legacy, gauge)
 	}
@@ -144,7 +145,7 @@ func closeResetAgent(t *testing.T, name string) {
 				return on
 			}
 		}
-		t.Fatalf("%s: ez_close_reset on %v, want %v\nagent:\n%s", what, on, want, ag.logs.String())
+		t.Fatalf("%s: ez_sc_close_reset on %v, want %v\nagent:\n%s", what, on, want, ag.logs.String())
 		return nil
 	}
 	attached := waitAttached(t, "pods added after the agent", want)
@@ -196,7 +197,7 @@ func closeResetAgent(t *testing.T, name string) {
 			}
 		}
 		if on := closeResetTCXIn(t, a.NetNS, a.Handle); !reflect.DeepEqual(directions(on["lo"]), []string{"egress"}) || len(on) != 1 {
-			t.Errorf("tcx in pod a: %v, want ez_close_reset at lo's egress only", on)
+			t.Errorf("tcx in pod a: %v, want ez_sc_close_reset at lo's egress only", on)
 		}
 		lo := netip.MustParseAddr("127.0.0.1")
 		probeServe(t, u, probePort+1)

@@ -102,16 +102,16 @@ func (e *env) runStreamCase(t *testing.T, p *netlab.Pod, c streamCase, addr stri
 
 // TestDNAT covers ClusterIP-style DNAT: (a) in the client pod's own netns,
 // which the egress program learns exactly; (b) kube-proxy's, in the host
-// netns, which the netfilter program ez_nat (host POST_ROUTING) learns from
+// netns, which the netfilter program ez_sc_nat (host POST_ROUTING) learns from
 // the host's conntrack; (c) one source ip:port to two destinations at once,
 // with and without NAT.
 func TestDNAT(t *testing.T) { dnat(t) }
 
-// TestDNATDevQueue is TestDNAT with ez_nat refused, as on kernels without
-// BPF netfilter links (before 6.4): ez_nat_dev learns the host's DNAT at
+// TestDNATDevQueue is TestDNAT with ez_sc_nat refused, as on kernels without
+// BPF netfilter links (before 6.4): ez_sc_nat_dev learns the host's DNAT at
 // tp_btf/net_dev_queue instead.
 func TestDNATDevQueue(t *testing.T) {
-	t.Setenv(bpfsys.TestRefuseEnv, "ez_nat")
+	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_nat")
 	dnat(t)
 }
 
@@ -151,7 +151,7 @@ func dnat(t *testing.T) {
 		}},
 		{"b-host-prerouting-dnat", hostport(hostVIP, 80), func(t *testing.T, d map[string]uint64) {
 			// The client knows A:p -> VIP:80, the listener A:p -> k:7000;
-			// only the host's conntrack knows both: ez_nat (netfilter link,
+			// only the host's conntrack knows both: ez_sc_nat (netfilter link,
 			// host POST_ROUTING) writes the alias the client follows.
 			if d["pairs"]+d["fallback_early_data"] != n || d["pairs"] == 0 {
 				t.Errorf("host DNAT: pairs %d + early-data %d != %d connections: %v", d["pairs"], d["fallback_early_data"], n, d)
@@ -168,7 +168,7 @@ func dnat(t *testing.T) {
 	type leg struct {
 		addr string
 		// mustPair: every leg must pair, whether NAT-ed in the client's
-		// netns (egress program) or in the host (ez_nat).
+		// netns (egress program) or in the host (ez_sc_nat).
 		mustPair bool
 	}
 	shared := []struct {
@@ -191,11 +191,11 @@ func dnat(t *testing.T) {
 	for _, accel := range []bool{false, true} {
 		if accel {
 			e.accelerate()
-			// ez_nat where the kernel has BPF netfilter links and nothing
-			// refuses it, else ez_nat_dev.
+			// ez_sc_nat where the kernel has BPF netfilter links and nothing
+			// refuses it, else ez_sc_nat_dev.
 			st, _ := e.dp.Parts().Get(parts.ShortcutNAT)
 			dev := strings.HasPrefix(st.Via, "tp_btf/net_dev_queue")
-			want := strings.Contains(os.Getenv(bpfsys.TestRefuseEnv), "ez_nat") || bpfsys.ProgType(ebpf.Netfilter)() != nil
+			want := strings.Contains(os.Getenv(bpfsys.TestRefuseEnv), "ez_sc_nat") || bpfsys.ProgType(ebpf.Netfilter)() != nil
 			if !st.Runs || dev != want {
 				t.Fatalf("shortcut-nat %+v, want it running, by net_dev_queue %v", st, want)
 			}

@@ -216,7 +216,7 @@ func TestLabInterrupt(t *testing.T) {
 	// datapath is pinned, every proxy and server is running.
 	pin := "/sys/fs/bpf/ezlb2"
 	for {
-		if links, _ := filepath.Glob(filepath.Join(pin, "*", "links", "cgroup", "*", "ez_sockops")); len(links) > 0 {
+		if links, _ := filepath.Glob(filepath.Join(pin, "*", "links", "cgroup", "*", "ez_sc_sockops")); len(links) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -87,7 +87,7 @@ func pinnedCounters(t *testing.T, pin string) datapath.Counters {
 // sockopsProgramID is the ID of the program behind the pinned sockops link.
 func sockopsProgramID(t *testing.T, pin string) ebpf.ProgramID {
 	t.Helper()
-	matches, _ := filepath.Glob(filepath.Join(pin, datapath.Schema, "links", "cgroup", "*", "ez_sockops"))
+	matches, _ := filepath.Glob(filepath.Join(pin, datapath.Schema, "links", "cgroup", "*", "ez_sc_sockops"))
 	if len(matches) != 1 {
 		t.Fatalf("pinned sockops links: %v", matches)
 	}

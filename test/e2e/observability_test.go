@@ -71,7 +71,7 @@ func TestObservability(t *testing.T) {
 		if err != nil {
 			t.Fatalf("tar: %v\n%s", err, out)
 		}
-		for _, want := range []string{`"msg":`, "\tprogram SockOps ez_sockops", "\tmap SockHash", `"holder":`} {
+		for _, want := range []string{`"msg":`, "\tprogram SockOps ez_sc_sockops", "\tmap SockHash", `"holder":`} {
 			if !strings.Contains(string(out), want) {
 				t.Errorf("the bug report lacks %q:\n%s", want, out)
 			}

@@ -86,24 +86,24 @@ func TestParts(t *testing.T) {
 	})
 
 	t.Run("required_refused", func(t *testing.T) {
-		refuse := bpfsys.TestRefuseEnv + "=ez_release_switched"
+		refuse := bpfsys.TestRefuseEnv + "=ez_sc_release_switched"
 		rep, stderr, err := runPreflight(t, refuse)
 		if err == nil || rep.CoreRuns {
-			t.Fatalf("preflight with ez_release_switched refused: exit %v, core_runs %v", err, rep.CoreRuns)
+			t.Fatalf("preflight with ez_sc_release_switched refused: exit %v, core_runs %v", err, rep.CoreRuns)
 		}
-		if s := partOf(t, rep.Parts, parts.Shortcut); s.Runs || !strings.Contains(s.Reason, "ez_release_switched") || !strings.Contains(s.Reason, string(parts.Release)) {
-			t.Errorf("shortcut with ez_release_switched refused: %+v", s)
+		if s := partOf(t, rep.Parts, parts.Shortcut); s.Runs || !strings.Contains(s.Reason, "ez_sc_release_switched") || !strings.Contains(s.Reason, string(parts.Release)) {
+			t.Errorf("shortcut with ez_sc_release_switched refused: %+v", s)
 		}
-		if !strings.Contains(stderr, "ez_release_switched") {
-			t.Errorf("preflight error does not name ez_release_switched: %s", stderr)
+		if !strings.Contains(stderr, "ez_sc_release_switched") {
+			t.Errorf("preflight error does not name ez_sc_release_switched: %s", stderr)
 		}
 		e := newEnv(t, "prq", 43)
 		pin := e.pin("/sys/fs/bpf/eztest-parts-required")
 		cmd := sysexec.Command(context.Background(), bin, "run", "--cgroup", e.lab.Managed, "--pin-path", pin)
 		cmd.Env = append(os.Environ(), refuse)
 		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "program ez_release_switched (release)") {
-			t.Errorf("run with ez_release_switched refused: %v, want an error naming it and its part:\n%s", err, out)
+		if err == nil || !strings.Contains(string(out), "program ez_sc_release_switched (release)") {
+			t.Errorf("run with ez_sc_release_switched refused: %v, want an error naming it and its part:\n%s", err, out)
 		}
 		assertRemoved(t, e.lab.Managed, pin)
 	})
@@ -116,8 +116,8 @@ func TestParts(t *testing.T) {
 		t.Cleanup(func() { eztunnel(context.Background(), "uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
 		metricsAddr := freeAddr(t)
 		ready := filepath.Join(t.TempDir(), "ready")
-		refused := map[parts.Name]string{parts.ShortcutNAT: "ez_nat", parts.CloseReset: "ez_close_reset", parts.Adoption: "ez_adopt_step"}
-		names := []string{"ez_nat_dev"} // shortcut-nat's fallback, refused too
+		refused := map[parts.Name]string{parts.ShortcutNAT: "ez_sc_nat", parts.CloseReset: "ez_sc_close_reset", parts.Adoption: "ez_sc_adopt_step"}
+		names := []string{"ez_sc_nat_dev"} // shortcut-nat's fallback, refused too
 		for _, n := range refused {
 			names = append(names, n)
 		}
@@ -177,7 +177,7 @@ func TestParts(t *testing.T) {
 			t.Errorf("eztunnel_feature_enabled for the shortcut = %v, want 1", v)
 		}
 		for _, l := range st.Links {
-			if strings.Contains(l.Pin, "ez_nat") || strings.Contains(l.Pin, "ez_close_reset") || strings.Contains(l.Pin, "ez_sock_release") {
+			if strings.Contains(l.Pin, "ez_sc_nat") || strings.Contains(l.Pin, "ez_sc_close_reset") || strings.Contains(l.Pin, "ez_sc_sock_release") {
 				t.Errorf("a link of a part that is off is pinned: %s", l.Pin)
 			}
 		}

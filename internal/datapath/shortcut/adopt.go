@@ -69,7 +69,7 @@ func addAdoptCounter(m *ebpf.Map, c shortcutEzAdoptCounter, n uint64) error {
 	return m.Update(uint32(c), perCPU, ebpf.UpdateExist)
 }
 
-// SetAdoptHooks records the cgroups ez_sockops is attached to: adoption
+// SetAdoptHooks records the cgroups ez_sc_sockops is attached to: adoption
 // considers only sockets below them (their callbacks are the tripwire).
 func (s *Shortcut) SetAdoptHooks(ids []uint64) error {
 	want := map[uint64]bool{}
@@ -101,14 +101,14 @@ func inNetNS(path string, fn func() error) error {
 
 func (s *Shortcut) adoptIters() error {
 	if s.adoptScan == nil {
-		it, err := link.AttachIter(link.IterOptions{Program: s.objs.EzAdoptScan})
+		it, err := link.AttachIter(link.IterOptions{Program: s.objs.EzScAdoptScan})
 		if err != nil {
 			return fmt.Errorf("attach adoption scan iterator: %w", err)
 		}
 		s.adoptScan = it
 	}
 	if s.adoptStep == nil {
-		it, err := link.AttachIter(link.IterOptions{Program: s.objs.EzAdoptStep})
+		it, err := link.AttachIter(link.IterOptions{Program: s.objs.EzScAdoptStep})
 		if err != nil {
 			return fmt.Errorf("attach adoption step iterator: %w", err)
 		}
@@ -333,7 +333,7 @@ func countBusy(socks []scanSock) (sockets int, busy map[string]int) {
 	return sockets, busy
 }
 
-// stepAll runs ez_adopt_step once over every namespace; finish aborts and
+// stepAll runs ez_sc_adopt_step once over every namespace; finish aborts and
 // hands back whatever is not paired. A namespace that is gone (its
 // processes exited) is skipped.
 func (s *Shortcut) stepAll(namespaces []string, finish bool) error {

@@ -7,7 +7,7 @@ import (
 // Matching the ends of connections established before the agent
 // (adopt.go). Pure: unit-tested with synthetic scans.
 
-// scanSock is one socket from ez_adopt_scan.
+// scanSock is one socket from ez_sc_adopt_scan.
 type scanSock struct {
 	rec    shortcutEzAdoptSock
 	local  netip.AddrPort

@@ -25,9 +25,9 @@ type cgroupHook struct {
 // Order matters: the egress program must see a client's SYN before sockops
 // can enrol it, so egress is attached first and detached last.
 var cgroupHooks = []cgroupHook{
-	{shortcutProgEzEgress, ebpf.AttachCGroupInetEgress, func(s *Shortcut) *ebpf.Program { return s.objs.EzEgress }},
-	{shortcutProgEzSockops, ebpf.AttachCGroupSockOps, func(s *Shortcut) *ebpf.Program { return s.objs.EzSockops }},
-	{shortcutProgEzSockRelease, ebpf.AttachCgroupInetSockRelease, func(s *Shortcut) *ebpf.Program { return s.objs.EzSockRelease }},
+	{shortcutProgEzScEgress, ebpf.AttachCGroupInetEgress, func(s *Shortcut) *ebpf.Program { return s.objs.EzScEgress }},
+	{shortcutProgEzScSockops, ebpf.AttachCGroupSockOps, func(s *Shortcut) *ebpf.Program { return s.objs.EzScSockops }},
+	{shortcutProgEzScSockRelease, ebpf.AttachCgroupInetSockRelease, func(s *Shortcut) *ebpf.Program { return s.objs.EzScSockRelease }},
 }
 
 // lastHook is the last cgroup hook this load attaches: its pin marks a
@@ -46,8 +46,8 @@ func (s *Shortcut) lastHook() string {
 // the close-reset program of the device links.
 func pinnedProgs(s *Shortcut) map[string]*ebpf.Program {
 	out := map[string]*ebpf.Program{}
-	if s.objs.EzCloseReset != nil {
-		out[resetProg] = s.objs.EzCloseReset
+	if s.objs.EzScCloseReset != nil {
+		out[resetProg] = s.objs.EzScCloseReset
 	}
 	for _, h := range cgroupHooks {
 		if p := h.prog(s); p != nil { // nil: its part is off on this kernel
@@ -58,13 +58,13 @@ func pinnedProgs(s *Shortcut) map[string]*ebpf.Program {
 }
 
 // msgPin pins the sk_msg program attached to the sockhash (not a link).
-const msgPin = "prog_ez_msg"
+const msgPin = "prog_" + shortcutProgEzScMsg
 
 // attachMsg attaches sk_msg to the sockhash, replacing the program of an
 // earlier install; on rollback the earlier program is attached again.
 func (s *Shortcut) attachMsg(tx *bpfsys.Tx) error {
 	pin := filepath.Join(s.dir, msgPin)
-	opts := link.RawAttachProgramOptions{Target: s.objs.EzScSockets.FD(), Program: s.objs.EzMsg, Attach: ebpf.AttachSkMsgVerdict}
+	opts := link.RawAttachProgramOptions{Target: s.objs.EzScSockets.FD(), Program: s.objs.EzScMsg, Attach: ebpf.AttachSkMsgVerdict}
 	old, err := ebpf.LoadPinnedProgram(pin, nil)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("open pinned sk_msg program: %w", err)
@@ -88,7 +88,7 @@ func (s *Shortcut) attachMsg(tx *bpfsys.Tx) error {
 	// bpffs refuses names with a dot.
 	next := pin + "_next"
 	os.Remove(next)
-	if err := s.objs.EzMsg.Pin(next); err != nil {
+	if err := s.objs.EzScMsg.Pin(next); err != nil {
 		return fmt.Errorf("pin sk_msg program: %w", err)
 	}
 	tx.OnRollback(func() error { return os.Remove(next) })

@@ -18,7 +18,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
-// Connection is one end of an accelerated connection, as the ez_conns
+// Connection is one end of an accelerated connection, as the ez_sc_conns
 // iterator reports it (struct ez_conn_record).
 type Connection struct {
 	Cookie      uint64         `json:"cookie"`
@@ -44,7 +44,7 @@ type Connection struct {
 }
 
 // Connections lists the accelerated sockets of the datapath pinned under
-// dir: a fresh copy of the ez_conns iterator (iter/tcp) is loaded against the
+// dir: a fresh copy of the ez_sc_conns iterator (iter/tcp) is loaded against the
 // pinned maps and run in every network namespace of the node
 // (bpfsys.NetNamespaces), so it works without a running agent.
 func Connections(dir string) ([]Connection, error) {
@@ -68,18 +68,18 @@ func Connections(dir string) ([]Connection, error) {
 	}
 	// Only the iterator is loaded, against the pinned maps it reads.
 	var objs struct {
-		EzConns *ebpf.Program `ebpf:"ez_conns"`
+		EzScConns *ebpf.Program `ebpf:"ez_sc_conns"`
 	}
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{shortcutMapEzScSocks: socks, shortcutMapEzScUnreads: unreads}}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("datapath: verifier rejected ez_conns (connection listing): %+v", verr)
+			return nil, fmt.Errorf("datapath: verifier rejected ez_sc_conns (connection listing): %+v", verr)
 		}
-		return nil, fmt.Errorf("datapath: load ez_conns (connection listing): %w", err)
+		return nil, fmt.Errorf("datapath: load ez_sc_conns (connection listing): %w", err)
 	}
-	defer objs.EzConns.Close()
-	it, err := link.AttachIter(link.IterOptions{Program: objs.EzConns})
+	defer objs.EzScConns.Close()
+	it, err := link.AttachIter(link.IterOptions{Program: objs.EzScConns})
 	if err != nil {
 		return nil, fmt.Errorf("attach connections iterator: %w", err)
 	}

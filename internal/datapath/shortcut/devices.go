@@ -17,7 +17,7 @@ import (
 )
 
 // Device is a network device of the agent's namespace that the FINs of
-// accelerated connections cross: ez_close_reset is attached to it
+// accelerated connections cross: ez_sc_close_reset is attached to it
 // (bpf/shortcut/closereset.h), first in tcx order.
 type Device struct {
 	Ifindex int
@@ -28,7 +28,14 @@ type Device struct {
 
 // resetProg names the close-reset program: its program pin and, with the
 // direction, its link pins links/tcx/<netns cookie>/<ifindex>/<resetProg>_<dir>.
-const resetProg = shortcutProgEzCloseReset
+const resetProg = shortcutProgEzScCloseReset
+
+// resetFilterName is the name of its legacy tc filters (kernels without tcx)
+// and of their records tc/<netns cookie>/<ifindex>/<resetFilterName>_<dir>. It
+// is the program's name before the family prefix, and stays so: the
+// filter's handle is derived from it (bpfsys.TCFilter), and an upgrade
+// replaces a filter's program in place only under the same handle.
+const resetFilterName = "ez_close_reset"
 
 type devAttach struct {
 	dir    string
@@ -44,7 +51,7 @@ var devAttaches = []devAttach{{"ingress", ebpf.AttachTCXIngress}, {"egress", ebp
 // device that disappears while it is attached fails alone and is reported
 // in skipped. It returns the pins it attached and pruned.
 func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, skipped []string, err error) {
-	if s.objs.EzCloseReset == nil {
+	if s.objs.EzScCloseReset == nil {
 		return nil, nil, nil, nil // RST on close is off on this kernel (s.parts)
 	}
 	cookie, err := bpfsys.NetNSCookie("")
@@ -155,7 +162,7 @@ func (s *Shortcut) attachDevice(tx *bpfsys.Tx, pin string, d Device, a devAttach
 				return nil, err
 			}
 		} else {
-			l, ok, err := tx.UpdatePinned(pin, s.objs.EzCloseReset, s.prevProgs[resetProg])
+			l, ok, err := tx.UpdatePinned(pin, s.objs.EzScCloseReset, s.prevProgs[resetProg])
 			if err != nil || ok {
 				return l, err
 			}
@@ -163,7 +170,7 @@ func (s *Shortcut) attachDevice(tx *bpfsys.Tx, pin string, d Device, a devAttach
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
 	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: d.Ifindex, Program: s.objs.EzCloseReset, Attach: a.attach, Anchor: link.Head()})
+	l, err := link.AttachTCX(link.TCXOptions{Interface: d.Ifindex, Program: s.objs.EzScCloseReset, Attach: a.attach, Anchor: link.Head()})
 	if err != nil {
 		if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENXIO) {
 			return nil, errDeviceGone
@@ -191,15 +198,15 @@ func (s *Shortcut) Devices() []string {
 	return out
 }
 
-// resetPrio: the legacy tc priority of ez_close_reset, first on its device
+// resetPrio: the legacy tc priority of ez_sc_close_reset, first on its device
 // (tcx: link.Head()).
 const resetPrio = 1
 
 func resetFilter(d Device, a devAttach) bpfsys.TCFilter {
-	return bpfsys.TCFilter{Ifindex: d.Ifindex, Ingress: a.dir == "ingress", Name: resetProg, Prio: resetPrio}
+	return bpfsys.TCFilter{Ifindex: d.Ifindex, Ingress: a.dir == "ingress", Name: resetFilterName, Prio: resetPrio}
 }
 
-// syncDevicesTC is SyncDevices on a kernel without tcx: ez_close_reset as a
+// syncDevicesTC is SyncDevices on a kernel without tcx: ez_sc_close_reset as a
 // legacy tc filter of each device (bpfsys.AttachTCFilter), recorded under
 // <dir>/tc/<netns cookie>.
 func (s *Shortcut) syncDevicesTC(tx *bpfsys.Tx, cookie uint64, devs []Device) (attached, pruned, skipped []string, err error) {
@@ -232,7 +239,7 @@ func (s *Shortcut) syncDevicesTC(tx *bpfsys.Tx, cookie uint64, devs []Device) (a
 	}
 	base := filepath.Join(s.dir, bpfsys.TCDir, strconv.FormatUint(cookie, 10))
 	for _, rec := range recs {
-		if filepath.Dir(filepath.Dir(rec)) == base && !want[rec] && strings.HasPrefix(filepath.Base(rec), resetProg+"_") {
+		if filepath.Dir(filepath.Dir(rec)) == base && !want[rec] && strings.HasPrefix(filepath.Base(rec), resetFilterName+"_") {
 			pruned = append(pruned, rec)
 		}
 	}
@@ -240,12 +247,12 @@ func (s *Shortcut) syncDevicesTC(tx *bpfsys.Tx, cookie uint64, devs []Device) (a
 	return attached, pruned, skipped, nil
 }
 
-// attachFilter attaches ez_close_reset as f in the calling thread's netns
+// attachFilter attaches ez_sc_close_reset as f in the calling thread's netns
 // within tx: an earlier agent's filter gets this load's program in place,
 // and gets its own back on rollback.
 func (s *Shortcut) attachFilter(tx *bpfsys.Tx, cookie uint64, f bpfsys.TCFilter) error {
 	rec := bpfsys.TCRecord(s.dir, cookie, f)
-	if err := tx.AttachTCFilter(s.dir, cookie, f, s.objs.EzCloseReset); err != nil {
+	if err := tx.AttachTCFilter(s.dir, cookie, f, s.objs.EzScCloseReset); err != nil {
 		return err
 	}
 	s.devFilters[rec] = true
@@ -270,7 +277,7 @@ func (s *Shortcut) detachFilters(recs []string) error {
 // namespace (LOOPBACK_IFINDEX, net/core/dev.c).
 const loopbackIfindex = 1
 
-// SyncLoopbacks attaches ez_close_reset at egress of the loopback device of
+// SyncLoopbacks attaches ez_sc_close_reset at egress of the loopback device of
 // each network namespace in nsPaths (nsfs paths: the pods' namespaces, where
 // an application and its sidecar talk over loopback) within tx, and unpins
 // the links of namespaces that went away (their loopback device went with
@@ -278,7 +285,7 @@ const loopbackIfindex = 1
 // namespace that disappears meanwhile is skipped, and so is one the agent
 // may not enter (setns needs CAP_SYS_ADMIN): denied counts those.
 func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pruned []string, denied int, err error) {
-	if s.objs.EzCloseReset == nil {
+	if s.objs.EzScCloseReset == nil {
 		return nil, nil, 0, nil // RST on close is off on this kernel (s.parts)
 	}
 	self, err := bpfsys.NetNSCookie("")
@@ -343,7 +350,7 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 	}
 	var gone []string
 	for _, rec := range recs {
-		if c, f, err := bpfsys.ParseTCRecord(rec); err == nil && c != self && !seen[c] && f.Name == resetProg {
+		if c, f, err := bpfsys.ParseTCRecord(rec); err == nil && c != self && !seen[c] && f.Name == resetFilterName {
 			gone = append(gone, rec)
 		}
 	}

@@ -22,7 +22,7 @@ const releaseGrace = 200 * time.Millisecond
 //  1. set the draining flag: from their next message on, paired sockets send
 //     through the kernel (bytes redirected earlier are read first);
 //  2. hand each enrolled socket back as soon as its psock queue is empty
-//     (ez_release, run per socket), repeating until none is left;
+//     (ez_sc_release, run per socket), repeating until none is left;
 //  3. detach sk_msg.
 //
 // If sockets still hold unread redirected bytes after drain, it returns an
@@ -55,7 +55,7 @@ func Release(dir string, drain time.Duration) error {
 	return nil
 }
 
-// drainSockets sets the draining flag and runs ez_release until
+// drainSockets sets the draining flag and runs ez_sc_release until
 // the sockhash is empty or drain has passed.
 func drainSockets(dir string, sockets *ebpf.Map, drain time.Duration) error {
 	n, err := Entries(sockets)
@@ -100,21 +100,21 @@ func drainSockets(dir string, sockets *ebpf.Map, drain time.Duration) error {
 	}
 }
 
-// loadRelease loads only ez_release, against the pinned maps.
+// loadRelease loads only ez_sc_release, against the pinned maps.
 func loadRelease(sockets, counters *ebpf.Map) (*ebpf.Program, error) {
 	spec, err := loadShortcut()
 	if err != nil {
 		return nil, err
 	}
 	var objs struct {
-		Release *ebpf.Program `ebpf:"ez_release"`
+		Release *ebpf.Program `ebpf:"ez_sc_release"`
 	}
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 		shortcutMapEzScSockets:  sockets,
 		shortcutMapEzScCounters: counters,
 	}}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
-		return nil, fmt.Errorf("load ez_release (shortcut release): %w", err)
+		return nil, fmt.Errorf("load ez_sc_release (shortcut release): %w", err)
 	}
 	return objs.Release, nil
 }

@@ -87,7 +87,7 @@ type Shortcut struct {
 	prevProgs map[string]*ebpf.Program
 	links     []link.Link
 	instance  uint32     // ez_cfg_instance of this load (recv.h)
-	adoptScan *link.Iter // ez_adopt_scan and ez_adopt_step (adopt.go), attached on first use
+	adoptScan *link.Iter // ez_sc_adopt_scan and ez_sc_adopt_step (adopt.go), attached on first use
 	adoptStep *link.Iter
 	// adoptPasses: step passes per round (3; fewer only through
 	// InterruptAdoptionAfter, for tests).
@@ -141,7 +141,7 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 			return nil, fmt.Errorf("datapath: %w", err)
 		}
 	}
-	// ez_nat_dev learns from this namespace's devices (bpf/shortcut/nat.h).
+	// ez_sc_nat_dev learns from this namespace's devices (bpf/shortcut/nat.h).
 	netns, err := bpfsys.NetNSCookie("")
 	if err != nil {
 		return nil, fmt.Errorf("datapath: %w", err)
@@ -177,14 +177,14 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 // kernel that refuses one of its programs turns off that part only. gauge:
 // the kernel has no tp_btf/sock_recv_length (rxGauge).
 func programGroups(gauge bool) []bpfsys.Group {
-	read := bpfsys.Group{Part: parts.ReadAccounting, Required: true, Progs: []string{shortcutProgEzRecv}, Via: "tp_btf/sock_recv_length"}
-	reset := bpfsys.Group{Part: parts.CloseReset, Progs: []string{shortcutProgEzSockRelease, shortcutProgEzCloseReset},
+	read := bpfsys.Group{Part: parts.ReadAccounting, Required: true, Progs: []string{shortcutProgEzScRecv}, Via: "tp_btf/sock_recv_length"}
+	reset := bpfsys.Group{Part: parts.CloseReset, Progs: []string{shortcutProgEzScSockRelease, shortcutProgEzScCloseReset},
 		Via: "cgroup/sock_release + " + bpfsys.TCAttachHow(), Attach: bpfsys.TCAttachable}
 	if gauge {
 		read = bpfsys.Group{Part: parts.ReadAccounting, Required: true, Via: "gauge: the sender reads the receiver's sk_rmem_alloc (no tp_btf/sock_recv_length here)"}
 		reset.Via = "cgroup/sock_release asking the closing socket's psock queue (no counted reads) + " + bpfsys.TCAttachHow()
 	}
-	adopt := bpfsys.Group{Part: parts.Adoption, Progs: []string{shortcutProgEzAdoptScan, shortcutProgEzAdoptStep}, Via: "iter/tcp per network namespace"}
+	adopt := bpfsys.Group{Part: parts.Adoption, Progs: []string{shortcutProgEzScAdoptScan, shortcutProgEzScAdoptStep}, Via: "iter/tcp per network namespace"}
 	// The programs load on older kernels, but there bpf_setsockopt refuses
 	// TCP_BPF_SOCK_OPS_CB_FLAGS (net/core/filter.c, sol_tcp_sockopt) at run
 	// time, so no tripwire could be armed.
@@ -192,26 +192,26 @@ func programGroups(gauge bool) []bpfsys.Group {
 		adopt = bpfsys.Group{Part: parts.Adoption, Off: "arming a connection needs bpf_setsockopt(TCP_BPF_SOCK_OPS_CB_FLAGS) from an iterator (Linux 6.10): " + err.Error()}
 	}
 	return []bpfsys.Group{
-		{Part: parts.Shortcut, Required: true, Progs: []string{shortcutProgEzSockops, shortcutProgEzEgress, shortcutProgEzMsg},
+		{Part: parts.Shortcut, Required: true, Progs: []string{shortcutProgEzScSockops, shortcutProgEzScEgress, shortcutProgEzScMsg},
 			Via: "sockops + sk_msg + sockhash, cgroup_skb egress"},
 		read,
-		{Part: parts.Release, Required: true, Progs: []string{shortcutProgEzReleaseSwitched, shortcutProgEzRelease},
+		{Part: parts.Release, Required: true, Progs: []string{shortcutProgEzScReleaseSwitched, shortcutProgEzScRelease},
 			Via: "tc programs run by BPF_PROG_TEST_RUN"},
-		{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzNat}, Via: "netfilter link at POST_ROUTING",
+		{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzScNat}, Via: "netfilter link at POST_ROUTING",
 			// No BPF netfilter links before Linux 6.4 (bpf/shortcut/nat.h).
-			Fallback: &bpfsys.Group{Progs: []string{shortcutProgEzNatDev}, Via: "tp_btf/net_dev_queue of the node's devices"}},
+			Fallback: &bpfsys.Group{Progs: []string{shortcutProgEzScNatDev}, Via: "tp_btf/net_dev_queue of the node's devices"}},
 		reset,
 		adopt,
-		{Part: parts.Connections, Progs: []string{shortcutProgEzConns}, Via: "iter/tcp per network namespace"},
+		{Part: parts.Connections, Progs: []string{shortcutProgEzScConns}, Via: "iter/tcp per network namespace"},
 	}
 }
 
 // rxGauge reports whether reads cannot be counted here, so the unread bound
 // gauges the receiver instead (bpf/shortcut/unread.h, ez_sc_rx_socks): the
 // kernel has no sock_recv_length tracepoint (Linux 6.1), or a test refuses
-// ez_recv (bpfsys.TestRefuseEnv).
+// ez_sc_recv (bpfsys.TestRefuseEnv).
 func rxGauge() bool {
-	return bpfsys.Tracepoint("sock_recv_length")() != nil || bpfsys.TestRefused(shortcutProgEzRecv)
+	return bpfsys.Tracepoint("sock_recv_length")() != nil || bpfsys.TestRefused(shortcutProgEzScRecv)
 }
 
 // load loads the maps, then each program on its own (bpfsys.Programs),
@@ -230,9 +230,9 @@ func (s *Shortcut) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions)
 	if err != nil {
 		return fmt.Errorf("datapath: %w", err)
 	}
-	// ez_release runs only at uninstall (drain.go), ez_conns only for
+	// ez_sc_release runs only at uninstall (drain.go), ez_sc_conns only for
 	// `eztunnel connections`: loaded here to prove they load, then closed.
-	for _, name := range []string{shortcutProgEzRelease, shortcutProgEzConns} {
+	for _, name := range []string{shortcutProgEzScRelease, shortcutProgEzScConns} {
 		if p := loaded[name]; p != nil {
 			p.Close()
 			delete(loaded, name)
@@ -310,8 +310,8 @@ func reasonOf(r parts.Report, p parts.Name) string {
 func (s *Shortcut) Parts() parts.Report { return s.parts }
 
 // Attach attaches the shortcut within tx: sk_msg on the sockhash (once),
-// ez_nat on POST_ROUTING, ez_recv on tp_btf/sock_recv_length, then ez_egress
-// and ez_sockops on every cgroup (so reads are counted before any
+// ez_sc_nat on POST_ROUTING, ez_sc_recv on tp_btf/sock_recv_length, then ez_sc_egress
+// and ez_sc_sockops on every cgroup (so reads are counted before any
 // connection can pair). Pinned links of an earlier install are updated in place.
 func (s *Shortcut) Attach(tx *bpfsys.Tx, cgroups []string) error {
 	if err := s.attachMsg(tx); err != nil {
@@ -395,7 +395,7 @@ func (s *Shortcut) Close() error {
 	return errors.Join(append(errs, s.objs.Close())...)
 }
 
-// ReleaseSwitched runs ez_release_switched over the sockhash once: ends of
+// ReleaseSwitched runs ez_sc_release_switched over the sockhash once: ends of
 // connections that switched to the kernel path (backpressure) leave the
 // sockhash once nothing redirected to them is unread. sockops does this at
 // the socket's next segment; this is the backstop for sockets that see none.
@@ -409,7 +409,7 @@ func (s *Shortcut) ReleaseSwitched() error {
 	}
 	// Switched sockets it had to leave in the sockhash (bytes still
 	// unread) need another pass.
-	_, waiting, err := releasePass(s.objs.EzReleaseSwitched, s.objs.EzScSockets)
+	_, waiting, err := releasePass(s.objs.EzScReleaseSwitched, s.objs.EzScSockets)
 	if err != nil {
 		return err
 	}

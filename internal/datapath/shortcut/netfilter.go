@@ -10,7 +10,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
-// natPriority places ez_nat after every NAT of POST_ROUTING
+// natPriority places ez_sc_nat after every NAT of POST_ROUTING
 // (NF_IP_PRI_NAT_SRC is 100), so conntrack holds the final translation.
 // Another datapath in this namespace (or the one being replaced) holds a
 // priority already: the next free one is taken, up to natPriorityLast.
@@ -24,7 +24,7 @@ var natFamilies = []struct {
 	family link.NetfilterProtocolFamily
 }{{"ipv4", link.NetfilterProtoIPv4}, {"ipv6", link.NetfilterProtoIPv6}}
 
-// attachNAT attaches ez_nat to POST_ROUTING for IPv4 and IPv6 in the calling
+// attachNAT attaches ez_sc_nat to POST_ROUTING for IPv4 and IPv6 in the calling
 // process's network namespace (the node's, for the agent). It learns NAT
 // that this namespace applies to traffic between pods (kube-proxy DNAT).
 // Netfilter links cannot be updated in place: the new link is attached next
@@ -32,20 +32,20 @@ var natFamilies = []struct {
 // kept on rollback. Meanwhile both run: the second finds the alias the first
 // wrote (BPF_NOEXIST) with the same target and changes nothing.
 func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
-	if s.objs.EzNat == nil && s.objs.EzNatDev != nil {
+	if s.objs.EzScNat == nil && s.objs.EzScNatDev != nil {
 		return s.attachNATDev(tx)
 	}
-	if s.objs.EzNat == nil {
+	if s.objs.EzScNat == nil {
 		return nil // pairing under NAT is off on this kernel (s.parts): NAT-ed connections stay on the kernel path
 	}
 	for _, f := range natFamilies {
-		pin := bpfsys.LinkPin(s.dir, bpfsys.KindNetfilter, "ez_nat_"+f.name)
+		pin := bpfsys.LinkPin(s.dir, bpfsys.KindNetfilter, shortcutProgEzScNat+"_"+f.name)
 		old, err := link.LoadPinnedLink(pin, nil)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("open pinned link %s: %w", pin, err)
 		}
 		l, _, err := bpfsys.AttachNetfilter(link.NetfilterOptions{
-			Program:        s.objs.EzNat,
+			Program:        s.objs.EzScNat,
 			ProtocolFamily: f.family,
 			Hook:           link.NetfilterInetPostRouting,
 			Priority:       natPriority,
@@ -64,16 +64,16 @@ func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
 	return nil
 }
 
-// attachRecv attaches ez_recv to tp_btf/sock_recv_length. Tracing links
+// attachRecv attaches ez_sc_recv to tp_btf/sock_recv_length. Tracing links
 // cannot be updated in place: over an earlier install the new link runs next
 // to the pinned one until commit, and exactly one of them counts reads (the
 // ez_sc_control owner slot, bpf/shortcut/recv.h): the old one until commit
 // moves the slot to this load, then the old link is detached.
 func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
-	if s.objs.EzRecv == nil {
+	if s.objs.EzScRecv == nil {
 		return nil // reads are gauged, not counted, on this kernel (rxGauge)
 	}
-	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, "ez_recv")
+	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, shortcutProgEzScRecv)
 	old, err := link.LoadPinnedLink(pin, nil)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("open pinned link %s: %w", pin, err)
@@ -81,7 +81,7 @@ func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
 	owner := uint32(shortcutEzControlEZ_CTL_RECV_OWNER)
 	setOwner := func(v uint32) error {
 		if err := s.objs.EzScControl.Put(owner, v); err != nil {
-			return fmt.Errorf("set the counting ez_recv: %w", err)
+			return fmt.Errorf("set the counting ez_sc_recv: %w", err)
 		}
 		return nil
 	}
@@ -89,19 +89,19 @@ func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
 		// Nothing counts reads yet: this one counts from its first.
 		var prev uint32
 		if err := s.objs.EzScControl.Lookup(owner, &prev); err != nil {
-			return fmt.Errorf("read the counting ez_recv: %w", err)
+			return fmt.Errorf("read the counting ez_sc_recv: %w", err)
 		}
 		if err := setOwner(s.instance); err != nil {
 			return err
 		}
 		tx.OnRollback(func() error { return setOwner(prev) })
 	}
-	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.EzRecv})
+	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.EzScRecv})
 	if err != nil {
 		if old != nil {
 			old.Close()
 		}
-		return fmt.Errorf("attach ez_recv to tp_btf/sock_recv_length: %w", err)
+		return fmt.Errorf("attach ez_sc_recv to tp_btf/sock_recv_length: %w", err)
 	}
 	s.links = append(s.links, l)
 	if old != nil {
@@ -110,22 +110,22 @@ func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
 	return pinOver(tx, l, old, pin)
 }
 
-// attachNATDev attaches ez_nat_dev to tp_btf/net_dev_queue, where the
+// attachNATDev attaches ez_sc_nat_dev to tp_btf/net_dev_queue, where the
 // kernel has no BPF netfilter links. Over an earlier install the new link
 // runs next to the pinned one until commit (both write the same aliases,
 // BPF_NOEXIST), then the old one is detached.
 func (s *Shortcut) attachNATDev(tx *bpfsys.Tx) error {
-	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, "ez_nat_dev")
+	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, shortcutProgEzScNatDev)
 	old, err := link.LoadPinnedLink(pin, nil)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("open pinned link %s: %w", pin, err)
 	}
-	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.EzNatDev})
+	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.EzScNatDev})
 	if err != nil {
 		if old != nil {
 			old.Close()
 		}
-		return fmt.Errorf("attach ez_nat_dev to tp_btf/net_dev_queue: %w", err)
+		return fmt.Errorf("attach ez_sc_nat_dev to tp_btf/net_dev_queue: %w", err)
 	}
 	s.links = append(s.links, l)
 	return pinOver(tx, l, old, pin)

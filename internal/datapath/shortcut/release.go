@@ -7,7 +7,7 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// releasePass runs prog (ez_release or ez_release_switched, tc programs that
+// releasePass runs prog (ez_sc_release or ez_sc_release_switched, tc programs that
 // never see traffic: bpf/shortcut/release.h) once for every socket in the
 // sockhash, through BPF_PROG_TEST_RUN with the socket's cookie in the input
 // packet, and counts what they answered.

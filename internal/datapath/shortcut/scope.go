@@ -91,7 +91,7 @@ func AttachedCgroups(dir string) ([]uint64, error) {
 }
 
 // DetachCgroup unpins (so detaches) the links pinned for cgroup id, in the
-// reverse of attach order: ez_sockops goes before ez_egress. A link whose
+// reverse of attach order: ez_sc_sockops goes before ez_sc_egress. A link whose
 // cgroup was removed is already detached by the kernel; its pin goes too.
 func DetachCgroup(dir string, id uint64) error {
 	base := bpfsys.LinkPin(dir, bpfsys.KindCgroup, strconv.FormatUint(id, 10))

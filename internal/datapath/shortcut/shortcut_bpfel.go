@@ -303,57 +303,57 @@ type shortcutEzUnread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	shortcutMapEzScAdoptCounters   = "ez_sc_adopt_counters"
-	shortcutMapEzScAdoptHooks      = "ez_sc_adopt_hooks"
-	shortcutMapEzScAdoptSocks      = "ez_sc_adopt_socks"
-	shortcutMapEzScAdopts          = "ez_sc_adopts"
-	shortcutMapEzScAliases         = "ez_sc_aliases"
-	shortcutMapEzScCgroups         = "ez_sc_cgroups"
-	shortcutMapEzScCidrRules       = "ez_sc_cidr_rules"
-	shortcutMapEzScControl         = "ez_sc_control"
-	shortcutMapEzScCounters        = "ez_sc_counters"
-	shortcutMapEzScPairs           = "ez_sc_pairs"
-	shortcutMapEzScPortRules       = "ez_sc_port_rules"
-	shortcutMapEzScResetCounters   = "ez_sc_reset_counters"
-	shortcutMapEzScResets          = "ez_sc_resets"
-	shortcutMapEzScRxSocks         = "ez_sc_rx_socks"
-	shortcutMapEzScSockets         = "ez_sc_sockets"
-	shortcutMapEzScSocks           = "ez_sc_socks"
-	shortcutMapEzScSynIndex        = "ez_sc_syn_index"
-	shortcutMapEzScUnreads         = "ez_sc_unreads"
-	shortcutProgEzAdoptScan        = "ez_adopt_scan"
-	shortcutProgEzAdoptStep        = "ez_adopt_step"
-	shortcutProgEzCloseReset       = "ez_close_reset"
-	shortcutProgEzConns            = "ez_conns"
-	shortcutProgEzEgress           = "ez_egress"
-	shortcutProgEzMsg              = "ez_msg"
-	shortcutProgEzNat              = "ez_nat"
-	shortcutProgEzNatDev           = "ez_nat_dev"
-	shortcutProgEzRecv             = "ez_recv"
-	shortcutProgEzRelease          = "ez_release"
-	shortcutProgEzReleaseSwitched  = "ez_release_switched"
-	shortcutProgEzSockRelease      = "ez_sock_release"
-	shortcutProgEzSockops          = "ez_sockops"
-	shortcutVarEzAdoptBusyEnum     = "ez_adopt_busy_enum"
-	shortcutVarEzAdoptCounterEnum  = "ez_adopt_counter_enum"
-	shortcutVarEzAdoptFinish       = "ez_adopt_finish"
-	shortcutVarEzAdoptSockType     = "ez_adopt_sock_type"
-	shortcutVarEzAdoptStateEnum    = "ez_adopt_state_enum"
-	shortcutVarEzCfgFlagEnum       = "ez_cfg_flag_enum"
-	shortcutVarEzCfgFlags          = "ez_cfg_flags"
-	shortcutVarEzCfgInstance       = "ez_cfg_instance"
-	shortcutVarEzCfgMaxUnread      = "ez_cfg_max_unread"
-	shortcutVarEzCfgNatNetns       = "ez_cfg_nat_netns"
-	shortcutVarEzConnRecordType    = "ez_conn_record_type"
-	shortcutVarEzControlEnum       = "ez_control_enum"
-	shortcutVarEzCounterEnum       = "ez_counter_enum"
-	shortcutVarEzPairStateEnum     = "ez_pair_state_enum"
-	shortcutVarEzReleaseInputEnum  = "ez_release_input_enum"
-	shortcutVarEzReleaseResultEnum = "ez_release_result_enum"
-	shortcutVarEzResetCounterEnum  = "ez_reset_counter_enum"
-	shortcutVarEzRuleEnum          = "ez_rule_enum"
-	shortcutVarEzSockFlagsEnum     = "ez_sock_flags_enum"
-	shortcutVarEzSockStateEnum     = "ez_sock_state_enum"
+	shortcutMapEzScAdoptCounters    = "ez_sc_adopt_counters"
+	shortcutMapEzScAdoptHooks       = "ez_sc_adopt_hooks"
+	shortcutMapEzScAdoptSocks       = "ez_sc_adopt_socks"
+	shortcutMapEzScAdopts           = "ez_sc_adopts"
+	shortcutMapEzScAliases          = "ez_sc_aliases"
+	shortcutMapEzScCgroups          = "ez_sc_cgroups"
+	shortcutMapEzScCidrRules        = "ez_sc_cidr_rules"
+	shortcutMapEzScControl          = "ez_sc_control"
+	shortcutMapEzScCounters         = "ez_sc_counters"
+	shortcutMapEzScPairs            = "ez_sc_pairs"
+	shortcutMapEzScPortRules        = "ez_sc_port_rules"
+	shortcutMapEzScResetCounters    = "ez_sc_reset_counters"
+	shortcutMapEzScResets           = "ez_sc_resets"
+	shortcutMapEzScRxSocks          = "ez_sc_rx_socks"
+	shortcutMapEzScSockets          = "ez_sc_sockets"
+	shortcutMapEzScSocks            = "ez_sc_socks"
+	shortcutMapEzScSynIndex         = "ez_sc_syn_index"
+	shortcutMapEzScUnreads          = "ez_sc_unreads"
+	shortcutProgEzScAdoptScan       = "ez_sc_adopt_scan"
+	shortcutProgEzScAdoptStep       = "ez_sc_adopt_step"
+	shortcutProgEzScCloseReset      = "ez_sc_close_reset"
+	shortcutProgEzScConns           = "ez_sc_conns"
+	shortcutProgEzScEgress          = "ez_sc_egress"
+	shortcutProgEzScMsg             = "ez_sc_msg"
+	shortcutProgEzScNat             = "ez_sc_nat"
+	shortcutProgEzScNatDev          = "ez_sc_nat_dev"
+	shortcutProgEzScRecv            = "ez_sc_recv"
+	shortcutProgEzScRelease         = "ez_sc_release"
+	shortcutProgEzScReleaseSwitched = "ez_sc_release_switched"
+	shortcutProgEzScSockRelease     = "ez_sc_sock_release"
+	shortcutProgEzScSockops         = "ez_sc_sockops"
+	shortcutVarEzAdoptBusyEnum      = "ez_adopt_busy_enum"
+	shortcutVarEzAdoptCounterEnum   = "ez_adopt_counter_enum"
+	shortcutVarEzAdoptFinish        = "ez_adopt_finish"
+	shortcutVarEzAdoptSockType      = "ez_adopt_sock_type"
+	shortcutVarEzAdoptStateEnum     = "ez_adopt_state_enum"
+	shortcutVarEzCfgFlagEnum        = "ez_cfg_flag_enum"
+	shortcutVarEzCfgFlags           = "ez_cfg_flags"
+	shortcutVarEzCfgInstance        = "ez_cfg_instance"
+	shortcutVarEzCfgMaxUnread       = "ez_cfg_max_unread"
+	shortcutVarEzCfgNatNetns        = "ez_cfg_nat_netns"
+	shortcutVarEzConnRecordType     = "ez_conn_record_type"
+	shortcutVarEzControlEnum        = "ez_control_enum"
+	shortcutVarEzCounterEnum        = "ez_counter_enum"
+	shortcutVarEzPairStateEnum      = "ez_pair_state_enum"
+	shortcutVarEzReleaseInputEnum   = "ez_release_input_enum"
+	shortcutVarEzReleaseResultEnum  = "ez_release_result_enum"
+	shortcutVarEzResetCounterEnum   = "ez_reset_counter_enum"
+	shortcutVarEzRuleEnum           = "ez_rule_enum"
+	shortcutVarEzSockFlagsEnum      = "ez_sock_flags_enum"
+	shortcutVarEzSockStateEnum      = "ez_sock_state_enum"
 )
 
 // loadShortcut returns the embedded CollectionSpec for shortcut.
@@ -398,19 +398,19 @@ type shortcutSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type shortcutProgramSpecs struct {
-	EzAdoptScan       *ebpf.ProgramSpec `ebpf:"ez_adopt_scan"`
-	EzAdoptStep       *ebpf.ProgramSpec `ebpf:"ez_adopt_step"`
-	EzCloseReset      *ebpf.ProgramSpec `ebpf:"ez_close_reset"`
-	EzConns           *ebpf.ProgramSpec `ebpf:"ez_conns"`
-	EzEgress          *ebpf.ProgramSpec `ebpf:"ez_egress"`
-	EzMsg             *ebpf.ProgramSpec `ebpf:"ez_msg"`
-	EzNat             *ebpf.ProgramSpec `ebpf:"ez_nat"`
-	EzNatDev          *ebpf.ProgramSpec `ebpf:"ez_nat_dev"`
-	EzRecv            *ebpf.ProgramSpec `ebpf:"ez_recv"`
-	EzRelease         *ebpf.ProgramSpec `ebpf:"ez_release"`
-	EzReleaseSwitched *ebpf.ProgramSpec `ebpf:"ez_release_switched"`
-	EzSockRelease     *ebpf.ProgramSpec `ebpf:"ez_sock_release"`
-	EzSockops         *ebpf.ProgramSpec `ebpf:"ez_sockops"`
+	EzScAdoptScan       *ebpf.ProgramSpec `ebpf:"ez_sc_adopt_scan"`
+	EzScAdoptStep       *ebpf.ProgramSpec `ebpf:"ez_sc_adopt_step"`
+	EzScCloseReset      *ebpf.ProgramSpec `ebpf:"ez_sc_close_reset"`
+	EzScConns           *ebpf.ProgramSpec `ebpf:"ez_sc_conns"`
+	EzScEgress          *ebpf.ProgramSpec `ebpf:"ez_sc_egress"`
+	EzScMsg             *ebpf.ProgramSpec `ebpf:"ez_sc_msg"`
+	EzScNat             *ebpf.ProgramSpec `ebpf:"ez_sc_nat"`
+	EzScNatDev          *ebpf.ProgramSpec `ebpf:"ez_sc_nat_dev"`
+	EzScRecv            *ebpf.ProgramSpec `ebpf:"ez_sc_recv"`
+	EzScRelease         *ebpf.ProgramSpec `ebpf:"ez_sc_release"`
+	EzScReleaseSwitched *ebpf.ProgramSpec `ebpf:"ez_sc_release_switched"`
+	EzScSockRelease     *ebpf.ProgramSpec `ebpf:"ez_sc_sock_release"`
+	EzScSockops         *ebpf.ProgramSpec `ebpf:"ez_sc_sockops"`
 }
 
 // shortcutMapSpecs contains maps before they are loaded into the kernel.
@@ -556,36 +556,36 @@ type shortcutVariables struct {
 //
 // It can be passed to loadShortcutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type shortcutPrograms struct {
-	EzAdoptScan       *ebpf.Program `ebpf:"ez_adopt_scan"`
-	EzAdoptStep       *ebpf.Program `ebpf:"ez_adopt_step"`
-	EzCloseReset      *ebpf.Program `ebpf:"ez_close_reset"`
-	EzConns           *ebpf.Program `ebpf:"ez_conns"`
-	EzEgress          *ebpf.Program `ebpf:"ez_egress"`
-	EzMsg             *ebpf.Program `ebpf:"ez_msg"`
-	EzNat             *ebpf.Program `ebpf:"ez_nat"`
-	EzNatDev          *ebpf.Program `ebpf:"ez_nat_dev"`
-	EzRecv            *ebpf.Program `ebpf:"ez_recv"`
-	EzRelease         *ebpf.Program `ebpf:"ez_release"`
-	EzReleaseSwitched *ebpf.Program `ebpf:"ez_release_switched"`
-	EzSockRelease     *ebpf.Program `ebpf:"ez_sock_release"`
-	EzSockops         *ebpf.Program `ebpf:"ez_sockops"`
+	EzScAdoptScan       *ebpf.Program `ebpf:"ez_sc_adopt_scan"`
+	EzScAdoptStep       *ebpf.Program `ebpf:"ez_sc_adopt_step"`
+	EzScCloseReset      *ebpf.Program `ebpf:"ez_sc_close_reset"`
+	EzScConns           *ebpf.Program `ebpf:"ez_sc_conns"`
+	EzScEgress          *ebpf.Program `ebpf:"ez_sc_egress"`
+	EzScMsg             *ebpf.Program `ebpf:"ez_sc_msg"`
+	EzScNat             *ebpf.Program `ebpf:"ez_sc_nat"`
+	EzScNatDev          *ebpf.Program `ebpf:"ez_sc_nat_dev"`
+	EzScRecv            *ebpf.Program `ebpf:"ez_sc_recv"`
+	EzScRelease         *ebpf.Program `ebpf:"ez_sc_release"`
+	EzScReleaseSwitched *ebpf.Program `ebpf:"ez_sc_release_switched"`
+	EzScSockRelease     *ebpf.Program `ebpf:"ez_sc_sock_release"`
+	EzScSockops         *ebpf.Program `ebpf:"ez_sc_sockops"`
 }
 
 func (p *shortcutPrograms) Close() error {
 	return _ShortcutClose(
-		p.EzAdoptScan,
-		p.EzAdoptStep,
-		p.EzCloseReset,
-		p.EzConns,
-		p.EzEgress,
-		p.EzMsg,
-		p.EzNat,
-		p.EzNatDev,
-		p.EzRecv,
-		p.EzRelease,
-		p.EzReleaseSwitched,
-		p.EzSockRelease,
-		p.EzSockops,
+		p.EzScAdoptScan,
+		p.EzScAdoptStep,
+		p.EzScCloseReset,
+		p.EzScConns,
+		p.EzScEgress,
+		p.EzScMsg,
+		p.EzScNat,
+		p.EzScNatDev,
+		p.EzScRecv,
+		p.EzScRelease,
+		p.EzScReleaseSwitched,
+		p.EzScSockRelease,
+		p.EzScSockops,
 	)
 }
 

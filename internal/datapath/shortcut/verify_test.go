@@ -38,7 +38,7 @@ func TestShortcutVerifies(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer objs.Close()
-			if objs.EzSockops == nil || objs.EzEgress == nil || objs.EzMsg == nil || objs.EzNat == nil {
+			if objs.EzScSockops == nil || objs.EzScEgress == nil || objs.EzScMsg == nil || objs.EzScNat == nil {
 				t.Fatal("programs missing after load")
 			}
 		})

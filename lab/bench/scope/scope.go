@@ -1,5 +1,5 @@
 // Package scope measures the two ways Kubernetes mode could select pods: a
-// link pair (ez_egress, ez_sockops) attached and pinned per pod cgroup, or
+// link pair (ez_sc_egress, ez_sc_sockops) attached and pinned per pod cgroup, or
 // one attachment at the pods' root and a cgroup id per pod in ez_sc_cgroups
 // (what the agent does). Both run on the real kernel against N throwaway pod
 // cgroups (each with a container child, as the kubelet makes them).
