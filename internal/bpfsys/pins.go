@@ -61,7 +61,10 @@ const (
 	KindNetfilter = "netfilter" // links/netfilter/<program>_<family>
 	KindTracing   = "tracing"   // links/tracing/<program>
 	KindTCX       = "tcx"       // links/tcx/<netns cookie>/<ifindex>/<program>_<direction>
-	KindServices  = "services"  // links/services/<cgroup id>/<program> (the Service LB's cgroup hooks)
+	// KindServices: links/services/<cgroup id>/<program>, where builds before
+	// per-family directories pinned the Service LB's cgroup hooks (now
+	// services/links/cgroup/...; services.MigratePins moves them).
+	KindServices = "services"
 )
 
 // LinkPin is the pin path of a link: <dir>/links/<kind>/<parts...>.

@@ -3,6 +3,8 @@ package bpfsys
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -128,4 +130,48 @@ func kernelName(name string) string {
 		return name[:15]
 	}
 	return name
+}
+
+// MovePins moves each link pinned under dir/links and each legacy tc
+// record under dir/tc to the path dest gives it ("": it stays), within tx
+// (nil: no rollback): rollback moves them back. Directories left empty are
+// removed. A family whose pins an earlier build kept elsewhere takes them
+// over with it.
+func MovePins(tx *Tx, dir string, dest func(rel string) string) error {
+	pins, err := PinnedLinks(dir)
+	if err != nil {
+		return err
+	}
+	recs, err := TCRecords(dir)
+	if err != nil {
+		return err
+	}
+	for _, from := range append(pins, recs...) {
+		rel, err := filepath.Rel(dir, from)
+		if err != nil {
+			return err
+		}
+		to := dest(rel)
+		if to == "" || Exists(to) {
+			continue
+		}
+		if err := MovePin(from, to); err != nil {
+			return err
+		}
+		for d := filepath.Dir(from); d != dir && os.Remove(d) == nil; d = filepath.Dir(d) {
+		}
+		if tx == nil {
+			continue
+		}
+		tx.OnRollback(func() error {
+			err := MovePin(to, from)
+			for d := filepath.Dir(to); d != dir && os.Remove(d) == nil; d = filepath.Dir(d) {
+			}
+			return err
+		})
+		if err := tx.Changed("move " + from); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -59,16 +59,15 @@ func installAll(t *testing.T, cfg Config, cgs []string, ifx int) {
 	}
 }
 
-// familyOf names the family a pinned link's path belongs to.
+// familyOf names the family a pinned link's path (relative to the pin
+// directory) belongs to.
 func familyOf(pin string) string {
-	switch base := filepath.Base(pin); {
-	case strings.HasPrefix(base, "ez_bypass"):
-		return "bypass"
-	case strings.HasPrefix(pin, "links/services/"), strings.HasPrefix(base, "ez_svc_"):
-		return "services"
-	default:
-		return "shortcut"
+	for _, k := range kinds {
+		if k.maps != "" && strings.HasPrefix(pin, k.maps+"/") {
+			return k.name
+		}
 	}
+	return "shortcut"
 }
 
 // An install of every family over pinned ones that fails anywhere (in the
@@ -94,16 +93,20 @@ func TestInstallAllFamiliesRollsBack(t *testing.T) {
 	msgBefore := skMsgProgram(t, dir)
 
 	for _, failAt := range []string{
-		"update " + dir + "/links/cgroup/",         // the shortcut's first
-		"update " + dir + "/links/tcx/",            // first tcx link (the bypass's or NodePort's)
-		"update " + dir + "/links/services/",       // the load balancer's first cgroup hook
-		"pin " + dir + "/links/services/",          // the load balancer's first hook on the new cgroup
-		"update " + dir + "/links/tcx/*/ez_bypass", // the bypass's
+		"update " + dir + "/links/cgroup/",          // the shortcut's first
+		"update " + dir + "/links/tcx/",             // the shortcut's close reset
+		"update " + dir + "/bypass/links/tcx/",      // the bypass's first
+		"update " + dir + "/services/links/cgroup/", // the load balancer's first cgroup hook
+		"update " + dir + "/services/links/tcx/",    // its NodePort link
+		"pin " + dir + "/services/links/cgroup/",    // its first hook on the new cgroup
 	} {
+		if !bpfsys.UseTCX() && strings.Contains(failAt, "/links/tcx/") { // legacy tc filters: their records change
+			failAt = strings.Replace(strings.Replace(failAt, "update ", "tc ", 1), "/links/tcx/", "/tc/", 1)
+		}
 		var changed []string
 		installFault = func(change string) error {
 			changed = append(changed, change)
-			if matchChange(change, failAt) {
+			if strings.HasPrefix(change, failAt) {
 				return errForced
 			}
 			return nil
@@ -141,17 +144,6 @@ func TestInstallAllFamiliesRollsBack(t *testing.T) {
 	}
 }
 
-// matchChange: change starts with pattern, where a * in pattern stands for
-// one path element.
-func matchChange(change, pattern string) bool {
-	pre, post, ok := strings.Cut(pattern, "*/")
-	if !ok {
-		return strings.HasPrefix(change, pattern)
-	}
-	rest, ok := strings.CutPrefix(change, pre)
-	return ok && strings.Contains(rest, "/"+post)
-}
-
 // A fresh install of every family that fails at the last family's first
 // pin leaves no pin directory; one that succeeds, then an install without
 // the bypass and the load balancer, removes both: their links and maps.
@@ -159,7 +151,7 @@ func TestInstallAllFamiliesFreshAndRemoval(t *testing.T) {
 	cfg, cgs := kernelEnv(t, 1)
 	cfg, ifx := allFamilies(t, cfg)
 	installFault = func(change string) error {
-		if strings.HasPrefix(change, "pin "+cfg.Dir()+"/links/services/") {
+		if strings.HasPrefix(change, "pin "+cfg.Dir()+"/services/links/cgroup/") {
 			return errForced
 		}
 		return nil
@@ -200,4 +192,96 @@ func TestInstallAllFamiliesFreshAndRemoval(t *testing.T) {
 	if n := cgroupPrograms(t, cgs[0], ebpf.AttachCGroupInet4Connect); n != 0 {
 		t.Errorf("%d connect4 programs left on the cgroup", n)
 	}
+}
+
+// pinShared moves the bypass's and the load balancer's pins to where builds
+// before per-family directories pinned them: beside the shortcut's
+// (links/tcx, tc, links/services/<cgroup id>). It returns how many it moved.
+func pinShared(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	for _, fam := range []string{bypass.MapDir, lb.MapDir} {
+		err := bpfsys.MovePins(nil, filepath.Join(dir, fam), func(rel string) string {
+			n++
+			if cg, ok := strings.CutPrefix(rel, "links/cgroup/"); ok {
+				return filepath.Join(dir, "links/services", cg)
+			}
+			return filepath.Join(dir, rel)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// A datapath whose bypass and load balancer an earlier build pinned beside
+// the shortcut's links is adopted in place: a failed install leaves every
+// pin where it was with its program, a successful one moves them to their
+// families' directories (the same links, new programs); uninstall removes
+// either layout.
+func TestAdoptSharedLinkDirs(t *testing.T) {
+	cfg, cgs := kernelEnv(t, 1)
+	cfg, ifx := allFamilies(t, cfg)
+	installAll(t, cfg, cgs, ifx)
+	dir := cfg.Dir()
+	byFamily := pinnedLinks(t, dir)
+	if n := pinShared(t, dir); n < 2+11+1 {
+		t.Fatalf("moved %d pins", n)
+	}
+	shared := sharedLinks(t, dir)
+	if len(shared) != len(byFamily) {
+		t.Fatalf("shared layout %v, want the %d links of %v", shared, len(byFamily), byFamily)
+	}
+
+	installFault = func(change string) error {
+		if strings.HasPrefix(change, "update "+dir+"/services/") {
+			return errForced
+		}
+		return nil
+	}
+	_, err := Install(cfg, cgs)
+	installFault = nil
+	if !errors.Is(err, errForced) {
+		t.Fatalf("install returned %v, want the forced failure", err)
+	}
+	if got := sharedLinks(t, dir); !mapsEqual(got, shared) {
+		t.Errorf("after a failed install:\n got %v\nwant %v", got, shared)
+	}
+
+	installAll(t, cfg, cgs, ifx)
+	after := pinnedLinks(t, dir)
+	for pin, ids := range byFamily {
+		if f := familyOf(pin); f != "shortcut" && (after[pin][0] != ids[0] || after[pin][1] == ids[1]) {
+			t.Errorf("%s (%s): link/program %v after adoption, was %v: want the same link with a new program", pin, f, after[pin], ids)
+		}
+	}
+	if len(after) != len(byFamily) {
+		t.Errorf("links after adoption %v, want %v", after, byFamily)
+	}
+
+	pinShared(t, dir)
+	if err := Uninstall(cfg, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupSockOps} {
+		if n := cgroupPrograms(t, cgs[0], at); n != 0 {
+			t.Errorf("%d %s programs left after uninstall", n, at)
+		}
+	}
+	if bpfsys.Exists(cfg.PinRoot) {
+		t.Errorf("%s left after uninstall", cfg.PinRoot)
+	}
+}
+
+// sharedLinks is pinnedLinks of the shared layout: every link under
+// dir/links, with the families' directories empty of links.
+func sharedLinks(t *testing.T, dir string) linkState {
+	t.Helper()
+	for _, fam := range []string{bypass.MapDir, lb.MapDir} {
+		if ps, _ := bpfsys.PinnedLinks(filepath.Join(dir, fam)); len(ps) > 0 {
+			t.Errorf("%s still has links: %v", fam, ps)
+		}
+	}
+	return pinnedLinks(t, dir)
 }

@@ -47,12 +47,13 @@ type Families struct {
 }
 
 // kind is how the manager finds a family: whether it is wanted, how it is
-// loaded, where its maps live, how what an earlier agent pinned of it is
+// loaded, its directory (maps, links, legacy tc records), how what an earlier agent pinned of it is
 // removed, and how a kernel is probed for it (`eztunnel preflight`).
 type kind struct {
 	name string
-	// maps: its maps' directory in the pin directory ("": the pin
-	// directory itself, the shortcut's).
+	// maps: the family's directory in the pin directory, where its maps,
+	// links and legacy tc records are pinned ("": the pin directory itself,
+	// the shortcut's).
 	maps     string
 	wanted   func(Config) bool
 	optional func(Config) bool // a load error turns it off instead of failing the install
@@ -94,7 +95,8 @@ var kinds = []kind{
 			}
 			return b, nil
 		},
-		unpin: bypass.Unpin,
+		migrate: bypass.MigratePins,
+		unpin:   bypass.Unpin,
 		probe: func() parts.Report {
 			var rep parts.Report
 			rep.Set(bypass.Probe())
@@ -113,8 +115,9 @@ var kinds = []kind{
 			}
 			return l, nil
 		},
-		unpin: lb.Unpin,
-		probe: lb.Probe,
+		migrate: lb.MigratePins,
+		unpin:   lb.Unpin,
+		probe:   lb.Probe,
 	},
 }
 

@@ -88,14 +88,18 @@ func kernelEnv(t *testing.T, n int) (Config, []string) {
 	return cfg, cgs
 }
 
-// linkState maps every pinned link to its link and program IDs.
+// linkState maps every pinned link (of every family) to its link and program IDs.
 type linkState map[string][2]uint32
 
 func pinnedLinks(t *testing.T, dir string) linkState {
 	t.Helper()
-	pins, err := bpfsys.PinnedLinks(dir)
-	if err != nil {
-		t.Fatal(err)
+	var pins []string
+	for _, k := range kinds { // every family's directory
+		ps, err := bpfsys.PinnedLinks(filepath.Join(dir, k.maps))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pins = append(pins, ps...)
 	}
 	out := linkState{}
 	for _, pin := range pins {
@@ -109,6 +113,27 @@ func pinnedLinks(t *testing.T, dir string) linkState {
 			t.Fatal(err)
 		}
 		out[strings.TrimPrefix(pin, dir+"/")] = [2]uint32{uint32(info.ID), uint32(info.Program)}
+	}
+	// Legacy tc filters (kernels without tcx, EZTUNNEL_TEST_LEGACY_TC=1):
+	// their records, link ID 0.
+	for _, k := range kinds {
+		recs, err := bpfsys.TCRecords(filepath.Join(dir, k.maps))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range recs {
+			p, err := ebpf.LoadPinnedProgram(rec, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := p.Info()
+			p.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, _ := info.ID()
+			out[strings.TrimPrefix(rec, dir+"/")] = [2]uint32{0, uint32(id)}
+		}
 	}
 	return out
 }
@@ -231,7 +256,7 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 	install(t, cfg, cgs)
 	after := pinnedLinks(t, cfg.Dir())
 	for pin, ids := range before {
-		if !strings.HasPrefix(pin, "links/cgroup/") && !strings.HasPrefix(pin, "links/tcx/") {
+		if !strings.HasPrefix(pin, "links/cgroup/") && !strings.HasPrefix(pin, "links/tcx/") && !strings.HasPrefix(pin, bpfsys.TCDir+"/") {
 			continue // netfilter links are replaced, not updated
 		}
 		if got := after[pin]; got[0] != ids[0] || got[1] == ids[1] {
@@ -397,7 +422,7 @@ func TestLoopbackLinksPruned(t *testing.T) {
 		return attached, pruned
 	}
 	attached, _ := sync(filepath.Join("/run/netns", name))
-	if len(attached) != 1 || !strings.HasSuffix(attached[0], "/1/ez_sc_close_reset_egress") {
+	if len(attached) != 1 || !strings.HasSuffix(attached[0], "/1/ez_sc_close_reset_egress") && !strings.HasSuffix(attached[0], "/1/ez_close_reset_egress") { // tcx; legacy tc
 		t.Fatalf("attached %v, want the namespace's loopback at egress", attached)
 	}
 	pin := attached[0]

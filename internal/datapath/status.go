@@ -10,21 +10,36 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
-// PinnedLink is one link pinned under <pin-path>/<schema>/links, or the
-// record of a legacy tc filter under <pin-path>/<schema>/tc (ID 0).
+// PinnedLink is one link pinned under <pin-path>/<schema>/links (the
+// shortcut's) or <pin-path>/<schema>/<family>/links, or the record of a
+// legacy tc filter under .../tc (ID 0).
 type PinnedLink struct {
 	Pin     string         `json:"pin"` // relative to the schema directory
 	ID      link.ID        `json:"id"`
 	Program ebpf.ProgramID `json:"program_id"`
 }
 
-// Links lists the links of the datapath pinned under cfg.Dir().
+// Links lists the links of every family of the datapath pinned under cfg.Dir().
 func Links(cfg Config) ([]PinnedLink, error) {
 	dir := cfg.Dir()
 	if !bpfsys.Exists(dir) {
 		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, dir)
 	}
-	pins, err := bpfsys.PinnedLinks(dir)
+	var out []PinnedLink
+	for _, k := range kinds {
+		ls, err := links(dir, filepath.Join(dir, k.maps))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ls...)
+	}
+	return out, nil
+}
+
+// links lists the links and legacy tc records pinned under fam, with
+// their pins relative to dir.
+func links(dir, fam string) ([]PinnedLink, error) {
+	pins, err := bpfsys.PinnedLinks(fam)
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +58,7 @@ func Links(cfg Config) ([]PinnedLink, error) {
 		out = append(out, PinnedLink{Pin: rel, ID: info.ID, Program: info.Program})
 	}
 	// Legacy tc filters (kernels without tcx): their records, no link id.
-	recs, err := bpfsys.TCRecords(dir)
+	recs, err := bpfsys.TCRecords(fam)
 	if err != nil {
 		return nil, err
 	}

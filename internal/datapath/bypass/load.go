@@ -39,8 +39,8 @@ type Config struct {
 	AdmitMark uint32
 	// PinDir is the datapath's pin directory (<pin path>/<schema>): the
 	// maps are pinned in PinDir/bypass and the tcx links under
-	// PinDir/links/tcx/<netns cookie>/<ifindex>/<program>, so they outlive
-	// the process. A later Load with the same PinDir reuses the maps and
+	// PinDir/bypass/links/tcx/<netns cookie>/<ifindex>/<program>, so they
+	// outlive the process. A later Load with the same PinDir reuses the maps and
 	// Attach updates the pinned links in place. "": nothing is pinned and
 	// Close detaches everything.
 	PinDir string
@@ -55,7 +55,7 @@ const maxTimeout = time.Duration(^uint32(0)) * time.Millisecond
 // Bypass is a loaded bypass program with its maps and tcx links.
 type Bypass struct {
 	netns  string
-	pinDir string // "": nothing pinned
+	pinDir string // the family's directory <Config.PinDir>/bypass (pins.go); "": nothing pinned
 	cookie uint64 // netns cookie (pinned links' directory)
 	objs   bypassObjects
 	links  map[int]attachment // by ifindex
@@ -114,7 +114,10 @@ func Load(cfg Config) (_ *Bypass, err error) {
 	if err := spec.Variables[bypassVarEzBpUdpTimeoutMs].Set(uint32(cfg.UDPTimeout.Milliseconds())); err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
-	b := &Bypass{netns: cfg.NetNS, pinDir: cfg.PinDir, links: map[int]attachment{}}
+	b := &Bypass{netns: cfg.NetNS, links: map[int]attachment{}}
+	if cfg.PinDir != "" {
+		b.pinDir = mapDir(cfg.PinDir)
+	}
 	var opts *ebpf.CollectionOptions
 	if cfg.PinDir != "" {
 		if b.cookie, err = bpfsys.NetNSCookie(cfg.NetNS); err != nil {

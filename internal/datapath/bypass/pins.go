@@ -17,10 +17,25 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
-// Pinned links: <pin dir>/links/tcx/<netns cookie>/<ifindex>/<program>_<dir>,
-// the layout of the shortcut's RST-on-close links (which share the
-// directories: every name here starts with linkPrefix, none of theirs does).
+// Pins: everything under the family's directory <pin dir>/bypass (b.pinDir):
+// the maps, the tcx links at links/tcx/<netns cookie>/<ifindex>/<program>_<dir>
+// and the legacy tc records at tc/<netns cookie>/<ifindex>/<program>_<dir>.
+// Every program's name starts with linkPrefix.
 const linkPrefix = bypassProgEzBypass
+
+// MigratePins moves the links and legacy tc records that builds before the
+// family's own directory pinned among the shortcut's (<pin dir>/links/tcx,
+// <pin dir>/tc, told apart by linkPrefix) to the family's directory, within
+// tx (nil: no rollback).
+func MigratePins(tx *bpfsys.Tx, pinDir string) error {
+	fam := mapDir(pinDir)
+	return bpfsys.MovePins(tx, pinDir, func(rel string) string {
+		if !strings.HasPrefix(filepath.Base(rel), linkPrefix) || strings.HasPrefix(rel, MapDir+"/") {
+			return ""
+		}
+		return filepath.Join(fam, rel)
+	})
+}
 
 func dirName(ingress bool) string {
 	if ingress {
@@ -148,39 +163,37 @@ func (b *Bypass) Endpoints() (map[netip.Addr]Endpoint, error) {
 }
 
 // Unpin removes a bypass pinned under pinDir by an earlier agent: its
-// links (in every network namespace) are unpinned, so detached, and its
-// maps unpinned. For an agent told not to run the bypass any more.
+// links (in every network namespace) are unpinned, so detached, its legacy
+// tc filters detached, and its maps unpinned. For an agent told not to run
+// the bypass any more, and uninstall.
 func Unpin(pinDir string) (links int, err error) {
-	pins, err := bpfsys.PinnedLinks(pinDir)
+	if err := MigratePins(nil, pinDir); err != nil {
+		return 0, err
+	}
+	fam := mapDir(pinDir)
+	pins, err := bpfsys.PinnedLinks(fam)
 	if err != nil {
 		return 0, err
 	}
 	for _, pin := range pins {
-		rel, rerr := filepath.Rel(bpfsys.LinkPin(pinDir, bpfsys.KindTCX), pin)
-		if rerr != nil || strings.HasPrefix(rel, "..") || !strings.HasPrefix(filepath.Base(pin), linkPrefix) {
-			continue
-		}
 		if err := bpfsys.UnpinLink(pin); err != nil {
 			return links, err
 		}
 		removeEmpty(pin)
 		links++
 	}
-	recs, err := bpfsys.TCRecords(pinDir)
+	recs, err := bpfsys.TCRecords(fam)
 	if err != nil {
 		return links, err
 	}
 	for _, rec := range recs {
-		if _, f, err := bpfsys.ParseTCRecord(rec); err != nil || !strings.HasPrefix(f.Name, linkPrefix) {
-			continue
-		}
 		if err := bpfsys.DetachTCFilter(rec); err != nil {
 			return links, err
 		}
 		links++
 	}
-	if err := os.RemoveAll(mapDir(pinDir)); err != nil && !errors.Is(err, unix.ENOENT) {
-		return links, fmt.Errorf("bypass: remove %s: %w", mapDir(pinDir), err)
+	if err := os.RemoveAll(fam); err != nil && !errors.Is(err, unix.ENOENT) {
+		return links, fmt.Errorf("bypass: remove %s: %w", fam, err)
 	}
 	return links, nil
 }

@@ -104,7 +104,7 @@ type Config struct {
 // ids it gave frontends and backends.
 type LB struct {
 	mu     sync.Mutex
-	pinDir string // "": nothing pinned
+	pinDir string // the family's directory <Config.PinDir>/services (pins.go); "": nothing pinned
 	objs   servicesObjects
 	links  map[string][]link.Link // by cgroup path
 	cgIDs  map[string]uint64      // by cgroup path (pinned only)
@@ -157,10 +157,11 @@ func Load(cfg Config) (_ *LB, err error) {
 			m.spec.MaxEntries = m.n
 		}
 	}
-	lb := &LB{pinDir: cfg.PinDir, links: map[string][]link.Link{}, cgIDs: map[string]uint64{}, frontends: map[Frontend]*frontendState{},
+	lb := &LB{links: map[string][]link.Link{}, cgIDs: map[string]uint64{}, frontends: map[Frontend]*frontendState{},
 		backends: map[Backend]*backendState{}, byID: map[uint32]Backend{}, proxied: map[uint64]proxiedState{}}
 	var opts *ebpf.CollectionOptions
 	if cfg.PinDir != "" {
+		lb.pinDir = mapDir(cfg.PinDir)
 		if !filepath.IsAbs(cfg.PinDir) {
 			return nil, fmt.Errorf("services: pin directory %q must be an absolute path", cfg.PinDir)
 		}
@@ -219,7 +220,7 @@ func (lb *LB) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) erro
 	ps, err := bpfsys.LoadMaps(spec, opts)
 	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return fmt.Errorf("services: pinned maps in %s do not match this build or these sizes; run `eztunnel uninstall` first: %w", mapDir(lb.pinDir), err)
+			return fmt.Errorf("services: pinned maps in %s do not match this build or these sizes; run `eztunnel uninstall` first: %w", lb.pinDir, err)
 		}
 		return fmt.Errorf("services: load maps: %w", err)
 	}

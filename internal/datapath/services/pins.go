@@ -19,8 +19,29 @@ import (
 // mapDir is where the maps are pinned in a datapath's pin directory.
 func mapDir(pinDir string) string { return filepath.Join(pinDir, MapDir) }
 
-// MapDir is the directory of the load balancer's maps in a datapath's pin directory.
+// MapDir is the load balancer's directory in a datapath's pin directory:
+// its maps, its cgroup links at links/cgroup/<cgroup id>/<program>, its
+// NodePort links at links/tcx/<netns cookie>/<ifindex>/ez_svc_nodeport_ingress
+// and legacy tc records at tc/<netns cookie>/<ifindex>/ez_svc_nodeport_ingress.
 const MapDir = "services"
+
+// MigratePins moves the links and legacy tc records that builds before the
+// family's own directory pinned beside the shortcut's (<pin dir>/links/services/<cgroup id>,
+// the NodePort program's under <pin dir>/links/tcx and <pin dir>/tc) to the
+// family's directory, within tx (nil: no rollback).
+func MigratePins(tx *bpfsys.Tx, pinDir string) error {
+	fam := mapDir(pinDir)
+	old := bpfsys.LinkPin("", bpfsys.KindServices) + "/"
+	return bpfsys.MovePins(tx, pinDir, func(rel string) string {
+		switch {
+		case strings.HasPrefix(rel, old):
+			return filepath.Join(fam, bpfsys.LinkPin("", bpfsys.KindCgroup, strings.TrimPrefix(rel, old)))
+		case strings.HasPrefix(filepath.Base(rel), nodePortProg+"_"):
+			return filepath.Join(fam, rel)
+		}
+		return ""
+	})
+}
 
 // attachOne attaches prog at at to cgroup (id: its cgroup id, pinned
 // only) within tx. With pins, a link an earlier agent pinned there gets
@@ -37,7 +58,7 @@ func (lb *LB) attachOne(tx *bpfsys.Tx, cgroup string, id uint64, prog *ebpf.Prog
 	if err != nil {
 		return nil, err
 	}
-	pin := bpfsys.LinkPin(lb.pinDir, bpfsys.KindServices, strconv.FormatUint(id, 10), info.Name)
+	pin := bpfsys.LinkPin(lb.pinDir, bpfsys.KindCgroup, strconv.FormatUint(id, 10), info.Name)
 	if l, ok, err := tx.UpdatePinned(pin, prog, nil); err != nil || ok {
 		return l, err
 	}
@@ -60,7 +81,7 @@ func (lb *LB) Prune() (pruned []uint64, err error) {
 	if lb.pinDir == "" || lb.closed {
 		return nil, nil
 	}
-	base := bpfsys.LinkPin(lb.pinDir, bpfsys.KindServices)
+	base := bpfsys.LinkPin(lb.pinDir, bpfsys.KindCgroup)
 	entries, err := os.ReadDir(base)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -105,7 +126,11 @@ func unpinDir(dir string) error {
 // cgroup links (detached) and its maps. Sockets it translated keep their
 // backend; getpeername and UDP replies show the backend from then on.
 func Unpin(pinDir string) (cgroups int, err error) {
-	base := bpfsys.LinkPin(pinDir, bpfsys.KindServices)
+	if err := MigratePins(nil, pinDir); err != nil {
+		return 0, err
+	}
+	fam := mapDir(pinDir)
+	base := bpfsys.LinkPin(fam, bpfsys.KindCgroup)
 	entries, err := os.ReadDir(base)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, err
@@ -116,12 +141,11 @@ func Unpin(pinDir string) (cgroups int, err error) {
 		}
 		cgroups++
 	}
-	os.Remove(base)
-	if err := unpinNodePorts(pinDir); err != nil {
+	if err := unpinNodePorts(fam); err != nil {
 		return cgroups, err
 	}
-	if err := os.RemoveAll(mapDir(pinDir)); err != nil {
-		return cgroups, fmt.Errorf("services: remove %s: %w", mapDir(pinDir), err)
+	if err := os.RemoveAll(fam); err != nil {
+		return cgroups, fmt.Errorf("services: remove %s: %w", fam, err)
 	}
 	return cgroups, nil
 }
@@ -328,7 +352,7 @@ func ReadPinned(pinDir string) (*PinnedState, error) {
 			return nil, err
 		}
 	}
-	if entries, err := os.ReadDir(bpfsys.LinkPin(pinDir, bpfsys.KindServices)); err == nil {
+	if entries, err := os.ReadDir(bpfsys.LinkPin(dir, bpfsys.KindCgroup)); err == nil {
 		st.Cgroups = len(entries)
 	}
 	ctrs, err := ebpf.LoadPinnedMap(filepath.Join(dir, servicesMapEzSvcCounters), &ebpf.LoadPinOptions{ReadOnly: true})
