@@ -18,7 +18,7 @@ import (
 )
 
 // nodePortProg names the NodePort program's link pins:
-// links/tcx/<netns cookie>/<ifindex>/ez_svc_nodeport_ingress.
+// services/links/tcx/<netns cookie>/<ifindex>/ez_svc_nodeport_ingress.
 const nodePortProg = servicesProgEzSvcNodeport
 
 // SetNodeAddrs makes the node addresses NodePorts answer on exactly addrs

@@ -90,7 +90,7 @@ func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, 
 		return nil, nil, nil, err
 	}
 	for _, pin := range pins {
-		// The bypass pins its links in the same directories.
+		// Only the close reset's pins (other families pin under their own directories).
 		if filepath.Dir(filepath.Dir(pin)) != base || want[pin] || !strings.HasPrefix(filepath.Base(pin), resetProg+"_") {
 			continue
 		}
