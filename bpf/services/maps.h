@@ -87,11 +87,21 @@ static __always_inline void count(__u32 c)
 	ez_counter_add(&ez_svc_counters, c, 1);
 }
 
-/* A random backend of svc; two tries when an update races the lookup. */
+/* A random backend of svc: one it carries (EZ_SVC_INLINE), else by slot;
+ * two tries when an update races the lookups. */
 static __always_inline struct ez_svc_backend *choose_random(const struct ez_svc *svc, __u32 *backend_id)
 {
+	__u32 n = svc->count;
+
+	if (n > 0 && n <= EZ_SVC_INLINE) {
+		__u32 i = n == 1 ? 0 : bpf_get_prandom_u32() % n;
+
+		if (i >= EZ_SVC_INLINE)
+			return NULL;
+		*backend_id = svc->ids[i];
+		return (struct ez_svc_backend *)&svc->be[i];
+	}
 	for (int i = 0; i < 2; i++) {
-		__u32 n = svc->count;
 		struct ez_svc_slot_key sk = { .id = svc->id };
 		struct ez_svc_backend *be;
 		__u32 *id;

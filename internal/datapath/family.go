@@ -115,7 +115,7 @@ var kinds = []kind{
 			}
 			return l, nil
 		},
-		migrate: lb.MigratePins,
+		migrate: lb.Migrate,
 		unpin:   lb.Unpin,
 		probe:   lb.Probe,
 	},

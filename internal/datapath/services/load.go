@@ -483,6 +483,21 @@ func as16(a netip.Addr) [16]byte {
 	return a.As16()
 }
 
+// svcValue is a frontend's value: its id, backend count and affinity, and
+// its backends themselves when it has at most EZ_SVC_INLINE (the programs
+// then read neither the slots nor the backends map).
+func (lb *LB) svcValue(id uint32, slots []uint32, affinity uint32) servicesEzSvc {
+	v := servicesEzSvc{Id: id, Count: uint32(len(slots)), Affinity: affinity}
+	if len(slots) <= len(v.Ids) {
+		for i, bid := range slots {
+			b := lb.byID[bid]
+			v.Ids[i] = bid
+			v.Be[i] = servicesEzSvcBackend{Addr: as16(b.Addr()), Port: b.Port()}
+		}
+	}
+	return v
+}
+
 // SetFrontend writes f with target. Only f's entries are written;
 // backends it keeps keep their slots.
 func (lb *LB) SetFrontend(f Frontend, target Target) error {
@@ -569,13 +584,13 @@ func (lb *LB) SetFrontend(f Frontend, target Target) error {
 		}
 	}
 	if f.NodePort {
-		v := servicesEzSvcNp{Svc: servicesEzSvc{Id: st.id, Count: uint32(len(slots))}}
+		v := servicesEzSvcNp{Svc: lb.svcValue(st.id, slots, 0)}
 		if target.KeepSource {
 			v.Flags = uint32(servicesEzSvcNpFlagEZ_SVC_NP_LOCAL)
 		}
 		err = lb.objs.EzSvcNodeports.Put(npKey, v)
 	} else {
-		err = lb.objs.EzSvcFrontends.Put(key, servicesEzSvc{Id: st.id, Count: uint32(len(slots)), Affinity: affinity})
+		err = lb.objs.EzSvcFrontends.Put(key, lb.svcValue(st.id, slots, affinity))
 	}
 	if err != nil {
 		return fmt.Errorf("services: frontend %s: %w", f, err)

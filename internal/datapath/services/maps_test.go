@@ -32,6 +32,10 @@ func slotsOf(t *testing.T, lb *LB, f Frontend) []Backend {
 			t.Fatalf("frontend %s backend %d not a member: %v", f, id, err)
 		}
 		out = append(out, netip.AddrPortFrom(netip.AddrFrom16(be.Addr).Unmap(), be.Port))
+		// A frontend of few backends carries them: the same, in slot order.
+		if svc.Count <= uint32(len(svc.Ids)) && (svc.Ids[i] != id || svc.Be[i] != be) {
+			t.Fatalf("frontend %s slot %d: inline backend %d %v, slots say %d %v", f, i, svc.Ids[i], svc.Be[i], id, be)
+		}
 	}
 	return out
 }

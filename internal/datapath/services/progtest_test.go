@@ -429,6 +429,7 @@ func ptLB(t *testing.T) *LB {
 		{Frontend{Addr: any4, Port: 30054, Proto: UDP, NodePort: true}, Target{}},
 		{Frontend{Addr: any4, Port: 30082, Proto: TCP, NodePort: true}, Target{Backends: be(ptLocalBe4), KeepSource: true}},
 		{Frontend{Addr: any4, Port: 30083, Proto: TCP, NodePort: true}, Target{Backends: be("10.244.0.5:8080", "10.244.0.6:8080")}},
+		{Frontend{Addr: any4, Port: 30084, Proto: TCP, NodePort: true}, Target{Backends: be("10.244.0.5:8080", "10.244.0.6:8080", "10.244.0.7:8080")}},
 		{Frontend{Addr: netip.MustParseAddr("10.96.0.10"), Port: 30090, Proto: TCP}, Target{Backends: be(ptTCPBe4)}},
 	} {
 		if err := lb.SetFrontend(f.fe, f.tg); err != nil {
@@ -653,51 +654,62 @@ func ptARP() []byte {
 	return b
 }
 
-// TestNodePortProgramChoosesEveryBackend: flows to a NodePort with two
-// backends get one of them each, and over 64 flows both (a bias to one
-// would fail with probability 2^-63).
+// TestNodePortProgramChoosesEveryBackend: flows to a NodePort get one of
+// its backends each, and over 96 flows every one: with two backends,
+// carried in the NodePort's value (EZ_SVC_INLINE), and with three, chosen
+// by slot (a bias away from one would fail with probability below 2^-50).
 func TestNodePortProgramChoosesEveryBackend(t *testing.T) {
-	lb := ptLB(t)
-	e := newPTNetNS(t)
-	before, err := lb.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const flows = 64
-	var pkts [][]byte
-	for i := range flows {
-		pkts = append(pkts, ptPacket(ptZeroMAC, ptClient4, ptNode4, unix.IPPROTO_TCP, 0, ptTCP(uint16(41000+i), 30083, ptSYN)))
-	}
-	ptRunAll(t, lb, e, pkts)
-	after, err := lb.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]uint64{"nodeport_new": flows}
-	if got := ptCounterDelta(before, after); ptFormatCounters(got) != ptFormatCounters(want) {
-		t.Errorf("counters moved %s, want %s", ptFormatCounters(got), ptFormatCounters(want))
-	}
-	seen := map[string]int{}
-	got := e.flows(t)
-	if len(got) != flows {
-		t.Fatalf("%d conntrack entries, want %d: %q", len(got), flows, got)
-	}
-	for i := range flows {
-		var hit string
-		for _, b := range []string{"10.244.0.5:8080", "10.244.0.6:8080"} {
-			w := ptFlow("tcp", fmt.Sprintf("%s:%d", ptClient4, 41000+i), ptNode4+":30083", b, fmt.Sprintf("%s:%d", ptNode4, 41000+i))
-			if slices.Contains(got, w) {
-				hit = b
+	for _, tc := range []struct {
+		port     uint16
+		backends []string
+	}{
+		{30083, []string{"10.244.0.5:8080", "10.244.0.6:8080"}},
+		{30084, []string{"10.244.0.5:8080", "10.244.0.6:8080", "10.244.0.7:8080"}},
+	} {
+		t.Run(fmt.Sprintf("%d backends", len(tc.backends)), func(t *testing.T) {
+			lb := ptLB(t)
+			e := newPTNetNS(t)
+			before, err := lb.Counters()
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if hit == "" {
-			t.Errorf("client port %d: no entry to either backend in %q", 41000+i, got)
-			continue
-		}
-		seen[hit]++
-	}
-	if len(seen) != 2 {
-		t.Errorf("backends chosen %v: want both", seen)
+			const flows = 96
+			var pkts [][]byte
+			for i := range flows {
+				pkts = append(pkts, ptPacket(ptZeroMAC, ptClient4, ptNode4, unix.IPPROTO_TCP, 0, ptTCP(uint16(41000+i), tc.port, ptSYN)))
+			}
+			ptRunAll(t, lb, e, pkts)
+			after, err := lb.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]uint64{"nodeport_new": flows}
+			if got := ptCounterDelta(before, after); ptFormatCounters(got) != ptFormatCounters(want) {
+				t.Errorf("counters moved %s, want %s", ptFormatCounters(got), ptFormatCounters(want))
+			}
+			seen := map[string]int{}
+			got := e.flows(t)
+			if len(got) != flows {
+				t.Fatalf("%d conntrack entries, want %d: %q", len(got), flows, got)
+			}
+			for i := range flows {
+				var hit string
+				for _, b := range tc.backends {
+					w := ptFlow("tcp", fmt.Sprintf("%s:%d", ptClient4, 41000+i), fmt.Sprintf("%s:%d", ptNode4, tc.port), b, fmt.Sprintf("%s:%d", ptNode4, 41000+i))
+					if slices.Contains(got, w) {
+						hit = b
+					}
+				}
+				if hit == "" {
+					t.Errorf("client port %d: no entry to any backend in %q", 41000+i, got)
+					continue
+				}
+				seen[hit]++
+			}
+			if len(seen) != len(tc.backends) {
+				t.Errorf("backends chosen %v: want all of %v", seen, tc.backends)
+			}
+		})
 	}
 }
 

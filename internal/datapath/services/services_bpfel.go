@@ -18,6 +18,8 @@ type servicesEzSvc struct {
 	Id       uint32
 	Count    uint32
 	Affinity uint32
+	Ids      [2]uint32
+	Be       [2]servicesEzSvcBackend
 }
 
 type servicesEzSvcAffinity struct {
