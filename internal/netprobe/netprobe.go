@@ -92,6 +92,9 @@ func UDPFlow(from uint16, to netip.AddrPort, count int) ([]time.Duration, error)
 			return nil, fmt.Errorf("send to %s: %w", to, err)
 		}
 		n, from, err := syscall.Recvfrom(fd, buf, 0)
+		for err == syscall.EINTR { // a signal to the runtime (preemption): a socket with SO_RCVTIMEO is not restarted
+			n, from, err = syscall.Recvfrom(fd, buf, 0)
+		}
 		d := time.Since(start)
 		if err != nil {
 			return nil, fmt.Errorf("datagram %d to %s: %w", i, to, err)
