@@ -103,19 +103,7 @@ func TestInstallAllFamiliesRollsBack(t *testing.T) {
 		if !bpfsys.UseTCX() && strings.Contains(failAt, "/links/tcx/") { // legacy tc filters: their records change
 			failAt = strings.Replace(strings.Replace(failAt, "update ", "tc ", 1), "/links/tcx/", "/tc/", 1)
 		}
-		var changed []string
-		installFault = func(change string) error {
-			changed = append(changed, change)
-			if strings.HasPrefix(change, failAt) {
-				return errForced
-			}
-			return nil
-		}
-		_, err := Install(cfg, cgs)
-		installFault = nil
-		if !errors.Is(err, errForced) {
-			t.Fatalf("fail at %s: install returned %v, want the forced failure (changes %v)", failAt, err, changed)
-		}
+		installFailingAt(t, cfg, cgs, failAt)
 		if after := pinnedLinks(t, dir); !mapsEqual(before, after) {
 			t.Errorf("fail at %s: pinned links (link, program IDs)\nbefore %v\nafter  %v", failAt, before, after)
 		}
@@ -150,17 +138,7 @@ func TestInstallAllFamiliesRollsBack(t *testing.T) {
 func TestInstallAllFamiliesFreshAndRemoval(t *testing.T) {
 	cfg, cgs := kernelEnv(t, 1)
 	cfg, ifx := allFamilies(t, cfg)
-	installFault = func(change string) error {
-		if strings.HasPrefix(change, "pin "+cfg.Dir()+"/services/links/cgroup/") {
-			return errForced
-		}
-		return nil
-	}
-	_, err := Install(cfg, cgs)
-	installFault = nil
-	if !errors.Is(err, errForced) {
-		t.Fatalf("install returned %v, want the forced failure", err)
-	}
+	installFailingAt(t, cfg, cgs, "pin "+cfg.Dir()+"/services/links/cgroup/")
 	if bpfsys.Exists(cfg.PinRoot) {
 		t.Fatalf("a failed fresh install left %s", cfg.PinRoot)
 	}
@@ -234,17 +212,7 @@ func TestAdoptSharedLinkDirs(t *testing.T) {
 		t.Fatalf("shared layout %v, want the %d links of %v", shared, len(byFamily), byFamily)
 	}
 
-	installFault = func(change string) error {
-		if strings.HasPrefix(change, "update "+dir+"/services/") {
-			return errForced
-		}
-		return nil
-	}
-	_, err := Install(cfg, cgs)
-	installFault = nil
-	if !errors.Is(err, errForced) {
-		t.Fatalf("install returned %v, want the forced failure", err)
-	}
+	installFailingAt(t, cfg, cgs, "update "+dir+"/services/")
 	if got := sharedLinks(t, dir); !mapsEqual(got, shared) {
 		t.Errorf("after a failed install:\n got %v\nwant %v", got, shared)
 	}
@@ -284,4 +252,24 @@ func sharedLinks(t *testing.T, dir string) linkState {
 		}
 	}
 	return pinnedLinks(t, dir)
+}
+
+// installFailingAt installs cfg with a failure forced at the first change
+// whose description starts with prefix, and fails the test unless Install
+// returns that failure.
+func installFailingAt(t *testing.T, cfg Config, cgs []string, prefix string) {
+	t.Helper()
+	var changed []string
+	installFault = func(change string) error {
+		changed = append(changed, change)
+		if strings.HasPrefix(change, prefix) {
+			return errForced
+		}
+		return nil
+	}
+	_, err := Install(cfg, cgs)
+	installFault = nil
+	if !errors.Is(err, errForced) {
+		t.Fatalf("fail at %s: install returned %v, want the forced failure (changes %v)", prefix, err, changed)
+	}
 }

@@ -530,17 +530,7 @@ func TestAdoptUnprefixedNames(t *testing.T) {
 	}
 	p.Close()
 
-	installFault = func(change string) error {
-		if strings.HasPrefix(change, "update ") {
-			return errForced
-		}
-		return nil
-	}
-	_, err = Install(cfg, cgs)
-	installFault = nil
-	if !errors.Is(err, errForced) {
-		t.Fatalf("install returned %v, want the forced failure", err)
-	}
+	installFailingAt(t, cfg, cgs, "update ")
 	if got := mapIDs(t, cfg.Dir(), unprefixed); !maps.Equal(got, ids) {
 		t.Fatalf("after a failed install, maps under their old names %v, want %v", got, ids)
 	}
