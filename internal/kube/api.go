@@ -64,22 +64,23 @@ func get(ctx context.Context, c *rest.RESTClient, namespace, resource, name stri
 }
 
 func list(ctx context.Context, c *rest.RESTClient, namespace, resource string, opts metav1.ListOptions, into runtime.Object) error {
-	var timeout time.Duration
-	if opts.TimeoutSeconds != nil {
-		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
-	}
-	return c.Get().NamespaceIfScoped(namespace, namespace != "").
-		Resource(resource).VersionedParams(&opts, paramCodec).Timeout(timeout).Do(ctx).Into(into)
+	return request(c, namespace, resource, &opts).Do(ctx).Into(into)
 }
 
 func watchRes(ctx context.Context, c *rest.RESTClient, namespace, resource string, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return request(c, namespace, resource, &opts).Watch(ctx)
+}
+
+// request is a list or watch of resource with opts, and the client-side
+// timeout of opts.TimeoutSeconds, as client-go's typed clients set it.
+func request(c *rest.RESTClient, namespace, resource string, opts *metav1.ListOptions) *rest.Request {
 	var timeout time.Duration
 	if opts.TimeoutSeconds != nil {
 		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
 	}
-	opts.Watch = true
 	return c.Get().NamespaceIfScoped(namespace, namespace != "").
-		Resource(resource).VersionedParams(&opts, paramCodec).Timeout(timeout).Watch(ctx)
+		Resource(resource).VersionedParams(opts, paramCodec).Timeout(timeout)
 }
 
 func (a *restAPI) ListPods(ctx context.Context, opts metav1.ListOptions) (*kubeapi.PodList, error) {
