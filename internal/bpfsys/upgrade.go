@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -35,13 +36,18 @@ func (tx *Tx) AttachTCFilter(dir string, cookie uint64, f TCFilter, prog *ebpf.P
 	return tx.Changed("tc " + rec)
 }
 
-// UpgradePinned gives every link pinned under dir, and every legacy tc
-// filter recorded there, that runs a program named as one of progs that
-// program in place, within tx: rollback gives each its old program back.
-// This is how a
-// family's new build takes over what an earlier agent pinned before the
-// family converges; links of other programs (other families') are left
-// alone. It returns how many it upgraded.
+// UpgradePinned gives every link pinned under dir (a family's directory),
+// and every legacy tc filter recorded there, whose pin names one of progs
+// (<program>, or <program>_<direction> for tcx) that program in place. This
+// is how a family's new build takes over what an earlier agent pinned
+// before the family converges. A legacy filter is replaced within tx (its
+// record holds the old program: rollback puts it back). A link's update
+// waits for Commit: giving a link its old program back would need that
+// program, which only its id names, and opening a program by id needs
+// CAP_SYS_ADMIN, which the agent does not have (the shortcut pins the
+// programs it may roll back to; these families do not). Until the commit
+// the earlier programs run, against the same maps. It returns how many it
+// upgrades.
 func (tx *Tx) UpgradePinned(dir string, progs []*ebpf.Program) (int, error) {
 	byName := map[string]*ebpf.Program{}
 	for _, p := range progs {
@@ -59,22 +65,28 @@ func (tx *Tx) UpgradePinned(dir string, progs []*ebpf.Program) (int, error) {
 	}
 	n := 0
 	for _, pin := range pins {
-		name, err := pinnedLinkProgram(pin)
-		if err != nil {
-			return n, err
+		base := filepath.Base(pin)
+		p := byName[base]
+		if p == nil {
+			if i := strings.LastIndexByte(base, '_'); i > 0 && (base[i+1:] == "ingress" || base[i+1:] == "egress") {
+				p = byName[base[:i]]
+			}
 		}
-		p := byName[name]
 		if p == nil {
 			continue
 		}
-		l, ok, err := tx.UpdatePinned(pin, p, nil)
+		l, err := link.LoadPinnedLink(pin, nil)
 		if err != nil {
-			return n, err
+			return n, fmt.Errorf("open pinned link %s: %w", pin, err)
 		}
-		if ok {
-			tx.OnDone(l.Close)
-			n++
-		}
+		tx.OnDone(l.Close)
+		tx.OnCommit(func() error {
+			if err := l.Update(p); err != nil {
+				return fmt.Errorf("update pinned link %s: %w", pin, err)
+			}
+			return nil
+		})
+		n++
 	}
 	recs, err := TCRecords(dir)
 	if err != nil {
@@ -99,29 +111,6 @@ func (tx *Tx) UpgradePinned(dir string, progs []*ebpf.Program) (int, error) {
 		n++
 	}
 	return n, nil
-}
-
-// pinnedLinkProgram is the name of the program the link pinned at pin runs.
-func pinnedLinkProgram(pin string) (string, error) {
-	l, err := link.LoadPinnedLink(pin, nil)
-	if err != nil {
-		return "", fmt.Errorf("open pinned link %s: %w", pin, err)
-	}
-	defer l.Close()
-	info, err := l.Info()
-	if err != nil {
-		return "", fmt.Errorf("link info of %s: %w", pin, err)
-	}
-	p, err := ebpf.NewProgramFromID(info.Program)
-	if err != nil {
-		return "", fmt.Errorf("program %d of pinned link %s: %w", info.Program, pin, err)
-	}
-	defer p.Close()
-	pi, err := p.Info()
-	if err != nil {
-		return "", fmt.Errorf("program %d of pinned link %s: %w", info.Program, pin, err)
-	}
-	return pi.Name, nil
 }
 
 // kernelName is name as the kernel keeps it (BPF_OBJ_NAME_LEN with its NUL).

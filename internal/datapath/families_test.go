@@ -4,11 +4,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
@@ -92,17 +94,24 @@ func TestInstallAllFamiliesRollsBack(t *testing.T) {
 	}
 	msgBefore := skMsgProgram(t, dir)
 
-	for _, failAt := range []string{
-		"update " + dir + "/links/cgroup/",          // the shortcut's first
-		"update " + dir + "/links/tcx/",             // the shortcut's close reset
-		"update " + dir + "/bypass/links/tcx/",      // the bypass's first
-		"update " + dir + "/services/links/cgroup/", // the load balancer's first cgroup hook
-		"update " + dir + "/services/links/tcx/",    // its NodePort link
-		"pin " + dir + "/services/links/cgroup/",    // its first hook on the new cgroup
-	} {
-		if !bpfsys.UseTCX() && strings.Contains(failAt, "/links/tcx/") { // legacy tc filters: their records change
-			failAt = strings.Replace(strings.Replace(failAt, "update ", "tc ", 1), "/links/tcx/", "/tc/", 1)
+	// The bypass's and the load balancer's links get their new programs
+	// at the commit (Tx.UpgradePinned), after every point below; their
+	// legacy tc filters within the transaction.
+	failures := []string{
+		"update " + dir + "/links/cgroup/",       // the shortcut's first
+		"update " + dir + "/links/tcx/",          // the shortcut's close reset
+		"pin " + dir + "/services/links/cgroup/", // the load balancer's first hook on the new cgroup
+	}
+	if !bpfsys.UseTCX() {
+		failures = []string{
+			"update " + dir + "/links/cgroup/",
+			"tc " + dir + "/tc/",          // the shortcut's close reset
+			"tc " + dir + "/bypass/tc/",   // the bypass's first filter
+			"tc " + dir + "/services/tc/", // the NodePort filter
+			"pin " + dir + "/services/links/cgroup/",
 		}
+	}
+	for _, failAt := range failures {
 		installFailingAt(t, cfg, cgs, failAt)
 		if after := pinnedLinks(t, dir); !mapsEqual(before, after) {
 			t.Errorf("fail at %s: pinned links (link, program IDs)\nbefore %v\nafter  %v", failAt, before, after)
@@ -212,7 +221,7 @@ func TestAdoptSharedLinkDirs(t *testing.T) {
 		t.Fatalf("shared layout %v, want the %d links of %v", shared, len(byFamily), byFamily)
 	}
 
-	installFailingAt(t, cfg, cgs, "update "+dir+"/services/")
+	installFailingAt(t, cfg, cgs, "move "+dir+"/links/services/") // after the bypass's pins moved
 	if got := sharedLinks(t, dir); !mapsEqual(got, shared) {
 		t.Errorf("after a failed install:\n got %v\nwant %v", got, shared)
 	}
@@ -271,5 +280,59 @@ func installFailingAt(t *testing.T, cfg Config, cgs []string, prefix string) {
 	installFault = nil
 	if !errors.Is(err, errForced) {
 		t.Fatalf("fail at %s: install returned %v, want the forced failure (changes %v)", prefix, err, changed)
+	}
+}
+
+// withCaps runs fn on this (locked) thread with only the effective
+// capabilities caps, as the agent runs in Kubernetes (the chart's BPF,
+// NET_ADMIN, PERFMON), and restores them after.
+func withCaps(t *testing.T, caps []uintptr, fn func()) {
+	t.Helper()
+	runtime.LockOSThread() // capabilities are per thread
+	defer runtime.UnlockOSThread()
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var saved [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &saved[0]); err != nil {
+		t.Fatal(err)
+	}
+	data := saved
+	data[0].Effective, data[1].Effective = 0, 0
+	for _, c := range caps {
+		data[c/32].Effective |= 1 << (c % 32)
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := unix.Capset(&hdr, &saved[0]); err != nil {
+			t.Errorf("restore capabilities: %v", err)
+		}
+	}()
+	fn()
+}
+
+// An upgrade in place of every family needs no CAP_SYS_ADMIN (opening a
+// program by id would): the agent in Kubernetes has BPF, NET_ADMIN and
+// PERFMON only.
+func TestInstallAllFamiliesWithoutSysAdmin(t *testing.T) {
+	cfg, cgs := kernelEnv(t, 1)
+	cfg, ifx := allFamilies(t, cfg)
+	caps := []uintptr{unix.CAP_BPF, unix.CAP_NET_ADMIN, unix.CAP_PERFMON}
+	// The same parts load both times (without CAP_SYS_ADMIN the load
+	// balancer runs fewer of them; those are kernels' and flags' business).
+	withCaps(t, caps, func() { installAll(t, cfg, cgs, ifx) })
+	before := pinnedLinks(t, cfg.Dir())
+	withCaps(t, caps, func() {
+		d, err := Install(cfg, cgs)
+		if err != nil {
+			t.Fatalf("upgrade without CAP_SYS_ADMIN: %v", err)
+		}
+		d.Close()
+	})
+	after := pinnedLinks(t, cfg.Dir())
+	for pin, ids := range before {
+		if f := familyOf(pin); f != "shortcut" && (after[pin][0] != ids[0] || after[pin][1] == ids[1]) {
+			t.Errorf("%s (%s): link/program %v after the upgrade, was %v: want the same link with a new program", pin, f, after[pin], ids)
+		}
 	}
 }

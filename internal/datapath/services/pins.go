@@ -45,8 +45,8 @@ func MigratePins(tx *bpfsys.Tx, pinDir string) error {
 
 // attachOne attaches prog at at to cgroup (id: its cgroup id, pinned
 // only) within tx. With pins, a link an earlier agent pinned there gets
-// prog in place: translated sockets never see a moment without the reverse
-// hooks. The caller closes the link on rollback.
+// prog in place when tx commits: translated sockets never see a moment
+// without the reverse hooks. The caller closes the link on rollback.
 func (lb *LB) attachOne(tx *bpfsys.Tx, cgroup string, id uint64, prog *ebpf.Program, at ebpf.AttachType) (link.Link, error) {
 	attach := func() (link.Link, error) {
 		return link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: at, Program: prog})
@@ -59,8 +59,19 @@ func (lb *LB) attachOne(tx *bpfsys.Tx, cgroup string, id uint64, prog *ebpf.Prog
 		return nil, err
 	}
 	pin := bpfsys.LinkPin(lb.pinDir, bpfsys.KindCgroup, strconv.FormatUint(id, 10), info.Name)
-	if l, ok, err := tx.UpdatePinned(pin, prog, nil); err != nil || ok {
-		return l, err
+	// A link an earlier agent pinned gets prog at the commit (as
+	// Tx.UpgradePinned: the agent cannot open its old program by id to
+	// roll it back).
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		tx.OnCommit(func() error {
+			if err := l.Update(prog); err != nil {
+				return fmt.Errorf("update pinned link %s: %w", pin, err)
+			}
+			return nil
+		})
+		return l, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
 	}
 	l, err := attach()
 	if err != nil {
