@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -103,37 +105,56 @@ var haveTCX = sync.OnceValue(func() error {
 
 // TCAttachable checks prog can be attached to a device here: as a tcx link,
 // or else as a legacy tc filter, tried on the loopback of a network
-// namespace made for the trial (NewNetNS, InNetNSHandle: the trial's thread
-// goes back to its namespace and lives on; a locked thread the runtime
-// discards would SIGKILL every child forked from it with Pdeathsig,
-// golang/go#27505, which on Linux 6.1 once looked like "connection refused"
-// in the lab's servers).
+// namespace made for the trial.
+//
+// The trial's thread goes back to its network namespace and is unlocked, so
+// it lives on. A locked thread that ends (the runtime discards it) sends
+// SIGKILL to every child forked from it with Pdeathsig set (the parent-death
+// signal follows the forking thread, not the process: golang/go#27505):
+// that killed the lab's and the tests' servers, which on Linux 6.1, where
+// this trial runs, looked like "connection refused" now and then.
 func TCAttachable(prog *ebpf.Program) error {
 	if UseTCX() {
 		return nil
 	}
-	ns, err := NewNetNS()
-	if err != nil {
-		return fmt.Errorf("legacy tc trial: %w", err)
-	}
-	defer ns.Close() // the trial's namespace goes with its last reference
-	return InNetNSHandle(ns, func() error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("legacy tc trial: this thread's network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("legacy tc trial: new network namespace: %w", err)
+			return
+		}
 		lo, err := netlink.LinkByIndex(1)
 		if err == nil {
 			err = ensureClsact(lo)
 		}
-		if err != nil {
-			return err
+		if err == nil {
+			err = netlink.FilterReplace(&netlink.BpfFilter{
+				FilterAttrs: netlink.FilterAttrs{LinkIndex: 1, Parent: netlink.HANDLE_MIN_EGRESS, Handle: 1, Priority: 1, Protocol: legacyProto},
+				Fd:          prog.FD(), Name: "trial", DirectAction: true,
+			})
+			if err != nil {
+				err = fmt.Errorf("legacy tc filter (module cls_bpf; no tcx links before Linux 6.6): %w", err)
+			}
 		}
-		err = netlink.FilterReplace(&netlink.BpfFilter{
-			FilterAttrs: netlink.FilterAttrs{LinkIndex: 1, Parent: netlink.HANDLE_MIN_EGRESS, Handle: 1, Priority: 1, Protocol: legacyProto},
-			Fd:          prog.FD(), Name: "trial", DirectAction: true,
-		})
-		if err != nil {
-			return fmt.Errorf("legacy tc filter (module cls_bpf; no tcx links before Linux 6.6): %w", err)
+		// Back home: the trial's namespace goes with its last reference.
+		// If that fails the thread stays locked and the runtime discards it.
+		if serr := netns.Set(orig); serr == nil {
+			runtime.UnlockOSThread()
+		} else if err == nil {
+			err = fmt.Errorf("legacy tc trial: back to the network namespace: %w", serr)
 		}
-		return nil
-	})
+		done <- err
+	}()
+	return <-done
 }
 
 // TCAttachHow names how tc programs attach here, for a part's report.
