@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -203,8 +204,8 @@ func RunFile(ctx context.Context, path string, fam Families, t *Table, log *slog
 				t.Apply(name, nil, nil, since)
 			}
 		}
-		for name, e := range byName {
-			t.Apply(name, e, skipped[name], since)
+		for _, name := range slices.Sorted(maps.Keys(byName)) { // one order every time
+			t.Apply(name, byName[name], skipped[name], since)
 		}
 		t.SetProxied(proxied, 0)
 		log.Info("services file applied", "file", path, "services", len(byName))
