@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -107,6 +109,9 @@ func printStatus(rep *statusReport) {
 				fmt.Fprintf(w, "part %s\tstandby\t%s\n", s.Part, s.Standby)
 			} else if s.Runs {
 				fmt.Fprintf(w, "part %s\ton\t%s\n", s.Part, s.Via)
+				for _, dev := range slices.Sorted(maps.Keys(s.Idle)) {
+					fmt.Fprintf(w, "part %s\tidle %s\t%s\n", s.Part, dev, s.Idle[dev])
+				}
 			} else {
 				fmt.Fprintf(w, "part %s\toff\t%s\n", s.Part, s.Reason)
 			}

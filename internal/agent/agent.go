@@ -306,7 +306,7 @@ func (a *agent) converge(ctx context.Context) error {
 	}
 	a.parts.addFunc(stopMetrics)
 	if a.bb != nil {
-		a.bb.onStandby = standbyReporter(a.rep, a.cfg.Datapath.Dir())
+		a.bb.onReport = bypassReporter(a.rep, a.cfg.Datapath.Dir())
 	}
 	stopPods, err := watchPods(ctx, a.dp, a.cfg.Cgroups, a.bb)
 	if err != nil {

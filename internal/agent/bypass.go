@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"sync"
 	"time"
@@ -30,7 +31,11 @@ type bridgeBypass struct {
 	// act ("": it can); probed again at standbyNext (conntrackBlocker).
 	standby     string
 	standbyNext time.Time
-	onStandby   func(why string) // told each change of standby (the parts report); may be nil
+	// idle: devices not attached because the bypass could not act there
+	// (name: why); see idleReason.
+	idle map[string]string
+	// onReport is told each change of standby or idle (the parts report); may be nil.
+	onReport func(standby string, idle map[string]string)
 }
 
 // How often the bypass looks again whether conntrack runs in its network
@@ -69,12 +74,38 @@ func (b *bridgeBypass) conntrackBlocker() string {
 			slog.Info("bypass: conntrack runs: attaching")
 		}
 		b.standby = why
-		if b.onStandby != nil {
-			b.onStandby(why)
-		}
+		b.report()
 	}
 	return why
 }
+
+// report tells onReport the standby and the idle devices (b.mu held).
+func (b *bridgeBypass) report() {
+	if b.onReport != nil {
+		b.onReport(b.standby, b.idle)
+	}
+}
+
+// setIdle records the devices left unattached because the bypass could
+// not act there, logging each change (b.mu held).
+func (b *bridgeBypass) setIdle(idle map[string]string) {
+	if maps.Equal(idle, b.idle) {
+		return
+	}
+	for dev, why := range idle {
+		if b.idle[dev] != why {
+			slog.Info("bypass: not attaching here: it could not act", "device", dev, "reason", why)
+		}
+	}
+	b.idle = idle
+	b.report()
+}
+
+// Why the bypass does not attach to a device it could otherwise take.
+const (
+	idleNoEndpoint = "no pod address learnt on it yet (bridge FDB and neighbour table): nothing could be delivered to it"
+	idleUplinkDown = "uplink down: "
+)
 
 // xnodeBlocker says why the bypass must not run between nodes here, or "".
 // IPsec: the kernel path checks the node's xfrm policies (a forwarded
@@ -148,6 +179,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	if b.conntrackBlocker() != "" {
 		st = podnet.State{} // nothing to attach: every device detached, every endpoint removed
 	}
+	idle := map[string]string{}
 	want := map[netip.Addr]bypass.Endpoint{}
 	for ip, e := range st.Endpoints {
 		p := st.Ports[e.Port]
@@ -198,12 +230,23 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	for _, ifx := range b.bp.Attached() {
 		on[ifx] = true
 	}
+	hasEndpoint := map[int]bool{}
+	for _, ep := range want {
+		hasEndpoint[ep.Ifindex] = true
+	}
 	for ifx, p := range st.Ports {
 		if on[ifx] {
 			// The bridge's MAC may have changed (a new port).
 			if err := b.bp.SetBridge(ifx, p.Bridge, p.BridgeMAC); err != nil {
 				slog.Warn("bypass: pod veth's bridge", "device", p.Name, "err", err)
 			}
+			continue
+		}
+		// A pod veth is attached once its pod's address is learnt: before,
+		// its programs would only pay for lookups that fall back. Attached
+		// ports stay while they exist (no flapping with neighbour entries).
+		if !hasEndpoint[ifx] {
+			idle[p.Name] = idleNoEndpoint
 			continue
 		}
 		// One at a time: a veth that disappeared meanwhile fails alone.
@@ -220,6 +263,10 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	}
 	for ifx, u := range uplinks {
 		if up[ifx] {
+			continue
+		}
+		if u.Down != "" {
+			idle[u.Name] = idleUplinkDown + u.Down
 			continue
 		}
 		if err := b.bp.AttachUplinks(ifx); err != nil {
@@ -242,6 +289,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		b.applied[ip] = ep
 		added = append(added, ip.String())
 	}
+	b.setIdle(idle)
 	if len(removed)+len(added)+len(attached)+len(detached) > 0 {
 		slog.Info("bypass converged", "attached", attached, "detached_ifindexes", detached,
 			"endpoints_set", added, "endpoints_removed", removed)
@@ -303,6 +351,13 @@ func (b *bridgeBypass) BypassCounters() (map[string]uint64, error) {
 		return nil, errBypassClosed
 	}
 	return b.bp.Counters()
+}
+
+// BypassIdle implements metrics.BypassSource.
+func (b *bridgeBypass) BypassIdle() map[string]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.idle)
 }
 
 // BypassStandby implements metrics.BypassSource.

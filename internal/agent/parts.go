@@ -2,6 +2,7 @@ package agent
 
 import (
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 
@@ -28,19 +29,20 @@ func logParts(rep parts.Report) {
 	}
 }
 
-// standbyReporter writes each change of the bypass's standby into the
-// parts report `eztunnel status` reads (a copy of rep of its own).
-func standbyReporter(rep parts.Report, pinDir string) func(why string) {
+// bypassReporter writes each change of the bypass's standby and idle
+// devices into the parts report `eztunnel status` reads (a copy of rep of
+// its own).
+func bypassReporter(rep parts.Report, pinDir string) func(standby string, idle map[string]string) {
 	rep.Parts = slices.Clone(rep.Parts)
 	var mu sync.Mutex
-	return func(why string) {
+	return func(standby string, idle map[string]string) {
 		mu.Lock()
 		defer mu.Unlock()
 		st, ok := rep.Get(parts.Bypass)
 		if !ok {
 			return
 		}
-		st.Standby = why
+		st.Standby, st.Idle = standby, maps.Clone(idle)
 		rep.Set(st)
 		if err := rep.Write(parts.ReportPath(pinDir)); err != nil {
 			slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)

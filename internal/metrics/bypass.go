@@ -17,6 +17,9 @@ type BypassSource interface {
 	// BypassStandby says why the bypass, loaded, is attached nowhere now
 	// (it could not act: conntrack does not run), or "".
 	BypassStandby() string
+	// BypassIdle: devices it could take but does not attach to, because it
+	// could not act there, each with why.
+	BypassIdle() map[string]string
 }
 
 // ManagedNeighbourSource is a BypassSource that keeps managed neighbour
@@ -36,6 +39,7 @@ type BypassCollector struct {
 	up        *prometheus.Desc
 	managed   *prometheus.Desc
 	standby   *prometheus.Desc
+	idle      *prometheus.Desc
 }
 
 var bypassMetric = map[string]struct{ name, help string }{
@@ -66,6 +70,8 @@ func NewBypassCollector(src BypassSource) *BypassCollector {
 			"Kernel-managed neighbour entries the agent keeps on the pod bridges for the node's pods (Kubernetes mode; absent otherwise).", nil, nil),
 		standby: prometheus.NewDesc(namespace+"_bypass_standby",
 			"1 while the loaded bridge bypass is attached nowhere because it could not act here (reason: conntrack does not run in the node's network namespace, so every packet would fall back); 0 otherwise.", []string{"reason"}, nil),
+		idle: prometheus.NewDesc(namespace+"_bypass_idle_device",
+			"1 for each pod veth or uplink the bridge bypass does not attach to because it could not act there (reason: no pod address learnt on the veth yet, or the uplink is down).", []string{"device", "reason"}, nil),
 		up: prometheus.NewDesc(namespace+"_bypass_up",
 			"1 if this scrape read the bridge bypass's counters, 0 if not (the agent logs why).", nil, nil),
 	}
@@ -87,7 +93,7 @@ func (c *BypassCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.fallbacks, c.devices, c.endpoints, c.up, c.managed, c.standby} {
+	for _, d := range []*prometheus.Desc{c.fallbacks, c.devices, c.endpoints, c.up, c.managed, c.standby, c.idle} {
 		ch <- d
 	}
 }
@@ -99,6 +105,9 @@ func (c *BypassCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.standby, prometheus.GaugeValue, 1, why)
 	} else {
 		ch <- prometheus.MustNewConstMetric(c.standby, prometheus.GaugeValue, 0, "")
+	}
+	for dev, why := range c.src.BypassIdle() {
+		ch <- prometheus.MustNewConstMetric(c.idle, prometheus.GaugeValue, 1, dev, why)
 	}
 	ch <- prometheus.MustNewConstMetric(c.devices, prometheus.GaugeValue, float64(devices))
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(endpoints))

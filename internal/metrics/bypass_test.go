@@ -14,11 +14,25 @@ type fakeBypass struct {
 	counters map[string]uint64
 	err      error
 	standby  string
+	idle     map[string]string
 }
 
 func (f fakeBypass) BypassCounters() (map[string]uint64, error) { return f.counters, f.err }
 func (f fakeBypass) BypassState() (int, int)                    { return 3, 6 }
 func (f fakeBypass) BypassStandby() string                      { return f.standby }
+func (f fakeBypass) BypassIdle() map[string]string              { return f.idle }
+
+func TestBypassCollectorIdleDevices(t *testing.T) {
+	col := NewBypassCollector(fakeBypass{counters: map[string]uint64{}, idle: map[string]string{"vethb": "no pod address", "eth1": "uplink down: administratively down"}})
+	want := `# HELP eztunnel_bypass_idle_device 1 for each pod veth or uplink the bridge bypass does not attach to because it could not act there (reason: no pod address learnt on the veth yet, or the uplink is down).
+# TYPE eztunnel_bypass_idle_device gauge
+eztunnel_bypass_idle_device{device="eth1",reason="uplink down: administratively down"} 1
+eztunnel_bypass_idle_device{device="vethb",reason="no pod address"} 1
+`
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "eztunnel_bypass_idle_device"); err != nil {
+		t.Error(err)
+	}
+}
 
 func TestBypassCollectorExports(t *testing.T) {
 	c := map[string]uint64{}

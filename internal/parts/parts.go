@@ -20,22 +20,23 @@ type Name string
 
 // The parts, in the order they are reported.
 const (
-	Shortcut       Name = "shortcut"        // sockops + sk_msg + SOCKHASH: node-local TCP skips the stack
-	ReadAccounting Name = "read-accounting" // bytes redirected and not read, per receiver: the unread bound
-	Release        Name = "release"         // hand sockets back to the kernel path (uninstall, switches)
-	ShortcutNAT    Name = "shortcut-nat"    // pairing under DNAT/REDIRECT (netfilter link at POST_ROUTING)
-	CloseReset     Name = "close-reset"     // RST on close for accelerated connections
-	Connections    Name = "connections"     // `eztunnel connections`
-	Adoption       Name = "adoption"        // connections established before the agent
-	Bypass         Name = "bypass"          // bridge bypass (tcx redirect_peer / redirect_neigh)
-	ServicesLB     Name = "services"        // ClusterIP at the socket
-	NodePort       Name = "nodeport"        // NodePort at tcx ingress
-	SocketDestroy  Name = "socket-destroy"  // Service LB: destroy sockets of removed backends
-	Tracer         Name = "tracer"          // `eztunnel trace`
+	Shortcut       Name = "shortcut"            // sockops + sk_msg + SOCKHASH: node-local TCP skips the stack
+	ReadAccounting Name = "read-accounting"     // bytes redirected and not read, per receiver: the unread bound
+	Release        Name = "release"             // hand sockets back to the kernel path (uninstall, switches)
+	ShortcutNAT    Name = "shortcut-nat"        // pairing under DNAT/REDIRECT (netfilter link at POST_ROUTING)
+	CloseReset     Name = "close-reset"         // RST on close for accelerated connections
+	Connections    Name = "connections"         // `eztunnel connections`
+	Adoption       Name = "adoption"            // connections established before the agent
+	KernelBP       Name = "kernel-backpressure" // the kernel makes a redirecting sender wait: bulk transfers keep the shortcut
+	Bypass         Name = "bypass"              // bridge bypass (tcx redirect_peer / redirect_neigh)
+	ServicesLB     Name = "services"            // ClusterIP at the socket
+	NodePort       Name = "nodeport"            // NodePort at tcx ingress
+	SocketDestroy  Name = "socket-destroy"      // Service LB: destroy sockets of removed backends
+	Tracer         Name = "tracer"              // `eztunnel trace`
 )
 
 // All lists every part in report order.
-var All = []Name{Shortcut, ReadAccounting, Release, ShortcutNAT, CloseReset, Connections, Adoption,
+var All = []Name{Shortcut, ReadAccounting, KernelBP, Release, ShortcutNAT, CloseReset, Connections, Adoption,
 	Bypass, ServicesLB, NodePort, SocketDestroy, Tracer}
 
 // Status is one part on this node.
@@ -51,6 +52,10 @@ type Status struct {
 	// Standby: a running part attached nowhere now because it could not
 	// act here, and why (the bypass where conntrack does not run).
 	Standby string `json:"standby,omitempty"`
+	// Idle: devices a running part does not attach to because it could
+	// not act there, each with why (the bypass: a pod veth with no pod
+	// address learnt yet, an uplink that is down).
+	Idle map[string]string `json:"idle,omitempty"`
 }
 
 // Report is the status of the parts a component knows about.

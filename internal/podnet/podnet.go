@@ -51,6 +51,9 @@ type Endpoint struct {
 type Uplink struct {
 	Ifindex int
 	Name    string
+	// Down: why the device cannot carry packets now (administratively
+	// down, or no carrier), or "".
+	Down string
 }
 
 // State is what one scan found.
@@ -156,6 +159,19 @@ func bridgeNeighbours(h *netlink.Handle, bridges iter.Seq[int], fn func(bridge i
 	return nil
 }
 
+// linkDown says why a device cannot carry packets now, or "". Devices
+// without carrier reporting (a VXLAN device's oper state is UNKNOWN) count
+// as up while administratively up.
+func linkDown(a *netlink.LinkAttrs) string {
+	switch {
+	case a.Flags&net.FlagUp == 0:
+		return "administratively down"
+	case a.OperState == netlink.OperDown, a.OperState == netlink.OperLowerLayerDown, a.OperState == netlink.OperNotPresent:
+		return "no carrier (oper state " + a.OperState.String() + ")"
+	}
+	return ""
+}
+
 // scanUplinks adds the uplinks: devices of gateway routes of the main table
 // to non-default destinations, bridges, bridge ports and loopback left out.
 func scanUplinks(h *netlink.Handle, links []netlink.Link, bridges map[int]net.HardwareAddr, st *State) error {
@@ -191,7 +207,7 @@ func scanUplinks(h *netlink.Handle, links []netlink.Link, bridges map[int]net.Ha
 				if _, inBridge := bridges[a.MasterIndex]; inBridge {
 					continue
 				}
-				st.Uplinks[a.Index] = Uplink{Ifindex: a.Index, Name: a.Name}
+				st.Uplinks[a.Index] = Uplink{Ifindex: a.Index, Name: a.Name, Down: linkDown(a)}
 			}
 		}
 	}

@@ -238,6 +238,22 @@ func TestBypassAgent(t *testing.T) {
 
 	t.Run("pod-added-and-removed", func(t *testing.T) {
 		a3 := mnPod(t, n, "a3")
+		// Until the node learns a3's address, nothing could be delivered
+		// to its veth: the bypass leaves it unattached and says why.
+		idle := func(m map[string]float64) float64 {
+			for k, v := range m {
+				if strings.HasPrefix(k, `eztunnel_bypass_idle_device{device="`+a3.HostVeth+`",reason="no pod address learnt`) {
+					return v
+				}
+			}
+			return 0
+		}
+		waitMetrics(t, mc, "a3's veth reported idle", func(m map[string]float64) bool {
+			return idle(m) == 1 && m["eztunnel_bypass_devices"] == 2
+		})
+		if on := bypassTCX(t, n); len(on[a3.HostVeth]) != 0 {
+			t.Errorf("tcx of %s, no pod address learnt: %v, want nothing attached", a3.HostVeth, on[a3.HostVeth])
+		}
 		// A bridge without a MAC of its own takes its ports' lowest: a
 		// new port can change it, and the kernel then flushes the
 		// bridge's neighbours (NETDEV_CHANGEADDR). The node learns the
@@ -246,7 +262,7 @@ func TestBypassAgent(t *testing.T) {
 			nodeTalksTo(t, p)
 		}
 		waitMetrics(t, mc, "a3 discovered", func(m map[string]float64) bool {
-			return m["eztunnel_bypass_devices"] == 3 && m["eztunnel_bypass_endpoints"] == 6
+			return m["eztunnel_bypass_devices"] == 3 && m["eztunnel_bypass_endpoints"] == 6 && idle(m) == 0
 		})
 		on := bypassTCX(t, n)
 		if len(on[a3.HostVeth]) != 2 {
@@ -864,3 +880,4 @@ func uninstallOnCleanup(t *testing.T, n *multinode.Node, pin string) {
 		}
 	})
 }
+
