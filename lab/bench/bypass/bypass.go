@@ -29,6 +29,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/procfs"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 
@@ -48,6 +49,9 @@ type Options struct {
 	IPv6      bool             // pods talk IPv6 (the underlay of VXLAN stays IPv4)
 	ClientCPU int              // CPU of every client; -1: any
 	ServerCPU int              // CPU of every server; -1: any
+	// Datapaths to compare, in the report's order (ParseDatapaths); nil:
+	// bridge, bypass and bypass+shortcut.
+	Datapaths []string
 }
 
 // Datapaths, in the order of the report.
@@ -55,9 +59,34 @@ const (
 	Bridge   = "bridge"
 	Bypass   = "bypass"
 	Shortcut = "bypass+shortcut"
+	// Idle is an agent on each node that accelerates nothing (no bypass,
+	// every connection excluded from the shortcut): what stays attached
+	// costs the paths it does not accelerate.
+	Idle = "agent idle"
 )
 
 var datapaths = []string{Bridge, Bypass, Shortcut}
+
+// ParseDatapaths reads --datapaths names (bridge, bypass, shortcut, idle)
+// into datapaths in the report's order; the bridge always runs.
+func ParseDatapaths(names []string) ([]string, error) {
+	byName := map[string]string{"bridge": Bridge, "bypass": Bypass, "shortcut": Shortcut, "idle": Idle}
+	want := map[string]bool{Bridge: true}
+	for _, n := range names {
+		dp, ok := byName[n]
+		if !ok {
+			return nil, fmt.Errorf("datapath %q: not one of bridge, bypass, shortcut, idle", n)
+		}
+		want[dp] = true
+	}
+	var out []string
+	for _, dp := range []string{Bridge, Idle, Bypass, Shortcut} {
+		if want[dp] {
+			out = append(out, dp)
+		}
+	}
+	return out, nil
+}
 
 // Paths: the client pod talks to a pod of its node and to one of the other.
 var paths = []string{"same-node", "cross-node"}
@@ -69,7 +98,7 @@ type metric struct {
 }
 
 var metrics = []metric{
-	{"TCP RTT p50 (us)", true}, {"TCP RTT p99 (us)", true},
+	{"TCP RTT p50 (us)", true}, {"TCP RTT p99 (us)", true}, {"TCP RTT CPU per round trip (us)", true},
 	{"UDP RTT p50 (us)", true}, {"UDP RTT p99 (us)", true},
 	{"TCP stream (Gbit/s)", false}, {"UDP 64 B (kpps received)", false},
 }
@@ -99,6 +128,9 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	}
 	if len(o.Modes) == 0 {
 		return errors.New("bench bypass: no routing mode")
+	}
+	if o.Datapaths == nil {
+		o.Datapaths = datapaths
 	}
 	fmt.Fprintf(w, "eztunnel bench bypass: %d mode(s) x %d round(s), datapaths interleaved (order rotated each round); client on CPU %s, servers on CPU %s; IPv6 %v\n",
 		len(o.Modes), o.Rounds, cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6)
@@ -164,11 +196,11 @@ func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (
 		client.Addr(o.IPv6), n1.Name, local.Addr(o.IPv6), remote.Addr(o.IPv6), n2.Name)
 
 	out := map[string]map[string][]sample{}
-	for _, dp := range datapaths {
+	for _, dp := range o.Datapaths {
 		out[dp] = map[string][]sample{}
 	}
 	for r := 0; r < o.Rounds; r++ {
-		order := slices.Clone(datapaths)
+		order := slices.Clone(o.Datapaths)
 		for range r % len(order) {
 			order = append(order[1:], order[0])
 		}
@@ -298,9 +330,12 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 		return &agents{exe: o.Agent}, nil
 	}
 	spec := AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: []string{"--bypass"}, Endpoints: true, IPv6: o.IPv6}
-	if dp == Bypass {
+	switch dp {
+	case Bypass:
 		// Every connection excluded from the shortcut: tc only.
 		spec.Args = append(spec.Args, "--exclude-cidrs", "0.0.0.0/0,::/0")
+	case Idle:
+		spec = AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: []string{"--bypass=false", "--exclude-cidrs", "0.0.0.0/0,::/0"}, IPv6: o.IPv6}
 	}
 	return runAgents(ctx, spec, tmp, nodes...)
 }
@@ -489,11 +524,22 @@ func measure(ctx context.Context, o Options, wl workload.Client, client, server 
 	}
 	addr := func(port int) string { return netip.AddrPortFrom(server.Addr(o.IPv6), uint16(port)).String() }
 	var pp workload.PingPongResult
+	busy0, err := busySeconds()
+	if err != nil {
+		return s, err
+	}
 	if _, err := wl.Workload(ctx, client, 2*time.Minute, &pp, "pingpong", "--addr", addr(echoPort), "--size", "24",
 		"--n", strconv.Itoa(o.RTTN), "--warmup", "500"); err != nil {
 		return s, fmt.Errorf("TCP ping-pong: %w", err)
 	}
+	busy1, err := busySeconds()
+	if err != nil {
+		return s, err
+	}
 	s.values["TCP RTT p50 (us)"], s.values["TCP RTT p99 (us)"] = pp.Micros.P50, pp.Micros.P99
+	// Every CPU's busy time over the whole ping-pong (the workload
+	// process's start and warm-up included), per recorded round trip.
+	s.values["TCP RTT CPU per round trip (us)"] = (busy1 - busy0) * 1e6 / float64(o.RTTN)
 	var ur workload.UDPResult
 	if _, err := wl.Workload(ctx, client, 2*time.Minute, &ur, "udp", "--addr", addr(udpPort), "--size", "24",
 		"--n", strconv.Itoa(o.RTTN)); err != nil {
@@ -578,7 +624,11 @@ func iperf(ctx context.Context, o Options, wl workload.Client, client, server *m
 // every datapath, and the median of the per-round ratios to the bridge.
 func report(w io.Writer, o Options, results map[multinode.Mode]map[string]map[string][]sample) {
 	fmt.Fprintf(w, "\nmedians over %d round(s); change: median of the per-round changes against the bridge in the same round\n\n", o.Rounds)
-	rows := [][]string{{"mode", "path", "metric", Bridge, Bypass, Shortcut, "bypass vs bridge", "bypass+shortcut vs bridge"}}
+	header := append([]string{"mode", "path", "metric"}, o.Datapaths...)
+	for _, dp := range o.Datapaths[1:] {
+		header = append(header, dp+" vs bridge")
+	}
+	rows := [][]string{header}
 	for _, mode := range o.Modes {
 		r := results[mode]
 		for _, path := range paths {
@@ -587,28 +637,47 @@ func report(w io.Writer, o Options, results map[multinode.Mode]map[string]map[st
 				if i == 0 {
 					row[0], row[1] = string(mode), path
 				}
-				for _, dp := range datapaths {
+				for _, dp := range o.Datapaths {
 					row = append(row, fmt.Sprintf("%.1f", median(values(r[dp][path], m.name))))
 				}
-				for _, dp := range []string{Bypass, Shortcut} {
+				for _, dp := range o.Datapaths[1:] {
 					row = append(row, change(r[Bridge][path], r[dp][path], m.name))
 				}
 				rows = append(rows, row)
 			}
 			bp := []string{"", "", "packets bypassed per measurement"}
-			for _, dp := range datapaths {
+			for _, dp := range o.Datapaths {
 				var xs []float64
 				for _, s := range r[dp][path] {
 					xs = append(xs, s.bypassed)
 				}
 				bp = append(bp, fmt.Sprintf("%.0f", median(xs)))
 			}
-			rows = append(rows, append(bp, "", ""))
+			for range o.Datapaths[1:] {
+				bp = append(bp, "")
+			}
+			rows = append(rows, bp)
 		}
 	}
 	var b strings.Builder
 	bench.WriteTable(&b, rows[0], rows[1:])
 	io.WriteString(w, b.String())
+}
+
+// busySeconds is the busy time of every CPU since boot (/proc/stat: every
+// column but idle and iowait; softirq, where most of the stack runs,
+// included).
+func busySeconds() (float64, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0, err
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		return 0, err
+	}
+	c := st.CPUTotal
+	return c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal, nil
 }
 
 // tail is the last n bytes of s.

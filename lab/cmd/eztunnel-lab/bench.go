@@ -135,6 +135,7 @@ func parseModes(modes []string) ([]multinode.Mode, error) {
 func benchBypassCmd() *cobra.Command {
 	o := bypass.Options{Rounds: 3, RTTN: 5000, Seconds: 3, ClientCPU: 1, ServerCPU: 1}
 	modes := []string{string(multinode.HostGW), string(multinode.VXLAN)}
+	dps := []string{"bridge", "bypass", "shortcut"}
 	cmd := &cobra.Command{
 		Use:   "bypass",
 		Short: "The bridge bypass in the multi-node lab: bridge vs tc bypass vs bypass + shortcut, same-node and cross-node, TCP and UDP (needs root)",
@@ -144,6 +145,9 @@ func benchBypassCmd() *cobra.Command {
 			if o.Modes, err = parseModes(modes); err != nil {
 				return err
 			}
+			if o.Datapaths, err = bypass.ParseDatapaths(dps); err != nil {
+				return fmt.Errorf("--datapaths: %w", err)
+			}
 			return withSelf(cmd, func(ctx context.Context, exe string) error {
 				o.Lab, o.Agent = exe, filepath.Join(filepath.Dir(exe), "eztunnel")
 				return bypass.Run(ctx, o, os.Stdout)
@@ -152,7 +156,8 @@ func benchBypassCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&modes, "modes", modes, "routing modes: host-gw, vxlan")
-	f.IntVar(&o.Rounds, "rounds", o.Rounds, "interleaved rounds of the three datapaths")
+	f.StringSliceVar(&dps, "datapaths", dps, "datapaths compared with the bridge (which always runs): bypass, shortcut (bypass+shortcut), idle (an agent that accelerates nothing)")
+	f.IntVar(&o.Rounds, "rounds", o.Rounds, "interleaved rounds of the datapaths")
 	f.IntVar(&o.RTTN, "rtt-n", o.RTTN, "round trips per RTT measurement")
 	f.IntVar(&o.Seconds, "seconds", o.Seconds, "length of each iperf3 test")
 	f.BoolVar(&o.IPv6, "ipv6", false, "pods talk IPv6")

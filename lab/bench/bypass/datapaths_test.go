@@ -1,0 +1,16 @@
+package bypass
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestParseDatapaths(t *testing.T) {
+	got, err := ParseDatapaths([]string{"shortcut", "idle"})
+	if err != nil || !slices.Equal(got, []string{Bridge, Idle, Shortcut}) {
+		t.Errorf("got %v, %v; want the bridge first and the report's order", got, err)
+	}
+	if _, err := ParseDatapaths([]string{"netkit"}); err == nil {
+		t.Error("an unknown datapath was accepted")
+	}
+}
