@@ -148,7 +148,17 @@ enum ez_cfg_flag {
 	EZ_CFG_CIDR_ALLOWLIST = 4,	/* only addresses inside an INCLUDE prefix */
 	EZ_CFG_CGROUP_FILTER = 8,	/* only sockets of cgroups in ez_sc_cgroups (Kubernetes mode) */
 	EZ_CFG_RX_GAUGE = 16,		/* reads are not counted (no sock_recv_length): the bound gauges the receiver (unread.h) */
+	EZ_CFG_KERNEL_BP = 32,		/* the kernel makes an ingress redirect's sender wait (kernel/patches): the bound gets EZ_KERNEL_BP_SLACK */
 };
+
+/*
+ * With the kernel's ingress backpressure (EZ_CFG_KERNEL_BP) a sender waits
+ * while its receiver's psock holds more than the receiver's sk_rcvbuf, tested
+ * before each sendmsg chunk, so a receiver holds at most sk_rcvbuf plus one
+ * chunk (tcp_bpf_sendmsg: MAX_MSG_FRAGS page frags of up to 32 KiB, 544 KiB).
+ * The bound then only switches a connection the kernel failed to hold.
+ */
+#define EZ_KERNEL_BP_SLACK (1U << 20)
 
 /*
  * A selected cgroup (a pod's cgroup in Kubernetes mode), value of ez_sc_cgroups

@@ -40,7 +40,7 @@ int ez_sc_msg(struct sk_msg_md *msg)
 	struct ez_sock *es;
 	__u32 state, dir;
 	__u64 key;
-	__s64 total;
+	__s64 total, bound;
 
 	if (!sk)
 		return SK_PASS;
@@ -111,7 +111,10 @@ int ez_sc_msg(struct sk_msg_md *msg)
 		}
 		total = q + size;
 	}
-	if (u->switched || total > u->bound[dir]) {
+	bound = u->bound[dir];
+	if (ez_cfg_flags & EZ_CFG_KERNEL_BP)
+		bound += EZ_KERNEL_BP_SLACK;
+	if (u->switched || total > bound) {
 		__sync_fetch_and_add(&u->unread[dir], -(__s64)size);
 		if (__sync_val_compare_and_swap(&u->switched, 0, 1) == 0)
 			count(EZ_C_FB_BACKPRESSURE);

@@ -76,6 +76,23 @@ func Tracepoint(name string) func() error {
 	}
 }
 
+// KernelFunc checks the kernel's BTF has a function of that name: code that
+// is there or not, where no trial load or version can tell (a distribution's
+// or a patched kernel's).
+func KernelFunc(name string) func() error {
+	return func() error {
+		spec, err := btf.LoadKernelSpec()
+		if err != nil {
+			return err
+		}
+		var fn *btf.Func
+		if err := spec.TypeByName(name, &fn); err != nil {
+			return fmt.Errorf("no function %s in the kernel's BTF", name)
+		}
+		return nil
+	}
+}
+
 // EnumValue checks the kernel's BTF has an enumerator of that name: a
 // constant that arrives with the code that handles it (for example
 // TCP_BPF_SOCK_OPS_CB_FLAGS, which bpf_setsockopt accepts from Linux 6.10)

@@ -45,6 +45,7 @@ const (
 	unitsEzCfgFlagEZ_CFG_CIDR_ALLOWLIST unitsEzCfgFlag = 4
 	unitsEzCfgFlagEZ_CFG_CGROUP_FILTER  unitsEzCfgFlag = 8
 	unitsEzCfgFlagEZ_CFG_RX_GAUGE       unitsEzCfgFlag = 16
+	unitsEzCfgFlagEZ_CFG_KERNEL_BP      unitsEzCfgFlag = 32
 )
 
 type unitsEzCgroup struct {

@@ -6,7 +6,8 @@
 # and exits non-zero when a step failed.
 #
 # Variables (environment or make):
-#   KERNELS      series to boot, default "6.1 6.12"
+#   KERNELS      series to boot, default "6.1 6.12"; 6.12-bp is Debian's 6.12
+#                with kernel/patches, built by scripts/kernels/build.sh
 #   STEPS        step groups in order, default "preflight e2e rtt extra":
 #                  smoke      uname -r, modprobe of the modules the tests use,
 #                             /sys/kernel/btf/vmlinux, eztunnel --help
@@ -161,7 +162,7 @@ series_pattern() {
 	case $1 in
 	6.1) echo '^linux-image-6\.1\.0-[0-9]+-amd64$' ;;
 	6.12) echo '^linux-image-6\.12\.[0-9]+\+deb12-amd64$' ;;
-	*) echo "unknown kernel series $1 (known: 6.1 6.12)" >&2; return 1 ;;
+	*) echo "unknown kernel series $1 (known: 6.1 6.12 6.12-bp)" >&2; return 1 ;;
 	esac
 }
 resolve() {
@@ -180,6 +181,13 @@ resolve() {
 # extracted into $KCACHE/<version> and depmod run there, unless cached.
 fetch() {
 	local kver="" deb
+	# 6.12-bp: Debian's 6.12 source with kernel/patches, built here
+	# (scripts/kernels/build.sh; cached in $KCACHE like the packages).
+	if [ "$1" = 6.12-bp ]; then
+		kver=$(bash "$REPO/scripts/kernels/build.sh" | tail -1) || return 1
+		KVER=$kver
+		return 0
+	fi
 	if apt_index && kver=$(resolve "$1"); then :; else
 		# Offline: the newest cached extraction of the series.
 		kver=$(ls "$KCACHE" 2>/dev/null | grep -E "$(series_pattern "$1" | sed 's/^\^linux-image-/^/')" | sort -Vr | head -1) || true

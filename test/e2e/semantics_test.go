@@ -224,8 +224,12 @@ func TestSemantics(t *testing.T) {
 				} else if d["pairs"] != c.conns || d["bytes_redirected"] == 0 {
 					t.Errorf("want %d pair(s) and redirected bytes, so the comparison means something: %v", c.conns, d)
 				}
-				if d["fallback_backpressure"] != c.backpressure {
-					t.Errorf("want %d connection(s) switched for backpressure: %v", c.backpressure, d)
+				wantBP := c.backpressure
+				if wantBP > 0 && kernelBP(t, e) {
+					wantBP = 0 // the kernel held the writer on the shortcut
+				}
+				if d["fallback_backpressure"] != wantBP {
+					t.Errorf("want %d connection(s) switched for backpressure: %v", wantBP, d)
 				}
 				resetOff, _ := e.dp.Parts().Get(parts.CloseReset)
 				if c.resets > 0 && !resetOff.Runs {
@@ -245,6 +249,12 @@ func TestSemantics(t *testing.T) {
 					t.Fatal("no baseline observation")
 				}
 				if reflect.DeepEqual(obs, want) {
+					return
+				}
+				if kernelReceiveFixed(t) {
+					// kernel/patches: tcp_bpf's receive path reads as
+					// plain TCP's; no divergence is known any more.
+					t.Errorf("observations differ from plain TCP on a kernel with kernel/patches:\n%s", diffObs(want, obs))
 					return
 				}
 				known, isKnown := kernelDivergences[c.name]

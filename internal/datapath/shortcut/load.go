@@ -130,6 +130,9 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	if gauge {
 		flags |= uint32(shortcutEzCfgFlagEZ_CFG_RX_GAUGE)
 	}
+	if KernelBackpressure() == nil {
+		flags |= uint32(shortcutEzCfgFlagEZ_CFG_KERNEL_BP)
+	}
 	specs.EzScRxSocks.MaxEntries = cfg.MaxSockets
 	instance := rand.Uint32() | 1 // never 0, the owner slot's initial value
 	for v, val := range map[*ebpf.VariableSpec]uint32{
@@ -184,6 +187,10 @@ func programGroups(gauge bool) []bpfsys.Group {
 		read = bpfsys.Group{Part: parts.ReadAccounting, Required: true, Via: "gauge: the sender reads the receiver's sk_rmem_alloc (no tp_btf/sock_recv_length here)"}
 		reset.Via = "cgroup/sock_release asking the closing socket's psock queue (no counted reads) + " + bpfsys.TCAttachHow()
 	}
+	kbp := bpfsys.Group{Part: parts.KernelBP, Via: "tcp_bpf makes a sender wait while the receiver holds more than its sk_rcvbuf (" + kernelBPFunc + ")"}
+	if err := KernelBackpressure(); err != nil {
+		kbp.Off = "a receiver that falls --max-unread behind moves its connection to the kernel path for good: " + err.Error()
+	}
 	adopt := bpfsys.Group{Part: parts.Adoption, Progs: []string{shortcutProgEzScAdoptScan, shortcutProgEzScAdoptStep}, Via: "iter/tcp per network namespace"}
 	// The programs load on older kernels, but there bpf_setsockopt refuses
 	// TCP_BPF_SOCK_OPS_CB_FLAGS (net/core/filter.c, sol_tcp_sockopt) at run
@@ -195,6 +202,7 @@ func programGroups(gauge bool) []bpfsys.Group {
 		{Part: parts.Shortcut, Required: true, Progs: []string{shortcutProgEzScSockops, shortcutProgEzScEgress, shortcutProgEzScMsg},
 			Via: "sockops + sk_msg + sockhash, cgroup_skb egress"},
 		read,
+		kbp,
 		{Part: parts.Release, Required: true, Progs: []string{shortcutProgEzScReleaseSwitched, shortcutProgEzScRelease},
 			Via: "tc programs run by BPF_PROG_TEST_RUN"},
 		{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzScNat}, Via: "netfilter link at POST_ROUTING",
@@ -204,6 +212,27 @@ func programGroups(gauge bool) []bpfsys.Group {
 		adopt,
 		{Part: parts.Connections, Progs: []string{shortcutProgEzScConns}, Via: "iter/tcp per network namespace"},
 	}
+}
+
+// kernelBPFunc is the function the kernel change of kernel/patches adds: a
+// socket with an sk_msg program has no room to send while the socket it
+// redirects into with BPF_F_INGRESS holds more than its receive buffer.
+const kernelBPFunc = "tcp_bpf_stream_memory_free"
+
+// KernelBackpressure reports, nil or why not, whether this kernel makes a
+// sender whose sk_msg redirects into its peer's receive queue wait as plain
+// TCP does (kernel/patches). Then a slow reader holds its writer instead of
+// switching the connection to the kernel path (EZ_CFG_KERNEL_BP), and bulk
+// transfers keep the shortcut. A test refuses it by naming it in
+// EZTUNNEL_TEST_REFUSE_PROGRAMS.
+func KernelBackpressure() error {
+	if bpfsys.TestRefused(kernelBPFunc) {
+		return fmt.Errorf("%s refused by %s (test)", kernelBPFunc, bpfsys.TestRefuseEnv)
+	}
+	if err := bpfsys.KernelFunc(kernelBPFunc)(); err != nil {
+		return fmt.Errorf("the kernel does not make an sk_msg ingress redirect's sender wait (%w; kernel/patches adds it)", err)
+	}
+	return nil
 }
 
 // rxGauge reports whether reads cannot be counted here, so the unread bound

@@ -100,6 +100,7 @@ const (
 	shortcutEzCfgFlagEZ_CFG_CIDR_ALLOWLIST shortcutEzCfgFlag = 4
 	shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER  shortcutEzCfgFlag = 8
 	shortcutEzCfgFlagEZ_CFG_RX_GAUGE       shortcutEzCfgFlag = 16
+	shortcutEzCfgFlagEZ_CFG_KERNEL_BP      shortcutEzCfgFlag = 32
 )
 
 type shortcutEzCgroup struct {

@@ -62,6 +62,9 @@ type Measurement struct {
 	RTT24  stats.Summary `json:"rtt_24b_us"`
 	RTT64K stats.Summary `json:"rtt_64kib_us"`
 	FCT    float64       `json:"fct_s"`
+	// TCPMemPeak: node TCP memory (/proc/net/sockstat, pages in bytes)
+	// above its level before the transfer, at its highest during it.
+	TCPMemPeak uint64 `json:"transfer_tcp_mem_peak_bytes"`
 }
 
 // Round is one baseline-then-accelerated pass.
@@ -196,10 +199,10 @@ func (r *runner) measure(tag string) (Measurement, error) {
 	if m.RTT64K, err = r.pingpong(r.echoAddr, 64<<10, max(r.o.RTTN/10, 10)); err != nil {
 		return m, fmt.Errorf("%s: 64 KiB ping-pong: %w", tag, err)
 	}
-	if m.FCT, err = r.transfer(r.o.TransferBytes); err != nil {
+	if m.FCT, m.TCPMemPeak, err = r.transfer(r.o.TransferBytes); err != nil {
 		return m, fmt.Errorf("%s: transfer: %w", tag, err)
 	}
-	r.logf("%s: RTT 24 B p50 %.1f us, 64 KiB p50 %.1f us, %s FCT %.2f s",
-		tag, m.RTT24.P50, m.RTT64K.P50, sizeLabel(r.o.TransferBytes), m.FCT)
+	r.logf("%s: RTT 24 B p50 %.1f us, 64 KiB p50 %.1f us, %s FCT %.2f s (node TCP memory +%.1f MiB)",
+		tag, m.RTT24.P50, m.RTT64K.P50, sizeLabel(r.o.TransferBytes), m.FCT, float64(m.TCPMemPeak)/(1<<20))
 	return m, nil
 }

@@ -61,9 +61,10 @@ func NewReport(res Results) Report {
 		row("RTT 64 KiB p50 (us)", 1, func(m Measurement) float64 { return m.RTT64K.P50 }),
 		row("RTT 64 KiB p99 (us)", 1, func(m Measurement) float64 { return m.RTT64K.P99 }),
 		row(size+" FCT (s)", 2, func(m Measurement) float64 { return m.FCT }),
+		row("node TCP mem peak (MiB)", 1, func(m Measurement) float64 { return float64(m.TCPMemPeak) / (1 << 20) }),
 		{"unix socket RTT 24 B p50 (us)", med(func(r Round) float64 { return r.Unix.P50 }), math.NaN(), 1},
 	}
-	rtt, fct, unix := rep.Rows[0], rep.Rows[4], rep.Rows[5]
+	rtt, fct, unix := rep.Rows[0], rep.Rows[4], rep.Rows[6]
 	rep.Targets = []Target{
 		target("p50 RTT at least 45% lower (24 B)", stats.Change(rtt.Baseline, rtt.Accelerated), -45, "%"),
 		target("accelerated 24 B p50 within 1.15x of unix socketpair p50", bench.Ratio(rtt.Accelerated, unix.Baseline), 1.15, "x"),
