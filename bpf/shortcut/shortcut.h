@@ -155,8 +155,10 @@ enum ez_cfg_flag {
  * With the kernel's ingress backpressure (EZ_CFG_KERNEL_BP) a sender waits
  * while its receiver's psock holds more than the receiver's sk_rcvbuf, tested
  * before each sendmsg chunk, so a receiver holds at most sk_rcvbuf plus one
- * chunk (tcp_bpf_sendmsg: MAX_MSG_FRAGS page frags of up to 32 KiB, 544 KiB).
- * The bound then only switches a connection the kernel failed to hold.
+ * chunk (tcp_bpf_sendmsg: MAX_MSG_FRAGS page frags of up to 32 KiB, 544 KiB);
+ * the kernel grows sk_rcvbuf as autotuning does, up to tcp_rmem[2], which
+ * is then the bound of a receiver without SO_RCVBUF (unread.h). The bound
+ * only switches a connection the kernel failed to hold.
  */
 #define EZ_KERNEL_BP_SLACK (1U << 20)
 
