@@ -31,6 +31,7 @@ type Options struct {
 	RTTN          int       `json:"rtt_n"`          // recorded 24 B round trips; 64 KiB uses a tenth
 	TransferBytes uint64    `json:"transfer_bytes"` // size of the flow-completion-time transfer
 	CPU           int       `json:"cpu"`            // CPU client and server share; -1: no pinning
+	MaxUnread     uint32    `json:"max_unread"`     // the agent's --max-unread; 0: its default bound
 	Out           string    `json:"-"`              // directory for quick.json; empty: none
 	Exe           string    `json:"-"`              // eztunnel binary run inside the pods
 	Log           io.Writer `json:"-"`              // progress lines
@@ -105,6 +106,7 @@ func Quick(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	start := time.Now()
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = PinRoot
+	cfg.MaxUnread = o.MaxUnread
 	if err := bench.Sweep(cfg, o.Log); err != nil {
 		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
 	}

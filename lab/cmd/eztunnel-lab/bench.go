@@ -41,6 +41,7 @@ func benchQuickCmd() *cobra.Command {
 	f.IntVar(&o.RTTN, "rtt-n", o.RTTN, "recorded 24 B round trips per measurement (64 KiB: a tenth)")
 	f.Uint64Var(&o.TransferBytes, "transfer-bytes", o.TransferBytes, "bytes of the flow-completion-time transfer")
 	f.IntVar(&o.CPU, "cpu", o.CPU, "CPU that client and server are pinned to (-1: no pinning)")
+	f.Uint32Var(&o.MaxUnread, "max-unread", 0, "the datapath's unread bound in bytes (eztunnel run --max-unread); 0: its default")
 	f.StringVar(&o.Out, "out", "", "directory to write quick.json with every round's results")
 	return cmd
 }
