@@ -197,17 +197,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		removed = append(removed, ip.String())
 	}
 	var detached, attached []string
-	uplinks := st.Uplinks
-	if why := xnodeBlocker(); why != "" {
-		uplinks = nil
-		if why != b.noXnode {
-			slog.Warn("bypass: not between nodes (same node only)", "reason", why)
-		}
-		b.noXnode = why
-	} else if b.noXnode != "" {
-		slog.Info("bypass: between nodes again")
-		b.noXnode = ""
-	}
+	uplinks := b.crossNodeUplinks(st)
 	for _, ifx := range b.bp.Uplinks() {
 		if _, ok := uplinks[ifx]; ok {
 			continue
@@ -294,6 +284,23 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		slog.Info("bypass converged", "attached", attached, "detached_ifindexes", detached,
 			"endpoints_set", added, "endpoints_removed", removed)
 	}
+}
+
+// crossNodeUplinks returns st's uplinks, or none while the bypass must not
+// run between nodes (xnodeBlocker), logging each change (b.mu held).
+func (b *bridgeBypass) crossNodeUplinks(st podnet.State) map[int]podnet.Uplink {
+	why := xnodeBlocker()
+	switch {
+	case why != "" && why != b.noXnode:
+		slog.Warn("bypass: not between nodes (same node only)", "reason", why)
+	case why == "" && b.noXnode != "":
+		slog.Info("bypass: between nodes again")
+	}
+	b.noXnode = why
+	if why != "" {
+		return nil
+	}
+	return st.Uplinks
 }
 
 // syncNeighbours gives the managed neighbours (Kubernetes mode) the
