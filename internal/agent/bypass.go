@@ -304,7 +304,10 @@ func (b *bridgeBypass) crossNodeUplinks(st podnet.State) map[int]podnet.Uplink {
 }
 
 // syncNeighbours gives the managed neighbours (Kubernetes mode) the
-// bridges of st's ports the bypass is attached to.
+// bridges of st's ports the bypass is attached to, or waits to attach to
+// until a pod address is known on them: the managed neighbours are what
+// makes those addresses known (the API's pods), so they must not wait for
+// the attachment.
 func (b *bridgeBypass) syncNeighbours(st podnet.State) {
 	if b.neigh == nil {
 		return
@@ -317,6 +320,11 @@ func (b *bridgeBypass) syncNeighbours(st podnet.State) {
 	bridges := map[int]bool{}
 	for _, ifx := range b.bp.Attached() {
 		if p, ok := st.Ports[ifx]; ok {
+			bridges[p.Bridge] = true
+		}
+	}
+	for _, p := range st.Ports {
+		if b.idle[p.Name] == idleNoEndpoint {
 			bridges[p.Bridge] = true
 		}
 	}
