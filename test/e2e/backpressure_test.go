@@ -17,28 +17,23 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/parts"
+	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
-// tcpMem is the node's TCP memory (/proc/net/sockstat "TCP: ... mem", pages,
-// in bytes): tcp_memory_allocated, which is global, not per namespace.
+// tcpMem is the node's TCP memory in bytes (bench.TCPMemPages: global,
+// not per namespace).
 func tcpMem(t *testing.T) int {
 	t.Helper()
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := fs.NetSockstat()
+	pages, err := bench.TCPMemPages(fs)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("TCP mem in /proc/net/sockstat: %v", err)
 	}
-	for _, p := range s.Protocols {
-		if p.Protocol == "TCP" && p.Mem != nil {
-			return *p.Mem * os.Getpagesize()
-		}
-	}
-	t.Fatal("no TCP mem in /proc/net/sockstat")
-	return 0
+	return pages * os.Getpagesize()
 }
 
 // stuckRun is one stuck-server/stuck-client run between two pods.

@@ -880,4 +880,3 @@ func uninstallOnCleanup(t *testing.T, n *multinode.Node, pin string) {
 		}
 	})
 }
-

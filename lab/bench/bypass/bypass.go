@@ -664,20 +664,13 @@ func report(w io.Writer, o Options, results map[multinode.Mode]map[string]map[st
 	io.WriteString(w, b.String())
 }
 
-// busySeconds is the busy time of every CPU since boot (/proc/stat: every
-// column but idle and iowait; softirq, where most of the stack runs,
-// included).
+// busySeconds is the busy time of every CPU since boot (bench.SystemBusy).
 func busySeconds() (float64, error) {
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return 0, err
 	}
-	st, err := fs.Stat()
-	if err != nil {
-		return 0, err
-	}
-	c := st.CPUTotal
-	return c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal, nil
+	return bench.SystemBusy(fs)
 }
 
 // tail is the last n bytes of s.

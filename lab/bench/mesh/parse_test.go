@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/eztunnel/eztunnel/lab/bench"
 )
 
 func TestParseRedisCSV(t *testing.T) {
@@ -62,7 +64,7 @@ func TestProcReaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	busy, err := systemBusy(pfs)
+	busy, err := bench.SystemBusy(pfs)
 	if err != nil || math.Abs(busy-1.66) > 1e-9 {
 		t.Errorf("busy %v, %v", busy, err)
 	}
@@ -74,7 +76,7 @@ func TestProcReaders(t *testing.T) {
 	if err != nil || used != 500 {
 		t.Errorf("used %v, %v", used, err)
 	}
-	pages, err := tcpMemPages(pfs)
+	pages, err := bench.TCPMemPages(pfs)
 	if err != nil || pages != 42 {
 		t.Errorf("TCP mem pages %v, %v", pages, err)
 	}

@@ -180,20 +180,20 @@ func (m *meter) run(w string, s scale, dp *datapath.Datapath) (Run, error) {
 		}
 	}
 	procs0 := procTimes(m.fs, m.node.Lab.Managed)
-	busy0, err := systemBusy(m.fs)
+	busy0, err := bench.SystemBusy(m.fs)
 	if err != nil {
 		return r, err
 	}
-	stopPeak, err := sockMemPeak(m.fs)
+	stopPeak, err := bench.SockMemPeak(m.fs)
 	if err != nil {
 		return r, err
 	}
 	res, err := workloadFuncs[w](m, s, &r)
-	r.SockMem = stopPeak()
+	r.SockMem = float64(stopPeak()) / (1 << 20) // MiB
 	if err != nil {
 		return r, err
 	}
-	busy1, err := systemBusy(m.fs)
+	busy1, err := bench.SystemBusy(m.fs)
 	if err != nil {
 		return r, err
 	}

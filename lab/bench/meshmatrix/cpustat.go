@@ -4,6 +4,8 @@ import (
 	"sort"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/eztunnel/eztunnel/lab/bench"
 )
 
 // cpuTimes are busy and total seconds of each CPU since boot, by CPU number
@@ -18,7 +20,7 @@ func readCPUs(fs procfs.FS) (cpuTimes, error) {
 	}
 	out := cpuTimes{}
 	for n, c := range st.CPU {
-		busy := c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal // guest is in user
+		busy := bench.CPUBusy(c)
 		out[n] = struct{ busy, total float64 }{busy, busy + c.Idle + c.Iowait}
 	}
 	return out, nil

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/procfs"
 
@@ -111,53 +110,19 @@ func (r *runner) pingpong(addr string, size, n int) (stats.Summary, error) {
 // as the client measured them. Bytes are not generated or checked here
 // (the e2e tests prove byte-exactness): that work would dominate the time.
 // transfer uploads n bytes and returns its completion time and the peak of
-// node TCP memory above its level before (sampled every 5 ms): what the
+// node TCP memory above its level before (bench.SockMemPeak): what the
 // receiver holds unread, on the kernel path or the shortcut's.
 func (r *runner) transfer(n uint64) (float64, uint64, error) {
-	base, err := tcpMem()
+	pfs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return 0, 0, err
 	}
-	var peak uint64
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			if m, err := tcpMem(); err == nil && m > base {
-				peak = max(peak, m-base)
-			}
-		}
-	}()
+	stopPeak, err := bench.SockMemPeak(pfs)
+	if err != nil {
+		return 0, 0, err
+	}
 	s, _, err := r.wl.Upload(r.ctx, r.client, r.streamAddr, n, 262144)
-	close(stop)
-	<-done
-	return s, peak, err
-}
-
-// tcpMem is the node's TCP memory in bytes (/proc/net/sockstat "TCP: mem",
-// tcp_memory_allocated in pages; global, not per network namespace).
-func tcpMem() (uint64, error) {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return 0, err
-	}
-	st, err := fs.NetSockstat()
-	if err != nil {
-		return 0, err
-	}
-	for _, p := range st.Protocols {
-		if p.Protocol == "TCP" && p.Mem != nil {
-			return uint64(*p.Mem) * uint64(os.Getpagesize()), nil
-		}
-	}
-	return 0, errors.New("no TCP mem in /proc/net/sockstat")
+	return s, stopPeak(), err
 }
 
 func cpuLabel(cpu int) string {
