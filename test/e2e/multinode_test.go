@@ -592,6 +592,67 @@ func TestMultinodePMTU(t *testing.T) {
 	}
 }
 
+// TestMultinodeWire: a wire (bench bypass's floor) carries the two pods'
+// traffic, both families, byte-exact, while its routes are on, and the
+// bridge carries it again once they are off.
+func TestMultinodeWire(t *testing.T) {
+	l := newMultinode(t, multinode.Options{Name: "mnwr", Nodes: 2, Mode: multinode.HostGW})
+	a, b := mnPod(t, l.Node(1), "a"), mnPod(t, l.Node(1), "b")
+	if _, err := a.AddWire(mnPod(t, l.Node(2), "c")); err == nil {
+		t.Error("a wire between pods of two nodes was made")
+	}
+	w, err := a.AddWire(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Packets b received over the wire, and through its bridge port.
+	rx := func() (wire, port uint64) {
+		t.Helper()
+		for _, c := range []struct {
+			handle func() (*netlink.Handle, error)
+			dev    string
+			n      *uint64
+		}{{b.Handle, "wire0", &wire}, {l.Node(1).Handle, b.HostVeth, &port}} {
+			h, err := c.handle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			link, err := h.LinkByName(c.dev)
+			h.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.dev == "wire0" {
+				*c.n = link.Attrs().Statistics.RxPackets
+			} else {
+				*c.n = link.Attrs().Statistics.TxPackets // the node's side sends what b receives
+			}
+		}
+		return wire, port
+	}
+	for _, on := range []bool{true, false} {
+		if err := w.Route(on); err != nil {
+			t.Fatal(err)
+		}
+		for _, v6 := range []bool{false, true} {
+			w0, p0 := rx()
+			transfer(t, a, sinkServer(t, b, v6), mnTransfer)
+			udpEcho(t, a, b, v6, 50)
+			w1, p1 := rx()
+			over, through := w1-w0, p1-p0
+			if on && (over < 100 || through > 10) {
+				t.Errorf("routes on, %s: b received %d packets over the wire and %d through the bridge", family(v6), over, through)
+			}
+			if !on && (through < 100 || over > 10) {
+				t.Errorf("routes off, %s: b received %d packets over the wire and %d through the bridge", family(v6), over, through)
+			}
+		}
+	}
+	if err := w.Route(false); err != nil {
+		t.Errorf("routes off twice: %v", err)
+	}
+}
+
 // TestMultinodeCleanup: Close leaves nothing; a lab whose process was
 // SIGKILLed is removed by Sweep, and by the next New of its name.
 func TestMultinodeCleanup(t *testing.T) {

@@ -91,6 +91,25 @@ func ParseDatapaths(names []string) ([]string, error) {
 // Paths: the client pod talks to a pod of its node and to one of the other.
 var paths = []string{"same-node", "cross-node"}
 
+// floorPath is the same-node pair over a veth pair of their own
+// (multinode.Wire), measured in the bridge's turn of each round: the floor
+// of any datapath between pods on veths.
+const floorPath = "same-node, one veth"
+
+// measureFloor measures the same-node pair over their wire, its routes on
+// for the measurement only.
+func measureFloor(ctx context.Context, o Options, wl workload.Client, client, server *multinode.Pod, wire *multinode.Wire, a *agents) (s sample, err error) {
+	if err := wire.Route(true); err != nil {
+		return s, err
+	}
+	defer func() {
+		if rerr := wire.Route(false); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	return measure(ctx, o, wl, client, server, a)
+}
+
 // Metrics, with whether lower is better.
 type metric struct {
 	name  string
@@ -178,6 +197,10 @@ func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (
 		return nil, err
 	}
 	servers := map[string]*multinode.Pod{"same-node": local, "cross-node": remote}
+	wire, err := client.AddWire(local)
+	if err != nil {
+		return nil, err
+	}
 	tmp, err := os.MkdirTemp("", "eztunnel-bench-bypass-")
 	if err != nil {
 		return nil, err
@@ -217,6 +240,15 @@ func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (
 				}
 				out[dp][path] = append(out[dp][path], s)
 				fmt.Fprintf(w, "%s round %d/%d %-15s %-10s %s\n", mode, r+1, o.Rounds, dp, path, s.line())
+			}
+			if dp == Bridge {
+				s, err := measureFloor(ctx, o, cliWL, client, local, wire, agents)
+				if err != nil {
+					agents.stop()
+					return nil, fmt.Errorf("round %d, %s: %w", r+1, floorPath, err)
+				}
+				out[dp][floorPath] = append(out[dp][floorPath], s)
+				fmt.Fprintf(w, "%s round %d/%d %-15s %-10s %s\n", mode, r+1, o.Rounds, "one veth", "same-node", s.line())
 			}
 			if err := agents.stop(); err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", r+1, dp, err)
@@ -661,6 +693,38 @@ func report(w io.Writer, o Options, results map[multinode.Mode]map[string]map[st
 	}
 	var b strings.Builder
 	bench.WriteTable(&b, rows[0], rows[1:])
+	io.WriteString(w, b.String())
+	reportFloor(w, o, results)
+}
+
+// reportFloor prints the floor (floorPath) against the bridge's same-node
+// path of the same rounds, beside each datapath's change: how much of the
+// bridge's time any datapath on veths could remove.
+func reportFloor(w io.Writer, o Options, results map[multinode.Mode]map[string]map[string][]sample) {
+	fmt.Fprintf(w, "\nfloor: the same-node pods over one veth pair of their own (no bridge, no node namespace, no agent), in the bridge's turn of each round\n\n")
+	header := []string{"mode", "metric", "bridge", "one veth", "one veth vs bridge"}
+	for _, dp := range o.Datapaths[1:] {
+		header = append(header, dp+" vs bridge")
+	}
+	var rows [][]string
+	for _, mode := range o.Modes {
+		r := results[mode]
+		for i, m := range metrics {
+			row := []string{"", m.name}
+			if i == 0 {
+				row[0] = string(mode)
+			}
+			row = append(row, fmt.Sprintf("%.1f", median(values(r[Bridge]["same-node"], m.name))),
+				fmt.Sprintf("%.1f", median(values(r[Bridge][floorPath], m.name))),
+				change(r[Bridge]["same-node"], r[Bridge][floorPath], m.name))
+			for _, dp := range o.Datapaths[1:] {
+				row = append(row, change(r[Bridge]["same-node"], r[dp]["same-node"], m.name))
+			}
+			rows = append(rows, row)
+		}
+	}
+	var b strings.Builder
+	bench.WriteTable(&b, header, rows)
 	io.WriteString(w, b.String())
 }
 
