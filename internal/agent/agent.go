@@ -33,7 +33,34 @@ import (
 // releaseEvery is how often drained ends of connections that switched to
 // the kernel path (backpressure) are taken out of the sockhash when sockops
 // has not done it at their next segment: FIONREAD is inexact until then.
-const releaseEvery = 100 * time.Millisecond
+// After releaseIdleAfter looks that found nothing to do, the interval
+// doubles up to releaseIdleEvery, and comes back to releaseEvery as soon
+// as a look finds a switch: an agent with nothing to release wakes up
+// twice a second for it, not ten times.
+const (
+	releaseEvery     = 100 * time.Millisecond
+	releaseIdleEvery = 500 * time.Millisecond
+	releaseIdleAfter = 10
+)
+
+// releaseBackoff is the interval before the next look for switched ends,
+// after one that was busy or not.
+type releaseBackoff struct {
+	every time.Duration
+	quiet int
+}
+
+func (r *releaseBackoff) next(busy bool) time.Duration {
+	switch {
+	case busy || r.every == 0:
+		r.every, r.quiet = releaseEvery, 0
+	case r.quiet < releaseIdleAfter:
+		r.quiet++
+	default:
+		r.every = min(2*r.every, releaseIdleEvery)
+	}
+	return r.every
+}
 
 // reconcileEvery is how often plain mode checks its cgroups (removed,
 // re-created) against what is attached.
@@ -375,7 +402,8 @@ func (a *agent) serve(ctx context.Context) error {
 
 	tick := time.NewTicker(cfg.PairMaxAge / 4)
 	defer tick.Stop()
-	release := time.NewTicker(releaseEvery)
+	var backoff releaseBackoff
+	release := time.NewTimer(backoff.next(true))
 	defer release.Stop()
 	reconcile := time.NewTicker(reconcileEvery)
 	defer reconcile.Stop()
@@ -442,9 +470,11 @@ func (a *agent) serve(ctx context.Context) error {
 				slog.Info("cgroups reconciled", "attached", attached, "detached_ids", pruned, "missing", missing)
 			}
 		case <-release.C:
-			if err := dp.ReleaseSwitched(); err != nil {
+			busy, err := dp.ReleaseSwitched()
+			if err != nil {
 				slog.Warn("releasing switched connections", "err", err)
 			}
+			release.Reset(backoff.next(busy))
 		case <-tick.C:
 			if n, err := dp.AgePairs(cfg.PairMaxAge); err != nil {
 				slog.Warn("aging pairing records", "err", err)

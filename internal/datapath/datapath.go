@@ -160,7 +160,7 @@ func (d *Datapath) AgePairs(maxAge time.Duration) (int, error) { return d.sc.Age
 
 // ReleaseSwitched hands back to the kernel path the drained ends of
 // connections that switched for backpressure (shortcut.ReleaseSwitched).
-func (d *Datapath) ReleaseSwitched() error { return d.sc.ReleaseSwitched() }
+func (d *Datapath) ReleaseSwitched() (busy bool, err error) { return d.sc.ReleaseSwitched() }
 
 // SetScope makes the selected cgroups exactly ids (with CgroupFilter; see
 // shortcut.SetScope). New connections see the change, established ones keep

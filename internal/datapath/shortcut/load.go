@@ -428,20 +428,22 @@ func (s *Shortcut) Close() error {
 // connections that switched to the kernel path (backpressure) leave the
 // sockhash once nothing redirected to them is unread. sockops does this at
 // the socket's next segment; this is the backstop for sockets that see none.
-func (s *Shortcut) ReleaseSwitched() error {
+// busy says whether there was anything to do: a new switch, or switched
+// ends still waiting for their reader.
+func (s *Shortcut) ReleaseSwitched() (busy bool, err error) {
 	switches, err := readCounter(s.objs.EzScCounters, shortcutEzCounterEZ_C_FB_BACKPRESSURE)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if switches == s.switchesSeen && s.waiting == 0 {
-		return nil
+		return false, nil
 	}
 	// Switched sockets it had to leave in the sockhash (bytes still
 	// unread) need another pass.
 	_, waiting, err := releasePass(s.objs.EzScReleaseSwitched, s.objs.EzScSockets)
 	if err != nil {
-		return err
+		return true, err
 	}
 	s.switchesSeen, s.waiting = switches, int64(waiting)
-	return nil
+	return true, nil
 }
