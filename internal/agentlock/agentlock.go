@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
@@ -182,21 +183,60 @@ func tookOverFrom(path string) string {
 	return field(b, tookOverPrefix)
 }
 
-// watch reports the first takeover request on Requested.
+// watchPoll is how often the holder also looks for a request while inotify
+// watches the lock's directory (a backstop; without inotify it looks every
+// poll).
+const watchPoll = 5 * time.Second
+
+// watch reports the first takeover request on Requested. inotify on the
+// lock's directory says when the request file is written, so an idle
+// holder does not wake up to look for it (it did ten times a second).
 func (l *Lock) watch() {
-	t := time.NewTicker(poll)
+	req := RequestPath(l.path)
+	every := poll
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if w, err := fsnotify.NewWatcher(); err == nil {
+		defer w.Close()
+		if w.Add(filepath.Dir(l.path)) == nil {
+			events, errs, every = w.Events, w.Errors, watchPoll
+		}
+	}
+	// found reports the request if there is one; a file just created
+	// may not hold its writer's name yet (the write event follows), but
+	// the backstop takes it as it is.
+	found := func(needName bool) bool {
+		b, err := os.ReadFile(req)
+		who := strings.TrimSpace(string(b))
+		if err != nil || (needName && who == "") {
+			return false
+		}
+		l.req <- who
+		return true
+	}
+	if found(false) {
+		return
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.done:
 			return
-		case <-t.C:
-			b, err := os.ReadFile(RequestPath(l.path))
-			if err != nil {
+		case ev, ok := <-events:
+			if !ok {
+				events, errs = nil, nil
+				t.Reset(poll)
 				continue
 			}
-			l.req <- strings.TrimSpace(string(b))
-			return
+			if filepath.Clean(ev.Name) == req && ev.Has(fsnotify.Create|fsnotify.Write) && found(true) {
+				return
+			}
+		case <-errs: // overflow: the backstop looks
+		case <-t.C:
+			if found(false) {
+				return
+			}
 		}
 	}
 }
