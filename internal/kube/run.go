@@ -314,9 +314,14 @@ func (r *reconciler) loop(ctx context.Context, apply func([]Target) error, synce
 		retry    time.Duration
 		debounce <-chan time.Time // armed by the first event, not pushed back by later ones
 		backoff  <-chan time.Time // armed while apply fails
+		poll     <-chan time.Time // armed while pods wait (r.poll): an idle agent does not wake
 	)
-	tick := time.NewTicker(PollInterval)
-	defer tick.Stop()
+	arm := func() {
+		poll = nil
+		if r.poll {
+			poll = time.After(PollInterval)
+		}
+	}
 
 	reconcile := func() {
 		r.feedPodIPs() // podips.go
@@ -349,6 +354,7 @@ func (r *reconciler) loop(ctx context.Context, apply func([]Target) error, synce
 	}
 
 	reconcile()
+	arm()
 	for {
 		select {
 		case <-ctx.Done():
@@ -361,14 +367,17 @@ func (r *reconciler) loop(ctx context.Context, apply func([]Target) error, synce
 			debounce = nil
 			if backoff == nil {
 				reconcile()
+				arm()
 			}
 		case <-backoff:
 			backoff = nil
 			reconcile()
-		case <-tick.C:
-			if r.poll && backoff == nil && debounce == nil {
+			arm()
+		case <-poll:
+			if backoff == nil && debounce == nil {
 				reconcile()
 			}
+			arm()
 		}
 	}
 }
