@@ -158,7 +158,7 @@ static __always_inline __u32 tp_rx_bound(struct tcp_sock *tp)
 	if (ez_cfg_max_unread)
 		return ez_cfg_max_unread;
 	if (!tp)
-		return ez_unread_bound(0, 0, 0, 0);
+		return ez_unread_bound(0, 0, 0, 0, false);
 	net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
 	if (net)
 		rmem_max = BPF_CORE_READ(net, ipv4.sysctl_tcp_rmem[2]);
@@ -166,13 +166,7 @@ static __always_inline __u32 tp_rx_bound(struct tcp_sock *tp)
 	 * sk_kern_sock, sk_no_check_tx/rx), a u8 since: a plain CO-RE read of
 	 * the byte took sk_kern_sock for SOCK_RCVBUF_LOCK. */
 	userlocks = BPF_CORE_READ_BITFIELD_PROBED(sk, sk_userlocks);
-	/* With the kernel's backpressure (EZ_CFG_KERNEL_BP) the kernel holds the
-	 * writer at the receiver's sk_rcvbuf and grows that as autotuning does,
-	 * up to tcp_rmem[2]: capping the bound below would switch connections
-	 * the kernel holds within what plain TCP allows. */
-	if ((ez_cfg_flags & EZ_CFG_KERNEL_BP) && !(userlocks & EZ_SOCK_RCVBUF_LOCK) && rmem_max > 0)
-		return rmem_max;
-	return ez_unread_bound(0, userlocks, BPF_CORE_READ(sk, sk_rcvbuf), rmem_max);
+	return ez_unread_bound(0, userlocks, BPF_CORE_READ(sk, sk_rcvbuf), rmem_max, ez_cfg_flags & EZ_CFG_KERNEL_BP);
 }
 
 /* The bound of a socket sockops runs for. */

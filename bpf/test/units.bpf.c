@@ -119,6 +119,7 @@ struct test_bound {
 	__u32 userlocks;
 	__s32 rcvbuf;
 	__s32 rmem_max;
+	__u32 kernel_bp;
 	__u32 out;
 };
 
@@ -138,7 +139,7 @@ int test_unread_bound(struct __sk_buff *skb)
 	b = bpf_map_lookup_elem(&test_bound_io, &zero);
 	if (!b)
 		return 1;
-	b->out = ez_unread_bound(b->override, b->userlocks, b->rcvbuf, b->rmem_max);
+	b->out = ez_unread_bound(b->override, b->userlocks, b->rcvbuf, b->rmem_max, b->kernel_bp);
 	return 0;
 }
 

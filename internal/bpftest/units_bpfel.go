@@ -165,6 +165,7 @@ type unitsTestBound struct {
 	Userlocks uint32
 	Rcvbuf    int32
 	RmemMax   int32
+	KernelBp  uint32
 	Out       uint32
 }
 

@@ -506,6 +506,11 @@ func TestUnreadBound(t *testing.T) {
 		{"SO_SNDBUF locked only", unitsTestBound{Userlocks: 1, Rcvbuf: 262144, RmemMax: 32 << 20}, autoMax},
 		{"SO_RCVBUF locked above the cap", unitsTestBound{Userlocks: 3, Rcvbuf: 16 << 20, RmemMax: 32 << 20}, 16 << 20},
 		{"override wins", unitsTestBound{Override: 1 << 20, Userlocks: 2, Rcvbuf: 262144, RmemMax: 32 << 20}, 1 << 20},
+		{"kernel backpressure: tcp_rmem max, uncapped", unitsTestBound{Rcvbuf: 131072, RmemMax: 32 << 20, KernelBp: 1}, 32 << 20},
+		{"kernel backpressure: tcp_rmem max below the cap", unitsTestBound{Rcvbuf: 131072, RmemMax: 1 << 20, KernelBp: 1}, 1 << 20},
+		{"kernel backpressure: tcp_rmem max unreadable", unitsTestBound{Rcvbuf: 131072, KernelBp: 1}, autoMax},
+		{"kernel backpressure: SO_RCVBUF locked", unitsTestBound{Userlocks: 2, Rcvbuf: 262144, RmemMax: 32 << 20, KernelBp: 1}, 262144},
+		{"kernel backpressure: override wins", unitsTestBound{Override: 1 << 20, RmemMax: 32 << 20, KernelBp: 1}, 1 << 20},
 	}
 	o := load(t, 0)
 	var zero uint32
