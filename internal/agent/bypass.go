@@ -34,6 +34,9 @@ type bridgeBypass struct {
 	// idle: devices not attached because the bypass could not act there
 	// (name: why); see idleReason.
 	idle map[string]string
+	// waiting: the pod veths among them waiting for their pod's address
+	// (ifindexes), whose bridges need the managed neighbours (syncNeighbours).
+	waiting map[int]bool
 	// onReport is told each change of standby or idle (the parts report); may be nil.
 	onReport func(standby string, idle map[string]string)
 }
@@ -179,7 +182,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	if b.conntrackBlocker() != "" {
 		st = podnet.State{} // nothing to attach: every device detached, every endpoint removed
 	}
-	idle := map[string]string{}
+	idle, waiting := map[string]string{}, map[int]bool{}
 	want := map[netip.Addr]bypass.Endpoint{}
 	for ip, e := range st.Endpoints {
 		p := st.Ports[e.Port]
@@ -236,7 +239,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		// its programs would only pay for lookups that fall back. Attached
 		// ports stay while they exist (no flapping with neighbour entries).
 		if !hasEndpoint[ifx] {
-			idle[p.Name] = idleNoEndpoint
+			idle[p.Name], waiting[ifx] = idleNoEndpoint, true
 			continue
 		}
 		// One at a time: a veth that disappeared meanwhile fails alone.
@@ -280,6 +283,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		added = append(added, ip.String())
 	}
 	b.setIdle(idle)
+	b.waiting = waiting
 	if len(removed)+len(added)+len(attached)+len(detached) > 0 {
 		slog.Info("bypass converged", "attached", attached, "detached_ifindexes", detached,
 			"endpoints_set", added, "endpoints_removed", removed)
@@ -323,8 +327,8 @@ func (b *bridgeBypass) syncNeighbours(st podnet.State) {
 			bridges[p.Bridge] = true
 		}
 	}
-	for _, p := range st.Ports {
-		if b.idle[p.Name] == idleNoEndpoint {
+	for ifx := range b.waiting {
+		if p, ok := st.Ports[ifx]; ok {
 			bridges[p.Bridge] = true
 		}
 	}
