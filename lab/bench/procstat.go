@@ -75,3 +75,37 @@ func SockMemPeak(pfs procfs.FS) (stop func() uint64, err error) {
 		return uint64(peak-base) * uint64(os.Getpagesize())
 	}, nil
 }
+
+// Settle waits until the machine is quiet: two 100 ms windows in a row in
+// which all CPUs together were busy for less than quiet (a fraction of one
+// CPU's time), or until max has passed. It returns how long it waited.
+// Benchmarks call it after starting or stopping agents: loading their
+// programs, and the kernel's deferred freeing of an uninstalled datapath's
+// maps (kworkers), would otherwise land in the next measurement.
+func Settle(max time.Duration, quiet float64) (time.Duration, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0, err
+	}
+	const window = 100 * time.Millisecond
+	start := time.Now()
+	prev, err := SystemBusy(fs)
+	if err != nil {
+		return 0, err
+	}
+	calm := 0
+	for calm < 2 && time.Since(start) < max {
+		time.Sleep(window)
+		busy, err := SystemBusy(fs)
+		if err != nil {
+			return time.Since(start), err
+		}
+		if (busy-prev)/window.Seconds() < quiet {
+			calm++
+		} else {
+			calm = 0
+		}
+		prev = busy
+	}
+	return time.Since(start), nil
+}

@@ -325,6 +325,13 @@ func startServers(ctx context.Context, wl workload.Client, p *multinode.Pod, tmp
 // pinPrefix: the agent of node n pins its datapath at pinPrefix + n.NetNS.
 const pinPrefix = "/sys/fs/bpf/eztunnel-bench-"
 
+// Before a datapath is measured the machine settles (bench.Settle): all
+// CPUs together below settleQuiet of one CPU, for at most settleMax.
+const (
+	settleMax   = 5 * time.Second
+	settleQuiet = 0.25
+)
+
 // sweepPinsAt uninstalls what agents pinning at prefix + a node's netns
 // name left pinned (a killed run).
 func sweepPinsAt(prefix string, nodes ...*multinode.Node) error {
@@ -357,7 +364,15 @@ type agentProc struct {
 
 // startAgents starts an agent in each node's namespace for the bypass
 // datapaths and waits until each is ready and has discovered its node's pods.
-func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ...*multinode.Node) (*agents, error) {
+func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ...*multinode.Node) (a *agents, err error) {
+	// What starting these agents, or stopping and uninstalling the last
+	// ones, left running (program loads, the kernel freeing maps) is not
+	// this datapath's cost.
+	defer func() {
+		if err == nil {
+			_, err = bench.Settle(settleMax, settleQuiet)
+		}
+	}()
 	if dp == Bridge {
 		return &agents{exe: o.Agent}, nil
 	}
