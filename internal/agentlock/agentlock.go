@@ -192,7 +192,7 @@ const watchPoll = 5 * time.Second
 // lock's directory says when the request file is written, so an idle
 // holder does not wake up to look for it (it did ten times a second).
 func (l *Lock) watch() {
-	req := RequestPath(l.path)
+	req := filepath.Clean(RequestPath(l.path))
 	every := poll
 	var events <-chan fsnotify.Event
 	var errs <-chan error
@@ -202,19 +202,20 @@ func (l *Lock) watch() {
 			events, errs, every = w.Events, w.Errors, watchPoll
 		}
 	}
-	// found reports the request if there is one; a file just created
-	// may not hold its writer's name yet (the write event follows), but
-	// the backstop takes it as it is.
-	found := func(needName bool) bool {
+	// found reports the request if there is one. A file just created
+	// does not hold its writer's name yet: it counts once the name is
+	// written (its write event, or the backstop; a waiter that died before
+	// writing is replaced by the next one's request).
+	found := func() bool {
 		b, err := os.ReadFile(req)
 		who := strings.TrimSpace(string(b))
-		if err != nil || (needName && who == "") {
+		if err != nil || who == "" {
 			return false
 		}
 		l.req <- who
 		return true
 	}
-	if found(false) {
+	if found() {
 		return
 	}
 	t := time.NewTicker(every)
@@ -229,12 +230,12 @@ func (l *Lock) watch() {
 				t.Reset(poll)
 				continue
 			}
-			if filepath.Clean(ev.Name) == req && ev.Has(fsnotify.Create|fsnotify.Write) && found(true) {
+			if filepath.Clean(ev.Name) == req && ev.Has(fsnotify.Create|fsnotify.Write) && found() {
 				return
 			}
 		case <-errs: // overflow: the backstop looks
 		case <-t.C:
-			if found(false) {
+			if found() {
 				return
 			}
 		}
