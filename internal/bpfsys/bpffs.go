@@ -1,7 +1,6 @@
 package bpfsys
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,7 +23,11 @@ func IsBPFFS(path string) bool {
 // to the host outside dir.
 func EnsureDir(dir string) error {
 	root := filepath.Dir(filepath.Clean(dir))
-	if !IsBPFFS(root) {
+	// A parent that does not exist yet is not "not a BPF filesystem": it is
+	// made inside whatever filesystem holds its nearest ancestor. Taking a
+	// missing parent for a foreign filesystem mounted a second bpffs over a
+	// fresh directory inside /sys/fs/bpf, which uninstall cannot remove.
+	if !underBPFFS(root) {
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return fmt.Errorf("bpfsys: create %s: %w", root, err)
 		}
@@ -32,8 +35,24 @@ func EnsureDir(dir string) error {
 			return fmt.Errorf("bpfsys: %s is not a BPF filesystem and mounting one failed: %w", root, err)
 		}
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("bpfsys: create %s: %w", dir, err)
 	}
 	return os.Chmod(dir, 0o700)
+}
+
+// underBPFFS reports whether p, or the nearest ancestor of p that exists,
+// is on a BPF filesystem: directories made at p land on it.
+func underBPFFS(p string) bool {
+	p = filepath.Clean(p)
+	for {
+		if _, err := os.Lstat(p); err == nil {
+			return IsBPFFS(p)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return false
+		}
+		p = parent
+	}
 }

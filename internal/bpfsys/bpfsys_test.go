@@ -2,7 +2,11 @@ package bpfsys
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -10,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // inFreshNetNS runs fn on a thread in a new network namespace (root needed).
@@ -125,5 +130,33 @@ func TestTracepoint(t *testing.T) {
 	}
 	if err := Tracepoint("no_such_tracepoint_xyz")(); err == nil {
 		t.Error("a missing tracepoint passed")
+	}
+}
+
+// TestEnsureDirMissingParent: a pin directory whose parent does not exist
+// yet is made inside /sys/fs/bpf, not on a second bpffs mounted over the
+// parent (which uninstall could not remove).
+func TestEnsureDirMissingParent(t *testing.T) {
+	if !IsBPFFS(DefaultPinRoot) && !IsBPFFS(filepath.Dir(DefaultPinRoot)) {
+		t.Fatalf("%s is not on a BPF filesystem", filepath.Dir(DefaultPinRoot))
+	}
+	top := filepath.Join(filepath.Dir(DefaultPinRoot), fmt.Sprintf("eztest-ensure-%d", os.Getpid()))
+	t.Cleanup(func() { os.RemoveAll(top) })
+	dir := filepath.Join(top, "v2", "links")
+	if err := EnsureDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if !IsBPFFS(dir) {
+		t.Errorf("%s is not on a BPF filesystem", dir)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mounts), top) {
+		t.Errorf("EnsureDir mounted something under %s:\n%s", top, mounts)
+		for _, p := range []string{filepath.Join(top, "v2"), top} {
+			unix.Unmount(p, 0)
+		}
 	}
 }
