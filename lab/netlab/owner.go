@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/vishvananda/netlink"
@@ -100,3 +101,34 @@ func staleLabs() []string {
 	}
 	return out
 }
+
+// RunDir makes a temporary directory for this test run's files (prefix +
+// random, in os.TempDir) that names its owner, after removing the
+// directories of earlier runs with that prefix that were killed (SIGKILL
+// skips a TestMain's removal): those whose owner process is gone, or,
+// without an owner file, older than a day. The caller removes its own.
+func RunDir(prefix string) (string, error) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, runDirOwner)); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err != nil || alive(pid) {
+				continue // a live run's, or not ours to judge
+			}
+		} else if fi, err := os.Stat(d); err != nil || time.Since(fi.ModTime()) < 24*time.Hour {
+			continue
+		}
+		os.RemoveAll(d)
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, runDirOwner), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// runDirOwner is the file in a RunDir naming its owner's pid.
+const runDirOwner = "pid"

@@ -8,10 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/k8scluster"
@@ -38,15 +35,10 @@ func TestMain(m *testing.M) {
 	if err := k8scluster.SweepKilled(""); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: sweeping a killed Kubernetes lab run:", err)
 	}
-	sweepBuildDirs()
-	dir, err := os.MkdirTemp("", buildDirPrefix)
+	// A directory that names its owner, so that a later run can remove a
+	// killed run's (netlab.RunDir).
+	dir, err := netlab.RunDir(buildDirPrefix)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// Its owner, so that a later run can tell a killed run's directory
-	// from a live one's (sweepBuildDirs).
-	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -80,24 +72,3 @@ func TestMain(m *testing.M) {
 
 // buildDirPrefix names the directory each run builds its binaries into.
 const buildDirPrefix = "eztunnel-e2e-"
-
-// sweepBuildDirs removes the build directories of runs that were killed
-// (SIGKILL skips TestMain's removal): those whose owner process is gone,
-// or, made before the directory named its owner, older than a day.
-func sweepBuildDirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), buildDirPrefix+"*"))
-	for _, d := range dirs {
-		if b, err := os.ReadFile(filepath.Join(d, "pid")); err == nil {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil || pid <= 0 {
-				continue
-			}
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-				continue // a live run's
-			}
-		} else if fi, err := os.Stat(d); err != nil || time.Since(fi.ModTime()) < 24*time.Hour {
-			continue
-		}
-		os.RemoveAll(d)
-	}
-}

@@ -18,6 +18,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/internal/toolbin"
 	"github.com/eztunnel/eztunnel/lab/k8scluster"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // Images built by TestMain and imported into the cluster.
@@ -48,7 +49,8 @@ func TestMain(m *testing.M) {
 	if cg2Root, err = cgroupv2.Root(); err != nil {
 		fail("cgroup2: %v", err)
 	}
-	if workDir, err = os.MkdirTemp("", "eztunnel-k8s-"); err != nil {
+	// Removes the directories of killed runs too (netlab.RunDir).
+	if workDir, err = netlab.RunDir("eztunnel-k8s-"); err != nil {
 		fail("%v", err)
 	}
 	code := run(m)
