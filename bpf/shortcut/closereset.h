@@ -64,7 +64,7 @@ int ez_sc_sock_release(struct bpf_sock *ctx)
 	es = bpf_sk_storage_get(&ez_sc_socks, ctx, 0, 0);
 	if (!es || es->state != EZ_SOCK_PAIRED)
 		return 1;
-	if (rx_gauge()) {
+	if (rx_gauged(es)) {
 		/* No reads are counted (unread.h, the gauge): ask the closing
 		 * socket's own psock queue, through its registered address
 		 * (cgroup/sock has no bpf_skc_to_tcp_sock). Not its

@@ -83,7 +83,7 @@ int ez_sc_release_switched(struct __sk_buff *skb)
 	u = bpf_map_lookup_elem(&ez_sc_unreads, &ukey);
 	if (!u || !u->switched)
 		goto out;
-	if (rx_gauge() && u->unread[rx_dir(es) & 1] > 0)
+	if (rx_gauged(es) && u->unread[rx_dir(es) & 1] > 0)
 		goto out; /* gauge mode: stays until it closes (unread.h, ez_sc_rx_socks) */
 	if (may_leave(u, es, (struct sock *)tp) && !bpf_map_delete_elem(&ez_sc_sockets, &cookie)) {
 		es->state = EZ_SOCK_LEFT;

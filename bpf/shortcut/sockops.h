@@ -329,8 +329,8 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 			return; /* keep the callback until the end */
 		es->flags &= ~EZ_F_UNREAD_REF;
 		unread_put(unread_key(es));
-		if (rx_gauge())
-			bpf_map_delete_elem(&ez_sc_rx_socks, &es->self_cookie);
+		/* Also after an upgrade from the gauge (rx_gauged). */
+		bpf_map_delete_elem(&ez_sc_rx_socks, &es->self_cookie);
 	}
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~EZ_ENROLLED_CB_FLAGS);
 }

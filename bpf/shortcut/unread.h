@@ -92,6 +92,18 @@ static __always_inline bool rx_gauge(void)
 	return ez_cfg_flags & EZ_CFG_RX_GAUGE;
 }
 
+/* Whether es's end keeps the gauge's rules: this load gauges, or a gauge
+ * load enrolled it (it is registered below) and an upgrade to counted reads
+ * came since. Its unread count then lacks the reads made before the
+ * upgrade, so it must not decide RST on close or leaving the sockhash; its
+ * psock still runs the gauge's sk_msg program (sock_map_link takes a
+ * socket's programs at insertion, sock_map_prog_update changes only the
+ * map's). */
+static __always_inline bool rx_gauged(const struct ez_sock *es)
+{
+	return rx_gauge() || bpf_map_lookup_elem(&ez_sc_rx_socks, (void *)&es->self_cookie);
+}
+
 /* Registers an enrolled socket for the gauge (no-op when reads are counted). */
 static __always_inline void rx_sock_register(struct bpf_sock *sk, __u64 cookie)
 {

@@ -133,6 +133,21 @@ func TestTracepoint(t *testing.T) {
 	}
 }
 
+// TestFexit: the probe's program is well formed, so on a function of the
+// kernel it either loads or is refused for permission (hosts that refuse
+// tracing programs to some processes: EPERM), never rejected as invalid;
+// a function the kernel lacks fails.
+func TestFexit(t *testing.T) {
+	err := Fexit("tcp_bpf_recvmsg")()
+	if err != nil && !errors.Is(err, unix.EPERM) {
+		t.Errorf("fexit/tcp_bpf_recvmsg: %v, want it loaded or refused with EPERM", err)
+	}
+	t.Logf("fexit/tcp_bpf_recvmsg: %v", err)
+	if err := Fexit("no_such_function_xyz")(); err == nil || !strings.Contains(err.Error(), "no_such_function_xyz") {
+		t.Errorf("a missing function: %v, want an error naming it", err)
+	}
+}
+
 // TestEnsureDirMissingParent: a pin directory whose parent does not exist
 // yet is made inside /sys/fs/bpf, not on a second bpffs mounted over the
 // parent (which uninstall could not remove).

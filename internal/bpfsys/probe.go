@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // Requirement is one thing the datapath needs.
@@ -75,6 +76,46 @@ func Tracepoint(name string) func() error {
 		return nil
 	}
 }
+
+// Fexit checks an fexit program on the kernel function fn loads: the
+// function is in the kernel's BTF, and this kernel and process may attach
+// tracing programs to functions (hardened hosts refuse them; some refuse
+// them to any process but PID 1, with EPERM and "processed 0 insns"). It
+// loads a two-instruction program and closes it; the answer is kept.
+func Fexit(fn string) func() error {
+	return func() error {
+		fexitMu.Lock()
+		defer fexitMu.Unlock()
+		if err, ok := fexitSeen[fn]; ok {
+			return err
+		}
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Type:         ebpf.Tracing,
+			AttachType:   ebpf.AttachTraceFExit,
+			AttachTo:     fn,
+			License:      "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		})
+		switch {
+		case err == nil:
+			prog.Close()
+		case errors.Is(err, unix.EPERM):
+			// Not cilium/ebpf's MEMLOCK hint: BPF memory is charged to
+			// the memory cgroup since Linux 5.11, so it is the kernel
+			// that refuses the program.
+			err = fmt.Errorf("fexit/%s refused: %w", fn, unix.EPERM)
+		default:
+			err = fmt.Errorf("fexit/%s does not load: %w", fn, err)
+		}
+		fexitSeen[fn] = err
+		return err
+	}
+}
+
+var (
+	fexitMu   sync.Mutex
+	fexitSeen = map[string]error{}
+)
 
 // KernelFunc checks the kernel's BTF has a function of that name: code that
 // is there or not, where no trial load or version can tell (a distribution's

@@ -169,6 +169,14 @@ func PingPong(fd, size, n, warmup int) ([]time.Duration, error) {
 // as the dissertation's ping-echo client sends one message every 100 ms.
 // Each message carries its send timestamp, which the echo must return.
 func PingPongPaced(fd, size, n, warmup int, interval time.Duration) ([]time.Duration, error) {
+	return PingPongUntil(fd, size, n, warmup, interval, nil)
+}
+
+// PingPongUntil is PingPongPaced whose warm-up, when warmUntil is set, goes
+// on until warmUntil reports true (asked before each of its round trips),
+// however many round trips that takes: a connection kept busy until a test
+// has done something to the node, then n recorded round trips.
+func PingPongUntil(fd, size, n, warmup int, interval time.Duration, warmUntil func() bool) ([]time.Duration, error) {
 	if size < 8 {
 		return nil, fmt.Errorf("message size %d below 8 bytes", size)
 	}
@@ -183,7 +191,13 @@ func PingPongPaced(fd, size, n, warmup int, interval time.Duration) ([]time.Dura
 	back := make([]byte, size)
 	rtts := make([]time.Duration, 0, n)
 	begin := time.Now()
+	warming := warmUntil != nil
 	for i := 0; i < n+warmup; i++ {
+		if warming && i >= warmup {
+			if warming = !warmUntil(); warming {
+				warmup = i + 1 // this round trip is warm-up too
+			}
+		}
 		if interval > 0 {
 			if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
 				time.Sleep(wait)

@@ -182,13 +182,33 @@ func waitUnread(t *testing.T, e *env, n int) {
 const mib = 1 << 20
 
 // readModes are the two ways the unread bound learns what a receiver holds:
-// reads counted (tp_btf/sock_recv_length), and, on kernels without that
-// tracepoint (6.1), the gauge of the receiver's sk_rmem_alloc
-// (bpf/shortcut/unread.h), forced here by refusing ez_sc_recv.
+// reads counted (fexit/tcp_bpf_recvmsg, or tp_btf/sock_recv_length where
+// fexit is refused, as on hosts that refuse tracing programs), and, on
+// kernels with neither, the gauge of the receiver's sk_rmem_alloc
+// (bpf/shortcut/unread.h), forced here by refusing both counters.
 var readModes = []struct {
 	name   string
 	refuse string // bpfsys.TestRefuseEnv
-}{{"counted", ""}, {"gauge", "ez_sc_recv"}}
+}{{"counted", ""}, {"gauge", refuseReads}}
+
+// refuseReads names both read counters in bpfsys.TestRefuseEnv: the agent
+// gauges receivers instead.
+const refuseReads = "ez_sc_recv_fx,ez_sc_recv"
+
+// checkReadHook fails t unless reads are counted by the best hook this
+// kernel allows: the fexit where a trial fexit on tcp_bpf_recvmsg loads,
+// else the tracepoint.
+func checkReadHook(t *testing.T, st parts.Status) {
+	t.Helper()
+	want := "tp_btf/sock_recv_length"
+	if bpfsys.Fexit("tcp_bpf_recvmsg")() == nil {
+		want = "fexit/tcp_bpf_recvmsg"
+	}
+	if !st.Runs || !strings.HasPrefix(st.Via, want) {
+		t.Errorf("read accounting %+v, want it counted by %s", st, want)
+	}
+	t.Logf("reads counted by %s", st.Via)
+}
 
 // TestBackpressureStuckReader: the server accepts and never reads, the
 // client writes 1 MiB chunks. Plain TCP blocks the writer after a few MB;
@@ -233,7 +253,9 @@ func TestBackpressureStuckReader(t *testing.T) {
 			if st, _ := e.dp.Parts().Get(parts.ReadAccounting); strings.HasPrefix(st.Via, "gauge") {
 				want = 1 // the client, which nothing was redirected to
 			} else if m.refuse != "" {
-				t.Errorf("ez_sc_recv refused but reads are counted: %+v", st)
+				t.Errorf("both read counters refused but reads are counted: %+v", st)
+			} else {
+				checkReadHook(t, st)
 			}
 			if d["sockets_released"] != want {
 				t.Errorf("sockets_released %d, want %d", d["sockets_released"], want)

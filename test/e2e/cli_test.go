@@ -99,7 +99,7 @@ func TestAgentLifecycle(t *testing.T) {
 		}
 		// ez_sc_egress and ez_sc_sockops on the managed cgroup; where the kernel
 		// has the part (docs/kernels.md): ez_sc_sock_release there too,
-		// ez_sc_nat for IPv4 and IPv6, ez_sc_recv; ez_sc_close_reset on lo
+		// ez_sc_nat for IPv4 and IPv6, ez_sc_recv_fx or ez_sc_recv; ez_sc_close_reset on lo
 		// (egress) and on both ways of each pod veth (a, b and whatever
 		// else this namespace has).
 		var pins, tcx []string
@@ -125,7 +125,10 @@ func TestAgentLifecycle(t *testing.T) {
 		} else if st.Runs {
 			want = append(want, "links/netfilter/ez_sc_nat_ipv4", "links/netfilter/ez_sc_nat_ipv6")
 		}
-		if st, _ := rep.Parts.Get(parts.ReadAccounting); st.Via == "tp_btf/sock_recv_length" {
+		switch st, _ := rep.Parts.Get(parts.ReadAccounting); {
+		case strings.HasPrefix(st.Via, "fexit/"):
+			want = append(want, "links/tracing/ez_sc_recv_fx")
+		case strings.HasPrefix(st.Via, "tp_btf/"):
 			want = append(want, "links/tracing/ez_sc_recv")
 		}
 		for _, w := range want {

@@ -64,20 +64,17 @@ func directions(on []string) []string {
 	return out
 }
 
-// TestCloseResetAgent runs with tcx links and counted reads where the
-// kernel has them, and as on Linux 6.1 on every kernel: legacy tc filters
-// (clsact + cls_bpf; EZTUNNEL_TEST_LEGACY_TC=1 where tcx exists) and the
-// gauge (ez_sc_recv refused where sock_recv_length exists), where a closing
-// socket's unread bytes are its own sk_rmem_alloc.
+// TestCloseResetAgent runs the way this kernel chooses (tcx links where it
+// has them, else legacy tc filters; reads counted where a counter loads),
+// and as on a Linux 6.1 that refuses fexit on every kernel: legacy tc
+// filters (clsact + cls_bpf; EZTUNNEL_TEST_LEGACY_TC=1 where tcx exists) and
+// the gauge (both read counters refused), where a closing socket's unread
+// bytes are its own sk_rmem_alloc.
 func TestCloseResetAgent(t *testing.T) {
-	if bpfsys.UseTCX() && bpfsys.Tracepoint("sock_recv_length")() == nil {
-		t.Run("tcx", func(t *testing.T) { closeResetAgent(t, "mncr") })
-	} else {
-		t.Log("this kernel has no tcx links or no sock_recv_length: the 6.1 way only")
-	}
+	t.Run("native", func(t *testing.T) { closeResetAgent(t, "mncr") })
 	t.Run("legacy-tc-gauge", func(t *testing.T) {
 		t.Setenv("EZTUNNEL_TEST_LEGACY_TC", "1")
-		t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_recv")
+		t.Setenv(bpfsys.TestRefuseEnv, refuseReads)
 		closeResetAgent(t, "mncl")
 	})
 }
@@ -117,9 +114,13 @@ func closeResetAgent(t *testing.T, name string) {
 	// The agent runs the way this subtest says (the switches are inherited).
 	rep := statusParts(t, pin)
 	reset, read := partOf(t, rep.Parts, parts.CloseReset), partOf(t, rep.Parts, parts.ReadAccounting)
-	legacy, gauge := !bpfsys.UseTCX(), strings.Contains(os.Getenv(bpfsys.TestRefuseEnv), "ez_sc_recv")
+	noCounter := bpfsys.Fexit("tcp_bpf_recvmsg")() != nil && bpfsys.Tracepoint("sock_recv_length")() != nil
+	legacy, gauge := !bpfsys.UseTCX(), os.Getenv(bpfsys.TestRefuseEnv) == refuseReads || noCounter
 	if !reset.Runs || strings.Contains(reset.Via, "legacy tc") != legacy || strings.Contains(read.Via, "gauge") != gauge {
 		t.Fatalf("parts: %+v and %+v, want close-reset running with legacy tc %v, reads gauged %v", reset, read, legacy, gauge)
+	}
+	if !gauge {
+		checkReadHook(t, read)
 	}
 
 	// Pods made after the agent: discovered from netlink.

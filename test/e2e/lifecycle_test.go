@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +15,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
@@ -183,6 +186,86 @@ func TestUpgradeDuringTransfer(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	requirePaired(t, delta(before, pinnedCounters(t, pin)), 5, 1, "new connections after the upgrade")
+}
+
+// TestReadCounterChange: an agent that cannot use the fexit (refused:
+// counting with the tracepoint, or, on 6.1 which has none, gauging) hands
+// over, during a ping-pong of 64 KiB messages on a paired connection, to one
+// that counts with the fexit where this kernel allows it (an upgrade onto a
+// build or host with fexit). 64 MiB cross each way after the handover, far
+// beyond the default unread bound, so a read the new counter missed would
+// switch the connection (fallback_backpressure); the connection closes with
+// everything read, so no RST may be armed (on 6.1 its unread count lacks the
+// reads made under the gauge: rx_gauged). Exactly the new counter's link
+// stays pinned.
+// Where fexit is refused both count with the tracepoint, and the test checks
+// that handover instead.
+func TestReadCounterChange(t *testing.T) {
+	e := newEnv(t, "rcc", 30)
+	a, b := e.pod("a", true), e.pod("b", true)
+	e.serve(b, "--echo", ":7001")
+	pin := e.cfg.PinRoot
+	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
+	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_recv_fx")
+	old := startAgent(t, bin, e.lab.Managed, pin)
+	first := "tp_btf/"
+	if bpfsys.Tracepoint("sock_recv_length")() != nil {
+		first = "gauge"
+	}
+	if read := partOf(t, statusParts(t, pin).Parts, parts.ReadAccounting); !strings.HasPrefix(read.Via, first) {
+		t.Fatalf("the first agent counts reads by %+v, want %s", read, first)
+	}
+	t.Setenv(bpfsys.TestRefuseEnv, "")
+
+	c0, u0 := pinnedCounters(t, pin), unreadEntries(t, e)
+	// The warm-up lasts until the handover is done, then 1,000 round trips
+	// (64 MiB each way) run on the new agent's counter.
+	done := filepath.Join(t.TempDir(), "handed-over")
+	pp := e.startIn(a, labBin, "workload", "pingpong", "--addr", hostport(b.IPv4, 7001),
+		"--size", "65536", "--n", "1000", "--warmup", "1", "--interval", "1ms", "--warmup-until", done)
+	for deadline := time.Now().Add(scaled(20 * time.Second)); pinnedCounters(t, pin)["bytes_redirected"]-c0["bytes_redirected"] < 8<<20; {
+		if time.Now().After(deadline) {
+			t.Fatal("the ping-pong is not being accelerated")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	startAgent(t, bin, e.lab.Managed, pin, "--takeover")
+	old.kill(t)
+	mid := pinnedCounters(t, pin)
+	if err := os.WriteFile(done, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := pp.Wait(); err != nil {
+		t.Fatalf("ping-pong: %v", err)
+	}
+	d := delta(c0, pinnedCounters(t, pin))
+	if after := delta(mid, pinnedCounters(t, pin)); d["pairs"] != 1 || after["bytes_redirected"] < 2*1000*65536 {
+		t.Errorf("the ping-pong was not accelerated after the handover: %v since the start, %d bytes redirected after", d, after["bytes_redirected"])
+	}
+	if d["fallback_backpressure"] != 0 {
+		t.Errorf("reads went uncounted across the handover: the connection switched (%v)", d)
+	}
+	// Both ends closed (their unread record goes at TCP_CLOSE, after each
+	// end's close and FIN), everything read both ways.
+	waitUnread(t, e, u0)
+	if n := pinnedCounters(t, pin)["close_resets_armed"] - c0["close_resets_armed"]; n != 0 {
+		t.Errorf("%d RSTs armed for a connection closed with everything read", n)
+	}
+
+	read := partOf(t, statusParts(t, pin).Parts, parts.ReadAccounting)
+	checkReadHook(t, read)
+	want, gone := "ez_sc_recv_fx", "ez_sc_recv"
+	if strings.HasPrefix(read.Via, "tp_btf/") {
+		want, gone = gone, want
+		t.Log("fexit is refused here: the handover is between two tracepoint links")
+	}
+	dir := e.cfg.Dir()
+	if _, err := os.Stat(bpfsys.LinkPin(dir, bpfsys.KindTracing, want)); err != nil {
+		t.Errorf("the new read counter's link is not pinned: %v", err)
+	}
+	if _, err := os.Stat(bpfsys.LinkPin(dir, bpfsys.KindTracing, gone)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s is still pinned after the handover (%v)", gone, err)
+	}
 }
 
 // buildVariant builds eztunnel from a copy of this tree whose sk_msg

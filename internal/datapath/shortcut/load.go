@@ -180,11 +180,10 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 // kernel that refuses one of its programs turns off that part only. gauge:
 // the kernel has no tp_btf/sock_recv_length (rxGauge).
 func programGroups(gauge bool) []bpfsys.Group {
-	read := bpfsys.Group{Part: parts.ReadAccounting, Required: true, Progs: []string{shortcutProgEzScRecv}, Via: "tp_btf/sock_recv_length"}
+	read := readGroup(gauge)
 	reset := bpfsys.Group{Part: parts.CloseReset, Progs: []string{shortcutProgEzScSockRelease, shortcutProgEzScCloseReset},
 		Via: "cgroup/sock_release + " + bpfsys.TCAttachHow(), Attach: bpfsys.TCAttachable}
 	if gauge {
-		read = bpfsys.Group{Part: parts.ReadAccounting, Required: true, Via: "gauge: the sender reads the receiver's sk_rmem_alloc (no tp_btf/sock_recv_length here)"}
 		reset.Via = "cgroup/sock_release asking the closing socket's psock queue (no counted reads) + " + bpfsys.TCAttachHow()
 	}
 	kbp := bpfsys.Group{Part: parts.KernelBP, Via: "tcp_bpf makes a sender wait while the receiver holds more than its sk_rcvbuf (" + kernelBPFunc + ")"}
@@ -235,12 +234,53 @@ func KernelBackpressure() error {
 	return nil
 }
 
+// recvFunc is the kernel function ez_sc_recv_fx exits from: sk_prot->recvmsg
+// of a TCP socket with a psock and no stream parser (net/ipv4/tcp_bpf.c).
+const recvFunc = "tcp_bpf_recvmsg"
+
+// readHooks reports, nil or why not, whether each hook that counts reads
+// can run here (bpf/shortcut/recv.h), best first: fexit on tcp_bpf_recvmsg
+// runs only for sockets with a psock; tp_btf/sock_recv_length (Linux 6.3)
+// for every recvmsg on the node. A test refuses either by naming its
+// program in bpfsys.TestRefuseEnv.
+func readHooks() (fexit, tracepoint error) {
+	fexit, tracepoint = bpfsys.Fexit(recvFunc)(), bpfsys.Tracepoint("sock_recv_length")()
+	if bpfsys.TestRefused(shortcutProgEzScRecvFx) {
+		fexit = fmt.Errorf("%s refused by %s (test)", shortcutProgEzScRecvFx, bpfsys.TestRefuseEnv)
+	}
+	if bpfsys.TestRefused(shortcutProgEzScRecv) {
+		tracepoint = fmt.Errorf("%s refused by %s (test)", shortcutProgEzScRecv, bpfsys.TestRefuseEnv)
+	}
+	return fexit, tracepoint
+}
+
 // rxGauge reports whether reads cannot be counted here, so the unread bound
-// gauges the receiver instead (bpf/shortcut/unread.h, ez_sc_rx_socks): the
-// kernel has no sock_recv_length tracepoint (Linux 6.1), or a test refuses
-// ez_sc_recv (bpfsys.TestRefuseEnv).
+// gauges the receiver instead (bpf/shortcut/unread.h, ez_sc_rx_socks):
+// neither hook of readHooks can run.
 func rxGauge() bool {
-	return bpfsys.Tracepoint("sock_recv_length")() != nil || bpfsys.TestRefused(shortcutProgEzScRecv)
+	fexit, tracepoint := readHooks()
+	return fexit != nil && tracepoint != nil
+}
+
+// readGroup is the read-accounting part: the fexit where it loads (the
+// tracepoint as its fallback), else the tracepoint with the fexit's refusal
+// in its Via; gauge: neither (rxGauge).
+func readGroup(gauge bool) bpfsys.Group {
+	g := bpfsys.Group{Part: parts.ReadAccounting, Required: true}
+	fexit, tracepoint := readHooks()
+	tp := bpfsys.Group{Progs: []string{shortcutProgEzScRecv}, Via: "tp_btf/sock_recv_length (runs for every recvmsg on the node)"}
+	switch {
+	case gauge:
+		g.Via = fmt.Sprintf("gauge: the sender reads the receiver's sk_rmem_alloc (%v; %v)", fexit, tracepoint)
+	case fexit != nil:
+		g.Progs, g.Via = tp.Progs, fmt.Sprintf("%s (%v)", tp.Via, fexit)
+	default:
+		g.Progs, g.Via = []string{shortcutProgEzScRecvFx}, "fexit/"+recvFunc+" (runs only for sockets with a psock)"
+		if tracepoint == nil {
+			g.Fallback = &tp
+		}
+	}
+	return g
 }
 
 // load loads the maps, then each program on its own (bpfsys.Programs),

@@ -64,50 +64,75 @@ func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
 	return nil
 }
 
-// attachRecv attaches ez_sc_recv to tp_btf/sock_recv_length. Tracing links
-// cannot be updated in place: over an earlier install the new link runs next
-// to the pinned one until commit, and exactly one of them counts reads (the
-// ez_sc_control owner slot, bpf/shortcut/recv.h): the old one until commit
-// moves the slot to this load, then the old link is detached.
+// attachRecv attaches the read counter this load has (readGroup):
+// ez_sc_recv_fx to fexit/tcp_bpf_recvmsg, or ez_sc_recv to
+// tp_btf/sock_recv_length. Tracing links cannot be updated in place: over
+// an earlier install (which may count with the other hook) the new link
+// runs next to the pinned one until commit, and exactly one of them counts
+// reads (the ez_sc_control owner slot, bpf/shortcut/recv.h): the old one
+// until commit moves the slot to this load, then the old link is detached.
 func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
-	if s.objs.EzScRecv == nil {
+	prog, name, hook := s.objs.EzScRecvFx, shortcutProgEzScRecvFx, "fexit/"+recvFunc
+	if prog == nil {
+		prog, name, hook = s.objs.EzScRecv, shortcutProgEzScRecv, "tp_btf/sock_recv_length"
+	}
+	if prog == nil {
 		return nil // reads are gauged, not counted, on this kernel (rxGauge)
 	}
-	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, shortcutProgEzScRecv)
-	old, err := link.LoadPinnedLink(pin, nil)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("open pinned link %s: %w", pin, err)
+	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, name)
+	olds := map[string]link.Link{} // by pin
+	closeOlds := func() {
+		for _, o := range olds {
+			o.Close()
+		}
+	}
+	for _, n := range []string{shortcutProgEzScRecvFx, shortcutProgEzScRecv} {
+		p := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, n)
+		o, err := link.LoadPinnedLink(p, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			closeOlds()
+			return fmt.Errorf("open pinned link %s: %w", p, err)
+		}
+		olds[p] = o
 	}
 	owner := uint32(shortcutEzControlEZ_CTL_RECV_OWNER)
 	setOwner := func(v uint32) error {
 		if err := s.objs.EzScControl.Put(owner, v); err != nil {
-			return fmt.Errorf("set the counting ez_sc_recv: %w", err)
+			return fmt.Errorf("set the counting %s: %w", name, err)
 		}
 		return nil
 	}
-	if old == nil {
+	if len(olds) == 0 {
 		// Nothing counts reads yet: this one counts from its first.
 		var prev uint32
 		if err := s.objs.EzScControl.Lookup(owner, &prev); err != nil {
-			return fmt.Errorf("read the counting ez_sc_recv: %w", err)
+			return fmt.Errorf("read the counting %s: %w", name, err)
 		}
 		if err := setOwner(s.instance); err != nil {
 			return err
 		}
 		tx.OnRollback(func() error { return setOwner(prev) })
 	}
-	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.EzScRecv})
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
 	if err != nil {
-		if old != nil {
-			old.Close()
-		}
-		return fmt.Errorf("attach ez_sc_recv to tp_btf/sock_recv_length: %w", err)
+		closeOlds()
+		return fmt.Errorf("attach %s to %s: %w", name, hook, err)
 	}
 	s.links = append(s.links, l)
-	if old != nil {
+	if len(olds) > 0 {
 		tx.OnCommit(func() error { return setOwner(s.instance) })
 	}
-	return pinOver(tx, l, old, pin)
+	// The other hook's old link: unpinned at commit, detached when done.
+	for p, o := range olds {
+		if p != pin {
+			tx.OnCommit(func() error { return os.Remove(p) })
+			tx.OnDone(o.Close)
+		}
+	}
+	return pinOver(tx, l, olds[pin], pin)
 }
 
 // attachNATDev attaches ez_sc_nat_dev to tp_btf/net_dev_queue, where the

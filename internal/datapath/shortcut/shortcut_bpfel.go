@@ -331,6 +331,7 @@ const (
 	shortcutProgEzScNat             = "ez_sc_nat"
 	shortcutProgEzScNatDev          = "ez_sc_nat_dev"
 	shortcutProgEzScRecv            = "ez_sc_recv"
+	shortcutProgEzScRecvFx          = "ez_sc_recv_fx"
 	shortcutProgEzScRelease         = "ez_sc_release"
 	shortcutProgEzScReleaseSwitched = "ez_sc_release_switched"
 	shortcutProgEzScSockRelease     = "ez_sc_sock_release"
@@ -408,6 +409,7 @@ type shortcutProgramSpecs struct {
 	EzScNat             *ebpf.ProgramSpec `ebpf:"ez_sc_nat"`
 	EzScNatDev          *ebpf.ProgramSpec `ebpf:"ez_sc_nat_dev"`
 	EzScRecv            *ebpf.ProgramSpec `ebpf:"ez_sc_recv"`
+	EzScRecvFx          *ebpf.ProgramSpec `ebpf:"ez_sc_recv_fx"`
 	EzScRelease         *ebpf.ProgramSpec `ebpf:"ez_sc_release"`
 	EzScReleaseSwitched *ebpf.ProgramSpec `ebpf:"ez_sc_release_switched"`
 	EzScSockRelease     *ebpf.ProgramSpec `ebpf:"ez_sc_sock_release"`
@@ -566,6 +568,7 @@ type shortcutPrograms struct {
 	EzScNat             *ebpf.Program `ebpf:"ez_sc_nat"`
 	EzScNatDev          *ebpf.Program `ebpf:"ez_sc_nat_dev"`
 	EzScRecv            *ebpf.Program `ebpf:"ez_sc_recv"`
+	EzScRecvFx          *ebpf.Program `ebpf:"ez_sc_recv_fx"`
 	EzScRelease         *ebpf.Program `ebpf:"ez_sc_release"`
 	EzScReleaseSwitched *ebpf.Program `ebpf:"ez_sc_release_switched"`
 	EzScSockRelease     *ebpf.Program `ebpf:"ez_sc_sock_release"`
@@ -583,6 +586,7 @@ func (p *shortcutPrograms) Close() error {
 		p.EzScNat,
 		p.EzScNatDev,
 		p.EzScRecv,
+		p.EzScRecvFx,
 		p.EzScRelease,
 		p.EzScReleaseSwitched,
 		p.EzScSockRelease,

@@ -184,6 +184,7 @@ func workloadPingPongCmd() *cobra.Command {
 	var size, n, warmup, conns int
 	var raw, sequential bool
 	var interval time.Duration
+	var warmUntil string
 	cmd := &cobra.Command{
 		Use:   "pingpong",
 		Short: "Round-trip times of size-byte messages echoed back",
@@ -203,11 +204,11 @@ func workloadPingPongCmd() *cobra.Command {
 					}
 					defer unix.Close(fd)
 					var rtts []time.Duration
-					if interval > 0 {
-						rtts, err = workload.PingPongPaced(fd, size, n, warmup, interval)
-					} else {
-						rtts, err = workload.PingPong(fd, size, n, warmup)
+					var until func() bool
+					if warmUntil != "" {
+						until = func() bool { _, err := os.Stat(warmUntil); return err == nil }
 					}
+					rtts, err = workload.PingPongUntil(fd, size, n, warmup, interval, until)
 					if err != nil {
 						errs <- err
 						return
@@ -243,6 +244,7 @@ func workloadPingPongCmd() *cobra.Command {
 	f.BoolVar(&sequential, "sequential", false, "one connection after the other (each with its own warm-up)")
 	f.BoolVar(&raw, "raw", false, "include every sample")
 	f.DurationVar(&interval, "interval", 0, "send one message per interval instead of back-to-back (e.g. 100ms)")
+	f.StringVar(&warmUntil, "warmup-until", "", "go on with the warm-up (at least --warmup round trips) until this file exists")
 	return cmd
 }
 
