@@ -63,24 +63,35 @@ const (
 	// every connection excluded from the shortcut): what stays attached
 	// costs the paths it does not accelerate.
 	Idle = "agent idle"
+	// IdlePsock is Idle with reads counted where only sockets with a psock
+	// pay (NoReadTracepoint).
+	IdlePsock = "agent idle, no read tracepoint"
 )
+
+// NoReadTracepoint is the environment of an agent that counts reads where
+// only sockets with a psock pay: it refuses ez_sc_recv
+// (tp_btf/sock_recv_length, which runs for every recvmsg on the node), so
+// ez_sc_recv_fx (fexit/tcp_bpf_recvmsg) counts where the host allows fexit,
+// else the gauge (docs/kernels.md). What an idle agent costs on a host that
+// allows fexit, measured on one that does not.
+var NoReadTracepoint = []string{"EZTUNNEL_TEST_REFUSE_PROGRAMS=ez_sc_recv"}
 
 var datapaths = []string{Bridge, Bypass, Shortcut}
 
 // ParseDatapaths reads --datapaths names (bridge, bypass, shortcut, idle)
 // into datapaths in the report's order; the bridge always runs.
 func ParseDatapaths(names []string) ([]string, error) {
-	byName := map[string]string{"bridge": Bridge, "bypass": Bypass, "shortcut": Shortcut, "idle": Idle}
+	byName := map[string]string{"bridge": Bridge, "bypass": Bypass, "shortcut": Shortcut, "idle": Idle, "idle-psock": IdlePsock}
 	want := map[string]bool{Bridge: true}
 	for _, n := range names {
 		dp, ok := byName[n]
 		if !ok {
-			return nil, fmt.Errorf("datapath %q: not one of bridge, bypass, shortcut, idle", n)
+			return nil, fmt.Errorf("datapath %q: not one of bridge, bypass, shortcut, idle, idle-psock", n)
 		}
 		want[dp] = true
 	}
 	var out []string
-	for _, dp := range []string{Bridge, Idle, Bypass, Shortcut} {
+	for _, dp := range []string{Bridge, Idle, IdlePsock, Bypass, Shortcut} {
 		if want[dp] {
 			out = append(out, dp)
 		}
@@ -381,8 +392,11 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 	case Bypass:
 		// Every connection excluded from the shortcut: tc only.
 		spec.Args = append(spec.Args, "--exclude-cidrs", "0.0.0.0/0,::/0")
-	case Idle:
+	case Idle, IdlePsock:
 		spec = AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: []string{"--bypass=false", "--exclude-cidrs", "0.0.0.0/0,::/0"}, IPv6: o.IPv6}
+		if dp == IdlePsock {
+			spec.Env = NoReadTracepoint
+		}
 	}
 	return runAgents(ctx, spec, tmp, nodes...)
 }
@@ -396,6 +410,7 @@ type AgentSpec struct {
 	// endpoint (probing their IPv6 addresses with IPv6, else IPv4).
 	Endpoints bool
 	IPv6      bool
+	Env       []string // added to the agent's environment
 }
 
 // runAgents starts an agent in each node's namespace as spec says and waits
@@ -412,6 +427,9 @@ func runAgents(ctx context.Context, spec AgentSpec, tmp string, nodes ...*multin
 		args = append(args, spec.Args...)
 		cctx, cancel := context.WithCancel(ctx)
 		cmd := n.Cmd(cctx, spec.Exe, args...)
+		if len(spec.Env) > 0 {
+			cmd.Env = append(os.Environ(), spec.Env...)
+		}
 		logs := &bytes.Buffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		if err := n.Start(cmd); err != nil {

@@ -22,7 +22,7 @@ func agentArgs(cfg string) []string {
 		return []string{"--bypass", "--exclude-cidrs", "0.0.0.0/0,::/0"}
 	case Both:
 		return []string{"--bypass"}
-	case Idle:
+	case Idle, IdlePsock:
 		return []string{"--bypass=false", "--exclude-cidrs", "0.0.0.0/0,::/0"}
 	}
 	return nil
@@ -42,8 +42,11 @@ func startAgents(ctx context.Context, exe, cfg, tmp string, nodes ...*multinode.
 	if cfg == Baseline {
 		return &agents{bypass.NoAgents()}, nil
 	}
-	a, err := bypass.RunAgents(ctx, bypass.AgentSpec{Exe: exe, PinPrefix: pinPrefix, Args: agentArgs(cfg),
-		Endpoints: cfg == BypassOnly || cfg == Both}, tmp, nodes...)
+	spec := bypass.AgentSpec{Exe: exe, PinPrefix: pinPrefix, Args: agentArgs(cfg), Endpoints: cfg == BypassOnly || cfg == Both}
+	if cfg == IdlePsock {
+		spec.Env = bypass.NoReadTracepoint
+	}
+	a, err := bypass.RunAgents(ctx, spec, tmp, nodes...)
 	if err != nil {
 		return nil, err
 	}

@@ -42,11 +42,19 @@ const (
 // Not in the default set.
 const Idle = "agent idle"
 
+// IdlePsock is Idle with the tracepoint that counts reads refused, so
+// reads are counted where only sockets with a psock pay: fexit on
+// tcp_bpf_recvmsg where this host allows it, else the gauge
+// (docs/kernels.md). On a host that refuses fexit it shows what Idle
+// would cost there. Not in the default set.
+const IdlePsock = "agent idle, no read tracepoint"
+
 var configs = []string{Baseline, ShortcutOnly, BypassOnly, Both}
 
 // ConfigNames are the names of the configurations on the command line.
 var ConfigNames = map[string]string{
 	"baseline": Baseline, "shortcut": ShortcutOnly, "bypass": BypassOnly, "both": Both, "idle": Idle,
+	"idle-psock": IdlePsock,
 }
 
 // ParseConfigs reads command-line names (ConfigNames) into configurations
@@ -56,12 +64,12 @@ func ParseConfigs(names []string) ([]string, error) {
 	for _, n := range names {
 		c, ok := ConfigNames[n]
 		if !ok {
-			return nil, fmt.Errorf("configuration %q: not one of baseline, shortcut, bypass, both, idle", n)
+			return nil, fmt.Errorf("configuration %q: not one of baseline, shortcut, bypass, both, idle, idle-psock", n)
 		}
 		want[c] = true
 	}
 	var out []string
-	for _, c := range []string{Baseline, Idle, ShortcutOnly, BypassOnly, Both} {
+	for _, c := range []string{Baseline, Idle, IdlePsock, ShortcutOnly, BypassOnly, Both} {
 		if want[c] {
 			out = append(out, c)
 		}

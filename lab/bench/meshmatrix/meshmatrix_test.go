@@ -74,6 +74,8 @@ func TestCheckAcceleration(t *testing.T) {
 		{Idle, acc(0, 0), true},
 		{Idle, acc(8000, 0), false},
 		{Idle, acc(0, 8000), false},
+		{IdlePsock, acc(0, 0), true},
+		{IdlePsock, acc(8000, 0), false},
 	} {
 		err := check(tc.cfg, tc.s)
 		if (err == nil) != tc.ok {
@@ -206,8 +208,8 @@ func TestCPUSince(t *testing.T) {
 }
 
 func TestParseConfigs(t *testing.T) {
-	got, err := ParseConfigs([]string{"both", "idle", "shortcut"})
-	if err != nil || !slices.Equal(got, []string{Baseline, Idle, ShortcutOnly, Both}) {
+	got, err := ParseConfigs([]string{"both", "idle-psock", "idle", "shortcut"})
+	if err != nil || !slices.Equal(got, []string{Baseline, Idle, IdlePsock, ShortcutOnly, Both}) {
 		t.Errorf("got %v, %v", got, err)
 	}
 	if _, err := ParseConfigs([]string{"fast"}); err == nil {
@@ -215,5 +217,8 @@ func TestParseConfigs(t *testing.T) {
 	}
 	if !slices.Contains(agentArgs(Idle), "--bypass=false") || !slices.Contains(agentArgs(Idle), "0.0.0.0/0,::/0") {
 		t.Errorf("idle agent flags %v", agentArgs(Idle))
+	}
+	if !slices.Equal(agentArgs(IdlePsock), agentArgs(Idle)) {
+		t.Errorf("idle-psock agent flags %v, want idle's %v", agentArgs(IdlePsock), agentArgs(Idle))
 	}
 }
