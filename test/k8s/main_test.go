@@ -36,8 +36,13 @@ var (
 	workDir string
 )
 
+// fail ends the run before any cluster runs (or once Start has failed and
+// cleaned up), removing the run's directory, which os.Exit would skip.
 func fail(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "k8s: FAIL: "+format+"\n", args...)
+	if workDir != "" {
+		os.RemoveAll(workDir)
+	}
 	os.Exit(1)
 }
 
