@@ -50,7 +50,7 @@ STEPS=${STEPS:-"preflight e2e rtt extra"}
 # pairing under the node's DNAT (TestDNAT). Not
 # TestUninstallUnderTraffic: its readers drain up to 1 GiB of redirected bytes
 # (--max-unread 1 GiB) within a 60 s drain, which TCG's pace cannot.
-E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestReadCounterChange|TestSemantics|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestCloseResetAgent|TestServicesNodePort|TestDNAT$'}
+E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestReadCounterChange|TestReadHookScope|TestSemantics|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestCloseResetAgent|TestServicesNodePort|TestDNAT$'}
 # Subtests that take minutes under TCG are left out (-test.skip), each
 # proven natively by make test: of TestServices the set keeps ClusterIP TCP
 # and UDP, no backends, pairing through the LB and the destruction of a
