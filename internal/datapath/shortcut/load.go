@@ -178,7 +178,7 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 // unread bound, invariant 4) or a way to hand sockets back (uninstall,
 // switches), the shortcut does not run. Each other group is optional: a
 // kernel that refuses one of its programs turns off that part only. gauge:
-// the kernel has no tp_btf/sock_recv_length (rxGauge).
+// neither read counter can run here (rxGauge).
 func programGroups(gauge bool) []bpfsys.Group {
 	read := readGroup(gauge)
 	reset := bpfsys.Group{Part: parts.CloseReset, Progs: []string{shortcutProgEzScSockRelease, shortcutProgEzScCloseReset},
