@@ -147,7 +147,7 @@ enum ez_cfg_flag {
 	EZ_CFG_PORT_ALLOWLIST = 2,	/* only server ports with an INCLUDE rule */
 	EZ_CFG_CIDR_ALLOWLIST = 4,	/* only addresses inside an INCLUDE prefix */
 	EZ_CFG_CGROUP_FILTER = 8,	/* only sockets of cgroups in ez_sc_cgroups (Kubernetes mode) */
-	EZ_CFG_RX_GAUGE = 16,		/* reads are not counted (no sock_recv_length): the bound gauges the receiver (unread.h) */
+	EZ_CFG_RX_GAUGE = 16,		/* reads are not counted (neither read counter, recv.h): the bound gauges the receiver (unread.h) */
 	EZ_CFG_KERNEL_BP = 32,		/* the kernel makes an ingress redirect's sender wait (kernel/patches): the bound gets EZ_KERNEL_BP_SLACK */
 };
 

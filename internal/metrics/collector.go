@@ -130,7 +130,7 @@ var help = map[string]string{
 	"nat_aliases":          "Handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK.",
 	"sockets_released":     "Enrolled sockets handed back to the kernel path.",
 	"record_delete_failed": "Pairing or unread records the datapath could not delete (left in their map).",
-	"gauge_unknown":        "Gauge mode (no sock_recv_length): sends whose receiver socket was not found (closed), so the connection switched to the kernel path (also counted as fallback peer_gone).",
+	"gauge_unknown":        "Gauge mode (no read counter: neither fexit on tcp_bpf_recvmsg nor sock_recv_length): sends whose receiver socket was not found (closed), so the connection switched to the kernel path (also counted as fallback peer_gone).",
 	"adopt_rounds":         "Rounds looking for connections established before the agent to adopt.",
 	"adopted":              "Connections established before the agent and adopted onto the shortcut.",
 	"adopt_late_stack":     "Adopted connections switched to the kernel path because a send that raced the insert took the stack (rare).",

@@ -247,8 +247,8 @@ func TestBackpressureStuckReader(t *testing.T) {
 			if d["fallback_backpressure"] != 1 {
 				t.Errorf("fallback_backpressure %d, want 1", d["fallback_backpressure"])
 			}
-			// Reads are gauged where refused, and on a kernel without
-			// sock_recv_length (6.1) in both subtests.
+			// Reads are gauged where both counters are refused, and on a
+			// kernel with neither (6.1 refusing fexit) in both subtests.
 			want := uint64(2)
 			if st, _ := e.dp.Parts().Get(parts.ReadAccounting); strings.HasPrefix(st.Via, "gauge") {
 				want = 1 // the client, which nothing was redirected to
