@@ -84,6 +84,16 @@ func TestRefused(name string) bool {
 	return slices.Contains(strings.Split(os.Getenv(TestRefuseEnv), ","), name)
 }
 
+// TestRefusal is the refusal of name when TestRefuseEnv names it, for
+// probes that refuse a kernel feature by name before anything loads; nil
+// otherwise.
+func TestRefusal(name string) error {
+	if !TestRefused(name) {
+		return nil
+	}
+	return fmt.Errorf("%s %w (%s)", name, ErrTestRefused, TestRefuseEnv)
+}
+
 // Close closes the maps' handles (pinned maps stay).
 func (p *Programs) Close() {
 	if p != nil && p.Coll != nil {

@@ -225,8 +225,8 @@ const kernelBPFunc = "tcp_bpf_stream_memory_free"
 // transfers keep the shortcut. A test refuses it by naming it in
 // EZTUNNEL_TEST_REFUSE_PROGRAMS.
 func KernelBackpressure() error {
-	if bpfsys.TestRefused(kernelBPFunc) {
-		return fmt.Errorf("%s refused by %s (test)", kernelBPFunc, bpfsys.TestRefuseEnv)
+	if err := bpfsys.TestRefusal(kernelBPFunc); err != nil {
+		return err
 	}
 	if err := bpfsys.KernelFunc(kernelBPFunc)(); err != nil {
 		return fmt.Errorf("the kernel does not make an sk_msg ingress redirect's sender wait (%w; kernel/patches adds it)", err)
@@ -244,12 +244,11 @@ const recvFunc = "tcp_bpf_recvmsg"
 // for every recvmsg on the node. A test refuses either by naming its
 // program in bpfsys.TestRefuseEnv.
 func readHooks() (fexit, tracepoint error) {
-	fexit, tracepoint = bpfsys.Fexit(recvFunc)(), bpfsys.Tracepoint("sock_recv_length")()
-	if bpfsys.TestRefused(shortcutProgEzScRecvFx) {
-		fexit = fmt.Errorf("%s refused by %s (test)", shortcutProgEzScRecvFx, bpfsys.TestRefuseEnv)
+	if fexit = bpfsys.TestRefusal(shortcutProgEzScRecvFx); fexit == nil {
+		fexit = bpfsys.Fexit(recvFunc)()
 	}
-	if bpfsys.TestRefused(shortcutProgEzScRecv) {
-		tracepoint = fmt.Errorf("%s refused by %s (test)", shortcutProgEzScRecv, bpfsys.TestRefuseEnv)
+	if tracepoint = bpfsys.TestRefusal(shortcutProgEzScRecv); tracepoint == nil {
+		tracepoint = bpfsys.Tracepoint("sock_recv_length")()
 	}
 	return fexit, tracepoint
 }

@@ -76,6 +76,10 @@ const (
 // allows fexit, measured on one that does not.
 var NoReadTracepoint = []string{"EZTUNNEL_TEST_REFUSE_PROGRAMS=ez_sc_recv"}
 
+// IdleArgs are the flags of an agent that accelerates nothing (Idle,
+// IdlePsock; bench mesh-matrix's idle configurations too).
+var IdleArgs = []string{"--bypass=false", "--exclude-cidrs", "0.0.0.0/0,::/0"}
+
 var datapaths = []string{Bridge, Bypass, Shortcut}
 
 // ParseDatapaths reads --datapaths names (bridge, bypass, shortcut, idle)
@@ -393,7 +397,7 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 		// Every connection excluded from the shortcut: tc only.
 		spec.Args = append(spec.Args, "--exclude-cidrs", "0.0.0.0/0,::/0")
 	case Idle, IdlePsock:
-		spec = AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: []string{"--bypass=false", "--exclude-cidrs", "0.0.0.0/0,::/0"}, IPv6: o.IPv6}
+		spec = AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: IdleArgs, IPv6: o.IPv6}
 		if dp == IdlePsock {
 			spec.Env = NoReadTracepoint
 		}

@@ -23,7 +23,7 @@ func agentArgs(cfg string) []string {
 	case Both:
 		return []string{"--bypass"}
 	case Idle, IdlePsock:
-		return []string{"--bypass=false", "--exclude-cidrs", "0.0.0.0/0,::/0"}
+		return bypass.IdleArgs
 	}
 	return nil
 }
