@@ -31,7 +31,9 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/procfs"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/parts"
 
 	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/multinode"
@@ -68,13 +70,13 @@ const (
 	IdlePsock = "agent idle, no read tracepoint"
 )
 
-// NoReadTracepoint is the environment of an agent that counts reads where
-// only sockets with a psock pay: it refuses ez_sc_recv
-// (tp_btf/sock_recv_length, which runs for every recvmsg on the node), so
-// ez_sc_recv_fx (fexit/tcp_bpf_recvmsg) counts where the host allows fexit,
-// else the gauge (docs/kernels.md). What an idle agent costs on a host that
-// allows fexit, measured on one that does not.
-var NoReadTracepoint = []string{"EZTUNNEL_TEST_REFUSE_PROGRAMS=ez_sc_recv"}
+// NoReadTracepoint is what an agent refuses to count reads where only
+// sockets with a psock pay: ez_sc_recv (tp_btf/sock_recv_length, which runs
+// for every recvmsg on the node), so ez_sc_recv_fx (fexit/tcp_bpf_recvmsg)
+// counts where the host allows fexit, else the gauge (docs/kernels.md).
+// What an idle agent costs on a host that allows fexit, measured on one
+// that does not.
+var NoReadTracepoint = []string{"ez_sc_recv"}
 
 // IdleArgs are the flags of an agent that accelerates nothing (Idle,
 // IdlePsock; bench mesh-matrix's idle configurations too).
@@ -399,7 +401,7 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 	case Idle, IdlePsock:
 		spec = AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: IdleArgs, IPv6: o.IPv6}
 		if dp == IdlePsock {
-			spec.Env = NoReadTracepoint
+			spec.Refused = NoReadTracepoint
 		}
 	}
 	return runAgents(ctx, spec, tmp, nodes...)
@@ -414,7 +416,32 @@ type AgentSpec struct {
 	// endpoint (probing their IPv6 addresses with IPv6, else IPv4).
 	Endpoints bool
 	IPv6      bool
-	Env       []string // added to the agent's environment
+	// Refused are programs the agent refuses as a kernel would
+	// (EZTUNNEL_TEST_REFUSE_PROGRAMS): their parts turn off or fall back.
+	// Each must be named by a part's reason or mechanism in the agent's
+	// parts report, so a misspelt name fails the run instead of measuring
+	// the agent with nothing refused.
+	Refused []string
+}
+
+// checkRefused fails unless the parts report of the agent pinned at pin
+// names each of refused as what turned a part off or made it fall back.
+func checkRefused(pin string, refused []string) error {
+	if len(refused) == 0 {
+		return nil
+	}
+	rep, err := parts.Read(parts.ReportPath(datapath.Config{PinRoot: pin}.Dir()))
+	if err != nil {
+		return fmt.Errorf("parts report: %w", err)
+	}
+	for _, prog := range refused {
+		if !slices.ContainsFunc(rep.Parts, func(s parts.Status) bool {
+			return strings.Contains(s.Reason, prog) || strings.Contains(s.Via, prog)
+		}) {
+			return fmt.Errorf("%s names %s, but no part of the agent reports it refused (not a program of this build?)", bpfsys.TestRefuseEnv, prog)
+		}
+	}
+	return nil
 }
 
 // runAgents starts an agent in each node's namespace as spec says and waits
@@ -431,8 +458,8 @@ func runAgents(ctx context.Context, spec AgentSpec, tmp string, nodes ...*multin
 		args = append(args, spec.Args...)
 		cctx, cancel := context.WithCancel(ctx)
 		cmd := n.Cmd(cctx, spec.Exe, args...)
-		if len(spec.Env) > 0 {
-			cmd.Env = append(os.Environ(), spec.Env...)
+		if len(spec.Refused) > 0 {
+			cmd.Env = append(os.Environ(), bpfsys.TestRefuseEnv+"="+strings.Join(spec.Refused, ","))
 		}
 		logs := &bytes.Buffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
@@ -456,6 +483,10 @@ func runAgents(ctx context.Context, spec AgentSpec, tmp string, nodes ...*multin
 		}}
 		a.nodes, a.cmds, a.pins = append(a.nodes, n), append(a.cmds, e), append(a.pins, pin)
 		if err := workload.WaitReady(ctx, ready, 30*time.Second, nil); err != nil {
+			a.stop()
+			return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
+		}
+		if err := checkRefused(pin, spec.Refused); err != nil {
 			a.stop()
 			return nil, fmt.Errorf("agent on %s: %w\n%s", n.Name, err, logs.String())
 		}

@@ -25,6 +25,9 @@ func agentArgs(cfg string) []string {
 	case Idle, IdlePsock:
 		return bypass.IdleArgs
 	}
+	if refusedPrograms(cfg) != nil {
+		return bypass.IdleArgs
+	}
 	return nil
 }
 
@@ -44,7 +47,10 @@ func startAgents(ctx context.Context, exe, cfg, tmp string, nodes ...*multinode.
 	}
 	spec := bypass.AgentSpec{Exe: exe, PinPrefix: pinPrefix, Args: agentArgs(cfg), Endpoints: cfg == BypassOnly || cfg == Both}
 	if cfg == IdlePsock {
-		spec.Env = bypass.NoReadTracepoint
+		spec.Refused = bypass.NoReadTracepoint
+	}
+	if progs := refusedPrograms(cfg); progs != nil {
+		spec.Refused = progs
 	}
 	a, err := bypass.RunAgents(ctx, spec, tmp, nodes...)
 	if err != nil {

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +53,33 @@ const IdlePsock = "agent idle, no read tracepoint"
 
 var configs = []string{Baseline, ShortcutOnly, BypassOnly, Both}
 
+// idleRefusePrefix begins the name of an idle configuration with programs
+// refused as a kernel would refuse them (EZTUNNEL_TEST_REFUSE_PROGRAMS):
+// `idle-refuse:ez_sc_recv+ez_sc_close_reset` on the command line. Refusing
+// a hook's programs turns off that part only (docs/kernels.md), so such
+// configurations side by side show what each hook costs the chain. Not in
+// the default set.
+const (
+	idleRefuseName   = "idle-refuse:"
+	idleRefusePrefix = "agent idle, refused "
+)
+
+// IdleRefusing is the idle configuration with progs refused.
+func IdleRefusing(progs ...string) string { return idleRefusePrefix + strings.Join(progs, "+") }
+
+// refusedPrograms are the programs configuration cfg refuses (nil: none
+// besides its own, as for IdlePsock).
+func refusedPrograms(cfg string) []string {
+	list, ok := strings.CutPrefix(cfg, idleRefusePrefix)
+	if !ok {
+		return nil
+	}
+	return strings.Split(list, "+")
+}
+
+// programName: what a refused program may be called (a C identifier).
+var programName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
 // ConfigNames are the names of the configurations on the command line.
 var ConfigNames = map[string]string{
 	"baseline": Baseline, "shortcut": ShortcutOnly, "bypass": BypassOnly, "both": Both, "idle": Idle,
@@ -61,15 +90,34 @@ var ConfigNames = map[string]string{
 // in the report's order; the baseline is always among them.
 func ParseConfigs(names []string) ([]string, error) {
 	want := map[string]bool{Baseline: true}
+	var refusing []string // idle-refuse: configurations, in the order given
 	for _, n := range names {
+		if list, ok := strings.CutPrefix(n, idleRefuseName); ok {
+			progs := strings.Split(list, "+")
+			for _, p := range progs {
+				if !programName.MatchString(p) {
+					return nil, fmt.Errorf("configuration %q: %q is not a program name (idle-refuse:PROG+PROG...)", n, p)
+				}
+			}
+			if c := IdleRefusing(progs...); !slices.Contains(refusing, c) {
+				refusing = append(refusing, c)
+			}
+			continue
+		}
 		c, ok := ConfigNames[n]
 		if !ok {
-			return nil, fmt.Errorf("configuration %q: not one of baseline, shortcut, bypass, both, idle, idle-psock", n)
+			return nil, fmt.Errorf("configuration %q: not one of baseline, shortcut, bypass, both, idle, idle-psock, idle-refuse:PROG+PROG...", n)
 		}
 		want[c] = true
 	}
 	var out []string
-	for _, c := range []string{Baseline, Idle, IdlePsock, ShortcutOnly, BypassOnly, Both} {
+	for _, c := range []string{Baseline, Idle, IdlePsock} {
+		if want[c] {
+			out = append(out, c)
+		}
+	}
+	out = append(out, refusing...)
+	for _, c := range []string{ShortcutOnly, BypassOnly, Both} {
 		if want[c] {
 			out = append(out, c)
 		}

@@ -215,6 +215,22 @@ func TestParseConfigs(t *testing.T) {
 	if _, err := ParseConfigs([]string{"fast"}); err == nil {
 		t.Error("unknown configuration accepted")
 	}
+	got, err = ParseConfigs([]string{"both", "idle-refuse:ez_sc_nat+ez_sc_nat_dev", "idle", "idle-refuse:ez_sc_recv", "idle-refuse:ez_sc_nat+ez_sc_nat_dev"})
+	nat, recv := IdleRefusing("ez_sc_nat", "ez_sc_nat_dev"), IdleRefusing("ez_sc_recv")
+	if err != nil || !slices.Equal(got, []string{Baseline, Idle, nat, recv, Both}) {
+		t.Errorf("got %v, %v", got, err)
+	}
+	if !slices.Equal(refusedPrograms(nat), []string{"ez_sc_nat", "ez_sc_nat_dev"}) || refusedPrograms(Idle) != nil || refusedPrograms(IdlePsock) != nil {
+		t.Errorf("refused programs %v, %v, %v", refusedPrograms(nat), refusedPrograms(Idle), refusedPrograms(IdlePsock))
+	}
+	if !slices.Equal(agentArgs(nat), agentArgs(Idle)) {
+		t.Errorf("idle-refuse agent flags %v, want idle's %v", agentArgs(nat), agentArgs(Idle))
+	}
+	for _, bad := range []string{"idle-refuse:", "idle-refuse:ez_sc_nat+", "idle-refuse:a,b", "idle-refuse:X=1"} {
+		if _, err := ParseConfigs([]string{bad}); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
 	if !slices.Contains(agentArgs(Idle), "--bypass=false") || !slices.Contains(agentArgs(Idle), "0.0.0.0/0,::/0") {
 		t.Errorf("idle agent flags %v", agentArgs(Idle))
 	}

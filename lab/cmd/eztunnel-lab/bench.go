@@ -157,7 +157,7 @@ func benchBypassCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&modes, "modes", modes, "routing modes: host-gw, vxlan")
-	f.StringSliceVar(&dps, "datapaths", dps, "datapaths compared with the bridge (which always runs): bypass, shortcut (bypass+shortcut), idle (an agent that accelerates nothing), idle-psock (the same with the read tracepoint refused: reads counted by fexit where allowed, else gauged)")
+	f.StringSliceVar(&dps, "datapaths", dps, "datapaths compared with the bridge (which always runs): bypass, shortcut (bypass+shortcut), idle (an agent that accelerates nothing), idle-psock (the same with the read tracepoint refused: reads counted by fexit where allowed, else gauged), idle-refuse:PROG+PROG... (idle with these programs refused as a kernel would refuse them: what each hook costs)")
 	f.IntVar(&o.Rounds, "rounds", o.Rounds, "interleaved rounds of the datapaths")
 	f.IntVar(&o.RTTN, "rtt-n", o.RTTN, "round trips per RTT measurement")
 	f.IntVar(&o.Seconds, "seconds", o.Seconds, "length of each iperf3 test")
@@ -211,7 +211,7 @@ func benchMeshMatrixCmd() *cobra.Command {
 	f.IntVar(&o.ClientCPU, "client-cpu", o.ClientCPU, "CPU of wrk (-1: any)")
 	f.IntVar(&o.ChainCPU, "chain-cpu", o.ChainCPU, "CPU of every proxy and nginx of the chain (-1: any)")
 	f.IntVar(&o.Probes, "probes", o.Probes, "integrity probes (curl, bodies checked) per page before and after each configuration's runs")
-	f.StringSliceVar(&cfgNames, "configs", cfgNames, "configurations: baseline (always), shortcut, bypass, both, idle (an agent that accelerates nothing: what its programs cost), idle-psock (the same with the read tracepoint refused: reads counted by fexit where allowed, else gauged)")
+	f.StringSliceVar(&cfgNames, "configs", cfgNames, "configurations: baseline (always), shortcut, bypass, both, idle (an agent that accelerates nothing: what its programs cost), idle-psock (the same with the read tracepoint refused: reads counted by fexit where allowed, else gauged), idle-refuse:PROG+PROG... (idle with these programs refused as a kernel would refuse them: what each hook costs)")
 	f.BoolVar(&quickRun, "quick", false, "2 rounds of 2 s runs (about a minute per mode) unless --rounds or --duration say otherwise")
 	return cmd
 }
