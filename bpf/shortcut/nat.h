@@ -8,10 +8,22 @@
  * the first packet of a DST-NATed TCP connection write
  * ez_sc_aliases[client's key] -> the key the server will register.
  * Netfilter programs get no conntrack kfuncs; skb->_nfct is read directly.
- * Kernels without BPF netfilter links (before 6.4) run the same learning
- * from tp_btf/net_dev_queue (ez_sc_nat_dev): a forwarded SYN is queued to the
- * server's veth after POST_ROUTING, with its conntrack entry attached, and
- * before the server can see it.
+ * The same learning runs from one of three hooks, best first:
+ *  - fentry/__nf_conntrack_confirm (ez_sc_nat_ct): conntrack confirms a
+ *    connection's entry once, at its first packet's last netfilter hook
+ *    (nf_confirm at POST_ROUTING or LOCAL_IN, priority INT_MAX, after every
+ *    NAT), so it runs once per new connection instead of once per packet.
+ *    It also sees connections delivered to this namespace's own sockets
+ *    (LOCAL_IN), which the other two do not: their alias is as exact (both
+ *    tuples are conntrack's), so such a connection can pair too. Where the
+ *    kernel refuses tracing programs on functions (hardened hosts; some
+ *    refuse them to any process but PID 1) or nf_conntrack is not loaded
+ *    when the agent starts:
+ *  - the netfilter link at POST_ROUTING (ez_sc_nat, Linux 6.4): every packet
+ *    the namespace forwards or sends;
+ *  - tp_btf/net_dev_queue (ez_sc_nat_dev), before 6.4: a forwarded SYN is
+ *    queued to the server's veth after POST_ROUTING, with its conntrack
+ *    entry attached, and before the server can see it; every transmit.
  */
 #ifndef EZ_SHORTCUT_NAT_H
 #define EZ_SHORTCUT_NAT_H
@@ -63,7 +75,8 @@ static __always_inline void nat_learn(struct sk_buff *skb)
 	struct nf_conn *ct;
 	long err;
 
-	/* Runs for every packet through POST_ROUTING (or every transmit):
+	/* Runs for every packet through POST_ROUTING (or every transmit, or once
+ * per new connection):
 	 * skb is a trusted BTF pointer in both callers, so _nfct is one
 	 * direct load, not a bpf_probe_read_kernel call (which more than
 	 * doubled the program's run time). Only a connection's first packet
@@ -116,6 +129,19 @@ volatile const __u64 ez_cfg_nat_netns = 0;
 
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(ez_sc_nat_dev, struct sk_buff *skb)
+{
+	if (BPF_CORE_READ(skb, dev, nd_net.net, net_cookie) != ez_cfg_nat_netns)
+		return 0;
+	nat_learn(skb);
+	return 0;
+}
+
+/* __nf_conntrack_confirm runs for an unconfirmed entry only (the inline
+ * nf_conntrack_confirm checks first), in every namespace: the agent's own is
+ * the one whose devices carry the packet, as for ez_sc_nat_dev. A reply
+ * direction or a template entry is not IP_CT_NEW, and nat_learn leaves. */
+SEC("fentry/__nf_conntrack_confirm")
+int BPF_PROG(ez_sc_nat_ct, struct sk_buff *skb)
 {
 	if (BPF_CORE_READ(skb, dev, nd_net.net, net_cookie) != ez_cfg_nat_netns)
 		return 0;

@@ -146,6 +146,15 @@ func TestFexit(t *testing.T) {
 	if err := Fexit("no_such_function_xyz")(); err == nil || !strings.Contains(err.Error(), "no_such_function_xyz") {
 		t.Errorf("a missing function: %v, want an error naming it", err)
 	}
+	// fentry has its own answer: the cache is keyed by the kind too.
+	fe := Fentry("__nf_conntrack_confirm")()
+	if fe != nil && !errors.Is(fe, unix.EPERM) && !strings.Contains(fe.Error(), "not found") {
+		t.Errorf("fentry/__nf_conntrack_confirm: %v, want it loaded, refused with EPERM, or not found (nf_conntrack not loaded)", fe)
+	}
+	if fe != nil && !strings.HasPrefix(fe.Error(), "fentry/__nf_conntrack_confirm ") {
+		t.Errorf("fentry's refusal %q does not name the fentry", fe)
+	}
+	t.Logf("fentry/__nf_conntrack_confirm: %v", fe)
 }
 
 // TestEnsureDirMissingParent: a pin directory whose parent does not exist

@@ -78,20 +78,27 @@ func Tracepoint(name string) func() error {
 }
 
 // Fexit checks an fexit program on the kernel function fn loads: the
-// function is in the kernel's BTF, and this kernel and process may attach
-// tracing programs to functions (hardened hosts refuse them; some refuse
-// them to any process but PID 1, with EPERM and "processed 0 insns"). It
-// loads a two-instruction program and closes it; the answer is kept.
-func Fexit(fn string) func() error {
+// function is in the kernel's BTF (or a loaded module's), and this kernel
+// and process may attach tracing programs to functions (hardened hosts
+// refuse them; some refuse them to any process but PID 1, with EPERM and
+// "processed 0 insns"). It loads a two-instruction program and closes it;
+// the answer is kept.
+func Fexit(fn string) func() error { return tracingProbe(ebpf.AttachTraceFExit, "fexit", fn) }
+
+// Fentry is Fexit for an fentry program.
+func Fentry(fn string) func() error { return tracingProbe(ebpf.AttachTraceFEntry, "fentry", fn) }
+
+func tracingProbe(at ebpf.AttachType, kind, fn string) func() error {
 	return func() error {
-		fexitMu.Lock()
-		defer fexitMu.Unlock()
-		if err, ok := fexitSeen[fn]; ok {
+		key := kind + "/" + fn
+		tracingMu.Lock()
+		defer tracingMu.Unlock()
+		if err, ok := tracingSeen[key]; ok {
 			return err
 		}
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 			Type:         ebpf.Tracing,
-			AttachType:   ebpf.AttachTraceFExit,
+			AttachType:   at,
 			AttachTo:     fn,
 			License:      "GPL",
 			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
@@ -103,18 +110,18 @@ func Fexit(fn string) func() error {
 			// Not cilium/ebpf's MEMLOCK hint: BPF memory is charged to
 			// the memory cgroup since Linux 5.11, so it is the kernel
 			// that refuses the program.
-			err = fmt.Errorf("fexit/%s refused: %w", fn, unix.EPERM)
+			err = fmt.Errorf("%s refused: %w", key, unix.EPERM)
 		default:
-			err = fmt.Errorf("fexit/%s does not load: %w", fn, err)
+			err = fmt.Errorf("%s does not load: %w", key, err)
 		}
-		fexitSeen[fn] = err
+		tracingSeen[key] = err
 		return err
 	}
 }
 
 var (
-	fexitMu   sync.Mutex
-	fexitSeen = map[string]error{}
+	tracingMu   sync.Mutex
+	tracingSeen = map[string]error{}
 )
 
 // KernelFunc checks the kernel's BTF has a function of that name: code that

@@ -47,15 +47,17 @@ STEPS=${STEPS:-"preflight e2e rtt extra"}
 # (TestBackpressureStuckReader), a Service through the LB (TestServices), the
 # bypass where the kernel has it (TestBypassSameNode), the RST on close as
 # the agent runs it (TestCloseResetAgent), NodePort (TestServicesNodePort),
-# pairing under the node's DNAT (TestDNAT). Not
+# pairing under the node's DNAT (TestDNAT), learnt once per connection where
+# the fentry on __nf_conntrack_confirm loads and handed over between learners
+# (TestNATHookScope, TestNATHookChange). Not
 # TestUninstallUnderTraffic: its readers drain up to 1 GiB of redirected bytes
 # (--max-unread 1 GiB) within a 60 s drain, which TCG's pace cannot.
-E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestReadCounterChange|TestReadHookScope|TestSemantics|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestCloseResetAgent|TestServicesNodePort|TestDNAT$'}
+E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestReadCounterChange|TestReadHookScope|TestSemantics|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestCloseResetAgent|TestServicesNodePort|TestDNAT$|TestNATHookScope|TestNATHookChange'}
 # Subtests that take minutes under TCG are left out (-test.skip), each
 # proven natively by make test: of TestServices the set keeps ClusterIP TCP
 # and UDP, no backends, pairing through the LB and the destruction of a
 # removed backend's sockets (or its part's reason); of TestDNAT the
-# accelerated DNAT in a pod and in the host (6.1: learnt at net_dev_queue),
+# accelerated DNAT in a pod and in the host (learnt by the fentry where it loads),
 # not the plain-TCP baseline (accel=false) nor one source to two
 # destinations (shared-source, 16 MiB each way per leg: make test runs
 # them, and TestDNATDevQueue runs them with net_dev_queue); of TestParts the

@@ -99,7 +99,8 @@ func TestAgentLifecycle(t *testing.T) {
 		}
 		// ez_sc_egress and ez_sc_sockops on the managed cgroup; where the kernel
 		// has the part (docs/kernels.md): ez_sc_sock_release there too,
-		// ez_sc_nat for IPv4 and IPv6, ez_sc_recv_fx or ez_sc_recv; ez_sc_close_reset on lo
+		// the NAT learner (ez_sc_nat_ct, or ez_sc_nat for IPv4 and IPv6, or
+		// ez_sc_nat_dev), ez_sc_recv_fx or ez_sc_recv; ez_sc_close_reset on lo
 		// (egress) and on both ways of each pod veth (a, b and whatever
 		// else this namespace has).
 		var pins, tcx []string
@@ -120,10 +121,11 @@ func TestAgentLifecycle(t *testing.T) {
 		if rep.Parts.Runs(parts.CloseReset) {
 			want = append(want, "ez_sc_sock_release")
 		}
-		if st, _ := rep.Parts.Get(parts.ShortcutNAT); st.Runs && strings.HasPrefix(st.Via, "tp_btf/net_dev_queue") {
-			want = append(want, "links/tracing/ez_sc_nat_dev")
-		} else if st.Runs {
-			want = append(want, "links/netfilter/ez_sc_nat_ipv4", "links/netfilter/ez_sc_nat_ipv6")
+		if st, _ := rep.Parts.Get(parts.ShortcutNAT); st.Runs {
+			_, nat := natLearner(t, st, "")
+			for _, p := range nat {
+				want = append(want, strings.TrimPrefix(p, "/"))
+			}
 		}
 		switch st, _ := rep.Parts.Get(parts.ReadAccounting); {
 		case strings.HasPrefix(st.Via, "fexit/"):

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -102,16 +101,25 @@ func (e *env) runStreamCase(t *testing.T, p *netlab.Pod, c streamCase, addr stri
 
 // TestDNAT covers ClusterIP-style DNAT: (a) in the client pod's own netns,
 // which the egress program learns exactly; (b) kube-proxy's, in the host
-// netns, which the netfilter program ez_sc_nat (host POST_ROUTING) learns from
-// the host's conntrack; (c) one source ip:port to two destinations at once,
-// with and without NAT.
+// netns, which the host's NAT learner (bpf/shortcut/nat.h: the fentry on
+// __nf_conntrack_confirm where it loads, else the netfilter link at
+// POST_ROUTING) learns from the host's conntrack; (c) one source ip:port to
+// two destinations at once, with and without NAT.
 func TestDNAT(t *testing.T) { dnat(t) }
 
-// TestDNATDevQueue is TestDNAT with ez_sc_nat refused, as on kernels without
-// BPF netfilter links (before 6.4): ez_sc_nat_dev learns the host's DNAT at
-// tp_btf/net_dev_queue instead.
+// TestDNATNetfilter is TestDNAT with the fentry refused, as on hosts that
+// refuse tracing programs on functions: ez_sc_nat (netfilter link) learns
+// the host's DNAT (ez_sc_nat_dev before Linux 6.4).
+func TestDNATNetfilter(t *testing.T) {
+	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_nat_ct")
+	dnat(t)
+}
+
+// TestDNATDevQueue is TestDNAT with the fentry and ez_sc_nat refused, as on
+// kernels without BPF netfilter links (before 6.4) that refuse the fentry:
+// ez_sc_nat_dev learns the host's DNAT at tp_btf/net_dev_queue.
 func TestDNATDevQueue(t *testing.T) {
-	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_nat")
+	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_nat_ct,ez_sc_nat")
 	dnat(t)
 }
 
@@ -151,8 +159,8 @@ func dnat(t *testing.T) {
 		}},
 		{"b-host-prerouting-dnat", hostport(hostVIP, 80), func(t *testing.T, d map[string]uint64) {
 			// The client knows A:p -> VIP:80, the listener A:p -> k:7000;
-			// only the host's conntrack knows both: ez_sc_nat (netfilter link,
-			// host POST_ROUTING) writes the alias the client follows.
+			// only the host's conntrack knows both: the host's NAT learner
+			// writes the alias the client follows.
 			if d["pairs"]+d["fallback_early_data"] != n || d["pairs"] == 0 {
 				t.Errorf("host DNAT: pairs %d + early-data %d != %d connections: %v", d["pairs"], d["fallback_early_data"], n, d)
 			}
@@ -191,13 +199,13 @@ func dnat(t *testing.T) {
 	for _, accel := range []bool{false, true} {
 		if accel {
 			e.accelerate()
-			// ez_sc_nat where the kernel has BPF netfilter links and nothing
-			// refuses it, else ez_sc_nat_dev.
+			// The best learner this host has that nothing refuses.
 			st, _ := e.dp.Parts().Get(parts.ShortcutNAT)
-			dev := strings.HasPrefix(st.Via, "tp_btf/net_dev_queue")
-			want := strings.Contains(os.Getenv(bpfsys.TestRefuseEnv), "ez_sc_nat") || bpfsys.ProgType(ebpf.Netfilter)() != nil
-			if !st.Runs || dev != want {
-				t.Fatalf("shortcut-nat %+v, want it running, by net_dev_queue %v", st, want)
+			if !st.Runs {
+				t.Fatalf("shortcut-nat %+v, want it running", st)
+			}
+			if name, _ := natLearner(t, st, e.cfg.Dir()); name != wantNATLearner(os.Getenv(bpfsys.TestRefuseEnv)) {
+				t.Fatalf("shortcut-nat %+v, want it learning by %s", st, wantNATLearner(os.Getenv(bpfsys.TestRefuseEnv)))
 			}
 			t.Logf("shortcut-nat via %s", st.Via)
 		}

@@ -204,13 +204,45 @@ func programGroups(gauge bool) []bpfsys.Group {
 		kbp,
 		{Part: parts.Release, Required: true, Progs: []string{shortcutProgEzScReleaseSwitched, shortcutProgEzScRelease},
 			Via: "tc programs run by BPF_PROG_TEST_RUN"},
-		{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzScNat}, Via: "netfilter link at POST_ROUTING",
-			// No BPF netfilter links before Linux 6.4 (bpf/shortcut/nat.h).
-			Fallback: &bpfsys.Group{Progs: []string{shortcutProgEzScNatDev}, Via: "tp_btf/net_dev_queue of the node's devices"}},
+		natGroup(),
 		reset,
 		adopt,
 		{Part: parts.Connections, Progs: []string{shortcutProgEzScConns}, Via: "iter/tcp per network namespace"},
 	}
+}
+
+// confirmFunc is the kernel function ez_sc_nat_ct enters: conntrack's
+// confirmation of a new entry, once per connection (bpf/shortcut/nat.h).
+const confirmFunc = "__nf_conntrack_confirm"
+
+// natHook reports, nil or why not, whether ez_sc_nat_ct can run here: the
+// host lets this process attach fentry programs, and nf_conntrack is loaded
+// (built in, or a module). A test refuses it by naming the program in
+// bpfsys.TestRefuseEnv.
+func natHook() error {
+	if err := bpfsys.TestRefusal(shortcutProgEzScNatCt); err != nil {
+		return err
+	}
+	return bpfsys.Fentry(confirmFunc)()
+}
+
+// natGroup is the shortcut-nat part (bpf/shortcut/nat.h), its hook best
+// first: fentry on __nf_conntrack_confirm (once per new connection), the
+// netfilter link at POST_ROUTING (every packet; Linux 6.4), tp_btf/
+// net_dev_queue (every transmit). Where the fentry cannot run, the hook
+// used names why.
+func natGroup() bpfsys.Group {
+	dev := bpfsys.Group{Progs: []string{shortcutProgEzScNatDev}, Via: "tp_btf/net_dev_queue of the node's devices (runs for every transmit)"}
+	nf := bpfsys.Group{Progs: []string{shortcutProgEzScNat}, Via: "netfilter link at POST_ROUTING (runs for every packet the node forwards or sends)", Fallback: &dev}
+	if err := natHook(); err != nil {
+		nf.Via = fmt.Sprintf("%s (%v)", nf.Via, err)
+		dev.Via = fmt.Sprintf("%s (%v)", dev.Via, err)
+		g := nf
+		g.Part = parts.ShortcutNAT
+		return g
+	}
+	return bpfsys.Group{Part: parts.ShortcutNAT, Progs: []string{shortcutProgEzScNatCt},
+		Via: "fentry/" + confirmFunc + " (runs once per new connection)", Fallback: &nf}
 }
 
 // kernelBPFunc is the function the kernel change of kernel/patches adds: a

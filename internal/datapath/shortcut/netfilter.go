@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
@@ -24,22 +26,33 @@ var natFamilies = []struct {
 	family link.NetfilterProtocolFamily
 }{{"ipv4", link.NetfilterProtoIPv4}, {"ipv6", link.NetfilterProtoIPv6}}
 
-// attachNAT attaches ez_sc_nat to POST_ROUTING for IPv4 and IPv6 in the calling
-// process's network namespace (the node's, for the agent). It learns NAT
+// attachNAT attaches the NAT learner this load has (natGroup) in the calling
+// process's network namespace (the node's, for the agent): it learns NAT
 // that this namespace applies to traffic between pods (kube-proxy DNAT).
-// Netfilter links cannot be updated in place: the new link is attached next
-// to a pinned one of an earlier install, which is detached on commit or
-// kept on rollback. Meanwhile both run: the second finds the alias the first
-// wrote (BPF_NOEXIST) with the same target and changes nothing.
+// ez_sc_nat_ct and ez_sc_nat_dev are tracing links (attachNATTracing);
+// ez_sc_nat is a netfilter link for IPv4 and one for IPv6 at POST_ROUTING.
+// Links cannot be updated in place: the new link is attached next to a
+// pinned one of an earlier install, which is detached on commit or kept on
+// rollback, and so is an earlier install's link on another hook (an
+// upgrade to a build, or onto a host, where the fentry loads). Meanwhile
+// both run: the second finds the alias the first wrote (BPF_NOEXIST) with
+// the same target and changes nothing.
 func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
-	if s.objs.EzScNat == nil && s.objs.EzScNatDev != nil {
-		return s.attachNATDev(tx)
-	}
-	if s.objs.EzScNat == nil {
+	var keep []string
+	defer func() { s.dropOtherNAT(tx, keep) }()
+	switch {
+	case s.objs.EzScNatCt != nil:
+		keep = []string{bpfsys.LinkPin(s.dir, bpfsys.KindTracing, shortcutProgEzScNatCt)}
+		return s.attachNATTracing(tx, s.objs.EzScNatCt, shortcutProgEzScNatCt, "fentry/"+confirmFunc)
+	case s.objs.EzScNatDev != nil:
+		keep = []string{bpfsys.LinkPin(s.dir, bpfsys.KindTracing, shortcutProgEzScNatDev)}
+		return s.attachNATTracing(tx, s.objs.EzScNatDev, shortcutProgEzScNatDev, "tp_btf/net_dev_queue")
+	case s.objs.EzScNat == nil:
 		return nil // pairing under NAT is off on this kernel (s.parts): NAT-ed connections stay on the kernel path
 	}
 	for _, f := range natFamilies {
 		pin := bpfsys.LinkPin(s.dir, bpfsys.KindNetfilter, shortcutProgEzScNat+"_"+f.name)
+		keep = append(keep, pin)
 		old, err := link.LoadPinnedLink(pin, nil)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("open pinned link %s: %w", pin, err)
@@ -135,25 +148,51 @@ func (s *Shortcut) attachRecv(tx *bpfsys.Tx) error {
 	return pinOver(tx, l, olds[pin], pin)
 }
 
-// attachNATDev attaches ez_sc_nat_dev to tp_btf/net_dev_queue, where the
-// kernel has no BPF netfilter links. Over an earlier install the new link
-// runs next to the pinned one until commit (both write the same aliases,
+// attachNATTracing attaches prog (ez_sc_nat_ct or ez_sc_nat_dev) to its
+// hook. Over an earlier install's link on the same hook the new one runs
+// next to the pinned one until commit (both write the same aliases,
 // BPF_NOEXIST), then the old one is detached.
-func (s *Shortcut) attachNATDev(tx *bpfsys.Tx) error {
-	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, shortcutProgEzScNatDev)
+func (s *Shortcut) attachNATTracing(tx *bpfsys.Tx, prog *ebpf.Program, name, hook string) error {
+	pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, name)
 	old, err := link.LoadPinnedLink(pin, nil)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("open pinned link %s: %w", pin, err)
 	}
-	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.EzScNatDev})
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
 	if err != nil {
 		if old != nil {
 			old.Close()
 		}
-		return fmt.Errorf("attach ez_sc_nat_dev to tp_btf/net_dev_queue: %w", err)
+		return fmt.Errorf("attach %s to %s: %w", name, hook, err)
 	}
 	s.links = append(s.links, l)
 	return pinOver(tx, l, old, pin)
+}
+
+// natPins are the link pins of every NAT learner an install may have left.
+func (s *Shortcut) natPins() []string {
+	pins := []string{bpfsys.LinkPin(s.dir, bpfsys.KindTracing, shortcutProgEzScNatCt), bpfsys.LinkPin(s.dir, bpfsys.KindTracing, shortcutProgEzScNatDev)}
+	for _, f := range natFamilies {
+		pins = append(pins, bpfsys.LinkPin(s.dir, bpfsys.KindNetfilter, shortcutProgEzScNat+"_"+f.name))
+	}
+	return pins
+}
+
+// dropOtherNAT unpins, when tx commits, the NAT learners an earlier install
+// pinned on a hook other than this load's (keep), and detaches them when tx
+// is done; on rollback they stay. Until then both learn, as above.
+func (s *Shortcut) dropOtherNAT(tx *bpfsys.Tx, keep []string) {
+	for _, p := range s.natPins() {
+		if slices.Contains(keep, p) {
+			continue
+		}
+		o, err := link.LoadPinnedLink(p, nil)
+		if err != nil {
+			continue // none (or not a link we can open: uninstall removes it)
+		}
+		tx.OnCommit(func() error { return os.Remove(p) })
+		tx.OnDone(o.Close)
+	}
 }
 
 // pinOver pins l within tx at pin, where old (nil: none) is the link an

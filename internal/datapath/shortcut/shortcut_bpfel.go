@@ -329,6 +329,7 @@ const (
 	shortcutProgEzScEgress          = "ez_sc_egress"
 	shortcutProgEzScMsg             = "ez_sc_msg"
 	shortcutProgEzScNat             = "ez_sc_nat"
+	shortcutProgEzScNatCt           = "ez_sc_nat_ct"
 	shortcutProgEzScNatDev          = "ez_sc_nat_dev"
 	shortcutProgEzScRecv            = "ez_sc_recv"
 	shortcutProgEzScRecvFx          = "ez_sc_recv_fx"
@@ -407,6 +408,7 @@ type shortcutProgramSpecs struct {
 	EzScEgress          *ebpf.ProgramSpec `ebpf:"ez_sc_egress"`
 	EzScMsg             *ebpf.ProgramSpec `ebpf:"ez_sc_msg"`
 	EzScNat             *ebpf.ProgramSpec `ebpf:"ez_sc_nat"`
+	EzScNatCt           *ebpf.ProgramSpec `ebpf:"ez_sc_nat_ct"`
 	EzScNatDev          *ebpf.ProgramSpec `ebpf:"ez_sc_nat_dev"`
 	EzScRecv            *ebpf.ProgramSpec `ebpf:"ez_sc_recv"`
 	EzScRecvFx          *ebpf.ProgramSpec `ebpf:"ez_sc_recv_fx"`
@@ -566,6 +568,7 @@ type shortcutPrograms struct {
 	EzScEgress          *ebpf.Program `ebpf:"ez_sc_egress"`
 	EzScMsg             *ebpf.Program `ebpf:"ez_sc_msg"`
 	EzScNat             *ebpf.Program `ebpf:"ez_sc_nat"`
+	EzScNatCt           *ebpf.Program `ebpf:"ez_sc_nat_ct"`
 	EzScNatDev          *ebpf.Program `ebpf:"ez_sc_nat_dev"`
 	EzScRecv            *ebpf.Program `ebpf:"ez_sc_recv"`
 	EzScRecvFx          *ebpf.Program `ebpf:"ez_sc_recv_fx"`
@@ -584,6 +587,7 @@ func (p *shortcutPrograms) Close() error {
 		p.EzScEgress,
 		p.EzScMsg,
 		p.EzScNat,
+		p.EzScNatCt,
 		p.EzScNatDev,
 		p.EzScRecv,
 		p.EzScRecvFx,

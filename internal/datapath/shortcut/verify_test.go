@@ -36,6 +36,11 @@ func TestShortcutVerifies(t *testing.T) {
 				t.Logf("%s not loaded: %v", shortcutProgEzScRecvFx, err)
 				delete(spec.Programs, shortcutProgEzScRecvFx)
 			}
+			// ez_sc_nat_ct likewise: nat_learn is verified through ez_sc_nat.
+			if err := bpfsys.Fentry(confirmFunc)(); err != nil {
+				t.Logf("%s not loaded: %v", shortcutProgEzScNatCt, err)
+				delete(spec.Programs, shortcutProgEzScNatCt)
+			}
 			coll, err := ebpf.NewCollection(spec)
 			if err != nil {
 				var ve *ebpf.VerifierError
