@@ -104,9 +104,11 @@ trap 'exit 130' INT TERM
 
 log() { echo "kernels: $*" >&2; }
 
-# --- tools: qemu and busybox (apt), virtme-ng (PyPI, in its own venv) -------
+# --- tools: qemu, busybox and kmod (apt), virtme-ng (PyPI, in its own venv) -
+# kmod: depmod for the extracted kernels here, modprobe in the guest (which
+# runs the host's root file system).
 need=()
-for p in qemu-system-x86 busybox-static file; do
+for p in qemu-system-x86 busybox-static file kmod; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
