@@ -7,11 +7,9 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/lab/netlab"
-	"golang.org/x/sys/unix"
 )
 
 // natLearners are the NAT learners' programs by the prefix of the
@@ -84,32 +82,7 @@ func TestNATHookScope(t *testing.T) {
 	if want := wantNATLearner(os.Getenv(bpfsys.TestRefuseEnv)); name != want {
 		t.Fatalf("shortcut-nat %+v, want %s", st, want)
 	}
-	l, err := link.LoadPinnedLink(pins[0], nil)
-	if err != nil {
-		t.Fatalf("%s's link: %v", name, err)
-	}
-	defer l.Close()
-	info, err := l.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog, err := ebpf.NewProgramFromID(info.Program)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Close()
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		t.Fatalf("BPF_ENABLE_STATS: %v", err)
-	}
-	defer stats.Close()
-	runs := func() uint64 {
-		s, err := prog.Stats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.RunCount
-	}
+	runs := linkRuns(t, pins[0])
 	const trips = 200
 	before := runs()
 	if out, err := e.run(u, "workload", "pingpong", "--addr", hostport(hostVIP, 80), "--size", "64", "--n", "200", "--warmup", "1"); err != nil {

@@ -12,6 +12,39 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// linkRuns counts the runs of the program of the link pinned at pin, from
+// now until the test ends (BPF_ENABLE_STATS, which ends with its file
+// descriptor, at the test's cleanup).
+func linkRuns(t *testing.T, pin string) func() uint64 {
+	t.Helper()
+	l, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		t.Fatalf("link %s: %v", pin, err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := ebpf.NewProgramFromID(info.Program)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatalf("BPF_ENABLE_STATS: %v", err)
+	}
+	t.Cleanup(func() { stats.Close() })
+	return func() uint64 {
+		st, err := prog.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.RunCount
+	}
+}
+
 // TestReadHookScope: where the kernel allows fexit, the read counter runs
 // for the reads of accelerated sockets only: a plain-TCP transfer between
 // pods outside the managed cgroups runs it not once, an accelerated one
@@ -32,32 +65,7 @@ func TestReadHookScope(t *testing.T) {
 		checkReadHook(t, read) // the tracepoint, where fexit is refused
 		name = "ez_sc_recv"
 	}
-	l, err := link.LoadPinnedLink(bpfsys.LinkPin(e.cfg.Dir(), bpfsys.KindTracing, name), nil)
-	if err != nil {
-		t.Fatalf("%s's link: %v", name, err)
-	}
-	defer l.Close()
-	info, err := l.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog, err := ebpf.NewProgramFromID(info.Program)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Close()
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		t.Fatalf("BPF_ENABLE_STATS: %v", err)
-	}
-	defer stats.Close()
-	runs := func() uint64 {
-		st, err := prog.Stats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.RunCount
-	}
+	runs := linkRuns(t, bpfsys.LinkPin(e.cfg.Dir(), bpfsys.KindTracing, name))
 	transfer := func(from *netlab.Pod, to string) uint64 {
 		before := runs()
 		if out, err := e.run(from, streamCase{conns: 1, parallel: 1, up: 1 << 20, down: 1 << 20, chunk: 4096}.args(to, 5)...); err != nil {
