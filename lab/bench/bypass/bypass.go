@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -435,8 +436,10 @@ func checkRefused(pin string, refused []string) error {
 		return fmt.Errorf("parts report: %w", err)
 	}
 	for _, prog := range refused {
+		// The whole name: ez_sc_nat must not pass on ez_sc_nat_ct's refusal.
+		named := regexp.MustCompile(`\b` + regexp.QuoteMeta(prog) + `\b`)
 		if !slices.ContainsFunc(rep.Parts, func(s parts.Status) bool {
-			return strings.Contains(s.Reason, prog) || strings.Contains(s.Via, prog)
+			return named.MatchString(s.Reason) || named.MatchString(s.Via)
 		}) {
 			return fmt.Errorf("%s names %s, but no part of the agent reports it refused (not a program of this build?)", bpfsys.TestRefuseEnv, prog)
 		}

@@ -43,4 +43,8 @@ func TestCheckRefused(t *testing.T) {
 	if err := checkRefused(pin, []string{"ez_sc_recv", "ez_sc_nta"}); err == nil || !strings.Contains(err.Error(), "ez_sc_nta") {
 		t.Errorf("a misspelt program: %v", err)
 	}
+	// A name inside a longer one is not named: ez_sc_close is not ez_sc_close_reset.
+	if err := checkRefused(pin, []string{"ez_sc_close"}); err == nil {
+		t.Error("a prefix of a refused program's name passed as refused")
+	}
 }
