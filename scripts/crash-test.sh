@@ -14,6 +14,10 @@ fi
 [ "$(id -u)" = 0 ] || { echo "crash-test: needs root" >&2; exit 1; }
 work=$(mktemp -d /tmp/ez-crash-XXXXXX)
 trap 'rm -rf "$work"' EXIT
+# The go command's work directories (go-build*) go here: SIGKILL skips the
+# go command's own removal. The tests' own temporary files go in their run's
+# directory, which the rerun removes (test/e2e TestMain).
+export GOTMPDIR=$work
 go build -o "$work/hoststate" ./scripts/hoststate
 # No test: TestMain only sweeps what earlier killed runs left, so the
 # snapshot holds no leftover the rerun would sweep.

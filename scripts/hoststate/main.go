@@ -2,7 +2,9 @@
 // sorted line per item, for scripts/crash-test.sh to compare: named network
 // namespaces, links of the host netns, nftables tables/chains/rule counts
 // of the host netns (iptables-nft rules included), the bpffs tree, cgroups
-// named like a lab's, and lab owner records.
+// named like a lab's, lab owner records, and the temporary directory's
+// entries a Go test run makes (t.TempDir's Test*, the go command's
+// go-build*, the e2e run directory eztunnel-e2e-*, the lab's ez*).
 package main
 
 import (
@@ -90,6 +92,15 @@ func main() {
 	recs, _ := os.ReadDir("/run/eztunnel-labs")
 	for _, e := range recs {
 		add("lab-record %s", e.Name())
+	}
+	tmp, _ := os.ReadDir(os.TempDir())
+	for _, e := range tmp {
+		for _, p := range []string{"Test", "go-build", "ez"} {
+			if strings.HasPrefix(e.Name(), p) {
+				add("tmp %s", e.Name())
+				break
+			}
+		}
 	}
 	for _, f := range []string{"/proc/sys/net/ipv4/ip_forward"} {
 		b, _ := os.ReadFile(f)

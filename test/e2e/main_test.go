@@ -43,6 +43,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Chmod(dir, 0o755) // the not-root test runs it as nobody
+	// Everything the run puts in the temporary directory (t.TempDir, the
+	// lab's and the go command's work files) goes in the run's directory,
+	// so that the next run removes a SIGKILLed run's with it.
+	os.Setenv("TMPDIR", dir)
+	os.Setenv("GOTMPDIR", dir)
 	bin = filepath.Join(dir, "eztunnel")
 	labBin = filepath.Join(dir, "eztunnel-lab")
 	builds := map[string]string{bin: "../../cmd/eztunnel", labBin: "../../lab/cmd/eztunnel-lab"}
