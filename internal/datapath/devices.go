@@ -15,22 +15,30 @@ import (
 
 // closeResetDevices lists the devices of this network namespace that FINs of
 // accelerated connections cross, for the RST on close (shortcut.Device):
-// the loopback device (egress: both ends are here) and each pod's host-side
-// veth from podnet (ingress: the pod sends; egress: a local process sends
-// to the pod).
+// the loopback device (egress: both ends are here), each pod's host-side
+// veth from podnet (ingress: what the pod sends) and the bridges they are
+// ports of (egress: what this namespace sends to a pod). A FIN that a
+// process of this namespace sends to a pod leaves through the bridge
+// device (__dev_queue_xmit runs the bridge's tcx egress before
+// br_dev_xmit) and then its veth; one pod's FIN to another is forwarded
+// from port to port (br_forward) and never passes the bridge device's
+// egress, so pod-to-pod traffic meets the program once, at the sender's
+// veth, instead of at both veths.
 func closeResetDevices(st podnet.State) ([]shortcut.Device, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
+	bridges := st.Bridges()
 	var devs []shortcut.Device
 	for _, l := range links {
-		if a := l.Attrs(); a.Flags&net.FlagLoopback != 0 {
+		a := l.Attrs()
+		if a.Flags&net.FlagLoopback != 0 || bridges[a.Index] {
 			devs = append(devs, shortcut.Device{Ifindex: a.Index, Name: a.Name, Egress: true})
 		}
 	}
 	for _, p := range st.Ports {
-		devs = append(devs, shortcut.Device{Ifindex: p.Ifindex, Name: p.Name, Ingress: true, Egress: true})
+		devs = append(devs, shortcut.Device{Ifindex: p.Ifindex, Name: p.Name, Ingress: true})
 	}
 	slices.SortFunc(devs, func(a, b shortcut.Device) int { return a.Ifindex - b.Ifindex })
 	return devs, nil
@@ -50,8 +58,8 @@ func scanDevices() ([]shortcut.Device, error) {
 	return closeResetDevices(st)
 }
 
-// SyncDevices converges the RST-on-close device links to the loopback device
-// and the pods' veths of st (the agent's podnet watch), as one transaction.
+// SyncDevices converges the RST-on-close device links to the loopback device,
+// the pods' veths and their bridges of st (the agent's podnet watch), as one transaction.
 func (d *Datapath) SyncDevices(st podnet.State) error {
 	devs, err := closeResetDevices(st)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/lab/multinode"
+	"github.com/eztunnel/eztunnel/lab/netlab"
 )
 
 // The RST on close (bpf/shortcut/closereset.h) as the agent runs it in a
@@ -79,6 +81,24 @@ func TestCloseResetAgent(t *testing.T) {
 	})
 }
 
+// nodeProc runs commands in a node's network namespace and the given
+// cgroup (podRunner): under n.Managed it is a hostNetwork pod's process.
+type nodeProc struct {
+	n      *multinode.Node
+	cgroup string
+}
+
+func (p *nodeProc) Cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return p.n.Cmd(ctx, name, args...)
+}
+func (p *nodeProc) Start(cmd *exec.Cmd) error { return netlab.StartInCgroup(cmd, p.cgroup) }
+func (p *nodeProc) Run(cmd *exec.Cmd) error {
+	if err := p.Start(cmd); err != nil {
+		return err
+	}
+	return cmd.Wait()
+}
+
 // resetPin is where ez_sc_close_reset's attachment at dev ifx, direction dir,
 // in the netns with that cookie is pinned: a tcx link, or a legacy filter's
 // record.
@@ -129,9 +149,11 @@ func closeResetAgent(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][]string{"lo": {"egress"}}
+	// Each veth at ingress (what its pod sends), the pods' bridge at
+	// egress (what the node's namespace sends to a pod), lo at egress.
+	want := map[string][]string{"lo": {"egress"}, n.Bridge: {"egress"}}
 	for _, p := range []*multinode.Pod{a, b, u} {
-		want[p.HostVeth] = []string{"egress", "ingress"}
+		want[p.HostVeth] = []string{"ingress"}
 	}
 	waitAttached := func(t *testing.T, what string, want map[string][]string) map[string][]string {
 		t.Helper()
@@ -178,6 +200,45 @@ func closeResetAgent(t *testing.T, name string) {
 		}
 	}
 	t.Run("close-unread", closeUnread)
+
+	t.Run("node-closes", func(t *testing.T) {
+		// A managed process of the node's own namespace (a hostNetwork
+		// pod) closes with unread bytes: its FIN leaves through the
+		// bridge device and a's veth, and is rewritten at the bridge's
+		// egress. The plain run: the same server outside the managed
+		// cgroups.
+		host := &nodeProc{n: n, cgroup: filepath.Join(n.Managed, "host")}
+		if err := os.Mkdir(host.cgroup, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(host.cgroup) })
+		probeServe(t, host, probePort+2)
+		probeServe(t, &nodeProc{n: n, cgroup: n.System}, probePort+3)
+		for _, v6 := range []bool{false, true} {
+			gw := n.GatewayV4
+			if v6 {
+				gw = n.GatewayV6
+			}
+			plain, raw := runProbe(t, a, hostport(gw, probePort+3), "close_unread")
+			t.Logf("%s plain (a -> unmanaged node server): %s", family(v6), raw)
+			before := counters()
+			accel, raw := runProbe(t, a, hostport(gw, probePort+2), "close_unread")
+			d := delta(before, counters())
+			t.Logf("%s accelerated (a -> managed node server): %s", family(v6), raw)
+			if d["pairs"] != 1 || d["bytes_redirected"] == 0 {
+				t.Errorf("%s a -> node: not accelerated, the comparison means nothing: %v", family(v6), d)
+			}
+			if d["close_resets_armed"] != 1 || d["close_resets_sent"] != 1 {
+				t.Errorf("%s: want the node server's FIN armed and sent as RST once: %v", family(v6), d)
+			}
+			if plain["3_read"] != "ECONNRESET" {
+				t.Errorf("%s plain TCP: 3_read = %v, want ECONNRESET (the scenario is wrong)", family(v6), plain["3_read"])
+			}
+			if !reflect.DeepEqual(plain, accel) {
+				t.Errorf("%s: accelerated observations differ from plain TCP:\n%s", family(v6), diffObs(plain, accel))
+			}
+		}
+	})
 
 	t.Run("pod-loopback", func(t *testing.T) {
 		// An application and its sidecar: both ends in one pod, over its
@@ -248,11 +309,9 @@ func closeResetAgent(t *testing.T, name string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gone := []string{resetPin(cfg.Dir(), nodeCookie, ifx, "ingress"), resetPin(cfg.Dir(), nodeCookie, ifx, "egress")}
-		for _, p := range gone {
-			if !bpfsys.Exists(p) {
-				t.Fatalf("%s is not pinned before u's veth is removed", p)
-			}
+		gone := resetPin(cfg.Dir(), nodeCookie, ifx, "ingress")
+		if !bpfsys.Exists(gone) {
+			t.Fatalf("%s is not pinned before u's veth is removed", gone)
 		}
 		if err := h.LinkDel(lk); err != nil {
 			t.Fatal(err)
@@ -260,11 +319,11 @@ func closeResetAgent(t *testing.T, name string) {
 		delete(want, u.HostVeth)
 		waitAttached(t, "u's veth removed", want)
 		for deadline := time.Now().Add(scaled(20 * time.Second)); ; time.Sleep(100 * time.Millisecond) {
-			if !bpfsys.Exists(gone[0]) && !bpfsys.Exists(gone[1]) {
+			if !bpfsys.Exists(gone) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the removed veth's attachments are still pinned: %v", gone)
+				t.Fatalf("the removed veth's attachment is still pinned: %v", gone)
 			}
 		}
 	})

@@ -23,7 +23,7 @@ type Device struct {
 	Ifindex int
 	Name    string
 	Ingress bool // what the device receives (a pod's host-side veth: what the pod sends)
-	Egress  bool // what it sends (lo; a veth: what goes to the pod)
+	Egress  bool // what it sends (lo; a pod bridge: what this namespace sends to its pods)
 }
 
 // resetProg names the close-reset program: its program pin and, with the
