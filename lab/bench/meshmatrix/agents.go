@@ -22,7 +22,7 @@ func agentArgs(cfg string) []string {
 		return []string{"--bypass", "--exclude-cidrs", "0.0.0.0/0,::/0"}
 	case Both:
 		return []string{"--bypass"}
-	case Idle, IdlePsock:
+	case Idle:
 		return bypass.IdleArgs
 	}
 	if refusedPrograms(cfg) != nil {
@@ -45,13 +45,8 @@ func startAgents(ctx context.Context, exe, cfg, tmp string, nodes ...*multinode.
 	if cfg == Baseline {
 		return &agents{bypass.NoAgents()}, nil
 	}
-	spec := bypass.AgentSpec{Exe: exe, PinPrefix: pinPrefix, Args: agentArgs(cfg), Endpoints: cfg == BypassOnly || cfg == Both}
-	if cfg == IdlePsock {
-		spec.Refused = bypass.NoReadTracepoint
-	}
-	if progs := refusedPrograms(cfg); progs != nil {
-		spec.Refused = progs
-	}
+	spec := bypass.AgentSpec{Exe: exe, PinPrefix: pinPrefix, Args: agentArgs(cfg), Endpoints: cfg == BypassOnly || cfg == Both,
+		Refused: refusedPrograms(cfg)}
 	a, err := bypass.RunAgents(ctx, spec, tmp, nodes...)
 	if err != nil {
 		return nil, err

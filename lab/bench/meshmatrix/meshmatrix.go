@@ -67,9 +67,12 @@ const (
 // IdleRefusing is the idle configuration with progs refused.
 func IdleRefusing(progs ...string) string { return idleRefusePrefix + strings.Join(progs, "+") }
 
-// refusedPrograms are the programs configuration cfg refuses (nil: none
-// besides its own, as for IdlePsock).
+// refusedPrograms are the programs configuration cfg refuses (nil: none):
+// IdlePsock's read tracepoint, an IdleRefusing configuration's list.
 func refusedPrograms(cfg string) []string {
+	if cfg == IdlePsock {
+		return bypass.NoReadTracepoint
+	}
 	list, ok := strings.CutPrefix(cfg, idleRefusePrefix)
 	if !ok {
 		return nil

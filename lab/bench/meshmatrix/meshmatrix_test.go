@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eztunnel/eztunnel/lab/bench/bypass"
 	"github.com/eztunnel/eztunnel/lab/bench/mesh"
 )
 
@@ -220,7 +221,7 @@ func TestParseConfigs(t *testing.T) {
 	if err != nil || !slices.Equal(got, []string{Baseline, Idle, nat, recv, Both}) {
 		t.Errorf("got %v, %v", got, err)
 	}
-	if !slices.Equal(refusedPrograms(nat), []string{"ez_sc_nat", "ez_sc_nat_dev"}) || refusedPrograms(Idle) != nil || refusedPrograms(IdlePsock) != nil {
+	if !slices.Equal(refusedPrograms(nat), []string{"ez_sc_nat", "ez_sc_nat_dev"}) || refusedPrograms(Idle) != nil || !slices.Equal(refusedPrograms(IdlePsock), bypass.NoReadTracepoint) {
 		t.Errorf("refused programs %v, %v, %v", refusedPrograms(nat), refusedPrograms(Idle), refusedPrograms(IdlePsock))
 	}
 	if !slices.Equal(agentArgs(nat), agentArgs(Idle)) {
