@@ -42,11 +42,9 @@ func (tx *Tx) AttachTCFilter(dir string, cookie uint64, f TCFilter, prog *ebpf.P
 // is how a family's new build takes over what an earlier agent pinned
 // before the family converges. A legacy filter is replaced within tx (its
 // record holds the old program: rollback puts it back). A link's update
-// waits for Commit: giving a link its old program back would need that
-// program, which only its id names, and opening a program by id needs
-// CAP_SYS_ADMIN, which the agent does not have (the shortcut pins the
-// programs it may roll back to; these families do not). Until the commit
-// the earlier programs run, against the same maps. It returns how many it
+// waits for Commit (UpdatePinnedLink; the shortcut pins the programs it may
+// roll back to, these families do not). Until the commit the earlier
+// programs run, against the same maps. It returns how many it
 // upgrades.
 func (tx *Tx) UpgradePinned(dir string, progs []*ebpf.Program) (int, error) {
 	byName := map[string]*ebpf.Program{}
@@ -75,17 +73,14 @@ func (tx *Tx) UpgradePinned(dir string, progs []*ebpf.Program) (int, error) {
 		if p == nil {
 			continue
 		}
-		l, err := link.LoadPinnedLink(pin, nil)
+		l, err := tx.UpdatePinnedLink(pin, p)
+		if err == nil && l == nil {
+			err = os.ErrNotExist // gone since PinnedLinks listed it
+		}
 		if err != nil {
 			return n, fmt.Errorf("open pinned link %s: %w", pin, err)
 		}
 		tx.OnDone(l.Close)
-		tx.OnCommit(func() error {
-			if err := l.Update(p); err != nil {
-				return fmt.Errorf("update pinned link %s: %w", pin, err)
-			}
-			return nil
-		})
 		n++
 	}
 	recs, err := TCRecords(dir)
@@ -111,6 +106,29 @@ func (tx *Tx) UpgradePinned(dir string, progs []*ebpf.Program) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// UpdatePinnedLink opens the link pinned at pin, if there is one (nil, nil:
+// none), and gives it prog when tx commits, not before: giving a link its
+// old program back on rollback would need that program, which only its id
+// names, and opening a program by id needs CAP_SYS_ADMIN, which the agent
+// does not have. Until the commit the earlier program runs. The caller
+// closes the link.
+func (tx *Tx) UpdatePinnedLink(pin string, prog *ebpf.Program) (link.Link, error) {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	tx.OnCommit(func() error {
+		if err := l.Update(prog); err != nil {
+			return fmt.Errorf("update pinned link %s: %w", pin, err)
+		}
+		return nil
+	})
+	return l, nil
 }
 
 // kernelName is name as the kernel keeps it (BPF_OBJ_NAME_LEN with its NUL).

@@ -59,19 +59,11 @@ func (lb *LB) attachOne(tx *bpfsys.Tx, cgroup string, id uint64, prog *ebpf.Prog
 		return nil, err
 	}
 	pin := bpfsys.LinkPin(lb.pinDir, bpfsys.KindCgroup, strconv.FormatUint(id, 10), info.Name)
-	// A link an earlier agent pinned gets prog at the commit (as
-	// Tx.UpgradePinned: the agent cannot open its old program by id to
-	// roll it back).
-	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		tx.OnCommit(func() error {
-			if err := l.Update(prog); err != nil {
-				return fmt.Errorf("update pinned link %s: %w", pin, err)
-			}
-			return nil
-		})
-		return l, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
+	// A link an earlier agent pinned gets prog at the commit.
+	if l, err := tx.UpdatePinnedLink(pin, prog); err != nil {
 		return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
+	} else if l != nil {
+		return l, nil
 	}
 	l, err := attach()
 	if err != nil {
