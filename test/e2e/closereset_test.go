@@ -176,28 +176,38 @@ func closeResetAgent(t *testing.T, name string) {
 	probeServe(t, b, probePort)
 	probeServe(t, u, probePort)
 	counters := func() datapath.Counters { return pinnedCounters(t, pin) }
-	closeUnread := func(t *testing.T) {
+	// closeUnreadFrom runs close_unread from pod a against each family's
+	// address of an unmanaged server (plain TCP) and of a managed one:
+	// the accelerated run must pair, arm and send one RST, and observe
+	// what plain TCP did.
+	closeUnreadFrom := func(t *testing.T, what string, plainAt, accelAt func(v6 bool) string) {
 		t.Helper()
 		for _, v6 := range []bool{false, true} {
-			plain, raw := runProbe(t, a, hostport(u.Addr(v6), probePort), "close_unread")
-			t.Logf("%s plain (a -> unmanaged u): %s", family(v6), raw)
+			plain, raw := runProbe(t, a, plainAt(v6), "close_unread")
+			t.Logf("%s plain (%s, unmanaged server): %s", family(v6), what, raw)
 			before := counters()
-			accel, raw := runProbe(t, a, hostport(b.Addr(v6), probePort), "close_unread")
+			accel, raw := runProbe(t, a, accelAt(v6), "close_unread")
 			d := delta(before, counters())
-			t.Logf("%s accelerated (a -> b): %s", family(v6), raw)
+			t.Logf("%s accelerated (%s): %s", family(v6), what, raw)
 			if d["pairs"] != 1 || d["bytes_redirected"] == 0 {
-				t.Errorf("%s a -> b: not accelerated, the comparison means nothing: %v", family(v6), d)
+				t.Errorf("%s %s: not accelerated, the comparison means nothing: %v", family(v6), what, d)
 			}
 			if d["close_resets_armed"] != 1 || d["close_resets_sent"] != 1 {
-				t.Errorf("%s: want the server's FIN armed and sent as RST once: %v", family(v6), d)
+				t.Errorf("%s %s: want the server's FIN armed and sent as RST once: %v", family(v6), what, d)
 			}
 			if plain["3_read"] != "ECONNRESET" {
 				t.Errorf("%s plain TCP: 3_read = %v, want ECONNRESET (the scenario is wrong)", family(v6), plain["3_read"])
 			}
 			if !reflect.DeepEqual(plain, accel) {
-				t.Errorf("%s: accelerated observations differ from plain TCP:\n%s", family(v6), diffObs(plain, accel))
+				t.Errorf("%s %s: accelerated observations differ from plain TCP:\n%s", family(v6), what, diffObs(plain, accel))
 			}
 		}
+	}
+	closeUnread := func(t *testing.T) {
+		t.Helper()
+		closeUnreadFrom(t, "a -> b",
+			func(v6 bool) string { return hostport(u.Addr(v6), probePort) },
+			func(v6 bool) string { return hostport(b.Addr(v6), probePort) })
 	}
 	t.Run("close-unread", closeUnread)
 
@@ -214,30 +224,15 @@ func closeResetAgent(t *testing.T, name string) {
 		t.Cleanup(func() { os.Remove(host.cgroup) })
 		probeServe(t, host, probePort+2)
 		probeServe(t, &nodeProc{n: n, cgroup: n.System}, probePort+3)
-		for _, v6 := range []bool{false, true} {
-			gw := n.GatewayV4
+		gw := func(v6 bool) netip.Addr {
 			if v6 {
-				gw = n.GatewayV6
+				return n.GatewayV6
 			}
-			plain, raw := runProbe(t, a, hostport(gw, probePort+3), "close_unread")
-			t.Logf("%s plain (a -> unmanaged node server): %s", family(v6), raw)
-			before := counters()
-			accel, raw := runProbe(t, a, hostport(gw, probePort+2), "close_unread")
-			d := delta(before, counters())
-			t.Logf("%s accelerated (a -> managed node server): %s", family(v6), raw)
-			if d["pairs"] != 1 || d["bytes_redirected"] == 0 {
-				t.Errorf("%s a -> node: not accelerated, the comparison means nothing: %v", family(v6), d)
-			}
-			if d["close_resets_armed"] != 1 || d["close_resets_sent"] != 1 {
-				t.Errorf("%s: want the node server's FIN armed and sent as RST once: %v", family(v6), d)
-			}
-			if plain["3_read"] != "ECONNRESET" {
-				t.Errorf("%s plain TCP: 3_read = %v, want ECONNRESET (the scenario is wrong)", family(v6), plain["3_read"])
-			}
-			if !reflect.DeepEqual(plain, accel) {
-				t.Errorf("%s: accelerated observations differ from plain TCP:\n%s", family(v6), diffObs(plain, accel))
-			}
+			return n.GatewayV4
 		}
+		closeUnreadFrom(t, "a -> node",
+			func(v6 bool) string { return hostport(gw(v6), probePort+3) },
+			func(v6 bool) string { return hostport(gw(v6), probePort+2) })
 	})
 
 	t.Run("pod-loopback", func(t *testing.T) {
