@@ -13,7 +13,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
-.PHONY: k8s-bin test-k8s bench-k8s bench-services test-kernels kernel-bp test-kernel-bp
+.PHONY: k8s-bin test-k8s bench-k8s bench-services test-kernels kernel-bp test-kernel-bp test-kernel-bp-selftests
 .PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-mesh-matrix bench-trace-paths bench-memory clean deps helm image manifests check-manifests
 
 all: build
@@ -118,8 +118,19 @@ test-kernel-bp: $(GENERATED)
 	@if [ "$$(id -u)" != 0 ]; then echo "make test-kernel-bp needs root: sudo make test-kernel-bp" >&2; exit 1; fi
 	./scripts/install-deps.sh build lab test
 	KERNELS=6.12-bp STEPS="preflight e2e extra" E2E_RUN='$(KBP_RUN)' E2E_SKIP='$(KBP_SKIP)' E2E_TIMEOUT=40m VM_TIMEOUT=3000 \
-	  EXTRA='$$EZ_BIN/eztunnel-lab bench quick --rounds 3 --rtt-n 300' \
+	  EXTRA="$$(printf '%s\n' 'bash $(CURDIR)/scripts/kernels/bpf-selftests.sh "$$EZ_KROOT/selftests/bpf"' '$$EZ_BIN/eztunnel-lab bench quick --rounds 3 --rtt-n 300')" \
 	  RESULTS=$${RESULTS:-/var/tmp/eztunnel-kernel-bp} ./scripts/kernels/run.sh
+
+# The BPF selftest of kernel/patches (test_progs -t sockmap_basic, built with
+# the kernel by make kernel-bp) on Debian's own 6.12, where its new subtest
+# must fail, and on the patched kernel, where every subtest must pass
+# (scripts/kernels/bpf-selftests.sh).
+test-kernel-bp-selftests:
+	@if [ "$$(id -u)" != 0 ]; then echo "make test-kernel-bp-selftests needs root: sudo make test-kernel-bp-selftests" >&2; exit 1; fi
+	./scripts/install-deps.sh build
+	rel=$$(./scripts/kernels/build.sh | tail -1) && st=/var/cache/eztunnel/kernels/$$rel/selftests/bpf && \
+	KERNELS="6.12 6.12-bp" STEPS=extra RODIRS="$$st" EXTRA="bash $(CURDIR)/scripts/kernels/bpf-selftests.sh $$st" \
+	  RESULTS=$${RESULTS:-/var/tmp/eztunnel-kernel-bp-selftests} ./scripts/kernels/run.sh
 
 # SIGKILL the e2e tests mid-run, rerun them, and check the host is as before.
 test-crash:

@@ -14,6 +14,13 @@
 # the patches, the module list and this script are unchanged (a stamp of
 # their hashes); FORCE=1 rebuilds.
 #
+# The BPF selftests' test_progs is built from the same patched tree
+# (SELFTESTS=0 skips it): clang, lld and llvm 19 (/usr/lib/llvm-19/bin first
+# in PATH), against the tree's vmlinux BTF, and installed with the objects
+# and modules it loads into <cache>/<release>/selftests/bpf, where
+# `make test-kernel-bp` runs `test_progs -t sockmap_basic` in the guest
+# (patch 0002's subtest among them).
+#
 # Prints the release on the last line of standard output.
 set -euo pipefail
 {
@@ -30,7 +37,10 @@ SUFFIX=-ezbp
 log() { echo "kernel-bp: $*" >&2; }
 
 need=()
-for p in linux-source-6.12 linux-config-6.12 build-essential bc bison flex libelf-dev libssl-dev dwarves python3 cpio kmod; do
+SELFTESTS=${SELFTESTS:-1}
+pkgs=(linux-source-6.12 linux-config-6.12 build-essential bc bison flex libelf-dev libssl-dev dwarves python3 cpio kmod)
+[ "$SELFTESTS" = 0 ] || pkgs+=(clang-19 lld-19 llvm-19 zlib1g-dev libcap-dev pkg-config rsync)
+for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -40,7 +50,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 SRC_TAR=$(ls /usr/src/linux-source-6.12.tar.xz)
 CONFIG_XZ=/usr/src/linux-config-6.12/config.amd64_none_amd64.xz
-stamp=$(cat "$REPO"/kernel/patches/*.patch "$REPO/kernel/modules-6.12.txt" "$0" |
+stamp=$( (cat "$REPO"/kernel/patches/*.patch "$REPO/kernel/modules-6.12.txt" "$0"; echo "selftests=$SELFTESTS") |
 	sha256sum | cut -c1-16)-$(dpkg-query -W -f='${Version}' linux-source-6.12)
 
 # A cached build of the same inputs.
@@ -83,6 +93,14 @@ make -s -j"$JOBS" bzImage modules >"$BUILD/build.log" 2>&1 || { tail -40 "$BUILD
 t2=$(date +%s)
 release=$(cat include/config/kernel.release)
 case $release in *"$SUFFIX") ;; *) echo "unexpected kernel release $release" >&2; exit 1 ;; esac
+t3=$t2
+st=tools/testing/selftests/bpf
+if [ "$SELFTESTS" != 0 ]; then
+	log "building the BPF selftests' test_progs (log: $BUILD/selftests.log)"
+	PATH=/usr/lib/llvm-19/bin:$PATH make -j"$JOBS" -C "$st" test_progs >"$BUILD/selftests.log" 2>&1 ||
+		{ tail -40 "$BUILD/selftests.log" >&2; exit 1; }
+	t3=$(date +%s)
+fi
 
 out=$KCACHE/.build.$$
 rm -rf "$out"
@@ -90,10 +108,15 @@ mkdir -p "$out/boot"
 cp arch/x86/boot/bzImage "$out/boot/vmlinuz-$release"
 cp .config "$out/boot/config-$release"
 make -s INSTALL_MOD_PATH="$out" INSTALL_MOD_STRIP=1 modules_install >&2
+if [ "$SELFTESTS" != 0 ]; then
+	# test_progs, the objects some tests open by name, the test modules.
+	mkdir -p "$out/selftests/bpf"
+	rsync -a --include='test_progs' --include='*.bpf.o' --include='*.ko' --exclude='*' "$st/" "$out/selftests/bpf/"
+fi
 rm -f "$out/lib/modules/$release/build" "$out/lib/modules/$release/source"
 depmod -b "$out" "$release"
 echo "$stamp" >"$out/.stamp"
-printf 'configure+extract %ss, build %ss (%s jobs, %s)\n' "$((t1 - t0))" "$((t2 - t1))" "$JOBS" "$(nproc) CPUs" >"$out/.build-time"
+printf 'configure+extract %ss, build %ss, selftests %ss (%s jobs, %s)\n' "$((t1 - t0))" "$((t2 - t1))" "$((t3 - t2))" "$JOBS" "$(nproc) CPUs" >"$out/.build-time"
 rm -rf "${KCACHE:?}/$release"
 mv "$out" "$KCACHE/$release"
 touch "$KCACHE/$release/.complete"

@@ -12,6 +12,7 @@
 set -uo pipefail
 OUT=$1 KROOT=$2 BIN=$3
 export EZ_BIN=$BIN # for EXTRA steps: the host-built binaries
+export EZ_KROOT=$KROOT # and the booted kernel's cache directory (scripts/kernels/build.sh)
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 : >"$OUT/results.tsv"
 uname -r >"$OUT/uname"

@@ -19,7 +19,7 @@
 #                  extra      each line of $EXTRA, as steps extra1, extra2, ...
 #   E2E_RUN      -test.run regexp, default: the VM set below
 #   E2E_SKIP     -test.skip regexp, default: TestServices' slowest subtests
-#   E2E_TIMEOUT  -test.timeout, default 15m
+#   E2E_TIMEOUT  -test.timeout, default 20m
 #   E2E_TIME_SCALE  EZTUNNEL_E2E_TIME_SCALE for the tests' deadlines, default 30
 #   EXTRA        shell commands, one a line, run in the results directory
 #   RESULTS      host results directory, default /var/tmp/eztunnel-kernels;
@@ -29,7 +29,10 @@
 #                br_netfilter vxlan nf_conntrack nf_nat", as on a Kubernetes
 #                node (nf_nat holds the kfunc bpf_ct_set_nat_info NodePort
 #                needs; the bypass's multi-node lab needs br_netfilter)
-#   VM_MEMORY (3G), VM_CPUS (2), VM_TIMEOUT (seconds per kernel, 1080)
+#   VM_MEMORY (3G), VM_CPUS (2), VM_TIMEOUT (seconds per kernel, 1500)
+#   RODIRS       host directories passed read-only into each guest at their
+#                host paths (space-separated), for EXTRA steps that need
+#                them (/var/cache and /var/tmp are the guest's own tmpfs)
 #
 # Caches, kept between runs: /var/cache/eztunnel/vng (virtme-ng's venv),
 # /var/cache/eztunnel/apt (a private apt index: the host's apt sources and
@@ -68,13 +71,14 @@ E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestReadCounterChange|TestReadH
 E2E_SKIP_DEFAULT='(TestServices|TestDNAT|TestParts)/(backends_replaced|udp_backend_removed|session_affinity|metrics|proxy_learns|pod_left|restart_keeps|turned_off|accel=false|shared-source|required_refused)'
 E2E_SKIP=${E2E_SKIP:-$E2E_SKIP_DEFAULT}
 E2E_TIME_SCALE=${E2E_TIME_SCALE:-30} # EZTUNNEL_E2E_TIME_SCALE: TCG runs about 30x slower
-E2E_TIMEOUT=${E2E_TIMEOUT:-15m}
+E2E_TIMEOUT=${E2E_TIMEOUT:-20m}
 EXTRA=${EXTRA:-}
 RESULTS=${RESULTS:-/var/tmp/eztunnel-kernels}
 GUEST_MODULES=${GUEST_MODULES:-"veth bridge br_netfilter vxlan nf_conntrack nf_nat"}
 VM_MEMORY=${VM_MEMORY:-3G}
 VM_CPUS=${VM_CPUS:-2}
-VM_TIMEOUT=${VM_TIMEOUT:-1080}
+VM_TIMEOUT=${VM_TIMEOUT:-1500}
+RODIRS=${RODIRS:-}
 VNG_VERSION=${VNG_VERSION:-1.42} # virtme-ng from PyPI, the version tried
 CACHE=/var/cache/eztunnel
 VENV=$CACHE/vng
@@ -288,12 +292,14 @@ for series in $KERNELS; do
 	echo "$GUEST_MODULES" >"$OUT/guest-modules"
 	log "$kver: booting (qemu TCG, $VM_CPUS CPUs, $VM_MEMORY); console in $OUT/console.log"
 	KROOT=$KCACHE/$kver
+	rodirs=()
+	for d in $RODIRS; do rodirs+=(--rodir "$d"); done
 	# --verbose: without it vng drops the guest's output and exits 255.
 	# /var/cache, /var/tmp are tmpfs in the guest: the kernel tree and the
 	# results come in at their host paths as their own mounts.
 	(cd "$WORK" && exec timeout -k 10 "$VM_TIMEOUT" vng --verbose --disable-kvm \
 		--cpus "$VM_CPUS" --memory "$VM_MEMORY" --run "$KROOT/boot/vmlinuz-$kver" \
-		--rodir "$KROOT" --rodir "$WORK" --rwdir "$OUT" --overlay-rwdir /root \
+		--rodir "$KROOT" --rodir "$WORK" "${rodirs[@]}" --rwdir "$OUT" --overlay-rwdir /root \
 		--exec "$WORK/guest.sh $OUT $KROOT $BIN") >"$OUT/console.log" 2>&1 </dev/null &
 	VMPID=$!
 	rc=0
