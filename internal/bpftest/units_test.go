@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/eztunnel/eztunnel/internal/testpacket"
 )
 
 // objects are the unit-test programs and the maps they use; nothing else of
@@ -65,70 +67,32 @@ func run(t *testing.T, prog *ebpf.Program, pkt []byte) uint32 {
 }
 
 const (
-	ethIPv4 = 0x0800
-	ethIPv6 = 0x86dd
-	ethARP  = 0x0806
-	tcpFIN  = 0x01
-	tcpSYN  = 0x02
-	tcpACK  = 0x10
+	ethIPv4 = testpacket.EthIPv4
+	ethIPv6 = testpacket.EthIPv6
+	ethARP  = testpacket.EthARP
+	tcpFIN  = testpacket.TCPFin
+	tcpSYN  = testpacket.TCPSyn
+	tcpACK  = testpacket.TCPAck
 )
 
-func eth(proto uint16, l3 []byte) []byte {
-	b := make([]byte, 14, 14+len(l3))
-	binary.BigEndian.PutUint16(b[12:], proto)
-	return append(b, l3...)
-}
+// The packets of these tests (testpacket): zero MACs, ports and flags
+// only, no L4 checksums.
+func eth(proto uint16, l3 []byte) []byte { return testpacket.Eth(nil, nil, proto, l3) }
 
-// ipv4 builds an IPv4 header with options and the given l4 bytes;
-// totLen 0 means the real length.
+// ipv4 is an IPv4 packet with options; totLen 0 means the real length.
 func ipv4(src, dst string, proto uint8, frag uint16, opts, l4 []byte, totLen int) []byte {
-	hl := 20 + len(opts)
-	b := make([]byte, hl, hl+len(l4))
-	b[0] = 0x40 | byte(hl/4)
-	if totLen == 0 {
-		totLen = hl + len(l4)
-	}
-	binary.BigEndian.PutUint16(b[2:], uint16(totLen))
-	binary.BigEndian.PutUint16(b[6:], frag)
-	b[8] = 64
-	b[9] = proto
-	s, d := netip.MustParseAddr(src).As4(), netip.MustParseAddr(dst).As4()
-	copy(b[12:], s[:])
-	copy(b[16:], d[:])
-	copy(b[20:], opts)
-	return append(b, l4...)
+	return testpacket.IPv4{Src: src, Dst: dst, Proto: proto, TTL: 64, Frag: frag, Opts: opts, TotLen: totLen}.Packet(l4)
 }
 
 func ipv6(src, dst string, next uint8, l4 []byte) []byte {
-	b := make([]byte, 40, 40+len(l4))
-	b[0] = 0x60
-	binary.BigEndian.PutUint16(b[4:], uint16(len(l4)))
-	b[6] = next
-	b[7] = 64
-	s, d := netip.MustParseAddr(src).As16(), netip.MustParseAddr(dst).As16()
-	copy(b[8:], s[:])
-	copy(b[24:], d[:])
-	return append(b, l4...)
+	return testpacket.IPv6(src, dst, 64, next, l4)
 }
 
 func tcp(sport, dport uint16, flags uint8, opts, payload []byte) []byte {
-	hl := 20 + len(opts)
-	b := make([]byte, hl, hl+len(payload))
-	binary.BigEndian.PutUint16(b[0:], sport)
-	binary.BigEndian.PutUint16(b[2:], dport)
-	b[12] = byte(hl/4) << 4
-	b[13] = flags
-	copy(b[20:], opts)
-	return append(b, payload...)
+	return testpacket.TCP{SrcPort: sport, DstPort: dport, Flags: flags, Opts: opts}.Segment(payload)
 }
 
-func udp(sport, dport uint16, payload []byte) []byte {
-	b := make([]byte, 8, 8+len(payload))
-	binary.BigEndian.PutUint16(b[0:], sport)
-	binary.BigEndian.PutUint16(b[2:], dport)
-	binary.BigEndian.PutUint16(b[4:], uint16(8+len(payload)))
-	return append(b, payload...)
-}
+func udp(sport, dport uint16, payload []byte) []byte { return testpacket.UDP(sport, dport, payload) }
 
 // words is an address as ez_flow holds it: the header's bytes, IPv4 in word 0.
 func words(a string) [4]uint32 {

@@ -151,7 +151,7 @@ func (p *Pod) Cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
 func (p *Pod) Start(cmd *exec.Cmd) error { return netlab.StartInCgroup(cmd, p.Cgroup) }
 
 // Run starts cmd in the pod's cgroup and waits for it.
-func (p *Pod) Run(cmd *exec.Cmd) error { return run(cmd, p.Cgroup) }
+func (p *Pod) Run(cmd *exec.Cmd) error { return netlab.RunInCgroup(cmd, p.Cgroup) }
 
 // Do runs fn on a thread in the pod's namespace; sockets it opens stay
 // there. (The thread is not in the pod's cgroup.)
@@ -170,7 +170,7 @@ func (n *Node) Cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
 func (n *Node) Start(cmd *exec.Cmd) error { return netlab.StartInCgroup(cmd, n.System) }
 
 // Run starts cmd in the node's System cgroup and waits for it.
-func (n *Node) Run(cmd *exec.Cmd) error { return run(cmd, n.System) }
+func (n *Node) Run(cmd *exec.Cmd) error { return netlab.RunInCgroup(cmd, n.System) }
 
 // Do runs fn on a thread in the node's namespace.
 func (n *Node) Do(fn func() error) error { return netlab.InNetns(n.NetNS, fn) }
@@ -187,17 +187,10 @@ func (e *External) Cmd(ctx context.Context, name string, args ...string) *exec.C
 func (e *External) Start(cmd *exec.Cmd) error { return netlab.StartInCgroup(cmd, e.Cgroup) }
 
 // Run starts cmd in the external host's cgroup and waits for it.
-func (e *External) Run(cmd *exec.Cmd) error { return run(cmd, e.Cgroup) }
+func (e *External) Run(cmd *exec.Cmd) error { return netlab.RunInCgroup(cmd, e.Cgroup) }
 
 // Do runs fn on a thread in the external host's namespace.
 func (e *External) Do(fn func() error) error { return netlab.InNetns(e.NetNS, fn) }
-
-func run(cmd *exec.Cmd, cgroup string) error {
-	if err := netlab.StartInCgroup(cmd, cgroup); err != nil {
-		return err
-	}
-	return cmd.Wait()
-}
 
 // Role is what a device of a node is for.
 type Role string

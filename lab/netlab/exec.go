@@ -20,12 +20,7 @@ func (p *Pod) Cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
 func (p *Pod) Start(cmd *exec.Cmd) error { return StartInCgroup(cmd, p.Cgroup) }
 
 // Run starts cmd in the pod's cgroup and waits for it.
-func (p *Pod) Run(cmd *exec.Cmd) error {
-	if err := p.Start(cmd); err != nil {
-		return err
-	}
-	return cmd.Wait()
-}
+func (p *Pod) Run(cmd *exec.Cmd) error { return RunInCgroup(cmd, p.Cgroup) }
 
 // NetnsCmd prepares a command that nsenter moves into a named network
 // namespace; unlike `ip netns exec`, nsenter does not remount /sys.
@@ -61,4 +56,12 @@ func StartInCgroup(cmd *exec.Cmd, cgroup string) error {
 		return fmt.Errorf("netlab: start %s: %w", cmd.Path, err)
 	}
 	return nil
+}
+
+// RunInCgroup is StartInCgroup, then waits for cmd.
+func RunInCgroup(cmd *exec.Cmd, cgroup string) error {
+	if err := StartInCgroup(cmd, cgroup); err != nil {
+		return err
+	}
+	return cmd.Wait()
 }

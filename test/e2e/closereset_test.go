@@ -92,12 +92,7 @@ func (p *nodeProc) Cmd(ctx context.Context, name string, args ...string) *exec.C
 	return p.n.Cmd(ctx, name, args...)
 }
 func (p *nodeProc) Start(cmd *exec.Cmd) error { return netlab.StartInCgroup(cmd, p.cgroup) }
-func (p *nodeProc) Run(cmd *exec.Cmd) error {
-	if err := p.Start(cmd); err != nil {
-		return err
-	}
-	return cmd.Wait()
-}
+func (p *nodeProc) Run(cmd *exec.Cmd) error   { return netlab.RunInCgroup(cmd, p.cgroup) }
 
 // resetPin is where ez_sc_close_reset's attachment at dev ifx, direction dir,
 // in the netns with that cookie is pinned: a tcx link, or a legacy filter's

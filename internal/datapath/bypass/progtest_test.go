@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/testpacket"
 )
 
 const (
@@ -337,79 +338,33 @@ func (l *lab) setup(t *testing.T) {
 
 // --- packets -------------------------------------------------------------
 
+// The frames of these tests (testpacket): IPv4 with a valid header
+// checksum, L4 checksums left 0, TCP payload bytes numbered from 20.
 func ether(dst, src net.HardwareAddr, typ uint16, l3 []byte) []byte {
-	b := make([]byte, 14, 14+len(l3))
-	copy(b[0:], dst)
-	copy(b[6:], src)
-	binary.BigEndian.PutUint16(b[12:], typ)
-	return append(b, l3...)
+	return testpacket.Eth(dst, src, typ, l3)
 }
 
-func csum(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(b[i:]))
-	}
-	if len(b)%2 == 1 {
-		s += uint32(b[len(b)-1]) << 8
-	}
-	for s > 0xffff {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
-}
+func csum(b []byte) uint16 { return testpacket.Checksum(b) }
 
 // ip4 is an IPv4 packet with a valid header checksum.
 func ip4(src, dst string, ttl, proto uint8, frag uint16, opts, l4 []byte) []byte {
-	hl := 20 + len(opts)
-	b := make([]byte, hl, hl+len(l4))
-	b[0] = 0x40 | byte(hl/4)
-	binary.BigEndian.PutUint16(b[2:], uint16(hl+len(l4)))
-	binary.BigEndian.PutUint16(b[4:], 0x1234)
-	binary.BigEndian.PutUint16(b[6:], frag)
-	b[8] = ttl
-	b[9] = proto
-	s, d := netip.MustParseAddr(src).As4(), netip.MustParseAddr(dst).As4()
-	copy(b[12:], s[:])
-	copy(b[16:], d[:])
-	copy(b[20:], opts)
-	binary.BigEndian.PutUint16(b[10:], csum(b[:hl]))
-	return append(b, l4...)
+	return testpacket.IPv4{Src: src, Dst: dst, Proto: proto, TTL: ttl, ID: 0x1234, Frag: frag, Opts: opts}.Packet(l4)
 }
 
 func ip6(src, dst string, hlim, next uint8, l4 []byte) []byte {
-	b := make([]byte, 40, 40+len(l4))
-	b[0] = 0x60
-	binary.BigEndian.PutUint16(b[4:], uint16(len(l4)))
-	b[6] = next
-	b[7] = hlim
-	s, d := netip.MustParseAddr(src).As16(), netip.MustParseAddr(dst).As16()
-	copy(b[8:], s[:])
-	copy(b[24:], d[:])
-	return append(b, l4...)
+	return testpacket.IPv6(src, dst, hlim, next, l4)
 }
 
 func tcp(sport, dport uint16, flags uint8, payload int) []byte {
-	b := make([]byte, 20+payload)
-	binary.BigEndian.PutUint16(b[0:], sport)
-	binary.BigEndian.PutUint16(b[2:], dport)
-	binary.BigEndian.PutUint32(b[4:], 1000)
-	binary.BigEndian.PutUint32(b[8:], 2000)
-	b[12] = 5 << 4
-	b[13] = flags
-	binary.BigEndian.PutUint16(b[14:], 65535)
-	for i := 20; i < len(b); i++ {
-		b[i] = byte(i)
+	p := make([]byte, payload)
+	for i := range p {
+		p[i] = byte(20 + i)
 	}
-	return b
+	return testpacket.TCP{SrcPort: sport, DstPort: dport, Seq: 1000, Ack: 2000, Flags: flags, Window: 65535}.Segment(p)
 }
 
 func udp(sport, dport uint16, payload int) []byte {
-	b := make([]byte, 8+payload)
-	binary.BigEndian.PutUint16(b[0:], sport)
-	binary.BigEndian.PutUint16(b[2:], dport)
-	binary.BigEndian.PutUint16(b[4:], uint16(8+payload))
-	return b
+	return testpacket.UDP(sport, dport, make([]byte, payload))
 }
 
 // --- conntrack -----------------------------------------------------------

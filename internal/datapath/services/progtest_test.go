@@ -42,6 +42,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/parts"
+	"github.com/eztunnel/eztunnel/internal/testpacket"
 )
 
 const ptTCXNext = ^uint32(0) // TCX_NEXT (-1)
@@ -201,61 +202,18 @@ func (e *ptNetNS) create(t *testing.T, p ptPreFlow) {
 
 // Packet crafting: Ethernet + IPv4/IPv6 + TCP/UDP/ICMP with valid checksums.
 
-// ptCsum is the Internet checksum's one's complement sum of b, folded, added to sum.
-func ptCsum(sum uint32, b []byte) uint32 {
-	for i := 0; i+1 < len(b); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(b[i:]))
-	}
-	if len(b)%2 == 1 {
-		sum += uint32(b[len(b)-1]) << 8
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	return sum
-}
-
-// ptPseudo is the pseudo-header sum of an L4 segment of length n.
-func ptPseudo(src, dst netip.Addr, proto uint8, n int) uint32 {
-	s, d := src.AsSlice(), dst.AsSlice()
-	sum := ptCsum(ptCsum(0, s), d)
-	return ptCsum(sum, []byte{0, proto, byte(n >> 8), byte(n)})
-}
-
-// ptL4CsumOff is where proto's checksum is in its header (-1: none computed here).
-func ptL4CsumOff(proto uint8) int {
-	switch proto {
-	case unix.IPPROTO_TCP:
-		return 16
-	case unix.IPPROTO_UDP:
-		return 6
-	}
-	return -1
-}
-
 func ptTCP(sport, dport uint16, flags uint8) []byte {
-	b := make([]byte, 20)
-	binary.BigEndian.PutUint16(b[0:], sport)
-	binary.BigEndian.PutUint16(b[2:], dport)
-	binary.BigEndian.PutUint32(b[4:], 0x01020304) // seq
-	b[12] = 5 << 4
-	b[13] = flags
-	binary.BigEndian.PutUint16(b[14:], 64240) // window
-	return b
+	return testpacket.TCP{SrcPort: sport, DstPort: dport, Seq: 0x01020304, Flags: flags, Window: 64240}.Segment(nil)
 }
 
 func ptUDP(sport, dport uint16, payload string) []byte {
-	b := make([]byte, 8, 8+len(payload))
-	binary.BigEndian.PutUint16(b[0:], sport)
-	binary.BigEndian.PutUint16(b[2:], dport)
-	binary.BigEndian.PutUint16(b[4:], uint16(8+len(payload)))
-	return append(b, payload...)
+	return testpacket.UDP(sport, dport, []byte(payload))
 }
 
 // ptICMPEcho is an ICMP echo request with its checksum.
 func ptICMPEcho() []byte {
 	b := []byte{8, 0, 0, 0, 0x12, 0x34, 0, 1, 'p', 'i', 'n', 'g'}
-	binary.BigEndian.PutUint16(b[2:], ^uint16(ptCsum(0, b)))
+	binary.BigEndian.PutUint16(b[2:], testpacket.Checksum(b))
 	return b
 }
 
@@ -266,40 +224,13 @@ var ptZeroMAC = [6]byte{} // the loopback device's address: test runs see PACKET
 // fragment offset word.
 func ptPacket(dmac [6]byte, src, dst string, proto uint8, frag uint16, l4 []byte) []byte {
 	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
-	l4 = slices.Clone(l4)
-	if off := ptL4CsumOff(proto); off >= 0 {
-		binary.BigEndian.PutUint16(l4[off:], 0)
-		c := ^uint16(ptCsum(ptPseudo(s, d, proto, len(l4)), l4))
-		if proto == unix.IPPROTO_UDP && c == 0 {
-			c = 0xffff
-		}
-		binary.BigEndian.PutUint16(l4[off:], c)
-	}
-	eth := make([]byte, 14)
-	copy(eth, dmac[:])
-	copy(eth[6:], []byte{0x02, 0, 0, 0, 0, 0x02})
-	var ip []byte
+	l4 = testpacket.WithL4Checksum(s, d, proto, l4)
+	smac := []byte{0x02, 0, 0, 0, 0, 0x02}
 	if s.Is4() {
-		binary.BigEndian.PutUint16(eth[12:], unix.ETH_P_IP)
-		ip = make([]byte, 20)
-		ip[0] = 0x45
-		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(l4)))
-		binary.BigEndian.PutUint16(ip[4:], 0x4242) // id
-		binary.BigEndian.PutUint16(ip[6:], frag)
-		ip[8], ip[9] = 64, proto
-		copy(ip[12:], s.AsSlice())
-		copy(ip[16:], d.AsSlice())
-		binary.BigEndian.PutUint16(ip[10:], ^uint16(ptCsum(0, ip)))
-	} else {
-		binary.BigEndian.PutUint16(eth[12:], unix.ETH_P_IPV6)
-		ip = make([]byte, 40)
-		ip[0] = 0x60
-		binary.BigEndian.PutUint16(ip[4:], uint16(len(l4)))
-		ip[6], ip[7] = proto, 64
-		copy(ip[8:], s.AsSlice())
-		copy(ip[24:], d.AsSlice())
+		return testpacket.Eth(dmac[:], smac, unix.ETH_P_IP,
+			testpacket.IPv4{Src: src, Dst: dst, Proto: proto, TTL: 64, ID: 0x4242, Frag: frag}.Packet(l4))
 	}
-	return append(append(eth, ip...), l4...)
+	return testpacket.Eth(dmac[:], smac, unix.ETH_P_IPV6, testpacket.IPv6(src, dst, 64, proto, l4))
 }
 
 // ptChecksumsValid recomputes the IPv4 header checksum and the TCP, UDP or
@@ -318,7 +249,7 @@ func ptChecksumsValid(frame []byte) error {
 		if len(ip) < 20 {
 			return fmt.Errorf("IPv4 header cut short")
 		}
-		if s := ptCsum(0, ip[:20]); s != 0xffff {
+		if s := testpacket.Sum(0, ip[:20]); s != 0xffff {
 			return fmt.Errorf("IPv4 header checksum %#04x wrong (sum %#04x)", binary.BigEndian.Uint16(ip[10:]), s)
 		}
 		if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
@@ -338,11 +269,11 @@ func ptChecksumsValid(frame []byte) error {
 	}
 	switch proto {
 	case unix.IPPROTO_TCP, unix.IPPROTO_UDP:
-		if s := ptCsum(ptPseudo(src, dst, proto, len(l4)), l4); s != 0xffff {
-			return fmt.Errorf("proto %d checksum %#04x wrong (sum %#04x)", proto, binary.BigEndian.Uint16(l4[ptL4CsumOff(proto):]), s)
+		if s := testpacket.Sum(testpacket.PseudoSum(src, dst, proto, len(l4)), l4); s != 0xffff {
+			return fmt.Errorf("proto %d checksum %#04x wrong (sum %#04x)", proto, binary.BigEndian.Uint16(l4[testpacket.L4ChecksumOffset(proto):]), s)
 		}
 	case unix.IPPROTO_ICMP:
-		if s := ptCsum(0, l4); s != 0xffff {
+		if s := testpacket.Sum(0, l4); s != 0xffff {
 			return fmt.Errorf("ICMP checksum wrong (sum %#04x)", s)
 		}
 	}
