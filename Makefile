@@ -118,7 +118,7 @@ test-kernel-bp: $(GENERATED)
 	@if [ "$$(id -u)" != 0 ]; then echo "make test-kernel-bp needs root: sudo make test-kernel-bp" >&2; exit 1; fi
 	./scripts/install-deps.sh build lab test
 	KERNELS=6.12-bp STEPS="preflight e2e extra" E2E_RUN='$(KBP_RUN)' E2E_SKIP='$(KBP_SKIP)' E2E_TIMEOUT=40m VM_TIMEOUT=3000 \
-	  EXTRA="$$(printf '%s\n' 'bash $(CURDIR)/scripts/kernels/bpf-selftests.sh "$$EZ_KROOT/selftests/bpf"' '$$EZ_BIN/eztunnel-lab bench quick --rounds 3 --rtt-n 300')" \
+	  EXTRA="$$(printf '%s\n' 'bash $(CURDIR)/scripts/kernels/bpf-selftests.sh "$$EZ_KROOT/selftests/bpf"' '$$EZ_BIN/eztunnel-lab bench quick --rounds 5 --rtt-n 300')" \
 	  RESULTS=$${RESULTS:-/var/tmp/eztunnel-kernel-bp} ./scripts/kernels/run.sh
 
 # The BPF selftest of kernel/patches (test_progs -t sockmap_basic, built with
