@@ -15,11 +15,11 @@ const (
 	EthIPv4 = 0x0800
 	EthIPv6 = 0x86dd
 	EthARP  = 0x0806
-	EthVLAN = 0x8100
 
 	TCPFin = 0x01
 	TCPSyn = 0x02
 	TCPRst = 0x04
+	TCPPsh = 0x08
 	TCPAck = 0x10
 )
 

@@ -125,9 +125,9 @@ const jvmCrashed = "A fatal error has been detected by the Java Runtime Environm
 // which says nothing of the kernel under test. Its error report goes to the
 // test's directory, not the working directory or /tmp.
 func compileJava(t *testing.T, dir, src string) {
+	errorFile := "-J-XX:ErrorFile=" + filepath.Join(t.TempDir(), "hs_err_%p.log")
 	for attempt := 1; ; attempt++ {
-		out, err := sysexec.Command(context.Background(), "javac", "-J-XX:ErrorFile="+filepath.Join(t.TempDir(), "hs_err_%p.log"),
-			"-d", dir, src).CombinedOutput()
+		out, err := sysexec.Command(context.Background(), "javac", errorFile, "-d", dir, src).CombinedOutput()
 		if err == nil {
 			return
 		}

@@ -124,14 +124,15 @@ func TestKernelBackpressure(t *testing.T) {
 	if err := unix.SetsockoptTimeval(c, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Usec: 100000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := writeRetryingEINTR(c, buf); !errors.Is(err, unix.EAGAIN) {
+	send := func() (int, error) { return unix.Write(c, buf) }
+	if _, err := retryingEINTR(send); !errors.Is(err, unix.EAGAIN) {
 		t.Errorf("a blocking send with SO_SNDTIMEO returned %v, want EAGAIN after the timeout", err)
 	}
 	if err := unix.SetsockoptTimeval(c, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Sec: int64(scaled(10*time.Second) / time.Second)}); err != nil {
 		t.Fatal(err)
 	}
 	sent := make(chan error, 1)
-	go func() { _, err := writeRetryingEINTR(c, buf); sent <- err }()
+	go func() { _, err := retryingEINTR(send); sent <- err }()
 	select {
 	case err := <-sent:
 		t.Fatalf("a blocking send into a full receiver returned at once: %v", err)
@@ -147,7 +148,7 @@ func TestKernelBackpressure(t *testing.T) {
 	if err := <-sent; err != nil {
 		t.Fatalf("the blocked sender, woken by the drain: %v", err)
 	}
-	if n, err := pollRetryingEINTR(fds, int(scaled(time.Second)/time.Millisecond)); err != nil || n != 1 {
+	if n, err := retryingEINTR(func() (int, error) { return unix.Poll(fds, int(scaled(time.Second)/time.Millisecond)) }); err != nil || n != 1 {
 		t.Errorf("poll after the drain: %d ready (%v), want POLLOUT", n, err)
 	}
 	if n, err := unix.Read(p, buf); err != nil || n != len(buf) {
@@ -155,23 +156,14 @@ func TestKernelBackpressure(t *testing.T) {
 	}
 }
 
-// writeRetryingEINTR is write(2) again after EINTR. The test process's own
-// signals (the Go runtime's preemption, SIGCHLD of the suite's processes)
-// interrupt a blocking send, and with SO_SNDTIMEO set the kernel does not
-// restart it (sock_intr_errno): plain TCP the same. Under TCG one did.
-func writeRetryingEINTR(fd int, b []byte) (int, error) {
+// retryingEINTR calls fn again while it fails with EINTR. The test
+// process's own signals (the Go runtime's preemption, SIGCHLD of the
+// suite's processes) interrupt blocking calls: a send with SO_SNDTIMEO set
+// is not restarted (sock_intr_errno), nor is poll(2) (signal(7)); plain TCP
+// the same. Under TCG a send was.
+func retryingEINTR(fn func() (int, error)) (int, error) {
 	for {
-		n, err := unix.Write(fd, b)
-		if !errors.Is(err, unix.EINTR) {
-			return n, err
-		}
-	}
-}
-
-// pollRetryingEINTR is poll(2) again after EINTR (never restarted: signal(7)).
-func pollRetryingEINTR(fds []unix.PollFd, timeout int) (int, error) {
-	for {
-		n, err := unix.Poll(fds, timeout)
+		n, err := fn()
 		if !errors.Is(err, unix.EINTR) {
 			return n, err
 		}

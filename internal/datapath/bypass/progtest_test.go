@@ -43,11 +43,11 @@ const (
 	tcpTimeoutMs = 60_000 // ez_bp_tcp_timeout_ms
 	udpTimeoutMs = 30_000 // ez_bp_udp_timeout_ms
 
-	tFIN = 0x01
-	tSYN = 0x02
-	tRST = 0x04
-	tPSH = 0x08
-	tACK = 0x10
+	tFIN = testpacket.TCPFin
+	tSYN = testpacket.TCPSyn
+	tRST = testpacket.TCPRst
+	tPSH = testpacket.TCPPsh
+	tACK = testpacket.TCPAck
 
 	// include/uapi/linux/netfilter/nf_conntrack_common.h
 	ipsSeenReply    = 1 << 1

@@ -48,10 +48,10 @@ import (
 const ptTCXNext = ^uint32(0) // TCX_NEXT (-1)
 
 const (
-	ptFIN = 0x01
-	ptSYN = 0x02
-	ptRST = 0x04
-	ptACK = 0x10
+	ptFIN = testpacket.TCPFin
+	ptSYN = testpacket.TCPSyn
+	ptRST = testpacket.TCPRst
+	ptACK = testpacket.TCPAck
 )
 
 // ptNetNS is a throwaway network namespace and a conntrack netlink handle
