@@ -4,7 +4,8 @@
 // of the host netns (iptables-nft rules included), the bpffs tree, cgroups
 // named like a lab's, lab owner records, and the temporary directory's
 // entries a Go test run makes (t.TempDir's Test*, the go command's
-// go-build*, the e2e run directory eztunnel-e2e-*, the lab's ez*).
+// go-build*, the e2e run directory eztunnel-e2e-*, the lab's ez*), and the
+// root directory's entries.
 package main
 
 import (
@@ -92,6 +93,15 @@ func main() {
 	recs, _ := os.ReadDir("/run/eztunnel-labs")
 	for _, e := range recs {
 		add("lab-record %s", e.Name())
+	}
+	// The root directory: a build or test that writes "$(OUTPUT)/x" with an
+	// empty OUTPUT leaves /x (the BPF selftests under a sub-make did).
+	root, err := os.ReadDir("/")
+	if err != nil {
+		fail("root directory", err)
+	}
+	for _, e := range root {
+		add("rootdir %s", e.Name())
 	}
 	tmp, _ := os.ReadDir(os.TempDir())
 	for _, e := range tmp {

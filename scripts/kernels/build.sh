@@ -37,6 +37,13 @@ BUILD=${BUILD:-$CACHE/kbuild}
 JOBS=${JOBS:-$(nproc)}
 SUFFIX=-ezbp
 log() { echo "kernel-bp: $*" >&2; }
+# What a build must not touch: the root directory's entries and the
+# checkout's files that git does not track (tracked changes show as well).
+# Everything a build writes belongs under $CACHE.
+snapshot_outside() {
+	find / -mindepth 1 -maxdepth 1 -printf 'root %f\n' | sort
+	git -C "$REPO" status --porcelain --ignored --untracked-files=all 2>/dev/null | sed 's/^/repo /' | sort
+}
 
 need=()
 SELFTESTS=${SELFTESTS:-1}
@@ -117,8 +124,23 @@ if [ "$SELFTESTS" != 0 ]; then
 		done
 	done
 	log "building the BPF selftests' test_progs (log: $BUILD/selftests.log)"
-	PATH=/usr/lib/llvm-19/bin:$PATH make -j"$JOBS" -C "$st" test_progs >"$BUILD/selftests.log" 2>&1 ||
+	# Quirk: tools/testing/selftests/lib.mk sets OUTPUT to the current
+	# directory only when MAKELEVEL is 0. Under `make kernel-bp` this make
+	# is a sub-make (MAKELEVEL 1, inherited through the environment), OUTPUT
+	# stays empty and every "$(OUTPUT)/x" becomes "/x": the objects land in
+	# the host's root directory and the link fails (-lurandom_read). So the
+	# output directory is explicit, and the outer make's MAKELEVEL, MAKEFLAGS
+	# and MFLAGS are not passed on.
+	snapshot_outside >"$BUILD/outside.before"
+	env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS PATH=/usr/lib/llvm-19/bin:$PATH \
+		make -j"$JOBS" -C "$st" OUTPUT="$PWD/$st" test_progs >"$BUILD/selftests.log" 2>&1 ||
 		{ tail -40 "$BUILD/selftests.log" >&2; exit 1; }
+	snapshot_outside >"$BUILD/outside.after"
+	new=$(comm -13 "$BUILD/outside.before" "$BUILD/outside.after")
+	if [ -n "$new" ]; then
+		printf 'kernel-bp: the selftests build wrote outside %s:\n%s\n' "$BUILD" "$new" >&2
+		exit 1
+	fi
 	t3=$(date +%s)
 fi
 
