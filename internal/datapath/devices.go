@@ -11,6 +11,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 	"github.com/eztunnel/eztunnel/internal/podnet"
+	"github.com/eztunnel/eztunnel/internal/rtnl"
 )
 
 // closeResetDevices lists the devices of this network namespace that FINs of
@@ -46,7 +47,7 @@ func closeResetDevices(st podnet.State) ([]shortcut.Device, error) {
 
 // scanDevices is closeResetDevices of a fresh podnet scan.
 func scanDevices() ([]shortcut.Device, error) {
-	h, err := netlink.NewHandle()
+	h, err := rtnl.Route()
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}

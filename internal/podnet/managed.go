@@ -8,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/rtnl"
 )
 
 // Bridges are the bridges of st's pod ports (their ifindexes).
@@ -65,7 +67,7 @@ func family(ip netip.Addr) int {
 // of this network namespace's pod ports: those the agent keeps for the
 // bypass (Kubernetes mode). It returns how many it deleted.
 func RemoveManaged() (int, error) {
-	h, err := netlink.NewHandle()
+	h, err := rtnl.Route()
 	if err != nil {
 		return 0, fmt.Errorf("podnet: netlink: %w", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/vishvananda/netlink"
+	"github.com/eztunnel/eztunnel/internal/rtnl"
 )
 
 // PodAddrs is a pod of this node with its own network namespace and the
@@ -85,7 +85,7 @@ func (n *Neighbours) reconcile() {
 	if n.pods == nil || len(n.bridges) == 0 {
 		return
 	}
-	h, err := netlink.NewHandle()
+	h, err := rtnl.Route()
 	if err != nil {
 		slog.Warn("bypass: managed neighbours: netlink", "err", err)
 		return

@@ -31,6 +31,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/rtnl"
 )
 
 // Port is a pod's host-side veth.
@@ -236,7 +238,7 @@ func Watch(ctx context.Context, resync time.Duration, sync func(State)) error {
 }
 
 func scan() (State, error) {
-	h, err := netlink.NewHandle()
+	h, err := rtnl.Route()
 	if err != nil {
 		return State{}, fmt.Errorf("podnet: netlink: %w", err)
 	}

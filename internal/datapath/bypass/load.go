@@ -19,6 +19,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/parts"
+	"github.com/eztunnel/eztunnel/internal/rtnl"
 )
 
 // Config says where the bypass runs.
@@ -498,14 +499,14 @@ func (b *Bypass) DeleteEndpoint(ip netip.Addr) error {
 
 func (b *Bypass) handle() (*netlink.Handle, error) {
 	if b.netns == "" {
-		return netlink.NewHandle()
+		return rtnl.Route()
 	}
 	ns, err := netns.GetFromName(b.netns)
 	if err != nil {
 		return nil, fmt.Errorf("bypass: netns %s: %w", b.netns, err)
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := rtnl.RouteAt(ns)
 	if err != nil {
 		return nil, fmt.Errorf("bypass: netlink in %s: %w", b.netns, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/rtnl"
 )
 
 // Adoption puts connections established before the agent on the shortcut
@@ -151,7 +152,7 @@ func conntrackIn(path string, cookie uint64) ([]ctFlow, error) {
 		return nil, err
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := rtnl.ConntrackAt(ns)
 	if err != nil {
 		return nil, err
 	}
