@@ -156,15 +156,3 @@ func Check(name string) error {
 	}
 	return nil
 }
-
-// Script runs `sh -c script arg0 args...` after checking that every program
-// the script runs (uses) is registered.
-func Script(ctx context.Context, script string, uses []string, arg0 string, args ...string) *exec.Cmd {
-	cmd := Command(ctx, "sh", append([]string{"-c", script, arg0}, args...)...)
-	for _, u := range uses {
-		if err := Check(u); err != nil && cmd.Err == nil {
-			cmd.Err = err
-		}
-	}
-	return cmd
-}

@@ -235,12 +235,3 @@ func (r *Record) Parts() (p Parts) {
 	}
 	return p
 }
-
-// NFTotal is the time spent inside netfilter tables.
-func (r *Record) NFTotal() uint64 {
-	var t uint64
-	for _, v := range r.NF {
-		t += uint64(v)
-	}
-	return t
-}

@@ -479,9 +479,6 @@ func (c *Cluster) KubectlIn(ctx context.Context, stdin io.Reader, args ...string
 	return out, nil
 }
 
-// KubectlPath is the kubectl binary (for callers that need a Cmd).
-func (c *Cluster) KubectlPath() string { return c.bin("kubectl") }
-
 // LogTails returns the last n lines of every daemon's log.
 func (c *Cluster) LogTails(n int) string {
 	var b strings.Builder
