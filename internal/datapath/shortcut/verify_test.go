@@ -7,21 +7,22 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
 // TestShortcutVerifies loads every program of the shortcut object: the
 // verifier must accept them all (nothing is attached). Configuration flags
 // are load-time constants, so the verifier prunes the branches of flags
-// that are off: every flag is tried off and on.
+// that are off: the cases are read from the object's own enum ez_cfg_flag
+// (no flag, each flag alone, every flag), so a flag added to
+// bpf/shortcut/shortcut.h is verified without editing this test.
 func TestShortcutVerifies(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("loading eBPF programs needs root: run go test as root")
 	}
-	all := shortcutEzCfgFlagEZ_CFG_NO_IPV6 | shortcutEzCfgFlagEZ_CFG_PORT_ALLOWLIST |
-		shortcutEzCfgFlagEZ_CFG_CIDR_ALLOWLIST | shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER
-	gauge := shortcutEzCfgFlagEZ_CFG_RX_GAUGE
-	for _, flags := range []shortcutEzCfgFlag{0, shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER, all, gauge, all | gauge} {
+	cases := configFlagCases(t)
+	for _, flags := range cases {
 		t.Run(fmt.Sprintf("flags=%#x", uint32(flags)), func(t *testing.T) {
 			spec, err := loadShortcut()
 			if err != nil {
@@ -57,4 +58,31 @@ func TestShortcutVerifies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// configFlagCases returns no flag, each value of enum ez_cfg_flag alone, and
+// all of them together, read from the object's BTF.
+func configFlagCases(t *testing.T) []shortcutEzCfgFlag {
+	t.Helper()
+	spec, err := loadShortcut()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enum *btf.Enum
+	if err := spec.Types.TypeByName("ez_cfg_flag", &enum); err != nil {
+		t.Fatalf("enum ez_cfg_flag in the object's BTF: %v", err)
+	}
+	if len(enum.Values) < 6 {
+		t.Fatalf("enum ez_cfg_flag has %d values, want at least the 6 known ones", len(enum.Values))
+	}
+	cases := []shortcutEzCfgFlag{0}
+	var all shortcutEzCfgFlag
+	for _, v := range enum.Values {
+		if v.Value == 0 || v.Value&(v.Value-1) != 0 {
+			t.Fatalf("ez_cfg_flag %s = %#x is not a single bit", v.Name, v.Value)
+		}
+		cases = append(cases, shortcutEzCfgFlag(v.Value))
+		all |= shortcutEzCfgFlag(v.Value)
+	}
+	return append(cases, all)
 }
