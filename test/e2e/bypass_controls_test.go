@@ -247,5 +247,3 @@ func iperfRate(t *testing.T, from, to *multinode.Pod) float64 {
 	}
 	return res.End.SumReceived.BitsPerSecond
 }
-
-
