@@ -124,9 +124,18 @@ func TestBypassTrafficControls(t *testing.T) {
 		if err := h.QdiscAdd(tbf); err != nil {
 			t.Fatalf("tbf on %s: %v", a2.HostVeth, err)
 		}
-		m := waitMetrics(t, mc, "a2's shaped veth idle", func(m map[string]float64) bool {
-			return idle(m, a2, "qdisc: tbf 1:") && m["eztunnel_bypass_devices"] == 2 && m["eztunnel_bypass_endpoints"] == 4
-		})
+		// Not fatal: the rate below is what matters most.
+		var m map[string]float64
+		for deadline := time.Now().Add(scaled(20 * time.Second)); ; time.Sleep(100 * time.Millisecond) {
+			m = scrapeWith(t, mc, bpMetricsAddr)
+			if idle(m, a2, "qdisc: tbf 1:") && m["eztunnel_bypass_devices"] == 2 && m["eztunnel_bypass_endpoints"] == 4 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("a2's shaped veth never reported idle; last scrape: devices %v endpoints %v", m["eztunnel_bypass_devices"], m["eztunnel_bypass_endpoints"])
+				break
+			}
+		}
 		if m[`eztunnel_bypass_idle_devices{reason="qdisc"}`] != 1 {
 			t.Errorf(`eztunnel_bypass_idle_devices{reason="qdisc"} %v, want 1`, m[`eztunnel_bypass_idle_devices{reason="qdisc"}`])
 		}
@@ -148,8 +157,11 @@ func TestBypassTrafficControls(t *testing.T) {
 		}
 		t.Logf("a1 -> a2 shaped to %d bit/s: without the agent %.0f bit/s goodput (%.0f on the wire), with the bypass on %.0f bit/s goodput (%.0f on the wire), %v packets bypassed meanwhile",
 			rateBits, kernelRate, wire(kernelRate), bypassRate, wire(bypassRate), bypassed)
-		if w := wire(bypassRate); w < 0.95*rateBits || w > 1.05*rateBits {
-			t.Errorf("with the bypass on, a2 received %.0f bit/s on the wire, want within 5%% of %d", w, rateBits)
+		// Above the rate is the shaper skipped. Below it, on a loaded
+		// machine the kernel path itself may not reach the rate: within
+		// 5% of either the rate or what the kernel path reached.
+		if w := wire(bypassRate); w > 1.05*rateBits || (w < 0.95*rateBits && w < 0.95*wire(kernelRate)) {
+			t.Errorf("with the bypass on, a2 received %.0f bit/s on the wire, want within 5%% of %d (the kernel path: %.0f)", w, rateBits, wire(kernelRate))
 		}
 		if bypassed != 0 {
 			t.Errorf("%v packets bypassed to or from the shaped pod", bypassed)
