@@ -60,11 +60,16 @@ const ownPrefix = "ez_"
 // the tcx queries run in the calling thread's network namespace, which
 // must be h's.
 func Controls(h *netlink.Handle, ifindex int, egress bool) (Control, error) {
-	lk := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: ifindex}}
-	qs, err := h.QdiscList(lk)
+	qs, err := h.QdiscList(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: ifindex}})
 	if err != nil {
 		return Control{}, fmt.Errorf("podnet: qdiscs of ifindex %d: %w", ifindex, err)
 	}
+	return controls(h, ifindex, egress, qs)
+}
+
+// controls is Controls with the qdiscs listed already (of any devices).
+func controls(h *netlink.Handle, ifindex int, egress bool, qs []netlink.Qdisc) (Control, error) {
+	lk := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: ifindex}}
 	var parents []uint32
 	for _, q := range qs {
 		a := q.Attrs()
@@ -161,8 +166,14 @@ func hookName(parent uint32) string {
 // its qdisc) of st, through h in the calling thread's namespace. A device
 // whose controls cannot be read gets a ControlUnreadable.
 func addControls(h *netlink.Handle, st *State) {
+	// One dump of every device's qdiscs (the kernel's qdisc dump does not
+	// filter by device).
+	qs, qerr := h.QdiscList(nil)
 	get := func(ifx int, egress bool) Control {
-		c, err := Controls(h, ifx, egress)
+		if qerr != nil {
+			return Control{ControlUnreadable, fmt.Sprintf("podnet: qdiscs: %v", qerr)}
+		}
+		c, err := controls(h, ifx, egress, qs)
 		if err != nil {
 			return Control{ControlUnreadable, err.Error()}
 		}
