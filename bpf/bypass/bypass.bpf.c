@@ -314,15 +314,79 @@ static __always_inline __u32 classify(struct __sk_buff *skb, struct ez_flow *f)
 	return 0;
 }
 
-static __always_inline void ep_key(const struct ez_flow *f, struct ez_bp_ep_key *key)
+/* The ez_bp_endpoints key of addr, an address of f (source or destination). */
+static __always_inline void ep_key_of(const struct ez_flow *f, const __u32 *addr, struct ez_bp_ep_key *key)
 {
 	if (f->family == 4) {
 		key->ip[10] = 0xff;
 		key->ip[11] = 0xff;
-		__builtin_memcpy(&key->ip[12], &f->daddr[0], 4);
+		__builtin_memcpy(&key->ip[12], &addr[0], 4);
 	} else {
-		__builtin_memcpy(key->ip, f->daddr, 16);
+		__builtin_memcpy(key->ip, addr, 16);
 	}
+}
+
+static __always_inline void ep_key(const struct ez_flow *f, struct ez_bp_ep_key *key)
+{
+	ep_key_of(f, f->daddr, key);
+}
+
+/*
+ * Anti-spoofing at a pod veth: the packet's source address must be an
+ * endpoint of the very veth it entered on, and its source MAC that
+ * endpoint's (the pod's eth0). The kernel path would take a forged one
+ * through the bridge (ebtables/nft bridge rules a CNI installs against
+ * spoofing) and rp_filter; the bypass skips both, so it leaves such packets
+ * to them. Checked before the admission (whose lookup refreshes the entry):
+ * a forged packet of an admitted flow must not keep it alive either.
+ */
+static __always_inline bool own_source(struct __sk_buff *skb, const struct ez_flow *f, const struct ethhdr *eth)
+{
+	struct ez_bp_ep_key key = {};
+	struct ez_bp_endpoint *src;
+
+	ep_key_of(f, f->saddr, &key);
+	src = bpf_map_lookup_elem(&ez_bp_endpoints, &key);
+	return src && src->ifindex == skb->ifindex && mac_eq(eth->h_source, src->pod_mac);
+}
+
+/*
+ * Anti-spoofing at an uplink, as strict reverse-path filtering
+ * (fib_validate_source with rp_filter 1) would do it: the source is no
+ * local pod, and the route back to it (a FIB lookup for the source, as a
+ * packet arriving on this device) leaves by this device. Stricter than a
+ * node with rp_filter 0 or 2: such packets take the kernel path, which
+ * applies the node's own setting.
+ */
+static __always_inline bool source_routes_back(struct __sk_buff *skb, const struct ez_flow *f)
+{
+	struct bpf_fib_lookup fib = {};
+	struct ez_bp_ep_key key = {};
+	long rc;
+
+	ep_key_of(f, f->saddr, &key);
+	if (bpf_map_lookup_elem(&ez_bp_endpoints, &key))
+		return false;
+	fib.l4_protocol = f->proto;
+	fib.sport = bpf_htons(f->dport);
+	fib.dport = bpf_htons(f->sport);
+	/* A small tot_len: the lookup checks the route's MTU against it, not
+	 * this skb against the device's (bpf_skb_fib_lookup). */
+	fib.tot_len = f->l4off + 8;
+	fib.ifindex = skb->ifindex;
+	if (f->family == 4) {
+		fib.family = EZ_AF_INET;
+		fib.ipv4_src = f->daddr[0];
+		fib.ipv4_dst = f->saddr[0];
+	} else {
+		fib.family = EZ_AF_INET6;
+		__builtin_memcpy(fib.ipv6_src, f->daddr, 16);
+		__builtin_memcpy(fib.ipv6_dst, f->saddr, 16);
+	}
+	/* rp_filter looks up with mark 0 unless src_valid_mark is set
+	 * (__fib_validate_source): so does this lookup. */
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	return (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) && fib.ifindex == skb->ifindex;
 }
 
 /*
@@ -463,6 +527,8 @@ static __always_inline int to_remote(struct __sk_buff *skb, const struct ez_flow
 	out = bpf_map_lookup_elem(&ez_bp_devices, &ifx);
 	if (!out || out->kind != EZ_BP_DEV_UPLINK)
 		return fallback(EZ_BP_C_FB_UNKNOWN_DEVICE);
+	if (!own_source(skb, f, eth))
+		return fallback(EZ_BP_C_FB_SPOOFED);
 	reason = admitted(skb, f);
 	if (reason)
 		return fallback(reason);
@@ -545,6 +611,8 @@ int ez_bypass(struct __sk_buff *skb)
 			return fallback(EZ_BP_C_FB_TOO_BIG);
 	}
 
+	if (!own_source(skb, &f, &eth))
+		return fallback(EZ_BP_C_FB_SPOOFED);
 	reason = admitted(skb, &f);
 	if (reason)
 		return fallback(reason);
@@ -609,6 +677,8 @@ int ez_bypass_in(struct __sk_buff *skb)
 		if (r != EZ_BP_MTU_OK)
 			return fallback(EZ_BP_C_FB_TOO_BIG);
 	}
+	if (!source_routes_back(skb, &f))
+		return fallback(EZ_BP_C_FB_SPOOFED);
 	reason = admitted(skb, &f);
 	if (reason)
 		return fallback(reason);

@@ -75,6 +75,8 @@ enum ez_bp_counter {
 	EZ_BP_C_FB_UNKNOWN_DEVICE,	/* route leaves by a device the bypass is not attached to as an uplink */
 	EZ_BP_C_FB_ROUTE_MISMATCH,	/* to a local pod: the route or neighbour is not the pod's bridge and MAC */
 	EZ_BP_C_FB_MARK,		/* a marked packet where the FIB lookup cannot take the mark (before Linux 6.10) */
+	EZ_BP_C_FB_SPOOFED,		/* pod veth: source address or MAC not the sending pod's own; uplink: a
+					 * local pod's source address, or one that does not route back out the device */
 	EZ_BP_C_MAX,
 };
 

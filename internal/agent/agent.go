@@ -291,7 +291,10 @@ func (a *agent) families(context.Context) error {
 			// The node's pods from the API: managed neighbour entries, so
 			// every pod is an endpoint (neighbours.go).
 			bb.neigh = podnet.NewNeighbours()
-			a.pods.cfg.PodIPs = bb.neigh.SetPods
+			a.pods.cfg.PodIPs = func(pods []podnet.PodAddrs) {
+				bb.setPods(pods) // first: the neighbours it makes lead to the attachments
+				bb.neigh.SetPods(pods)
+			}
 		}
 	}
 	if l := a.dp.Services(); l != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,9 +32,13 @@ type bridgeBypass struct {
 	// act ("": it can); probed again at standbyNext (conntrackBlocker).
 	standby     string
 	standbyNext time.Time
-	// idle: devices not attached because the bypass could not act there
-	// (name: why); see idleReason.
-	idle map[string]string
+	// idle: devices not attached because the bypass could not act there,
+	// or must not (name: why); idleKinds: the same devices' reason kinds
+	// (idleKind*, podnet.Control*).
+	idle, idleKinds map[string]string
+	// shaped: the addresses of pods with a bandwidth annotation
+	// (Kubernetes mode; address: why), from setPods.
+	shaped map[netip.Addr]string
 	// waiting: the pod veths among them waiting for their pod's address
 	// (ifindexes), whose bridges need the managed neighbours (syncNeighbours).
 	waiting map[int]bool
@@ -91,7 +96,8 @@ func (b *bridgeBypass) report() {
 
 // setIdle records the devices left unattached because the bypass could
 // not act there, logging each change (b.mu held).
-func (b *bridgeBypass) setIdle(idle map[string]string) {
+func (b *bridgeBypass) setIdle(idle, kinds map[string]string) {
+	b.idleKinds = kinds
 	if maps.Equal(idle, b.idle) {
 		return
 	}
@@ -104,11 +110,58 @@ func (b *bridgeBypass) setIdle(idle map[string]string) {
 	b.report()
 }
 
-// Why the bypass does not attach to a device it could otherwise take.
+// Why the bypass does not attach to a device it could otherwise take, and
+// the reason kinds (the reason label of eztunnel_bypass_idle_devices; the
+// podnet.Control kinds too).
 const (
 	idleNoEndpoint = "no pod address learnt on it yet (bridge FDB and neighbour table): nothing could be delivered to it"
 	idleUplinkDown = "uplink down: "
+
+	idleKindNoEndpoint = "no_endpoint"
+	idleKindUplinkDown = "uplink_down"
+	idleKindBandwidth  = "bandwidth_annotation"
 )
+
+// controlled is why a device must stay on the kernel path, with its kind: a
+// traffic control of another owner on it (podnet.Controls) that a redirect
+// would skip, or a pod behind it that the bandwidth CNI plugin shapes (its
+// annotations, Kubernetes mode). Both directions stay on the kernel path:
+// neither program is attached to the device and no endpoint is written
+// for its pod (docs/architecture.md, "Traffic controls").
+func (b *bridgeBypass) controlled(c podnet.Control, ifx int, eps map[netip.Addr]bypass.Endpoint) (why, kind string) {
+	if c.Kind != "" {
+		return c.String() + ": the bypass would skip it", c.Kind
+	}
+	var ips []netip.Addr
+	for ip, ep := range eps {
+		if ep.Ifindex == ifx && b.shaped[ip] != "" {
+			ips = append(ips, ip)
+		}
+	}
+	if len(ips) == 0 {
+		return "", ""
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return idleKindBandwidth + ": " + b.shaped[ips[0]] + ": the bandwidth CNI plugin shapes its veth, which the bypass would skip", idleKindBandwidth
+}
+
+// setPods records the node's pods from the API (Kubernetes mode): those
+// with a bandwidth annotation stay on the kernel path from the next
+// convergence on.
+func (b *bridgeBypass) setPods(pods []podnet.PodAddrs) {
+	shaped := map[netip.Addr]string{}
+	for _, p := range pods {
+		if p.Bandwidth == "" {
+			continue
+		}
+		for _, ip := range p.IPs {
+			shaped[ip] = fmt.Sprintf("pod %s/%s has %s", p.Namespace, p.Name, p.Bandwidth)
+		}
+	}
+	b.mu.Lock()
+	b.shaped = shaped
+	b.mu.Unlock()
+}
 
 // xnodeBlocker says why the bypass must not run between nodes here, or "".
 // IPsec: the kernel path checks the node's xfrm policies (a forwarded
@@ -182,11 +235,25 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	if b.conntrackBlocker() != "" {
 		st = podnet.State{} // nothing to attach: every device detached, every endpoint removed
 	}
-	idle, waiting := map[string]string{}, map[int]bool{}
+	idle, kinds, waiting := map[string]string{}, map[string]string{}, map[int]bool{}
 	want := map[netip.Addr]bypass.Endpoint{}
 	for ip, e := range st.Endpoints {
 		p := st.Ports[e.Port]
 		want[ip] = bypass.Endpoint{Ifindex: p.Ifindex, PodMAC: e.MAC, BridgeMAC: p.BridgeMAC}
+	}
+	// Ports another owner's traffic control (or a pod's bandwidth
+	// annotation) keeps on the kernel path: their endpoints go first, then
+	// the ports, also attached ones.
+	blocked := map[int]bool{}
+	for ifx, p := range st.Ports {
+		if why, kind := b.controlled(p.Control, ifx, want); why != "" {
+			blocked[ifx], idle[p.Name], kinds[p.Name] = true, why, kind
+		}
+	}
+	for ip, ep := range want {
+		if blocked[ep.Ifindex] {
+			delete(want, ip)
+		}
 	}
 	var removed, added []string
 	for ip := range b.applied {
@@ -202,7 +269,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 	var detached, attached []string
 	uplinks := b.crossNodeUplinks(st)
 	for _, ifx := range b.bp.Uplinks() {
-		if _, ok := uplinks[ifx]; ok {
+		if u, ok := uplinks[ifx]; ok && u.Control.Kind == "" {
 			continue
 		}
 		if err := b.bp.Detach(ifx); err != nil {
@@ -211,7 +278,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		detached = append(detached, fmt.Sprint(ifx))
 	}
 	for _, ifx := range b.bp.Attached() {
-		if _, ok := st.Ports[ifx]; ok {
+		if _, ok := st.Ports[ifx]; ok && !blocked[ifx] {
 			continue
 		}
 		if err := b.bp.Detach(ifx); err != nil {
@@ -228,6 +295,9 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		hasEndpoint[ep.Ifindex] = true
 	}
 	for ifx, p := range st.Ports {
+		if blocked[ifx] {
+			continue
+		}
 		if on[ifx] {
 			// The bridge's MAC may have changed (a new port).
 			if err := b.bp.SetBridge(ifx, p.Bridge, p.BridgeMAC); err != nil {
@@ -239,7 +309,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		// its programs would only pay for lookups that fall back. Attached
 		// ports stay while they exist (no flapping with neighbour entries).
 		if !hasEndpoint[ifx] {
-			idle[p.Name], waiting[ifx] = idleNoEndpoint, true
+			idle[p.Name], kinds[p.Name], waiting[ifx] = idleNoEndpoint, idleKindNoEndpoint, true
 			continue
 		}
 		// One at a time: a veth that disappeared meanwhile fails alone.
@@ -258,8 +328,12 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		if up[ifx] {
 			continue
 		}
+		if u.Control.Kind != "" {
+			idle[u.Name], kinds[u.Name] = u.Control.String()+": the bypass would skip it", u.Control.Kind
+			continue
+		}
 		if u.Down != "" {
-			idle[u.Name] = idleUplinkDown + u.Down
+			idle[u.Name], kinds[u.Name] = idleUplinkDown+u.Down, idleKindUplinkDown
 			continue
 		}
 		if err := b.bp.AttachUplinks(ifx); err != nil {
@@ -282,7 +356,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		b.applied[ip] = ep
 		added = append(added, ip.String())
 	}
-	b.setIdle(idle)
+	b.setIdle(idle, kinds)
 	b.waiting = waiting
 	if len(removed)+len(added)+len(attached)+len(detached) > 0 {
 		slog.Info("bypass converged", "attached", attached, "detached_ifindexes", detached,
@@ -377,6 +451,13 @@ func (b *bridgeBypass) BypassIdle() map[string]string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return maps.Clone(b.idle)
+}
+
+// BypassIdleKinds implements metrics.BypassSource.
+func (b *bridgeBypass) BypassIdleKinds() map[string]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.idleKinds)
 }
 
 // BypassStandby implements metrics.BypassSource.

@@ -35,7 +35,13 @@ func NodePodIPs(pods []any, node string) []PodIPs {
 			continue
 		}
 		slices.SortFunc(ips, netip.Addr.Compare)
-		out = append(out, PodIPs{Namespace: p.Namespace, Name: p.Name, IPs: slices.Compact(ips)})
+		var bw []string
+		for _, k := range podnet.BandwidthAnnotations {
+			if v, ok := p.Annotations[k]; ok {
+				bw = append(bw, k+"="+v)
+			}
+		}
+		out = append(out, PodIPs{Namespace: p.Namespace, Name: p.Name, IPs: slices.Compact(ips), Bandwidth: strings.Join(bw, ", ")})
 	}
 	slices.SortFunc(out, func(a, b PodIPs) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
@@ -54,7 +60,7 @@ func (r *reconciler) feedPodIPs() {
 	}
 	cur := NodePodIPs(r.pods.List(), r.cfg.NodeName)
 	if r.podIPs != nil && slices.EqualFunc(cur, r.podIPs, func(a, b PodIPs) bool {
-		return a.Namespace == b.Namespace && a.Name == b.Name && slices.Equal(a.IPs, b.IPs)
+		return a.Namespace == b.Namespace && a.Name == b.Name && slices.Equal(a.IPs, b.IPs) && a.Bandwidth == b.Bandwidth
 	}) {
 		return
 	}

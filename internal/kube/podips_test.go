@@ -84,3 +84,17 @@ func TestNodePodIPs(t *testing.T) {
 		t.Fatalf("NodePodIPs = %s", fmtPodIPs(got))
 	}
 }
+
+// TestNodePodIPsBandwidth: a pod's bandwidth annotations (the bandwidth
+// CNI plugin's) come with its addresses; other annotations do not.
+func TestNodePodIPsBandwidth(t *testing.T) {
+	shaped := pod("a", "shaped", withIPs("10.0.0.4"), func(p *corev1.Pod) {
+		p.Annotations = map[string]string{"kubernetes.io/egress-bandwidth": "5M", "kubernetes.io/ingress-bandwidth": "10M", "note": "x"}
+	})
+	plain := pod("a", "plain", withIPs("10.0.0.5"), func(p *corev1.Pod) { p.Annotations = map[string]string{"note": "x"} })
+	got := NodePodIPs([]any{asAPI(shaped), asAPI(plain)}, node)
+	if len(got) != 2 || got[0].Name != "plain" || got[0].Bandwidth != "" ||
+		got[1].Bandwidth != "kubernetes.io/ingress-bandwidth=10M, kubernetes.io/egress-bandwidth=5M" {
+		t.Fatalf("NodePodIPs = %+v", got)
+	}
+}

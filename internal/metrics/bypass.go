@@ -18,8 +18,12 @@ type BypassSource interface {
 	// (it could not act: conntrack does not run), or "".
 	BypassStandby() string
 	// BypassIdle: devices it could take but does not attach to, because it
-	// could not act there, each with why.
+	// could not act there, or must not (another owner's traffic control
+	// on it, a pod's bandwidth annotation), each with why.
 	BypassIdle() map[string]string
+	// BypassIdleKinds: the same devices, each with its reason's kind (a
+	// short, enumerated name).
+	BypassIdleKinds() map[string]string
 }
 
 // ManagedNeighbourSource is a BypassSource that keeps managed neighbour
@@ -27,6 +31,10 @@ type BypassSource interface {
 type ManagedNeighbourSource interface {
 	BypassManagedNeighbours() (n int, ok bool)
 }
+
+// idleDevicesHelp is eztunnel_bypass_idle_devices's help; its reasons are
+// the agent's idle kinds (internal/agent/bypass.go, podnet.Control*).
+const idleDevicesHelp = "Pod veths and uplinks the bridge bypass does not attach to, by reason: no_endpoint (no pod address learnt yet), uplink_down, qdisc (another owner's qdisc on the transmit side, e.g. the bandwidth CNI plugin's tbf), tc_filter, tcx_program (another owner's, which a redirect would skip), tc_unreadable, bandwidth_annotation (a pod with kubernetes.io/ingress-bandwidth or egress-bandwidth)."
 
 // BypassCollector exports the bridge bypass's counters: the fallback_*
 // counters as the reason label of eztunnel_bypass_fallbacks_total.
@@ -40,6 +48,7 @@ type BypassCollector struct {
 	managed   *prometheus.Desc
 	standby   *prometheus.Desc
 	idle      *prometheus.Desc
+	idleKinds *prometheus.Desc
 }
 
 var bypassMetric = map[string]struct{ name, help string }{
@@ -72,6 +81,7 @@ func NewBypassCollector(src BypassSource) *BypassCollector {
 			"1 while the loaded bridge bypass is attached nowhere because it could not act here (reason: conntrack does not run in the node's network namespace, so every packet would fall back); 0 otherwise.", []string{"reason"}, nil),
 		idle: prometheus.NewDesc(namespace+"_bypass_idle_device",
 			"1 for each pod veth or uplink the bridge bypass does not attach to because it could not act there (reason: no pod address learnt on the veth yet, or the uplink is down).", []string{"device", "reason"}, nil),
+		idleKinds: prometheus.NewDesc(namespace+"_bypass_idle_devices", idleDevicesHelp, []string{"reason"}, nil),
 		up: prometheus.NewDesc(namespace+"_bypass_up",
 			"1 if this scrape read the bridge bypass's counters, 0 if not (the agent logs why).", nil, nil),
 	}
@@ -93,7 +103,7 @@ func (c *BypassCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.fallbacks, c.devices, c.endpoints, c.up, c.managed, c.standby, c.idle} {
+	for _, d := range []*prometheus.Desc{c.fallbacks, c.devices, c.endpoints, c.up, c.managed, c.standby, c.idle, c.idleKinds} {
 		ch <- d
 	}
 }
@@ -108,6 +118,13 @@ func (c *BypassCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for dev, why := range c.src.BypassIdle() {
 		ch <- prometheus.MustNewConstMetric(c.idle, prometheus.GaugeValue, 1, dev, why)
+	}
+	byKind := map[string]int{}
+	for _, kind := range c.src.BypassIdleKinds() {
+		byKind[kind]++
+	}
+	for kind, n := range byKind {
+		ch <- prometheus.MustNewConstMetric(c.idleKinds, prometheus.GaugeValue, float64(n), kind)
 	}
 	ch <- prometheus.MustNewConstMetric(c.devices, prometheus.GaugeValue, float64(devices))
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(endpoints))

@@ -15,21 +15,36 @@ type fakeBypass struct {
 	err      error
 	standby  string
 	idle     map[string]string
+	kinds    map[string]string
 }
 
 func (f fakeBypass) BypassCounters() (map[string]uint64, error) { return f.counters, f.err }
 func (f fakeBypass) BypassState() (int, int)                    { return 3, 6 }
 func (f fakeBypass) BypassStandby() string                      { return f.standby }
 func (f fakeBypass) BypassIdle() map[string]string              { return f.idle }
+func (f fakeBypass) BypassIdleKinds() map[string]string         { return f.kinds }
 
 func TestBypassCollectorIdleDevices(t *testing.T) {
-	col := NewBypassCollector(fakeBypass{counters: map[string]uint64{}, idle: map[string]string{"vethb": "no pod address", "eth1": "uplink down: administratively down"}})
+	col := NewBypassCollector(fakeBypass{counters: map[string]uint64{}, idle: map[string]string{"vethb": "no pod address", "eth1": "uplink down: administratively down", "vethc": "qdisc: tbf 1: root"},
+		kinds: map[string]string{"vethb": "no_endpoint", "eth1": "uplink_down", "vethc": "qdisc"}})
 	want := `# HELP eztunnel_bypass_idle_device 1 for each pod veth or uplink the bridge bypass does not attach to because it could not act there (reason: no pod address learnt on the veth yet, or the uplink is down).
 # TYPE eztunnel_bypass_idle_device gauge
 eztunnel_bypass_idle_device{device="eth1",reason="uplink down: administratively down"} 1
 eztunnel_bypass_idle_device{device="vethb",reason="no pod address"} 1
+eztunnel_bypass_idle_device{device="vethc",reason="qdisc: tbf 1: root"} 1
 `
 	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "eztunnel_bypass_idle_device"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(col, "eztunnel_bypass_idle_devices"); n != 3 {
+		t.Errorf("eztunnel_bypass_idle_devices: %d series, want 3 (one per reason)", n)
+	}
+	if err := testutil.CollectAndCompare(col, strings.NewReader(`# HELP eztunnel_bypass_idle_devices `+idleDevicesHelp+`
+# TYPE eztunnel_bypass_idle_devices gauge
+eztunnel_bypass_idle_devices{reason="no_endpoint"} 1
+eztunnel_bypass_idle_devices{reason="qdisc"} 1
+eztunnel_bypass_idle_devices{reason="uplink_down"} 1
+`), "eztunnel_bypass_idle_devices"); err != nil {
 		t.Error(err)
 	}
 }

@@ -14,7 +14,16 @@ import (
 type PodAddrs struct {
 	Namespace, Name string
 	IPs             []netip.Addr
+	// Bandwidth: the pod's bandwidth annotations
+	// (kubernetes.io/ingress-bandwidth, kubernetes.io/egress-bandwidth) as
+	// "name=value" joined by ", ", or "": the bandwidth CNI plugin shapes
+	// its veth, and the bypass must not skip that.
+	Bandwidth string
 }
+
+// BandwidthAnnotations are the pod annotations the bandwidth CNI plugin
+// shapes a pod's traffic by.
+var BandwidthAnnotations = []string{"kubernetes.io/ingress-bandwidth", "kubernetes.io/egress-bandwidth"}
 
 // Neighbours keeps a kernel-managed neighbour entry (NTF_EXT_MANAGED)
 // on the bridge for each address of this node's pods that the API lists

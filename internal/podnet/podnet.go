@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/rtnl"
@@ -41,6 +42,9 @@ type Port struct {
 	Name      string
 	Bridge    int // the bridge's ifindex
 	BridgeMAC net.HardwareAddr
+	// Control: another owner's qdisc, tc filter or tcx program on it that
+	// the bypass would skip (Controls; filled in by Watch's scans only).
+	Control Control
 }
 
 // Endpoint is an address of a pod: the port its MAC is learnt on.
@@ -56,6 +60,8 @@ type Uplink struct {
 	// Down: why the device cannot carry packets now (administratively
 	// down, or no carrier), or "".
 	Down string
+	// Control: as Port's, receive side only.
+	Control Control
 }
 
 // State is what one scan found.
@@ -219,7 +225,8 @@ func scanUplinks(h *netlink.Handle, links []netlink.Link, bridges map[int]net.Ha
 // coalesce is how long Watch gathers netlink events before it scans.
 const coalesce = 100 * time.Millisecond
 
-// Watch subscribes to link, neighbour (and FDB) and route updates, scans, and
+// Watch subscribes to link, neighbour (and FDB), route, qdisc and tc filter
+// updates, scans (with each device's Controls), and
 // then, on a goroutine of its own until ctx is done, scans again after
 // updates (gathered for 100 ms) and every resync as a backstop. sync gets
 // every successful scan, never concurrently. The first scan's error is
@@ -243,13 +250,19 @@ func scan() (State, error) {
 		return State{}, fmt.Errorf("podnet: netlink: %w", err)
 	}
 	defer h.Close()
-	return Scan(h)
+	st, err := Scan(h)
+	if err != nil {
+		return st, err
+	}
+	addControls(h, &st)
+	return st, nil
 }
 
 type watcher struct {
 	links  chan netlink.LinkUpdate
 	neighs chan netlink.NeighUpdate
 	routes chan netlink.RouteUpdate
+	tc     chan struct{} // qdisc and tc filter changes (RTNLGRP_TC); tcx links raise no event
 	done   chan struct{}
 }
 
@@ -280,6 +293,41 @@ func (w *watcher) subscribe() {
 		slog.Warn("podnet: subscribe to route updates (resyncing periodically)", "err", err)
 		w.routes = nil
 	}
+	w.tc = make(chan struct{}, 1)
+	if err := subscribeTC(w.tc, w.done); err != nil {
+		slog.Warn("podnet: subscribe to qdisc and tc filter updates (resyncing periodically)", "err", err)
+		w.tc = nil
+	}
+}
+
+// subscribeTC signals ch (without blocking) on every qdisc or tc filter
+// change of the calling thread's network namespace until done is closed;
+// ch is closed when the subscription ends.
+func subscribeTC(ch chan struct{}, done <-chan struct{}) error {
+	s, err := nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_TC)
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-done
+		s.Close()
+	}()
+	go func() {
+		defer close(ch)
+		for {
+			msgs, _, err := s.Receive()
+			if err != nil {
+				return
+			}
+			if len(msgs) > 0 {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return nil
 }
 
 func (w *watcher) run(ctx context.Context, resync time.Duration, sync func(State)) {
@@ -319,11 +367,16 @@ func (w *watcher) run(ctx context.Context, resync time.Duration, sync func(State
 				w.routes = nil
 			}
 			event()
+		case _, ok := <-w.tc:
+			if !ok {
+				w.tc = nil
+			}
+			event()
 		case <-soon:
 			soon = nil
 			rescan()
 		case <-tick.C:
-			if w.links == nil || w.neighs == nil || w.routes == nil {
+			if w.links == nil || w.neighs == nil || w.routes == nil || w.tc == nil {
 				w.subscribe() // a subscription ended (for example ENOBUFS)
 			}
 			rescan()

@@ -48,7 +48,8 @@ const (
 	bypassEzBpCounterEZ_BP_C_FB_UNKNOWN_DEVICE  bypassEzBpCounter = 29
 	bypassEzBpCounterEZ_BP_C_FB_ROUTE_MISMATCH  bypassEzBpCounter = 30
 	bypassEzBpCounterEZ_BP_C_FB_MARK            bypassEzBpCounter = 31
-	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 32
+	bypassEzBpCounterEZ_BP_C_FB_SPOOFED         bypassEzBpCounter = 32
+	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 33
 )
 
 type bypassEzBpDevKind uint32

@@ -326,6 +326,7 @@ func (l *lab) setup(t *testing.T) {
 	}
 	brx := l.ifx["br0"]
 	ep("10.244.1.4", l.ifx["vethA"], podAMAC, brx)
+	ep("fd00:244:1::4", l.ifx["vethA"], podAMAC, brx)
 	ep("10.244.1.5", l.ifx["vethB"], podBMAC, brx)
 	ep("fd00:244:1::5", l.ifx["vethB"], podBMAC, brx)
 	ep("10.244.1.6", l.ifx["vethC"], podCMAC, brx) // no neighbour entry on br0
@@ -808,6 +809,24 @@ func TestProgBypassLocal(t *testing.T) {
 		{name: "source NAT", pkt: l2(tcpAB(64, tACK, 0)), ct: []ctEntry{nat}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_NAT)},
 		{name: "helper status bit", pkt: l2(tcpAB(64, tACK, 0)), ct: []ctEntry{helper}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_HELPER)},
 		{name: "ftp helper attached", pkt: l2(tcpAB(64, tACK, 0)), ct: []ctEntry{ftp}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_HELPER)},
+
+		// Anti-spoofing: packets of admitted flows that vethA's pod forges
+		// take the kernel path (bridge, rp_filter), without refreshing
+		// the entry.
+		{name: "source of another node's pod", pkt: l2(ip4("10.244.2.9", B, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 10))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "10.244.2.9", B, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "source of a pod on another veth", pkt: l2(ip4("10.244.1.6", B, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 10))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "10.244.1.6", B, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "source of a pod on another veth, with its MAC", pkt: ether(podBMAC, podCMAC, 0x0800, ip4("10.244.1.6", B, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 10))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "10.244.1.6", B, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "own address, another pod's MAC", pkt: ether(podBMAC, podCMAC, 0x0800, tcpAB(64, tACK, 10)), ct: []ctEntry{ctAB},
+			ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "routed, source no pod's", pkt: l3(ip4("10.99.0.9", B, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 10))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "10.99.0.9", B, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "ipv6 source of another node's pod", pkt: l2v6(ip6("fd00:244:2::9", B6, 64, unix.IPPROTO_TCP, tcp(40000, 8080, tACK, 10))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "fd00:244:2::9", B6, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "ipv6 source of a pod on another veth", pkt: l2v6(ip6(B6, B6, 64, unix.IPPROTO_TCP, tcp(40000, 8080, tACK, 10))), ctx: skbCtx{Ifindex: uint32(l.ifx["vethC"])},
+			ct: []ctEntry{est(unix.IPPROTO_TCP, B6, B6, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
 	}
 	l.runCases(t, l.objs.EzBypass, "vethA", cases)
 }
@@ -883,6 +902,17 @@ func TestProgBypassRemote(t *testing.T) {
 		{name: "no conntrack entry", pkt: pkt(R, 64, tACK, 0), ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK)},
 		{name: "not admitted", pkt: pkt(R, 64, tACK, 0), ct: []ctEntry{est(unix.IPPROTO_TCP, A, R, 40000, 8080, 0)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_NOT_ADMITTED)},
 		{name: "tcp syn", pkt: pkt(R, 64, tSYN, 0), ct: ct(R), ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_TCP_CONTROL)},
+		// Anti-spoofing: vethA's pod forges another pod's address (and MAC).
+		{name: "source of another pod", pkt: ether(brMAC, podAMAC, 0x0800, ip4("10.244.1.5", R, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 0))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "10.244.1.5", R, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "source of another pod, with its MAC", pkt: ether(brMAC, podBMAC, 0x0800, ip4("10.244.1.5", R, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 0))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "10.244.1.5", R, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "source no pod's", pkt: ether(brMAC, podAMAC, 0x0800, ip4("203.0.113.7", R, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 0))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "203.0.113.7", R, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "own address, another MAC", pkt: ether(brMAC, podCMAC, 0x0800, ip4(A, R, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 0))),
+			ct: ct(R), ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "ipv6 source of another pod", pkt: ether(brMAC, podAMAC, 0x86dd, ip6("fd00:244:1::5", R6, 64, unix.IPPROTO_TCP, tcp(40000, 8080, tACK, 0))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "fd00:244:1::5", R6, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
 	}
 	l.runCases(t, l.objs.EzBypass, "vethA", cases)
 }
@@ -938,6 +968,21 @@ func TestProgBypassIn(t *testing.T) {
 		{name: "no conntrack entry", pkt: pkt(up0MAC, B, 64, 0), ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK)},
 		{name: "not admitted", pkt: pkt(up0MAC, B, 64, 0), ct: []ctEntry{est(unix.IPPROTO_TCP, S, B, 50000, 8080, 0)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_NOT_ADMITTED)},
 		{name: "source NAT", pkt: pkt(up0MAC, B, 64, 0), ct: []ctEntry{nat}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_NAT)},
+
+		// Anti-spoofing, as strict rp_filter: the source must route back
+		// out the uplink and be no local pod.
+		{name: "source a local pod", pkt: ether(up0MAC, gwMAC, 0x0800, ip4("10.244.1.4", B, 64, unix.IPPROTO_TCP, 0, nil, tcp(50000, 8080, tACK, 0))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "10.244.1.4", B, 50000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "source routed by another device", pkt: ether(up0MAC, gwMAC, 0x0800, ip4("10.99.0.9", B, 64, unix.IPPROTO_TCP, 0, nil, tcp(50000, 8080, tACK, 0))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "10.99.0.9", B, 50000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "source without route", pkt: ether(up0MAC, gwMAC, 0x0800, ip4("203.0.113.7", B, 64, unix.IPPROTO_TCP, 0, nil, tcp(50000, 8080, tACK, 0))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "203.0.113.7", B, 50000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "source in a blackhole route", pkt: ether(up0MAC, gwMAC, 0x0800, ip4("10.244.9.7", B, 64, unix.IPPROTO_TCP, 0, nil, tcp(50000, 8080, tACK, 0))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "10.244.9.7", B, 50000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "ipv6 source a local pod", pkt: ether(up0MAC, gwMAC, 0x86dd, ip6("fd00:244:1::4", B6, 64, unix.IPPROTO_TCP, tcp(50000, 8080, tACK, 0))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "fd00:244:1::4", B6, 50000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+		{name: "ipv6 source without route", pkt: ether(up0MAC, gwMAC, 0x86dd, ip6("2001:db8::7", B6, 64, unix.IPPROTO_TCP, tcp(50000, 8080, tACK, 0))),
+			ct: []ctEntry{est(unix.IPPROTO_TCP, "2001:db8::7", B6, 50000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
 	}
 	l.runCases(t, l.objs.EzBypassIn, "up0", cases)
 
