@@ -199,7 +199,7 @@ struct ez_conn_record {
 	__u32 tcp_state;	/* the socket's TCP state (BPF_TCP_*) */
 	__s64 rx_unread;	/* bytes redirected to this socket it has not read */
 	__u32 rx_bound;		/* the bound on rx_unread */
-	__u32 switched;		/* the connection switched to the kernel path (backpressure) */
+	__u32 switched;		/* the connection switched to the kernel path (backpressure, half-close) */
 };
 
 /*
