@@ -11,9 +11,10 @@ package workload
 //
 // Wire protocol: the server greets with "hc\n" (so the client writes after
 // the server's ESTABLISHED: the connection pairs), the client sends
-// "<mode> <up> <down> <delay-ms>\n", then
-//   - mode c (the client half-closes): the client sends up bytes and shuts
-//     down writing; the server reads them to EOF, waits delay-ms, answers
+// "<mode> <up> <down> <delay-ms> <banner>\n", then
+//   - mode c (the client half-closes): the server sends <banner> bytes, the
+//     client sends up bytes and shuts down writing, then reads the banner;
+//     the server reads the client's bytes to EOF, waits delay-ms, answers
 //     "n=<bytes> sha=<sha256>\n" and down bytes, and closes;
 //   - mode s (the server half-closes first): the server sends down bytes and
 //     shuts down writing, then reads the client's answer to EOF; the client
@@ -42,13 +43,19 @@ type HalfCloseOptions struct {
 	Up, Down   int           // bytes client -> server and server -> client per exchange
 	Delay      time.Duration // the answering side waits this long before answering ...
 	DelayEvery int           // ... in every DelayEvery-th exchange (0: never)
+	// Banner bytes the server sends after its greeting in mode c, which the
+	// client reads only after its shutdown: its half-close then finds bytes
+	// sent to it unread.
+	Banner int
 }
 
 // HalfCloseReport is what the client observed.
 type HalfCloseReport struct {
 	Exchanges int `json:"exchanges"`
-	// SpuriousEAGAIN counts EAGAINs the client's blocking reads returned.
+	// SpuriousEAGAIN counts EAGAINs the client's blocking reads returned;
+	// MaxEAGAIN is the most one exchange saw.
 	SpuriousEAGAIN int `json:"spurious_eagain"`
+	MaxEAGAIN      int `json:"max_eagain_per_exchange"`
 	// Observations counts exchanges by everything they observed (no timings).
 	Observations map[string]int `json:"observations"`
 }
@@ -80,8 +87,9 @@ func RunHalfClose(o HalfCloseOptions) (*HalfCloseReport, error) {
 		if err != nil {
 			return rep, fmt.Errorf("exchange %d: %w", i, err)
 		}
-		obs, err := halfCloseExchange(c, o.Mode, up, down, delay)
+		obs, err := halfCloseExchange(c, o.Mode, up, down, delay, o.Banner)
 		rep.SpuriousEAGAIN += c.spurious
+		rep.MaxEAGAIN = max(rep.MaxEAGAIN, c.spurious)
 		c.close()
 		if err != nil {
 			return rep, fmt.Errorf("exchange %d: %w", i, err)
@@ -130,8 +138,8 @@ func dialRaw(addr string) (*pconn, error) {
 
 // halfCloseExchange runs the client's side of one exchange and returns its
 // observation.
-func halfCloseExchange(c *pconn, mode string, up, down []byte, delay time.Duration) (string, error) {
-	if err := c.writeAll(fmt.Appendf(nil, "%s %d %d %d\n", mode, len(up), len(down), delay.Milliseconds())); err != nil {
+func halfCloseExchange(c *pconn, mode string, up, down []byte, delay time.Duration, banner int) (string, error) {
+	if err := c.writeAll(fmt.Appendf(nil, "%s %d %d %d %d\n", mode, len(up), len(down), delay.Milliseconds(), banner)); err != nil {
 		return "", err
 	}
 	var f []string
@@ -143,6 +151,11 @@ func halfCloseExchange(c *pconn, mode string, up, down []byte, delay time.Durati
 		add("shutdown_wr", result(0, unix.Shutdown(c.fd, unix.SHUT_WR)))
 		n, err := c.send([]byte("x"), 0)
 		add("write_after_shut", result(n, err))
+		if banner > 0 {
+			b, err := c.readFull(banner)
+			add("banner", result(len(b), err))
+			add("banner_ok", string(b) == string(pattern(banner, halfCloseSeed+2)))
+		}
 		line, err := c.readLine()
 		if err != nil {
 			add("server_line", errName(err))
@@ -210,14 +223,17 @@ func serveHalfClose(c *pconn) error {
 		return fmt.Errorf("header: %w", err)
 	}
 	var mode string
-	var up, down, delayMs int
-	if _, err := fmt.Sscanf(line, "%s %d %d %d", &mode, &up, &down, &delayMs); err != nil {
+	var up, down, delayMs, banner int
+	if _, err := fmt.Sscanf(line, "%s %d %d %d %d", &mode, &up, &down, &delayMs, &banner); err != nil {
 		return fmt.Errorf("header %q: %w", line, err)
 	}
 	delay := time.Duration(delayMs) * time.Millisecond
 	h := sha256.New()
 	switch mode {
 	case "c":
+		if err := c.writeAll(pattern(banner, halfCloseSeed+2)); err != nil {
+			return err
+		}
 		n, err := c.readToEOF(func(b []byte) { h.Write(b) })
 		if err != nil {
 			return fmt.Errorf("read the request: %s after %d bytes", errName(err), n)
@@ -234,6 +250,12 @@ func serveHalfClose(c *pconn) error {
 		if err := unix.Shutdown(c.fd, unix.SHUT_WR); err != nil {
 			return fmt.Errorf("shutdown: %s", errName(err))
 		}
+		before := c.spurious
+		defer func() {
+			if n := c.spurious - before; n > 0 {
+				fmt.Fprintf(os.Stderr, "halfclose-server: #%d: %d of the spurious EAGAINs after its own shutdown(SHUT_WR)\n", c.id, n)
+			}
+		}()
 		line, err := c.readLine()
 		if err != nil {
 			return fmt.Errorf("read the answer line: %s", errName(err))

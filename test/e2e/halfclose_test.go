@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -31,6 +32,12 @@ type halfCloseCase struct {
 	// in recv(). A think time, not a timing assertion.
 	delay      time.Duration
 	delayEvery int
+	// banner bytes the server sends first, which the client reads only
+	// after its shutdown: the documented residual (docs/architecture.md,
+	// "Half-close leaves the shortcut", (a)). The end cannot leave at its
+	// shutdown; a blocking read that drained them and waits when the ACK of
+	// the FIN comes alone may still return EAGAIN, once per connection.
+	banner int
 }
 
 var halfCloseCases = []halfCloseCase{
@@ -44,6 +51,7 @@ var halfCloseCases = []halfCloseCase{
 	{name: "pods/server_half_closes_after_stream", mode: "s", n: 4, up: 500, down: 4 << 20, delay: 60 * time.Millisecond, delayEvery: 1},
 	{name: "loopback/client_half_closes_after_stream", loopback: true, mode: "c", n: 4, up: 4 << 20, down: 2000, delay: 60 * time.Millisecond, delayEvery: 1},
 	{name: "loopback/server_half_closes_after_stream", loopback: true, mode: "s", n: 4, up: 500, down: 4 << 20, delay: 60 * time.Millisecond, delayEvery: 1},
+	{name: "pods/client_half_closes_with_unread_banner", mode: "c", n: 200, up: 500, down: 2000, delay: 60 * time.Millisecond, delayEvery: 10, banner: 1000},
 }
 
 // halfCloseServe starts `workload halfclose-server` in p; its stderr reports
@@ -53,6 +61,7 @@ func halfCloseServe(t *testing.T, p *netlab.Pod) *logbuf.Buffer {
 	ready := filepath.Join(t.TempDir(), "ready")
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := p.Cmd(ctx, labBin, "workload", "halfclose-server", "--addr", ":"+strconv.Itoa(halfClosePort), "--ready-file", ready)
+	cmd.Env = noPreemptSignals()
 	stderr := &logbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := p.Start(cmd); err != nil {
@@ -62,6 +71,15 @@ func halfCloseServe(t *testing.T, p *netlab.Pod) *logbuf.Buffer {
 	t.Cleanup(func() { cancel(); cmd.Wait() })
 	waitFile(t, ready, stderr.String)
 	return stderr
+}
+
+// noPreemptSignals is the environment of the Go programs whose blocking reads
+// are counted: without async preemption the runtime sends its threads no
+// SIGURG, which would wake a read into EAGAIN too (a signal, the other
+// wake-up of docs/architecture.md), so every EAGAIN counted here is the
+// half-close's.
+func noPreemptSignals() []string {
+	return append(os.Environ(), "GODEBUG=asyncpreemptoff=1")
 }
 
 // TestHalfClose runs blocking half-close exchanges (write, shutdown(SHUT_WR),
@@ -90,7 +108,8 @@ func TestHalfClose(t *testing.T) {
 		defer cancel()
 		cmd := a.Cmd(ctx, labBin, "workload", "halfclose", "--addr", addr(c), "--mode", c.mode,
 			"--exchanges", strconv.Itoa(c.n), "--up", strconv.Itoa(c.up), "--down", strconv.Itoa(c.down),
-			"--delay", c.delay.String(), "--delay-every", strconv.Itoa(c.delayEvery))
+			"--delay", c.delay.String(), "--delay-every", strconv.Itoa(c.delayEvery), "--banner", strconv.Itoa(c.banner))
+		cmd.Env = noPreemptSignals()
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := a.Run(cmd)
@@ -139,7 +158,9 @@ func TestHalfClose(t *testing.T) {
 				t.Logf("accelerated: spurious_eagain=%d observations=%v", rep.SpuriousEAGAIN, rep.Observations)
 				t.Logf("counters: pairs=%d fallback_half_close=%d fallback_backpressure=%d sockets_released=%d bytes_redirected=%d",
 					d["pairs"], d["fallback_half_close"], d["fallback_backpressure"], d["sockets_released"], d["bytes_redirected"])
-				if rep.SpuriousEAGAIN != 0 {
+				if c.banner > 0 && rep.MaxEAGAIN <= 1 {
+					t.Logf("KNOWN RESIDUAL (half-close with bytes sent to it unread, docs/architecture.md): %d EAGAIN in %d exchanges, at most 1 per exchange", rep.SpuriousEAGAIN, c.n)
+				} else if rep.SpuriousEAGAIN != 0 {
 					t.Errorf("the client's blocking reads returned EAGAIN %d times in %d exchanges (plain TCP: 0)", rep.SpuriousEAGAIN, c.n)
 				}
 				if want := plain[c.name]; !reflect.DeepEqual(rep.Observations, want.Observations) {

@@ -62,6 +62,7 @@ func workloadHalfCloseCmd() *cobra.Command {
 	f.IntVar(&o.Down, "down", 2000, "bytes server -> client per exchange")
 	f.DurationVar(&o.Delay, "delay", 0, "the answering side waits this long before answering ...")
 	f.IntVar(&o.DelayEvery, "delay-every", 0, "... in every n-th exchange (0: never)")
+	f.IntVar(&o.Banner, "banner", 0, "mode c: bytes the server sends first, read by the client only after its shutdown")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
 	return cmd
 }
