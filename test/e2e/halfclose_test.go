@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
@@ -101,8 +103,8 @@ func TestHalfClose(t *testing.T) {
 		return hostport(b.IPv4, halfClosePort)
 	}
 	seen := map[*logbuf.Buffer]int{}
-	var checkServers func(t *testing.T)
-	run := func(t *testing.T, c halfCloseCase) workload.HalfCloseReport {
+	var checkServers func(t *testing.T, residual bool)
+	run := func(t *testing.T, c halfCloseCase, residual bool) workload.HalfCloseReport {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -121,16 +123,30 @@ func TestHalfClose(t *testing.T) {
 		// s): let it finish before reading its reports; a late one is
 		// still caught by the next case, or at the end.
 		time.Sleep(300 * time.Millisecond)
-		checkServers(t)
+		checkServers(t, residual)
 		return rep
 	}
-	checkServers = func(t *testing.T) {
+	// residual: a server's single EAGAIN after its own shutdown is the
+	// documented residual (logged); anything else it reports fails.
+	checkServers = func(t *testing.T, residual bool) {
 		t.Helper()
 		for _, srv := range []*logbuf.Buffer{srvA, srvB} {
-			if s := srv.String()[seen[srv]:]; s != "" {
-				t.Errorf("the server reported (EAGAIN on its blocking reads, or a failed exchange):\n%s", s)
-				seen[srv] += len(s)
+			s := srv.String()[seen[srv]:]
+			if s == "" {
+				continue
 			}
+			seen[srv] += len(s)
+			known := residual
+			for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+				if !strings.HasSuffix(l, ": 1 spurious EAGAIN on a blocking socket") && !strings.HasSuffix(l, ": 1 of the spurious EAGAINs after its own shutdown(SHUT_WR)") {
+					known = false
+				}
+			}
+			if known {
+				t.Logf("KNOWN RESIDUAL (the gauge: an end that received anything stays; docs/architecture.md): the server reported:\n%s", s)
+				continue
+			}
+			t.Errorf("the server reported (EAGAIN on its blocking reads, or a failed exchange):\n%s", s)
 		}
 	}
 
@@ -138,7 +154,7 @@ func TestHalfClose(t *testing.T) {
 	t.Run("plain", func(t *testing.T) {
 		for _, c := range halfCloseCases {
 			t.Run(c.name, func(t *testing.T) {
-				rep := run(t, c)
+				rep := run(t, c, false)
 				t.Logf("plain: %+v", rep)
 				if rep.SpuriousEAGAIN != 0 || len(rep.Observations) != 1 {
 					t.Errorf("plain TCP: want no EAGAIN and one observation for all exchanges: %+v", rep)
@@ -149,17 +165,24 @@ func TestHalfClose(t *testing.T) {
 	})
 
 	e.accelerate()
+	// Without a read counter (the gauge: Linux 6.1 with fexit refused) an
+	// end that received anything never proves it read it, so it cannot
+	// leave at its half-close: the residual then applies to every case.
+	read, _ := e.dp.Parts().Get(parts.ReadAccounting)
+	gauged := strings.HasPrefix(read.Via, "gauge")
+	t.Logf("reads: %+v (gauged %v)", read, gauged)
 	t.Run("accelerated", func(t *testing.T) {
 		for _, c := range halfCloseCases {
 			t.Run(c.name, func(t *testing.T) {
+				residual := c.banner > 0 || gauged
 				before := e.counters()
-				rep := run(t, c)
+				rep := run(t, c, gauged)
 				d := delta(before, e.counters())
 				t.Logf("accelerated: spurious_eagain=%d observations=%v", rep.SpuriousEAGAIN, rep.Observations)
 				t.Logf("counters: pairs=%d fallback_half_close=%d fallback_backpressure=%d sockets_released=%d bytes_redirected=%d",
 					d["pairs"], d["fallback_half_close"], d["fallback_backpressure"], d["sockets_released"], d["bytes_redirected"])
-				if c.banner > 0 && rep.MaxEAGAIN <= 1 {
-					t.Logf("KNOWN RESIDUAL (half-close with bytes sent to it unread, docs/architecture.md): %d EAGAIN in %d exchanges, at most 1 per exchange", rep.SpuriousEAGAIN, c.n)
+				if residual && rep.MaxEAGAIN <= 1 {
+					t.Logf("KNOWN RESIDUAL (half-close with bytes sent to it unread, or the gauge; docs/architecture.md): %d EAGAIN in %d exchanges, at most 1 per exchange", rep.SpuriousEAGAIN, c.n)
 				} else if rep.SpuriousEAGAIN != 0 {
 					t.Errorf("the client's blocking reads returned EAGAIN %d times in %d exchanges (plain TCP: 0)", rep.SpuriousEAGAIN, c.n)
 				}
@@ -177,5 +200,5 @@ func TestHalfClose(t *testing.T) {
 		}
 	})
 	time.Sleep(time.Second)
-	checkServers(t)
+	checkServers(t, gauged)
 }
