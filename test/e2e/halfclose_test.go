@@ -106,9 +106,9 @@ func TestHalfClose(t *testing.T) {
 	var checkServers func(t *testing.T, residual bool)
 	run := func(t *testing.T, c halfCloseCase, residual bool) workload.HalfCloseReport {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), scaled(2*time.Minute))
 		defer cancel()
-		cmd := a.Cmd(ctx, labBin, "workload", "halfclose", "--addr", addr(c), "--mode", c.mode,
+		cmd := a.Cmd(ctx, labBin, "workload", "halfclose", "--timeout", scaled(2*time.Minute).String(), "--addr", addr(c), "--mode", c.mode,
 			"--exchanges", strconv.Itoa(c.n), "--up", strconv.Itoa(c.up), "--down", strconv.Itoa(c.down),
 			"--delay", c.delay.String(), "--delay-every", strconv.Itoa(c.delayEvery), "--banner", strconv.Itoa(c.banner))
 		cmd.Env = noPreemptSignals()
