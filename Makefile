@@ -112,7 +112,7 @@ kernel-bp:
 # programs' reads under signals, the streams, and bench quick with its 1 GiB
 # transfer. Left out: two programs whose fixed 20 s deadline TCG's pace
 # misses on plain TCP already (python-settimeout, curl).
-KBP_RUN := TestKernelBackpressure|TestBackpressure|TestSemantics|TestEagainPrograms|TestStreamsByteExact|TestCloseResetAgent
+KBP_RUN := TestKernelBackpressure|TestBackpressure|TestSemantics|TestHalfClose|TestEagainPrograms|TestStreamsByteExact|TestCloseResetAgent
 KBP_SKIP := TestEagainPrograms/(plain|accelerated)/(python-settimeout|curl)/
 test-kernel-bp: $(GENERATED)
 	@if [ "$$(id -u)" != 0 ]; then echo "make test-kernel-bp needs root: sudo make test-kernel-bp" >&2; exit 1; fi

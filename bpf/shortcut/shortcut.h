@@ -199,7 +199,7 @@ struct ez_conn_record {
 	__u32 tcp_state;	/* the socket's TCP state (BPF_TCP_*) */
 	__s64 rx_unread;	/* bytes redirected to this socket it has not read */
 	__u32 rx_bound;		/* the bound on rx_unread */
-	__u32 switched;		/* the connection switched to the kernel path (backpressure) */
+	__u32 switched;		/* the connection switched to the kernel path (backpressure, half-close) */
 };
 
 /*
@@ -322,6 +322,7 @@ enum ez_counter {
 	EZ_C_FB_BACKPRESSURE,		/* a receiver fell a bound behind: the connection switched to the kernel path */
 	EZ_C_DELETE_FAILED,		/* a pairing or unread record could not be deleted (left behind) */
 	EZ_C_GAUGE_UNKNOWN,		/* gauge mode: the receiver's socket was not found at a send (closed: switched as peer_gone) */
+	EZ_C_FB_HALF_CLOSE,		/* an end's own shutdown(SHUT_WR): the connection switched to the kernel path (sockops.h on_half_close) */
 	EZ_C_MAX,
 };
 

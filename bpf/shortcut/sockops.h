@@ -301,6 +301,64 @@ static __always_inline __u32 settle_client(struct ez_sock *es)
 	return EZ_SOCK_KERNEL;
 }
 
+#define EZ_RCV_SHUTDOWN 1 /* include/net/sock.h */
+
+/*
+ * This end's own shutdown(SHUT_WR): tcp_shutdown -> tcp_close_state ->
+ * tcp_set_state(FIN_WAIT1) runs STATE_CB synchronously inside shutdown(),
+ * under the socket lock, before the FIN is sent and before the application's
+ * next recv(). Kernel quirk behind it (stock 6.1 to 6.18): the ACK of that
+ * FIN reaches tcp_rcv_state_process, case TCP_FIN_WAIT1: tcp_set_state
+ * (FIN_WAIT2), then sk->sk_state_change (sock_def_wakeup,
+ * wake_up_interruptible_all on sk_wq) "to wake up lingering close()". A
+ * reader blocked in tcp_bpf_recvmsg sleeps on that queue (tcp_msg_wait_data
+ * -> sk_wait_event -> wait_woken); woken with neither psock nor receive
+ * queue holding data, tcp_msg_wait_data returns 0 and tcp_bpf_recvmsg
+ * answers -EAGAIN on a blocking socket, where tcp_recvmsg's loop sleeps
+ * again. The peer delays that ACK (tcp_fin enters pingpong mode) and sends
+ * its replies through the redirect, not TCP, so the ACK comes alone ~40 ms
+ * later (the delayed-ACK timer) whenever the peer takes that long to reply
+ * and close: a blocking half-close client reads EAGAIN.
+ * So the connection switches to the kernel path for good (as backpressure
+ * does: unread.h), and this end leaves the sockhash now when nothing
+ * redirected to it is unread (may_leave): deleting drops the psock
+ * (sk_psock_drop restores tcp_prot), so its next recv() is tcp_recvmsg,
+ * which sleeps on through a wake-up without data. Otherwise it leaves at
+ * its next segment once it read them (on_segment), or at the agent's pass.
+ * close() runs the same transition after sock_map_close dropped the psock,
+ * with sk_shutdown = SHUTDOWN_MASK (__tcp_close); so does shutdown(SHUT_RDWR):
+ * with RCV_SHUTDOWN set no read ever waits (tcp_msg_wait_data returns 1),
+ * nothing to do, and close()'s RST-on-unread logic (closereset.h) is left as
+ * it was.
+ */
+static __always_inline void on_half_close(struct ez_sock *es, struct bpf_sock *sk)
+{
+	struct ez_unread *u;
+	struct tcp_sock *tp;
+	__u64 key;
+
+	if (es->state != EZ_SOCK_PAIRED)
+		return;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return;
+	if (BPF_CORE_READ_BITFIELD_PROBED((struct sock *)tp, sk_shutdown) & EZ_RCV_SHUTDOWN)
+		return;
+	key = unread_key(es);
+	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
+	if (!u)
+		return;
+	/* Full barrier, then may_leave reads unread[]: a sender that saw
+	 * switched == 0 has its bytes counted (skmsg.h). */
+	if (__sync_val_compare_and_swap(&u->switched, 0, 1) == 0)
+		count(EZ_C_FB_HALF_CLOSE);
+	if (!may_leave(u, es, (struct sock *)tp))
+		return;
+	if (!bpf_map_delete_elem(&ez_sc_sockets, &es->self_cookie))
+		count(EZ_C_SOCKETS_RELEASED);
+	es->state = EZ_SOCK_LEFT;
+}
+
 /*
  * A socket's TCP state changed. A waiting client settles (and cleans up
  * what the server cannot); an end of a paired connection drops its
@@ -324,6 +382,8 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 		if (p && p->client_cookie == es->self_cookie && p->state != EZ_PAIR_AMBIGUOUS)
 			delete_record(&ez_sc_pairs, &es->key);
 	}
+	if (es && skops->args[0] == BPF_TCP_ESTABLISHED && skops->args[1] == BPF_TCP_FIN_WAIT1)
+		on_half_close(es, sk);
 	if (es && (es->flags & EZ_F_UNREAD_REF)) {
 		if (skops->args[1] != BPF_TCP_CLOSE)
 			return; /* keep the callback until the end */

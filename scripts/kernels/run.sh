@@ -46,7 +46,8 @@ STEPS=${STEPS:-"preflight e2e rtt extra"}
 # The VM set: the parts table (preflight), a connection accelerated
 # byte-exact with counters moving and uninstall leaving nothing
 # (TestAgentLifecycle, TestParts), EOF and RST on close against plain TCP
-# (TestSemantics), the stuck-receiver bound counted and gauged
+# (TestSemantics), blocking half-close exchanges without EAGAIN (TestHalfClose),
+# the stuck-receiver bound counted and gauged
 # (TestBackpressureStuckReader), a Service through the LB (TestServices), the
 # bypass where the kernel has it (TestBypassSameNode), the RST on close as
 # the agent runs it (TestCloseResetAgent), NodePort (TestServicesNodePort),
@@ -55,7 +56,7 @@ STEPS=${STEPS:-"preflight e2e rtt extra"}
 # (TestNATHookScope, TestNATHookChange). Not
 # TestUninstallUnderTraffic: its readers drain up to 1 GiB of redirected bytes
 # (--max-unread 1 GiB) within a 60 s drain, which TCG's pace cannot.
-E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestReadCounterChange|TestReadHookScope|TestSemantics|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestCloseResetAgent|TestServicesNodePort|TestDNAT$|TestNATHookScope|TestNATHookChange'}
+E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestReadCounterChange|TestReadHookScope|TestSemantics|TestHalfClose|TestBackpressureStuckReader|TestServices$|TestBypassSameNode|TestCloseResetAgent|TestServicesNodePort|TestDNAT$|TestNATHookScope|TestNATHookChange'}
 # Subtests that take minutes under TCG are left out (-test.skip), each
 # proven natively by make test: of TestServices the set keeps ClusterIP TCP
 # and UDP, no backends, pairing through the LB and the destruction of a

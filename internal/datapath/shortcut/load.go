@@ -496,16 +496,21 @@ func (s *Shortcut) Close() error {
 }
 
 // ReleaseSwitched runs ez_sc_release_switched over the sockhash once: ends of
-// connections that switched to the kernel path (backpressure) leave the
-// sockhash once nothing redirected to them is unread. sockops does this at
-// the socket's next segment; this is the backstop for sockets that see none.
-// busy says whether there was anything to do: a new switch, or switched
-// ends still waiting for their reader.
+// connections that switched to the kernel path (backpressure, half-close)
+// leave the sockhash once nothing redirected to them is unread. sockops does
+// this at the socket's next segment; this is the backstop for sockets that
+// see none. busy says whether there was anything to do: a new switch, or
+// switched ends still waiting for their reader.
 func (s *Shortcut) ReleaseSwitched() (busy bool, err error) {
 	switches, err := readCounter(s.objs.EzScCounters, shortcutEzCounterEZ_C_FB_BACKPRESSURE)
 	if err != nil {
 		return false, err
 	}
+	halfCloses, err := readCounter(s.objs.EzScCounters, shortcutEzCounterEZ_C_FB_HALF_CLOSE)
+	if err != nil {
+		return false, err
+	}
+	switches += halfCloses
 	if switches == s.switchesSeen && s.waiting == 0 {
 		return false, nil
 	}

@@ -180,7 +180,8 @@ const (
 	shortcutEzCounterEZ_C_FB_BACKPRESSURE  shortcutEzCounter = 17
 	shortcutEzCounterEZ_C_DELETE_FAILED    shortcutEzCounter = 18
 	shortcutEzCounterEZ_C_GAUGE_UNKNOWN    shortcutEzCounter = 19
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 20
+	shortcutEzCounterEZ_C_FB_HALF_CLOSE    shortcutEzCounter = 20
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 21
 )
 
 type shortcutEzPair struct {
