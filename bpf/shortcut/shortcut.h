@@ -45,6 +45,11 @@ struct ez_sock_ends {
  * has learnt the outcome. Created when a managed listener sees the SYN;
  * removed when the server finds no managed client, when the client reads the
  * outcome (its first sendmsg), or when the client closes.
+ *
+ * The key names the record; the handshake proves it: client_isn and
+ * server_isn are the handshake's initial sequence numbers as the listener's
+ * SYN-ACK carries them, and a socket may claim or complete the record only
+ * when its own ISNs are these (sockops.h). An address alone pairs nothing.
  */
 struct ez_pair {
 	__u64 created_ns;	/* bpf_ktime_get_ns() when the listener saw the SYN */
@@ -54,8 +59,18 @@ struct ez_pair {
 	__u32 state;		/* enum ez_pair_state */
 	__u32 has_alias;
 	__u32 client_rx_bound;	/* the client's bound on unread bytes (struct ez_unread), set when it claims */
+	__u32 client_isn;	/* the client's initial sequence number (the SYN-ACK's ack - 1), when isn_known */
+	__u32 server_isn;	/* the listener's initial sequence number (the SYN-ACK's seq) */
+	__u32 isn_known;	/* 1: proven by the listener's SYN-ACK (in scope, ISNs set) */
+	__u32 unproven;		/* sockets refused for other ISNs: EZ_PAIR_MAX_UNPROVEN make it AMBIGUOUS */
 	__u32 _pad;
 };
+
+/*
+ * Claims of a record by sockets with other ISNs before it stops pairing: a
+ * guess of both ISNs (64 bits) gets this many tries per handshake.
+ */
+#define EZ_PAIR_MAX_UNPROVEN 4
 
 /*
  * Finds a listener's record from its SYN-ACK, where the program sees only the
@@ -80,6 +95,10 @@ struct ez_syn_index {
 struct ez_alias {
 	__u64 created_ns;
 	struct ez_conn_key target;
+	__u32 client_isn;	/* the handshake's ISNs, when isn_known */
+	__u32 server_isn;
+	__u32 isn_known;	/* learnt from the SYN-ACK (egress.h); 0: conntrack's, the record decides */
+	__u32 _pad;
 };
 
 enum ez_pair_state {
@@ -306,7 +325,7 @@ enum ez_counter {
 	EZ_C_PAIRS,			/* connections with both directions redirected */
 	EZ_C_MSGS_REDIRECTED,
 	EZ_C_BYTES_REDIRECTED,
-	EZ_C_HANDSHAKES,		/* SYNs registered by managed listeners */
+	EZ_C_HANDSHAKES,		/* SYNs registered by listeners in scope, proven by their SYN-ACK */
 	EZ_C_FB_NO_LOCAL_PEER,		/* peer off-node or outside the managed cgroups */
 	EZ_C_FB_AMBIGUOUS,		/* two candidates for one key */
 	EZ_C_FB_MAP_FULL,
@@ -322,6 +341,7 @@ enum ez_counter {
 	EZ_C_FB_BACKPRESSURE,		/* a receiver fell a bound behind: the connection switched to the kernel path */
 	EZ_C_DELETE_FAILED,		/* a pairing or unread record could not be deleted (left behind) */
 	EZ_C_GAUGE_UNKNOWN,		/* gauge mode: the receiver's socket was not found at a send (closed: switched as peer_gone) */
+	EZ_C_FB_UNPROVEN,		/* a record for this tuple holds another handshake's ISNs: not this socket's */
 	EZ_C_MAX,
 };
 

@@ -35,6 +35,10 @@ type unitsEzAlias struct {
 	_         structs.HostLayout
 	CreatedNs uint64
 	Target    unitsEzConnKey
+	ClientIsn uint32
+	ServerIsn uint32
+	IsnKnown  uint32
+	Pad       uint32
 }
 
 type unitsEzCfgFlag uint32
@@ -100,6 +104,10 @@ type unitsEzPair struct {
 	State         uint32
 	HasAlias      uint32
 	ClientRxBound uint32
+	ClientIsn     uint32
+	ServerIsn     uint32
+	IsnKnown      uint32
+	Unproven      uint32
 	Pad           uint32
 }
 

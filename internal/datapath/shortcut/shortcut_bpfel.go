@@ -90,6 +90,10 @@ type shortcutEzAlias struct {
 	_         structs.HostLayout
 	CreatedNs uint64
 	Target    shortcutEzConnKey
+	ClientIsn uint32
+	ServerIsn uint32
+	IsnKnown  uint32
+	Pad       uint32
 }
 
 type shortcutEzCfgFlag uint32
@@ -180,7 +184,8 @@ const (
 	shortcutEzCounterEZ_C_FB_BACKPRESSURE  shortcutEzCounter = 17
 	shortcutEzCounterEZ_C_DELETE_FAILED    shortcutEzCounter = 18
 	shortcutEzCounterEZ_C_GAUGE_UNKNOWN    shortcutEzCounter = 19
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 20
+	shortcutEzCounterEZ_C_FB_UNPROVEN      shortcutEzCounter = 20
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 21
 )
 
 type shortcutEzPair struct {
@@ -192,6 +197,10 @@ type shortcutEzPair struct {
 	State         uint32
 	HasAlias      uint32
 	ClientRxBound uint32
+	ClientIsn     uint32
+	ServerIsn     uint32
+	IsnKnown      uint32
+	Unproven      uint32
 	Pad           uint32
 }
 
