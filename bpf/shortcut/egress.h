@@ -127,7 +127,9 @@ static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt,
 	p = bpf_map_lookup_elem(&ez_sc_pairs, &post);
 	if (!p)
 		return;
-	if (!p->isn_known) {
+	if (!p->proven) {
+		struct ez_pair_proof proof = { .client_isn = client_isn, .server_isn = server_isn };
+
 		if (p->state != EZ_PAIR_SYN)
 			return; /* ambiguous before it was proven */
 		if (!scope_selected(sk, &scope)) {
@@ -136,14 +138,21 @@ static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt,
 			delete_record(&ez_sc_pairs, &post);
 			return;
 		}
-		p->client_isn = client_isn;
-		p->server_isn = server_isn;
-		/* Ordered before isn_known by the compiler barrier of the
-		 * atomic; the client reads them after this packet reached it. */
-		__sync_val_compare_and_swap(&p->isn_known, 0, 1);
+		/* Replaces a proof left over from an earlier record of this key. */
+		err = bpf_map_update_elem(&ez_sc_proofs, &post, &proof, BPF_ANY);
+		if (err) {
+			count_insert_error(err);
+			return;
+		}
+		/* The proof is written before proven is set (the atomic is a
+		 * full barrier); a client reads both after this packet reached it. */
+		__sync_val_compare_and_swap(&p->proven, 0, 1);
 		count(EZ_C_HANDSHAKES);
-	} else if (p->client_isn != client_isn || p->server_isn != server_isn) {
-		return; /* not this record's handshake */
+	} else {
+		struct ez_pair_proof *pr = bpf_map_lookup_elem(&ez_sc_proofs, &post);
+
+		if (!pr || pr->client_isn != client_isn || pr->server_isn != server_isn)
+			return; /* not this record's handshake */
 	}
 	key_set_netns(&wire, ix.netns);
 	if (key_equal(&post, &wire))
@@ -152,9 +161,6 @@ static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt,
 		return; /* already ambiguous, or a retransmit after the claim */
 	alias.created_ns = bpf_ktime_get_ns();
 	alias.target = post;
-	alias.client_isn = client_isn;
-	alias.server_isn = server_isn;
-	alias.isn_known = 1;
 	err = bpf_map_update_elem(&ez_sc_aliases, &wire, &alias, BPF_NOEXIST);
 	if (err == -EEXIST) {
 		struct ez_alias *old = bpf_map_lookup_elem(&ez_sc_aliases, &wire);

@@ -26,6 +26,16 @@ static __always_inline __u32 pair_make_ambiguous(struct ez_pair *p)
 }
 
 /*
+ * Deletes a record that is done with, and its proof first: a record of the
+ * same key created after the delete gets a proof of its own.
+ */
+static __always_inline void pair_delete(const struct ez_conn_key *key)
+{
+	bpf_map_delete_elem(&ez_sc_proofs, key);
+	delete_record(&ez_sc_pairs, key);
+}
+
+/*
  * Did this record's handshake make the socket? isn's are the socket's own
  * initial sequence numbers, read at its ESTABLISHED callback, where neither
  * end has sent or received anything past the SYNs: the client in
@@ -39,9 +49,15 @@ static __always_inline __u32 pair_make_ambiguous(struct ez_pair *p)
  * the connection would take (RFC 6528 ISNs), and a record allows
  * EZ_PAIR_MAX_UNPROVEN wrong tries.
  */
-static __always_inline bool pair_proven(const struct ez_pair *p, __u32 client_isn, __u32 server_isn)
+static __always_inline bool pair_proven(const struct ez_pair *p, const struct ez_conn_key *key, __u32 client_isn,
+					__u32 server_isn)
 {
-	return p->isn_known && p->client_isn == client_isn && p->server_isn == server_isn;
+	struct ez_pair_proof *pr;
+
+	if (!p->proven)
+		return false;
+	pr = bpf_map_lookup_elem(&ez_sc_proofs, key);
+	return pr && pr->client_isn == client_isn && pr->server_isn == server_isn;
 }
 
 /*
@@ -51,9 +67,11 @@ static __always_inline bool pair_proven(const struct ez_pair *p, __u32 client_is
  * of the ISNs: whoever can try has the exact tuple during the handshake,
  * which makes the record AMBIGUOUS anyway).
  */
-static __always_inline void pair_refuse(struct ez_pair *p)
+static __always_inline void pair_refuse(struct ez_pair *p, const struct ez_conn_key *key)
 {
-	if (__sync_fetch_and_add(&p->unproven, 1) + 1 >= EZ_PAIR_MAX_UNPROVEN)
+	struct ez_pair_proof *pr = p->proven ? bpf_map_lookup_elem(&ez_sc_proofs, key) : NULL;
+
+	if (pr && __sync_fetch_and_add(&pr->unproven, 1) + 1 >= EZ_PAIR_MAX_UNPROVEN)
 		pair_make_ambiguous(p);
 	count(EZ_C_FB_UNPROVEN);
 }
@@ -62,12 +80,11 @@ static __always_inline void pair_refuse(struct ez_pair *p)
  * The record a client claims: under the client's own key, or, when NAT in
  * the server's namespace rewrote the SYN, through the alias the SYN-ACK left.
  * Rewrites es->key to the record's key and sets *via_alias. An alias older
- * than our first SYN belongs to another handshake and is not followed, nor
- * one the SYN-ACK of another handshake left (its ISNs are not ours). The
- * claim deletes the alias it followed (pair_forget_alias), once proven.
+ * than our first SYN belongs to another handshake and is not followed. The
+ * claim deletes the alias it followed once the record is proven ours: one
+ * that leads to another handshake's record stays for its own client.
  */
-static __always_inline struct ez_pair *lookup_pair_for_client(struct ez_sock *es, __u32 client_isn, __u32 server_isn,
-							      bool *via_alias)
+static __always_inline struct ez_pair *lookup_pair_for_client(struct ez_sock *es, bool *via_alias)
 {
 	struct ez_pair *p = bpf_map_lookup_elem(&ez_sc_pairs, &es->key);
 	struct ez_conn_key target;
@@ -81,10 +98,6 @@ static __always_inline struct ez_pair *lookup_pair_for_client(struct ez_sock *es
 		return NULL;
 	if (es->syn_ns && a->created_ns < es->syn_ns)
 		return NULL; /* another handshake's, or poisoned (created_ns 0) */
-	if (a->isn_known && (a->client_isn != client_isn || a->server_isn != server_isn)) {
-		count(EZ_C_FB_UNPROVEN);
-		return NULL; /* another handshake's: left for its own client */
-	}
 	target = a->target;
 	*via_alias = true;
 	p = bpf_map_lookup_elem(&ez_sc_pairs, &target);

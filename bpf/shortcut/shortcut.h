@@ -46,10 +46,10 @@ struct ez_sock_ends {
  * removed when the server finds no managed client, when the client reads the
  * outcome (its first sendmsg), or when the client closes.
  *
- * The key names the record; the handshake proves it: client_isn and
- * server_isn are the handshake's initial sequence numbers as the listener's
- * SYN-ACK carries them, and a socket may claim or complete the record only
- * when its own ISNs are these (sockops.h). An address alone pairs nothing.
+ * The key names the record; the handshake proves it (struct
+ * ez_pair_proof): a socket may claim or complete the record only when its
+ * own initial sequence numbers are the handshake's (sockops.h). An address
+ * alone pairs nothing.
  */
 struct ez_pair {
 	__u64 created_ns;	/* bpf_ktime_get_ns() when the listener saw the SYN */
@@ -59,10 +59,21 @@ struct ez_pair {
 	__u32 state;		/* enum ez_pair_state */
 	__u32 has_alias;
 	__u32 client_rx_bound;	/* the client's bound on unread bytes (struct ez_unread), set when it claims */
-	__u32 client_isn;	/* the client's initial sequence number (the SYN-ACK's ack - 1), when isn_known */
-	__u32 server_isn;	/* the listener's initial sequence number (the SYN-ACK's seq) */
-	__u32 isn_known;	/* 1: proven by the listener's SYN-ACK (in scope, ISNs set) */
-	__u32 unproven;		/* sockets refused for other ISNs: EZ_PAIR_MAX_UNPROVEN make it AMBIGUOUS */
+	__u32 proven;		/* 1: the listener's SYN-ACK proved it (in scope; its ISNs in ez_sc_proofs) */
+};
+
+/*
+ * The handshake that proves a record (ez_sc_proofs, by the record's key):
+ * its initial sequence numbers as the listener's SYN-ACK carries them. A
+ * map of its own, LRU, so that struct ez_pair keeps the layout pinned
+ * datapaths have (an upgrade in place); a proof evicted or left over from
+ * an earlier record of the key proves nothing: only a record with proven
+ * set reads it, and its SYN-ACK wrote it before setting proven.
+ */
+struct ez_pair_proof {
+	__u32 client_isn;	/* the client's ISN (the SYN-ACK's ack - 1) */
+	__u32 server_isn;	/* the listener's ISN (the SYN-ACK's seq) */
+	__u32 unproven;		/* sockets refused for other ISNs: EZ_PAIR_MAX_UNPROVEN make the record AMBIGUOUS */
 	__u32 _pad;
 };
 
@@ -95,10 +106,6 @@ struct ez_syn_index {
 struct ez_alias {
 	__u64 created_ns;
 	struct ez_conn_key target;
-	__u32 client_isn;	/* the handshake's ISNs, when isn_known */
-	__u32 server_isn;
-	__u32 isn_known;	/* learnt from the SYN-ACK (egress.h); 0: conntrack's, the record decides */
-	__u32 _pad;
 };
 
 enum ez_pair_state {

@@ -150,7 +150,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 	else
 		es->key.netns = key_needs_netns(&es->key) ? bpf_get_netns_cookie(skops) : 0;
 	wire = es->key;
-	p = lookup_pair_for_client(es, client_isn, server_isn, &via_alias);
+	p = lookup_pair_for_client(es, &via_alias);
 	if (!key_selected(&es->key) || !scope_selected(sk, &scope)) {
 		count(EZ_C_FB_EXCLUDED);
 		return;
@@ -162,8 +162,8 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 	/* Another handshake's record for our tuple (a listener in another
 	 * namespace with our addresses, a forged SYN): not ours to claim, nor
 	 * to spoil for its own client. */
-	if (!pair_proven(p, client_isn, server_isn)) {
-		pair_refuse(p);
+	if (!pair_proven(p, &es->key, client_isn, server_isn)) {
+		pair_refuse(p, &es->key);
 		return;
 	}
 	/* A record registered before our first SYN left belongs to another handshake. */
@@ -226,8 +226,8 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	 * with our tuple but other ISNs (another namespace's listener with the
 	 * same addresses, a syncookie ACK forged after its SYN's record was
 	 * gone) leaves it alone. */
-	if (!pair_proven(p, EZ_SOCKOPS_U32(skops, rcv_nxt) - 1, EZ_SOCKOPS_U32(skops, snd_nxt) - 1)) {
-		pair_refuse(p);
+	if (!pair_proven(p, &key, EZ_SOCKOPS_U32(skops, rcv_nxt) - 1, EZ_SOCKOPS_U32(skops, snd_nxt) - 1)) {
+		pair_refuse(p, &key);
 		return;
 	}
 	/* The client claims at its ESTABLISHED, before sending the ACK that
@@ -242,7 +242,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		bpf_map_delete_elem(&ez_sc_syn_index, &ix);
 	}
 	if (old == EZ_PAIR_SYN) {
-		delete_record(&ez_sc_pairs, &key);
+		pair_delete(&key);
 		count(EZ_C_FB_NO_LOCAL_PEER);
 		return;
 	}
@@ -318,7 +318,7 @@ release_client:
 	 * sk_callback_lock). Nothing was redirected to the client, and nothing
 	 * can reach it through the stack before this: we have not been accepted. */
 	bpf_map_delete_elem(&ez_sc_sockets, &ccookie);
-	delete_record(&ez_sc_pairs, &key);
+	pair_delete(&key);
 	count(EZ_C_SOCKETS_RELEASED);
 }
 
@@ -342,7 +342,7 @@ static __always_inline __u32 settle_client(struct ez_sock *es)
 		es->peer_cookie = p->server_cookie;
 		es->state = EZ_SOCK_PAIRED;
 		es->flags |= EZ_F_UNREAD_REF; /* the server took it for us */
-		delete_record(&ez_sc_pairs, &es->key);
+		pair_delete(&es->key);
 		return EZ_SOCK_PAIRED;
 	}
 	if (old == EZ_PAIR_CLIENT)
@@ -371,7 +371,7 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 
 		bpf_map_delete_elem(&ez_sc_sockets, &es->self_cookie);
 		if (p && p->client_cookie == es->self_cookie && p->state != EZ_PAIR_AMBIGUOUS)
-			delete_record(&ez_sc_pairs, &es->key);
+			pair_delete(&es->key);
 	}
 	if (es && (es->flags & EZ_F_UNREAD_REF)) {
 		if (skops->args[1] != BPF_TCP_CLOSE)

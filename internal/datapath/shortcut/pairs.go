@@ -64,6 +64,10 @@ func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
 	if err := iit.Err(); err != nil {
 		return 0, fmt.Errorf("walk SYN index: %w", err)
 	}
+	// Their proofs first (an LRU: one left behind is only evicted later).
+	if _, err := deleteKeys(d.objs.EzScProofs, stale); err != nil {
+		return 0, err
+	}
 	n, err := deleteKeys(d.objs.EzScPairs, stale)
 	if err != nil {
 		return n, err

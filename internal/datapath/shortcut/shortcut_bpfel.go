@@ -90,10 +90,6 @@ type shortcutEzAlias struct {
 	_         structs.HostLayout
 	CreatedNs uint64
 	Target    shortcutEzConnKey
-	ClientIsn uint32
-	ServerIsn uint32
-	IsnKnown  uint32
-	Pad       uint32
 }
 
 type shortcutEzCfgFlag uint32
@@ -197,11 +193,15 @@ type shortcutEzPair struct {
 	State         uint32
 	HasAlias      uint32
 	ClientRxBound uint32
-	ClientIsn     uint32
-	ServerIsn     uint32
-	IsnKnown      uint32
-	Unproven      uint32
-	Pad           uint32
+	Proven        uint32
+}
+
+type shortcutEzPairProof struct {
+	_         structs.HostLayout
+	ClientIsn uint32
+	ServerIsn uint32
+	Unproven  uint32
+	Pad       uint32
 }
 
 type shortcutEzPairState uint32
@@ -324,6 +324,7 @@ const (
 	shortcutMapEzScCounters         = "ez_sc_counters"
 	shortcutMapEzScPairs            = "ez_sc_pairs"
 	shortcutMapEzScPortRules        = "ez_sc_port_rules"
+	shortcutMapEzScProofs           = "ez_sc_proofs"
 	shortcutMapEzScResetCounters    = "ez_sc_reset_counters"
 	shortcutMapEzScResets           = "ez_sc_resets"
 	shortcutMapEzScRxSocks          = "ez_sc_rx_socks"
@@ -442,6 +443,7 @@ type shortcutMapSpecs struct {
 	EzScCounters      *ebpf.MapSpec `ebpf:"ez_sc_counters"`
 	EzScPairs         *ebpf.MapSpec `ebpf:"ez_sc_pairs"`
 	EzScPortRules     *ebpf.MapSpec `ebpf:"ez_sc_port_rules"`
+	EzScProofs        *ebpf.MapSpec `ebpf:"ez_sc_proofs"`
 	EzScResetCounters *ebpf.MapSpec `ebpf:"ez_sc_reset_counters"`
 	EzScResets        *ebpf.MapSpec `ebpf:"ez_sc_resets"`
 	EzScRxSocks       *ebpf.MapSpec `ebpf:"ez_sc_rx_socks"`
@@ -508,6 +510,7 @@ type shortcutMaps struct {
 	EzScCounters      *ebpf.Map `ebpf:"ez_sc_counters"`
 	EzScPairs         *ebpf.Map `ebpf:"ez_sc_pairs"`
 	EzScPortRules     *ebpf.Map `ebpf:"ez_sc_port_rules"`
+	EzScProofs        *ebpf.Map `ebpf:"ez_sc_proofs"`
 	EzScResetCounters *ebpf.Map `ebpf:"ez_sc_reset_counters"`
 	EzScResets        *ebpf.Map `ebpf:"ez_sc_resets"`
 	EzScRxSocks       *ebpf.Map `ebpf:"ez_sc_rx_socks"`
@@ -530,6 +533,7 @@ func (m *shortcutMaps) Close() error {
 		m.EzScCounters,
 		m.EzScPairs,
 		m.EzScPortRules,
+		m.EzScProofs,
 		m.EzScResetCounters,
 		m.EzScResets,
 		m.EzScRxSocks,
