@@ -403,6 +403,7 @@ func (a *agent) serve(ctx context.Context) error {
 	tick := time.NewTicker(cfg.PairMaxAge / 4)
 	defer tick.Stop()
 	var full mapFullLog
+	full.check(dp) // from the counters pinned now: a restart does not repeat an old warning
 	var backoff releaseBackoff
 	release := time.NewTimer(backoff.next(true))
 	defer release.Stop()
