@@ -23,6 +23,7 @@
 #include "shortcut/key.h"
 #include "shortcut/maps.h"
 #include "shortcut/pair.h"
+#include "shortcut/scope.h"
 #include "shortcut/closereset.h"
 
 /* A handshake packet; key names the sender as client (true for a SYN). */
@@ -79,18 +80,35 @@ static __always_inline __u64 sk_netns_cookie(struct bpf_sock *sk)
 	return BPF_CORE_READ((struct sock *)tp, __sk_common.skc_net.net, net_cookie);
 }
 
-static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt)
+/*
+ * The SYN-ACK also proves the listener's record (struct ez_pair): it leaves
+ * before any client can claim, carries both initial sequence numbers (seq:
+ * the listener's snt_isn; ack: the client's ISN + 1) and comes from the
+ * listener itself, whose scope sockops cannot read for a request socket.
+ * A listener out of scope keeps no record. REDIRECT and DNAT leave sequence
+ * numbers alone; NAT that rewrites them (SYNPROXY, seqadj helpers) makes the
+ * client's ISNs differ, and the connection takes the kernel path.
+ */
+static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt, const struct ez_pkt *pp,
+				      const struct ez_flow *f)
 {
 	struct ez_conn_key post, wire = {};
 	struct bpf_sock *sk = skb->sk;
+	struct ez_cgroup *scope = NULL;
 	struct ez_syn_index ix = {};
 	struct ez_alias alias = {};
+	__u32 client_isn, server_isn;
 	struct ez_alias *found;
 	struct ez_pair *p;
+	__u32 seqack[2];
 	long err;
 
 	if (!sk || sk->state != BPF_TCP_LISTEN)
 		return;
+	if (ez_pkt_read(pp, false, f->l4off + 4, seqack, sizeof(seqack)))
+		return;
+	server_isn = bpf_ntohl(seqack[0]);
+	client_isn = bpf_ntohl(seqack[1]) - 1;
 	/* The packet goes server -> client: swap the parsed ends. */
 	__builtin_memcpy(wire.client_ip, pkt->key.server_ip, 16);
 	__builtin_memcpy(wire.server_ip, pkt->key.client_ip, 16);
@@ -106,12 +124,41 @@ static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt)
 	if (!found || !found->created_ns)
 		return; /* not a managed handshake, or ambiguous */
 	post = found->target;
+	p = bpf_map_lookup_elem(&ez_sc_pairs, &post);
+	if (!p)
+		return;
+	if (!p->proven) {
+		struct ez_pair_proof proof = { .client_isn = client_isn, .server_isn = server_isn };
+
+		if (p->state != EZ_PAIR_SYN)
+			return; /* ambiguous before it was proven */
+		if (!scope_selected(sk, &scope)) {
+			/* A SYN to a listener out of scope: nothing to pair, no state. */
+			bpf_map_delete_elem(&ez_sc_syn_index, &ix);
+			delete_record(&ez_sc_pairs, &post);
+			return;
+		}
+		/* Replaces a proof left over from an earlier record of this key. */
+		err = bpf_map_update_elem(&ez_sc_proofs, &post, &proof, BPF_ANY);
+		if (err) {
+			count_insert_error(err);
+			return;
+		}
+		/* The proof is written before proven is set (the atomic is a
+		 * full barrier); a client reads both after this packet reached it. */
+		__sync_val_compare_and_swap(&p->proven, 0, 1);
+		count(EZ_C_HANDSHAKES);
+	} else {
+		struct ez_pair_proof *pr = bpf_map_lookup_elem(&ez_sc_proofs, &post);
+
+		if (!pr || pr->client_isn != client_isn || pr->server_isn != server_isn)
+			return; /* not this record's handshake */
+	}
 	key_set_netns(&wire, ix.netns);
 	if (key_equal(&post, &wire))
 		return;
-	p = bpf_map_lookup_elem(&ez_sc_pairs, &post);
-	if (!p || p->state != EZ_PAIR_SYN)
-		return; /* not registered (or already ambiguous), or a retransmit after the claim */
+	if (p->state != EZ_PAIR_SYN)
+		return; /* already ambiguous, or a retransmit after the claim */
 	alias.created_ns = bpf_ktime_get_ns();
 	alias.target = post;
 	err = bpf_map_update_elem(&ez_sc_aliases, &wire, &alias, BPF_NOEXIST);
@@ -156,7 +203,7 @@ int ez_sc_egress(struct __sk_buff *skb)
 		return 1;
 	}
 	if (syn.ack) {
-		on_synack(skb, &syn);
+		on_synack(skb, &syn, &p, &f);
 		return 1;
 	}
 	sk = skb->sk;

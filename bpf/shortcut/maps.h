@@ -27,6 +27,15 @@ struct {
 	__type(value, struct ez_pair);
 } ez_sc_pairs SEC(".maps");
 
+/* What proves each record (struct ez_pair_proof), by the record's key. LRU:
+ * a proof lost to eviction only sends its handshake to the kernel path. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct ez_conn_key);
+	__type(value, struct ez_pair_proof);
+} ez_sc_proofs SEC(".maps");
+
 /* Client-side keys of handshakes NAT-ed in the server's namespace. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

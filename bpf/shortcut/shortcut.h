@@ -45,6 +45,11 @@ struct ez_sock_ends {
  * has learnt the outcome. Created when a managed listener sees the SYN;
  * removed when the server finds no managed client, when the client reads the
  * outcome (its first sendmsg), or when the client closes.
+ *
+ * The key names the record; the handshake proves it (struct
+ * ez_pair_proof): a socket may claim or complete the record only when its
+ * own initial sequence numbers are the handshake's (sockops.h). An address
+ * alone pairs nothing.
  */
 struct ez_pair {
 	__u64 created_ns;	/* bpf_ktime_get_ns() when the listener saw the SYN */
@@ -54,8 +59,29 @@ struct ez_pair {
 	__u32 state;		/* enum ez_pair_state */
 	__u32 has_alias;
 	__u32 client_rx_bound;	/* the client's bound on unread bytes (struct ez_unread), set when it claims */
+	__u32 proven;		/* 1: the listener's SYN-ACK proved it (in scope; its ISNs in ez_sc_proofs) */
+};
+
+/*
+ * The handshake that proves a record (ez_sc_proofs, by the record's key):
+ * its initial sequence numbers as the listener's SYN-ACK carries them. A
+ * map of its own, LRU, so that struct ez_pair keeps the layout pinned
+ * datapaths have (an upgrade in place); a proof evicted or left over from
+ * an earlier record of the key proves nothing: only a record with proven
+ * set reads it, and its SYN-ACK wrote it before setting proven.
+ */
+struct ez_pair_proof {
+	__u32 client_isn;	/* the client's ISN (the SYN-ACK's ack - 1) */
+	__u32 server_isn;	/* the listener's ISN (the SYN-ACK's seq) */
+	__u32 unproven;		/* sockets refused for other ISNs: EZ_PAIR_MAX_UNPROVEN make the record AMBIGUOUS */
 	__u32 _pad;
 };
+
+/*
+ * Claims of a record by sockets with other ISNs before it stops pairing: a
+ * guess of both ISNs (64 bits) gets this many tries per handshake.
+ */
+#define EZ_PAIR_MAX_UNPROVEN 4
 
 /*
  * Finds a listener's record from its SYN-ACK, where the program sees only the
@@ -306,7 +332,7 @@ enum ez_counter {
 	EZ_C_PAIRS,			/* connections with both directions redirected */
 	EZ_C_MSGS_REDIRECTED,
 	EZ_C_BYTES_REDIRECTED,
-	EZ_C_HANDSHAKES,		/* SYNs registered by managed listeners */
+	EZ_C_HANDSHAKES,		/* SYNs registered by listeners in scope, proven by their SYN-ACK */
 	EZ_C_FB_NO_LOCAL_PEER,		/* peer off-node or outside the managed cgroups */
 	EZ_C_FB_AMBIGUOUS,		/* two candidates for one key */
 	EZ_C_FB_MAP_FULL,
@@ -323,6 +349,7 @@ enum ez_counter {
 	EZ_C_DELETE_FAILED,		/* a pairing or unread record could not be deleted (left behind) */
 	EZ_C_GAUGE_UNKNOWN,		/* gauge mode: the receiver's socket was not found at a send (closed: switched as peer_gone) */
 	EZ_C_FB_HALF_CLOSE,		/* an end's own shutdown(SHUT_WR): the connection switched to the kernel path (sockops.h on_half_close) */
+	EZ_C_FB_UNPROVEN,		/* a record for this tuple holds another handshake's ISNs: not this socket's */
 	EZ_C_MAX,
 };
 

@@ -44,24 +44,49 @@ static __always_inline void syn_index_key(struct ez_syn_index *ix, const struct 
 	ix->listener_port = k->server_port;
 }
 
-/* Lets the SYN-ACK find this record (shortcut/egress.h on_synack). */
-static __always_inline void index_syn(struct bpf_sock_ops *skops, const struct ez_conn_key *key, __u64 now)
+/*
+ * Lets the SYN-ACK find this record (shortcut/egress.h on_synack), which
+ * proves it: the listener's scope and the handshake's ISNs. Returns false
+ * when the record was dropped.
+ */
+static __always_inline bool index_syn(struct bpf_sock_ops *skops, const struct ez_conn_key *key, __u64 now)
 {
 	struct ez_alias target = { .created_ns = now, .target = *key };
 	struct ez_syn_index ix = {};
 	struct ez_alias *old;
 
+	long err;
+
 	syn_index_key(&ix, key, bpf_get_netns_cookie(skops));
-	if (!bpf_map_update_elem(&ez_sc_syn_index, &ix, &target, BPF_NOEXIST))
-		return;
+	err = bpf_map_update_elem(&ez_sc_syn_index, &ix, &target, BPF_NOEXIST);
+	if (!err)
+		return true;
+	if (err != -EEXIST) {
+		/* No way for the SYN-ACK to prove the record: drop it. */
+		count_insert_error(err);
+		delete_record(&ez_sc_pairs, key);
+		return false;
+	}
 	/* One client ip:port to two addresses of one listener at once: the
-	 * SYN-ACKs cannot tell them apart, so neither learns NAT from them. */
+	 * SYN-ACKs cannot tell them apart, so neither proves its record (both
+	 * stay unproven until aged) nor learns NAT. */
 	old = bpf_map_lookup_elem(&ez_sc_syn_index, &ix);
 	if (old)
 		old->created_ns = 0;
+	count(EZ_C_FB_AMBIGUOUS);
+	return true;
 }
 
-/* Listener, SYN received: runs for the request socket (is_fullsock == 0) in the listener's cgroup. */
+/*
+ * Listener, SYN received: runs for the request socket (is_fullsock == 0) in
+ * the listener's cgroup. Quirk: skops->sk is NULL for a request socket
+ * (SOCK_OPS_GET_SK tests is_fullsock), so neither the request socket's ISNs
+ * (tcp_request_sock rcv_isn, snt_isn: both set before tcp_openreq_init_rwin
+ * runs this) nor the listener's cgroup can be read here. The record is
+ * registered unproven; the listener's SYN-ACK, which leaves through the
+ * egress program before any client can claim, proves it with both ISNs and
+ * the listener's scope, or removes it (egress.h on_synack).
+ */
 static __always_inline void on_syn(struct bpf_sock_ops *skops)
 {
 	struct ez_pair rec = { .created_ns = bpf_ktime_get_ns(), .state = EZ_PAIR_SYN };
@@ -74,8 +99,7 @@ static __always_inline void on_syn(struct bpf_sock_ops *skops)
 		return; /* counted by the client, if it is managed */
 	err = bpf_map_update_elem(&ez_sc_pairs, &key, &rec, BPF_NOEXIST);
 	if (!err) {
-		index_syn(skops, &key, rec.created_ns);
-		count(EZ_C_HANDSHAKES);
+		index_syn(skops, &key, rec.created_ns); /* counted once proven */
 		return;
 	}
 	if (err != -EEXIST) {
@@ -97,13 +121,19 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 {
 	struct ez_cgroup *scope = NULL;
 	struct bpf_sock *sk = skops->sk;
+	__u32 client_isn, server_isn;
+	struct ez_conn_key wire;
 	struct ez_sock *es;
 	struct ez_pair *p;
+	bool via_alias;
 	__u64 cookie;
 	long err;
 
 	if (!sk)
 		return;
+	/* Nothing sent or received past the SYNs yet (pair_proven). */
+	client_isn = EZ_SOCKOPS_U32(skops, snd_nxt) - 1;
+	server_isn = EZ_SOCKOPS_U32(skops, rcv_nxt) - 1;
 	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!es) {
 		count(EZ_C_FB_NO_STORAGE);
@@ -119,7 +149,8 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 		key_from_sockops(skops, &es->key, false);
 	else
 		es->key.netns = key_needs_netns(&es->key) ? bpf_get_netns_cookie(skops) : 0;
-	p = lookup_pair_for_client(es);
+	wire = es->key;
+	p = lookup_pair_for_client(es, &via_alias);
 	if (!key_selected(&es->key) || !scope_selected(sk, &scope)) {
 		count(EZ_C_FB_EXCLUDED);
 		return;
@@ -128,12 +159,22 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 		count(EZ_C_FB_NO_LOCAL_PEER);
 		return;
 	}
+	/* Another handshake's record for our tuple (a listener in another
+	 * namespace with our addresses, a forged SYN): not ours to claim, nor
+	 * to spoil for its own client. */
+	if (!pair_proven(p, &es->key, client_isn, server_isn)) {
+		pair_refuse(p, &es->key);
+		return;
+	}
 	/* A record registered before our first SYN left belongs to another handshake. */
 	if (es->syn_ns && p->created_ns < es->syn_ns) {
 		pair_make_ambiguous(p);
 		count(EZ_C_FB_AMBIGUOUS);
 		return;
 	}
+	/* Followed once: the alias has served its only client. */
+	if (via_alias)
+		bpf_map_delete_elem(&ez_sc_aliases, &wire);
 	cookie = bpf_get_socket_cookie(skops);
 	es->self_cookie = cookie;
 	es->flags |= EZ_F_CLIENT;
@@ -181,6 +222,14 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	p = bpf_map_lookup_elem(&ez_sc_pairs, &key);
 	if (!p)
 		return;
+	/* Only the socket of the record's own handshake may decide it: one
+	 * with our tuple but other ISNs (another namespace's listener with the
+	 * same addresses, a syncookie ACK forged after its SYN's record was
+	 * gone) leaves it alone. */
+	if (!pair_proven(p, &key, EZ_SOCKOPS_U32(skops, rcv_nxt) - 1, EZ_SOCKOPS_U32(skops, snd_nxt) - 1)) {
+		pair_refuse(p, &key);
+		return;
+	}
 	/* The client claims at its ESTABLISHED, before sending the ACK that
 	 * created us: SYN here means no managed client exists. */
 	old = __sync_val_compare_and_swap(&p->state, EZ_PAIR_SYN, EZ_PAIR_KERNEL);
@@ -193,7 +242,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		bpf_map_delete_elem(&ez_sc_syn_index, &ix);
 	}
 	if (old == EZ_PAIR_SYN) {
-		delete_record(&ez_sc_pairs, &key);
+		pair_delete(&key);
 		count(EZ_C_FB_NO_LOCAL_PEER);
 		return;
 	}
@@ -269,7 +318,7 @@ release_client:
 	 * sk_callback_lock). Nothing was redirected to the client, and nothing
 	 * can reach it through the stack before this: we have not been accepted. */
 	bpf_map_delete_elem(&ez_sc_sockets, &ccookie);
-	delete_record(&ez_sc_pairs, &key);
+	pair_delete(&key);
 	count(EZ_C_SOCKETS_RELEASED);
 }
 
@@ -293,7 +342,7 @@ static __always_inline __u32 settle_client(struct ez_sock *es)
 		es->peer_cookie = p->server_cookie;
 		es->state = EZ_SOCK_PAIRED;
 		es->flags |= EZ_F_UNREAD_REF; /* the server took it for us */
-		delete_record(&ez_sc_pairs, &es->key);
+		pair_delete(&es->key);
 		return EZ_SOCK_PAIRED;
 	}
 	if (old == EZ_PAIR_CLIENT)
@@ -380,7 +429,7 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 
 		bpf_map_delete_elem(&ez_sc_sockets, &es->self_cookie);
 		if (p && p->client_cookie == es->self_cookie && p->state != EZ_PAIR_AMBIGUOUS)
-			delete_record(&ez_sc_pairs, &es->key);
+			pair_delete(&es->key);
 	}
 	if (es && skops->args[0] == BPF_TCP_ESTABLISHED && skops->args[1] == BPF_TCP_FIN_WAIT1)
 		on_half_close(es, sk);

@@ -405,6 +405,8 @@ func (a *agent) serve(ctx context.Context) error {
 
 	tick := time.NewTicker(cfg.PairMaxAge / 4)
 	defer tick.Stop()
+	var full mapFullLog
+	full.check(dp) // from the counters pinned now: a restart does not repeat an old warning
 	var backoff releaseBackoff
 	release := time.NewTimer(backoff.next(true))
 	defer release.Stop()
@@ -484,8 +486,29 @@ func (a *agent) serve(ctx context.Context) error {
 			} else if n > 0 {
 				slog.Info("aged out pairing records", "count", n)
 			}
+			full.check(dp)
 		}
 	}
+}
+
+// mapFullLog warns when connections fell back because a datapath map was
+// full (fallback_map_full grew), at most once per aging tick.
+type mapFullLog struct {
+	primed bool
+	last   uint64
+}
+
+func (m *mapFullLog) check(dp *datapath.Datapath) {
+	c, err := dp.Counters()
+	if err != nil {
+		return
+	}
+	n := c["fallback_map_full"]
+	if m.primed && n > m.last {
+		slog.Warn("datapath maps full: new connections take the kernel path (counted as fallback_map_full; see eztunnel_map_entries, --max-pairs, --max-sockets)",
+			"fallbacks", n-m.last)
+	}
+	m.primed, m.last = true, n
 }
 
 func closedChan() <-chan struct{} {

@@ -100,7 +100,15 @@ type unitsEzPair struct {
 	State         uint32
 	HasAlias      uint32
 	ClientRxBound uint32
-	Pad           uint32
+	Proven        uint32
+}
+
+type unitsEzPairProof struct {
+	_         structs.HostLayout
+	ClientIsn uint32
+	ServerIsn uint32
+	Unproven  uint32
+	Pad       uint32
 }
 
 type unitsEzResetKey struct {
@@ -204,6 +212,7 @@ const (
 	unitsMapEzScCounters      = "ez_sc_counters"
 	unitsMapEzScPairs         = "ez_sc_pairs"
 	unitsMapEzScPortRules     = "ez_sc_port_rules"
+	unitsMapEzScProofs        = "ez_sc_proofs"
 	unitsMapEzScResetCounters = "ez_sc_reset_counters"
 	unitsMapEzScResets        = "ez_sc_resets"
 	unitsMapEzScRxSocks       = "ez_sc_rx_socks"
@@ -296,6 +305,7 @@ type unitsMapSpecs struct {
 	EzScCounters      *ebpf.MapSpec `ebpf:"ez_sc_counters"`
 	EzScPairs         *ebpf.MapSpec `ebpf:"ez_sc_pairs"`
 	EzScPortRules     *ebpf.MapSpec `ebpf:"ez_sc_port_rules"`
+	EzScProofs        *ebpf.MapSpec `ebpf:"ez_sc_proofs"`
 	EzScResetCounters *ebpf.MapSpec `ebpf:"ez_sc_reset_counters"`
 	EzScResets        *ebpf.MapSpec `ebpf:"ez_sc_resets"`
 	EzScRxSocks       *ebpf.MapSpec `ebpf:"ez_sc_rx_socks"`
@@ -352,6 +362,7 @@ type unitsMaps struct {
 	EzScCounters      *ebpf.Map `ebpf:"ez_sc_counters"`
 	EzScPairs         *ebpf.Map `ebpf:"ez_sc_pairs"`
 	EzScPortRules     *ebpf.Map `ebpf:"ez_sc_port_rules"`
+	EzScProofs        *ebpf.Map `ebpf:"ez_sc_proofs"`
 	EzScResetCounters *ebpf.Map `ebpf:"ez_sc_reset_counters"`
 	EzScResets        *ebpf.Map `ebpf:"ez_sc_resets"`
 	EzScRxSocks       *ebpf.Map `ebpf:"ez_sc_rx_socks"`
@@ -378,6 +389,7 @@ func (m *unitsMaps) Close() error {
 		m.EzScCounters,
 		m.EzScPairs,
 		m.EzScPortRules,
+		m.EzScProofs,
 		m.EzScResetCounters,
 		m.EzScResets,
 		m.EzScRxSocks,

@@ -126,7 +126,7 @@ var help = map[string]string{
 	"pairs":                "Connections with both directions redirected.",
 	"messages_redirected":  "Messages redirected from one socket to its peer.",
 	"bytes_redirected":     "Bytes redirected from one socket to its peer.",
-	"handshakes":           "SYNs registered by managed listeners.",
+	"handshakes":           "SYNs registered by listeners in scope and proven by their SYN-ACK.",
 	"nat_aliases":          "Handshakes NAT-ed in the server's namespace, learnt from the SYN-ACK.",
 	"sockets_released":     "Enrolled sockets handed back to the kernel path.",
 	"record_delete_failed": "Pairing or unread records the datapath could not delete (left in their map).",

@@ -35,6 +35,7 @@ var counters = bpfsys.CounterSet[shortcutEzCounter]{Max: shortcutEzCounterEZ_C_M
 	shortcutEzCounterEZ_C_DELETE_FAILED:    "record_delete_failed",
 	shortcutEzCounterEZ_C_GAUGE_UNKNOWN:    "gauge_unknown",
 	shortcutEzCounterEZ_C_FB_HALF_CLOSE:    "fallback_half_close",
+	shortcutEzCounterEZ_C_FB_UNPROVEN:      "fallback_unproven",
 }}
 
 // CounterNames lists every counter name in enum order, then adoption's and

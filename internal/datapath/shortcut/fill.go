@@ -14,7 +14,7 @@ type MapFill struct {
 }
 
 // FillNames are the maps ReadFill reports, in display order.
-var FillNames = []string{"sockets", "pairs", "aliases", "unread", "cgroups"}
+var FillNames = []string{"sockets", "pairs", "aliases", "syn_index", "unread", "cgroups"}
 
 // ReadCounters reads the pinned datapath's counters.
 // The adoption and close-reset counters are included when the datapath has them.
@@ -39,12 +39,12 @@ func (p *Pinned) ReadCounters() (Counters, error) {
 }
 
 // ReadFill counts the entries of the sockhash, the pairing records, the
-// aliases, the unread-bytes records and the selected cgroups (Kubernetes
-// mode: the selected pods), keyed by FillNames. A datapath pinned by a build
-// without ez_sc_cgroups reports no "cgroups".
+// aliases, the SYN index, the unread-bytes records and the selected cgroups
+// (Kubernetes mode: the selected pods), keyed by FillNames. A datapath
+// pinned by a build without ez_sc_cgroups reports no "cgroups".
 func (p *Pinned) ReadFill() (map[string]MapFill, error) {
 	out := make(map[string]MapFill, len(FillNames))
-	for i, m := range []*ebpf.Map{p.Sockets, p.Pairs, p.Aliases, p.Unreads, p.Cgroups} {
+	for i, m := range []*ebpf.Map{p.Sockets, p.Pairs, p.Aliases, p.SynIndex, p.Unreads, p.Cgroups} {
 		if m == nil {
 			continue
 		}

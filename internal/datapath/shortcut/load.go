@@ -120,6 +120,7 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	specs.EzScPairs.MaxEntries = cfg.MaxPairs
 	specs.EzScAliases.MaxEntries = cfg.MaxPairs
 	specs.EzScSynIndex.MaxEntries = cfg.MaxPairs
+	specs.EzScProofs.MaxEntries = cfg.MaxPairs
 	specs.EzScUnreads.MaxEntries = max(cfg.MaxSockets/2, 1)
 	specs.EzScCgroups.MaxEntries = MaxScope
 	flags := cfg.Select.flags()

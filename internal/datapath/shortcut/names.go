@@ -13,7 +13,7 @@ import (
 // pinnedMaps are the maps pinned in the pin directory; the selection rule
 // maps are not (every load writes its own).
 var pinnedMaps = []string{
-	shortcutMapEzScSockets, shortcutMapEzScPairs, shortcutMapEzScAliases, shortcutMapEzScSynIndex, shortcutMapEzScSocks,
+	shortcutMapEzScSockets, shortcutMapEzScPairs, shortcutMapEzScProofs, shortcutMapEzScAliases, shortcutMapEzScSynIndex, shortcutMapEzScSocks,
 	shortcutMapEzScCounters, shortcutMapEzScControl, shortcutMapEzScUnreads, shortcutMapEzScCgroups, shortcutMapEzScAdopts,
 	shortcutMapEzScAdoptSocks, shortcutMapEzScAdoptHooks, shortcutMapEzScAdoptCounters, shortcutMapEzScResets,
 	shortcutMapEzScResetCounters, shortcutMapEzScRxSocks,

@@ -10,8 +10,10 @@ import (
 )
 
 // AgePairs deletes pairing records that can no longer complete: handshakes
-// never claimed and ambiguous records, and unclaimed aliases, older than maxAge. Claimed and paired
-// records belong to live connections and are removed by the datapath itself.
+// never claimed and ambiguous records, unclaimed aliases, and SYN index
+// entries (a handshake that never completed: a scan), older than maxAge.
+// Claimed and paired records belong to live connections and are removed by
+// the datapath itself.
 func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
@@ -46,15 +48,39 @@ func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
 	if err := ait.Err(); err != nil {
 		return 0, fmt.Errorf("walk aliases: %w", err)
 	}
+	// SYN index entries: the server's ESTABLISHED removes its own; one of a
+	// handshake that never completed stays until here. Poisoned entries
+	// (created_ns 0) age at once.
+	var (
+		ix         shortcutEzSynIndex
+		staleIndex []shortcutEzSynIndex
+	)
+	iit := d.objs.EzScSynIndex.Iterate()
+	for iit.Next(&ix, &alias) {
+		if now > alias.CreatedNs && now-alias.CreatedNs > uint64(maxAge) {
+			staleIndex = append(staleIndex, ix)
+		}
+	}
+	if err := iit.Err(); err != nil {
+		return 0, fmt.Errorf("walk SYN index: %w", err)
+	}
+	// Their proofs first (an LRU: one left behind is only evicted later).
+	if _, err := deleteKeys(d.objs.EzScProofs, stale); err != nil {
+		return 0, err
+	}
 	n, err := deleteKeys(d.objs.EzScPairs, stale)
 	if err != nil {
 		return n, err
 	}
 	m, err := deleteKeys(d.objs.EzScAliases, staleAliases)
-	return n + m, err
+	if err != nil {
+		return n + m, err
+	}
+	k, err := deleteKeys(d.objs.EzScSynIndex, staleIndex)
+	return n + m + k, err
 }
 
-func deleteKeys(m *ebpf.Map, keys []shortcutEzConnKey) (int, error) {
+func deleteKeys[K any](m *ebpf.Map, keys []K) (int, error) {
 	n := 0
 	for i := range keys {
 		if err := m.Delete(&keys[i]); err == nil {

@@ -18,6 +18,7 @@ type Pinned struct {
 	Sockets  *ebpf.Map
 	Pairs    *ebpf.Map
 	Aliases  *ebpf.Map
+	SynIndex *ebpf.Map // handshakes in flight by what the SYN-ACK shows; nil when pinned without it
 	Unreads  *ebpf.Map // per paired connection: redirected bytes not read yet
 	Cgroups  *ebpf.Map // selected cgroups (Kubernetes mode); nil when pinned by a build without it
 	// AdoptCounters: adoption's counters; nil when pinned by a build without adoption.
@@ -42,6 +43,9 @@ func OpenPinned(dir string) (*Pinned, error) {
 		}
 		*m.dst = mp
 	}
+	if si, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScSynIndex), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
+		p.SynIndex = si
+	}
 	cg, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScCgroups), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err == nil {
 		p.Cgroups = cg
@@ -58,7 +62,7 @@ func OpenPinned(dir string) (*Pinned, error) {
 
 // Close releases the handles.
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.Unreads, p.Cgroups, p.AdoptCounters, p.ResetCounters} {
+	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.SynIndex, p.Unreads, p.Cgroups, p.AdoptCounters, p.ResetCounters} {
 		if m != nil {
 			m.Close()
 		}

@@ -181,7 +181,8 @@ const (
 	shortcutEzCounterEZ_C_DELETE_FAILED    shortcutEzCounter = 18
 	shortcutEzCounterEZ_C_GAUGE_UNKNOWN    shortcutEzCounter = 19
 	shortcutEzCounterEZ_C_FB_HALF_CLOSE    shortcutEzCounter = 20
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 21
+	shortcutEzCounterEZ_C_FB_UNPROVEN      shortcutEzCounter = 21
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 22
 )
 
 type shortcutEzPair struct {
@@ -193,7 +194,15 @@ type shortcutEzPair struct {
 	State         uint32
 	HasAlias      uint32
 	ClientRxBound uint32
-	Pad           uint32
+	Proven        uint32
+}
+
+type shortcutEzPairProof struct {
+	_         structs.HostLayout
+	ClientIsn uint32
+	ServerIsn uint32
+	Unproven  uint32
+	Pad       uint32
 }
 
 type shortcutEzPairState uint32
@@ -316,6 +325,7 @@ const (
 	shortcutMapEzScCounters         = "ez_sc_counters"
 	shortcutMapEzScPairs            = "ez_sc_pairs"
 	shortcutMapEzScPortRules        = "ez_sc_port_rules"
+	shortcutMapEzScProofs           = "ez_sc_proofs"
 	shortcutMapEzScResetCounters    = "ez_sc_reset_counters"
 	shortcutMapEzScResets           = "ez_sc_resets"
 	shortcutMapEzScRxSocks          = "ez_sc_rx_socks"
@@ -434,6 +444,7 @@ type shortcutMapSpecs struct {
 	EzScCounters      *ebpf.MapSpec `ebpf:"ez_sc_counters"`
 	EzScPairs         *ebpf.MapSpec `ebpf:"ez_sc_pairs"`
 	EzScPortRules     *ebpf.MapSpec `ebpf:"ez_sc_port_rules"`
+	EzScProofs        *ebpf.MapSpec `ebpf:"ez_sc_proofs"`
 	EzScResetCounters *ebpf.MapSpec `ebpf:"ez_sc_reset_counters"`
 	EzScResets        *ebpf.MapSpec `ebpf:"ez_sc_resets"`
 	EzScRxSocks       *ebpf.MapSpec `ebpf:"ez_sc_rx_socks"`
@@ -500,6 +511,7 @@ type shortcutMaps struct {
 	EzScCounters      *ebpf.Map `ebpf:"ez_sc_counters"`
 	EzScPairs         *ebpf.Map `ebpf:"ez_sc_pairs"`
 	EzScPortRules     *ebpf.Map `ebpf:"ez_sc_port_rules"`
+	EzScProofs        *ebpf.Map `ebpf:"ez_sc_proofs"`
 	EzScResetCounters *ebpf.Map `ebpf:"ez_sc_reset_counters"`
 	EzScResets        *ebpf.Map `ebpf:"ez_sc_resets"`
 	EzScRxSocks       *ebpf.Map `ebpf:"ez_sc_rx_socks"`
@@ -522,6 +534,7 @@ func (m *shortcutMaps) Close() error {
 		m.EzScCounters,
 		m.EzScPairs,
 		m.EzScPortRules,
+		m.EzScProofs,
 		m.EzScResetCounters,
 		m.EzScResets,
 		m.EzScRxSocks,

@@ -22,7 +22,11 @@ import (
 // inside lab pods. Hidden: they are tools of the lab, not of the agent.
 func workloadCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "workload", Short: "Traffic generators for tests and benchmarks", Hidden: true}
-	cmd.AddCommand(append([]*cobra.Command{workloadServeCmd(), workloadPeerCmd(), workloadStreamCmd(), workloadPingPongCmd(), workloadHoldCmd(), workloadUDPCmd(), workloadEarlyCmd(), workloadOrigProxyCmd()}, append(append(workloadProbeCmds(), workloadStuckCmds()...), append(append(workloadPoolCmds(), workloadConnectCmds()...), workloadHalfCloseCmds()...)...)...)...)
+	cmds := []*cobra.Command{workloadServeCmd(), workloadPeerCmd(), workloadStreamCmd(), workloadPingPongCmd(), workloadHoldCmd(), workloadUDPCmd(), workloadEarlyCmd(), workloadOrigProxyCmd()}
+	for _, more := range [][]*cobra.Command{workloadProbeCmds(), workloadStuckCmds(), workloadPoolCmds(), workloadConnectCmds(), workloadHalfCloseCmds(), workloadTenantCmds()} {
+		cmds = append(cmds, more...)
+	}
+	cmd.AddCommand(cmds...)
 	return cmd
 }
 
