@@ -351,6 +351,7 @@ func (a *agent) converge(ctx context.Context) error {
 		if err := a.svc.start(ctx, a.cfg.Cgroups); err != nil {
 			return err
 		}
+		a.hl.setCheck(a.svc.notReady)
 	}
 	// Loading parsed the kernel's BTF (tens of MB, partly mmapped); nothing
 	// needs it any more: give it back before serving for months.

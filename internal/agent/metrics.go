@@ -46,7 +46,7 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config,
 		reg.MustRegister(metrics.NewBypassCollector(bb))
 	}
 	if svc != nil {
-		reg.MustRegister(svc.metrics)
+		reg.MustRegister(svc.metrics, svc.netnsGauge())
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
