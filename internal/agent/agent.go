@@ -418,11 +418,7 @@ func (a *agent) serve(ctx context.Context) error {
 			// API before leaving the datapath behind.
 			if ev.removal != nil {
 				if gone, who := removalConfirmed(ev.removal, a.lock, "SIGTERM"); gone {
-					stopKube()
-					hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
-					ad.stop()
-					a.stopFamilies()
-					return uninstallOnRemoval(ctx, dp, cfg, a.lock)
+					return a.uninstall(ctx, stopKube, ad)
 				} else if who != "" {
 					a.handOver(stopKube, who)
 					return nil
@@ -465,14 +461,9 @@ func (a *agent) serve(ctx context.Context) error {
 				<-ctx.Done()
 				return nil
 			}
-			if !gone {
-				continue
+			if gone {
+				return a.uninstall(ctx, stopKube, ad)
 			}
-			stopKube()
-			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
-			ad.stop() // no round while the datapath is drained
-			a.stopFamilies()
-			return uninstallOnRemoval(ctx, dp, cfg, a.lock)
 		case who := <-a.lock.Requested():
 			a.handOver(stopKube, who)
 			<-ctx.Done()
@@ -508,6 +499,15 @@ func closedChan() <-chan struct{} {
 	c := make(chan struct{})
 	close(c)
 	return c
+}
+
+// uninstall drains and removes the datapath: the agent's DaemonSet is gone.
+func (a *agent) uninstall(ctx context.Context, stopKube func() error, ad *adopter) error {
+	stopKube()
+	a.hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
+	ad.stop() // no round while the datapath is drained
+	a.stopFamilies()
+	return uninstallOnRemoval(ctx, a.dp, a.cfg, a.lock)
 }
 
 // handOver gives the datapath to the agent who asked for the node's lock.
