@@ -226,13 +226,18 @@ func TestChartLeastPrivilege(t *testing.T) {
 		t.Errorf("env %v, want %v", env, wantEnv)
 	}
 
-	// Liveness on the health port; readiness through `eztunnel ready`,
-	// which checks the node's lock names this pod before asking the port
-	// (hostNetwork: an httpGet would reach the old agent in a surge update).
-	wantReady := []any{"/eztunnel", "ready", "--lock-file=/run/eztunnel/agent.lock", "--health-addr=0.0.0.0:9877"}
-	if get(c, "livenessProbe", "httpGet", "path") != "/healthz" || get(c, "livenessProbe", "httpGet", "port") != 9877 ||
+	// Both probes through `eztunnel ready` in the pod: the health port is
+	// on loopback (an httpGet would not reach it), and readiness checks the
+	// node's lock names this pod before asking the port (hostNetwork: an
+	// httpGet would reach the old agent in a surge update).
+	wantLive := []any{"/eztunnel", "ready", "--healthz", "--health-addr=127.0.0.1:9877"}
+	wantReady := []any{"/eztunnel", "ready", "--lock-file=/run/eztunnel/agent.lock", "--health-addr=127.0.0.1:9877"}
+	if !reflect.DeepEqual(get(c, "livenessProbe", "exec", "command"), wantLive) || get(c, "livenessProbe", "httpGet") != nil ||
 		!reflect.DeepEqual(get(c, "readinessProbe", "exec", "command"), wantReady) || get(c, "readinessProbe", "httpGet") != nil {
 		t.Errorf("probes %v %v", c["livenessProbe"], c["readinessProbe"])
+	}
+	if !slices.Contains(c["args"].([]any), any("--health-addr=127.0.0.1:9877")) || !slices.Contains(c["args"].([]any), any("--metrics-addr=0.0.0.0:9876")) {
+		t.Errorf("health on loopback, metrics on the node's addresses by default: %v", c["args"])
 	}
 
 	// Both surge modes render.
@@ -257,16 +262,20 @@ func TestChartLeastPrivilege(t *testing.T) {
 	if !slices.Contains(strs(c["args"]), "--adopt=false") {
 		t.Errorf("default args %v lack --adopt=false", c["args"])
 	}
-	docs = render(t, "adoption.enabled=true")
-	sc = container(t, docs)["securityContext"].(obj)
-	if got := strs(get(sc, "capabilities", "add")); !reflect.DeepEqual(got, []string{"BPF", "NET_ADMIN", "PERFMON", "SYS_ADMIN", "SYS_PTRACE"}) {
-		t.Errorf("adoption.enabled: capabilities added %v", got)
-	}
-	if get(daemonSet(t, docs), "spec", "template", "spec", "hostPID") != true {
-		t.Error("adoption.enabled: hostPID is not set")
-	}
-	if _, ok := sc["allowPrivilegeEscalation"]; ok {
-		t.Errorf("adoption.enabled: allowPrivilegeEscalation with SYS_ADMIN: %v", sc)
+	// The Service LB's socket destroy enters the pods' namespaces too: the
+	// same three with services.enabled.
+	for _, set := range []string{"adoption.enabled=true", "services.enabled=true"} {
+		docs = render(t, set)
+		sc = container(t, docs)["securityContext"].(obj)
+		if got := strs(get(sc, "capabilities", "add")); !reflect.DeepEqual(got, []string{"BPF", "NET_ADMIN", "PERFMON", "SYS_ADMIN", "SYS_PTRACE"}) {
+			t.Errorf("%s: capabilities added %v", set, got)
+		}
+		if get(daemonSet(t, docs), "spec", "template", "spec", "hostPID") != true {
+			t.Errorf("%s: hostPID is not set", set)
+		}
+		if _, ok := sc["allowPrivilegeEscalation"]; ok {
+			t.Errorf("%s: allowPrivilegeEscalation with SYS_ADMIN: %v", set, sc)
+		}
 	}
 	sc = container(t, render(t, "adoption.enabled=true", "capabilities={BPF,NET_ADMIN,PERFMON,SYS_ADMIN}"))["securityContext"].(obj)
 	if got := strs(get(sc, "capabilities", "add")); len(got) != 5 {
@@ -424,7 +433,8 @@ var valueFlags = []struct{ value, set, arg string }{
 	{"lockDir", "lockDir=/run/ez2", "--lock-file=/run/ez2/agent.lock"},
 	{"bindAddress", "bindAddress=127.0.0.1", "--metrics-addr=127.0.0.1:9876"},
 	{"metrics.port", "metrics.port=19876", "--metrics-addr=0.0.0.0:19876"},
-	{"health.port", "health.port=19877", "--health-addr=0.0.0.0:19877"},
+	{"health.port", "health.port=19877", "--health-addr=127.0.0.1:19877"},
+	{"health.bindAddress", "health.bindAddress=10.0.0.7", "--health-addr=10.0.0.7:9877"},
 	{"maxSockets", "maxSockets=262144", "--max-sockets=262144"},
 	{"maxPairs", "maxPairs=4096", "--max-pairs=4096"},
 	{"maxUnread", "maxUnread=1048576", "--max-unread=1048576"},

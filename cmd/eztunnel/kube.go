@@ -24,7 +24,7 @@ func (k *kubeFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&k.enabled, "kubernetes", false, "Kubernetes mode: attach once at the pods' root cgroup and accelerate the selected pods of this node")
 	f.StringVar(&k.cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file for --kubernetes and --services (default: the in-cluster configuration)")
 	f.StringVar(&k.cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default: $NODE_NAME)")
-	f.StringVar(&k.policy, "default-policy", string(kube.Disabled), "pods without a "+kube.Key+" namespace label or pod annotation: enabled or disabled")
+	f.StringVar(&k.policy, "default-policy", string(kube.Disabled), "pods whose namespace has no "+kube.Key+" label (a pod annotation opts out, or in where the namespace has "+kube.OptInKey+"=enabled): enabled or disabled")
 	f.StringVar(&k.cfg.PodsCgroup, "pods-cgroup", "", "the pods' root cgroup (default: kubepods or kubepods.slice under the cgroup2 mount)")
 	f.StringVar(&k.cfg.Cgroup2Root, "cgroup2-root", "", "the cgroup2 mount (default: the first in /proc/mounts)")
 	f.StringVar(&k.cfg.Driver, "cgroup-driver", kube.DriverAuto, "the kubelet's cgroup driver: auto, cgroupfs or systemd")

@@ -22,8 +22,14 @@ import (
 // old pod is deleted too early. This probe first checks that the node's
 // lock names this pod, then asks the health port (freed by the old agent
 // before it lets the lock go, so it is ours).
+//
+// With --healthz it is the liveness probe: it asks /healthz and skips the
+// lock (a standing-by agent lives too). Being exec'd in the pod, both reach
+// a health port bound to loopback, which an httpGet probe (sent by the
+// kubelet to the pod's IP, the node's) would not.
 func readyCmd() *cobra.Command {
 	var lockFile, addr string
+	var healthz bool
 	timeout := 2 * time.Second
 	cmd := &cobra.Command{
 		Use:   "ready",
@@ -43,29 +49,34 @@ func readyCmd() *cobra.Command {
 					host = "::1"
 				}
 			}
-			me := agentlock.Owner()
-			holder, err := agentlock.Holder(lockFile)
-			if err != nil {
-				return fmt.Errorf("not ready: %w", err)
-			}
-			if holder != me {
-				return fmt.Errorf("not ready: the datapath is managed by %s, not by %s (lock %s)", holder, me, lockFile)
+			path, not := "/readyz", "not ready"
+			if healthz {
+				path, not = "/healthz", "not live"
+			} else {
+				me := agentlock.Owner()
+				holder, err := agentlock.Holder(lockFile)
+				if err != nil {
+					return fmt.Errorf("not ready: %w", err)
+				}
+				if holder != me {
+					return fmt.Errorf("not ready: the datapath is managed by %s, not by %s (lock %s)", holder, me, lockFile)
+				}
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			url := "http://" + net.JoinHostPort(host, port) + "/readyz"
+			url := "http://" + net.JoinHostPort(host, port) + path
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			if err != nil {
 				return err
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
-				return fmt.Errorf("not ready: %w", err)
+				return fmt.Errorf("%s: %w", not, err)
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("not ready: %s: %s %s", url, resp.Status, strings.TrimSpace(string(body)))
+				return fmt.Errorf("%s: %s: %s %s", not, url, resp.Status, strings.TrimSpace(string(body)))
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(string(body)))
 			return nil
@@ -74,5 +85,6 @@ func readyCmd() *cobra.Command {
 	cmd.Flags().StringVar(&lockFile, "lock-file", agentlock.ForPins(datapath.DefaultPinRoot), "the agent's --lock-file")
 	cmd.Flags().StringVar(&addr, "health-addr", "", "the agent's --health-addr (an unspecified host means loopback)")
 	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long to wait for /readyz")
+	cmd.Flags().BoolVar(&healthz, "healthz", false, "ask /healthz instead, without the lock check (the DaemonSet's liveness probe)")
 	return cmd
 }

@@ -74,3 +74,39 @@ func TestReady(t *testing.T) {
 		t.Errorf("no --health-addr: %v", err)
 	}
 }
+
+// TestReadyHealthz: --healthz is the liveness probe: /healthz on loopback,
+// whoever holds the lock.
+func TestReadyHealthz(t *testing.T) {
+	lockFile := filepath.Join(t.TempDir(), "agent.lock")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live atomic.Bool
+	live.Store(true)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" || !live.Load() {
+			http.Error(w, "run loop stalled for 12s", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	probe := func() error {
+		cmd := readyCmd()
+		cmd.SetArgs([]string{"--healthz", "--lock-file", lockFile, "--health-addr", ln.Addr().String()})
+		cmd.SetOut(new(bytes.Buffer))
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		return cmd.Execute()
+	}
+	// No lock held by anyone: liveness does not ask it.
+	if err := probe(); err != nil {
+		t.Errorf("live agent: %v", err)
+	}
+	live.Store(false)
+	if err := probe(); err == nil || !strings.Contains(err.Error(), "not live") || !strings.Contains(err.Error(), "stalled") {
+		t.Errorf("stalled agent: %v", err)
+	}
+}

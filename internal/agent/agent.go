@@ -25,6 +25,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	"github.com/eztunnel/eztunnel/internal/kube"
 	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/podnet"
@@ -354,6 +355,7 @@ func (a *agent) converge(ctx context.Context) error {
 		if err := a.svc.start(ctx, a.cfg.Cgroups); err != nil {
 			return err
 		}
+		a.hl.setCheck(a.svc.notReady)
 	}
 	// Loading parsed the kernel's BTF (tens of MB, partly mmapped); nothing
 	// needs it any more: give it back before serving for months.
@@ -416,6 +418,17 @@ func (a *agent) serve(ctx context.Context) error {
 		hl.tick()
 		select {
 		case <-ctx.Done():
+			// SIGTERM may come before the watch tells that the DaemonSet
+			// went (helm uninstall deletes it and its pods at once): ask the
+			// API before leaving the datapath behind.
+			if ev.removal != nil {
+				if gone, who := removalConfirmed(ev.removal, a.lock, "SIGTERM"); gone {
+					return a.uninstall(ctx, stopKube, ad)
+				} else if who != "" {
+					a.handOver(stopKube, who)
+					return nil
+				}
+			}
 			slog.Info("stopping; the datapath stays pinned and keeps working", "pins", cfg.Datapath.Dir())
 			return nil
 		case <-synced:
@@ -443,24 +456,21 @@ func (a *agent) serve(ctx context.Context) error {
 		case err := <-ev.failed:
 			return fmt.Errorf("watching the node's pods: %w", err)
 		case <-ev.removed:
-			// Our DaemonSet is gone: this is `helm uninstall`, not an update.
-			stopKube()
-			hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
-			ad.stop() // no round while the datapath is drained
-			a.stopFamilies()
-			return uninstallOnRemoval(ctx, dp, cfg, a.lock)
-		case who := <-a.lock.Requested():
-			// Everything the next agent needs goes before the lock: our
-			// hold on the datapath, and the health and metrics ports.
-			stopKube()
-			hl.setReady(false, "handed over to "+who)
-			slog.Info("handing the datapath over; standing by until stopped (the datapath stays pinned)", "to", who)
-			// Every part, the lock last (the round in progress ends before
-			// the datapath closes; the bypass and the load balancer stay
-			// pinned: the next agent updates them in place).
-			if err := a.parts.stop(); err != nil {
-				slog.Warn("stopping the agent's parts", "err", err)
+			// Our DaemonSet looks gone. Confirmed after a pause (no
+			// DaemonSet of the same name, no new agent asking for the node),
+			// this is `helm uninstall`, not an update or a replacement.
+			ev.removed = nil
+			gone, who := removalConfirmed(ev.removal, a.lock, "the watch")
+			if who != "" {
+				a.handOver(stopKube, who)
+				<-ctx.Done()
+				return nil
 			}
+			if gone {
+				return a.uninstall(ctx, stopKube, ad)
+			}
+		case who := <-a.lock.Requested():
+			a.handOver(stopKube, who)
 			<-ctx.Done()
 			return nil
 		case <-reconcile.C:
@@ -515,4 +525,66 @@ func closedChan() <-chan struct{} {
 	c := make(chan struct{})
 	close(c)
 	return c
+}
+
+// uninstall drains and removes the datapath: the agent's DaemonSet is gone.
+func (a *agent) uninstall(ctx context.Context, stopKube func() error, ad *adopter) error {
+	stopKube()
+	a.hl.setReady(false, "uninstalling: the agent's DaemonSet was deleted")
+	ad.stop() // no round while the datapath is drained
+	a.stopFamilies()
+	return uninstallOnRemoval(ctx, a.dp, a.cfg, a.lock)
+}
+
+// handOver gives the datapath to the agent who asked for the node's lock.
+func (a *agent) handOver(stopKube func() error, who string) {
+	// Everything the next agent needs goes before the lock: our
+	// hold on the datapath, and the health and metrics ports.
+	stopKube()
+	a.hl.setReady(false, "handed over to "+who)
+	slog.Info("handing the datapath over; standing by until stopped (the datapath stays pinned)", "to", who)
+	// Every part, the lock last (the round in progress ends before
+	// the datapath closes; the bypass and the load balancer stay
+	// pinned: the next agent updates them in place).
+	if err := a.parts.stop(); err != nil {
+		slog.Warn("stopping the agent's parts", "err", err)
+	}
+}
+
+// removalSettle is how long an agent whose DaemonSet looks removed waits for
+// a replacement (a DaemonSet of the same name: replace --force, delete
+// --cascade=orphan then create, helm upgrade --force; or the next agent
+// asking for the node's lock) before it re-reads the DaemonSet and decides.
+var removalSettle = 5 * time.Second
+
+// removalConfirmed re-reads the agent's DaemonSet: gone is true only when it
+// is not found or ours is marked for deletion, twice, removalSettle apart,
+// and no agent asked for the node's lock meanwhile (who: the caller hands
+// over). A replacement, the DaemonSet still there, or an API error keep the
+// datapath: a node is never uninstalled on a guess.
+func removalConfirmed(rm *kube.Removal, lock *agentlock.Lock, after string) (gone bool, who string) {
+	check := func() bool {
+		// Short: the run loop (and /healthz) waits meanwhile.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		gone, how, err := rm.Check(ctx)
+		if err != nil {
+			slog.Warn("kubernetes: cannot re-read the agent's DaemonSet: keeping the datapath", "after", after, "err", err)
+			return false
+		}
+		slog.Info("kubernetes: the agent's DaemonSet re-read", "after", after, "found", how, "removed", gone)
+		return gone
+	}
+	if !check() {
+		return false, ""
+	}
+	t := time.NewTimer(removalSettle)
+	defer t.Stop()
+	select {
+	case who := <-lock.Requested():
+		slog.Info("kubernetes: the agent's DaemonSet looked removed, but a new agent asked for the node: handing over, not uninstalling", "after", after, "to", who)
+		return false, who
+	case <-t.C:
+	}
+	return check(), ""
 }

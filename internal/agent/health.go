@@ -19,7 +19,13 @@ type health struct {
 	ready atomic.Bool
 	beat  atomic.Int64 // unix nanoseconds of the run loop's last turn
 	why   atomic.Value // string: why not ready
+	// check, once set, is asked at each /readyz of a ready agent: a part
+	// that cannot do its work (socket destroy: services.notReady).
+	check atomic.Pointer[func() string]
 }
+
+// setCheck adds a readiness check: not ready while it returns a reason.
+func (h *health) setCheck(f func() string) { h.check.Store(&f) }
 
 // staleAfter: a loop that has not turned for this long is not alive.
 const staleAfter = 10 * time.Second
@@ -64,6 +70,12 @@ func (h *health) serve(ctx context.Context) (stop func()) {
 		if !h.ready.Load() {
 			http.Error(w, "not ready: "+h.why.Load().(string), http.StatusServiceUnavailable)
 			return
+		}
+		if f := h.check.Load(); f != nil {
+			if why := (*f)(); why != "" {
+				http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+				return
+			}
 		}
 		fmt.Fprintln(w, "ready")
 	})

@@ -32,7 +32,11 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config,
 		srv.Close()
 		return nil, err
 	}
-	reg := metrics.Registry(metrics.NewCollector(p, version))
+	// Scrapes read the map fill the last walk found (metrics.FillInterval).
+	fill := metrics.NewFillCache(p.ReadFill, metrics.FillInterval)
+	fill.Refresh()
+	reg := metrics.Registry(metrics.NewCollector(metrics.CachedFill{Source: p, Fill: fill}, version))
+	reg.MustRegister(fill.Collector())
 	if pods != nil {
 		reg.MustRegister(metrics.NewPodCollector(podMetrics{pods, p}))
 	}
@@ -42,12 +46,15 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config,
 		reg.MustRegister(metrics.NewBypassCollector(bb))
 	}
 	if svc != nil {
-		reg.MustRegister(svc.metrics)
+		reg.MustRegister(svc.metrics, svc.netnsGauge())
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		walks := make(chan struct{})
+		go func() { defer close(walks); fill.Run(ctx) }()
+		defer func() { <-walks }() // the maps are closed after the last walk
 		if err := srv.Serve(ctx, reg); err != nil {
 			slog.Error("metrics server stopped", "err", err)
 		}

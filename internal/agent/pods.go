@@ -63,6 +63,7 @@ func (p *podScope) Pods() []metrics.Pod {
 type kubeEvents struct {
 	synced  <-chan struct{} // the first selection is applied
 	removed <-chan struct{} // our DaemonSet was deleted (nil without --uninstall-on-removal)
+	removal *kube.Removal   // re-reads our DaemonSet (nil without --uninstall-on-removal)
 	failed  <-chan error    // the watch could not run
 }
 
@@ -71,11 +72,11 @@ type kubeEvents struct {
 func (p *podScope) start(ctx context.Context, dp *datapath.Datapath) (kubeEvents, error) {
 	var ev kubeEvents
 	if p.cfg.UninstallOnRemoval {
-		removed, err := kube.WatchRemoval(ctx, p.cfg.Config, p.cfg.PodNamespace, p.cfg.PodName)
+		removed, rm, err := kube.WatchRemoval(ctx, p.cfg.Config, p.cfg.PodNamespace, p.cfg.PodName)
 		if err != nil {
 			return ev, err
 		}
-		ev.removed = removed
+		ev.removed, ev.removal = removed, rm
 	}
 	synced := make(chan struct{})
 	failed := make(chan error, 1)

@@ -2,13 +2,19 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/kube"
@@ -53,6 +59,64 @@ type serviceLB struct {
 	// pods is Kubernetes mode's watch of the node's pods, which the pods
 	// left to their proxy share (nil: the load balancer watches them).
 	pods *kube.PodWatch
+	// unreachable counts the network namespaces of the managed cgroups'
+	// processes the agent could not enter at the last look (netNS): their
+	// sockets to a removed backend would stay open.
+	unreachable atomic.Int64
+}
+
+// netnsProbeEvery is how often the namespaces of the managed cgroups'
+// processes are checked between removals of backends.
+const netnsProbeEvery = 10 * time.Second
+
+// netNS lists the network namespaces the load balancer destroys sockets in
+// ("" for the agent's own, entered by nobody) and counts, in unreachable,
+// the processes whose namespace the agent may not open (no host PID
+// namespace: cgroup.procs shows them as 0; no CAP_SYS_PTRACE over them) and
+// the namespaces it may not enter (setns: CAP_SYS_ADMIN). Namespaces of
+// processes that exited meanwhile are skipped.
+func (s *serviceLB) netNS(cgroups []string) ([]string, error) {
+	nss, denied, err := datapath.NetNamespaces(cgroups)
+	if err != nil {
+		return nil, err
+	}
+	var self syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/net", &self); err != nil {
+		return nil, err
+	}
+	out, bad := []string{""}, denied
+	for _, ns := range nss {
+		var st syscall.Stat_t
+		if err := syscall.Stat(ns, &st); err != nil || st.Ino == self.Ino {
+			continue
+		}
+		if err := bpfsys.InNetNSPath(ns, func() error { return nil }); err != nil {
+			if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ESRCH) {
+				bad++
+			}
+			continue
+		}
+		out = append(out, ns)
+	}
+	if old := s.unreachable.Swap(int64(bad)); old != int64(bad) {
+		if bad > 0 {
+			slog.Warn("services: pod network namespaces the agent cannot enter: their sockets to removed backends stay open",
+				"unreachable", bad, "need", "the host PID namespace, CAP_SYS_ADMIN and CAP_SYS_PTRACE (the chart grants them with services.enabled)")
+		} else {
+			slog.Info("services: every pod network namespace can be entered again")
+		}
+	}
+	return out, nil
+}
+
+// notReady is the readiness check of socket destroy: why the agent is not
+// ready ("" when every namespace can be entered).
+func (s *serviceLB) notReady() string {
+	if n := s.unreachable.Load(); n > 0 {
+		return fmt.Sprintf("services: %d pod network namespaces cannot be entered, sockets to removed backends would stay open "+
+			"(needs the host PID namespace, CAP_SYS_ADMIN and CAP_SYS_PTRACE)", n)
+	}
+	return ""
 }
 
 // checkServices checks the source's configuration; nothing is loaded.
@@ -119,13 +183,29 @@ func nodeFamilies() svcsync.Families {
 // source keeps applying changes until close.
 func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 	// Sockets of a removed backend are looked for in the namespaces of the
-	// managed cgroups' processes.
-	s.lb.SetNetNS(func() ([]string, error) {
-		nss, _, err := datapath.NetNamespaces(cgroups)
-		return nss, err
-	})
+	// managed cgroups' processes; those the agent cannot enter are counted
+	// (eztunnel_services_netns_unreachable) and fail readiness, looked at
+	// again every netnsProbeEvery.
+	s.lb.SetNetNS(func() ([]string, error) { return s.netNS(cgroups) })
 	ctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
+	if _, err := s.netNS(cgroups); err != nil {
+		slog.Warn("services: list the pods' network namespaces", "err", err)
+	}
+	go func() {
+		t := time.NewTicker(netnsProbeEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := s.netNS(cgroups); err != nil {
+					slog.Warn("services: list the pods' network namespaces", "err", err)
+				}
+			}
+		}
+	}()
 	if s.cfg.NodePort {
 		if err := s.syncNodePort(true); err != nil {
 			cancel()
@@ -273,4 +353,11 @@ func (s *serviceLB) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lb = nil
+}
+
+// netnsGauge exports unreachable.
+func (s *serviceLB) netnsGauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eztunnel_services_netns_unreachable",
+		Help: "Network namespaces of the managed pods' processes the agent could not enter at the last look (every 10 s and at each removed backend): their sockets to a removed backend are not destroyed. Non-zero fails readiness."},
+		func() float64 { return float64(s.unreachable.Load()) })
 }

@@ -155,7 +155,7 @@ func TestRESTAPIWatchRemoval(t *testing.T) {
 		events: map[string][]metav1.WatchEvent{dsPath: {event("DELETED", ds)}},
 	}
 	api := startStub(t, s)
-	ch, err := WatchRemovalWith(t.Context(), Config{}, api, "eztunnel", "eztunnel-abcde")
+	ch, _, err := WatchRemovalWith(t.Context(), Config{}, api, "eztunnel", "eztunnel-abcde")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestRESTAPIWatchRemoval(t *testing.T) {
 	s.mu.Lock()
 	s.lists["/api/v1/namespaces/eztunnel/pods/eztunnel-abcde"] = orphan
 	s.mu.Unlock()
-	if _, err := WatchRemovalWith(t.Context(), Config{}, api, "eztunnel", "eztunnel-abcde"); err == nil ||
+	if _, _, err := WatchRemovalWith(t.Context(), Config{}, api, "eztunnel", "eztunnel-abcde"); err == nil ||
 		!strings.Contains(err.Error(), "eztunnel/eztunnel-abcde has no DaemonSet owner") {
 		t.Fatalf("no owner: %v", err)
 	}

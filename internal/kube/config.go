@@ -1,6 +1,7 @@
 // Package kube selects the pods of one Kubernetes node for eztunnel: it
 // watches the node's pods and all namespaces, applies the selection policy
-// (namespace label and pod annotation eztunnel.io/shortcut), maps each
+// (namespace labels eztunnel.io/shortcut and eztunnel.io/shortcut-opt-in, pod
+// annotation eztunnel.io/shortcut), maps each
 // selected pod to its pod-level cgroup v2 directory and reports the desired
 // set. It also tells when the agent's own DaemonSet is removed.
 package kube
@@ -18,6 +19,11 @@ import (
 
 // Key is the namespace label and pod annotation that selects workloads.
 const Key = "eztunnel.io/shortcut"
+
+// OptInKey is the namespace label (value Enabled) that lets the namespace's
+// pods select themselves with the annotation Key=enabled. Without it a pod's
+// annotation can only opt out (policy.decide).
+const OptInKey = "eztunnel.io/shortcut-opt-in"
 
 // ServicesKey is the pod annotation of the Service load balancer's per-pod
 // choice (internal/svcsync.ParseChoice): translate at the socket, or leave

@@ -15,24 +15,24 @@ type Decision struct {
 }
 
 // policy evaluates the selection rules and logs each invalid value once per
-// object (and again only if the value changes).
+// object and key (and again only if the value changes).
 type policy struct {
 	def     Policy
 	selfUID string
 	log     *slog.Logger
 
 	mu     sync.Mutex
-	warned map[string]string // object -> invalid value already logged
+	warned map[string]map[string]string // object -> key -> invalid value already logged
 }
 
 func newPolicy(cfg Config) *policy {
-	return &policy{def: cfg.defaultPolicy(), selfUID: cfg.SelfUID, log: cfg.logger(), warned: map[string]string{}}
+	return &policy{def: cfg.defaultPolicy(), selfUID: cfg.SelfUID, log: cfg.logger(), warned: map[string]map[string]string{}}
 }
 
-// value reads Key from m; an invalid value is logged and treated as unset.
+// value reads key from m; an invalid value is logged and treated as unset.
 // object is "pod <ns>/<name>" or "namespace <name>", built only when needed.
-func (p *policy) value(m map[string]string, kind, prefix, ns, name string) Policy {
-	v, ok := m[Key]
+func (p *policy) value(m map[string]string, key, kind, prefix, ns, name string) Policy {
+	v, ok := m[key]
 	if !ok {
 		return ""
 	}
@@ -45,11 +45,14 @@ func (p *policy) value(m map[string]string, kind, prefix, ns, name string) Polic
 		object = prefix + ns + "/" + name
 	}
 	p.mu.Lock()
-	seen, logged := p.warned[object]
-	p.warned[object] = v
+	seen, logged := p.warned[object][key]
+	if p.warned[object] == nil {
+		p.warned[object] = map[string]string{}
+	}
+	p.warned[object][key] = v
 	p.mu.Unlock()
 	if !logged || seen != v {
-		p.log.Warn("kubernetes: invalid "+kind+" value, ignored", "object", object, "key", Key, "value", v,
+		p.log.Warn("kubernetes: invalid "+kind+" value, ignored", "object", object, "key", key, "value", v,
 			"want", fmt.Sprintf("%s|%s", Enabled, Disabled))
 	}
 	return ""
@@ -62,29 +65,47 @@ func (p *policy) forget(object string) {
 	p.mu.Unlock()
 }
 
-// decide applies the rules: the pod annotation overrides everything; host-network
-// pods and the agent's own pod are excluded otherwise; then the namespace
-// label; then the default. ns may be nil (namespace not known).
+// decide applies the rules. The operator decides, a pod only narrows:
+//  1. host-network pods and the agent's own pod are never selected (their
+//     annotation is not read: a host-network pod's sockets are the node's);
+//  2. a namespace labelled Key=disabled selects none of its pods, whatever
+//     their annotation says;
+//  3. a pod annotated Key=disabled is not selected (opting out is always
+//     allowed);
+//  4. a pod annotated Key=enabled is selected only in a namespace labelled
+//     OptInKey=enabled (the namespace allows its pods to opt in);
+//     elsewhere the annotation is ignored;
+//  5. then the namespace label Key, then the default policy.
+//
+// ns may be nil (namespace not known yet): no pod can opt in then.
 func (p *policy) decide(pod *kubeapi.Pod, ns *kubeapi.Namespace) Decision {
-	switch p.value(pod.Annotations, "pod annotation", "pod ", pod.Namespace, pod.Name) {
-	case Enabled:
-		return Decision{true, "pod annotation"}
-	case Disabled:
-		return Decision{false, "pod annotation"}
-	}
 	if pod.Spec.HostNetwork {
 		return Decision{false, "host network"}
 	}
 	if p.selfUID != "" && string(pod.UID) == p.selfUID {
 		return Decision{false, "agent's own pod"}
 	}
+	var label, optIn Policy
 	if ns != nil {
-		switch p.value(ns.Labels, "namespace label", "namespace ", "", ns.Name) {
-		case Enabled:
-			return Decision{true, "namespace label"}
-		case Disabled:
+		label = p.value(ns.Labels, Key, "namespace label", "namespace ", "", ns.Name)
+		if label == Disabled {
 			return Decision{false, "namespace label"}
 		}
+	}
+	switch p.value(pod.Annotations, Key, "pod annotation", "pod ", pod.Namespace, pod.Name) {
+	case Disabled:
+		return Decision{false, "pod annotation"}
+	case Enabled:
+		if ns != nil {
+			optIn = p.value(ns.Labels, OptInKey, "namespace label", "namespace ", "", ns.Name)
+		}
+		if optIn == Enabled {
+			return Decision{true, "pod annotation"}
+		}
+	}
+	switch label {
+	case Enabled:
+		return Decision{true, "namespace label"}
 	}
 	return Decision{p.def == Enabled, "default policy"}
 }

@@ -18,14 +18,48 @@ import (
 
 // WatchRemoval returns a channel closed when the DaemonSet owning the pod
 // podNamespace/podName is deleted or marked for deletion (helm uninstall),
-// but not when it is updated (a rolling update). The channel stays open when
-// ctx ends. It needs get on the pod and get/list/watch on that DaemonSet.
-func WatchRemoval(ctx context.Context, cfg Config, podNamespace, podName string) (<-chan struct{}, error) {
+// but not when it is updated (a rolling update) or replaced by a DaemonSet of
+// the same name (delete --cascade=orphan then create, replace --force: the
+// new one's agent takes the node over). The channel stays open when ctx
+// ends. It needs get on the pod and get/list/watch on that DaemonSet.
+// The returned Removal re-reads the DaemonSet: the agent asks it again
+// before it uninstalls, and on SIGTERM.
+func WatchRemoval(ctx context.Context, cfg Config, podNamespace, podName string) (<-chan struct{}, *Removal, error) {
 	api, err := NewAPI(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return WatchRemovalWith(ctx, cfg, api, podNamespace, podName)
+}
+
+// Removal reads the agent's DaemonSet from the API.
+type Removal struct {
+	api             API
+	namespace, name string
+	uid             types.UID
+}
+
+// Check re-reads the DaemonSet: removed is true when it is gone or ours is
+// marked for deletion, and how says what was found. A DaemonSet of the same
+// name with another UID is a replacement, not a removal (unless it is being
+// deleted too). An API error decides nothing: the caller keeps the datapath.
+func (r *Removal) Check(ctx context.Context) (removed bool, how string, err error) {
+	ds, err := r.api.GetDaemonSet(ctx, r.namespace, r.name)
+	return removal(ds, err, r.uid)
+}
+
+func removal(ds *kubeapi.DaemonSet, err error, uid types.UID) (bool, string, error) {
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, "not found", nil
+	case err != nil:
+		return false, "", err
+	case ds.DeletionTimestamp != nil:
+		return true, "marked for deletion", nil
+	case ds.UID != uid:
+		return false, "replaced by a new DaemonSet of the same name (uid " + string(ds.UID) + ")", nil
+	}
+	return false, "present", nil
 }
 
 // DaemonSetOwner returns the DaemonSet that owns a pod (name and UID).
@@ -46,11 +80,12 @@ func DaemonSetOwner(ctx context.Context, api API, podNamespace, podName string) 
 }
 
 // WatchRemovalWith is WatchRemoval on a given API.
-func WatchRemovalWith(ctx context.Context, cfg Config, api API, podNamespace, podName string) (<-chan struct{}, error) {
+func WatchRemovalWith(ctx context.Context, cfg Config, api API, podNamespace, podName string) (<-chan struct{}, *Removal, error) {
 	name, uid, err := DaemonSetOwner(ctx, api, podNamespace, podName)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	rm := &Removal{api: api, namespace: podNamespace, name: name, uid: uid}
 	log := cfg.logger()
 	dsName := podNamespace + "/" + name
 	removed := make(chan struct{})
@@ -64,32 +99,31 @@ func WatchRemovalWith(ctx context.Context, cfg Config, api API, podNamespace, po
 	// A plain get first, so that a missing RBAC rule is an error here rather
 	// than an informer retrying forever.
 	ds, err := api.GetDaemonSet(ctx, podNamespace, name)
-	switch {
-	case apierrors.IsNotFound(err):
-		fire("not found at start")
-		return removed, nil
-	case err != nil:
-		return nil, fmt.Errorf("kubernetes: get DaemonSet %s (owner of pod %s/%s): %w", dsName, podNamespace, podName, err)
-	case ds.UID != uid:
-		fire("replaced by a new DaemonSet of the same name")
-		return removed, nil
-	case ds.DeletionTimestamp != nil:
-		fire("marked for deletion")
-		return removed, nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, nil, fmt.Errorf("kubernetes: get DaemonSet %s (owner of pod %s/%s): %w", dsName, podNamespace, podName, err)
+	}
+	if gone, how, _ := removal(ds, err, uid); gone {
+		fire(how + " at start")
+		return removed, rm, nil
+	} else if how != "present" {
+		log.Info("kubernetes: agent DaemonSet "+how+": not a removal, the new DaemonSet's agent takes the node over", "daemonset", dsName)
 	}
 
-	// check fires when obj is our DaemonSet going away; one of the same name
-	// with another UID means ours was deleted.
+	// check fires when obj is our DaemonSet going away. One of the same name
+	// with another UID is a replacement (its agent takes the node over
+	// through the lock): logged, not a removal.
+	replaced := ""
 	check := func(obj any) {
 		ds, ok := obj.(*kubeapi.DaemonSet)
 		if !ok || ds.Name != name { // fake clients ignore the field selector
 			return
 		}
-		switch {
-		case ds.UID != uid:
-			fire("replaced by a new DaemonSet of the same name")
-		case ds.DeletionTimestamp != nil:
-			fire("marked for deletion")
+		gone, how, _ := removal(ds, nil, uid)
+		if gone {
+			fire(how)
+		} else if how != "present" && how != replaced {
+			replaced = how
+			log.Info("kubernetes: agent DaemonSet "+how+": not a removal, the new DaemonSet's agent takes the node over", "daemonset", dsName)
 		}
 	}
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
@@ -115,6 +149,10 @@ func WatchRemovalWith(ctx context.Context, cfg Config, api API, podNamespace, po
 				if ds, ok := obj.(*kubeapi.DaemonSet); ok && ds.Name == name && ds.UID == uid {
 					fire("deleted")
 				}
+				// A replacement deleted: nothing of ours is left.
+				if ds, ok := obj.(*kubeapi.DaemonSet); ok && ds.Name == name && ds.UID != uid {
+					fire("deleted (its replacement)")
+				}
 			},
 		},
 	})
@@ -129,5 +167,5 @@ func WatchRemovalWith(ctx context.Context, cfg Config, api API, podNamespace, po
 		}
 	}()
 	log.Info("kubernetes: watching the agent DaemonSet for removal", "daemonset", dsName)
-	return removed, nil
+	return removed, rm, nil
 }

@@ -45,14 +45,19 @@ func closed(ch <-chan struct{}, wait time.Duration) bool {
 // startRemoval starts WatchRemovalWith on a fake cluster and waits until its
 // DaemonSet watch is in place.
 func startRemoval(t *testing.T, ctx context.Context, objs ...runtime.Object) (*fakeCluster, <-chan struct{}) {
+	fc, ch, _ := startRemovalCheck(t, ctx, objs...)
+	return fc, ch
+}
+
+func startRemovalCheck(t *testing.T, ctx context.Context, objs ...runtime.Object) (*fakeCluster, <-chan struct{}, *Removal) {
 	t.Helper()
 	fc := newFakeCluster(t, objs...)
-	ch, err := WatchRemovalWith(ctx, Config{}, fromClientset(fc.cs), "eztunnel", "eztunnel-abcde")
+	ch, rm, err := WatchRemovalWith(ctx, Config{}, fromClientset(fc.cs), "eztunnel", "eztunnel-abcde")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fc.waitWatches("daemonsets")
-	return fc, ch
+	return fc, ch, rm
 }
 
 func TestWatchRemovalDelete(t *testing.T) {
@@ -96,22 +101,76 @@ func TestWatchRemovalDeletionTimestamp(t *testing.T) {
 	}
 }
 
-// TestWatchRemovalReplaced: deleted and recreated under the same name (an
-// uninstall then install seen as one change) counts as removed.
+// TestWatchRemovalReplaced: a DaemonSet of the same name with another UID
+// (delete --cascade=orphan then create, replace --force, helm upgrade
+// --force) is a replacement whose agent takes the node over: not a removal,
+// and Check says so. Once the replacement is deleted too, it is one.
 func TestWatchRemovalReplaced(t *testing.T) {
 	ctx := t.Context()
-	fc, ch := startRemoval(t, ctx, agentPod(dsOwner("eztunnel", "ds-1")), daemonSet("eztunnel", "ds-1"))
-	if _, err := fc.cs.AppsV1().DaemonSets("eztunnel").Update(ctx, daemonSet("eztunnel", "ds-9"), metav1.UpdateOptions{}); err != nil {
+	fc, ch, rm := startRemovalCheck(t, ctx, agentPod(dsOwner("eztunnel", "ds-1")), daemonSet("eztunnel", "ds-1"))
+	dsc := fc.cs.AppsV1().DaemonSets("eztunnel")
+	if gone, how, err := rm.Check(ctx); gone || err != nil || how != "present" {
+		t.Fatalf("Check before: %v %q %v", gone, how, err)
+	}
+	if _, err := dsc.Update(ctx, daemonSet("eztunnel", "ds-9"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if closed(ch, 500*time.Millisecond) {
+		t.Fatal("closed after the DaemonSet was replaced: its new agent takes over, nothing to uninstall")
+	}
+	if gone, how, err := rm.Check(ctx); gone || err != nil || !strings.Contains(how, "replaced") {
+		t.Fatalf("Check after the replacement: %v %q %v", gone, how, err)
+	}
+	if err := dsc.Delete(ctx, "eztunnel", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !closed(ch, 10*time.Second) {
-		t.Fatal("not closed after the DaemonSet was replaced")
+		t.Fatal("not closed after the replacement was deleted")
+	}
+	if gone, how, err := rm.Check(ctx); !gone || err != nil || how != "not found" {
+		t.Fatalf("Check after the deletion: %v %q %v", gone, how, err)
+	}
+}
+
+// TestRemovalCheck: what Check says of each state the DaemonSet can be in
+// when SIGTERM comes; an API error decides nothing.
+func TestRemovalCheck(t *testing.T) {
+	ctx := t.Context()
+	now := metav1.Now()
+	marked := daemonSet("eztunnel", "ds-1")
+	marked.DeletionTimestamp, marked.Finalizers = &now, []string{"foregroundDeletion"}
+	markedNew := daemonSet("eztunnel", "ds-9")
+	markedNew.DeletionTimestamp, markedNew.Finalizers = &now, []string{"foregroundDeletion"}
+	for _, c := range []struct {
+		name string
+		ds   *appsv1.DaemonSet
+		gone bool
+		how  string
+	}{
+		{"present", daemonSet("eztunnel", "ds-1"), false, "present"},
+		{"marked for deletion", marked, true, "marked for deletion"},
+		{"replaced", daemonSet("eztunnel", "ds-9"), false, "replaced by a new DaemonSet of the same name (uid ds-9)"},
+		{"replacement marked for deletion", markedNew, true, "marked for deletion"},
+	} {
+		fc, _, rm := startRemovalCheck(t, ctx, agentPod(dsOwner("eztunnel", "ds-1")), daemonSet("eztunnel", "ds-1"))
+		if _, err := fc.cs.AppsV1().DaemonSets("eztunnel").Update(ctx, c.ds, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if gone, how, err := rm.Check(ctx); gone != c.gone || how != c.how || err != nil {
+			t.Errorf("%s: Check = %v %q %v, want %v %q", c.name, gone, how, err, c.gone, c.how)
+		}
+		fc.cs.PrependReactor("get", "daemonsets", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "daemonsets"}, "eztunnel", nil)
+		})
+		if gone, _, err := rm.Check(ctx); gone || err == nil {
+			t.Errorf("%s, API refusing: Check = %v %v, want an error and no removal", c.name, gone, err)
+		}
 	}
 }
 
 func TestWatchRemovalAlreadyGone(t *testing.T) {
 	fc := newFakeCluster(t, agentPod(dsOwner("eztunnel", "ds-1")))
-	ch, err := WatchRemovalWith(t.Context(), Config{}, fromClientset(fc.cs), "eztunnel", "eztunnel-abcde")
+	ch, _, err := WatchRemovalWith(t.Context(), Config{}, fromClientset(fc.cs), "eztunnel", "eztunnel-abcde")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +193,7 @@ func TestWatchRemovalErrors(t *testing.T) {
 		{"no name", nil, "eztunnel", "", "POD_NAME"},
 	} {
 		fc := newFakeCluster(t, c.objs...)
-		_, err := WatchRemovalWith(t.Context(), Config{}, fromClientset(fc.cs), c.ns, c.pod)
+		_, _, err := WatchRemovalWith(t.Context(), Config{}, fromClientset(fc.cs), c.ns, c.pod)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want %q in it", c.name, err, c.want)
 		}
@@ -144,7 +203,7 @@ func TestWatchRemovalErrors(t *testing.T) {
 	fc.cs.PrependReactor("get", "daemonsets", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "daemonsets"}, "eztunnel", nil)
 	})
-	_, err := WatchRemovalWith(t.Context(), Config{}, fromClientset(fc.cs), "eztunnel", "eztunnel-abcde")
+	_, _, err := WatchRemovalWith(t.Context(), Config{}, fromClientset(fc.cs), "eztunnel", "eztunnel-abcde")
 	if err == nil || !strings.Contains(err.Error(), "DaemonSet eztunnel/eztunnel") || !apierrors.IsForbidden(err) {
 		t.Errorf("forbidden: err = %v", err)
 	}

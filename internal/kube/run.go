@@ -263,8 +263,13 @@ func slimNamespace(obj any) (any, error) {
 	}
 	out := &kubeapi.Namespace{}
 	out.Name, out.UID, out.ResourceVersion = n.Name, n.UID, n.ResourceVersion
-	if v, ok := n.Labels[Key]; ok {
-		out.Labels = map[string]string{Key: v}
+	for _, k := range []string{Key, OptInKey} {
+		if v, ok := n.Labels[k]; ok {
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			out.Labels[k] = v
+		}
 	}
 	return out, nil
 }

@@ -185,6 +185,7 @@ func (fc *fakeCluster) run(ctx context.Context, cfg Config, rec *recorder) (sync
 // and pod annotation), deleted, and a cgroup appearing late.
 func TestRunConverges(t *testing.T) {
 	var logs syncBuffer
+	asks := func(p *corev1.Pod) { p.Annotations = map[string]string{Key: "enabled"} }
 	selfPod := pod("a", "agent", func(p *corev1.Pod) { p.Spec.HostNetwork = true })
 	p1 := pod("a", "p1")
 	p2 := pod("b", "p2", func(p *corev1.Pod) { p.Status.QOSClass = corev1.PodQOSBestEffort })
@@ -193,9 +194,13 @@ func TestRunConverges(t *testing.T) {
 	done := pod("a", "done", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })
 	late := pod("a", "late", func(p *corev1.Pod) { p.Status.QOSClass = "" }) // QoS not reported yet
 	guaranteed := pod("c", "g", func(p *corev1.Pod) { p.Status.QOSClass = corev1.PodQOSGuaranteed })
-	fc := newFakeCluster(t, ns("a", "enabled"), ns("b", ""), ns("c", "bogus"),
-		selfPod, p1, p2, hostNet, otherNode, done, late, guaranteed)
-	for _, p := range []*corev1.Pod{selfPod, p1, p2, hostNet, otherNode, done, guaranteed} {
+	// The tenant: a pod that annotates itself enabled in a namespace the
+	// operator labelled disabled, and one in an unlabelled namespace.
+	tenant := pod("d", "tenant", asks)
+	unlabelled := pod("b", "asks", asks)
+	fc := newFakeCluster(t, ns("a", "enabled"), ns("b", ""), ns("c", "bogus"), ns("d", "disabled"),
+		selfPod, p1, p2, hostNet, otherNode, done, late, guaranteed, tenant, unlabelled)
+	for _, p := range []*corev1.Pod{selfPod, p1, p2, hostNet, otherNode, done, guaranteed, tenant, unlabelled} {
 		fc.cgroupDir(p, true)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -205,7 +210,9 @@ func TestRunConverges(t *testing.T) {
 	fc.waitWatches("pods", "namespaces")
 
 	// Labelled namespace a: p1 only (hostnet, agent, other node, terminal and
-	// cgroup-less pods are out); b unlabelled, c invalid: default disabled.
+	// cgroup-less pods are out); b unlabelled, c invalid: default disabled; d
+	// disabled, its pod's annotation notwithstanding; b's annotated pod is
+	// not allowed to opt in.
 	fc.next(rec, "a/p1")
 	<-synced
 
@@ -215,26 +222,33 @@ func TestRunConverges(t *testing.T) {
 
 	// Namespace b labelled enabled.
 	fc.update(ns("b", "enabled"))
-	fc.next(rec, "a/late,a/p1,b/p2")
+	fc.next(rec, "a/late,a/p1,b/asks,b/p2")
 
-	// Pod annotation overrides the namespace label.
+	// A pod annotation opts out of the namespace label.
 	p1.Annotations = map[string]string{Key: "disabled"}
 	fc.update(p1)
-	fc.next(rec, "a/late,b/p2")
+	fc.next(rec, "a/late,b/asks,b/p2")
 
-	// Host-network pod and the agent itself, asked for by annotation; the
-	// Guaranteed pod in the invalidly labelled namespace by annotation too.
+	// Host-network pod and the agent itself, asked for by annotation: never.
+	// The Guaranteed pod in the invalidly labelled namespace c by annotation:
+	// ignored until c allows its pods to opt in.
 	hostNet.Annotations = map[string]string{Key: "enabled"}
-	fc.update(hostNet)
-	fc.next(rec, "a/hostnet,a/late,b/p2")
 	selfPod.Annotations = map[string]string{Key: "enabled"}
 	guaranteed.Annotations = map[string]string{Key: "enabled"}
+	fc.update(hostNet)
 	fc.update(selfPod)
 	fc.update(guaranteed)
-	set := fc.next(rec, "a/agent,a/hostnet,a/late,b/p2,c/g")
-	if set[4].CgroupPath != filepath.Join(fc.root, "kubepods", "pod"+string(guaranteed.UID)) {
-		t.Fatalf("guaranteed pod at %s", set[4].CgroupPath)
+	nsC := ns("c", "bogus")
+	nsC.Labels[OptInKey] = "enabled"
+	fc.update(nsC)
+	set := fc.next(rec, "a/late,b/asks,b/p2,c/g")
+	if set[3].CgroupPath != filepath.Join(fc.root, "kubepods", "pod"+string(guaranteed.UID)) {
+		t.Fatalf("guaranteed pod at %s", set[3].CgroupPath)
 	}
+	// Namespace d allows opt-in too: still disabled, the tenant stays out.
+	nsD := ns("d", "disabled")
+	nsD.Labels[OptInKey] = "enabled"
+	fc.update(nsD)
 
 	// A change that selects nothing new gives no apply: the next apply seen is
 	// the deletion below.
@@ -246,7 +260,7 @@ func TestRunConverges(t *testing.T) {
 	if err := fc.cs.CoreV1().Pods("b").Delete(ctx, "p2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	fc.next(rec, "a/agent,a/hostnet,a/late,c/g")
+	fc.next(rec, "a/late,b/asks,c/g")
 
 	// Pod being deleted: selected while its cgroup is there, dropped once the
 	// kubelet removed it (no API event needed).
@@ -255,17 +269,17 @@ func TestRunConverges(t *testing.T) {
 	fc.update(late)
 	p1.Annotations = nil // the next apply shows late still selected
 	fc.update(p1)
-	fc.next(rec, "a/agent,a/hostnet,a/late,a/p1,c/g")
+	fc.next(rec, "a/late,a/p1,b/asks,c/g")
 	lateDir := filepath.Join(fc.root, "kubepods", "burstable", "pod"+string(late.UID))
 	if err := os.RemoveAll(lateDir); err != nil {
 		t.Fatal(err)
 	}
-	fc.next(rec, "a/agent,a/hostnet,a/p1,c/g")
+	fc.next(rec, "a/p1,b/asks,c/g")
 
 	// Pod turned terminal.
-	hostNet.Status.Phase = corev1.PodFailed
-	fc.update(hostNet)
-	fc.next(rec, "a/agent,a/p1,c/g")
+	p1.Status.Phase = corev1.PodFailed
+	fc.update(p1)
+	fc.next(rec, "b/asks,c/g")
 
 	cancel()
 	if err := <-runDone; err != nil {
@@ -379,7 +393,9 @@ func TestRunSelect(t *testing.T) {
 func TestPodWatchShared(t *testing.T) {
 	p1 := pod("a", "p1", func(p *corev1.Pod) { p.Annotations = map[string]string{ServicesKey: "proxy"} })
 	p2 := pod("b", "p2")
-	fc := newFakeCluster(t, ns("a", "enabled"), ns("b", ""), p1, p2)
+	nsB := ns("b", "")
+	nsB.Labels = map[string]string{OptInKey: "enabled"} // p2 may opt in
+	fc := newFakeCluster(t, ns("a", "enabled"), nsB, p1, p2)
 	fc.cgroupDir(p1, true)
 	fc.cgroupDir(p2, true)
 	cfg := Config{NodeName: node, Cgroup2Root: fc.root}

@@ -42,11 +42,21 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // Close releases the address of a server that is not serving.
 func (s *Server) Close() error { return s.ln.Close() }
 
+// MaxScrapes is how many scrapes are served at once; the excess gets 503
+// (Service Unavailable) at once, so a scrape storm costs the node little
+// more than the accepts. ScrapeTimeout bounds one scrape (503 after it).
+const (
+	MaxScrapes    = 4
+	ScrapeTimeout = 10 * time.Second
+)
+
 // Serve serves g on /metrics until ctx is done, then shuts down.
 func (s *Server) Serve(ctx context.Context, g prometheus.Gatherer) error {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slogAdapter{}}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slogAdapter{},
+		MaxRequestsInFlight: MaxScrapes, Timeout: ScrapeTimeout}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: ScrapeTimeout + 5*time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(s.ln) }()
 	select {

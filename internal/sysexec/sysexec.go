@@ -41,6 +41,7 @@ func register(name, pkg, why string) { programs[name] = Program{name, pkg, why} 
 func init() {
 	register("nsenter", "util-linux", "netlab: commands in a pod's network namespace")
 	register("unshare", "util-linux", "e2e: the no-BTF case runs the agent in a private mount namespace")
+	register("setpriv", "util-linux", "e2e: TestServicesNetNSUnreachable runs the agent without CAP_SYS_ADMIN")
 	register("mount", "mount", "e2e: hides /sys/kernel/btf (inside unshare's sh -c)")
 	register("sh", "dash", "e2e: unshare's script")
 	register("cp", "coreutils", "e2e: copies the tree for the upgrade variant")

@@ -23,6 +23,11 @@ var bin, labBin string
 const buildVersion = "e2e-build"
 
 func TestMain(m *testing.M) {
+	// A child of TestMetricsScrapeStorm holding sockets (TestSockhashHolder):
+	// nothing to build or sweep.
+	if os.Getenv("EZTUNNEL_E2E_HOLD") != "" {
+		os.Exit(m.Run())
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "e2e: FAIL: these tests need root (BPF, netns, cgroups); run `sudo make test`")
 		os.Exit(1)

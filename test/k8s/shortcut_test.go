@@ -22,6 +22,7 @@ const (
 	release   = "eztunnel"
 	chartDir  = "../../deploy/helm/eztunnel"
 	labelKey  = "eztunnel.io/shortcut"
+	optInKey  = "eztunnel.io/shortcut-opt-in"
 	streamLen = 4 << 20 // bytes each way per connection
 )
 
@@ -222,6 +223,33 @@ func TestKubernetes(t *testing.T) {
 		kubectl(t, "label", "namespace", off.ns, labelKey+"-")
 		kubectl(t, "label", "namespace", on.ns, labelKey+"=enabled", "--overwrite")
 		waitPolicy(t, off, false)
+		waitPolicy(t, on, true)
+	})
+
+	t.Run("pod-opt-in", func(t *testing.T) {
+		// The tenant: both pods of the unselected namespace annotate
+		// themselves enabled. Where the operator said disabled (even with
+		// opt-in allowed), or did not allow opt-in, nothing changes.
+		kubectl(t, "label", "namespace", off.ns, labelKey+"=disabled", optInKey+"=enabled", "--overwrite")
+		for _, p := range []string{"client", "server"} {
+			kubectl(t, "-n", off.ns, "annotate", "pod", p, labelKey+"=enabled", "--overwrite")
+		}
+		// A later change the agent must see, so that it has seen ours.
+		kubectl(t, "label", "namespace", on.ns, labelKey+"=disabled", "--overwrite")
+		waitPolicy(t, on, false)
+		if n := accelerated(t, off, off.serverIP+":7000", conns); n != 0 {
+			t.Errorf("%s labelled disabled, pods annotated enabled: %v connections on the shortcut, want none", off.ns, n)
+		}
+		// The disabled label removed, opt-in allowed: the annotated pods are in.
+		kubectl(t, "label", "namespace", off.ns, labelKey+"-")
+		waitPolicy(t, off, true)
+		// Opt-in no longer allowed: the annotation is ignored again.
+		kubectl(t, "label", "namespace", off.ns, optInKey+"-")
+		waitPolicy(t, off, false)
+		for _, p := range []string{"client", "server"} {
+			kubectl(t, "-n", off.ns, "annotate", "pod", p, labelKey+"-")
+		}
+		kubectl(t, "label", "namespace", on.ns, labelKey+"=enabled", "--overwrite")
 		waitPolicy(t, on, true)
 	})
 

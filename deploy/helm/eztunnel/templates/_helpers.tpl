@@ -56,7 +56,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 - --uninstall-on-removal
 - --metrics-addr={{ .Values.bindAddress }}:{{ .Values.metrics.port }}
-- --health-addr={{ .Values.bindAddress }}:{{ .Values.health.port }}
+- --health-addr={{ .Values.health.bindAddress }}:{{ .Values.health.port }}
 {{- if not (kindIs "invalid" .Values.maxSockets) }}
 - --max-sockets={{ int64 .Values.maxSockets }}
 {{- end }}
