@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/eztunnel/eztunnel/internal/kubeapi"
+	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
 // Decision is why a pod is selected or not.
@@ -67,7 +68,10 @@ func (p *policy) forget(object string) {
 
 // decide applies the rules. The operator decides, a pod only narrows:
 //  1. host-network pods and the agent's own pod are never selected (their
-//     annotation is not read: a host-network pod's sockets are the node's);
+//     annotation is not read: a host-network pod's sockets are the node's),
+//     nor pods with a bandwidth annotation (podnet.BandwidthAnnotations):
+//     the bandwidth CNI plugin shapes them at their veth, which redirected
+//     bytes never cross, so the shortcut would lift the operator's limit;
 //  2. a namespace labelled Key=disabled selects none of its pods, whatever
 //     their annotation says;
 //  3. a pod annotated Key=disabled is not selected (opting out is always
@@ -84,6 +88,11 @@ func (p *policy) decide(pod *kubeapi.Pod, ns *kubeapi.Namespace) Decision {
 	}
 	if p.selfUID != "" && string(pod.UID) == p.selfUID {
 		return Decision{false, "agent's own pod"}
+	}
+	for _, k := range podnet.BandwidthAnnotations {
+		if _, shaped := pod.Annotations[k]; shaped {
+			return Decision{false, "bandwidth annotation"}
+		}
 	}
 	var label, optIn Policy
 	if ns != nil {

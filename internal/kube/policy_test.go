@@ -182,6 +182,12 @@ func TestPolicyPodCannotOverrideOperator(t *testing.T) {
 		{"annotated enabled, namespace not known", kubeapi.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: asks}}, nil, false},
 		{"annotated enabled in a namespace that allows opt-in", kubeapi.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: asks}},
 			namespace(map[string]string{OptInKey: "enabled"}), true},
+		// The shortcut skips the veth the bandwidth plugin shapes: a shaped
+		// pod, even one asking in an enabled namespace, is left out.
+		{"shaped to ingress-bandwidth in an enabled namespace", kubeapi.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{Key: "enabled", "kubernetes.io/ingress-bandwidth": "10M"}}},
+			namespace(map[string]string{Key: "enabled", OptInKey: "enabled"}), false},
+		{"shaped to egress-bandwidth in an enabled namespace", kubeapi.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"kubernetes.io/egress-bandwidth": "1G"}}},
+			namespace(map[string]string{Key: "enabled"}), false},
 	} {
 		if got := p.decide(&c.pod, c.ns); got.Selected != c.want {
 			t.Errorf("%s: selected=%v (%s), want %v", c.name, got.Selected, got.Reason, c.want)
