@@ -27,6 +27,7 @@
 #include "shortcut/maps.h"
 #include "shortcut/unread.h"
 #include "shortcut/adopt.h"
+#include "shortcut/splice.h"
 
 #define EZ_MSG_PEEK 2
 #define EZ_MSG_ERRQUEUE 0x2000
@@ -44,15 +45,20 @@ static __always_inline bool recv_owner(void)
 	return v && *v == ez_cfg_instance;
 }
 
-/* Counts one read of sk: ret bytes, or an error or peek (nothing). */
+#define EZ_EAGAIN 11
+
+/* Counts one read of sk: ret bytes, or an error or peek (nothing). A read
+ * that returned data or EAGAIN also marks sk a recvmsg reader (splice.h). */
 static __always_inline void recv_count(struct sock *sk, int ret, int flags)
 {
 	struct ez_unread *u;
 	struct ez_sock *es;
+	bool counts;
 	__u64 key;
 
-	if (ret <= 0 || (flags & (EZ_MSG_PEEK | EZ_MSG_ERRQUEUE)) || !sk || sk->sk_protocol != IPPROTO_TCP)
+	if ((ret <= 0 && ret != -EZ_EAGAIN) || (flags & EZ_MSG_ERRQUEUE) || !sk || sk->sk_protocol != IPPROTO_TCP)
 		return;
+	counts = ret > 0 && !(flags & EZ_MSG_PEEK);
 	/* Only a socket in the sockhash reads redirected bytes, and every
 	 * socket in a sockmap or sockhash has a psock: sk_user_data tagged
 	 * SK_USER_DATA_PSOCK. The states counted below are set around the
@@ -68,7 +74,8 @@ static __always_inline void recv_count(struct sock *sk, int ret, int flags)
 		adopt_settle(es); /* its peer may have redirected since activation */
 	if (es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_WAITING)
 		return;
-	if (!recv_owner())
+	rx_note_read(sk, es);
+	if (!counts || !recv_owner())
 		return;
 	key = unread_key(es);
 	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);

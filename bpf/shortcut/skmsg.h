@@ -15,6 +15,7 @@
 #include "shortcut/sockops.h"
 #include "shortcut/unread.h"
 #include "shortcut/adopt.h"
+#include "shortcut/splice.h"
 
 
 /*
@@ -90,6 +91,10 @@ int ez_sc_msg(struct sk_msg_md *msg)
 			return SK_PASS;
 		}
 	}
+	/* A receiver that has not read with recvmsg, or not every byte the
+	 * kernel path brought it, or splices (shortcut/splice.h). */
+	if (!tx_open(es, sk, u))
+		return SK_PASS;
 	/* Backpressure (shortcut/unread.h): add, then check `switched`. The
 	 * receiver leaves the sockhash only after it read switched == 1 and then
 	 * unread <= 0, so either we see switched here or our bytes are counted

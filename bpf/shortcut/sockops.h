@@ -27,6 +27,7 @@
 #include "shortcut/scope.h"
 #include "shortcut/select.h"
 #include "shortcut/unread.h"
+#include "shortcut/splice.h"
 #include "shortcut/adopt.h"
 
 
@@ -331,6 +332,7 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 		unread_put(unread_key(es));
 		/* Also after an upgrade from the gauge (rx_gauged). */
 		bpf_map_delete_elem(&ez_sc_rx_socks, &es->self_cookie);
+		bpf_map_delete_elem(&ez_sc_rx, &es->self_cookie);
 	}
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~EZ_ENROLLED_CB_FLAGS);
 }

@@ -34,6 +34,10 @@ var counters = bpfsys.CounterSet[shortcutEzCounter]{Max: shortcutEzCounterEZ_C_M
 	shortcutEzCounterEZ_C_FB_BACKPRESSURE:  "fallback_backpressure",
 	shortcutEzCounterEZ_C_DELETE_FAILED:    "record_delete_failed",
 	shortcutEzCounterEZ_C_GAUGE_UNKNOWN:    "gauge_unknown",
+	shortcutEzCounterEZ_C_RX_GATED:         "rx_gated",
+	shortcutEzCounterEZ_C_RX_OPENED:        "rx_opened",
+	shortcutEzCounterEZ_C_FB_SPLICE:        "fallback_splice",
+	shortcutEzCounterEZ_C_SPLICE_STRANDED:  "splice_stranded",
 }}
 
 // CounterNames lists every counter name in enum order, then adoption's and
