@@ -132,11 +132,10 @@ static __always_inline bool tx_open(struct ez_sock *es, struct bpf_sock *sk, str
 	if (rx_gauge())
 		return true;
 	/* Redirected before this program ran for it (an upgrade in place,
-	 * which keeps each socket's program until it leaves; defensive). */
-	if (es->tx_msgs) {
-		__sync_fetch_and_or(&es->flags, EZ_F_TX_OPEN);
+	 * which keeps each socket's program until it leaves; defensive): no
+	 * sequence proof, so EZ_F_TX_OPEN stays clear (skmsg.h). */
+	if (es->tx_msgs)
 		return true;
-	}
 	if (!r || !(r->flags & EZ_RX_READER)) {
 		count(EZ_C_RX_GATED);
 		return false;
@@ -149,6 +148,13 @@ static __always_inline bool tx_open(struct ez_sock *es, struct bpf_sock *sk, str
 	__sync_fetch_and_or(&es->flags, EZ_F_TX_OPEN);
 	count(EZ_C_RX_OPENED);
 	return true;
+}
+
+/* Whether es's direction still takes the kernel path until its receiver
+ * reads (tx_open has not opened it). */
+static __always_inline bool tx_gated(const struct ez_sock *es)
+{
+	return !rx_gauge() && !(es->flags & EZ_F_TX_OPEN) && !es->tx_msgs;
 }
 
 /* The socket of fd in the current task, if it is a TCP stream socket. */
