@@ -137,7 +137,7 @@ struct ez_rx {
 };
 
 enum ez_rx_flag {
-	EZ_RX_READER = 1,	/* returned from tcp_bpf_recvmsg (data or EAGAIN) */
+	EZ_RX_READER = 1,	/* returned data from tcp_bpf_recvmsg */
 	EZ_RX_SPLICER = 2,	/* spliced, or its process spliced from a TCP socket: kernel path for good */
 	EZ_RX_DIR1 = 4,		/* it receives direction 1 (it is the client) */
 };

@@ -81,31 +81,55 @@ static __always_inline bool current_splices(void)
 }
 
 /*
- * A paired socket returned from tcp_bpf_recvmsg with data or EAGAIN (the
- * read counter, recv.h): it reads with recvmsg, and copied_seq tells its
- * peer how far it read. A socket of a process that splices stays a splicer.
+ * Advances r's copied_seq to now, monotonic under concurrent readers (a
+ * few compare-and-swap attempts), and returns by how much: the bytes read
+ * from sk_receive_queue (by recvmsg, splice or read_sock) since the last
+ * advance. Each advance is returned to exactly one caller.
  */
-static __always_inline void rx_note_read(struct sock *sk, struct ez_sock *es)
+static __always_inline __u32 rx_advance(struct ez_rx *r, __u32 now)
+{
+	for (int i = 0; i < 4; i++) {
+		__u32 old = r->copied_seq;
+
+		if ((__s32)(now - old) <= 0)
+			return 0;
+		if (__sync_val_compare_and_swap(&r->copied_seq, old, now) == old)
+			return now - old;
+	}
+	return 0;
+}
+
+/*
+ * A paired socket returned from tcp_bpf_recvmsg with data (the read
+ * counter, recv.h): it reads with recvmsg, and copied_seq tells its peer
+ * how far it read. Not at EAGAIN: a program that reads a few bytes and
+ * then splices (read-then-splice) would get redirected bytes between its
+ * first read and its splice. A socket of a process that splices stays a splicer.
+ * Returns the bytes of this read (or of reads since the last one) that came
+ * from sk_receive_queue, not from the psock: a redirected byte never
+ * advances copied_seq. Only the counting hook (owner) advances it.
+ */
+static __always_inline __u32 rx_note_read(struct sock *sk, struct ez_sock *es, bool owner)
 {
 	__u64 cookie = es->self_cookie;
 	struct ez_rx *r = bpf_map_lookup_elem(&ez_sc_rx, &cookie);
+	__u32 now = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
 	struct ez_rx nr = {};
 
-	if (r && (r->flags & EZ_RX_SPLICER))
-		return;
-	nr.unread_key = unread_key(es);
-	nr.copied_seq = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
-	nr.flags = current_splices() ? EZ_RX_SPLICER : EZ_RX_READER;
-	if (rx_dir(es))
-		nr.flags |= EZ_RX_DIR1;
 	if (!r) {
+		/* Until now no direction was open into this socket (no reader,
+		 * no redirect): everything it read came through the kernel. */
+		nr.unread_key = unread_key(es);
+		nr.copied_seq = now;
+		nr.flags = current_splices() ? EZ_RX_SPLICER : EZ_RX_READER;
+		if (rx_dir(es))
+			nr.flags |= EZ_RX_DIR1;
 		bpf_map_update_elem(&ez_sc_rx, &cookie, &nr, BPF_NOEXIST);
-		return;
+		return 0xffffffff;
 	}
-	/* A concurrent splice sets SPLICER with an atomic or: keep it. */
-	r->copied_seq = nr.copied_seq;
-	if (!(r->flags & EZ_RX_READER) || (nr.flags & EZ_RX_SPLICER))
-		__sync_fetch_and_or(&r->flags, nr.flags);
+	if (!(r->flags & (EZ_RX_READER | EZ_RX_SPLICER)))
+		__sync_fetch_and_or(&r->flags, current_splices() ? EZ_RX_SPLICER : EZ_RX_READER);
+	return owner ? rx_advance(r, now) : 0;
 }
 
 /*
@@ -209,6 +233,8 @@ static __always_inline void rx_spliced(long fd)
 	r = bpf_map_lookup_elem(&ez_sc_rx, &cookie);
 	if (!r) {
 		struct ez_rx nr = { .flags = EZ_RX_SPLICER };
+
+		nr.copied_seq = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
 
 		/* Never a reader: its peer never redirected to it (or did
 		 * before this program: then its psock tells). */
