@@ -25,7 +25,8 @@
  *
  * A splice of a socket that reads with recvmsg switches its connection to
  * the kernel path at the syscall's entry (raw tracepoint sys_enter, before
- * tcp_splice_read runs); bytes redirected
+ * tcp_splice_read runs; syscalls:sys_enter_splice and sys_enter_sendfile64
+ * where tracefs is reachable); bytes redirected
  * before are stranded in its psock until a recvmsg: counted
  * splice_stranded. The process is then remembered (ez_sc_splicers): its
  * sockets never count as readers again, so only its first splice after a
@@ -283,14 +284,31 @@ static __always_inline long syscall_arg(void *regs, int n)
 	return n ? BPF_CORE_READ((struct pt_regs___arm64 *)regs, regs[1]) : BPF_CORE_READ((struct pt_regs___arm64 *)regs, regs[0]);
 }
 
+/* splice(fd_in, off_in, fd_out, off_out, len, flags), preferred: runs for
+ * splice only (perf_syscall_enter tests the syscall's bit first). */
+SEC("tracepoint/syscalls/sys_enter_splice")
+int ez_sc_splice_tp(struct trace_event_raw_sys_enter *ctx)
+{
+	rx_spliced((long)ctx->args[0]);
+	return 0;
+}
+
+/* sendfile(out_fd, in_fd, offset, count): a socket in_fd runs tcp_splice_read too. */
+SEC("tracepoint/syscalls/sys_enter_sendfile64")
+int ez_sc_sendfile_tp(struct trace_event_raw_sys_enter *ctx)
+{
+	rx_spliced((long)ctx->args[1]);
+	return 0;
+}
+
 /*
- * Every syscall's entry (raw tracepoint sys_enter, trace_sys_enter in
+ * The fallback where the agent cannot reach tracefs (the syscall events'
+ * ids): every syscall's entry (raw tracepoint sys_enter, trace_sys_enter in
  * syscall_trace_enter): splice(fd_in, ...) and sendfile(out_fd, in_fd, ...)
- * before they run. The syscalls:sys_enter_splice event would run the
- * program for splice only, but it needs tracefs mounted to find its id
- * (perf_event_open), which a node may not have; either one turns on the
- * syscall-tracepoint work (SYSCALL_WORK_SYSCALL_TRACEPOINT) for every task,
- * which is most of the cost. Compat (32-bit) syscalls have other numbers
+ * before they run. Both turn on the syscall-tracepoint work
+ * (SYSCALL_WORK_SYSCALL_TRACEPOINT) for every task; this one also runs the
+ * program for every syscall (docs/benchmarks.md: about three times the
+ * event's cost per syscall). Compat (32-bit) syscalls have other numbers
  * and registers: not seen.
  */
 SEC("raw_tp/sys_enter")

@@ -71,6 +71,8 @@ func TestSpliceProxy(t *testing.T) {
 	e.accelerate()
 	if st, _ := e.dp.Parts().Get(parts.SpliceGuard); !st.Runs {
 		t.Errorf("part %s does not run: %s", parts.SpliceGuard, st.Reason)
+	} else {
+		t.Logf("%s via %s", parts.SpliceGuard, st.Via)
 	}
 	port := 7400
 	for _, chain := range [][3]*netlab.Pod{sel, uns} {

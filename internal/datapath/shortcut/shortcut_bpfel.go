@@ -357,9 +357,11 @@ const (
 	shortcutProgEzScRecvFx          = "ez_sc_recv_fx"
 	shortcutProgEzScRelease         = "ez_sc_release"
 	shortcutProgEzScReleaseSwitched = "ez_sc_release_switched"
+	shortcutProgEzScSendfileTp      = "ez_sc_sendfile_tp"
 	shortcutProgEzScSockRelease     = "ez_sc_sock_release"
 	shortcutProgEzScSockops         = "ez_sc_sockops"
 	shortcutProgEzScSplice          = "ez_sc_splice"
+	shortcutProgEzScSpliceTp        = "ez_sc_splice_tp"
 	shortcutVarEzAdoptBusyEnum      = "ez_adopt_busy_enum"
 	shortcutVarEzAdoptCounterEnum   = "ez_adopt_counter_enum"
 	shortcutVarEzAdoptFinish        = "ez_adopt_finish"
@@ -440,9 +442,11 @@ type shortcutProgramSpecs struct {
 	EzScRecvFx          *ebpf.ProgramSpec `ebpf:"ez_sc_recv_fx"`
 	EzScRelease         *ebpf.ProgramSpec `ebpf:"ez_sc_release"`
 	EzScReleaseSwitched *ebpf.ProgramSpec `ebpf:"ez_sc_release_switched"`
+	EzScSendfileTp      *ebpf.ProgramSpec `ebpf:"ez_sc_sendfile_tp"`
 	EzScSockRelease     *ebpf.ProgramSpec `ebpf:"ez_sc_sock_release"`
 	EzScSockops         *ebpf.ProgramSpec `ebpf:"ez_sc_sockops"`
 	EzScSplice          *ebpf.ProgramSpec `ebpf:"ez_sc_splice"`
+	EzScSpliceTp        *ebpf.ProgramSpec `ebpf:"ez_sc_splice_tp"`
 }
 
 // shortcutMapSpecs contains maps before they are loaded into the kernel.
@@ -613,9 +617,11 @@ type shortcutPrograms struct {
 	EzScRecvFx          *ebpf.Program `ebpf:"ez_sc_recv_fx"`
 	EzScRelease         *ebpf.Program `ebpf:"ez_sc_release"`
 	EzScReleaseSwitched *ebpf.Program `ebpf:"ez_sc_release_switched"`
+	EzScSendfileTp      *ebpf.Program `ebpf:"ez_sc_sendfile_tp"`
 	EzScSockRelease     *ebpf.Program `ebpf:"ez_sc_sock_release"`
 	EzScSockops         *ebpf.Program `ebpf:"ez_sc_sockops"`
 	EzScSplice          *ebpf.Program `ebpf:"ez_sc_splice"`
+	EzScSpliceTp        *ebpf.Program `ebpf:"ez_sc_splice_tp"`
 }
 
 func (p *shortcutPrograms) Close() error {
@@ -633,9 +639,11 @@ func (p *shortcutPrograms) Close() error {
 		p.EzScRecvFx,
 		p.EzScRelease,
 		p.EzScReleaseSwitched,
+		p.EzScSendfileTp,
 		p.EzScSockRelease,
 		p.EzScSockops,
 		p.EzScSplice,
+		p.EzScSpliceTp,
 	)
 }
 
