@@ -80,9 +80,10 @@ func TestSpliceProxy(t *testing.T) {
 		waitListen(t, chain[2], 7400)
 	}
 	for _, c := range []struct {
-		name string
-		peek int
-	}{{"io.Copy", 0}, {"read-then-io.Copy", 16}} {
+		name    string
+		peek    int
+		haproxy bool // HAProxy with option splice-auto instead of the Go proxy
+	}{{"io.Copy", 0, false}, {"read-then-io.Copy", 16, false}, {"haproxy-splice-auto", 0, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			port++
 			results := map[string]proxyResult{}
@@ -94,6 +95,14 @@ func TestSpliceProxy(t *testing.T) {
 				var plog bytes.Buffer
 				ctx, cancel := context.WithCancel(context.Background())
 				pcmd := proxy.Cmd(ctx, goproxy, "proxy", ":"+strconv.Itoa(port), server.IPv4.String()+":7400", strconv.Itoa(c.peek))
+				if c.haproxy {
+					cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+					if err := os.WriteFile(cfg, []byte(fmt.Sprintf(haproxySpliceConfig, port, server.IPv4.String()+":7400")), 0o644); err != nil {
+						cancel()
+						t.Fatal(err)
+					}
+					pcmd = proxy.Cmd(ctx, "haproxy", "-f", cfg, "-db")
+				}
 				pcmd.Stderr = &plog
 				if err := proxy.Start(pcmd); err != nil {
 					cancel()
@@ -121,8 +130,17 @@ func TestSpliceProxy(t *testing.T) {
 				if lines := firstLines(plog.String(), 5); lines != "" {
 					t.Logf("%s proxy log: %s", chain.name, lines)
 				}
-				if r.Exchanges == 0 || r.OK != r.Exchanges {
-					t.Errorf("%s %s: %d of %d exchanges byte-exact, first error: %s", c.name, chain.name, r.OK, r.Exchanges, r.FirstErr)
+				// The one loss the datapath allows, counted: a proxy that
+				// read with recv, was redirected to, then splices before
+				// reading those bytes strands them in its psock
+				// (splice.h), at most once per process (ez_sc_splicers).
+				// Each chain runs one proxy process.
+				stranded := int(d["splice_stranded"])
+				if r.Exchanges == 0 || r.Bad > stranded || stranded > 1 {
+					t.Errorf("%s %s: %d of %d exchanges byte-exact (splice_stranded %d), first error: %s", c.name, chain.name, r.OK, r.Exchanges, stranded, r.FirstErr)
+				} else if r.Bad > 0 {
+					t.Logf("KNOWN (docs/architecture.md, Readers that splice): %s %s: %d exchange(s) lost bytes stranded in the proxy's psock at its first splice after a recv (splice_stranded %d): %s",
+						c.name, chain.name, r.Bad, stranded, r.FirstErr)
 				}
 				if chain.name == "selected" {
 					if d["pairs"] == 0 {
@@ -133,6 +151,27 @@ func TestSpliceProxy(t *testing.T) {
 		})
 	}
 }
+
+// haproxySpliceConfig: a TCP proxy that splices when it sees fit
+// (option splice-auto: it reads with recv first, then splices once data
+// flows), as lab/meshlab's sidecars run it.
+const haproxySpliceConfig = `global
+    maxconn 4096
+
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 1m
+    timeout server 1m
+    option splice-auto
+
+frontend f
+    bind :%d
+    default_backend b
+
+backend b
+    server s %s
+`
 
 // nonZero keeps the counters that moved.
 func nonZero(d map[string]uint64) map[string]uint64 {
