@@ -27,6 +27,7 @@
 #include "shortcut/maps.h"
 #include "shortcut/unread.h"
 #include "shortcut/adopt.h"
+#include "shortcut/splice.h"
 
 #define EZ_MSG_PEEK 2
 #define EZ_MSG_ERRQUEUE 0x2000
@@ -44,15 +45,19 @@ static __always_inline bool recv_owner(void)
 	return v && *v == ez_cfg_instance;
 }
 
-/* Counts one read of sk: ret bytes, or an error or peek (nothing). */
+/* Counts one read of sk: ret bytes, or an error or peek (nothing). A read
+ * that returned data also marks sk a recvmsg reader (splice.h). */
 static __always_inline void recv_count(struct sock *sk, int ret, int flags)
 {
 	struct ez_unread *u;
 	struct ez_sock *es;
+	bool counts, owner;
+	__u32 kbytes;
 	__u64 key;
 
-	if (ret <= 0 || (flags & (EZ_MSG_PEEK | EZ_MSG_ERRQUEUE)) || !sk || sk->sk_protocol != IPPROTO_TCP)
+	if (ret <= 0 || (flags & EZ_MSG_ERRQUEUE) || !sk || sk->sk_protocol != IPPROTO_TCP)
 		return;
+	counts = !(flags & EZ_MSG_PEEK);
 	/* Only a socket in the sockhash reads redirected bytes, and every
 	 * socket in a sockmap or sockhash has a psock: sk_user_data tagged
 	 * SK_USER_DATA_PSOCK. The states counted below are set around the
@@ -68,12 +73,17 @@ static __always_inline void recv_count(struct sock *sk, int ret, int flags)
 		adopt_settle(es); /* its peer may have redirected since activation */
 	if (es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_WAITING)
 		return;
-	if (!recv_owner())
+	owner = recv_owner();
+	/* Only psock bytes were counted in: a direction takes the kernel path
+	 * until its receiver reads (splice.h), so reads of receive-queue bytes
+	 * (copied_seq's advance) are not subtracted. */
+	kbytes = rx_note_read(sk, es, owner);
+	if (!counts || !owner || kbytes >= (__u32)ret)
 		return;
 	key = unread_key(es);
 	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
 	if (u)
-		__sync_fetch_and_add(&u->unread[rx_dir(es) & 1], -(__s64)ret);
+		__sync_fetch_and_add(&u->unread[rx_dir(es) & 1], -(__s64)(ret - kbytes));
 }
 
 SEC("fexit/tcp_bpf_recvmsg")

@@ -8,6 +8,7 @@
 #include "shortcut/egress.h"
 #include "shortcut/nat.h"
 #include "shortcut/unread.h"
+#include "shortcut/splice.h"
 #include "shortcut/sockops.h"
 #include "shortcut/skmsg.h"
 #include "shortcut/release.h"
@@ -27,3 +28,4 @@ const enum ez_control ez_control_enum __attribute__((unused));
 const enum ez_reset_counter ez_reset_counter_enum __attribute__((unused));
 const enum ez_release_input ez_release_input_enum __attribute__((unused));
 const enum ez_release_result ez_release_result_enum __attribute__((unused));
+const enum ez_rx_flag ez_rx_flag_enum __attribute__((unused));

@@ -147,6 +147,25 @@ enum ez_sock_flags {
 	EZ_F_UNREAD_REF = 16,	/* holds a reference on its connection's ez_unread record */
 	EZ_F_ADOPTED = 32,	/* paired by adoption (shortcut/adopt.h), not at its handshake */
 	EZ_F_CLOSE_RESET = 64,	/* closed with redirected bytes unread: its FIN goes out as RST (shortcut/closereset.h) */
+	EZ_F_TX_OPEN = 128,	/* this end's direction redirects: its receiver reads with recvmsg and read every kernel-path byte (shortcut/splice.h) */
+};
+
+/*
+ * How a paired socket reads (shortcut/splice.h), value of ez_sc_rx by the
+ * socket's cookie. Its peer redirects to it only once it is a READER that
+ * has read every byte the kernel path carried to it (copied_seq equals the
+ * peer's write_seq); a SPLICER never gets a redirected byte again.
+ */
+struct ez_rx {
+	__u64 unread_key;	/* its connection's ez_sc_unreads key (0: not known) */
+	__u32 copied_seq;	/* its tcp_sock copied_seq after its last recvmsg */
+	__u32 flags;		/* enum ez_rx_flag */
+};
+
+enum ez_rx_flag {
+	EZ_RX_READER = 1,	/* returned data from tcp_bpf_recvmsg */
+	EZ_RX_SPLICER = 2,	/* spliced, or its process spliced from a TCP socket: kernel path for good */
+	EZ_RX_DIR1 = 4,		/* it receives direction 1 (it is the client) */
 };
 
 /*
@@ -350,6 +369,10 @@ enum ez_counter {
 	EZ_C_GAUGE_UNKNOWN,		/* gauge mode: the receiver's socket was not found at a send (closed: switched as peer_gone) */
 	EZ_C_FB_HALF_CLOSE,		/* an end's own shutdown(SHUT_WR): the connection switched to the kernel path (sockops.h on_half_close) */
 	EZ_C_FB_UNPROVEN,		/* a record for this tuple holds another handshake's ISNs: not this socket's */
+	EZ_C_RX_GATED,			/* messages sent on the kernel path: their receiver had not read with recvmsg yet, or not every kernel-path byte */
+	EZ_C_RX_OPENED,			/* directions that moved from the kernel path to the shortcut (shortcut/splice.h) */
+	EZ_C_FB_SPLICE,			/* a receiver spliced: the connection switched to the kernel path */
+	EZ_C_SPLICE_STRANDED,		/* splices of a socket that held redirected bytes unread (only recvmsg reads them) */
 	EZ_C_MAX,
 };
 

@@ -15,6 +15,7 @@
 #include "shortcut/sockops.h"
 #include "shortcut/unread.h"
 #include "shortcut/adopt.h"
+#include "shortcut/splice.h"
 
 
 /*
@@ -79,10 +80,16 @@ int ez_sc_msg(struct sk_msg_md *msg)
 	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
 	if (!u || u->switched)
 		return SK_PASS;
+	/* A receiver that has not read with recvmsg, or not every byte the
+	 * kernel path brought it, or splices (shortcut/splice.h). */
+	if (!tx_open(es, sk, u))
+		return SK_PASS;
 	/* An adopted end with stack bytes not acknowledged: a send that raced
 	 * the insert queued them and they may not have left yet (the tripwire
-	 * sees them only when they do). Redirecting now could overtake them. */
-	if (es->flags & EZ_F_ADOPTED) {
+	 * sees them only when they do). Redirecting now could overtake them.
+	 * A direction opened by tx_open's sequence proof needs no such check:
+	 * its receiver read every stack byte this end wrote. */
+	if ((es->flags & EZ_F_ADOPTED) && !(es->flags & EZ_F_TX_OPEN)) {
 		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 
 		if (tp && tp->write_seq != tp->snd_una) {

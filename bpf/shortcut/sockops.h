@@ -27,6 +27,7 @@
 #include "shortcut/scope.h"
 #include "shortcut/select.h"
 #include "shortcut/unread.h"
+#include "shortcut/splice.h"
 #include "shortcut/adopt.h"
 
 
@@ -440,6 +441,7 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 		unread_put(unread_key(es));
 		/* Also after an upgrade from the gauge (rx_gauged). */
 		bpf_map_delete_elem(&ez_sc_rx_socks, &es->self_cookie);
+		bpf_map_delete_elem(&ez_sc_rx, &es->self_cookie);
 	}
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~EZ_ENROLLED_CB_FLAGS);
 }
@@ -476,9 +478,10 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 	}
 	/* An adopted socket sending data through the stack while its
 	 * connection is on the shortcut: a send that raced the insert
-	 * (docs/architecture.md, Adoption residuals). */
+	 * (docs/architecture.md, Adoption residuals). Not while its direction
+	 * is held on the kernel path for its receiver (splice.h, tx_gated). */
 	if ((es->flags & EZ_F_ADOPTED) && EZ_SOCKOPS_U32(skops, op) == BPF_SOCK_OPS_HDR_OPT_LEN_CB && EZ_SOCKOPS_U32(skops, skb_len) &&
-	    !u->switched && !draining() && sk->state == BPF_TCP_ESTABLISHED)
+	    !u->switched && !draining() && sk->state == BPF_TCP_ESTABLISHED && !tx_gated(es))
 		adopt_switch_late(u);
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp || !may_leave(u, es, (struct sock *)tp))

@@ -22,6 +22,7 @@ type Name string
 const (
 	Shortcut       Name = "shortcut"            // sockops + sk_msg + SOCKHASH: node-local TCP skips the stack
 	ReadAccounting Name = "read-accounting"     // bytes redirected and not read, per receiver: the unread bound
+	SpliceGuard    Name = "splice-guard"        // a socket that splices (or sendfiles) takes its connection to the kernel path
 	Release        Name = "release"             // hand sockets back to the kernel path (uninstall, switches)
 	ShortcutNAT    Name = "shortcut-nat"        // pairing under DNAT/REDIRECT (netfilter link at POST_ROUTING)
 	CloseReset     Name = "close-reset"         // RST on close for accelerated connections
@@ -36,7 +37,7 @@ const (
 )
 
 // All lists every part in report order.
-var All = []Name{Shortcut, ReadAccounting, KernelBP, Release, ShortcutNAT, CloseReset, Connections, Adoption,
+var All = []Name{Shortcut, ReadAccounting, SpliceGuard, KernelBP, Release, ShortcutNAT, CloseReset, Connections, Adoption,
 	Bypass, ServicesLB, NodePort, SocketDestroy, Tracer}
 
 // Status is one part on this node.

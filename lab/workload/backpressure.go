@@ -61,7 +61,19 @@ func ListenStuck(addr string, rcvbuf int) (net.Listener, error) {
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 
+// stuckHello opens a stuck connection: the client sends it and waits for it
+// back, so the server has read with recv before the stream starts (eztunnel
+// redirects only into a socket that has read, bpf/shortcut/splice.h).
+const stuckHello = "hello\n"
+
 func stuckRead(c net.Conn, cfg StuckServerConfig) error {
+	hello := make([]byte, len(stuckHello))
+	if _, err := io.ReadFull(c, hello); err != nil || string(hello) != stuckHello {
+		return fmt.Errorf("hello: %q, %v", hello, err)
+	}
+	if _, err := c.Write(hello); err != nil {
+		return err
+	}
 	for cfg.GoFile != "" {
 		if _, err := os.Stat(cfg.GoFile); err == nil {
 			break
@@ -143,6 +155,13 @@ func stuckWrite(cfg StuckClientConfig) error {
 		return err
 	}
 	defer c.Close()
+	hello := make([]byte, len(stuckHello))
+	if _, err := c.Write([]byte(stuckHello)); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(c, hello); err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
 	buf := make([]byte, cfg.Chunk)
 	for off := 0; off < cfg.Bytes; {
 		n := min(cfg.Chunk, cfg.Bytes-off)

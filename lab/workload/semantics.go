@@ -392,6 +392,12 @@ func serveProbeConn(c *pconn) {
 		fmt.Fprintf(os.Stderr, "probe-server: unknown scenario %q\n", name)
 		return
 	}
+	// Each end has now read all the other sent (greeting, name, this
+	// line) with recv: eztunnel redirects into a socket only from then on
+	// (bpf/shortcut/splice.h), so the scenario runs on the shortcut.
+	if err := c.writeAll([]byte(probeGo + "\n")); err != nil {
+		return
+	}
 	if err := sc.server(c); err != nil {
 		fmt.Fprintf(os.Stderr, "probe-server: %s #%d: %v\n", name, c.id, err)
 	}
@@ -402,6 +408,9 @@ func serveProbeConn(c *pconn) {
 		fmt.Fprintf(os.Stderr, "probe-server: %s #%d: %d spurious EAGAIN on a blocking socket\n", name, c.id, c.spurious)
 	}
 }
+
+// probeGo is the server's answer to a scenario's name: the scenario starts.
+const probeGo = "go"
 
 // dialProbe connects to addr (ip:port) and reads the server's greeting.
 func dialProbe(addr string) (*pconn, error) {
@@ -450,6 +459,9 @@ func RunProbe(addr, name string) (Observation, error) {
 	defer c.close()
 	if err := c.writeAll([]byte(name + "\n")); err != nil {
 		return nil, fmt.Errorf("send scenario: %w", err)
+	}
+	if line, err := c.readLine(); err != nil || line != probeGo {
+		return nil, fmt.Errorf("scenario %s not started: %q, %v", name, line, err)
 	}
 	o := Observation{}
 	err = sc.client(c, o)

@@ -35,6 +35,11 @@ type semCase struct {
 	conns          uint64 // connections the scenario opens (pairs expected)
 	backpressure   uint64 // connections expected to switch to the kernel path (fallback_backpressure)
 	resets         uint64 // FINs expected to go out as RST (close with redirected bytes unread)
+	// splices: the server reads its scenario line with recv, then splices
+	// (bpf/shortcut/splice.h): its connection switches at the splice, and
+	// bytes redirected before it are stranded (splice_stranded) or not,
+	// as the client's first write and the splice race.
+	splices bool
 }
 
 var semCases = []semCase{
@@ -52,11 +57,13 @@ var semCases = []semCase{
 	{name: "close_unread_loopback", scenario: "close_unread", loopback: true, conns: 1, resets: 1},
 	{name: "sendfile", scenario: "sendfile", conns: 1},
 	{name: "splice", scenario: "splice", conns: 1},
-	{name: "splice_read", scenario: "splice_read", conns: 1},
 	{name: "nonblock_eagain", scenario: "nonblock_eagain", conns: 2, backpressure: 1},
 	{name: "stuck_nonblock", scenario: "stuck_nonblock", conns: 2, backpressure: 1},
 	{name: "stuck_blocking", scenario: "stuck_blocking", conns: 2, backpressure: 1},
 	{name: "recv_wakeup", scenario: "recv_wakeup", conns: 1},
+	// Last: after its first splice the probe server's process is never a
+	// reader again (ez_sc_splicers), so its connections stay on the kernel path.
+	{name: "splice_read", scenario: "splice_read", conns: 1, splices: true},
 }
 
 // probeServe starts `eztunnel workload probe-server` in pod and waits until it listens.
@@ -248,6 +255,16 @@ func TestSemantics(t *testing.T) {
 				if !ok {
 					t.Fatal("no baseline observation")
 				}
+				if c.splices {
+					if d["fallback_splice"] != 1 {
+						t.Errorf("want the splicing server's connection switched (fallback_splice 1): %v", d)
+					}
+					if d["splice_stranded"] == 0 && !reflect.DeepEqual(obs, want) {
+						t.Errorf("nothing stranded, yet observations differ from plain TCP:\n%s", diffObs(want, obs))
+						return
+					}
+					t.Logf("MEASURED splice_stranded %d", d["splice_stranded"])
+				}
 				if reflect.DeepEqual(obs, want) {
 					return
 				}
@@ -310,7 +327,7 @@ var kernelDivergences = map[string]struct {
 	"waitall": {[]string{"waitall", "rest"},
 		"tcp_bpf_recvmsg copies what the psock queue holds once and ignores MSG_WAITALL"},
 	"splice_read": {[]string{"server"},
-		"tcp_splice_read reads only sk_receive_queue; redirected bytes sit in the psock queue, invisible to splice(socket -> pipe)"},
+		"tcp_splice_read reads only sk_receive_queue: bytes redirected before the server's first splice (it read its scenario line with recv, so it was a reader) stay in its psock queue, invisible to splice(socket -> pipe) (splice_stranded; once per process)"},
 	"recv_wakeup": {[]string{"1_blocking_recv", "3_rest_to_eof"},
 		"tcp_msg_wait_data returns after one wakeup without data (a state change, or a signal such as Go's SIGURG preemption) and tcp_bpf_recvmsg answers EAGAIN even on a blocking socket"},
 }

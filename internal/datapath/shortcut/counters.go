@@ -36,6 +36,10 @@ var counters = bpfsys.CounterSet[shortcutEzCounter]{Max: shortcutEzCounterEZ_C_M
 	shortcutEzCounterEZ_C_GAUGE_UNKNOWN:    "gauge_unknown",
 	shortcutEzCounterEZ_C_FB_HALF_CLOSE:    "fallback_half_close",
 	shortcutEzCounterEZ_C_FB_UNPROVEN:      "fallback_unproven",
+	shortcutEzCounterEZ_C_RX_GATED:         "rx_gated",
+	shortcutEzCounterEZ_C_RX_OPENED:        "rx_opened",
+	shortcutEzCounterEZ_C_FB_SPLICE:        "fallback_splice",
+	shortcutEzCounterEZ_C_SPLICE_STRANDED:  "splice_stranded",
 }}
 
 // CounterNames lists every counter name in enum order, then adoption's and

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/parts"
@@ -135,11 +136,15 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 		flags |= uint32(shortcutEzCfgFlagEZ_CFG_KERNEL_BP)
 	}
 	specs.EzScRxSocks.MaxEntries = cfg.MaxSockets
+	specs.EzScRx.MaxEntries = cfg.MaxSockets
 	instance := rand.Uint32() | 1 // never 0, the owner slot's initial value
 	for v, val := range map[*ebpf.VariableSpec]uint32{
 		specs.EzCfgFlags:     flags,
 		specs.EzCfgMaxUnread: cfg.MaxUnread,
 		specs.EzCfgInstance:  instance,
+		// splice.h: the syscalls whose entry the splice guard watches.
+		specs.EzCfgNrSplice:   uint32(unix.SYS_SPLICE),
+		specs.EzCfgNrSendfile: uint32(unix.SYS_SENDFILE),
 	} {
 		if err := v.Set(val); err != nil {
 			return nil, fmt.Errorf("datapath: %w", err)
@@ -202,6 +207,7 @@ func programGroups(gauge bool) []bpfsys.Group {
 		{Part: parts.Shortcut, Required: true, Progs: []string{shortcutProgEzScSockops, shortcutProgEzScEgress, shortcutProgEzScMsg},
 			Via: "sockops + sk_msg + sockhash, cgroup_skb egress"},
 		read,
+		spliceGroup(),
 		kbp,
 		{Part: parts.Release, Required: true, Progs: []string{shortcutProgEzScReleaseSwitched, shortcutProgEzScRelease},
 			Via: "tc programs run by BPF_PROG_TEST_RUN"},
@@ -422,6 +428,9 @@ func (s *Shortcut) Attach(tx *bpfsys.Tx, cgroups []string) error {
 		return err
 	}
 	if err := s.attachRecv(tx); err != nil {
+		return err
+	}
+	if err := s.attachSplice(tx); err != nil {
 		return err
 	}
 	if err := s.pinCgroupPrograms(tx); err != nil {

@@ -182,7 +182,11 @@ const (
 	shortcutEzCounterEZ_C_GAUGE_UNKNOWN    shortcutEzCounter = 19
 	shortcutEzCounterEZ_C_FB_HALF_CLOSE    shortcutEzCounter = 20
 	shortcutEzCounterEZ_C_FB_UNPROVEN      shortcutEzCounter = 21
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 22
+	shortcutEzCounterEZ_C_RX_GATED         shortcutEzCounter = 22
+	shortcutEzCounterEZ_C_RX_OPENED        shortcutEzCounter = 23
+	shortcutEzCounterEZ_C_FB_SPLICE        shortcutEzCounter = 24
+	shortcutEzCounterEZ_C_SPLICE_STRANDED  shortcutEzCounter = 25
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 26
 )
 
 type shortcutEzPair struct {
@@ -257,6 +261,21 @@ const (
 	shortcutEzRuleEZ_RULE_EXCLUDE shortcutEzRule = 2
 )
 
+type shortcutEzRx struct {
+	_         structs.HostLayout
+	UnreadKey uint64
+	CopiedSeq uint32
+	Flags     uint32
+}
+
+type shortcutEzRxFlag uint32
+
+const (
+	shortcutEzRxFlagEZ_RX_READER  shortcutEzRxFlag = 1
+	shortcutEzRxFlagEZ_RX_SPLICER shortcutEzRxFlag = 2
+	shortcutEzRxFlagEZ_RX_DIR1    shortcutEzRxFlag = 4
+)
+
 type shortcutEzSock struct {
 	_          structs.HostLayout
 	SelfCookie uint64
@@ -279,6 +298,7 @@ const (
 	shortcutEzSockFlagsEZ_F_UNREAD_REF  shortcutEzSockFlags = 16
 	shortcutEzSockFlagsEZ_F_ADOPTED     shortcutEzSockFlags = 32
 	shortcutEzSockFlagsEZ_F_CLOSE_RESET shortcutEzSockFlags = 64
+	shortcutEzSockFlagsEZ_F_TX_OPEN     shortcutEzSockFlags = 128
 )
 
 type shortcutEzSockState uint32
@@ -328,9 +348,11 @@ const (
 	shortcutMapEzScProofs           = "ez_sc_proofs"
 	shortcutMapEzScResetCounters    = "ez_sc_reset_counters"
 	shortcutMapEzScResets           = "ez_sc_resets"
+	shortcutMapEzScRx               = "ez_sc_rx"
 	shortcutMapEzScRxSocks          = "ez_sc_rx_socks"
 	shortcutMapEzScSockets          = "ez_sc_sockets"
 	shortcutMapEzScSocks            = "ez_sc_socks"
+	shortcutMapEzScSplicers         = "ez_sc_splicers"
 	shortcutMapEzScSynIndex         = "ez_sc_syn_index"
 	shortcutMapEzScUnreads          = "ez_sc_unreads"
 	shortcutProgEzScAdoptScan       = "ez_sc_adopt_scan"
@@ -346,8 +368,11 @@ const (
 	shortcutProgEzScRecvFx          = "ez_sc_recv_fx"
 	shortcutProgEzScRelease         = "ez_sc_release"
 	shortcutProgEzScReleaseSwitched = "ez_sc_release_switched"
+	shortcutProgEzScSendfileTp      = "ez_sc_sendfile_tp"
 	shortcutProgEzScSockRelease     = "ez_sc_sock_release"
 	shortcutProgEzScSockops         = "ez_sc_sockops"
+	shortcutProgEzScSplice          = "ez_sc_splice"
+	shortcutProgEzScSpliceTp        = "ez_sc_splice_tp"
 	shortcutVarEzAdoptBusyEnum      = "ez_adopt_busy_enum"
 	shortcutVarEzAdoptCounterEnum   = "ez_adopt_counter_enum"
 	shortcutVarEzAdoptFinish        = "ez_adopt_finish"
@@ -358,6 +383,8 @@ const (
 	shortcutVarEzCfgInstance        = "ez_cfg_instance"
 	shortcutVarEzCfgMaxUnread       = "ez_cfg_max_unread"
 	shortcutVarEzCfgNatNetns        = "ez_cfg_nat_netns"
+	shortcutVarEzCfgNrSendfile      = "ez_cfg_nr_sendfile"
+	shortcutVarEzCfgNrSplice        = "ez_cfg_nr_splice"
 	shortcutVarEzConnRecordType     = "ez_conn_record_type"
 	shortcutVarEzControlEnum        = "ez_control_enum"
 	shortcutVarEzCounterEnum        = "ez_counter_enum"
@@ -366,6 +393,7 @@ const (
 	shortcutVarEzReleaseResultEnum  = "ez_release_result_enum"
 	shortcutVarEzResetCounterEnum   = "ez_reset_counter_enum"
 	shortcutVarEzRuleEnum           = "ez_rule_enum"
+	shortcutVarEzRxFlagEnum         = "ez_rx_flag_enum"
 	shortcutVarEzSockFlagsEnum      = "ez_sock_flags_enum"
 	shortcutVarEzSockStateEnum      = "ez_sock_state_enum"
 )
@@ -425,8 +453,11 @@ type shortcutProgramSpecs struct {
 	EzScRecvFx          *ebpf.ProgramSpec `ebpf:"ez_sc_recv_fx"`
 	EzScRelease         *ebpf.ProgramSpec `ebpf:"ez_sc_release"`
 	EzScReleaseSwitched *ebpf.ProgramSpec `ebpf:"ez_sc_release_switched"`
+	EzScSendfileTp      *ebpf.ProgramSpec `ebpf:"ez_sc_sendfile_tp"`
 	EzScSockRelease     *ebpf.ProgramSpec `ebpf:"ez_sc_sock_release"`
 	EzScSockops         *ebpf.ProgramSpec `ebpf:"ez_sc_sockops"`
+	EzScSplice          *ebpf.ProgramSpec `ebpf:"ez_sc_splice"`
+	EzScSpliceTp        *ebpf.ProgramSpec `ebpf:"ez_sc_splice_tp"`
 }
 
 // shortcutMapSpecs contains maps before they are loaded into the kernel.
@@ -447,9 +478,11 @@ type shortcutMapSpecs struct {
 	EzScProofs        *ebpf.MapSpec `ebpf:"ez_sc_proofs"`
 	EzScResetCounters *ebpf.MapSpec `ebpf:"ez_sc_reset_counters"`
 	EzScResets        *ebpf.MapSpec `ebpf:"ez_sc_resets"`
+	EzScRx            *ebpf.MapSpec `ebpf:"ez_sc_rx"`
 	EzScRxSocks       *ebpf.MapSpec `ebpf:"ez_sc_rx_socks"`
 	EzScSockets       *ebpf.MapSpec `ebpf:"ez_sc_sockets"`
 	EzScSocks         *ebpf.MapSpec `ebpf:"ez_sc_socks"`
+	EzScSplicers      *ebpf.MapSpec `ebpf:"ez_sc_splicers"`
 	EzScSynIndex      *ebpf.MapSpec `ebpf:"ez_sc_syn_index"`
 	EzScUnreads       *ebpf.MapSpec `ebpf:"ez_sc_unreads"`
 }
@@ -468,6 +501,8 @@ type shortcutVariableSpecs struct {
 	EzCfgInstance       *ebpf.VariableSpec `ebpf:"ez_cfg_instance"`
 	EzCfgMaxUnread      *ebpf.VariableSpec `ebpf:"ez_cfg_max_unread"`
 	EzCfgNatNetns       *ebpf.VariableSpec `ebpf:"ez_cfg_nat_netns"`
+	EzCfgNrSendfile     *ebpf.VariableSpec `ebpf:"ez_cfg_nr_sendfile"`
+	EzCfgNrSplice       *ebpf.VariableSpec `ebpf:"ez_cfg_nr_splice"`
 	EzConnRecordType    *ebpf.VariableSpec `ebpf:"ez_conn_record_type"`
 	EzControlEnum       *ebpf.VariableSpec `ebpf:"ez_control_enum"`
 	EzCounterEnum       *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
@@ -476,6 +511,7 @@ type shortcutVariableSpecs struct {
 	EzReleaseResultEnum *ebpf.VariableSpec `ebpf:"ez_release_result_enum"`
 	EzResetCounterEnum  *ebpf.VariableSpec `ebpf:"ez_reset_counter_enum"`
 	EzRuleEnum          *ebpf.VariableSpec `ebpf:"ez_rule_enum"`
+	EzRxFlagEnum        *ebpf.VariableSpec `ebpf:"ez_rx_flag_enum"`
 	EzSockFlagsEnum     *ebpf.VariableSpec `ebpf:"ez_sock_flags_enum"`
 	EzSockStateEnum     *ebpf.VariableSpec `ebpf:"ez_sock_state_enum"`
 }
@@ -514,9 +550,11 @@ type shortcutMaps struct {
 	EzScProofs        *ebpf.Map `ebpf:"ez_sc_proofs"`
 	EzScResetCounters *ebpf.Map `ebpf:"ez_sc_reset_counters"`
 	EzScResets        *ebpf.Map `ebpf:"ez_sc_resets"`
+	EzScRx            *ebpf.Map `ebpf:"ez_sc_rx"`
 	EzScRxSocks       *ebpf.Map `ebpf:"ez_sc_rx_socks"`
 	EzScSockets       *ebpf.Map `ebpf:"ez_sc_sockets"`
 	EzScSocks         *ebpf.Map `ebpf:"ez_sc_socks"`
+	EzScSplicers      *ebpf.Map `ebpf:"ez_sc_splicers"`
 	EzScSynIndex      *ebpf.Map `ebpf:"ez_sc_syn_index"`
 	EzScUnreads       *ebpf.Map `ebpf:"ez_sc_unreads"`
 }
@@ -537,9 +575,11 @@ func (m *shortcutMaps) Close() error {
 		m.EzScProofs,
 		m.EzScResetCounters,
 		m.EzScResets,
+		m.EzScRx,
 		m.EzScRxSocks,
 		m.EzScSockets,
 		m.EzScSocks,
+		m.EzScSplicers,
 		m.EzScSynIndex,
 		m.EzScUnreads,
 	)
@@ -559,6 +599,8 @@ type shortcutVariables struct {
 	EzCfgInstance       *ebpf.Variable `ebpf:"ez_cfg_instance"`
 	EzCfgMaxUnread      *ebpf.Variable `ebpf:"ez_cfg_max_unread"`
 	EzCfgNatNetns       *ebpf.Variable `ebpf:"ez_cfg_nat_netns"`
+	EzCfgNrSendfile     *ebpf.Variable `ebpf:"ez_cfg_nr_sendfile"`
+	EzCfgNrSplice       *ebpf.Variable `ebpf:"ez_cfg_nr_splice"`
 	EzConnRecordType    *ebpf.Variable `ebpf:"ez_conn_record_type"`
 	EzControlEnum       *ebpf.Variable `ebpf:"ez_control_enum"`
 	EzCounterEnum       *ebpf.Variable `ebpf:"ez_counter_enum"`
@@ -567,6 +609,7 @@ type shortcutVariables struct {
 	EzReleaseResultEnum *ebpf.Variable `ebpf:"ez_release_result_enum"`
 	EzResetCounterEnum  *ebpf.Variable `ebpf:"ez_reset_counter_enum"`
 	EzRuleEnum          *ebpf.Variable `ebpf:"ez_rule_enum"`
+	EzRxFlagEnum        *ebpf.Variable `ebpf:"ez_rx_flag_enum"`
 	EzSockFlagsEnum     *ebpf.Variable `ebpf:"ez_sock_flags_enum"`
 	EzSockStateEnum     *ebpf.Variable `ebpf:"ez_sock_state_enum"`
 }
@@ -588,8 +631,11 @@ type shortcutPrograms struct {
 	EzScRecvFx          *ebpf.Program `ebpf:"ez_sc_recv_fx"`
 	EzScRelease         *ebpf.Program `ebpf:"ez_sc_release"`
 	EzScReleaseSwitched *ebpf.Program `ebpf:"ez_sc_release_switched"`
+	EzScSendfileTp      *ebpf.Program `ebpf:"ez_sc_sendfile_tp"`
 	EzScSockRelease     *ebpf.Program `ebpf:"ez_sc_sock_release"`
 	EzScSockops         *ebpf.Program `ebpf:"ez_sc_sockops"`
+	EzScSplice          *ebpf.Program `ebpf:"ez_sc_splice"`
+	EzScSpliceTp        *ebpf.Program `ebpf:"ez_sc_splice_tp"`
 }
 
 func (p *shortcutPrograms) Close() error {
@@ -607,8 +653,11 @@ func (p *shortcutPrograms) Close() error {
 		p.EzScRecvFx,
 		p.EzScRelease,
 		p.EzScReleaseSwitched,
+		p.EzScSendfileTp,
 		p.EzScSockRelease,
 		p.EzScSockops,
+		p.EzScSplice,
+		p.EzScSpliceTp,
 	)
 }
 

@@ -1,0 +1,110 @@
+package shortcut
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/parts"
+)
+
+// The splice guard (bpf/shortcut/splice.h): a splice or sendfile from a TCP
+// socket reads only its receive queue (tcp_splice_read), never bytes
+// redirected into its psock, so the guard takes the socket's connection to
+// the kernel path at the syscall's entry. Best first: the syscall events
+// syscalls:sys_enter_splice and sys_enter_sendfile64 (their programs run
+// for those syscalls only; perf needs their ids from tracefs), else the raw
+// tracepoint sys_enter (no tracefs; its program runs for every syscall).
+var spliceEvents = []struct{ prog, event string }{
+	{shortcutProgEzScSpliceTp, "sys_enter_splice"},
+	{shortcutProgEzScSendfileTp, "sys_enter_sendfile64"},
+}
+
+const spliceRawEvent = "sys_enter"
+
+// spliceGroup is the splice-guard part. Without it, a direction still
+// redirects only into a socket that has read with recvmsg (splice.h), so a
+// reader that only splices gets every byte; a socket that reads with
+// recvmsg first and then splices can lose the bytes redirected after.
+func spliceGroup() bpfsys.Group {
+	raw := bpfsys.Group{Progs: []string{shortcutProgEzScSplice},
+		Via: "raw tracepoint sys_enter (runs for every syscall on the node)", Attach: spliceRawAttachable}
+	g := bpfsys.Group{Part: parts.SpliceGuard, Via: "tracepoints syscalls:sys_enter_splice and sys_enter_sendfile64",
+		Attach: spliceEventsAttachable, Fallback: &raw}
+	for _, h := range spliceEvents {
+		g.Progs = append(g.Progs, h.prog)
+	}
+	return g
+}
+
+// spliceEventsAttachable checks prog attaches to each syscall event
+// (tracefs mounted, CONFIG_FTRACE_SYSCALLS) and detaches it.
+func spliceEventsAttachable(prog *ebpf.Program) error {
+	for _, h := range spliceEvents {
+		l, err := link.Tracepoint("syscalls", h.event, prog, nil)
+		if err != nil {
+			return fmt.Errorf("attach to syscalls:%s: %w", h.event, err)
+		}
+		l.Close()
+	}
+	return nil
+}
+
+// spliceRawAttachable checks prog attaches to the raw tracepoint, and detaches it.
+func spliceRawAttachable(prog *ebpf.Program) error {
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: spliceRawEvent, Program: prog})
+	if err != nil {
+		return fmt.Errorf("attach to raw tracepoint %s: %w", spliceRawEvent, err)
+	}
+	return l.Close()
+}
+
+// attachSplice attaches the splice guard's programs this load has. Over an
+// earlier install's link on the same hook the new one runs beside it until
+// commit (both only mark sockets and processes), then the old one is
+// detached; an earlier install's links on the other hooks (or all, where
+// the part is off now) are detached at commit.
+func (s *Shortcut) attachSplice(tx *bpfsys.Tx) error {
+	type hook struct {
+		name string
+		prog *ebpf.Program
+		open func(*ebpf.Program) (link.Link, error)
+	}
+	hooks := []hook{{shortcutProgEzScSplice, s.objs.EzScSplice, func(p *ebpf.Program) (link.Link, error) {
+		return link.AttachRawTracepoint(link.RawTracepointOptions{Name: spliceRawEvent, Program: p})
+	}}}
+	for _, h := range spliceEvents {
+		hooks = append(hooks, hook{h.prog, map[string]*ebpf.Program{shortcutProgEzScSpliceTp: s.objs.EzScSpliceTp, shortcutProgEzScSendfileTp: s.objs.EzScSendfileTp}[h.prog],
+			func(p *ebpf.Program) (link.Link, error) { return link.Tracepoint("syscalls", h.event, p, nil) }})
+	}
+	for _, h := range hooks {
+		pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, h.name)
+		old, err := link.LoadPinnedLink(pin, nil)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+		if h.prog == nil {
+			if old != nil {
+				tx.OnCommit(func() error { return os.Remove(pin) })
+				tx.OnDone(old.Close)
+			}
+			continue
+		}
+		l, err := h.open(h.prog)
+		if err != nil {
+			if old != nil {
+				old.Close()
+			}
+			return fmt.Errorf("attach %s: %w", h.name, err)
+		}
+		s.links = append(s.links, l)
+		if err := pinOver(tx, l, old, pin); err != nil {
+			return err
+		}
+	}
+	return nil
+}
