@@ -474,16 +474,7 @@ func (a *agent) serve(ctx context.Context) error {
 			<-ctx.Done()
 			return nil
 		case <-reconcile.C:
-			if a.pods != nil {
-				continue // the pods' root stays; pods converge through the selection
-			}
-			attached, missing, pruned, err := dp.ReconcileCgroups(cfg.Cgroups)
-			if err != nil {
-				slog.Warn("reconciling cgroups", "err", err)
-			}
-			if len(attached)+len(pruned) > 0 {
-				slog.Info("cgroups reconciled", "attached", attached, "detached_ids", pruned, "missing", missing)
-			}
+			a.reconcileCgroups()
 		case <-release.C:
 			busy, err := dp.ReleaseSwitched()
 			if err != nil {
@@ -491,14 +482,36 @@ func (a *agent) serve(ctx context.Context) error {
 			}
 			release.Reset(backoff.next(busy))
 		case <-tick.C:
-			if n, err := dp.AgePairs(cfg.PairMaxAge); err != nil {
-				slog.Warn("aging pairing records", "err", err)
-			} else if n > 0 {
-				slog.Info("aged out pairing records", "count", n)
-			}
-			full.check(dp)
+			a.agePairs(&full)
 		}
 	}
+}
+
+// reconcileCgroups attaches to the configured cgroups that appeared and
+// detaches from those gone. In Kubernetes mode the pods' root stays and
+// pods converge through the selection instead.
+func (a *agent) reconcileCgroups() {
+	if a.pods != nil {
+		return
+	}
+	attached, missing, pruned, err := a.dp.ReconcileCgroups(a.cfg.Cgroups)
+	if err != nil {
+		slog.Warn("reconciling cgroups", "err", err)
+	}
+	if len(attached)+len(pruned) > 0 {
+		slog.Info("cgroups reconciled", "attached", attached, "detached_ids", pruned, "missing", missing)
+	}
+}
+
+// agePairs removes pairing records older than --pair-max-age, then warns
+// if connections fell back for a full map since the last tick.
+func (a *agent) agePairs(full *mapFullLog) {
+	if n, err := a.dp.AgePairs(a.cfg.PairMaxAge); err != nil {
+		slog.Warn("aging pairing records", "err", err)
+	} else if n > 0 {
+		slog.Info("aged out pairing records", "count", n)
+	}
+	full.check(a.dp)
 }
 
 // mapFullLog warns when connections fell back because a datapath map was

@@ -320,6 +320,19 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		on[ifx] = true
 		attached = append(attached, p.Name)
 	}
+	attached = append(attached, b.attachUplinks(uplinks, idle, kinds)...)
+	added = b.setEndpoints(want, on)
+	b.setIdle(idle, kinds)
+	b.waiting = waiting
+	if len(removed)+len(added)+len(attached)+len(detached) > 0 {
+		slog.Info("bypass converged", "attached", attached, "detached_ifindexes", detached,
+			"endpoints_set", added, "endpoints_removed", removed)
+	}
+}
+
+// attachUplinks attaches to the uplinks not attached yet, and records in
+// idle and kinds why one stays idle; it returns the names attached (b.mu held).
+func (b *bridgeBypass) attachUplinks(uplinks map[int]podnet.Uplink, idle, kinds map[string]string) (attached []string) {
 	up := map[int]bool{}
 	for _, ifx := range b.bp.Uplinks() {
 		up[ifx] = true
@@ -342,6 +355,12 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		}
 		attached = append(attached, u.Name)
 	}
+	return attached
+}
+
+// setEndpoints writes each wanted endpoint whose pod veth is attached (on)
+// and that changed; it returns the addresses written (b.mu held).
+func (b *bridgeBypass) setEndpoints(want map[netip.Addr]bypass.Endpoint, on map[int]bool) (added []string) {
 	for ip, ep := range want {
 		if !on[ep.Ifindex] {
 			continue // its admission program is not attached: no bypass to it
@@ -356,12 +375,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		b.applied[ip] = ep
 		added = append(added, ip.String())
 	}
-	b.setIdle(idle, kinds)
-	b.waiting = waiting
-	if len(removed)+len(added)+len(attached)+len(detached) > 0 {
-		slog.Info("bypass converged", "attached", attached, "detached_ifindexes", detached,
-			"endpoints_set", added, "endpoints_removed", removed)
-	}
+	return added
 }
 
 // crossNodeUplinks returns st's uplinks, or none while the bypass must not

@@ -199,7 +199,9 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 	if ownerBefore == 0 {
 		t.Fatal("no ez_sc_recv counts reads after install")
 	}
-	if len(before) != 10 { // 2 cgroups x 3 hooks, 2 netfilter families, ez_sc_recv, ez_sc_close_reset on lo (a new netns)
+	// 2 cgroups x 3 hooks, 2 netfilter families, ez_sc_recv, ez_sc_close_reset
+	// on lo (a new netns), and the splice guard's link(s).
+	if n := spliceLinks(before); n < 1 || len(before) != 10+n {
 		t.Fatalf("pinned links after install: %v", before)
 	}
 
@@ -263,7 +265,7 @@ func TestInstallOverPinnedRollsBack(t *testing.T) {
 			t.Errorf("%s: link/program %v after upgrade, was %v: want the same link with a new program", pin, got, ids)
 		}
 	}
-	if len(after) != 13 {
+	if len(after) != 13+spliceLinks(after) {
 		t.Errorf("pinned links after the upgrade: %v", after)
 	}
 	if got := recvOwner(t, cfg.Dir()); got == 0 || got == ownerBefore {
@@ -494,8 +496,8 @@ func pinUnprefixed(t *testing.T, dir string) {
 	for _, pin := range pins {
 		base := filepath.Base(pin)
 		old := strings.Replace(base, "ez_sc_", "ez_", 1)
-		if old == base {
-			continue
+		if old == base || isSplicePin(base) {
+			continue // the splice guard came after the prefix: never unprefixed
 		}
 		if err := os.Rename(pin, filepath.Join(filepath.Dir(pin), old)); err != nil {
 			t.Fatal(err)
@@ -536,6 +538,10 @@ func TestAdoptUnprefixedNames(t *testing.T) {
 	}
 	oldNames := linkState{}
 	for pin, ids := range links {
+		if isSplicePin(filepath.Base(pin)) {
+			oldNames[pin] = ids // never unprefixed (pinUnprefixed)
+			continue
+		}
 		oldNames[strings.ReplaceAll(pin, "ez_sc_", "ez_")] = ids
 	}
 	if got := pinnedLinks(t, cfg.Dir()); !mapsEqual(oldNames, got) {
@@ -568,4 +574,27 @@ func TestAdoptUnprefixedNames(t *testing.T) {
 	if bpfsys.Exists(cfg.Dir()) {
 		t.Error("pin directory left after uninstall")
 	}
+}
+
+// isSplicePin reports whether a link pin is the splice guard's
+// (bpf/shortcut/splice.h), whose programs came after the family prefix.
+func isSplicePin(base string) bool {
+	for _, p := range []string{"ez_sc_splice", "ez_sc_sendfile"} {
+		if strings.HasPrefix(base, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// spliceLinks counts the splice guard's pinned links: one on the fentry or
+// the raw tracepoint, two on the syscall events.
+func spliceLinks(links linkState) int {
+	n := 0
+	for pin := range links {
+		if strings.HasPrefix(pin, bpfsys.LinksDir+"/tracing/") && isSplicePin(filepath.Base(pin)) {
+			n++
+		}
+	}
+	return n
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 )
 
 // TestMetricsScrapeStorm plays a pod that can reach the node's metrics port
@@ -238,7 +238,7 @@ func insertKey(t *testing.T, w *ebpf.Map, key []byte, k uint64, val any) bool {
 // until the test ends. It reports whether the map became full.
 func holdSockets(t *testing.T, id ebpf.MapID, from, n int) (full bool) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSockhashHolder$")
+	cmd := sysexec.Command(context.Background(), os.Args[0], "-test.run=^TestSockhashHolder$") // a path: this test binary
 	cmd.Env = append(os.Environ(), fmt.Sprintf("EZTUNNEL_E2E_HOLD=%d,%d,%d", id, from, n))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
