@@ -24,9 +24,10 @@
  * good (EZ_F_TX_OPEN) unless the connection switches (unread.h).
  *
  * A splice of a socket that reads with recvmsg switches its connection to
- * the kernel path at the syscall's entry (raw tracepoint sys_enter, before
- * tcp_splice_read runs; syscalls:sys_enter_splice and sys_enter_sendfile64
- * where tracefs is reachable); bytes redirected
+ * the kernel path before tcp_splice_read reads: at its entry (fentry) where
+ * the host allows fentry, else at the syscall's entry (syscalls:
+ * sys_enter_splice and sys_enter_sendfile64 where tracefs is reachable, else
+ * the raw tracepoint sys_enter); bytes redirected
  * before are stranded in its psock until a recvmsg: counted
  * splice_stranded. The process is then remembered (ez_sc_splicers): its
  * sockets never count as readers again, so only its first splice after a
@@ -38,6 +39,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
 #include "shortcut/maps.h"
 #include "shortcut/unread.h"
 
@@ -210,10 +212,9 @@ static __always_inline struct sock *fd_tcp_sock(long fd)
 	return sk;
 }
 
-/* A process is about to splice from (or sendfile) fd. */
-static __always_inline void rx_spliced(long fd)
+/* A process is about to splice from (or sendfile) the TCP socket sk. */
+static __always_inline void rx_spliced_sk(struct sock *sk)
 {
-	struct sock *sk = fd_tcp_sock(fd);
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 start, cookie;
 	struct ez_unread *u;
@@ -259,6 +260,32 @@ static __always_inline void rx_spliced(long fd)
 	}
 	if (stranded)
 		count(EZ_C_SPLICE_STRANDED);
+}
+
+/* A process is about to splice from (or sendfile) fd. */
+static __always_inline void rx_spliced(long fd)
+{
+	struct sock *sk = fd_tcp_sock(fd);
+
+	if (sk)
+		rx_spliced_sk(sk);
+}
+
+/*
+ * Preferred where the host allows fentry: the entry of tcp_splice_read
+ * itself, before it reads (inet_stream_ops.splice_read, reached by
+ * splice(2), sendfile(2) with a socket in_fd through do_splice_direct, and
+ * io_uring's IORING_OP_SPLICE alike). Its trampoline runs on splices of TCP
+ * sockets only: no syscall pays for it.
+ */
+SEC("fentry/tcp_splice_read")
+int BPF_PROG(ez_sc_splice_fe, struct socket *sock)
+{
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+
+	if (sk && BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP)
+		rx_spliced_sk(sk);
+	return 0;
 }
 
 /* The syscall numbers of splice and sendfile on this architecture, set by

@@ -372,6 +372,7 @@ const (
 	shortcutProgEzScSockRelease     = "ez_sc_sock_release"
 	shortcutProgEzScSockops         = "ez_sc_sockops"
 	shortcutProgEzScSplice          = "ez_sc_splice"
+	shortcutProgEzScSpliceFe        = "ez_sc_splice_fe"
 	shortcutProgEzScSpliceTp        = "ez_sc_splice_tp"
 	shortcutVarEzAdoptBusyEnum      = "ez_adopt_busy_enum"
 	shortcutVarEzAdoptCounterEnum   = "ez_adopt_counter_enum"
@@ -457,6 +458,7 @@ type shortcutProgramSpecs struct {
 	EzScSockRelease     *ebpf.ProgramSpec `ebpf:"ez_sc_sock_release"`
 	EzScSockops         *ebpf.ProgramSpec `ebpf:"ez_sc_sockops"`
 	EzScSplice          *ebpf.ProgramSpec `ebpf:"ez_sc_splice"`
+	EzScSpliceFe        *ebpf.ProgramSpec `ebpf:"ez_sc_splice_fe"`
 	EzScSpliceTp        *ebpf.ProgramSpec `ebpf:"ez_sc_splice_tp"`
 }
 
@@ -635,6 +637,7 @@ type shortcutPrograms struct {
 	EzScSockRelease     *ebpf.Program `ebpf:"ez_sc_sock_release"`
 	EzScSockops         *ebpf.Program `ebpf:"ez_sc_sockops"`
 	EzScSplice          *ebpf.Program `ebpf:"ez_sc_splice"`
+	EzScSpliceFe        *ebpf.Program `ebpf:"ez_sc_splice_fe"`
 	EzScSpliceTp        *ebpf.Program `ebpf:"ez_sc_splice_tp"`
 }
 
@@ -657,6 +660,7 @@ func (p *shortcutPrograms) Close() error {
 		p.EzScSockRelease,
 		p.EzScSockops,
 		p.EzScSplice,
+		p.EzScSpliceFe,
 		p.EzScSpliceTp,
 	)
 }

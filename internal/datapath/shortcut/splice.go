@@ -15,16 +15,32 @@ import (
 // The splice guard (bpf/shortcut/splice.h): a splice or sendfile from a TCP
 // socket reads only its receive queue (tcp_splice_read), never bytes
 // redirected into its psock, so the guard takes the socket's connection to
-// the kernel path at the syscall's entry. Best first: the syscall events
-// syscalls:sys_enter_splice and sys_enter_sendfile64 (their programs run
-// for those syscalls only; perf needs their ids from tracefs), else the raw
-// tracepoint sys_enter (no tracefs; its program runs for every syscall).
+// the kernel path before tcp_splice_read reads. Best first: fentry on
+// tcp_splice_read (runs for splices of TCP sockets only, io_uring's too;
+// where the host allows fentry), the syscall events syscalls:
+// sys_enter_splice and sys_enter_sendfile64 (their programs run for those
+// syscalls only, but enabling any syscall event sends every syscall of the
+// node through the tracing entry; perf needs their ids from tracefs), else
+// the raw tracepoint sys_enter (no tracefs; its program runs for every
+// syscall).
 var spliceEvents = []struct{ prog, event string }{
 	{shortcutProgEzScSpliceTp, "sys_enter_splice"},
 	{shortcutProgEzScSendfileTp, "sys_enter_sendfile64"},
 }
 
 const spliceRawEvent = "sys_enter"
+
+// spliceFunc is the kernel function ez_sc_splice_fe enters.
+const spliceFunc = "tcp_splice_read"
+
+// spliceFentry reports, nil or why not, whether ez_sc_splice_fe can run
+// here. A test refuses it by naming the program in bpfsys.TestRefuseEnv.
+func spliceFentry() error {
+	if err := bpfsys.TestRefusal(shortcutProgEzScSpliceFe); err != nil {
+		return err
+	}
+	return bpfsys.Fentry(spliceFunc)()
+}
 
 // spliceGroup is the splice-guard part. Without it, a direction still
 // redirects only into a socket that has read with recvmsg (splice.h), so a
@@ -33,12 +49,19 @@ const spliceRawEvent = "sys_enter"
 func spliceGroup() bpfsys.Group {
 	raw := bpfsys.Group{Progs: []string{shortcutProgEzScSplice},
 		Via: "raw tracepoint sys_enter (runs for every syscall on the node)", Attach: spliceRawAttachable}
-	g := bpfsys.Group{Part: parts.SpliceGuard, Via: "tracepoints syscalls:sys_enter_splice and sys_enter_sendfile64",
+	events := bpfsys.Group{Via: "tracepoints syscalls:sys_enter_splice and sys_enter_sendfile64 (every syscall of the node takes the tracing entry)",
 		Attach: spliceEventsAttachable, Fallback: &raw}
 	for _, h := range spliceEvents {
-		g.Progs = append(g.Progs, h.prog)
+		events.Progs = append(events.Progs, h.prog)
 	}
-	return g
+	if err := spliceFentry(); err != nil {
+		events.Via = fmt.Sprintf("%s (fentry/%s: %v)", events.Via, spliceFunc, err)
+		raw.Via = fmt.Sprintf("%s (fentry/%s: %v)", raw.Via, spliceFunc, err)
+		events.Part = parts.SpliceGuard
+		return events
+	}
+	return bpfsys.Group{Part: parts.SpliceGuard, Progs: []string{shortcutProgEzScSpliceFe},
+		Via: "fentry/" + spliceFunc + " (runs for splices of TCP sockets only)", Fallback: &events}
 }
 
 // spliceEventsAttachable checks prog attaches to each syscall event
@@ -76,6 +99,8 @@ func (s *Shortcut) attachSplice(tx *bpfsys.Tx) error {
 	}
 	hooks := []hook{{shortcutProgEzScSplice, s.objs.EzScSplice, func(p *ebpf.Program) (link.Link, error) {
 		return link.AttachRawTracepoint(link.RawTracepointOptions{Name: spliceRawEvent, Program: p})
+	}}, {shortcutProgEzScSpliceFe, s.objs.EzScSpliceFe, func(p *ebpf.Program) (link.Link, error) {
+		return link.AttachTracing(link.TracingOptions{Program: p})
 	}}}
 	for _, h := range spliceEvents {
 		hooks = append(hooks, hook{h.prog, map[string]*ebpf.Program{shortcutProgEzScSpliceTp: s.objs.EzScSpliceTp, shortcutProgEzScSendfileTp: s.objs.EzScSendfileTp}[h.prog],

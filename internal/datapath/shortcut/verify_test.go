@@ -42,6 +42,11 @@ func TestShortcutVerifies(t *testing.T) {
 				t.Logf("%s not loaded: %v", shortcutProgEzScNatCt, err)
 				delete(spec.Programs, shortcutProgEzScNatCt)
 			}
+			// ez_sc_splice_fe likewise: rx_spliced_sk is verified through ez_sc_splice.
+			if err := bpfsys.Fentry(spliceFunc)(); err != nil {
+				t.Logf("%s not loaded: %v", shortcutProgEzScSpliceFe, err)
+				delete(spec.Programs, shortcutProgEzScSpliceFe)
+			}
 			coll, err := ebpf.NewCollection(spec)
 			if err != nil {
 				var ve *ebpf.VerifierError
