@@ -106,6 +106,11 @@ func TestHalfClose(t *testing.T) {
 	var checkServers func(t *testing.T, residual bool)
 	run := func(t *testing.T, c halfCloseCase, residual bool) workload.HalfCloseReport {
 		t.Helper()
+		// Under TCG (the VM set: each connection costs about 30 times as
+		// much) a fifth of the exchanges, so the kernel matrix fits CI.
+		if timeScale > 1 && c.n >= 100 {
+			c.n /= 5
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), scaled(2*time.Minute))
 		defer cancel()
 		cmd := a.Cmd(ctx, labBin, "workload", "halfclose", "--timeout", scaled(2*time.Minute).String(), "--addr", addr(c), "--mode", c.mode,
