@@ -192,39 +192,21 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 	if _, err := s.netNS(cgroups); err != nil {
 		slog.Warn("services: list the pods' network namespaces", "err", err)
 	}
-	go func() {
-		t := time.NewTicker(netnsProbeEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if _, err := s.netNS(cgroups); err != nil {
-					slog.Warn("services: list the pods' network namespaces", "err", err)
-				}
-			}
+	go every(ctx, netnsProbeEvery, func() {
+		if _, err := s.netNS(cgroups); err != nil {
+			slog.Warn("services: list the pods' network namespaces", "err", err)
 		}
-	}()
+	})
 	if s.cfg.NodePort {
 		if err := s.syncNodePort(true); err != nil {
 			cancel()
 			return fmt.Errorf("--nodeport: %w", err)
 		}
-		go func() {
-			t := time.NewTicker(nodePortResync)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					if err := s.syncNodePort(false); err != nil {
-						slog.Warn("services: NodePort devices (retried)", "err", err)
-					}
-				}
+		go every(ctx, nodePortResync, func() {
+			if err := s.syncNodePort(false); err != nil {
+				slog.Warn("services: NodePort devices (retried)", "err", err)
 			}
-		}()
+		})
 	} else if _, _, err := s.lb.SyncNodePortDevices(nil); err != nil {
 		cancel()
 		return fmt.Errorf("--services: detach the NodePort program of an earlier agent: %w", err)
@@ -360,4 +342,18 @@ func (s *serviceLB) netnsGauge() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eztunnel_services_netns_unreachable",
 		Help: "Network namespaces of the managed pods' processes the agent could not enter at the last look (every 10 s and at each removed backend): their sockets to a removed backend are not destroyed. Non-zero fails readiness."},
 		func() float64 { return float64(s.unreachable.Load()) })
+}
+
+// every runs fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
 }

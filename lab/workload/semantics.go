@@ -414,26 +414,10 @@ const probeGo = "go"
 
 // dialProbe connects to addr (ip:port) and reads the server's greeting.
 func dialProbe(addr string) (*pconn, error) {
-	ap, err := netip.ParseAddrPort(addr)
+	c, err := dialRaw(addr)
 	if err != nil {
 		return nil, err
 	}
-	family, sa := sockaddr(ap)
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = unix.Connect(fd, sa)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("connect %s: %w", addr, err)
-	}
-	c := &pconn{fd: fd, addr: addr}
 	line, err := c.readLine()
 	if err != nil {
 		c.close()
