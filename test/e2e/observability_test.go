@@ -95,8 +95,12 @@ func TestObservability(t *testing.T) {
 		if v, ok := m["eztunnel_pairs_total"]; !ok || v != float64(c["pairs"]) {
 			t.Errorf("eztunnel_pairs_total = %v (present %v), want the pinned counter %d", v, ok, c["pairs"])
 		}
-		if v := m["eztunnel_bytes_redirected_total"]; v < float64(c["pairs"]*2<<20) {
-			t.Errorf("eztunnel_bytes_redirected_total = %v, want at least %d (2 MiB per pair)", v, c["pairs"]*2<<20)
+		// The metric is the pinned counter; with the reader gate
+		// (bpf/shortcut/splice.h) a writer that outruns its reader sends its
+		// first bytes through the kernel, so at least half of each pair's
+		// 2 MiB is redirected, not all.
+		if v := m["eztunnel_bytes_redirected_total"]; v != float64(c["bytes_redirected"]) || v < float64(c["pairs"]*1<<20) {
+			t.Errorf("eztunnel_bytes_redirected_total = %v, want the pinned counter %d and at least %d (1 MiB per pair)", v, c["bytes_redirected"], c["pairs"]*1<<20)
 		}
 		for _, reason := range []string{"no_local_peer", "ambiguous", "map_full", "other"} {
 			if _, ok := m[`eztunnel_fallbacks_total{reason="`+reason+`"}`]; !ok {
