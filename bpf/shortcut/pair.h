@@ -67,6 +67,33 @@ static __always_inline bool pair_proven(const struct ez_pair *p, const struct ez
  * of the ISNs: whoever can try has the exact tuple during the handshake,
  * which makes the record AMBIGUOUS anyway).
  */
+/*
+ * Where no SYN-ACK proved the record, the claiming client leaves its own
+ * ISNs as the proof, and the server pairs only if they are its own too
+ * (pair_claim_matches at its ESTABLISHED). Quirk: Linux 6.1 runs no cgroup
+ * egress program for an IPv6 SYN-ACK: tcp_v6_send_synack hands the listener
+ * to ip6_xmit while skb->sk is the request socket, and
+ * BPF_CGROUP_RUN_PROG_INET_EGRESS runs only when sk == skb->sk. Written
+ * between CLAIMING and CLIENT: the server reads it after it saw CLIENT.
+ */
+static __always_inline void pair_claim_proof(const struct ez_pair *p, const struct ez_conn_key *key, __u32 client_isn,
+					     __u32 server_isn)
+{
+	struct ez_pair_proof proof = { .client_isn = client_isn, .server_isn = server_isn };
+
+	if (!p->proven)
+		bpf_map_update_elem(&ez_sc_proofs, key, &proof, BPF_ANY);
+}
+
+/* Whether the proof its client left holds the server's own ISNs (an
+ * evicted proof does not: the connection stays on the kernel path). */
+static __always_inline bool pair_claim_matches(const struct ez_conn_key *key, __u32 client_isn, __u32 server_isn)
+{
+	struct ez_pair_proof *pr = bpf_map_lookup_elem(&ez_sc_proofs, key);
+
+	return pr && pr->client_isn == client_isn && pr->server_isn == server_isn;
+}
+
 static __always_inline void pair_refuse(struct ez_pair *p, const struct ez_conn_key *key)
 {
 	struct ez_pair_proof *pr = p->proven ? bpf_map_lookup_elem(&ez_sc_proofs, key) : NULL;

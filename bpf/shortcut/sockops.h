@@ -163,7 +163,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 	/* Another handshake's record for our tuple (a listener in another
 	 * namespace with our addresses, a forged SYN): not ours to claim, nor
 	 * to spoil for its own client. */
-	if (!pair_proven(p, &es->key, client_isn, server_isn)) {
+	if (p->proven && !pair_proven(p, &es->key, client_isn, server_isn)) {
 		pair_refuse(p, &es->key);
 		return;
 	}
@@ -189,6 +189,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 	rx_sock_register(sk, cookie); /* before the server can redirect to us */
 	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_SYN, EZ_PAIR_CLAIMING) != EZ_PAIR_SYN)
 		goto ambiguous;
+	pair_claim_proof(p, &es->key, client_isn, server_isn);
 	p->client_cookie = cookie;
 	p->client_rx_bound = sock_rx_bound(sk);
 	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_CLAIMING, EZ_PAIR_CLIENT) != EZ_PAIR_CLAIMING)
@@ -227,7 +228,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	 * with our tuple but other ISNs (another namespace's listener with the
 	 * same addresses, a syncookie ACK forged after its SYN's record was
 	 * gone) leaves it alone. */
-	if (!pair_proven(p, &key, EZ_SOCKOPS_U32(skops, rcv_nxt) - 1, EZ_SOCKOPS_U32(skops, snd_nxt) - 1)) {
+	if (p->proven && !pair_proven(p, &key, EZ_SOCKOPS_U32(skops, rcv_nxt) - 1, EZ_SOCKOPS_U32(skops, snd_nxt) - 1)) {
 		pair_refuse(p, &key);
 		return;
 	}
@@ -258,6 +259,12 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	}
 	if (old != EZ_PAIR_CLIENT)
 		goto release_client; /* KERNEL: the client wrote before we existed */
+	/* No SYN-ACK proved the record (pair_claim_proof): the client that
+	 * claimed it must have our handshake's ISNs, or it is someone else's. */
+	if (!p->proven && !pair_claim_matches(&key, EZ_SOCKOPS_U32(skops, rcv_nxt) - 1, EZ_SOCKOPS_U32(skops, snd_nxt) - 1)) {
+		count(EZ_C_FB_UNPROVEN);
+		goto decide_kernel;
+	}
 	if (!scope_selected(sk, &scope)) {
 		count(EZ_C_FB_EXCLUDED); /* a selected client, a server outside the scope */
 		goto decide_kernel;
