@@ -57,7 +57,7 @@ diff "$work/before" "$work/killed" | sed -n 's/^> /  /p' || true
 
 echo "crash-test: rerunning the e2e suite ${RERUN:-(all)}"
 # shellcheck disable=SC2086
-if ! go test -count=1 -timeout 14m ${RERUN:-} ./test/e2e; then
+if ! go test -count=1 -timeout 20m ${RERUN:-} ./test/e2e; then
 	echo "crash-test: FAIL: the e2e suite after the crash" >&2
 	exit 1
 fi
