@@ -29,7 +29,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -186,32 +185,15 @@ func halfCloseExchange(c *pconn, mode string, up, down []byte, delay time.Durati
 // reporting on stderr every exchange that went wrong and every EAGAIN its
 // blocking reads returned.
 func ServeHalfClose(addr string, ready func() error) error {
-	lfd, err := listenProbe(addr)
-	if err != nil {
-		return err
-	}
-	if err := ready(); err != nil {
-		return err
-	}
-	var next atomic.Uint64
-	for {
-		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
-		if err == unix.EINTR || err == unix.ECONNABORTED {
-			continue
+	return serveConns(addr, ready, func(c *pconn) {
+		defer c.close()
+		if err := serveHalfClose(c); err != nil {
+			fmt.Fprintf(os.Stderr, "halfclose-server: #%d: %v\n", c.id, err)
 		}
-		if err != nil {
-			return fmt.Errorf("accept: %w", err)
+		if c.spurious > 0 {
+			fmt.Fprintf(os.Stderr, "halfclose-server: #%d: %d spurious EAGAIN on a blocking socket\n", c.id, c.spurious)
 		}
-		go func(c *pconn) {
-			defer c.close()
-			if err := serveHalfClose(c); err != nil {
-				fmt.Fprintf(os.Stderr, "halfclose-server: #%d: %v\n", c.id, err)
-			}
-			if c.spurious > 0 {
-				fmt.Fprintf(os.Stderr, "halfclose-server: #%d: %d spurious EAGAIN on a blocking socket\n", c.id, c.spurious)
-			}
-		}(&pconn{fd: fd, id: next.Add(1)})
-	}
+	})
 }
 
 func serveHalfClose(c *pconn) error {

@@ -351,6 +351,13 @@ func sockaddr(ap netip.AddrPort) (int, unix.Sockaddr) {
 // ServeProbe listens on addr, calls ready once listening, and serves probe
 // clients until the process is killed.
 func ServeProbe(addr string, ready func() error) error {
+	return serveConns(addr, ready, serveProbeConn)
+}
+
+// serveConns listens on addr with a blocking socket, calls ready once
+// listening, and serves each accepted connection (numbered from 1) in its
+// own goroutine until the process is killed.
+func serveConns(addr string, ready func() error, serve func(*pconn)) error {
 	lfd, err := listenProbe(addr)
 	if err != nil {
 		return err
@@ -367,7 +374,7 @@ func ServeProbe(addr string, ready func() error) error {
 		if err != nil {
 			return fmt.Errorf("accept: %w", err)
 		}
-		go serveProbeConn(&pconn{fd: fd, id: next.Add(1)})
+		go serve(&pconn{fd: fd, id: next.Add(1)})
 	}
 }
 
