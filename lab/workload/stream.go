@@ -25,12 +25,21 @@ type streamHeader struct {
 	Down  uint64 // server -> client bytes
 	Seed  uint64
 	Chunk uint32 // write size of both sides
-	Flags uint32 // flagNoCheck
+	Flags uint32 // flagNoCheck, flagHandshake
 }
 
-// flagNoCheck: send one buffer over and over and discard what arrives; for
-// throughput runs where generating and checking bytes would dominate.
-const flagNoCheck = 1
+const (
+	// flagNoCheck: send one buffer over and over and discard what arrives;
+	// for throughput runs where generating and checking bytes would dominate.
+	flagNoCheck = 1
+	// flagHandshake: a request/response before the streams, as real
+	// protocols open (the server acks the header, the client answers "go"),
+	// so that each side has read all its peer sent before its stream
+	// starts. eztunnel's shortcut opens a direction only then
+	// (bpf/shortcut/splice.h); a pipelined stream that outruns its reader
+	// from its first byte may stay on the kernel path.
+	flagHandshake = 2
+)
 
 const headerLen = 32
 
@@ -155,6 +164,14 @@ func serveStreamConn(c net.Conn) {
 		return
 	}
 	h := unmarshalHeader(hb)
+	if h.Flags&flagHandshake != 0 {
+		if _, err := c.Write([]byte{1}); err != nil {
+			return
+		}
+		if _, err := io.ReadFull(c, hb[:1]); err != nil {
+			return
+		}
+	}
 	var wg sync.WaitGroup
 	var werr error
 	wg.Add(1)
@@ -185,8 +202,9 @@ type StreamResult struct {
 }
 
 // RunStream opens one stream connection: it writes header and upstream right
-// after connect, all before reading anything, then verifies downstream and
-// the server's verdict on the upstream.
+// after connect, all before reading anything (but the server's ack with
+// flagHandshake), then verifies downstream and the server's verdict on the
+// upstream.
 func RunStream(dial func() (net.Conn, error), h streamHeader, pause func()) error {
 	c, err := dial()
 	if err != nil {
@@ -195,6 +213,15 @@ func RunStream(dial func() (net.Conn, error), h streamHeader, pause func()) erro
 	defer c.Close()
 	if _, err := c.Write(h.marshal()); err != nil {
 		return fmt.Errorf("write header: %w", err)
+	}
+	if h.Flags&flagHandshake != 0 {
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(c, b); err != nil {
+			return fmt.Errorf("read the server's ack: %w", err)
+		}
+		if _, err := c.Write(b); err != nil {
+			return fmt.Errorf("write go: %w", err)
+		}
 	}
 	// Pipelined: the whole upstream goes out before the first read. The
 	// server reads concurrently, so this cannot deadlock.
@@ -228,14 +255,15 @@ func RunStream(dial func() (net.Conn, error), h streamHeader, pause func()) erro
 
 // StreamOptions describes a batch of parallel stream connections.
 type StreamOptions struct {
-	Addr     string
-	Conns    int
-	Parallel int
-	Up, Down uint64
-	Chunk    uint32
-	Seed     uint64
-	NoCheck  bool          // throughput only: bytes are neither generated nor checked
-	Pause    time.Duration // idle this long halfway through the upstream
+	Addr      string
+	Conns     int
+	Parallel  int
+	Up, Down  uint64
+	Chunk     uint32
+	Seed      uint64
+	NoCheck   bool          // throughput only: bytes are neither generated nor checked
+	Handshake bool          // a request/response before the streams (flagHandshake)
+	Pause     time.Duration // idle this long halfway through the upstream
 	// ResumeFile, with Pause: the pause lasts until this file exists (Pause
 	// then bounds it), so a test resumes the stream when it is ready.
 	ResumeFile string
@@ -312,6 +340,9 @@ func RunStreams(o StreamOptions) []StreamResult {
 			h := streamHeader{Up: o.Up, Down: o.Down, Seed: o.Seed + uint64(i), Chunk: o.Chunk}
 			if o.NoCheck {
 				h.Flags |= flagNoCheck
+			}
+			if o.Handshake {
+				h.Flags |= flagHandshake
 			}
 			err := RunStream(func() (net.Conn, error) { return d.Dial("tcp", o.Addr) }, h, o.pause())
 			if err != nil {

@@ -18,13 +18,22 @@ type streamCase struct {
 	conns, parallel int
 	up, down        uint64
 	chunk           uint32
+	// handshake: a request/response opens the connection (workload
+	// --handshake), so both directions are on the shortcut from their
+	// first stream byte; without it the streams are pipelined from the
+	// first byte and open only when their reader catches up.
+	handshake bool
 }
 
 func (c streamCase) args(addr string, seed int) []string {
-	return []string{"workload", "stream", "--addr", addr,
+	args := []string{"workload", "stream", "--addr", addr,
 		"--conns", strconv.Itoa(c.conns), "--parallel", strconv.Itoa(c.parallel),
 		"--up", strconv.FormatUint(c.up, 10), "--down", strconv.FormatUint(c.down, 10),
 		"--chunk", strconv.FormatUint(uint64(c.chunk), 10), "--seed", strconv.Itoa(seed)}
+	if c.handshake {
+		args = append(args, "--handshake")
+	}
+	return args
 }
 
 var streamCases = []streamCase{
