@@ -2,9 +2,11 @@
 /*
  * sk_msg: runs for every sendmsg/sendfile/splice of an enrolled socket. A
  * paired socket redirects into its peer's receive queue; a client whose server
- * is not paired yet settles, once, for the kernel path (settle_client), and the
- * server's ESTABLISHED removes it from the sockhash before anything can arrive
- * through the stack (the FIONREAD bug: tcp_bpf_ioctl reports only psock bytes).
+ * is not paired yet sends on the kernel path and waits for it
+ * (early_data_waits), or, in gauge mode, settles once for the kernel path
+ * (settle_client), and the server's ESTABLISHED removes it from the sockhash
+ * before anything can arrive through the stack (the FIONREAD bug:
+ * tcp_bpf_ioctl reports only psock bytes).
  */
 #ifndef EZ_SHORTCUT_SKMSG_H
 #define EZ_SHORTCUT_SKMSG_H
@@ -32,6 +34,26 @@ static __always_inline int peer_gone(struct ez_unread *u, __u32 dir, __u32 size)
 	return SK_PASS;
 }
 
+/*
+ * A client writes before its server end is established (client-first
+ * protocols write right after connect; the server's ESTABLISHED comes when
+ * its softirq handles the handshake's last ACK, or the first data segment if
+ * that ACK was lost). Its bytes take the kernel path and the client stays
+ * WAITING: the server still pairs, and the client's direction opens as any
+ * other, once the server has read every kernel-path byte (tx_open's sequence
+ * proof). Not in gauge mode, where no read is seen and tx_open trusts every
+ * receiver: there the client settles for the kernel path (early data).
+ */
+static __always_inline bool early_data_waits(const struct ez_sock *es)
+{
+	struct ez_pair *p;
+
+	if (rx_gauge())
+		return false;
+	p = bpf_map_lookup_elem(&ez_sc_pairs, &es->key);
+	return p && p->client_cookie == es->self_cookie && p->state == EZ_PAIR_CLIENT;
+}
+
 SEC("sk_msg")
 int ez_sc_msg(struct sk_msg_md *msg)
 {
@@ -50,8 +72,13 @@ int ez_sc_msg(struct sk_msg_md *msg)
 		return SK_PASS;
 	state = es->state;
 	/* sendmsg holds the socket lock, as does the STATE_CB settle. */
-	if (state == EZ_SOCK_WAITING)
+	if (state == EZ_SOCK_WAITING) {
+		if (early_data_waits(es)) {
+			count(EZ_C_RX_GATED);
+			return SK_PASS;
+		}
 		state = settle_client(es);
+	}
 	/* Adopted while this end was not activated yet: settle, or abort and
 	 * take the kernel path (its tripwire then unlinks both ends before
 	 * the segment leaves). */
