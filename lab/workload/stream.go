@@ -204,8 +204,8 @@ type StreamResult struct {
 // RunStream opens one stream connection: it writes header and upstream right
 // after connect, all before reading anything (but the server's ack with
 // flagHandshake), then verifies downstream and the server's verdict on the
-// upstream.
-func RunStream(dial func() (net.Conn, error), h streamHeader, pause func()) error {
+// upstream. With duplex it verifies the downstream while it writes.
+func RunStream(dial func() (net.Conn, error), h streamHeader, pause func(), duplex bool) error {
 	c, err := dial()
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -225,6 +225,13 @@ func RunStream(dial func() (net.Conn, error), h streamHeader, pause func()) erro
 	}
 	// Pipelined: the whole upstream goes out before the first read. The
 	// server reads concurrently, so this cannot deadlock.
+	r := bufio.NewReaderSize(c, 64<<10)
+	down := func() error { return verifyStream(r, h.gen('d'), h.Down) }
+	if duplex {
+		done := make(chan error, 1)
+		go func() { done <- verifyStream(r, h.gen('d'), h.Down) }()
+		down = func() error { return <-done }
+	}
 	g := h.gen('u')
 	first := h.Up
 	if pause != nil {
@@ -239,8 +246,7 @@ func RunStream(dial func() (net.Conn, error), h streamHeader, pause func()) erro
 			return fmt.Errorf("write upstream after the pause: %w", err)
 		}
 	}
-	r := bufio.NewReaderSize(c, 64<<10)
-	if err := verifyStream(r, h.gen('d'), h.Down); err != nil {
+	if err := down(); err != nil {
 		return fmt.Errorf("downstream: %w", err)
 	}
 	trailer := make([]byte, 9)
@@ -261,9 +267,14 @@ type StreamOptions struct {
 	Up, Down  uint64
 	Chunk     uint32
 	Seed      uint64
-	NoCheck   bool          // throughput only: bytes are neither generated nor checked
-	Handshake bool          // a request/response before the streams (flagHandshake)
-	Pause     time.Duration // idle this long halfway through the upstream
+	NoCheck   bool // throughput only: bytes are neither generated nor checked
+	Handshake bool // a request/response before the streams (flagHandshake)
+	// Duplex: the client reads the downstream while it writes (else only
+	// after the whole upstream). Redirected bytes a reader leaves unread
+	// stay in its psock, up to --max-unread; a pipelined client with a
+	// large downstream would hold all of it.
+	Duplex bool
+	Pause  time.Duration // idle this long halfway through the upstream
 	// ResumeFile, with Pause: the pause lasts until this file exists (Pause
 	// then bounds it), so a test resumes the stream when it is ready.
 	ResumeFile string
@@ -344,7 +355,7 @@ func RunStreams(o StreamOptions) []StreamResult {
 			if o.Handshake {
 				h.Flags |= flagHandshake
 			}
-			err := RunStream(func() (net.Conn, error) { return d.Dial("tcp", o.Addr) }, h, o.pause())
+			err := RunStream(func() (net.Conn, error) { return d.Dial("tcp", o.Addr) }, h, o.pause(), o.Duplex)
 			if err != nil {
 				mu.Lock()
 				fails = append(fails, StreamResult{Conn: i, Error: err.Error()})

@@ -16,9 +16,11 @@ func TestStreamsOverLoopback(t *testing.T) {
 	defer ln.Close()
 	go ServeStream(ln)
 	for _, hs := range []bool{false, true} {
-		o := StreamOptions{Addr: ln.Addr().String(), Conns: 3, Up: 1 << 20, Down: 300 << 10, Chunk: 4096, Seed: 7, Handshake: hs}
-		if fails := RunStreams(o); fails != nil {
-			t.Errorf("handshake=%v: %v", hs, fails)
+		for _, duplex := range []bool{false, true} {
+			o := StreamOptions{Addr: ln.Addr().String(), Conns: 3, Up: 1 << 20, Down: 300 << 10, Chunk: 4096, Seed: 7, Handshake: hs, Duplex: duplex}
+			if fails := RunStreams(o); fails != nil {
+				t.Errorf("handshake=%v duplex=%v: %v", hs, duplex, fails)
+			}
 		}
 	}
 }

@@ -111,7 +111,10 @@ func sockopsProgramID(t *testing.T, pin string) ebpf.ProgramID {
 // connection opens with a request/response (--handshake), so both
 // directions take the shortcut from their first stream byte: pipelined from
 // the first byte, a direction opens only when its reader catches up, which
-// a busy host may not allow within the transfer.
+// a busy host may not allow within the transfer. The client reads while it
+// writes (--duplex): a pipelined client would leave the whole downstream
+// unread in its psock (bulkUnread allows 1 GiB), and the node's TCP memory
+// limit (tcp_mem) then fails writes with ENOMEM.
 func (e *env) transferDuring(pin string, during func()) {
 	t := e.t
 	t.Helper()
@@ -120,7 +123,7 @@ func (e *env) transferDuring(pin string, during func()) {
 	before := c0["bytes_redirected"]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := a.Cmd(ctx, labBin, streamCase{conns: 1, parallel: 1, up: 1 << 30, down: 1 << 30, chunk: 256 << 10, handshake: true}.args(hostport(b.IPv4, 7000), 9)...)
+	cmd := a.Cmd(ctx, labBin, streamCase{conns: 1, parallel: 1, up: 1 << 30, down: 1 << 30, chunk: 256 << 10, handshake: true, duplex: true}.args(hostport(b.IPv4, 7000), 9)...)
 	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := a.Start(cmd); err != nil {
@@ -336,7 +339,7 @@ func TestUninstallUnderTraffic(t *testing.T) {
 		return j
 	}
 	keepAlive := start(append(streamCase{conns: 3, parallel: 3, up: 256 << 10, down: 256 << 10, chunk: 4096}.args(hostport(b.IPv4, 7000), 21), "--pause", "3s"))
-	bulk := start(streamCase{conns: 2, parallel: 2, up: 512 << 20, down: 512 << 20, chunk: 128 << 10, handshake: true}.args(hostport(b.IPv4, 7000), 22))
+	bulk := start(streamCase{conns: 2, parallel: 2, up: 512 << 20, down: 512 << 20, chunk: 128 << 10, handshake: true, duplex: true}.args(hostport(b.IPv4, 7000), 22))
 	for deadline := time.Now().Add(scaled(20 * time.Second)); pinnedCounters(t, pin)["bytes_redirected"] < 64<<20; {
 		if time.Now().After(deadline) {
 			t.Fatal("traffic is not being accelerated")

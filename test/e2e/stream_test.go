@@ -23,6 +23,8 @@ type streamCase struct {
 	// first stream byte; without it the streams are pipelined from the
 	// first byte and open only when their reader catches up.
 	handshake bool
+	// duplex: the client reads while it writes (workload --duplex).
+	duplex bool
 }
 
 func (c streamCase) args(addr string, seed int) []string {
@@ -32,6 +34,9 @@ func (c streamCase) args(addr string, seed int) []string {
 		"--chunk", strconv.FormatUint(uint64(c.chunk), 10), "--seed", strconv.Itoa(seed)}
 	if c.handshake {
 		args = append(args, "--handshake")
+	}
+	if c.duplex {
+		args = append(args, "--duplex")
 	}
 	return args
 }

@@ -178,6 +178,7 @@ func workloadStreamCmd() *cobra.Command {
 	f.Uint64Var(&o.Seed, "seed", 1, "stream seed")
 	f.BoolVar(&o.NoCheck, "no-check", false, "throughput only: repeat one buffer, discard what arrives")
 	f.BoolVar(&o.Handshake, "handshake", false, "a request/response before the streams, as real protocols open (each side has read all its peer sent when its stream starts)")
+	f.BoolVar(&o.Duplex, "duplex", false, "read the downstream while writing the upstream (default: after it)")
 	f.DurationVar(&o.Pause, "pause", 0, "idle this long halfway through the upstream (a keep-alive connection)")
 	f.StringVar(&o.ResumeFile, "resume-file", "", "with --pause: resume as soon as this file exists (--pause bounds the wait)")
 	f.StringVar(&o.Bind, "bind", "", "local ip:port of every connection (SO_REUSEADDR+SO_REUSEPORT)")
