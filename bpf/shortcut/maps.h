@@ -18,10 +18,26 @@ struct {
 	__type(value, __u64);
 } ez_sc_sockets SEC(".maps");
 
-/* Pairing records of connections being set up, by canonical connection key. */
+/*
+ * Pairing records of connections being set up, by canonical connection key.
+ * The three maps of handshakes in flight (pairs, aliases, SYN index) are
+ * LRU: a SYN scan faster than max_entries per aging period would otherwise
+ * fill them, and every handshake on the node would fall back until aging
+ * (an outside packet switching acceleration off for others). With LRU a
+ * new handshake always gets its entries by evicting the oldest (the scan's:
+ * htab_lru_map_update_elem -> prealloc_lru_pop shrinks the LRU list instead
+ * of failing). LRU maps are preallocated (no BPF_F_NO_PREALLOC): the memory
+ * of max_entries is taken at load. Eviction of a record in flight only
+ * sends its handshake to the kernel path: a client finds no record
+ * (no_local_peer), a server finds none and stays out of the sockhash, a
+ * waiting client settles KERNEL and leaves the sockhash at its next segment
+ * (on_segment). Quirk: an evicted element is reused at once
+ * (htab_lru_push_free, no RCU grace period), so a pointer from a lookup may
+ * come to hold another key's record; the client checks client_cookie, the
+ * server re-checks it after its decision (on_server_established).
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows use, not the bound */
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct ez_conn_key);
 	__type(value, struct ez_pair);
@@ -38,8 +54,7 @@ struct {
 
 /* Client-side keys of handshakes NAT-ed in the server's namespace. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows use, not the bound */
+	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* as ez_sc_pairs */
 	__uint(max_entries, 16384);
 	__type(key, struct ez_conn_key);
 	__type(value, struct ez_alias);
@@ -47,8 +62,7 @@ struct {
 
 /* Records of handshakes in flight, by what a listener's SYN-ACK shows. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows use, not the bound */
+	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* as ez_sc_pairs */
 	__uint(max_entries, 16384);
 	__type(key, struct ez_syn_index);
 	__type(value, struct ez_alias);

@@ -373,6 +373,7 @@ enum ez_counter {
 	EZ_C_RX_OPENED,			/* directions that moved from the kernel path to the shortcut (shortcut/splice.h) */
 	EZ_C_FB_SPLICE,			/* a receiver spliced: the connection switched to the kernel path */
 	EZ_C_SPLICE_STRANDED,		/* splices of a socket that held redirected bytes unread (only recvmsg reads them) */
+	EZ_C_FB_EVICTED,		/* a pairing record evicted (LRU) or reused while its handshake was in flight */
 	EZ_C_MAX,
 };
 

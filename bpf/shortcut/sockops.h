@@ -309,6 +309,19 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		bpf_map_delete_elem(&ez_sc_sockets, &cookie);
 		goto release_client;
 	}
+	/* LRU quirk (maps.h): the element may have been evicted and reused
+	 * for another key since our lookup; then the PAIRED just written is
+	 * not ours. Undone to AMBIGUOUS: that record's client settles KERNEL
+	 * (its unread record, keyed by its own cookie, was never made). */
+	if (bpf_map_lookup_elem(&ez_sc_pairs, &key) != p || p->client_cookie != ccookie) {
+		__sync_val_compare_and_swap(&p->state, EZ_PAIR_PAIRED, EZ_PAIR_AMBIGUOUS);
+		ses->state = EZ_SOCK_KERNEL;
+		delete_record(&ez_sc_unreads, &ccookie);
+		bpf_map_delete_elem(&ez_sc_sockets, &cookie);
+		bpf_map_delete_elem(&ez_sc_sockets, &ccookie);
+		count(EZ_C_FB_EVICTED);
+		return;
+	}
 	ses->flags |= EZ_F_UNREAD_REF;
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | EZ_ENROLLED_CB_FLAGS);
 	/* The record stays until the client reads the outcome. */
@@ -343,8 +356,23 @@ static __always_inline __u32 settle_client(struct ez_sock *es)
 	__u32 old;
 
 	es->state = EZ_SOCK_KERNEL;
-	if (!p || p->client_cookie != es->self_cookie)
-		return EZ_SOCK_KERNEL; /* the server decided KERNEL and removed us */
+	if (!p || p->client_cookie != es->self_cookie) {
+		/* The server decided KERNEL and removed us; or the record was
+		 * evicted (LRU, maps.h) after the server paired: its unread
+		 * record, keyed by our cookie, says so, and bytes it redirected
+		 * may be in our psock. The connection switches to the kernel
+		 * path as backpressure does (unread.h): both ends pass from
+		 * now on and leave the sockhash once nothing is unread. */
+		struct ez_unread *u = bpf_map_lookup_elem(&ez_sc_unreads, &es->self_cookie);
+
+		if (!u)
+			return EZ_SOCK_KERNEL;
+		__sync_val_compare_and_swap(&u->switched, 0, 1);
+		count(EZ_C_FB_EVICTED);
+		es->state = EZ_SOCK_PAIRED;
+		es->flags |= EZ_F_UNREAD_REF; /* the server took it for us */
+		return EZ_SOCK_PAIRED;
+	}
 	old = __sync_val_compare_and_swap(&p->state, EZ_PAIR_CLIENT, EZ_PAIR_KERNEL);
 	if (old == EZ_PAIR_PAIRED) {
 		es->peer_cookie = p->server_cookie;
@@ -474,6 +502,17 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
 	if (adopting(es) && !adopt_on_sockops(skops, es, false))
 		return;
+	/* A client that settled KERNEL in sk_msg (which may not delete from a
+	 * sockhash) leaves it here, at its first segment after: the server's
+	 * ESTABLISHED does it too, but finds no record once it was evicted
+	 * (LRU, maps.h), and a socket left in the sockhash keeps tcp_bpf's
+	 * recvmsg and ioctl. Nothing was redirected to it: its record never
+	 * reached PAIRED, or it would have settled PAIRED. */
+	if (es && es->state == EZ_SOCK_KERNEL && (es->flags & (EZ_F_CLIENT | EZ_F_ADOPTED)) == EZ_F_CLIENT) {
+		/* Counted released by the server's release_client, if it finds the record. */
+		bpf_map_delete_elem(&ez_sc_sockets, &es->self_cookie);
+		goto done;
+	}
 	if (!es || (es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_WAITING))
 		goto done;
 	key = unread_key(es);

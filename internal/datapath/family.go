@@ -73,7 +73,7 @@ var kinds = []kind{
 		name:     "shortcut",
 		wanted:   func(Config) bool { return true },
 		optional: func(Config) bool { return false },
-		migrate:  shortcut.MigrateNames,
+		migrate:  shortcut.Migrate,
 		load: func(cfg Config, dir string) (Family, error) {
 			sc, err := shortcut.Load(cfg.shortcut(), dir)
 			if err != nil {

@@ -40,6 +40,7 @@ var counters = bpfsys.CounterSet[shortcutEzCounter]{Max: shortcutEzCounterEZ_C_M
 	shortcutEzCounterEZ_C_RX_OPENED:        "rx_opened",
 	shortcutEzCounterEZ_C_FB_SPLICE:        "fallback_splice",
 	shortcutEzCounterEZ_C_SPLICE_STRANDED:  "splice_stranded",
+	shortcutEzCounterEZ_C_FB_EVICTED:       "fallback_evicted",
 }}
 
 // CounterNames lists every counter name in enum order, then adoption's and
