@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"syscall"
 	"time"
 
@@ -515,11 +516,22 @@ func (a *agent) agePairs(full *mapFullLog) {
 }
 
 // mapFullLog warns when connections fell back because a datapath map was
-// full (fallback_map_full grew), at most once per aging tick.
+// full (fallback_map_full grew), or when a map of handshakes in flight
+// (LRU: pairs, aliases, SYN index) reached its bound and evicts the oldest
+// handshakes' entries (a SYN scan, or more connections in setup than
+// --max-pairs: an evicted handshake that had not paired yet takes the
+// kernel path), at most once per aging tick and once per episode.
 type mapFullLog struct {
-	primed bool
-	last   uint64
+	primed  bool
+	last    uint64
+	atBound bool
 }
+
+// lruSlack is how far below its bound an LRU map may start to evict: each
+// other CPU may hold up to LOCAL_FREE_TARGET (128) free nodes in its local
+// list (kernel/bpf/bpf_lru_list.c, bpf_lru_list_pop_free_to_local shrinks
+// once the global free list is empty).
+func lruSlack(max uint32) int { return min(int(max)/2, 128*(runtime.NumCPU()-1)) }
 
 func (m *mapFullLog) check(dp *datapath.Datapath) {
 	c, err := dp.Counters()
@@ -532,6 +544,22 @@ func (m *mapFullLog) check(dp *datapath.Datapath) {
 			"fallbacks", n-m.last)
 	}
 	m.primed, m.last = true, n
+	fill, err := dp.PairingFill()
+	if err != nil {
+		return
+	}
+	var full []string
+	for name, f := range fill {
+		if f.Entries >= int(f.MaxEntries)-lruSlack(f.MaxEntries) {
+			full = append(full, name)
+		}
+	}
+	if len(full) > 0 && !m.atBound {
+		slices.Sort(full)
+		slog.Warn("datapath maps full: handshake maps at their bound evict the oldest handshakes' entries (LRU); a handshake evicted before it paired takes the kernel path (see eztunnel_map_entries, --max-pairs)",
+			"maps", full)
+	}
+	m.atBound = len(full) > 0
 }
 
 func closedChan() <-chan struct{} {

@@ -158,6 +158,10 @@ func Connections(cfg Config) ([]Connection, error) { return shortcut.Connections
 // complete, older than maxAge.
 func (d *Datapath) AgePairs(maxAge time.Duration) (int, error) { return d.sc.AgePairs(maxAge) }
 
+// PairingFill counts the entries of the maps of handshakes in flight
+// (shortcut.PairingFill).
+func (d *Datapath) PairingFill() (map[string]MapFill, error) { return d.sc.PairingFill() }
+
 // ReleaseSwitched hands back to the kernel path the drained ends of
 // connections that switched for backpressure (shortcut.ReleaseSwitched).
 func (d *Datapath) ReleaseSwitched() (busy bool, err error) { return d.sc.ReleaseSwitched() }

@@ -56,3 +56,18 @@ func (p *Pinned) ReadFill() (map[string]MapFill, error) {
 	}
 	return out, nil
 }
+
+// PairingFill counts the entries of the maps of handshakes in flight
+// (pairs, aliases, syn_index), which are LRU: at their bound a new
+// handshake evicts the oldest entries instead of falling back.
+func (s *Shortcut) PairingFill() (map[string]MapFill, error) {
+	out := make(map[string]MapFill, 3)
+	for name, m := range map[string]*ebpf.Map{"pairs": s.objs.EzScPairs, "aliases": s.objs.EzScAliases, "syn_index": s.objs.EzScSynIndex} {
+		n, err := Entries(m)
+		if err != nil {
+			return nil, fmt.Errorf("count %s: %w", name, err)
+		}
+		out[name] = MapFill{Entries: n, MaxEntries: m.MaxEntries()}
+	}
+	return out, nil
+}
