@@ -518,8 +518,17 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 	key = unread_key(es);
 	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
 	if (!u) {
-		if (es->state == EZ_SOCK_WAITING)
-			return; /* not paired yet: the server creates the record */
+		if (es->state == EZ_SOCK_WAITING) {
+			struct ez_pair *p = bpf_map_lookup_elem(&ez_sc_pairs, &es->key);
+
+			if (p && p->client_cookie == es->self_cookie)
+				return; /* not paired yet: the server creates the record */
+			/* The record was evicted (LRU, maps.h) before the server
+			 * paired, which it no longer can: kernel path, out of the
+			 * sockhash (a waiting reader would otherwise keep tcp_bpf). */
+			if (settle_client(es) == EZ_SOCK_KERNEL)
+				bpf_map_delete_elem(&ez_sc_sockets, &es->self_cookie);
+		}
 		goto done;
 	}
 	/* An adopted socket sending data through the stack while its
