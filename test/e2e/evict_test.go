@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +16,7 @@ import (
 )
 
 const evictServer = `
-import socket, sys, json
+import socket, sys, json, os, time
 N = int(sys.argv[2])
 l = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -30,6 +32,9 @@ def rx(n):
             break
         b += d
     return b
+c.sendall(b"H")
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.01)
 c.sendall(b"S" * N)
 ok = rx(N) == b"C" * N
 c.sendall(b"T" * N)
@@ -49,7 +54,9 @@ def rx(n):
             break
         b += d
     return b
-a = rx(N)
+h = rx(1)
+print("GOT0", flush=True)
+a = h == b"H" and rx(N)
 print("GOT1", flush=True)
 sys.stdin.readline()
 s.sendall(b"C" * N)
@@ -74,7 +81,11 @@ func TestPairEvictedBeforeClientSettles(t *testing.T) {
 	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
 	startAgent(t, bin, e.lab.Managed, pin, "--max-pairs", "100")
 	const n = 65536
-	_, srvOut := e.startLogged(b, python, "-c", evictServer, "7950", strconv.Itoa(n))
+	// The server's greeting takes the kernel path (the client has not read
+	// yet: the reader gate, splice.h); once the client read it, the
+	// server's next bytes are redirected.
+	resume := filepath.Join(t.TempDir(), "resume")
+	_, srvOut := e.startLogged(b, python, "-c", evictServer, "7950", strconv.Itoa(n), resume)
 	waitUntil(t, "the server's listener", 10*time.Second, func() bool { return strings.Contains(srvOut.String(), "LISTEN") })
 	before := pinnedCounters(t, pin)
 
@@ -91,6 +102,10 @@ func TestPairEvictedBeforeClientSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stdin.Close(); cancel(); cmd.Wait() })
+	waitUntil(t, "the client's greeting", 10*time.Second, func() bool { return strings.Contains(cliOut.String(), "GOT0") })
+	if err := os.WriteFile(resume, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	waitUntil(t, "the client's first read", 10*time.Second, func() bool { return strings.Contains(cliOut.String(), "GOT1") })
 	if d := delta(before, pinnedCounters(t, pin)); d["pairs"] != 1 || d["bytes_redirected"] < n {
 		t.Fatalf("the connection did not pair before the scan: %v", d)
