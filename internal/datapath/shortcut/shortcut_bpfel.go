@@ -186,7 +186,8 @@ const (
 	shortcutEzCounterEZ_C_RX_OPENED        shortcutEzCounter = 23
 	shortcutEzCounterEZ_C_FB_SPLICE        shortcutEzCounter = 24
 	shortcutEzCounterEZ_C_SPLICE_STRANDED  shortcutEzCounter = 25
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 26
+	shortcutEzCounterEZ_C_FB_EVICTED       shortcutEzCounter = 26
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 27
 )
 
 type shortcutEzPair struct {
