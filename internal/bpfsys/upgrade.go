@@ -182,3 +182,34 @@ func MovePins(tx *Tx, dir string, dest func(rel string) string) error {
 	}
 	return nil
 }
+
+// ReplacePinnedMap puts a new map in place of the one pinned at pin, within
+// tx (an upgrade whose map changed type or values): a map of spec, unpinned,
+// with old's max entries, which fill copies old's entries into (returning how
+// many), pinned at pin while old's pin moves to pin+suffix. Rollback pins
+// old back; commit removes it.
+func ReplacePinnedMap(tx *Tx, pin, suffix string, spec *ebpf.MapSpec, old *ebpf.Map, fill func(m *ebpf.Map) (int, error)) error {
+	cp := spec.Copy()
+	cp.Pinning = ebpf.PinNone
+	cp.MaxEntries = old.MaxEntries()
+	m, err := ebpf.NewMap(cp)
+	if err != nil {
+		return err
+	}
+	tx.OnDone(m.Close)
+	n, err := fill(m)
+	if err != nil {
+		return err
+	}
+	prev := pin + suffix
+	if err := MovePin(pin, prev); err != nil {
+		return err
+	}
+	tx.OnRollback(func() error { return MovePin(prev, pin) })
+	if err := m.Pin(pin); err != nil {
+		return err
+	}
+	tx.OnRollback(m.Unpin)
+	tx.OnCommit(func() error { return os.Remove(prev) })
+	return tx.Changed(fmt.Sprintf("migrate %s to %v (%d entries)", pin, spec.Type, n))
+}

@@ -100,58 +100,37 @@ func migrateMap(tx *bpfsys.Tx, fam string, ms *ebpf.MapSpec) error {
 		return v, nil
 	}
 
-	cp := ms.Copy()
-	cp.Pinning = ebpf.PinNone
-	cp.MaxEntries = old.MaxEntries()
-	m, err := ebpf.NewMap(cp)
-	if err != nil {
-		return err
-	}
-	tx.OnDone(m.Close)
-	n := 0
-	if ms.Name == servicesMapEzSvcFrontends {
-		var k servicesEzSvcKey
-		var v1 svcV1
-		it := old.Iterate()
-		for it.Next(&k, &v1) {
-			v, err := inline(v1)
-			if err != nil {
-				return err
+	return bpfsys.ReplacePinnedMap(tx, pin, "_v1", ms, old, func(m *ebpf.Map) (int, error) {
+		n := 0
+		if ms.Name == servicesMapEzSvcFrontends {
+			var k servicesEzSvcKey
+			var v1 svcV1
+			it := old.Iterate()
+			for it.Next(&k, &v1) {
+				v, err := inline(v1)
+				if err != nil {
+					return n, err
+				}
+				if err := m.Put(k, v); err != nil {
+					return n, err
+				}
+				n++
 			}
-			if err := m.Put(k, v); err != nil {
-				return err
-			}
-			n++
+			return n, it.Err()
 		}
-		err = it.Err()
-	} else {
 		var k servicesEzSvcNpKey
 		var v1 npV1
 		it := old.Iterate()
 		for it.Next(&k, &v1) {
 			svc, err := inline(v1.Svc)
 			if err != nil {
-				return err
+				return n, err
 			}
 			if err := m.Put(k, servicesEzSvcNp{Svc: svc, Flags: v1.Flags}); err != nil {
-				return err
+				return n, err
 			}
 			n++
 		}
-		err = it.Err()
-	}
-	if err != nil {
-		return err
-	}
-	prev := pin + "_v1"
-	if err := bpfsys.MovePin(pin, prev); err != nil {
-		return err
-	}
-	tx.OnRollback(func() error { return bpfsys.MovePin(prev, pin) })
-	if err := m.Pin(pin); err != nil {
-		return err
-	}
-	tx.OnRollback(m.Unpin)
-	tx.OnCommit(func() error { return os.Remove(prev) })
-	return tx.Changed(fmt.Sprintf("migrate %s (%d entries)", pin, n))
+		return n, it.Err()
+	})
 }

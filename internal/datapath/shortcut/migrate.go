@@ -66,35 +66,16 @@ func migrateMapType(tx *bpfsys.Tx, dir string, ms *ebpf.MapSpec) error {
 		return fmt.Errorf("pinned as %v with keys of %d and values of %d bytes, not an earlier build's hash map of this build's %d and %d; run `eztunnel uninstall` first",
 			old.Type(), old.KeySize(), old.ValueSize(), ms.KeySize, ms.ValueSize)
 	}
-	cp := ms.Copy()
-	cp.Pinning = ebpf.PinNone
-	cp.MaxEntries = old.MaxEntries()
-	m, err := ebpf.NewMap(cp)
-	if err != nil {
-		return err
-	}
-	tx.OnDone(m.Close)
-	k, v := make([]byte, ms.KeySize), make([]byte, ms.ValueSize)
-	n := 0
-	it := old.Iterate()
-	for it.Next(&k, &v) {
-		if err := m.Put(k, v); err != nil {
-			return err
+	return bpfsys.ReplacePinnedMap(tx, pin, "_hash", ms, old, func(m *ebpf.Map) (int, error) {
+		k, v := make([]byte, ms.KeySize), make([]byte, ms.ValueSize)
+		n := 0
+		it := old.Iterate()
+		for it.Next(&k, &v) {
+			if err := m.Put(k, v); err != nil {
+				return n, err
+			}
+			n++
 		}
-		n++
-	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	prev := pin + "_hash"
-	if err := bpfsys.MovePin(pin, prev); err != nil {
-		return err
-	}
-	tx.OnRollback(func() error { return bpfsys.MovePin(prev, pin) })
-	if err := m.Pin(pin); err != nil {
-		return err
-	}
-	tx.OnRollback(m.Unpin)
-	tx.OnCommit(func() error { return os.Remove(prev) })
-	return tx.Changed(fmt.Sprintf("migrate %s to %v (%d entries)", pin, ms.Type, n))
+		return n, it.Err()
+	})
 }
