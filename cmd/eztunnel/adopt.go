@@ -14,6 +14,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // adoptReport is what `eztunnel adopt` prints: the adoption counters' change
@@ -44,7 +45,7 @@ change of the adoption counters over the round.`,
 				return fmt.Errorf("--timeout %s must be positive", timeout)
 			}
 			if lockFile == "" {
-				lockFile = agentlock.ForPins(cfg.PinRoot)
+				lockFile = noderun.Lock(cfg.PinRoot)
 			}
 			rep, err := requestAdoption(cfg, lockFile, timeout)
 			if err != nil {

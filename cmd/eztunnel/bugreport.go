@@ -19,8 +19,8 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/internal/agentlog"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // bugreportCmd writes one archive an operator attaches to an issue.
@@ -113,7 +113,7 @@ func writeBugreport(w io.Writer, cfg datapath.Config, lockFile string) ([]string
 			return names, err
 		}
 	}
-	if b, err := os.ReadFile(agentlog.Path(cfg.Dir())); err == nil {
+	if b, err := os.ReadFile(noderun.Log(cfg.Dir())); err == nil {
 		if err := put("agent.log", b); err != nil {
 			return names, err
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // readyCmd is the DaemonSet's readiness probe. An HTTP probe cannot tell
@@ -82,7 +83,7 @@ func readyCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&lockFile, "lock-file", agentlock.ForPins(datapath.DefaultPinRoot), "the agent's --lock-file")
+	cmd.Flags().StringVar(&lockFile, "lock-file", noderun.Lock(datapath.DefaultPinRoot), "the agent's --lock-file")
 	cmd.Flags().StringVar(&addr, "health-addr", "", "the agent's --health-addr (an unspecified host means loopback)")
 	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long to wait for /readyz")
 	cmd.Flags().BoolVar(&healthz, "healthz", false, "ask /healthz instead, without the lock check (the DaemonSet's liveness probe)")

@@ -14,10 +14,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/eztunnel/eztunnel/internal/agent"
-	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/agentlog"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 type runConfig struct {
@@ -65,7 +65,7 @@ func runCmd() *cobra.Command {
 	rc.selection.register(f)
 	f.StringVar(&rc.metrics, "metrics-addr", "", "serve Prometheus metrics on this host:port at /metrics (default off)")
 	f.StringVar(&rc.health, "health-addr", "", "serve /healthz and /readyz on this host:port (default off)")
-	f.StringVar(&rc.lockFile, "lock-file", "", "lock file that keeps one agent per pinned datapath (default: "+agentlock.Dir+"/agent.lock for the default --pin-path, a file named after the pin path otherwise)")
+	f.StringVar(&rc.lockFile, "lock-file", "", "lock file that keeps one agent per pinned datapath (default: "+noderun.Dir+"/agent.lock for the default --pin-path, a file named after the pin path otherwise)")
 	f.BoolVar(&rc.takeover, "takeover", false, "if another agent runs, ask it to hand over (it stands by until stopped) instead of refusing")
 	f.DurationVar(&rc.lockWait, "takeover-timeout", 60*time.Second, "how long --takeover waits for the running agent to hand over")
 	f.BoolVar(&rc.adopt, "adopt", true, "adopt connections established before the agent (once ready, every --adopt-interval, and on eztunnel adopt) when that is provably safe")
@@ -88,7 +88,7 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	}
 	rc.dp.Select = sel
 	if rc.lockFile == "" {
-		rc.lockFile = agentlock.ForPins(rc.dp.PinRoot)
+		rc.lockFile = noderun.Lock(rc.dp.PinRoot)
 	}
 	kc, err := rc.kube.parse(flags, rc.services)
 	if err != nil {
@@ -122,7 +122,7 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	}
 	// The last MiB of the log, for `eztunnel bugreport` on the node. An
 	// agent that stops before installing anything takes a new file away.
-	logPath := agentlog.Path(rc.dp.Dir())
+	logPath := noderun.Log(rc.dp.Dir())
 	_, statErr := os.Stat(logPath)
 	if tl, err := agentlog.Open(logPath, 1<<20); err != nil {
 		slog.Warn("no log file for eztunnel bugreport", "err", err)

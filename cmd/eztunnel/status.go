@@ -15,6 +15,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -84,7 +85,7 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 	if rep.Services, err = lb.ReadPinned(cfg.Dir()); err != nil {
 		return nil, err
 	}
-	if pr, err := parts.Read(parts.ReportPath(cfg.Dir())); err == nil {
+	if pr, err := parts.Read(noderun.Report(cfg.Dir())); err == nil {
 		rep.Parts = &pr
 	} else if !errors.Is(err, parts.ErrNoReport) {
 		return nil, fmt.Errorf("read the agent's parts report: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/agent"
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 func uninstallCmd() *cobra.Command {
@@ -24,7 +25,7 @@ func uninstallCmd() *cobra.Command {
 			// A running agent would put back what this removes: it hands
 			// over first and stands by until stopped.
 			if lockFile == "" {
-				lockFile = agentlock.ForPins(cfg.PinRoot)
+				lockFile = noderun.Lock(cfg.PinRoot)
 			}
 			lock, err := agentlock.Acquire(lockFile, "eztunnel uninstall", true, lockWait)
 			if err != nil {

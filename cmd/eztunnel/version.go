@@ -15,6 +15,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // versionReport is `eztunnel version -o json`.
@@ -71,7 +72,7 @@ func readVersion(pinRoot, lockFile string) (versionReport, error) {
 	r := buildVersion()
 	r.Lock = lockFile
 	if r.Lock == "" {
-		r.Lock = agentlock.ForPins(pinRoot)
+		r.Lock = noderun.Lock(pinRoot)
 	}
 	rec, err := agentlock.HolderRecord(r.Lock)
 	switch {

@@ -28,6 +28,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/kube"
 	"github.com/eztunnel/eztunnel/internal/metrics"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/podnet"
 )
@@ -329,7 +330,7 @@ func (a *agent) families(context.Context) error {
 func (a *agent) converge(ctx context.Context) error {
 	a.rep = partsReport(a.dp)
 	logParts(a.rep)
-	if err := a.rep.Write(parts.ReportPath(a.cfg.Datapath.Dir())); err != nil {
+	if err := a.rep.Write(noderun.Report(a.cfg.Datapath.Dir())); err != nil {
 		slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)
 	}
 	stopMetrics, err := serveMetrics(ctx, a.msrv, a.cfg.Datapath, a.cfg.Version, a.pods, a.bb, a.bypassOff, a.svc, a.rep)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/kernelinfo"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -44,7 +45,7 @@ func bypassReporter(rep parts.Report, pinDir string) func(standby string, idle m
 		}
 		st.Standby, st.Idle = standby, maps.Clone(idle)
 		rep.Set(st)
-		if err := rep.Write(parts.ReportPath(pinDir)); err != nil {
+		if err := rep.Write(noderun.Report(pinDir)); err != nil {
 			slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)
 		}
 	}

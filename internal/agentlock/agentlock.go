@@ -19,22 +19,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
-
-	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
-
-// Dir holds the lock files.
-const Dir = "/run/eztunnel"
-
-// ForPins is the default lock file of the datapath pinned under pinRoot:
-// one agent per pinned datapath (tests and labs pin several).
-func ForPins(pinRoot string) string {
-	if filepath.Clean(pinRoot) == bpfsys.DefaultPinRoot {
-		return filepath.Join(Dir, "agent.lock")
-	}
-	name := strings.Trim(strings.ReplaceAll(filepath.Clean(pinRoot), "/", "_"), "_")
-	return filepath.Join(Dir, "agent-"+name+".lock")
-}
 
 // poll is how often a waiting agent retries the lock and a holder looks for
 // a takeover request.

@@ -8,16 +8,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 )
-
-// Path is the log of the agent of the datapath pinned under pinDir, named
-// for the pin directory as its parts report is (parts.ReportPath).
-func Path(pinDir string) string {
-	name := strings.ReplaceAll(strings.Trim(filepath.Clean(pinDir), "/"), "/", "_")
-	return filepath.Join("/run/eztunnel", name+".log")
-}
 
 // Tail is an io.Writer that appends to a file and keeps it under max
 // bytes: past max, it keeps the newest half, cut at a line start.

@@ -5,10 +5,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/eztunnel/eztunnel/internal/agentlog"
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
-	"github.com/eztunnel/eztunnel/internal/parts"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // Uninstall removes an installed datapath without losing or reordering a
@@ -47,8 +46,8 @@ func Uninstall(cfg Config, drain time.Duration) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove pins: %w", err)
 	}
-	os.Remove(parts.ReportPath(dir)) // the agent's report of what ran
-	os.Remove(agentlog.Path(dir))    // its recent log
+	os.Remove(noderun.Report(dir)) // the agent's report of what ran
+	os.Remove(noderun.Log(dir))    // its recent log
 	// Remove the root too when nothing else (another schema) lives there.
 	os.Remove(cfg.PinRoot)
 	return nil

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // Name names a part.
@@ -146,12 +145,4 @@ func Read(path string) (Report, error) {
 		return r, err
 	}
 	return r, json.Unmarshal(data, &r)
-}
-
-// ReportPath is where the agent of the datapath pinned under pinDir writes
-// its report: under /run (gone at reboot, as the pins are), named for the pin
-// directory so that two agents with different pin paths do not share one.
-func ReportPath(pinDir string) string {
-	name := strings.ReplaceAll(strings.Trim(filepath.Clean(pinDir), "/"), "/", "_")
-	return filepath.Join("/run/eztunnel", name+".parts.json")
 }

@@ -12,9 +12,8 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
-	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
-	"github.com/eztunnel/eztunnel/internal/parts"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // Kinds of resource a lab's owner record can hold besides the lab's own
@@ -134,9 +133,9 @@ func undoRecord(line string) error {
 	}
 	switch f[0] {
 	case RecPin:
-		os.Remove(agentlock.ForPins(f[1])) // the lock file of that datapath's agents
+		os.Remove(noderun.Lock(f[1])) // the lock file of that datapath's agents
 		// The parts reports its agents wrote (one per schema directory).
-		reports, _ := filepath.Glob(parts.ReportPath(filepath.Join(f[1], "*")))
+		reports, _ := filepath.Glob(noderun.Report(filepath.Join(f[1], "*")))
 		for _, r := range reports {
 			os.Remove(r)
 		}

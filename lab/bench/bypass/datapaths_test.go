@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -23,7 +24,7 @@ func TestParseDatapaths(t *testing.T) {
 
 func TestCheckRefused(t *testing.T) {
 	pin := "/sys/fs/bpf/eztunnel-checkrefused-test-" + strconv.Itoa(os.Getpid())
-	path := parts.ReportPath(datapath.Config{PinRoot: pin}.Dir())
+	path := noderun.Report(datapath.Config{PinRoot: pin}.Dir())
 	t.Cleanup(func() { os.Remove(path) })
 	if err := checkRefused(pin, nil); err != nil {
 		t.Errorf("nothing refused, no report: %v", err)
