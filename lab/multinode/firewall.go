@@ -20,7 +20,7 @@ import (
 //
 //	filter FORWARD (policy Options.ForwardPolicy) -> EZL-FORWARD:
 //	  (IPv6: accept neighbour solicitations and advertisements)
-//	  -j EZL-POLICY                        rules added by Block / BlockPods
+//	  -j EZL-POLICY                        rules added by Block
 //	  ctstate INVALID -j DROP
 //	  ctstate RELATED,ESTABLISHED -j ACCEPT
 //	  -s <cluster> -j ACCEPT; -d <cluster> -j ACCEPT
@@ -167,20 +167,6 @@ func (n *Node) Block(src, dst netip.Prefix, v Verdict) (*Rule, error) {
 	}
 	r := &Rule{Node: n, Verdict: v, Comment: fmt.Sprintf("ezl-rule-%d", ruleSeq.Add(1))}
 	if err := r.add(src, dst); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
-// BlockPods adds FORWARD rules on node n for packets from pod src to pod
-// dst, IPv4 and IPv6.
-func (n *Node) BlockPods(src, dst *Pod, v Verdict) (*Rule, error) {
-	r, err := n.Block(netip.PrefixFrom(src.IPv4, 32), netip.PrefixFrom(dst.IPv4, 32), v)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.add(netip.PrefixFrom(src.IPv6, 128), netip.PrefixFrom(dst.IPv6, 128)); err != nil {
-		r.Remove()
 		return nil, err
 	}
 	return r, nil
