@@ -148,6 +148,7 @@ enum ez_sock_flags {
 	EZ_F_ADOPTED = 32,	/* paired by adoption (shortcut/adopt.h), not at its handshake */
 	EZ_F_CLOSE_RESET = 64,	/* closed with redirected bytes unread: its FIN goes out as RST (shortcut/closereset.h) */
 	EZ_F_TX_OPEN = 128,	/* this end's direction redirects: its receiver reads with recvmsg and read every kernel-path byte (shortcut/splice.h) */
+	EZ_F_TX_REGATED = 256,	/* this end's direction went back to the kernel path under TCP memory pressure: it opens again only by the sequence proof (skmsg.h tx_mem_pressure) */
 };
 
 /*
@@ -374,6 +375,7 @@ enum ez_counter {
 	EZ_C_FB_SPLICE,			/* a receiver spliced: the connection switched to the kernel path */
 	EZ_C_SPLICE_STRANDED,		/* splices of a socket that held redirected bytes unread (only recvmsg reads them) */
 	EZ_C_FB_EVICTED,		/* a pairing record evicted (LRU) or reused while its handshake was in flight */
+	EZ_C_RX_REGATED,		/* directions back on the kernel path under node TCP memory pressure (skmsg.h tx_mem_pressure) */
 	EZ_C_MAX,
 };
 

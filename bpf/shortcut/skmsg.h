@@ -54,6 +54,44 @@ static __always_inline bool early_data_waits(const struct ez_sock *es)
 	return p && p->client_cookie == es->self_cookie && p->state == EZ_PAIR_CLIENT;
 }
 
+/*
+ * Node TCP memory pressure (tcp_memory_pressure: TCP holds more than
+ * tcp_mem[1]). bpf_tcp_ingress charges redirected bytes to the receiver
+ * with __sk_rmem_schedule, which under pressure fails past the socket's
+ * fair share, and at tcp_mem[2] always: the sender's sendmsg then returns
+ * ENOMEM, which plain TCP never does (its sender waits for memory:
+ * sk_stream_wait_memory). So under pressure the direction goes back to the
+ * kernel path, whose window and memory waits hold the writer. Bytes already
+ * redirected are in the receiver's psock, which tcp_bpf_recvmsg reads
+ * before sk_receive_queue: nothing is overtaken. Out of gauge mode the
+ * direction opens again by tx_open's sequence proof (the receiver read every
+ * kernel-path byte), and the pressure is checked again at each message.
+ * In gauge mode (no proof) the connection switches for good, as
+ * backpressure does. Not seen: a memory cgroup's socket pressure (cgroup v2
+ * charges socket memory to the receiver's memcg), nor the window between
+ * this check and the charge.
+ */
+static __always_inline bool tx_mem_pressure(struct bpf_sock *bsk, struct ez_sock *es, struct ez_unread *u)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
+	unsigned long *mp, v = 0;
+
+	if (!tp)
+		return false;
+	mp = BPF_CORE_READ((struct sock *)tp, __sk_common.skc_prot, memory_pressure);
+	if (!mp || bpf_probe_read_kernel(&v, sizeof(v), mp) || !v)
+		return false;
+	if (rx_gauge()) {
+		if (__sync_val_compare_and_swap(&u->switched, 0, 1) == 0)
+			count(EZ_C_FB_BACKPRESSURE);
+		return true;
+	}
+	if (__sync_fetch_and_and(&es->flags, ~EZ_F_TX_OPEN) & EZ_F_TX_OPEN)
+		count(EZ_C_RX_REGATED);
+	__sync_fetch_and_or(&es->flags, EZ_F_TX_REGATED);
+	return true;
+}
+
 SEC("sk_msg")
 int ez_sc_msg(struct sk_msg_md *msg)
 {
@@ -110,6 +148,8 @@ int ez_sc_msg(struct sk_msg_md *msg)
 	/* A receiver that has not read with recvmsg, or not every byte the
 	 * kernel path brought it, or splices (shortcut/splice.h). */
 	if (!tx_open(es, sk, u))
+		return SK_PASS;
+	if (tx_mem_pressure(sk, es, u))
 		return SK_PASS;
 	/* An adopted end with stack bytes not acknowledged: a send that raced
 	 * the insert queued them and they may not have left yet (the tripwire

@@ -161,7 +161,7 @@ static __always_inline bool tx_open(struct ez_sock *es, struct bpf_sock *sk, str
 	/* Redirected before this program ran for it (an upgrade in place,
 	 * which keeps each socket's program until it leaves; defensive): no
 	 * sequence proof, so EZ_F_TX_OPEN stays clear (skmsg.h). */
-	if (es->tx_msgs)
+	if (es->tx_msgs && !(es->flags & EZ_F_TX_REGATED))
 		return true;
 	if (!r || !(r->flags & EZ_RX_READER)) {
 		count(EZ_C_RX_GATED);
@@ -181,7 +181,7 @@ static __always_inline bool tx_open(struct ez_sock *es, struct bpf_sock *sk, str
  * reads (tx_open has not opened it). */
 static __always_inline bool tx_gated(const struct ez_sock *es)
 {
-	return !rx_gauge() && !(es->flags & EZ_F_TX_OPEN) && !es->tx_msgs;
+	return !rx_gauge() && !(es->flags & EZ_F_TX_OPEN) && (!es->tx_msgs || (es->flags & EZ_F_TX_REGATED));
 }
 
 /* The socket of fd in the current task, if it is a TCP stream socket. */

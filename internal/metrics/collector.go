@@ -133,6 +133,7 @@ var help = map[string]string{
 	"gauge_unknown":        "Gauge mode (no read counter: neither fexit on tcp_bpf_recvmsg nor sock_recv_length): sends whose receiver socket was not found (closed), so the connection switched to the kernel path (also counted as fallback peer_gone).",
 	"rx_gated":             "Messages sent on the kernel path because their receiver had not read with recvmsg yet, or not every byte the kernel path brought it (a splice could not see redirected bytes).",
 	"rx_opened":            "Directions that moved from the kernel path to the shortcut once their receiver had read every kernel-path byte with recvmsg.",
+	"rx_regated":           "Directions that went back from the shortcut to the kernel path under node TCP memory pressure (a redirect would have failed the sender's write with ENOMEM); each opens again once its receiver has read every kernel-path byte (rx_opened).",
 	"splice_stranded":      "Splices (or sendfiles) from a socket that held redirected bytes unread: only recvmsg reads them.",
 	"adopt_rounds":         "Rounds looking for connections established before the agent to adopt.",
 	"adopted":              "Connections established before the agent and adopted onto the shortcut.",

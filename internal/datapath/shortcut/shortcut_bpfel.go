@@ -187,7 +187,8 @@ const (
 	shortcutEzCounterEZ_C_FB_SPLICE        shortcutEzCounter = 24
 	shortcutEzCounterEZ_C_SPLICE_STRANDED  shortcutEzCounter = 25
 	shortcutEzCounterEZ_C_FB_EVICTED       shortcutEzCounter = 26
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 27
+	shortcutEzCounterEZ_C_RX_REGATED       shortcutEzCounter = 27
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 28
 )
 
 type shortcutEzPair struct {
@@ -300,6 +301,7 @@ const (
 	shortcutEzSockFlagsEZ_F_ADOPTED     shortcutEzSockFlags = 32
 	shortcutEzSockFlagsEZ_F_CLOSE_RESET shortcutEzSockFlags = 64
 	shortcutEzSockFlagsEZ_F_TX_OPEN     shortcutEzSockFlags = 128
+	shortcutEzSockFlagsEZ_F_TX_REGATED  shortcutEzSockFlags = 256
 )
 
 type shortcutEzSockState uint32
