@@ -42,7 +42,9 @@ type Removal struct {
 // Check re-reads the DaemonSet: removed is true when it is gone or ours is
 // marked for deletion, and how says what was found. A DaemonSet of the same
 // name with another UID is a replacement, not a removal (unless it is being
-// deleted too). An API error decides nothing: the caller keeps the datapath.
+// deleted too). Refused credentials or permissions are a removal (helm
+// uninstall deletes them with the DaemonSet); any other API error decides
+// nothing: the caller keeps the datapath.
 func (r *Removal) Check(ctx context.Context) (removed bool, how string, err error) {
 	ds, err := r.api.GetDaemonSet(ctx, r.namespace, r.name)
 	return removal(ds, err, r.uid)
@@ -52,6 +54,15 @@ func removal(ds *kubeapi.DaemonSet, err error, uid types.UID) (bool, string, err
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, "not found", nil
+	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
+		// The agent could read its DaemonSet at start. helm uninstall
+		// deletes the chart's ServiceAccount (its token is then refused:
+		// Unauthorized) and RBAC (Forbidden) right after the DaemonSet, so
+		// by SIGTERM, or by the re-read after removalSettle, nothing can be
+		// read any more: that is the removal. A replacement of the
+		// DaemonSet alone keeps both (the re-read sees it), and a new agent
+		// asking for the node's lock meanwhile still takes it over.
+		return true, "access to the API revoked (" + err.Error() + "): the chart's ServiceAccount or RBAC went with the DaemonSet", nil
 	case err != nil:
 		return false, "", err
 	case ds.DeletionTimestamp != nil:

@@ -133,7 +133,8 @@ func TestWatchRemovalReplaced(t *testing.T) {
 }
 
 // TestRemovalCheck: what Check says of each state the DaemonSet can be in
-// when SIGTERM comes; an API error decides nothing.
+// when SIGTERM comes; an API error decides nothing, but refused credentials
+// or permissions (helm uninstall deleted them) are a removal.
 func TestRemovalCheck(t *testing.T) {
 	ctx := t.Context()
 	now := metav1.Now()
@@ -159,11 +160,23 @@ func TestRemovalCheck(t *testing.T) {
 		if gone, how, err := rm.Check(ctx); gone != c.gone || how != c.how || err != nil {
 			t.Errorf("%s: Check = %v %q %v, want %v %q", c.name, gone, how, err, c.gone, c.how)
 		}
+		var fail error = apierrors.NewServiceUnavailable("etcd down")
 		fc.cs.PrependReactor("get", "daemonsets", func(k8stesting.Action) (bool, runtime.Object, error) {
-			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "daemonsets"}, "eztunnel", nil)
+			return true, nil, fail
 		})
 		if gone, _, err := rm.Check(ctx); gone || err == nil {
-			t.Errorf("%s, API refusing: Check = %v %v, want an error and no removal", c.name, gone, err)
+			t.Errorf("%s, API failing: Check = %v %v, want an error and no removal", c.name, gone, err)
+		}
+		// helm uninstall removes the ServiceAccount and RBAC with the
+		// DaemonSet: refused credentials or permissions are the removal.
+		for _, refused := range []*apierrors.StatusError{
+			apierrors.NewUnauthorized("Unauthorized"),
+			apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "daemonsets"}, "eztunnel", nil),
+		} {
+			fail = refused
+			if gone, how, err := rm.Check(ctx); !gone || err != nil || !strings.Contains(how, "access to the API revoked") {
+				t.Errorf("%s, API refusing (%v): Check = %v %q %v, want a removal", c.name, refused, gone, how, err)
+			}
 		}
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // TestKubernetesReplace: replacing the agent's DaemonSet under the same name
@@ -110,5 +113,10 @@ func TestKubernetesReplace(t *testing.T) {
 	}
 	if l := leftovers(); len(l) > 0 {
 		t.Errorf("after helm uninstall of the replaced DaemonSet: %v", l)
+		// The pods are gone with their DaemonSet: the agent's own log on
+		// the node (kept until an uninstall removes it) says what it did.
+		if b, err := os.ReadFile(noderun.Log(filepath.Join(pinPath, datapath.Schema))); err == nil {
+			t.Logf("the agent's log on the node (last 4 KiB):\n%s", b[max(0, len(b)-4096):])
+		}
 	}
 }
