@@ -70,8 +70,18 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 	if _, err := os.Stat(cfg.Dir()); err == nil {
 		datapath.Uninstall(cfg, 0)
 	}
+	// Recorded with the lab, so a killed run's pins and the agent's lock
+	// file are swept too; undone after the uninstall (the lock file stays
+	// otherwise: only an agent uninstalling on removal deletes its own).
+	undoPin, err := lab.Record(netlab.RecPin, cfg.PinRoot)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		if uerr := datapath.Uninstall(cfg, 10*time.Second); uerr != nil && !errors.Is(uerr, datapath.ErrNotInstalled) && err == nil {
+			err = uerr
+		}
+		if uerr := undoPin(); uerr != nil && err == nil {
 			err = uerr
 		}
 	}()
