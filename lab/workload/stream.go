@@ -226,10 +226,11 @@ func RunStream(dial func() (net.Conn, error), h streamHeader, pause func(), dupl
 	// Pipelined: the whole upstream goes out before the first read. The
 	// server reads concurrently, so this cannot deadlock.
 	r := bufio.NewReaderSize(c, 64<<10)
-	down := func() error { return verifyStream(r, h.gen('d'), h.Down) }
+	verify := func() error { return verifyStream(r, h.gen('d'), h.Down) }
+	down := verify
 	if duplex {
 		done := make(chan error, 1)
-		go func() { done <- verifyStream(r, h.gen('d'), h.Down) }()
+		go func() { done <- verify() }()
 		down = func() error { return <-done }
 	}
 	g := h.gen('u')
