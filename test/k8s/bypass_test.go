@@ -31,7 +31,7 @@ const beLiberal = "/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal"
 
 // bridgeNeighbours lists the IPv4 neighbour entries on the cluster's CNI
 // bridge: address -> (state, managed).
-func bridgeNeighbours(t *testing.T) map[netip.Addr]netlink.Neigh {
+func bridgeNeighbours(t testing.TB) map[netip.Addr]netlink.Neigh {
 	t.Helper()
 	br, err := netlink.LinkByName(k8scluster.BridgeLink)
 	if err != nil {
@@ -64,7 +64,8 @@ func managed(n netlink.Neigh) bool { return n.FlagsExt&netlink.NTF_EXT_MANAGED !
 // byte-exact as on the kernel path. Deleting a pod deletes its entry;
 // SIGTERM leaves the entries (as it leaves the bypass pinned), `eztunnel
 // uninstall` removes them all.
-func TestBypassPodNeighbours(t *testing.T) {
+func TestBypassPodNeighbours(tt *testing.T) {
+	t := summarized(tt)
 	const ns = "ez-bpn"
 	old, err := os.ReadFile(beLiberal)
 	if err != nil {

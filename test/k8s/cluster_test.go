@@ -11,7 +11,8 @@ import (
 // locally built images, reach each other directly and through a ClusterIP
 // Service (kube-proxy DNAT) with byte-exact streams, and kubectl logs and
 // exec reach the kubelet on the node IP.
-func TestCluster(t *testing.T) {
+func TestCluster(tt *testing.T) {
+	t := summarized(tt)
 	if l := leftovers(); len(l) > 0 {
 		t.Fatalf("eztunnel state on the host: %v", l)
 	}

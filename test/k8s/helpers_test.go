@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -267,7 +268,7 @@ func podsCgroup() string { return filepath.Join(cg2Root, "kubepods") }
 // eztunnel state and otherwise runs `eztunnel uninstall` on the host, so
 // that a test that failed before its own uninstall leaves nothing to the
 // next one.
-func removeAgent(t *testing.T) {
+func removeAgent(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cl.Kubectl(ctx, "delete", "namespace", agentNS, "--ignore-not-found", "--wait=true", "--timeout=90s")
@@ -338,4 +339,44 @@ func leftovers() []string {
 		}
 	}
 	return out
+}
+
+// summarized is t with its failures repeated once more at the very end of
+// the test's output, after the agents' logs its cleanups print: an excerpt
+// of a CI log around "--- FAIL" then still shows why.
+func summarized(t *testing.T) testing.TB {
+	s := &summary{TB: t}
+	t.Cleanup(func() { // registered first: runs last
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.msgs) > 0 {
+			t.Logf("the failures, again:\n\t%s", strings.Join(s.msgs, "\n\t"))
+		}
+	})
+	return s
+}
+
+type summary struct {
+	testing.TB
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (s *summary) note(msg string) {
+	s.mu.Lock()
+	s.msgs = append(s.msgs, msg)
+	s.mu.Unlock()
+}
+
+func (s *summary) Error(args ...any) { s.TB.Helper(); s.note(fmt.Sprint(args...)); s.TB.Error(args...) }
+func (s *summary) Fatal(args ...any) { s.TB.Helper(); s.note(fmt.Sprint(args...)); s.TB.Fatal(args...) }
+func (s *summary) Errorf(format string, args ...any) {
+	s.TB.Helper()
+	s.note(fmt.Sprintf(format, args...))
+	s.TB.Errorf(format, args...)
+}
+func (s *summary) Fatalf(format string, args ...any) {
+	s.TB.Helper()
+	s.note(fmt.Sprintf(format, args...))
+	s.TB.Fatalf(format, args...)
 }

@@ -43,7 +43,7 @@ const (
 
 // extNet makes the external client's namespace and veth, removed when the
 // test ends (and first, if a killed run left them).
-func extNet(t *testing.T) {
+func extNet(t testing.TB) {
 	t.Helper()
 	ip := func(args ...string) error {
 		out, err := sysexec.Command(context.Background(), "ip", args...).CombinedOutput()
@@ -75,7 +75,7 @@ func extNet(t *testing.T) {
 }
 
 // extPeer runs `eztunnel-lab workload peer` in the external namespace.
-func extPeer(t *testing.T, ctx context.Context, addr string, udp bool, n int) []workload.PeerAnswer {
+func extPeer(t testing.TB, ctx context.Context, addr string, udp bool, n int) []workload.PeerAnswer {
 	t.Helper()
 	args := []string{"netns", "exec", extNetns, filepath.Join(workDir, "eztunnel-lab"), "workload", "peer", "--addr", addr,
 		"--n", strconv.Itoa(n), "--timeout", "2s"}
@@ -146,7 +146,8 @@ func outcomeOf(as []workload.PeerAnswer) outcome {
 // packets to every local address (-m addrtype --dst-type LOCAL), so what
 // eztunnel leaves to the kernel path there is dropped by kube-proxy's rule,
 // as on any node running both. The cluster is IPv4-only: no IPv6 case.
-func TestServicesAPINodePort(t *testing.T) {
+func TestServicesAPINodePort(tt *testing.T) {
+	t := summarized(tt)
 	const ns = "ez-np"
 	podYAML := func(name string) string {
 		return fmt.Sprintf(`---

@@ -66,7 +66,8 @@ func podPID(t testing.TB, ns, pod string) string {
 // The choice survives a restart (pinned), into Kubernetes mode, where the
 // pod selection and the load balancer share one watch of the node's pods,
 // and goes with the annotation and with the pod.
-func TestServicesProxyChoice(t *testing.T) {
+func TestServicesProxyChoice(tt *testing.T) {
+	t := summarized(tt)
 	const ns = "ez-proxychoice"
 	pod := func(name, annotation string, proxy bool) string {
 		ann := ""

@@ -21,7 +21,8 @@ import (
 // stays pinned throughout (sampled every 50 ms), the new DaemonSet's agent
 // serves the node, and no agent logs an uninstall. A helm uninstall
 // afterwards still removes everything.
-func TestKubernetesReplace(t *testing.T) {
+func TestKubernetesReplace(tt *testing.T) {
+	t := summarized(tt)
 	if l := leftovers(); len(l) > 0 {
 		t.Fatalf("eztunnel state before the install: %v", l)
 	}

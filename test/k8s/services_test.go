@@ -111,7 +111,8 @@ func waitKubeProxy(t testing.TB, svcPort string, want ...string) {
 // deleted), serving terminating endpoints used when no endpoint is ready,
 // the same connect error with no endpoints, and the frontend gone with the
 // Service.
-func TestServicesAPI(t *testing.T) {
+func TestServicesAPI(tt *testing.T) {
+	t := summarized(tt)
 	const ns = "ez-svc"
 	podYAML := func(name string) string { return streamUDPPod(name, ns) }
 	applyNamespace(t, ns, nil, podYAML("s1")+podYAML("s2")+podYAML("s3")+podYAML("c"), "s1", "s2", "s3", "c")
@@ -518,11 +519,12 @@ func newSvcAgent(t testing.TB, pin string, args ...string) *svcAgent {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if out, err := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "uninstall", "--pin-path", pin, "--drain-timeout", "1s").CombinedOutput(); err != nil {
-			t.Errorf("uninstall: %v\n%s", err, out)
-		}
-		if t.Failed() {
+		out, err := sysexec.Command(ctx, filepath.Join(workDir, "eztunnel"), "uninstall", "--pin-path", pin, "--drain-timeout", "1s").CombinedOutput()
+		if t.Failed() || err != nil {
 			t.Logf("agent log:\n%s", a.logs.String())
+		}
+		if err != nil { // after the log: a CI excerpt ends here
+			t.Errorf("uninstall: %v\n%s", err, out)
 		}
 	})
 	return a

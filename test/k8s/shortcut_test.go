@@ -404,7 +404,8 @@ func TestKubernetes(t *testing.T) {
 // the agent installed with adoption.enabled (SYS_ADMIN and hostPID: it
 // enters the pods' network namespaces), and stays byte-exact; then the
 // uninstall leaves nothing behind.
-func TestKubernetesAdoption(t *testing.T) {
+func TestKubernetesAdoption(tt *testing.T) {
+	t := summarized(tt)
 	if l := leftovers(); len(l) > 0 {
 		t.Fatalf("eztunnel state before the install: %v", l)
 	}
