@@ -55,7 +55,12 @@ struct {
 	__type(value, struct ez_bp_device);
 } ez_bp_devices SEC(".maps");
 
-EZ_COUNTER_MAP(ez_bp_counters, EZ_BP_C_MAX);
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EZ_BP_C_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} ez_bp_counters SEC(".maps");
 
 /*
  * Conntrack timeouts (ms) the bypass refreshes established entries to, set

@@ -22,17 +22,9 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
-#include "services/maps.h"
+#include "services/backend.h"
 
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 4096);
-	__type(key, struct ez_svc_gone_key);
-	__type(value, __u32);
-} ez_svc_gone SEC(".maps");
 
 /* Referenced so that BTF, and so bpf2go, carries the enum Go names. */
 const enum ez_svc_gone_flag ez_svc_gone_flag_enum __attribute__((unused));
@@ -58,37 +50,6 @@ static __always_inline int translated_to_gone(struct sock *sk, __u32 flag)
 		if (v && (*v & flag))
 			return 1;
 	}
-	return 0;
-}
-
-SEC("iter/tcp")
-int ez_svc_destroy_tcp(struct bpf_iter__tcp *ctx)
-{
-	struct sock_common *skc = ctx->sk_common;
-	struct tcp_sock *tp;
-
-	if (!skc)
-		return 0;
-	tp = bpf_skc_to_tcp_sock(skc);	/* full sockets only: not request or timewait */
-	if (!tp || !translated_to_gone((struct sock *)tp, EZ_SVC_GONE_TCP))
-		return 0;
-	if (!bpf_sock_destroy(skc))
-		count(EZ_SVC_C_DESTROYED_TCP);
-	return 0;
-}
-
-SEC("iter/udp")
-int ez_svc_destroy_udp(struct bpf_iter__udp *ctx)
-{
-	struct udp_sock *up = ctx->udp_sk;
-	struct sock *sk = (struct sock *)up;
-
-	if (!sk || sk->__sk_common.skc_state != 1 /* TCP_ESTABLISHED: connected */)
-		return 0;
-	if (!translated_to_gone(sk, EZ_SVC_GONE_UDP))
-		return 0;
-	if (!bpf_sock_destroy(&sk->__sk_common))
-		count(EZ_SVC_C_DESTROYED_UDP);
 	return 0;
 }
 
@@ -119,35 +80,6 @@ static __always_inline void gone_sock_write(struct seq_file *seq, struct sock *s
 		__builtin_memcpy(rec.dst, sk->__sk_common.skc_v6_daddr.in6_u.u6_addr8, 16);
 	}
 	bpf_seq_write(seq, &rec, sizeof(rec));
-}
-
-SEC("iter/tcp")
-int ez_svc_gone_tcp(struct bpf_iter__tcp *ctx)
-{
-	struct sock_common *skc = ctx->sk_common;
-	struct tcp_sock *tp;
-
-	if (!skc)
-		return 0;
-	tp = bpf_skc_to_tcp_sock(skc);
-	if (!tp || !translated_to_gone((struct sock *)tp, EZ_SVC_GONE_TCP))
-		return 0;
-	gone_sock_write(ctx->meta->seq, (struct sock *)tp, 6 /* IPPROTO_TCP */);
-	return 0;
-}
-
-SEC("iter/udp")
-int ez_svc_gone_udp(struct bpf_iter__udp *ctx)
-{
-	struct udp_sock *up = ctx->udp_sk;
-	struct sock *sk = (struct sock *)up;
-
-	if (!sk || sk->__sk_common.skc_state != 1 /* TCP_ESTABLISHED: connected */)
-		return 0;
-	if (!translated_to_gone(sk, EZ_SVC_GONE_UDP))
-		return 0;
-	gone_sock_write(ctx->meta->seq, sk, 17 /* IPPROTO_UDP */);
-	return 0;
 }
 
 /* Referenced so that BTF, and so bpf2go, carries the record. */

@@ -37,7 +37,7 @@
 #include <bpf/bpf_core_read.h>
 #include "lib/addr.h"
 #include "shortcut/key.h"
-#include "shortcut/maps.h"
+#include "shortcut/control.h"
 #include "shortcut/scope.h"
 #include "shortcut/select.h"
 #include "shortcut/unread.h"
@@ -260,60 +260,6 @@ static __always_inline __u32 busy_reason(__u32 busy)
 	return EZ_A_SKIP_BUSY;
 }
 
-/*
- * iter/tcp, run by the agent in each network namespace (the iterator sees
- * the namespace it was opened in): one struct ez_adopt_sock per established
- * socket and listener under an ez_sc_sockops attachment. Read-only.
- */
-SEC("iter/tcp")
-int ez_sc_adopt_scan(struct bpf_iter__tcp *ctx)
-{
-	struct sock_common *skc = ctx->sk_common;
-	struct ez_adopt_sock rec = {};
-	struct tcp_sock *tp;
-	struct ez_sock *es;
-	struct sock *sk;
-	struct net *net;
-
-	if (!skc)
-		return 0;
-	tp = bpf_skc_to_tcp_sock(skc);
-	if (!tp)
-		return 0;
-	sk = (struct sock *)tp;
-	rec.tcp_state = sk->__sk_common.skc_state;
-	if (rec.tcp_state != EZ_ADOPT_TCP_ESTABLISHED && rec.tcp_state != EZ_ADOPT_TCP_LISTEN)
-		return 0;
-	if (!adopt_hooked(tp))
-		return 0;
-	rec.cookie = bpf_get_socket_cookie(sk);
-	rec.cgroup_id = adopt_cgroup_id(tp);
-	net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
-	if (net) {
-		rec.netns_cookie = BPF_CORE_READ(net, net_cookie);
-		rec.netns_ino = BPF_CORE_READ(net, ns.inum);
-	}
-	if (sk->__sk_common.skc_family == EZ_AF_INET) {
-		ip_from_v4(rec.local_ip, sk->__sk_common.skc_rcv_saddr);
-		ip_from_v4(rec.remote_ip, sk->__sk_common.skc_daddr);
-	} else {
-		ip_from_v6(rec.local_ip, sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32);
-		ip_from_v6(rec.remote_ip, sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32);
-	}
-	rec.local_port = sk->__sk_common.skc_num;
-	rec.remote_port = bpf_ntohs(sk->__sk_common.skc_dport);
-	if (rec.tcp_state == EZ_ADOPT_TCP_ESTABLISHED) {
-		rec.busy = adopt_busy(tp);
-		rec.snd_nxt = tp->snd_nxt;
-		rec.rcv_nxt = tp->rcv_nxt;
-	}
-	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
-	if (es)
-		rec.state = es->state;
-	bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
-	return 0;
-}
-
 /* An adopting end whose round ended without pairing: back to the kernel path. */
 static __always_inline void adopt_cleanup(struct tcp_sock *tp, struct ez_sock *es)
 {
@@ -434,62 +380,6 @@ static __always_inline void adopt_insert(struct tcp_sock *tp, struct ez_sock *es
 cleanup:
 	if (es && adopting(es))
 		adopt_cleanup(tp, es);
-}
-
-/*
- * iter/tcp, run by the agent in each network namespace, a few passes per
- * round: each pass moves every end with a record one step (confirm, insert,
- * settle) or hands it back (cleanup). One socket, locked, per visit.
- */
-SEC("iter/tcp")
-int ez_sc_adopt_step(struct bpf_iter__tcp *ctx)
-{
-	struct sock_common *skc = ctx->sk_common;
-	struct ez_adopt_ref *ref;
-	struct tcp_sock *tp;
-	struct ez_adopt *a;
-	struct ez_sock *es;
-	struct sock *sk;
-	__u64 cookie;
-	__u32 role;
-
-	if (!skc)
-		return 0;
-	tp = bpf_skc_to_tcp_sock(skc);
-	if (!tp)
-		return 0;
-	sk = (struct sock *)tp;
-	if (sk->__sk_common.skc_state != EZ_ADOPT_TCP_ESTABLISHED)
-		return 0; /* left ESTABLISHED: sockops aborted and cleaned up */
-	cookie = bpf_get_socket_cookie(sk);
-	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
-	ref = bpf_map_lookup_elem(&ez_sc_adopt_socks, &cookie);
-	a = ref ? bpf_map_lookup_elem(&ez_sc_adopts, &ref->conn) : NULL;
-	if (!a || !ref || a->cookie[ref->role & 1] != cookie) {
-		if (es && adopting(es))
-			adopt_cleanup(tp, es); /* an earlier round's, never finished */
-		return 0;
-	}
-	role = ref->role & 1;
-	if (ez_adopt_finish && a->state != EZ_ADOPT_PAIRED)
-		adopt_abort(a, EZ_A_SKIP_BUSY);
-	switch (a->state) {
-	case EZ_ADOPT_CANDIDATE:
-		adopt_confirm(tp, a, role, cookie);
-		break;
-	case EZ_ADOPT_CONFIRMED:
-	case EZ_ADOPT_ONE_IN:
-		adopt_insert(tp, es, a, role, cookie);
-		break;
-	case EZ_ADOPT_PAIRED:
-		if (es)
-			adopt_settle(es);
-		break;
-	default:
-		if (es && adopting(es))
-			adopt_cleanup(tp, es);
-	}
-	return 0;
 }
 
 /* Referenced so that BTF, and so bpf2go, carries the types the agent uses. */

@@ -31,58 +31,16 @@
 #include "lib/addr.h"
 #include "lib/counters.h"
 #include "lib/parse.h"
-#include "shortcut/maps.h"
+#include "shortcut/control.h"
 #include "shortcut/unread.h"
 
 /* An armed FIN crosses the devices within microseconds; older entries are stale. */
 #define EZ_RESET_TTL_NS (5ULL * 1000 * 1000 * 1000)
 #define EZ_RESET_ETH_HLEN 14 /* tc sees the Ethernet header; lo has one too (zero MACs) */
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct ez_reset_key);
-	__type(value, __u64); /* when it was armed (ns) */
-} ez_sc_resets SEC(".maps");
-
-EZ_COUNTER_MAP(ez_sc_reset_counters, EZ_R_MAX);
-
 static __always_inline void reset_count(__u32 c)
 {
 	ez_counter_add(&ez_sc_reset_counters, c, 1);
-}
-
-SEC("cgroup/sock_release")
-int ez_sc_sock_release(struct bpf_sock *ctx)
-{
-	struct ez_unread *u;
-	struct ez_sock *es;
-	__u64 key;
-
-	if (ctx->protocol != EZ_IPPROTO_TCP)
-		return 1;
-	es = bpf_sk_storage_get(&ez_sc_socks, ctx, 0, 0);
-	if (!es || es->state != EZ_SOCK_PAIRED)
-		return 1;
-	if (rx_gauged(es)) {
-		/* No reads are counted (unread.h, the gauge): ask the closing
-		 * socket's own psock queue, through its registered address
-		 * (cgroup/sock has no bpf_skc_to_tcp_sock). Not its
-		 * sk_rmem_alloc: a FIN segment queued and not read (the peer
-		 * shut down, this end never read EOF) holds memory there, and
-		 * plain TCP closes that with FIN. The psock is still there:
-		 * sock_map_close runs after this hook. */
-		struct sock *sk = rx_sock(es->self_cookie);
-
-		if (sk && !psock_empty(sk))
-			es->flags |= EZ_F_CLOSE_RESET;
-		return 1;
-	}
-	key = unread_key(es);
-	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
-	if (u && u->unread[rx_dir(es) & 1] > 0)
-		es->flags |= EZ_F_CLOSE_RESET;
-	return 1;
 }
 
 /* The key of a parsed TCP packet with sequence number seq (host order). */
@@ -144,56 +102,5 @@ static __always_inline void arm_close_reset(struct __sk_buff *skb, const struct 
 #define EZ_TCP_OFF_FLAGS 12
 #define EZ_TCP_OFF_CSUM 16
 #define EZ_TCP_PSH 0x08
-
-/* Attached with tcx at ingress and egress (one program serves both). */
-SEC("tc")
-int ez_sc_close_reset(struct __sk_buff *skb)
-{
-	struct ez_pkt p = ez_pkt_of_skb(skb, EZ_RESET_ETH_HLEN);
-	struct ez_reset_key k = {};
-	struct ez_flow f = {};
-	__u16 old_word, new_word;
-	__u8 *b = (__u8 *)&old_word;
-	__u64 *armed;
-	__u32 seq;
-	__u32 off;
-	int q;
-
-	/* Runs on every packet of the devices: anything but a plain FIN
-	 * leaves after reading one byte (ez_tcp_flags_quick). */
-	q = ez_tcp_flags_quick(skb, EZ_RESET_ETH_HLEN);
-	if (q == EZ_QUICK_NOT_TCP || (q >= 0 && !plain_fin_flags(q)))
-		return TCX_NEXT;
-	if (ez_parse(&p, false, &f) || !is_plain_fin(&f))
-		return TCX_NEXT;
-	if (ez_pkt_read(&p, false, f.l4off + 4, &seq, sizeof(seq)))
-		return TCX_NEXT;
-	reset_key(&k, &f, bpf_ntohl(seq));
-	armed = bpf_map_lookup_elem(&ez_sc_resets, &k);
-	if (!armed)
-		return TCX_NEXT;
-	if (bpf_ktime_get_ns() - *armed > EZ_RESET_TTL_NS) {
-		bpf_map_delete_elem(&ez_sc_resets, &k);
-		reset_count(EZ_R_EXPIRED);
-		return TCX_NEXT;
-	}
-	off = EZ_RESET_ETH_HLEN + f.l4off;
-	if (ez_pkt_read(&p, false, f.l4off + EZ_TCP_OFF_FLAGS, &old_word, sizeof(old_word)))
-		return TCX_NEXT;
-	new_word = old_word;
-	/* RST|ACK as tcp_send_active_reset sends it: FIN and PSH off, ACK kept. */
-	((__u8 *)&new_word)[1] = (b[1] & ~(EZ_TCP_FIN | EZ_TCP_PSH)) | EZ_TCP_RST;
-	if (bpf_skb_store_bytes(skb, off + EZ_TCP_OFF_FLAGS, &new_word, sizeof(new_word), 0))
-		return TCX_NEXT;
-	/* Not BPF_F_PSEUDO_HDR: with CHECKSUM_PARTIAL (lo, veth) the field holds
-	 * only the pseudo-header sum and is left alone; otherwise it is updated. */
-	if (bpf_l4_csum_replace(skb, off + EZ_TCP_OFF_CSUM, old_word, new_word, sizeof(new_word))) {
-		bpf_skb_store_bytes(skb, off + EZ_TCP_OFF_FLAGS, &old_word, sizeof(old_word), 0);
-		return TCX_NEXT; /* stays a FIN */
-	}
-	bpf_map_delete_elem(&ez_sc_resets, &k);
-	reset_count(EZ_R_SENT);
-	return TCX_NEXT;
-}
 
 #endif

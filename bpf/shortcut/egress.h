@@ -21,42 +21,11 @@
 #include "lib/addr.h"
 #include "lib/parse.h"
 #include "shortcut/key.h"
-#include "shortcut/maps.h"
+#include "shortcut/control.h"
 #include "shortcut/pair.h"
 #include "shortcut/scope.h"
 #include "shortcut/closereset.h"
-
-/* A handshake packet; key names the sender as client (true for a SYN). */
-struct ez_syn {
-	struct ez_conn_key key;
-	__u32 payload;
-	bool ack;
-};
-
-/*
- * Reads a TCP SYN or SYN-ACK from a parsed packet. Returns false for
- * anything else, fragments, and IPv6 with extension headers before TCP
- * (the socket stays unenrolled).
- */
-static __always_inline bool parse_syn(const struct ez_flow *f, struct ez_syn *out)
-{
-	if (f->proto != EZ_IPPROTO_TCP)
-		return false;
-	if ((f->flags & (EZ_FLOW_FRAG | EZ_FLOW_TCP)) != EZ_FLOW_TCP || !(f->tcp_flags & EZ_TCP_SYN))
-		return false;
-	if (f->family == 4) {
-		ip_from_v4(out->key.client_ip, f->saddr[0]);
-		ip_from_v4(out->key.server_ip, f->daddr[0]);
-	} else {
-		ip_from_v6(out->key.client_ip, f->saddr);
-		ip_from_v6(out->key.server_ip, f->daddr);
-	}
-	out->ack = !!(f->tcp_flags & EZ_TCP_ACK);
-	out->key.client_port = f->sport;
-	out->key.server_port = f->dport;
-	out->payload = f->payload;
-	return true;
-}
+#include "shortcut/syn.h"
 
 /*
  * SYN-ACK of a managed listener: alias the wire tuple to the listener's
@@ -178,53 +147,6 @@ static __always_inline void on_synack(struct __sk_buff *skb, struct ez_syn *pkt,
 	p->alias = wire;
 	p->has_alias = 1;
 	count(EZ_C_NAT_ALIASES);
-}
-
-SEC("cgroup_skb/egress")
-int ez_sc_egress(struct __sk_buff *skb)
-{
-	struct ez_pkt p = ez_pkt_of_skb(skb, 0); /* cgroup_skb: offset 0 is the network header */
-	struct ez_flow f = {};
-	struct ez_syn syn = {};
-	struct bpf_sock *sk;
-	struct ez_sock *es;
-	int q;
-
-	/* Runs on every packet of a managed socket: anything but a SYN or a
-	 * plain FIN leaves after reading one byte (ez_tcp_flags_quick);
-	 * parse_syn and arm_close_reset would reject it. */
-	q = ez_tcp_flags_quick(skb, 0);
-	if (q == EZ_QUICK_NOT_TCP || (q >= 0 && !(q & EZ_TCP_SYN) && !plain_fin_flags(q)))
-		return 1;
-	if (ez_parse(&p, false, &f))
-		return 1;
-	if (!parse_syn(&f, &syn)) {
-		arm_close_reset(skb, &p, &f);
-		return 1;
-	}
-	if (syn.ack) {
-		on_synack(skb, &syn, &p, &f);
-		return 1;
-	}
-	sk = skb->sk;
-	if (!sk)
-		return 1;
-	sk = bpf_sk_fullsock(sk);
-	if (!sk)
-		return 1;
-	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!es) {
-		count(EZ_C_FB_NO_STORAGE);
-		return 1;
-	}
-	/* A retransmitted SYN keeps the first timestamp: claims must be newer than it. */
-	if (!es->syn_ns)
-		es->syn_ns = bpf_ktime_get_ns();
-	es->key = syn.key;
-	es->flags |= EZ_F_SYN_SEEN | EZ_F_CLIENT;
-	if (syn.payload)
-		es->flags |= EZ_F_SYN_DATA;
-	return 1;
 }
 
 #endif

@@ -36,8 +36,7 @@
 #include "lib/addr.h"
 #include "lib/parse.h"
 #include "shortcut/key.h"
-#include "shortcut/maps.h"
-
+#include "shortcut/control.h"
 
 #define EZ_NF_ACCEPT 1
 #define EZ_NFCT_PTRMASK (~7UL)
@@ -116,39 +115,10 @@ static __always_inline void nat_learn(struct sk_buff *skb)
 	}
 }
 
-SEC("netfilter")
-int ez_sc_nat(struct bpf_nf_ctx *ctx)
-{
-	nat_learn(ctx->skb);
-	return EZ_NF_ACCEPT;
-}
-
-/* The agent's network namespace (set before load): the tracing programs
- * below run for every namespace and learn only from packets its devices
- * carry, as ez_sc_nat's link sees only its hooks. */
-volatile const __u64 ez_cfg_nat_netns = 0;
-
 static __always_inline void nat_learn_here(struct sk_buff *skb)
 {
 	if (BPF_CORE_READ(skb, dev, nd_net.net, net_cookie) == ez_cfg_nat_netns)
 		nat_learn(skb);
-}
-
-SEC("tp_btf/net_dev_queue")
-int BPF_PROG(ez_sc_nat_dev, struct sk_buff *skb)
-{
-	nat_learn_here(skb);
-	return 0;
-}
-
-/* __nf_conntrack_confirm runs for an unconfirmed entry only (the inline
- * nf_conntrack_confirm checks first), in every namespace. A reply direction
- * or a template entry is not IP_CT_NEW, and nat_learn leaves. */
-SEC("fentry/__nf_conntrack_confirm")
-int BPF_PROG(ez_sc_nat_ct, struct sk_buff *skb)
-{
-	nat_learn_here(skb);
-	return 0;
 }
 
 #endif

@@ -5,8 +5,7 @@
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
-#include "shortcut/maps.h"
-
+#include "shortcut/control.h"
 
 /* Moves a record not yet decided (SYN, CLAIMING, CLIENT) to AMBIGUOUS. Returns the state found. */
 static __always_inline __u32 pair_make_ambiguous(struct ez_pair *p)

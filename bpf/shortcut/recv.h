@@ -24,7 +24,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include "shortcut/maps.h"
+#include "shortcut/control.h"
 #include "shortcut/unread.h"
 #include "shortcut/adopt.h"
 #include "shortcut/splice.h"
@@ -84,20 +84,6 @@ static __always_inline void recv_count(struct sock *sk, int ret, int flags)
 	u = bpf_map_lookup_elem(&ez_sc_unreads, &key);
 	if (u)
 		__sync_fetch_and_add(&u->unread[rx_dir(es) & 1], -(__s64)(ret - kbytes));
-}
-
-SEC("fexit/tcp_bpf_recvmsg")
-int BPF_PROG(ez_sc_recv_fx, struct sock *sk, struct msghdr *msg, size_t len, int flags, int *addr_len, int ret)
-{
-	recv_count(sk, ret, flags);
-	return 0;
-}
-
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(ez_sc_recv, struct sock *sk, int ret, int flags)
-{
-	recv_count(sk, ret, flags);
-	return 0;
 }
 
 #endif

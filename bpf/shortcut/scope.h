@@ -19,7 +19,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
-#include "shortcut/maps.h"
+#include "shortcut/control.h"
 #include "shortcut/select.h"
 
 /* Levels looked at: the socket's cgroup and its parents (container, pod, and

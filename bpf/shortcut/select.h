@@ -6,11 +6,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "lib/addr.h"
-#include "shortcut/maps.h"
-
-
-/* enum ez_cfg_flag bits; set by the agent on the spec before load. */
-volatile const __u32 ez_cfg_flags = 0;
+#include "shortcut/shortcut.h"
 
 static __always_inline bool ip_selected(const __u8 *ip)
 {

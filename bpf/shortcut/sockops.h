@@ -22,14 +22,13 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "shortcut/key.h"
-#include "shortcut/maps.h"
+#include "shortcut/control.h"
 #include "shortcut/pair.h"
 #include "shortcut/scope.h"
 #include "shortcut/select.h"
 #include "shortcut/unread.h"
 #include "shortcut/splice.h"
 #include "shortcut/adopt.h"
-
 
 /* Callbacks an enrolled socket asks for: its state changes, and every
  * segment in and out (on_segment). Set at enrolment rather than at the
@@ -550,34 +549,6 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 done:
 	/* Keep STATE_CB while holding the unread record. */
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~EZ_SEGMENT_CB_FLAGS);
-}
-
-SEC("sockops")
-int ez_sc_sockops(struct bpf_sock_ops *skops)
-{
-	switch (skops->op) {
-	case BPF_SOCK_OPS_RWND_INIT:
-		/* Called in tcp_openreq_init_rwin for every request socket, also
-		 * with syncookies (TIMEOUT_INIT is not), before the SYN-ACK is
-		 * sent; and for the client's own socket in tcp_connect_init. */
-		if (!skops->is_fullsock)
-			on_syn(skops);
-		break;
-	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-		on_client_established(skops);
-		break;
-	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		on_server_established(skops);
-		break;
-	case BPF_SOCK_OPS_STATE_CB:
-		on_state_change(skops);
-		break;
-	case BPF_SOCK_OPS_PARSE_HDR_OPT_CB:
-	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
-		on_segment(skops);
-		break;
-	}
-	return 1;
 }
 
 #endif

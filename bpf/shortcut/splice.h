@@ -40,27 +40,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
-#include "shortcut/maps.h"
+#include "shortcut/control.h"
 #include "shortcut/unread.h"
-
-/* Paired sockets by cookie: how each reads. LRU: an evicted entry makes its
- * peer's next message take the kernel path (no entry: not a reader) until
- * the socket reads again; the datapath deletes an end's entry at TCP_CLOSE. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 131072);
-	__type(key, __u64);	/* socket cookie */
-	__type(value, struct ez_rx);
-} ez_sc_rx SEC(".maps");
-
-/* Processes that spliced from a TCP socket, by tgid; value: the start time
- * of their group leader (a reused pid is another process). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
-} ez_sc_splicers SEC(".maps");
 
 #define EZ_S_IFMT 00170000
 #define EZ_S_IFSOCK 0140000
@@ -271,28 +252,6 @@ static __always_inline void rx_spliced(long fd)
 		rx_spliced_sk(sk);
 }
 
-/*
- * Preferred where the host allows fentry: the entry of tcp_splice_read
- * itself, before it reads (inet_stream_ops.splice_read, reached by
- * splice(2), sendfile(2) with a socket in_fd through do_splice_direct, and
- * io_uring's IORING_OP_SPLICE alike). Its trampoline runs on splices of TCP
- * sockets only: no syscall pays for it.
- */
-SEC("fentry/tcp_splice_read")
-int BPF_PROG(ez_sc_splice_fe, struct socket *sock)
-{
-	struct sock *sk = BPF_CORE_READ(sock, sk);
-
-	if (sk && BPF_CORE_READ(sk, sk_protocol) == IPPROTO_TCP)
-		rx_spliced_sk(sk);
-	return 0;
-}
-
-/* The syscall numbers of splice and sendfile on this architecture, set by
- * the agent before load (0: never matches). */
-volatile const __u32 ez_cfg_nr_splice = 0;
-volatile const __u32 ez_cfg_nr_sendfile = 0;
-
 /* A syscall's saved user registers, per architecture (CO-RE picks the one
  * the kernel has; the other's relocation is poisoned, never run). */
 struct pt_regs___x86 {
@@ -309,45 +268,6 @@ static __always_inline long syscall_arg(void *regs, int n)
 	if (bpf_core_field_exists(((struct pt_regs___x86 *)0)->di))
 		return n ? BPF_CORE_READ((struct pt_regs___x86 *)regs, si) : BPF_CORE_READ((struct pt_regs___x86 *)regs, di);
 	return n ? BPF_CORE_READ((struct pt_regs___arm64 *)regs, regs[1]) : BPF_CORE_READ((struct pt_regs___arm64 *)regs, regs[0]);
-}
-
-/* splice(fd_in, off_in, fd_out, off_out, len, flags), preferred: runs for
- * splice only (perf_syscall_enter tests the syscall's bit first). */
-SEC("tracepoint/syscalls/sys_enter_splice")
-int ez_sc_splice_tp(struct trace_event_raw_sys_enter *ctx)
-{
-	rx_spliced((long)ctx->args[0]);
-	return 0;
-}
-
-/* sendfile(out_fd, in_fd, offset, count): a socket in_fd runs tcp_splice_read too. */
-SEC("tracepoint/syscalls/sys_enter_sendfile64")
-int ez_sc_sendfile_tp(struct trace_event_raw_sys_enter *ctx)
-{
-	rx_spliced((long)ctx->args[1]);
-	return 0;
-}
-
-/*
- * The fallback where the agent cannot reach tracefs (the syscall events'
- * ids): every syscall's entry (raw tracepoint sys_enter, trace_sys_enter in
- * syscall_trace_enter): splice(fd_in, ...) and sendfile(out_fd, in_fd, ...)
- * before they run. Both turn on the syscall-tracepoint work
- * (SYSCALL_WORK_SYSCALL_TRACEPOINT) for every task; this one also runs the
- * program for every syscall (docs/benchmarks.md: about three times the
- * event's cost per syscall). Compat (32-bit) syscalls have other numbers
- * and registers: not seen.
- */
-SEC("raw_tp/sys_enter")
-int ez_sc_splice(struct bpf_raw_tracepoint_args *ctx)
-{
-	long id = (long)ctx->args[1];
-
-	if (id == ez_cfg_nr_splice && id)
-		rx_spliced(syscall_arg((void *)ctx->args[0], 0));
-	else if (id == ez_cfg_nr_sendfile && id)
-		rx_spliced(syscall_arg((void *)ctx->args[0], 1));
-	return 0;
 }
 
 #endif

@@ -22,22 +22,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "lib/bound.h"
-#include "shortcut/maps.h"
+#include "shortcut/control.h"
 #include "shortcut/select.h"
-
-/* --max-unread, set before load; 0: per receiver (lib/bound.h). */
-volatile const __u32 ez_cfg_max_unread = 0;
-/* Tells this load's ez_sc_recv from an earlier install's while both are attached. */
-volatile const __u32 ez_cfg_instance = 0;
-
-/* Connections being counted, by client cookie. Sized to the sockhash / 2 by the agent. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows use, not the bound */
-	__uint(max_entries, 65536);
-	__type(key, __u64);
-	__type(value, struct ez_unread);
-} ez_sc_unreads SEC(".maps");
 
 /* include/net/sock.h: sk_user_data carries three flag bits (NOCOPY 1, BPF 2,
  * PSOCK 4) and SK_USER_DATA_PTRMASK is ~7. Masking with ~3 left PSOCK set and
@@ -61,31 +47,6 @@ static __always_inline bool psock_empty(struct sock *sk)
 		return BPF_CORE_READ(psock, msg_tot_len) == 0;
 	return (void *)BPF_CORE_READ(psock, ingress_msg.next) == (void *)&psock->ingress_msg;
 }
-
-/*
- * The gauge, for kernels without tp_btf/sock_recv_length (Linux 6.1: nothing
- * a BPF program can use fires after a psock read, tcp_bpf_recvmsg and
- * sk_msg_recvmsg have no tracepoint). bpf_tcp_ingress adds every redirected
- * byte to the receiver's sk_rmem_alloc and __sk_msg_recvmsg subtracts what
- * the reader copies (6.1 to 6.18): while a connection is paired no segment
- * carries data to it (the server pairs with nothing received), so the
- * receiver's sk_rmem_alloc is exactly its redirected, unread bytes. The
- * sender reads it before each redirect. Each enrolled end registers its
- * struct sock here (sockops; storing a kernel address needs CAP_PERFMON);
- * the sender checks the cookie at that address (TCP sockets are
- * SLAB_TYPESAFE_BY_RCU: a stale address reads another socket, never freed
- * memory). No reads are counted in this mode, so a direction that received
- * redirected bytes never proves they were read: its ends stay in the
- * sockhash after a switch (the kernel path's bytes queue behind the psock's,
- * tcp_bpf_recvmsg reads the psock first), and RST on close asks the closing
- * socket's own psock queue instead (closereset.h).
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 131072);
-	__type(key, __u64);	/* socket cookie */
-	__type(value, __u64);	/* its struct sock */
-} ez_sc_rx_socks SEC(".maps");
 
 static __always_inline bool rx_gauge(void)
 {

@@ -10,9 +10,33 @@
 
 #include "lib/parse.h"
 #include "lib/bound.h"
+#include "shortcut/shortcut.h"
+
+/* The two maps and the flags key_selected reads, as shortcut.bpf.c defines
+ * them (the tests fill them): only the helpers under test, no program and
+ * no other map, come from the headers below. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024);
+	__type(key, __u32);		/* server port */
+	__type(value, __u32);		/* enum ez_rule */
+} ez_sc_port_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024);
+	__type(key, struct ez_cidr_key);
+	__type(value, __u32);		/* enum ez_rule; the longest prefix decides */
+} ez_sc_cidr_rules SEC(".maps");
+
+/* enum ez_cfg_flag bits, as shortcut.bpf.c declares them; set by the test. */
+volatile const __u32 ez_cfg_flags = 0;
+
 #include "shortcut/key.h"
 #include "shortcut/select.h"
-#include "shortcut/egress.h"
+#include "shortcut/syn.h"
 #include "tracer/flow.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

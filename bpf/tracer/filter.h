@@ -6,7 +6,6 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "lib/parse.h"
-#include "tracer/maps.h"
 
 static __always_inline bool trc_addr_eq(const __u32 *a, __u8 family)
 {

@@ -13,7 +13,6 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "tracer/tracer.h"
-#include "tracer/maps.h"
 #include "tracer/track.h"
 
 #define TRC_NF_ACCEPT 1
@@ -57,18 +56,5 @@ static __always_inline void trc_nf(struct bpf_nf_ctx *ctx, __u32 table, bool bef
 	r->nf_start = 0;
 	r->last_ns = now; /* the lifetime's end is at least here */
 }
-
-#define TRC_NF(name, table)						\
-	SEC("netfilter")						\
-	int trc_nf_##name##_before(struct bpf_nf_ctx *ctx) { trc_nf(ctx, table, true); return TRC_NF_ACCEPT; } \
-	SEC("netfilter")						\
-	int trc_nf_##name##_after(struct bpf_nf_ctx *ctx) { trc_nf(ctx, table, false); return TRC_NF_ACCEPT; }
-
-TRC_NF(raw, EZ_TRC_T_RAW)
-TRC_NF(conntrack, EZ_TRC_T_CONNTRACK)
-TRC_NF(mangle, EZ_TRC_T_MANGLE)
-TRC_NF(dnat, EZ_TRC_T_DNAT)
-TRC_NF(filter, EZ_TRC_T_FILTER)
-TRC_NF(snat, EZ_TRC_T_SNAT)
 
 #endif

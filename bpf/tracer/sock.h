@@ -14,7 +14,6 @@
 #include <bpf/bpf_core_read.h>
 #include "lib/parse.h"
 #include "tracer/tracer.h"
-#include "tracer/maps.h"
 #include "tracer/filter.h"
 #include "tracer/tp.h"
 
@@ -115,10 +114,5 @@ static __always_inline void trc_probe(__u64 *a, bool btf)
 	if (last)
 		*last = a[1];
 }
-
-TRC_TP(tcp_probe, trc_probe)
-TRC_TP(sk_data_ready, trc_ready)
-TRC_TP(sock_send_length, trc_send)
-TRC_TP(sock_recv_length, trc_recvmsg)
 
 #endif

@@ -18,13 +18,4 @@ static __always_inline int trc_tcx(struct __sk_buff *ctx, __u32 kind)
 	return TCX_NEXT;
 }
 
-SEC("tcx/ingress")
-int trc_tcxi_first(struct __sk_buff *ctx) { return trc_tcx(ctx, TRC_K_TCXI_FIRST); }
-SEC("tcx/ingress")
-int trc_tcxi_last(struct __sk_buff *ctx) { return trc_tcx(ctx, TRC_K_TCXI_LAST); }
-SEC("tcx/egress")
-int trc_tcxe_first(struct __sk_buff *ctx) { return trc_tcx(ctx, TRC_K_TCXE_FIRST); }
-SEC("tcx/egress")
-int trc_tcxe_last(struct __sk_buff *ctx) { return trc_tcx(ctx, TRC_K_TCXE_LAST); }
-
 #endif

@@ -13,12 +13,6 @@
 #include <bpf/bpf_helpers.h>
 #include "tracer/track.h"
 
-#define TRC_TP(name, body)						\
-	SEC("tp_btf/" #name)						\
-	int trc_btf_##name(__u64 *ctx) { body(ctx, true); return 0; }	\
-	SEC("raw_tp/" #name)						\
-	int trc_raw_##name(struct bpf_raw_tracepoint_args *ctx) { body(ctx->args, false); return 0; }
-
 static __always_inline void trc_rx(__u64 *a, bool btf) { trc_dev((void *)a[0], TRC_K_RX, TRC_L3_DATA, btf); }
 static __always_inline void trc_recv(__u64 *a, bool btf)
 {
@@ -48,15 +42,5 @@ static __always_inline void trc_kfree(__u64 *a, bool btf)
 
 	trc_free((void *)a[0], reason == SKB_CONSUMED ? 0 : reason);
 }
-
-TRC_TP(netif_rx, trc_rx)
-TRC_TP(napi_gro_receive_entry, trc_rx)
-TRC_TP(netif_receive_skb, trc_recv)
-TRC_TP(net_dev_queue, trc_queue)
-TRC_TP(net_dev_start_xmit, trc_xmit)
-TRC_TP(net_dev_xmit, trc_done)
-TRC_TP(skb_copy_datagram_iovec, trc_copy)
-TRC_TP(consume_skb, trc_consume)
-TRC_TP(kfree_skb, trc_kfree)
 
 #endif

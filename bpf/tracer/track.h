@@ -13,7 +13,6 @@
 #include <bpf/bpf_core_read.h>
 #include "lib/parse.h"
 #include "tracer/tracer.h"
-#include "tracer/maps.h"
 #include "tracer/flow.h"
 #include "tracer/filter.h"
 

@@ -1,6 +1,7 @@
 package bpftest
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -11,8 +12,15 @@ import (
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 )
 
-// TestHeadersStandAlone compiles every header under bpf/ on its own: each
-// must include what it needs, whatever the order its users include it in.
+// helpersMarker ends the part of a family's program file that defines its
+// maps and configuration; the helper headers are included after it.
+const helpersMarker = "/* Helpers (headers): they use the maps above. */\n"
+
+// TestHeadersStandAlone compiles every header under bpf/ on its own, after
+// its family's maps (the part of <family>.bpf.c before helpersMarker, which
+// defines them and holds no program): each must include what it needs,
+// whatever the order its users include it in. And no header holds a SEC():
+// programs and maps are defined in <family>.bpf.c only.
 func TestHeadersStandAlone(t *testing.T) {
 	root := filepath.Join("..", "..", "bpf")
 	// Every directory of bpf/ (one per datapath family, lib, the tests), as
@@ -42,12 +50,37 @@ func TestHeadersStandAlone(t *testing.T) {
 	if _, err := exec.LookPath("clang-19"); err != nil {
 		t.Fatal("clang-19 not found (scripts/install-deps.sh installs it)")
 	}
+	dir := t.TempDir()
 	for _, h := range headers {
+		text, err := os.ReadFile(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.Index(text, []byte("SEC(")); i >= 0 {
+			line := 1 + bytes.Count(text[:i], []byte("\n"))
+			t.Errorf("%s:%d holds a SEC(): programs and maps belong in the family's .bpf.c", h, line)
+		}
+		// The translation unit: the family's maps, then the header.
+		fam := filepath.Base(filepath.Dir(h))
+		unit := ""
+		if prog, err := os.ReadFile(filepath.Join(root, fam, fam+".bpf.c")); err == nil {
+			if i := bytes.Index(prog, []byte(helpersMarker)); i >= 0 {
+				unit = string(prog[:i])
+			}
+		}
+		abs, err := filepath.Abs(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := filepath.Join(dir, fam+"-"+filepath.Base(h)+".c")
+		if err := os.WriteFile(src, []byte(unit+"#include \""+abs+"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		// Unused static inline helpers are normal in a header alone.
 		cmd := sysexec.Command(context.Background(), "clang-19", "-fsyntax-only", "-target", "bpfel", "-mcpu=v3", "-Wall", "-Werror", "-Wno-unused-function",
-			"-I", filepath.Join(root, "include"), "-I", root, "-x", "c", h)
+			"-I", filepath.Join(root, "include"), "-I", root, src)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("%s does not compile alone: %v\n%s", h, err, out)
+			t.Errorf("%s does not compile after its family's maps: %v\n%s", h, err, out)
 		}
 	}
 }

@@ -13,30 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type unitsEzAdopt struct {
-	_         structs.HostLayout
-	Cookie    [2]uint64
-	Key       unitsEzConnKey
-	State     uint32
-	Confirmed uint32
-	Inserted  uint32
-	Bound     [2]uint32
-	Reason    uint32
-}
-
-type unitsEzAdoptRef struct {
-	_    structs.HostLayout
-	Conn uint64
-	Role uint32
-	Pad  uint32
-}
-
-type unitsEzAlias struct {
-	_         structs.HostLayout
-	CreatedNs uint64
-	Target    unitsEzConnKey
-}
-
 type unitsEzCfgFlag uint32
 
 const (
@@ -47,11 +23,6 @@ const (
 	unitsEzCfgFlagEZ_CFG_RX_GAUGE       unitsEzCfgFlag = 16
 	unitsEzCfgFlagEZ_CFG_KERNEL_BP      unitsEzCfgFlag = 32
 )
-
-type unitsEzCgroup struct {
-	_        structs.HostLayout
-	Enrolled uint64
-}
 
 type unitsEzCidrKey struct {
 	_         structs.HostLayout
@@ -91,53 +62,12 @@ const (
 	unitsEzFlowFlagEZ_FLOW_FRAG  unitsEzFlowFlag = 4
 )
 
-type unitsEzPair struct {
-	_             structs.HostLayout
-	CreatedNs     uint64
-	ClientCookie  uint64
-	ServerCookie  uint64
-	Alias         unitsEzConnKey
-	State         uint32
-	HasAlias      uint32
-	ClientRxBound uint32
-	Proven        uint32
-}
-
-type unitsEzPairProof struct {
-	_         structs.HostLayout
-	ClientIsn uint32
-	ServerIsn uint32
-	Unproven  uint32
-	Pad       uint32
-}
-
-type unitsEzResetKey struct {
-	_     structs.HostLayout
-	Saddr [16]uint8
-	Daddr [16]uint8
-	Sport uint16
-	Dport uint16
-	Seq   uint32
-}
-
 type unitsEzRule uint32
 
 const (
 	unitsEzRuleEZ_RULE_INCLUDE unitsEzRule = 1
 	unitsEzRuleEZ_RULE_EXCLUDE unitsEzRule = 2
 )
-
-type unitsEzSock struct {
-	_          structs.HostLayout
-	SelfCookie uint64
-	PeerCookie uint64
-	SynNs      uint64
-	TxMsgs     uint64
-	TxBytes    uint64
-	Key        unitsEzConnKey
-	State      uint32
-	Flags      uint32
-}
 
 type unitsEzSockEnds struct {
 	_          structs.HostLayout
@@ -148,23 +78,6 @@ type unitsEzSockEnds struct {
 	LocalPort  uint32
 	RemotePort uint32
 	Family     uint32
-}
-
-type unitsEzSynIndex struct {
-	_            structs.HostLayout
-	Netns        uint64
-	ClientIp     [16]uint8
-	ClientPort   uint16
-	ListenerPort uint16
-	Pad          uint32
-}
-
-type unitsEzUnread struct {
-	_        structs.HostLayout
-	Unread   [2]int64
-	Bound    [2]uint32
-	Switched uint32
-	Refs     uint32
 }
 
 type unitsTestBound struct {
@@ -201,42 +114,20 @@ type unitsTestParseOut struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	unitsMapEzScAdoptCounters = "ez_sc_adopt_counters"
-	unitsMapEzScAdoptHooks    = "ez_sc_adopt_hooks"
-	unitsMapEzScAdoptSocks    = "ez_sc_adopt_socks"
-	unitsMapEzScAdopts        = "ez_sc_adopts"
-	unitsMapEzScAliases       = "ez_sc_aliases"
-	unitsMapEzScCgroups       = "ez_sc_cgroups"
-	unitsMapEzScCidrRules     = "ez_sc_cidr_rules"
-	unitsMapEzScControl       = "ez_sc_control"
-	unitsMapEzScCounters      = "ez_sc_counters"
-	unitsMapEzScPairs         = "ez_sc_pairs"
-	unitsMapEzScPortRules     = "ez_sc_port_rules"
-	unitsMapEzScProofs        = "ez_sc_proofs"
-	unitsMapEzScResetCounters = "ez_sc_reset_counters"
-	unitsMapEzScResets        = "ez_sc_resets"
-	unitsMapEzScRxSocks       = "ez_sc_rx_socks"
-	unitsMapEzScSockets       = "ez_sc_sockets"
-	unitsMapEzScSocks         = "ez_sc_socks"
-	unitsMapEzScSynIndex      = "ez_sc_syn_index"
-	unitsMapEzScUnreads       = "ez_sc_unreads"
-	unitsMapTestBoundIo       = "test_bound_io"
-	unitsMapTestKeyIn         = "test_key_in"
-	unitsMapTestKeyOut        = "test_key_out"
-	unitsMapTestParseOut      = "test_parse_out"
-	unitsProgEzScCloseReset   = "ez_sc_close_reset"
-	unitsProgEzScEgress       = "ez_sc_egress"
-	unitsProgEzScSockRelease  = "ez_sc_sock_release"
-	unitsProgTestKey          = "test_key"
-	unitsProgTestParse        = "test_parse"
-	unitsProgTestSelect       = "test_select"
-	unitsProgTestUnreadBound  = "test_unread_bound"
-	unitsVarEzCfgFlagEnum     = "ez_cfg_flag_enum"
-	unitsVarEzCfgFlags        = "ez_cfg_flags"
-	unitsVarEzCfgInstance     = "ez_cfg_instance"
-	unitsVarEzCfgMaxUnread    = "ez_cfg_max_unread"
-	unitsVarEzFlowFlagEnum    = "ez_flow_flag_enum"
-	unitsVarEzRuleEnum        = "ez_rule_enum"
+	unitsMapEzScCidrRules    = "ez_sc_cidr_rules"
+	unitsMapEzScPortRules    = "ez_sc_port_rules"
+	unitsMapTestBoundIo      = "test_bound_io"
+	unitsMapTestKeyIn        = "test_key_in"
+	unitsMapTestKeyOut       = "test_key_out"
+	unitsMapTestParseOut     = "test_parse_out"
+	unitsProgTestKey         = "test_key"
+	unitsProgTestParse       = "test_parse"
+	unitsProgTestSelect      = "test_select"
+	unitsProgTestUnreadBound = "test_unread_bound"
+	unitsVarEzCfgFlagEnum    = "ez_cfg_flag_enum"
+	unitsVarEzCfgFlags       = "ez_cfg_flags"
+	unitsVarEzFlowFlagEnum   = "ez_flow_flag_enum"
+	unitsVarEzRuleEnum       = "ez_rule_enum"
 )
 
 // loadUnits returns the embedded CollectionSpec for units.
@@ -281,9 +172,6 @@ type unitsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type unitsProgramSpecs struct {
-	EzScCloseReset  *ebpf.ProgramSpec `ebpf:"ez_sc_close_reset"`
-	EzScEgress      *ebpf.ProgramSpec `ebpf:"ez_sc_egress"`
-	EzScSockRelease *ebpf.ProgramSpec `ebpf:"ez_sc_sock_release"`
 	TestKey         *ebpf.ProgramSpec `ebpf:"test_key"`
 	TestParse       *ebpf.ProgramSpec `ebpf:"test_parse"`
 	TestSelect      *ebpf.ProgramSpec `ebpf:"test_select"`
@@ -294,29 +182,12 @@ type unitsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type unitsMapSpecs struct {
-	EzScAdoptCounters *ebpf.MapSpec `ebpf:"ez_sc_adopt_counters"`
-	EzScAdoptHooks    *ebpf.MapSpec `ebpf:"ez_sc_adopt_hooks"`
-	EzScAdoptSocks    *ebpf.MapSpec `ebpf:"ez_sc_adopt_socks"`
-	EzScAdopts        *ebpf.MapSpec `ebpf:"ez_sc_adopts"`
-	EzScAliases       *ebpf.MapSpec `ebpf:"ez_sc_aliases"`
-	EzScCgroups       *ebpf.MapSpec `ebpf:"ez_sc_cgroups"`
-	EzScCidrRules     *ebpf.MapSpec `ebpf:"ez_sc_cidr_rules"`
-	EzScControl       *ebpf.MapSpec `ebpf:"ez_sc_control"`
-	EzScCounters      *ebpf.MapSpec `ebpf:"ez_sc_counters"`
-	EzScPairs         *ebpf.MapSpec `ebpf:"ez_sc_pairs"`
-	EzScPortRules     *ebpf.MapSpec `ebpf:"ez_sc_port_rules"`
-	EzScProofs        *ebpf.MapSpec `ebpf:"ez_sc_proofs"`
-	EzScResetCounters *ebpf.MapSpec `ebpf:"ez_sc_reset_counters"`
-	EzScResets        *ebpf.MapSpec `ebpf:"ez_sc_resets"`
-	EzScRxSocks       *ebpf.MapSpec `ebpf:"ez_sc_rx_socks"`
-	EzScSockets       *ebpf.MapSpec `ebpf:"ez_sc_sockets"`
-	EzScSocks         *ebpf.MapSpec `ebpf:"ez_sc_socks"`
-	EzScSynIndex      *ebpf.MapSpec `ebpf:"ez_sc_syn_index"`
-	EzScUnreads       *ebpf.MapSpec `ebpf:"ez_sc_unreads"`
-	TestBoundIo       *ebpf.MapSpec `ebpf:"test_bound_io"`
-	TestKeyIn         *ebpf.MapSpec `ebpf:"test_key_in"`
-	TestKeyOut        *ebpf.MapSpec `ebpf:"test_key_out"`
-	TestParseOut      *ebpf.MapSpec `ebpf:"test_parse_out"`
+	EzScCidrRules *ebpf.MapSpec `ebpf:"ez_sc_cidr_rules"`
+	EzScPortRules *ebpf.MapSpec `ebpf:"ez_sc_port_rules"`
+	TestBoundIo   *ebpf.MapSpec `ebpf:"test_bound_io"`
+	TestKeyIn     *ebpf.MapSpec `ebpf:"test_key_in"`
+	TestKeyOut    *ebpf.MapSpec `ebpf:"test_key_out"`
+	TestParseOut  *ebpf.MapSpec `ebpf:"test_parse_out"`
 }
 
 // unitsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -325,8 +196,6 @@ type unitsMapSpecs struct {
 type unitsVariableSpecs struct {
 	EzCfgFlagEnum  *ebpf.VariableSpec `ebpf:"ez_cfg_flag_enum"`
 	EzCfgFlags     *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
-	EzCfgInstance  *ebpf.VariableSpec `ebpf:"ez_cfg_instance"`
-	EzCfgMaxUnread *ebpf.VariableSpec `ebpf:"ez_cfg_max_unread"`
 	EzFlowFlagEnum *ebpf.VariableSpec `ebpf:"ez_flow_flag_enum"`
 	EzRuleEnum     *ebpf.VariableSpec `ebpf:"ez_rule_enum"`
 }
@@ -351,52 +220,18 @@ func (o *unitsObjects) Close() error {
 //
 // It can be passed to loadUnitsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type unitsMaps struct {
-	EzScAdoptCounters *ebpf.Map `ebpf:"ez_sc_adopt_counters"`
-	EzScAdoptHooks    *ebpf.Map `ebpf:"ez_sc_adopt_hooks"`
-	EzScAdoptSocks    *ebpf.Map `ebpf:"ez_sc_adopt_socks"`
-	EzScAdopts        *ebpf.Map `ebpf:"ez_sc_adopts"`
-	EzScAliases       *ebpf.Map `ebpf:"ez_sc_aliases"`
-	EzScCgroups       *ebpf.Map `ebpf:"ez_sc_cgroups"`
-	EzScCidrRules     *ebpf.Map `ebpf:"ez_sc_cidr_rules"`
-	EzScControl       *ebpf.Map `ebpf:"ez_sc_control"`
-	EzScCounters      *ebpf.Map `ebpf:"ez_sc_counters"`
-	EzScPairs         *ebpf.Map `ebpf:"ez_sc_pairs"`
-	EzScPortRules     *ebpf.Map `ebpf:"ez_sc_port_rules"`
-	EzScProofs        *ebpf.Map `ebpf:"ez_sc_proofs"`
-	EzScResetCounters *ebpf.Map `ebpf:"ez_sc_reset_counters"`
-	EzScResets        *ebpf.Map `ebpf:"ez_sc_resets"`
-	EzScRxSocks       *ebpf.Map `ebpf:"ez_sc_rx_socks"`
-	EzScSockets       *ebpf.Map `ebpf:"ez_sc_sockets"`
-	EzScSocks         *ebpf.Map `ebpf:"ez_sc_socks"`
-	EzScSynIndex      *ebpf.Map `ebpf:"ez_sc_syn_index"`
-	EzScUnreads       *ebpf.Map `ebpf:"ez_sc_unreads"`
-	TestBoundIo       *ebpf.Map `ebpf:"test_bound_io"`
-	TestKeyIn         *ebpf.Map `ebpf:"test_key_in"`
-	TestKeyOut        *ebpf.Map `ebpf:"test_key_out"`
-	TestParseOut      *ebpf.Map `ebpf:"test_parse_out"`
+	EzScCidrRules *ebpf.Map `ebpf:"ez_sc_cidr_rules"`
+	EzScPortRules *ebpf.Map `ebpf:"ez_sc_port_rules"`
+	TestBoundIo   *ebpf.Map `ebpf:"test_bound_io"`
+	TestKeyIn     *ebpf.Map `ebpf:"test_key_in"`
+	TestKeyOut    *ebpf.Map `ebpf:"test_key_out"`
+	TestParseOut  *ebpf.Map `ebpf:"test_parse_out"`
 }
 
 func (m *unitsMaps) Close() error {
 	return _UnitsClose(
-		m.EzScAdoptCounters,
-		m.EzScAdoptHooks,
-		m.EzScAdoptSocks,
-		m.EzScAdopts,
-		m.EzScAliases,
-		m.EzScCgroups,
 		m.EzScCidrRules,
-		m.EzScControl,
-		m.EzScCounters,
-		m.EzScPairs,
 		m.EzScPortRules,
-		m.EzScProofs,
-		m.EzScResetCounters,
-		m.EzScResets,
-		m.EzScRxSocks,
-		m.EzScSockets,
-		m.EzScSocks,
-		m.EzScSynIndex,
-		m.EzScUnreads,
 		m.TestBoundIo,
 		m.TestKeyIn,
 		m.TestKeyOut,
@@ -410,8 +245,6 @@ func (m *unitsMaps) Close() error {
 type unitsVariables struct {
 	EzCfgFlagEnum  *ebpf.Variable `ebpf:"ez_cfg_flag_enum"`
 	EzCfgFlags     *ebpf.Variable `ebpf:"ez_cfg_flags"`
-	EzCfgInstance  *ebpf.Variable `ebpf:"ez_cfg_instance"`
-	EzCfgMaxUnread *ebpf.Variable `ebpf:"ez_cfg_max_unread"`
 	EzFlowFlagEnum *ebpf.Variable `ebpf:"ez_flow_flag_enum"`
 	EzRuleEnum     *ebpf.Variable `ebpf:"ez_rule_enum"`
 }
@@ -420,9 +253,6 @@ type unitsVariables struct {
 //
 // It can be passed to loadUnitsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type unitsPrograms struct {
-	EzScCloseReset  *ebpf.Program `ebpf:"ez_sc_close_reset"`
-	EzScEgress      *ebpf.Program `ebpf:"ez_sc_egress"`
-	EzScSockRelease *ebpf.Program `ebpf:"ez_sc_sock_release"`
 	TestKey         *ebpf.Program `ebpf:"test_key"`
 	TestParse       *ebpf.Program `ebpf:"test_parse"`
 	TestSelect      *ebpf.Program `ebpf:"test_select"`
@@ -431,9 +261,6 @@ type unitsPrograms struct {
 
 func (p *unitsPrograms) Close() error {
 	return _UnitsClose(
-		p.EzScCloseReset,
-		p.EzScEgress,
-		p.EzScSockRelease,
 		p.TestKey,
 		p.TestParse,
 		p.TestSelect,
