@@ -57,9 +57,6 @@ func CounterNames() []string { return shortcut.CounterNames() }
 // ReadCounters sums the per-CPU counters of a counters map.
 var ReadCounters = shortcut.ReadCounters
 
-// Entries counts the entries of a hash-like map by walking its keys.
-var Entries = shortcut.Entries
-
 // Requirements lists what every family needs of the kernel and process.
 func Requirements() []bpfsys.Requirement { return shortcut.Requirements }
 

@@ -527,7 +527,7 @@ func TestAdoptUnprefixedNames(t *testing.T) {
 	if _, err := ReadCounters(p.Counters); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := Entries(p.Pairs); err != nil || n != 0 {
+	if n, err := shortcut.Entries(p.Pairs); err != nil || n != 0 {
 		t.Fatalf("pairs of an idle datapath: %d, %v", n, err)
 	}
 	p.Close()

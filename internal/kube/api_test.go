@@ -105,7 +105,7 @@ func TestRESTAPIRun(t *testing.T) {
 	fc.cgroupDir(p1, true)
 	fc.cgroupDir(p2, true)
 	rec := newRecorder()
-	go RunWith(t.Context(), Config{NodeName: node, Cgroup2Root: fc.root}, api, rec.apply, nil)
+	go runWith(t.Context(), Config{NodeName: node, Cgroup2Root: fc.root}, api, rec.apply, nil)
 	deadline := time.After(10 * time.Second)
 	for done := false; !done; {
 		select {

@@ -43,16 +43,6 @@ func Run(ctx context.Context, cfg Config, apply func([]Target) error, synced fun
 	return w.Run(ctx)
 }
 
-// RunWith is Run on a given API (client-go's fake clientset in tests, fakeapi_test.go).
-func RunWith(ctx context.Context, cfg Config, api API, apply func([]Target) error, synced func()) error {
-	w, err := NewPodWatchWith(cfg, api)
-	if err != nil {
-		return err
-	}
-	w.Add(ctx, cfg, apply, synced)
-	return w.Run(ctx)
-}
-
 // PodWatch is the one watch of a node's pods and of all namespaces: one
 // list and one watch of each, whatever the number of consumers (the
 // shortcut's pod selection, the Service load balancer's pods left to their

@@ -174,7 +174,7 @@ func (fc *fakeCluster) run(ctx context.Context, cfg Config, rec *recorder) (sync
 	synced, done = make(chan struct{}), make(chan error, 1)
 	var once sync.Once
 	go func() {
-		done <- RunWith(ctx, cfg, fromClientset(fc.cs), rec.apply, func() {
+		done <- runWith(ctx, cfg, fromClientset(fc.cs), rec.apply, func() {
 			once.Do(func() { close(synced) }) // a second call would panic the test
 		})
 	}()
@@ -445,4 +445,14 @@ func TestPodWatchShared(t *testing.T) {
 	if err := w.Run(ctx); err == nil {
 		t.Error("a second Run was accepted")
 	}
+}
+
+// runWith is Run on a given API (client-go's fake clientset, fakeapi_test.go).
+func runWith(ctx context.Context, cfg Config, api API, apply func([]Target) error, synced func()) error {
+	w, err := NewPodWatchWith(cfg, api)
+	if err != nil {
+		return err
+	}
+	w.Add(ctx, cfg, apply, synced)
+	return w.Run(ctx)
 }

@@ -34,18 +34,14 @@ func (f Families) has(a netip.Addr) bool {
 // node's topology.kubernetes.io/zone label) selects zone hints.
 type Node struct{ Name, Zone string }
 
-// ServiceEntries are the ClusterIP frontends of svc with the backends kube-proxy
-// would use, and its sessionAffinity ClientIP timeout: per port, the ready endpoints of the matching EndpointSlice
-// ports, or when none is ready the serving terminating ones. Skipped
-// parts are reported by reason; svc nil (deleted), headless and
-// ExternalName Services have no frontends. No node: no local endpoints
-// and no zone.
-func ServiceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam Families) (Entries, []string) {
-	return ServiceEntriesOn(svc, slices, fam, Node{})
-}
-
-// ServiceEntriesOn is ServiceEntries on node, with kube-proxy's choice of
-// endpoints (pkg/proxy/topology.go, CategorizeEndpoints, v1.33):
+// ServiceEntries are the ClusterIP (and NodePort) frontends of svc on node
+// with the backends kube-proxy would use, and its sessionAffinity ClientIP
+// timeout: per port, the ready endpoints of the matching EndpointSlice
+// ports, or when none is ready the serving terminating ones. Skipped parts
+// are reported by reason; svc nil (deleted), headless and ExternalName
+// Services have no frontends. Node{} has no local endpoints and no zone.
+// kube-proxy's choice of endpoints (pkg/proxy/topology.go,
+// CategorizeEndpoints, v1.33):
 //   - Cluster policy: the ready endpoints, narrowed to those hinted for the
 //     node's zone when every ready endpoint has a zone hint and one is for
 //     this zone; none ready: the serving terminating ones (no topology).
@@ -58,7 +54,7 @@ func ServiceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam F
 // client's source, else Cluster. Node hints (ForNodes) are not used: their
 // kube-proxy feature gate (PreferSameTrafficDistribution) is alpha and off
 // in v1.33.
-func ServiceEntriesOn(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam Families, node Node) (Entries, []string) {
+func ServiceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam Families, node Node) (Entries, []string) {
 	if svc == nil || svc.Spec.Type == kubeapi.ServiceTypeExternalName {
 		return nil, nil
 	}
@@ -514,7 +510,7 @@ func (k *kubeSource) drain() int {
 				k.log.Warn("services: list EndpointSlices", "service", key, "err", err)
 			}
 		}
-		e, skipped := ServiceEntriesOn(svc, sls, k.fam, node)
+		e, skipped := ServiceEntries(svc, sls, k.fam, node)
 		if len(skipped) > 0 {
 			k.log.Warn("services: Service partly or wholly skipped", "service", key, "reasons", skipped)
 		}

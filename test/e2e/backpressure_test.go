@@ -16,6 +16,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/netlab"
@@ -155,7 +156,7 @@ func unreadEntries(t *testing.T, e *env) int {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	n, err := datapath.Entries(p.Unreads)
+	n, err := shortcut.Entries(p.Unreads)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 )
 
 // TestChurnMapsReturnToStart opens and closes 200k short connections; the
@@ -24,7 +25,7 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 	}
 	defer pinned.Close()
 	count := func(m *ebpf.Map) int {
-		n, err := datapath.Entries(m)
+		n, err := shortcut.Entries(m)
 		if err != nil {
 			t.Fatal(err)
 		}
