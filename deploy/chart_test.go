@@ -431,6 +431,7 @@ var valueFlags = []struct{ value, set, arg string }{
 	{"cgroupDriver", "cgroupDriver=systemd", "--cgroup-driver=systemd"},
 	{"pinPath", "pinPath=/sys/fs/bpf/ez2", "--pin-path=/sys/fs/bpf/ez2"},
 	{"lockDir", "lockDir=/run/ez2", "--lock-file=/run/ez2/agent.lock"},
+	{"lockDir", "lockDir=/run/ez2", "--run-dir=/run/ez2"},
 	{"bindAddress", "bindAddress=127.0.0.1", "--metrics-addr=127.0.0.1:9876"},
 	{"metrics.port", "metrics.port=19876", "--metrics-addr=0.0.0.0:19876"},
 	{"health.port", "health.port=19877", "--health-addr=127.0.0.1:19877"},

@@ -14,7 +14,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // adoptReport is what `eztunnel adopt` prints: the adoption counters' change
@@ -45,7 +44,7 @@ change of the adoption counters over the round.`,
 				return fmt.Errorf("--timeout %s must be positive", timeout)
 			}
 			if lockFile == "" {
-				lockFile = noderun.Lock(cfg.PinRoot)
+				lockFile = cfg.Layout().Lock()
 			}
 			rep, err := requestAdoption(cfg, lockFile, timeout)
 			if err != nil {
@@ -65,8 +64,7 @@ change of the adoption counters over the round.`,
 	}
 	cli.OutputFlag(cmd, &output)
 	f := cmd.Flags()
-	f.StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
-	f.StringVar(&lockFile, "lock-file", "", "the running agent's lock file (default: as eztunnel run)")
+	layoutFlags(f, &cfg, &lockFile)
 	f.DurationVar(&timeout, "timeout", 60*time.Second, "how long to wait for the agent's round")
 	return cmd
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // bugreportCmd writes one archive an operator attaches to an issue.
@@ -53,8 +52,7 @@ func bugreportCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&out, "file", "f", "", "the archive to write (default: eztunnel-bugreport-<host>-<time>.tar.gz here; never overwritten)")
-	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
-	cmd.Flags().StringVar(&lockFile, "lock-file", "", "the agent's lock file (default: the one of --pin-path, as eztunnel run chooses it)")
+	layoutFlags(cmd.Flags(), &cfg, &lockFile)
 	return cmd
 }
 
@@ -90,7 +88,7 @@ func writeBugreport(w io.Writer, cfg datapath.Config, lockFile string) ([]string
 	if err := rlimit.RemoveMemlock(); err != nil {
 		problems = append(problems, "remove memlock limit: "+err.Error())
 	}
-	v, verr := readVersion(cfg.PinRoot, lockFile)
+	v, verr := readVersion(cfg, lockFile)
 	st, serr := readStatus(cfg)
 	conns, cerr := datapath.Connections(cfg)
 	summary := map[string]any{"total": len(conns)}
@@ -113,7 +111,7 @@ func writeBugreport(w io.Writer, cfg datapath.Config, lockFile string) ([]string
 			return names, err
 		}
 	}
-	if b, err := os.ReadFile(noderun.Log(cfg.Dir())); err == nil {
+	if b, err := os.ReadFile(cfg.Layout().Log()); err == nil {
 		if err := put("agent.log", b); err != nil {
 			return names, err
 		}

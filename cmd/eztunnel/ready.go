@@ -13,7 +13,6 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // readyCmd is the DaemonSet's readiness probe. An HTTP probe cannot tell
@@ -29,6 +28,7 @@ import (
 // a health port bound to loopback, which an httpGet probe (sent by the
 // kubelet to the pod's IP, the node's) would not.
 func readyCmd() *cobra.Command {
+	cfg := datapath.DefaultConfig()
 	var lockFile, addr string
 	var healthz bool
 	timeout := 2 * time.Second
@@ -54,6 +54,9 @@ func readyCmd() *cobra.Command {
 			if healthz {
 				path, not = "/healthz", "not live"
 			} else {
+				if lockFile == "" {
+					lockFile = cfg.Layout().Lock()
+				}
 				me := agentlock.Owner()
 				holder, err := agentlock.Holder(lockFile)
 				if err != nil {
@@ -83,7 +86,7 @@ func readyCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&lockFile, "lock-file", noderun.Lock(datapath.DefaultPinRoot), "the agent's --lock-file")
+	layoutFlags(cmd.Flags(), &cfg, &lockFile)
 	cmd.Flags().StringVar(&addr, "health-addr", "", "the agent's --health-addr (an unspecified host means loopback)")
 	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long to wait for /readyz")
 	cmd.Flags().BoolVar(&healthz, "healthz", false, "ask /healthz instead, without the lock check (the DaemonSet's liveness probe)")

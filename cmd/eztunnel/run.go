@@ -17,7 +17,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/agentlog"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 type runConfig struct {
@@ -56,7 +55,7 @@ func runCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&rc.cgroups, "cgroup", nil, "cgroup v2 path(s) to manage (default: the cgroup v2 root from /proc/mounts)")
-	f.StringVar(&rc.dp.PinRoot, "pin-path", rc.dp.PinRoot, "bpffs directory for the pinned datapath")
+	layoutFlags(f, &rc.dp, &rc.lockFile)
 	f.Uint32Var(&rc.dp.MaxSockets, "max-sockets", rc.dp.MaxSockets, "sockhash size (two entries per accelerated connection)")
 	f.Uint32Var(&rc.dp.MaxPairs, "max-pairs", rc.dp.MaxPairs, "connections in setup at once")
 	f.Uint32Var(&rc.dp.MaxUnread, "max-unread", 0, "bytes a connection's receiver may leave unread before the connection switches to the kernel path for good (0: the receiver's SO_RCVBUF if set, else min(tcp_rmem max, 4 MiB))")
@@ -65,7 +64,6 @@ func runCmd() *cobra.Command {
 	rc.selection.register(f)
 	f.StringVar(&rc.metrics, "metrics-addr", "", "serve Prometheus metrics on this host:port at /metrics (default off)")
 	f.StringVar(&rc.health, "health-addr", "", "serve /healthz and /readyz on this host:port (default off)")
-	f.StringVar(&rc.lockFile, "lock-file", "", "lock file that keeps one agent per pinned datapath (default: "+noderun.Dir+"/agent.lock for the default --pin-path, a file named after the pin path otherwise)")
 	f.BoolVar(&rc.takeover, "takeover", false, "if another agent runs, ask it to hand over (it stands by until stopped) instead of refusing")
 	f.DurationVar(&rc.lockWait, "takeover-timeout", 60*time.Second, "how long --takeover waits for the running agent to hand over")
 	f.BoolVar(&rc.adopt, "adopt", true, "adopt connections established before the agent (once ready, every --adopt-interval, and on eztunnel adopt) when that is provably safe")
@@ -88,7 +86,7 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	}
 	rc.dp.Select = sel
 	if rc.lockFile == "" {
-		rc.lockFile = noderun.Lock(rc.dp.PinRoot)
+		rc.lockFile = rc.dp.Layout().Lock()
 	}
 	kc, err := rc.kube.parse(flags, rc.services)
 	if err != nil {
@@ -122,7 +120,7 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	}
 	// The last MiB of the log, for `eztunnel bugreport` on the node. An
 	// agent that stops before installing anything takes a new file away.
-	logPath := noderun.Log(rc.dp.Dir())
+	logPath := rc.dp.Layout().Log()
 	_, statErr := os.Stat(logPath)
 	if tl, err := agentlog.Open(logPath, 1<<20); err != nil {
 		slog.Warn("no log file for eztunnel bugreport", "err", err)

@@ -15,7 +15,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -56,7 +55,7 @@ func statusCmd() *cobra.Command {
 		},
 	}
 	cli.OutputFlag(cmd, &output)
-	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
+	layoutFlags(cmd.Flags(), &cfg, nil)
 	return cmd
 }
 
@@ -85,7 +84,7 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 	if rep.Services, err = lb.ReadPinned(cfg.Dir()); err != nil {
 		return nil, err
 	}
-	if pr, err := parts.Read(noderun.Report(cfg.Dir())); err == nil {
+	if pr, err := parts.Read(cfg.Layout().Report()); err == nil {
 		rep.Parts = &pr
 	} else if !errors.Is(err, parts.ErrNoReport) {
 		return nil, fmt.Errorf("read the agent's parts report: %w", err)

@@ -10,7 +10,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/agent"
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 func uninstallCmd() *cobra.Command {
@@ -25,7 +24,7 @@ func uninstallCmd() *cobra.Command {
 			// A running agent would put back what this removes: it hands
 			// over first and stands by until stopped.
 			if lockFile == "" {
-				lockFile = noderun.Lock(cfg.PinRoot)
+				lockFile = cfg.Layout().Lock()
 			}
 			lock, err := agentlock.Acquire(lockFile, "eztunnel uninstall", true, lockWait)
 			if err != nil {
@@ -47,9 +46,8 @@ func uninstallCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
+	layoutFlags(cmd.Flags(), &cfg, &lockFile)
 	cmd.Flags().DurationVar(&drain, "drain-timeout", 30*time.Second, "how long to wait for accelerated connections to close")
-	cmd.Flags().StringVar(&lockFile, "lock-file", "", "the agents' lock file (default: derived from --pin-path as for run): a running agent is asked to stand down first")
 	cmd.Flags().DurationVar(&lockWait, "takeover-timeout", 60*time.Second, "how long to wait for a running agent to stand down")
 	return cmd
 }

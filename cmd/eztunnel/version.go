@@ -15,7 +15,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // versionReport is `eztunnel version -o json`.
@@ -66,13 +65,13 @@ func buildVersion() versionReport {
 }
 
 // readVersion is this binary's versionReport with the running agent's (the
-// holder of lockFile, by default the lock of pinRoot) and what is pinned
-// under pinRoot.
-func readVersion(pinRoot, lockFile string) (versionReport, error) {
+// holder of lockFile, by default the layout's lock) and what is pinned
+// under the pin root.
+func readVersion(cfg datapath.Config, lockFile string) (versionReport, error) {
 	r := buildVersion()
 	r.Lock = lockFile
 	if r.Lock == "" {
-		r.Lock = noderun.Lock(pinRoot)
+		r.Lock = cfg.Layout().Lock()
 	}
 	rec, err := agentlock.HolderRecord(r.Lock)
 	switch {
@@ -82,7 +81,7 @@ func readVersion(pinRoot, lockFile string) (versionReport, error) {
 	default:
 		return r, fmt.Errorf("lock %s: %w", r.Lock, err)
 	}
-	r.PinnedSchemas = bpfsys.PinnedSchemas(pinRoot)
+	r.PinnedSchemas = bpfsys.PinnedSchemas(cfg.PinRoot)
 	return r, nil
 }
 
@@ -97,7 +96,7 @@ func versionCmd() *cobra.Command {
 			if err := cli.CheckOutput(output); err != nil {
 				return err
 			}
-			r, err := readVersion(cfg.PinRoot, lockFile)
+			r, err := readVersion(cfg, lockFile)
 			if err != nil {
 				return err
 			}
@@ -128,7 +127,6 @@ func versionCmd() *cobra.Command {
 		},
 	}
 	cli.OutputFlag(cmd, &output)
-	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
-	cmd.Flags().StringVar(&lockFile, "lock-file", "", "the agent's lock file (default: the one of --pin-path, as eztunnel run chooses it)")
+	layoutFlags(cmd.Flags(), &cfg, &lockFile)
 	return cmd
 }

@@ -19,7 +19,7 @@ func TestVersion(t *testing.T) {
 	lockFile := filepath.Join(dir, "agent.lock")
 	pins := filepath.Join(dir, "pins")
 
-	r, err := readVersion(pins, lockFile)
+	r, err := readVersion(datapath.Config{PinRoot: pins}, lockFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release()
-	r, err = readVersion(pins, lockFile)
+	r, err = readVersion(datapath.Config{PinRoot: pins}, lockFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestVersion(t *testing.T) {
 	}
 
 	l.Release()
-	if r, err = readVersion(pins, lockFile); err != nil || r.Agent != nil {
+	if r, err = readVersion(datapath.Config{PinRoot: pins}, lockFile); err != nil || r.Agent != nil {
 		t.Fatalf("after release: %+v, %v", r.Agent, err)
 	}
 }

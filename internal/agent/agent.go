@@ -28,7 +28,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/kube"
 	"github.com/eztunnel/eztunnel/internal/metrics"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/podnet"
 )
@@ -330,7 +329,7 @@ func (a *agent) families(context.Context) error {
 func (a *agent) converge(ctx context.Context) error {
 	a.rep = partsReport(a.dp)
 	logParts(a.rep)
-	if err := a.rep.Write(noderun.Report(a.cfg.Datapath.Dir())); err != nil {
+	if err := a.rep.Write(a.cfg.Datapath.Layout().Report()); err != nil {
 		slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)
 	}
 	stopMetrics, err := serveMetrics(ctx, a.msrv, a.cfg.Datapath, a.cfg.Version, a.pods, a.bb, a.bypassOff, a.svc, a.rep)
@@ -339,7 +338,7 @@ func (a *agent) converge(ctx context.Context) error {
 	}
 	a.parts.addFunc(stopMetrics)
 	if a.bb != nil {
-		a.bb.onReport = bypassReporter(a.rep, a.cfg.Datapath.Dir())
+		a.bb.onReport = bypassReporter(a.rep, a.cfg.Datapath.Layout().Report())
 	}
 	stopPods, err := watchPods(ctx, a.dp, a.cfg.Cgroups, a.bb)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/kernelinfo"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -33,7 +32,7 @@ func logParts(rep parts.Report) {
 // bypassReporter writes each change of the bypass's standby and idle
 // devices into the parts report `eztunnel status` reads (a copy of rep of
 // its own).
-func bypassReporter(rep parts.Report, pinDir string) func(standby string, idle map[string]string) {
+func bypassReporter(rep parts.Report, path string) func(standby string, idle map[string]string) {
 	rep.Parts = slices.Clone(rep.Parts)
 	var mu sync.Mutex
 	return func(standby string, idle map[string]string) {
@@ -45,7 +44,7 @@ func bypassReporter(rep parts.Report, pinDir string) func(standby string, idle m
 		}
 		st.Standby, st.Idle = standby, maps.Clone(idle)
 		rep.Set(st)
-		if err := rep.Write(noderun.Report(pinDir)); err != nil {
+		if err := rep.Write(path); err != nil {
 			slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)
 		}
 	}

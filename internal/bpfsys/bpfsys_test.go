@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+	"github.com/eztunnel/eztunnel/internal/nodelayout"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -161,10 +162,10 @@ func TestFexit(t *testing.T) {
 // yet is made inside /sys/fs/bpf, not on a second bpffs mounted over the
 // parent (which uninstall could not remove).
 func TestEnsureDirMissingParent(t *testing.T) {
-	if !IsBPFFS(DefaultPinRoot) && !IsBPFFS(filepath.Dir(DefaultPinRoot)) {
-		t.Fatalf("%s is not on a BPF filesystem", filepath.Dir(DefaultPinRoot))
+	if !IsBPFFS(nodelayout.DefaultPinRoot) && !IsBPFFS(filepath.Dir(nodelayout.DefaultPinRoot)) {
+		t.Fatalf("%s is not on a BPF filesystem", filepath.Dir(nodelayout.DefaultPinRoot))
 	}
-	top := filepath.Join(filepath.Dir(DefaultPinRoot), fmt.Sprintf("eztest-ensure-%d", os.Getpid()))
+	top := filepath.Join(filepath.Dir(nodelayout.DefaultPinRoot), fmt.Sprintf("eztest-ensure-%d", os.Getpid()))
 	t.Cleanup(func() { os.RemoveAll(top) })
 	dir := filepath.Join(top, "v2", "links")
 	if err := EnsureDir(dir); err != nil {

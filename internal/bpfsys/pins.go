@@ -13,10 +13,6 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// DefaultPinRoot is where the datapath is pinned unless configured
-// otherwise (datapath.DefaultPinRoot; the agent lock's default name).
-const DefaultPinRoot = "/sys/fs/bpf/eztunnel"
-
 // Exists reports whether path exists.
 func Exists(path string) bool {
 	_, err := os.Stat(path)

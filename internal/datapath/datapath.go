@@ -25,15 +25,15 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
+	"github.com/eztunnel/eztunnel/internal/nodelayout"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
-// Schema names the layout of the pinned maps. Bump it whenever a map's key,
-// value or type changes; a datapath pinned under another schema is refused.
-const Schema = "v2"
-
-// DefaultPinRoot is where the datapath is pinned unless configured otherwise.
-const DefaultPinRoot = bpfsys.DefaultPinRoot
+// Schema and DefaultPinRoot: internal/nodelayout.
+const (
+	Schema         = nodelayout.Schema
+	DefaultPinRoot = nodelayout.DefaultPinRoot
+)
 
 // The socket shortcut's types, used by the agent, the CLI and the metrics.
 type (
@@ -63,6 +63,7 @@ func Requirements() []bpfsys.Requirement { return shortcut.Requirements }
 // Config sizes the maps and places the pins.
 type Config struct {
 	PinRoot    string // bpffs directory; the datapath lives in PinRoot/Schema
+	RunDir     string // the agents' files (lock, parts report, log); "": nodelayout.DefaultRunDir
 	MaxSockets uint32 // entries of the sockhash (two per accelerated connection)
 	MaxPairs   uint32 // connections being set up at once
 	MaxUnread  uint32 // bytes a direction may leave unread before switching to the kernel path; 0: per receiver
@@ -88,11 +89,19 @@ func (c Config) Validate() error {
 	if c.PinRoot == "" || !filepath.IsAbs(c.PinRoot) {
 		return fmt.Errorf("pin path %q must be an absolute path", c.PinRoot)
 	}
+	if c.RunDir != "" && !filepath.IsAbs(c.RunDir) {
+		return fmt.Errorf("run directory %q must be an absolute path", c.RunDir)
+	}
 	return c.shortcut().Validate()
 }
 
-// Dir is the pin directory of this schema.
-func (c Config) Dir() string { return filepath.Join(c.PinRoot, Schema) }
+// Layout names the datapath's paths on the node.
+func (c Config) Layout() nodelayout.Layout {
+	return nodelayout.Layout{PinRoot: c.PinRoot, RunDir: c.RunDir}
+}
+
+// Dir is the pin directory of this schema (Layout().Pins()).
+func (c Config) Dir() string { return c.Layout().Pins() }
 
 // Datapath is an installed datapath: its families, loaded in install
 // order. Their maps and links are pinned: closing it releases this

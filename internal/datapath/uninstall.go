@@ -7,7 +7,6 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 )
 
 // Uninstall removes an installed datapath without losing or reordering a
@@ -46,8 +45,8 @@ func Uninstall(cfg Config, drain time.Duration) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove pins: %w", err)
 	}
-	os.Remove(noderun.Report(dir)) // the agent's report of what ran
-	os.Remove(noderun.Log(dir))    // its recent log
+	os.Remove(cfg.Layout().Report()) // the agent's report of what ran
+	os.Remove(cfg.Layout().Log())    // its recent log
 	// Remove the root too when nothing else (another schema) lives there.
 	os.Remove(cfg.PinRoot)
 	return nil

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
-	"github.com/eztunnel/eztunnel/internal/noderun"
+	"github.com/eztunnel/eztunnel/internal/nodelayout"
 )
 
 // Kinds of resource a lab's owner record can hold besides the lab's own
@@ -133,12 +133,12 @@ func undoRecord(line string) error {
 	}
 	switch f[0] {
 	case RecPin:
-		os.Remove(noderun.Lock(f[1])) // the lock file of that datapath's agents
-		// The parts reports its agents wrote (one per schema directory).
-		reports, _ := filepath.Glob(noderun.Report(filepath.Join(f[1], "*")))
-		for _, r := range reports {
-			os.Remove(r)
-		}
+		// The files of that datapath's agents (the lab runs them in the
+		// default run directory).
+		l := nodelayout.Layout{PinRoot: f[1]}
+		os.Remove(l.Lock())
+		os.Remove(l.Report())
+		os.Remove(l.Log())
 		// Legacy tc filters live on their devices, not in their records.
 		err := bpfsys.DetachTCFiltersUnder(f[1])
 		return errors.Join(err, os.RemoveAll(f[1]))

@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
-	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/kernelinfo"
-	"github.com/eztunnel/eztunnel/internal/noderun"
+	"github.com/eztunnel/eztunnel/internal/nodelayout"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/logbuf"
@@ -196,7 +195,7 @@ func TestParts(t *testing.T) {
 			t.Fatalf("uninstall: %v\n%s", err, out)
 		}
 		assertRemoved(t, e.lab.Managed, pin)
-		if _, err := os.Stat(noderun.Report(filepath.Join(pin, datapath.Schema))); !os.IsNotExist(err) {
+		if _, err := os.Stat(nodelayout.Layout{PinRoot: pin}.Report()); !os.IsNotExist(err) {
 			t.Errorf("uninstall left the parts report: %v", err)
 		}
 	})

@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/noderun"
+	"github.com/eztunnel/eztunnel/internal/nodelayout"
 )
 
 // TestKubernetesReplace: replacing the agent's DaemonSet under the same name
@@ -116,7 +115,7 @@ func TestKubernetesReplace(tt *testing.T) {
 		t.Errorf("after helm uninstall of the replaced DaemonSet: %v", l)
 		// The pods are gone with their DaemonSet: the agent's own log on
 		// the node (kept until an uninstall removes it) says what it did.
-		if b, err := os.ReadFile(noderun.Log(filepath.Join(pinPath, datapath.Schema))); err == nil {
+		if b, err := os.ReadFile(nodelayout.Layout{PinRoot: pinPath}.Log()); err == nil {
 			t.Logf("the agent's log on the node (last 4 KiB):\n%s", b[max(0, len(b)-4096):])
 		}
 	}

@@ -34,7 +34,6 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 	"github.com/eztunnel/eztunnel/internal/parts"
 
 	"github.com/eztunnel/eztunnel/lab/bench"
@@ -432,7 +431,7 @@ func checkRefused(pin string, refused []string) error {
 	if len(refused) == 0 {
 		return nil
 	}
-	rep, err := parts.Read(noderun.Report(datapath.Config{PinRoot: pin}.Dir()))
+	rep, err := parts.Read(datapath.Config{PinRoot: pin}.Layout().Report())
 	if err != nil {
 		return fmt.Errorf("parts report: %w", err)
 	}

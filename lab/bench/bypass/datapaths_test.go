@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/noderun"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -24,7 +23,7 @@ func TestParseDatapaths(t *testing.T) {
 
 func TestCheckRefused(t *testing.T) {
 	pin := "/sys/fs/bpf/eztunnel-checkrefused-test-" + strconv.Itoa(os.Getpid())
-	path := noderun.Report(datapath.Config{PinRoot: pin}.Dir())
+	path := datapath.Config{PinRoot: pin}.Layout().Report()
 	t.Cleanup(func() { os.Remove(path) })
 	if err := checkRefused(pin, nil); err != nil {
 		t.Errorf("nothing refused, no report: %v", err)

@@ -50,6 +50,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --cgroup-driver={{ .Values.cgroupDriver }}
 - --pin-path={{ .Values.pinPath }}
 - --lock-file={{ .Values.lockDir }}/agent.lock
+- --run-dir={{ .Values.lockDir }}
 - --takeover
 {{- with .Values.takeoverTimeout }}
 - --takeover-timeout={{ . }}
