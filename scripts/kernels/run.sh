@@ -21,6 +21,7 @@
 #   E2E_SKIP     -test.skip regexp, default: TestServices' slowest subtests
 #   E2E_TIMEOUT  -test.timeout, default 20m
 #   E2E_TIME_SCALE  EZTUNNEL_E2E_TIME_SCALE for the tests' deadlines, default 30
+#   E2E_FULL     1: EZTUNNEL_E2E_FULL, the tests keep their full counts under TCG
 #   EXTRA        shell commands, one a line, run in the results directory
 #   RESULTS      host results directory, default /var/tmp/eztunnel-kernels;
 #                each kernel's in RESULTS/<uname -r>/ (results.tsv, <step>.log,
@@ -72,6 +73,7 @@ E2E_RUN=${E2E_RUN:-'TestParts|TestAgentLifecycle|TestReadCounterChange|TestReadH
 E2E_SKIP_DEFAULT='(TestServices|TestDNAT|TestParts)/(backends_replaced|udp_backend_removed|session_affinity|metrics|proxy_learns|pod_left|restart_keeps|turned_off|accel=false|shared-source|required_refused)'
 E2E_SKIP=${E2E_SKIP:-$E2E_SKIP_DEFAULT}
 E2E_TIME_SCALE=${E2E_TIME_SCALE:-30} # EZTUNNEL_E2E_TIME_SCALE: TCG runs about 30x slower
+E2E_FULL=${E2E_FULL:-0}
 E2E_TIMEOUT=${E2E_TIMEOUT:-20m}
 EXTRA=${EXTRA:-}
 RESULTS=${RESULTS:-/var/tmp/eztunnel-kernels}
@@ -139,6 +141,11 @@ ld="-s -w -X main.version=e2e-build" # the version test/e2e expects
 CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$BIN/eztunnel" ./cmd/eztunnel
 CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$BIN/eztunnel-lab" ./lab/cmd/eztunnel-lab
 go test -c -o "$BIN/e2e.test" ./test/e2e
+# The Go programs the e2e tests run in pods (the guest has no go command):
+# the io.Copy proxy of TestSpliceProxy and the net package's tests.
+go build -o "$BIN/goproxy" ./test/e2e/testdata/goproxy
+go test -c -o "$BIN/net.test" net
+GOROOT_HOST=$(go env GOROOT)
 cp scripts/kernels/guest.sh "$WORK/guest.sh" # the guest reads this copy, not the work tree
 
 # --- kernels ------------------------------------------------------------------
@@ -250,7 +257,7 @@ write_steps() { # file series
 				fi
 				q=$(printf '%q' "$E2E_RUN")
 				k=$(printf '%q' "$skip")
-				printf 'e2e\tcd %s/test/e2e && EZTUNNEL_E2E_TIME_SCALE=%s EZTUNNEL_E2E_BIN_DIR=%s %s/e2e.test -test.v -test.count=1 -test.timeout %s -test.run %s -test.skip %s\n' "$REPO" "$E2E_TIME_SCALE" "$BIN" "$BIN" "$E2E_TIMEOUT" "$q" "$k"
+				printf 'e2e\tcd %s/test/e2e && EZTUNNEL_E2E_TIME_SCALE=%s EZTUNNEL_E2E_FULL=%s GOROOT=%s EZTUNNEL_E2E_BIN_DIR=%s %s/e2e.test -test.v -test.count=1 -test.timeout %s -test.run %s -test.skip %s\n' "$REPO" "$E2E_TIME_SCALE" "$E2E_FULL" "$GOROOT_HOST" "$BIN" "$BIN" "$E2E_TIMEOUT" "$q" "$k"
 				;;
 			rtt)
 				# Pod-to-pod ping-pong, plain TCP vs the shortcut, interleaved

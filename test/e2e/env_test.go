@@ -161,3 +161,8 @@ var timeScale = func() time.Duration {
 }()
 
 func scaled(d time.Duration) time.Duration { return d * timeScale }
+
+// fullCounts (EZTUNNEL_E2E_FULL=1, make test-kernels-programs) keeps the
+// issue's counts under TCG too: the tests that run fewer exchanges there
+// to fit CI's time run all of them, and must.
+var fullCounts = os.Getenv("EZTUNNEL_E2E_FULL") == "1"
