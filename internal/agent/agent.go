@@ -144,7 +144,6 @@ func Run(ctx context.Context, cfg Config) error {
 type agent struct {
 	cfg       Config
 	pods      *podScope // Kubernetes mode; nil: plain mode
-	bypassOff string    // why the bridge bypass is off ("": on)
 	parts     lifecycle
 
 	lock *agentlock.Lock
@@ -210,10 +209,10 @@ func check(cfg Config) (*agent, error) {
 				return nil, fmt.Errorf("--bypass: %w", err)
 			}
 			slog.Warn("running without the bridge bypass (on by default where the node allows it; --bypass=false silences this)", "reason", err.Error())
-			cfg.Bypass, a.bypassOff = false, err.Error()
+			cfg.Bypass, cfg.Datapath.Families.BypassOff = false, err.Error()
 		}
 	} else {
-		a.bypassOff = "off (--bypass=false)"
+		cfg.Datapath.Families.BypassOff = "off (--bypass=false)"
 	}
 	if cfg.Services != nil {
 		if err := checkServices(*cfg.Services); err != nil {
@@ -248,8 +247,8 @@ func (a *agent) listen(ctx context.Context) error {
 // run.
 func (a *agent) install(context.Context) error {
 	cfg := &a.cfg
-	cfg.Datapath.Families = datapath.Families{Bypass: cfg.Bypass, BypassRequired: cfg.BypassRequired, BypassOff: a.bypassOff,
-		Services: cfg.Services != nil}
+	cfg.Datapath.Families = datapath.Families{Bypass: cfg.Bypass, BypassRequired: cfg.BypassRequired,
+		BypassOff: cfg.Datapath.Families.BypassOff, Services: cfg.Services != nil}
 	dp, err := datapath.Install(cfg.Datapath, cfg.Cgroups)
 	if err != nil {
 		return err
@@ -265,11 +264,11 @@ func (a *agent) install(context.Context) error {
 	if n, ok := dp.Removed()["services"]; ok {
 		slog.Info("removed the Service load balancer an earlier agent pinned", "cgroups", n)
 	}
-	if why := dp.Off("bypass"); why != "" {
+	if cfg.Bypass && dp.Bypass() == nil {
 		// A kernel without one of its programs' needs (tcx, a kfunc, a
 		// BTF field): the rest runs (docs/kernels.md).
-		slog.Warn("running without the bridge bypass: this kernel refused it", "reason", why)
-		cfg.Bypass, a.bypassOff = false, why
+		slog.Warn("running without the bridge bypass: this kernel refused it", "reason", dp.Off("bypass"))
+		cfg.Bypass = false
 	}
 	if !cfg.Bypass {
 		RemoveManagedNeighbours()
@@ -332,7 +331,7 @@ func (a *agent) converge(ctx context.Context) error {
 	if err := a.rep.Write(a.cfg.Datapath.Layout().Report()); err != nil {
 		slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)
 	}
-	stopMetrics, err := serveMetrics(ctx, a.msrv, a.cfg.Datapath, a.cfg.Version, a.pods, a.bb, a.bypassOff, a.svc, a.rep)
+	stopMetrics, err := serveMetrics(ctx, a.msrv, a.dp, a.cfg.Version, a.pods, a.bb, a.svc, a.rep)
 	if err != nil {
 		return err
 	}

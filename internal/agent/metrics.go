@@ -20,14 +20,13 @@ func listenMetrics(addr string) (*metrics.Server, error) {
 }
 
 // serveMetrics serves the pinned datapath's metrics (and the bypass's and
-// the load balancer's when bb and svc are not nil; bypassOff: why the
-// bypass does not run) on srv until ctx is done.
+// the load balancer's when bb and svc are not nil) on srv until ctx is done.
 // The returned function stops the server and releases the maps.
-func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config, version string, pods *podScope, bb *bridgeBypass, bypassOff string, svc *serviceLB, rep parts.Report) (func(), error) {
+func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapath, version string, pods *podScope, bb *bridgeBypass, svc *serviceLB, rep parts.Report) (func(), error) {
 	if srv == nil {
 		return func() {}, nil
 	}
-	p, err := datapath.OpenPinned(cfg)
+	p, err := datapath.OpenPinned(dp.Config())
 	if err != nil {
 		srv.Close()
 		return nil, err
@@ -40,7 +39,7 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, cfg datapath.Config,
 	if pods != nil {
 		reg.MustRegister(metrics.NewPodCollector(podMetrics{pods, p}))
 	}
-	reg.MustRegister(metrics.BypassEnabled(bypassOff))
+	reg.MustRegister(metrics.BypassEnabled(dp.Off("bypass")))
 	reg.MustRegister(metrics.FeatureEnabled(rep))
 	if bb != nil {
 		reg.MustRegister(metrics.NewBypassCollector(bb))

@@ -137,8 +137,18 @@ func (d *Datapath) Services() *lb.LB {
 	return l
 }
 
-// Off says why a wanted family does not run (the kernel refused it), or "".
-func (d *Datapath) Off(name string) string { return d.off[name] }
+// Off says why the family name does not run ("": it runs): the kernel
+// refused it at this install, or the caller's reason it was not asked for
+// (Families.BypassOff). The one place that reason is held.
+func (d *Datapath) Off(name string) string {
+	if why := d.off[name]; why != "" {
+		return why
+	}
+	if name == "bypass" && d.Bypass() == nil {
+		return firstOf(d.cfg.Families.BypassOff, "off (not asked for)")
+	}
+	return ""
+}
 
 // Removed lists the families an earlier agent pinned that this install
 // removed (not wanted now), with the number of links each had.
@@ -193,7 +203,7 @@ func (d *Datapath) Parts() parts.Report {
 	if d.Bypass() != nil {
 		rep.On(parts.Bypass, bypass.Via())
 	} else {
-		rep.Off(parts.Bypass, firstOf(d.off["bypass"], d.cfg.Families.BypassOff, "off (not asked for)"))
+		rep.Off(parts.Bypass, d.Off("bypass"))
 	}
 	if l := d.Services(); l != nil {
 		rep.Merge(l.Parts())
