@@ -64,24 +64,16 @@ func Requirements() []bpfsys.Requirement { return shortcut.Requirements }
 type Config struct {
 	PinRoot    string // bpffs directory; the datapath lives in PinRoot/Schema
 	RunDir     string // the agents' files (lock, parts report, log); "": nodelayout.DefaultRunDir
-	MaxSockets uint32 // entries of the sockhash (two per accelerated connection)
-	MaxPairs   uint32 // connections being set up at once
-	MaxUnread  uint32 // bytes a direction may leave unread before switching to the kernel path; 0: per receiver
-	Select     Selection
-	// CgroupFilter (Kubernetes mode): of the attached cgroup subtrees, only
-	// the cgroups given to SetScope, and their descendants, are accelerated.
-	CgroupFilter bool
+	// The socket shortcut's settings (sizes, the unread bound, selection,
+	// the cgroup filter), validated once by shortcut.Config.Validate.
+	shortcut.Config
 	// Families beside the shortcut.
 	Families Families
 }
 
 // DefaultConfig is what `eztunnel run` uses without flags.
 func DefaultConfig() Config {
-	return Config{PinRoot: DefaultPinRoot, MaxSockets: 131072, MaxPairs: 16384}
-}
-
-func (c Config) shortcut() shortcut.Config {
-	return shortcut.Config{MaxSockets: c.MaxSockets, MaxPairs: c.MaxPairs, MaxUnread: c.MaxUnread, Select: c.Select, CgroupFilter: c.CgroupFilter}
+	return Config{PinRoot: DefaultPinRoot, Config: shortcut.Config{MaxSockets: 131072, MaxPairs: 16384}}
 }
 
 // Validate rejects a configuration before anything is loaded.
@@ -92,7 +84,7 @@ func (c Config) Validate() error {
 	if c.RunDir != "" && !filepath.IsAbs(c.RunDir) {
 		return fmt.Errorf("run directory %q must be an absolute path", c.RunDir)
 	}
-	return c.shortcut().Validate()
+	return c.Config.Validate()
 }
 
 // Layout names the datapath's paths on the node.

@@ -75,7 +75,7 @@ var kinds = []kind{
 		optional: func(Config) bool { return false },
 		migrate:  shortcut.Migrate,
 		load: func(cfg Config, dir string) (Family, error) {
-			sc, err := shortcut.Load(cfg.shortcut(), dir)
+			sc, err := shortcut.Load(cfg.Config, dir)
 			if err != nil {
 				return nil, err
 			}

@@ -104,11 +104,9 @@ type Shortcut struct {
 
 // Load loads the programs, reusing the maps pinned in dir by an installed
 // shortcut of the same schema (so a restart or upgrade keeps every
-// connection's state) and pinning new ones there. dir must exist.
+// connection's state) and pinning new ones there. dir must exist; cfg is
+// validated by its caller (datapath.Install, which runs Config.Validate).
 func Load(cfg Config, dir string) (*Shortcut, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	spec, err := loadShortcut()
 	if err != nil {
 		return nil, fmt.Errorf("datapath: parse embedded object: %w", err)
