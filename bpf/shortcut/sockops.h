@@ -308,7 +308,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		bpf_map_delete_elem(&ez_sc_sockets, &cookie);
 		goto release_client;
 	}
-	/* LRU quirk (maps.h): the element may have been evicted and reused
+	/* LRU quirk (shortcut.bpf.c, ez_sc_pairs): the element may have been evicted and reused
 	 * for another key since our lookup; then the PAIRED just written is
 	 * not ours. Undone to AMBIGUOUS: that record's client settles KERNEL
 	 * (its unread record, keyed by its own cookie, was never made). */
@@ -357,7 +357,7 @@ static __always_inline __u32 settle_client(struct ez_sock *es)
 	es->state = EZ_SOCK_KERNEL;
 	if (!p || p->client_cookie != es->self_cookie) {
 		/* The server decided KERNEL and removed us; or the record was
-		 * evicted (LRU, maps.h) after the server paired: its unread
+		 * evicted (LRU, shortcut.bpf.c) after the server paired: its unread
 		 * record, keyed by our cookie, says so, and bytes it redirected
 		 * may be in our psock. The connection switches to the kernel
 		 * path as backpressure does (unread.h): both ends pass from
@@ -504,7 +504,7 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 	/* A client that settled KERNEL in sk_msg (which may not delete from a
 	 * sockhash) leaves it here, at its first segment after: the server's
 	 * ESTABLISHED does it too, but finds no record once it was evicted
-	 * (LRU, maps.h), and a socket left in the sockhash keeps tcp_bpf's
+	 * (LRU, shortcut.bpf.c), and a socket left in the sockhash keeps tcp_bpf's
 	 * recvmsg and ioctl. Nothing was redirected to it: its record never
 	 * reached PAIRED, or it would have settled PAIRED. */
 	if (es && es->state == EZ_SOCK_KERNEL && (es->flags & (EZ_F_CLIENT | EZ_F_ADOPTED)) == EZ_F_CLIENT) {
@@ -522,7 +522,7 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 
 			if (p && p->client_cookie == es->self_cookie)
 				return; /* not paired yet: the server creates the record */
-			/* The record was evicted (LRU, maps.h) before the server
+			/* The record was evicted (LRU, shortcut.bpf.c) before the server
 			 * paired, which it no longer can: kernel path, out of the
 			 * sockhash (a waiting reader would otherwise keep tcp_bpf). */
 			if (settle_client(es) == EZ_SOCK_KERNEL)

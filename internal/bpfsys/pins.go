@@ -59,7 +59,7 @@ const (
 	KindTCX       = "tcx"       // links/tcx/<netns cookie>/<ifindex>/<program>_<direction>
 	// KindServices: links/services/<cgroup id>/<program>, where builds before
 	// per-family directories pinned the Service LB's cgroup hooks (now
-	// services/links/cgroup/...; services.MigratePins moves them).
+	// services/links/cgroup/...; services.Migrate moves them).
 	KindServices = "services"
 )
 

@@ -95,7 +95,7 @@ var kinds = []kind{
 			}
 			return b, nil
 		},
-		migrate: bypass.MigratePins,
+		migrate: bypass.Migrate,
 		unpin:   bypass.Unpin,
 		probe: func() parts.Report {
 			var rep parts.Report

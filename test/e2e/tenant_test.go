@@ -483,7 +483,7 @@ func TestSynScanThenSidecar(t *testing.T) {
 }
 
 // TestMapFullLogged: a scan that fills the maps of handshakes in flight is
-// no silent stop. They are LRU (bpf/shortcut/maps.h): at their bound the
+// no silent stop. They are LRU (bpf/shortcut/shortcut.bpf.c): at their bound the
 // scan evicts the oldest entries rather than refusing new ones, and the
 // agent says so in its log, once per episode (at most once per aging
 // tick), until the records age out.

@@ -23,11 +23,11 @@ import (
 // Every program's name starts with linkPrefix.
 const linkPrefix = bypassProgEzBypass
 
-// MigratePins moves the links and legacy tc records that builds before the
+// Migrate moves the links and legacy tc records that builds before the
 // family's own directory pinned among the shortcut's (<pin dir>/links/tcx,
 // <pin dir>/tc, told apart by linkPrefix) to the family's directory, within
 // tx (nil: no rollback).
-func MigratePins(tx *bpfsys.Tx, pinDir string) error {
+func Migrate(tx *bpfsys.Tx, pinDir string) error {
 	fam := mapDir(pinDir)
 	return bpfsys.MovePins(tx, pinDir, func(rel string) string {
 		if !strings.HasPrefix(filepath.Base(rel), linkPrefix) || strings.HasPrefix(rel, MapDir+"/") {
@@ -167,7 +167,7 @@ func (b *Bypass) Endpoints() (map[netip.Addr]Endpoint, error) {
 // tc filters detached, and its maps unpinned. For an agent told not to run
 // the bypass any more, and uninstall.
 func Unpin(pinDir string) (links int, err error) {
-	if err := MigratePins(nil, pinDir); err != nil {
+	if err := Migrate(nil, pinDir); err != nil {
 		return 0, err
 	}
 	fam := mapDir(pinDir)

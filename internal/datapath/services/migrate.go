@@ -13,10 +13,10 @@ import (
 
 // Migrate takes over what an earlier build pinned under pinDir, within tx
 // (datapath's install transaction): its pins into the family's directory
-// (MigratePins), and its frontend maps into the values of this build
+// (migratePins), and its frontend maps into the values of this build
 // (migrateValues).
 func Migrate(tx *bpfsys.Tx, pinDir string) error {
-	if err := MigratePins(tx, pinDir); err != nil {
+	if err := migratePins(tx, pinDir); err != nil {
 		return err
 	}
 	return migrateValues(tx, mapDir(pinDir))

@@ -25,11 +25,11 @@ func mapDir(pinDir string) string { return filepath.Join(pinDir, MapDir) }
 // and legacy tc records at tc/<netns cookie>/<ifindex>/ez_svc_nodeport_ingress.
 const MapDir = "services"
 
-// MigratePins moves the links and legacy tc records that builds before the
+// migratePins moves the links and legacy tc records that builds before the
 // family's own directory pinned beside the shortcut's (<pin dir>/links/services/<cgroup id>,
 // the NodePort program's under <pin dir>/links/tcx and <pin dir>/tc) to the
 // family's directory, within tx (nil: no rollback).
-func MigratePins(tx *bpfsys.Tx, pinDir string) error {
+func migratePins(tx *bpfsys.Tx, pinDir string) error {
 	fam := mapDir(pinDir)
 	old := bpfsys.LinkPin("", bpfsys.KindServices) + "/"
 	return bpfsys.MovePins(tx, pinDir, func(rel string) string {
@@ -129,7 +129,7 @@ func unpinDir(dir string) error {
 // cgroup links (detached) and its maps. Sockets it translated keep their
 // backend; getpeername and UDP replies show the backend from then on.
 func Unpin(pinDir string) (cgroups int, err error) {
-	if err := MigratePins(nil, pinDir); err != nil {
+	if err := migratePins(nil, pinDir); err != nil {
 		return 0, err
 	}
 	fam := mapDir(pinDir)

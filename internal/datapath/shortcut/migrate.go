@@ -22,7 +22,7 @@ func Migrate(tx *bpfsys.Tx, dir string) error {
 	return migrateLRU(tx, dir)
 }
 
-// lruMaps are the maps this build makes LRU (bpf/shortcut/maps.h) that
+// lruMaps are the maps this build makes LRU (bpf/shortcut/shortcut.bpf.c) that
 // earlier builds pinned as BPF_MAP_TYPE_HASH.
 var lruMaps = []string{shortcutMapEzScPairs, shortcutMapEzScAliases, shortcutMapEzScSynIndex}
 
