@@ -142,9 +142,9 @@ func Run(ctx context.Context, cfg Config) error {
 // agent is a running agent: its configuration, the parts it started and
 // their stops (parts).
 type agent struct {
-	cfg       Config
-	pods      *podScope // Kubernetes mode; nil: plain mode
-	parts     lifecycle
+	cfg   Config
+	pods  *podScope // Kubernetes mode; nil: plain mode
+	parts lifecycle
 
 	lock *agentlock.Lock
 	hl   *health

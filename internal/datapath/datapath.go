@@ -62,8 +62,8 @@ func Requirements() []bpfsys.Requirement { return shortcut.Requirements }
 
 // Config sizes the maps and places the pins.
 type Config struct {
-	PinRoot    string // bpffs directory; the datapath lives in PinRoot/Schema
-	RunDir     string // the agents' files (lock, parts report, log); "": nodelayout.DefaultRunDir
+	PinRoot string // bpffs directory; the datapath lives in PinRoot/Schema
+	RunDir  string // the agents' files (lock, parts report, log); "": nodelayout.DefaultRunDir
 	// The socket shortcut's settings (sizes, the unread bound, selection,
 	// the cgroup filter), validated once by shortcut.Config.Validate.
 	shortcut.Config
