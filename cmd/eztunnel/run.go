@@ -33,7 +33,6 @@ type runConfig struct {
 	kube      kubeFlags
 	adopt     bool
 	adoptIvl  time.Duration
-	bypass    bool
 	services  bool
 	svcFile   string
 	nodePort  bool
@@ -68,7 +67,7 @@ func runCmd() *cobra.Command {
 	f.DurationVar(&rc.lockWait, "takeover-timeout", 60*time.Second, "how long --takeover waits for the running agent to hand over")
 	f.BoolVar(&rc.adopt, "adopt", true, "adopt connections established before the agent (once ready, every --adopt-interval, and on eztunnel adopt) when that is provably safe")
 	f.DurationVar(&rc.adoptIvl, "adopt-interval", 30*time.Second, "how often to look for connections to adopt (0: only once ready and on eztunnel adopt)")
-	f.BoolVar(&rc.bypass, "bypass", true, "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; pinned with the datapath). It needs net.netfilter.nf_conntrack_tcp_be_liberal=1: by default the agent runs without it (and says why) on a node without that; --bypass=true makes it an error; --bypass=false removes it")
+	rc.dp.Families.Bypass.Register(f)
 	f.BoolVar(&rc.services, "services", false, "Service load balancing, first slice: ClusterIP TCP and UDP translated to a backend at the socket (cgroup connect/sendmsg/recvmsg/getpeername on the managed cgroups; pinned with the datapath: translated sockets keep their translation across restarts; off removes a pinned one); fed by --services-file, else the Kubernetes API (--kubeconfig or in-cluster)")
 	f.StringVar(&rc.svcFile, "services-file", "", "with --services: a YAML or JSON file of frontends and backends (hosts without Kubernetes), re-read when it changes")
 	f.BoolVar(&rc.nodePort, "nodeport", false, "with --services: NodePorts too, for traffic from outside the node (tcx ingress on the node's devices; the flow's conntrack entry gets the NAT, so the node's firewall still decides); externalTrafficPolicy Local uses the endpoints of --node-name (default $NODE_NAME, else the hostname)")
@@ -85,6 +84,7 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 		return err
 	}
 	rc.dp.Select = sel
+	rc.dp.Families.Bypass.Parse(flags)
 	if rc.lockFile == "" {
 		rc.lockFile = rc.dp.Layout().Lock()
 	}
@@ -134,7 +134,7 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 		Cgroups: rc.cgroups, Datapath: rc.dp, ReadyFile: rc.readyFile,
 		MetricsAddr: rc.metrics, HealthAddr: rc.health, PairMaxAge: rc.pairAge, Version: version,
 		LockFile: rc.lockFile, Takeover: rc.takeover, LockWait: rc.lockWait, Kubernetes: kc,
-		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl, Bypass: rc.bypass, BypassRequired: rc.bypass && flags.Changed("bypass"), Services: svc,
+		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl, Services: svc,
 	})
 	if _, perr := os.Stat(rc.dp.Dir()); err != nil && os.IsNotExist(statErr) && os.IsNotExist(perr) {
 		os.Remove(logPath)

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/internal/agent"
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 )
 
 func uninstallCmd() *cobra.Command {
@@ -32,7 +32,7 @@ func uninstallCmd() *cobra.Command {
 			}
 			// The managed neighbour entries a Kubernetes-mode agent kept
 			// for the bypass (pinned or not: they are the node's).
-			agent.RemoveManagedNeighbours()
+			bypass.RemoveManagedNeighbours()
 			if err := datapath.Uninstall(cfg, drain); err != nil {
 				if errors.Is(err, datapath.ErrNotInstalled) {
 					lock.Remove() // nothing to manage: no lock file either

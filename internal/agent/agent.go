@@ -29,7 +29,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/kube"
 	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
-	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
 // releaseEvery is how often drained ends of connections that switched to
@@ -86,14 +85,6 @@ type Config struct {
 	// those). Off when !Adopt.
 	Adopt      bool
 	AdoptEvery time.Duration
-	// Bypass runs the bridge bypass (pod traffic of one node and between
-	// nodes) on the bridges' veths and the uplinks of the agent's network
-	// namespace, pinned with the datapath (a restart updates it in place).
-	// Off: a bypass an earlier agent pinned is removed. BypassRequired: a
-	// node that does not meet the bypass's conditions (bypass.UnmetError)
-	// is an error; without it the agent runs without the bypass and says why.
-	Bypass         bool
-	BypassRequired bool
 	// Services runs the Service load balancer (ClusterIP at the socket,
 	// NodePort at tc) on the managed cgroups, pinned with the datapath;
 	// nil: off, and a load balancer an earlier agent pinned is removed.
@@ -150,8 +141,8 @@ type agent struct {
 	hl   *health
 	msrv *metrics.Server // nil: no metrics
 	dp   *datapath.Datapath
-	bb   *bridgeBypass // nil: no bypass
-	svc  *serviceLB    // nil: no Service load balancer
+	bb   *bypass.Node // nil: no bypass
+	svc  *serviceLB   // nil: no Service load balancer
 	rep  parts.Report
 	// Stops the loop calls before the datapath is closed or uninstalled
 	// (a handover, the DaemonSet's removal); nil: not started.
@@ -202,17 +193,8 @@ func check(cfg Config) (*agent, error) {
 	}
 	// The bypass's checks (nf_conntrack_tcp_be_liberal) come before anything
 	// changes; the datapath loads it with the other families.
-	if cfg.Bypass {
-		if err := checkBypass(); err != nil {
-			var unmet *bypass.UnmetError
-			if !errors.As(err, &unmet) || cfg.BypassRequired {
-				return nil, fmt.Errorf("--bypass: %w", err)
-			}
-			slog.Warn("running without the bridge bypass (on by default where the node allows it; --bypass=false silences this)", "reason", err.Error())
-			cfg.Bypass, cfg.Datapath.Families.BypassOff = false, err.Error()
-		}
-	} else {
-		cfg.Datapath.Families.BypassOff = "off (--bypass=false)"
+	if err := cfg.Datapath.Families.Bypass.CheckNode(); err != nil {
+		return nil, err
 	}
 	if cfg.Services != nil {
 		if err := checkServices(*cfg.Services); err != nil {
@@ -247,8 +229,7 @@ func (a *agent) listen(ctx context.Context) error {
 // run.
 func (a *agent) install(context.Context) error {
 	cfg := &a.cfg
-	cfg.Datapath.Families = datapath.Families{Bypass: cfg.Bypass, BypassRequired: cfg.BypassRequired,
-		BypassOff: cfg.Datapath.Families.BypassOff, Services: cfg.Services != nil}
+	cfg.Datapath.Families.Services = cfg.Services != nil
 	dp, err := datapath.Install(cfg.Datapath, cfg.Cgroups)
 	if err != nil {
 		return err
@@ -264,14 +245,13 @@ func (a *agent) install(context.Context) error {
 	if n, ok := dp.Removed()["services"]; ok {
 		slog.Info("removed the Service load balancer an earlier agent pinned", "cgroups", n)
 	}
-	if cfg.Bypass && dp.Bypass() == nil {
+	if bp := &cfg.Datapath.Families.Bypass; bp.On && dp.Bypass() == nil {
 		// A kernel without one of its programs' needs (tcx, a kfunc, a
 		// BTF field): the rest runs (docs/kernels.md).
-		slog.Warn("running without the bridge bypass: this kernel refused it", "reason", dp.Off("bypass"))
-		cfg.Bypass = false
+		bp.Refused(dp.Off("bypass"))
 	}
-	if !cfg.Bypass {
-		RemoveManagedNeighbours()
+	if !cfg.Datapath.Families.Bypass.On {
+		bypass.RemoveManagedNeighbours()
 	}
 	return nil
 }
@@ -282,20 +262,17 @@ func (a *agent) install(context.Context) error {
 func (a *agent) families(context.Context) error {
 	cfg := &a.cfg
 	if bp := a.dp.Bypass(); bp != nil {
-		bb, err := newBridgeBypass(bp)
+		bb, err := bypass.NewNode(bp)
 		if err != nil {
 			return err
 		}
 		a.bb = bb
-		a.stopBypass = a.parts.addFunc(bb.close)
+		a.stopBypass = a.parts.addFunc(bb.Close)
 		if a.pods != nil {
 			// The node's pods from the API: managed neighbour entries, so
-			// every pod is an endpoint (neighbours.go).
-			bb.neigh = podnet.NewNeighbours()
-			a.pods.cfg.PodIPs = func(pods []podnet.PodAddrs) {
-				bb.setPods(pods) // first: the neighbours it makes lead to the attachments
-				bb.neigh.SetPods(pods)
-			}
+			// every pod is an endpoint.
+			bb.ManageNeighbours()
+			a.pods.cfg.PodIPs = bb.SetPods
 		}
 	}
 	if l := a.dp.Services(); l != nil {
@@ -337,7 +314,7 @@ func (a *agent) converge(ctx context.Context) error {
 	}
 	a.parts.addFunc(stopMetrics)
 	if a.bb != nil {
-		a.bb.onReport = bypassReporter(a.rep, a.cfg.Datapath.Layout().Report())
+		a.bb.SetReporter(bypassReporter(a.rep, a.cfg.Datapath.Layout().Report()))
 	}
 	stopPods, err := watchPods(ctx, a.dp, a.cfg.Cgroups, a.bb)
 	if err != nil {
@@ -348,8 +325,8 @@ func (a *agent) converge(ctx context.Context) error {
 	}
 	a.stopPods = a.parts.addFunc(stopPods)
 	if a.bb != nil {
-		a.bb.prune() // what an earlier agent pinned and the first convergence did not want
-		a.bb.logAttached()
+		a.bb.Prune() // what an earlier agent pinned and the first convergence did not want
+		a.bb.LogAttached()
 	}
 	if a.svc != nil {
 		if err := a.svc.start(ctx, a.cfg.Cgroups); err != nil {

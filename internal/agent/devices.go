@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
@@ -25,8 +26,8 @@ const (
 // namespace, then the pods' own loopbacks) and, with --bypass (bb not nil),
 // the bypass's veths, uplinks and endpoints. stop waits for a sync in
 // progress, so the datapath may be closed after it; the bypass is closed on
-// its own (bb.close), after which its apply does nothing.
-func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb *bridgeBypass) (stop func(), err error) {
+// its own (bb.Close), after which its Apply does nothing.
+func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb *bypass.Node) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	stopped := false
@@ -40,8 +41,8 @@ func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb 
 			slog.Warn("RST on close: devices (retried at the next change or resync)", "err", err)
 		}
 		if bb != nil {
-			bb.apply(st)
-			bb.syncNeighbours(st)
+			bb.Apply(st)
+			bb.SyncNeighbours(st)
 		}
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
@@ -22,7 +23,7 @@ func listenMetrics(addr string) (*metrics.Server, error) {
 // serveMetrics serves the pinned datapath's metrics (and the bypass's and
 // the load balancer's when bb and svc are not nil) on srv until ctx is done.
 // The returned function stops the server and releases the maps.
-func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapath, version string, pods *podScope, bb *bridgeBypass, svc *serviceLB, rep parts.Report) (func(), error) {
+func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapath, version string, pods *podScope, bb *bypass.Node, svc *serviceLB, rep parts.Report) (func(), error) {
 	if srv == nil {
 		return func() {}, nil
 	}
@@ -39,10 +40,10 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapat
 	if pods != nil {
 		reg.MustRegister(metrics.NewPodCollector(podMetrics{pods, p}))
 	}
-	reg.MustRegister(metrics.BypassEnabled(dp.Off("bypass")))
+	reg.MustRegister(bypass.Enabled(dp.Off("bypass")))
 	reg.MustRegister(metrics.FeatureEnabled(rep))
 	if bb != nil {
-		reg.MustRegister(metrics.NewBypassCollector(bb))
+		reg.MustRegister(bb.Collector())
 	}
 	if svc != nil {
 		reg.MustRegister(svc.metrics, svc.netnsGauge())

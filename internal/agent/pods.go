@@ -10,6 +10,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/kube"
 	"github.com/eztunnel/eztunnel/internal/metrics"
 )
@@ -120,7 +121,7 @@ func uninstallOnRemoval(ctx context.Context, dp *datapath.Datapath, cfg Config, 
 		lock.Release()
 		return fmt.Errorf("uninstall after the DaemonSet was deleted: %w", err)
 	}
-	RemoveManagedNeighbours()
+	bypass.RemoveManagedNeighbours()
 	lock.Remove()
 	slog.Info("uninstalled; waiting to be stopped")
 	<-ctx.Done()

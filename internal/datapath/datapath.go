@@ -131,13 +131,13 @@ func (d *Datapath) Services() *lb.LB {
 
 // Off says why the family name does not run ("": it runs): the kernel
 // refused it at this install, or the caller's reason it was not asked for
-// (Families.BypassOff). The one place that reason is held.
+// (Families.Bypass.Off).
 func (d *Datapath) Off(name string) string {
 	if why := d.off[name]; why != "" {
 		return why
 	}
 	if name == "bypass" && d.Bypass() == nil {
-		return firstOf(d.cfg.Families.BypassOff, "off (not asked for)")
+		return firstOf(d.cfg.Families.Bypass.Off, "off (not asked for)")
 	}
 	return ""
 }

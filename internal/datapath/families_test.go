@@ -37,7 +37,7 @@ func allFamilies(t *testing.T, cfg Config) (Config, int) {
 	if err := netlink.LinkSetUp(l); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Families = Families{Bypass: true, BypassRequired: true, Services: true}
+	cfg.Families = Families{Bypass: bypass.Options{On: true, Required: true}, Services: true}
 	return cfg, l.Attrs().Index
 }
 

@@ -36,12 +36,10 @@ type Family interface {
 // family an earlier agent pinned that is not wanted now is removed once
 // the install has committed.
 type Families struct {
-	// Bypass runs the bridge bypass. BypassOff says why it does not
-	// (the parts report). A kernel that refuses the bypass's programs turns
-	// it off with the reason, unless BypassRequired: then it is an error.
-	Bypass         bool
-	BypassRequired bool
-	BypassOff      string
+	// Bypass: whether the bridge bypass runs, and why not (the parts
+	// report). A kernel that refuses the bypass's programs turns it off
+	// with the reason, unless Required: then it is an error.
+	Bypass bypass.Options
 	// Services runs the Service load balancer.
 	Services bool
 }
@@ -86,8 +84,8 @@ var kinds = []kind{
 	{
 		name:     "bypass",
 		maps:     bypass.MapDir,
-		wanted:   func(c Config) bool { return c.Families.Bypass },
-		optional: func(c Config) bool { return !c.Families.BypassRequired },
+		wanted:   func(c Config) bool { return c.Families.Bypass.On },
+		optional: func(c Config) bool { return !c.Families.Bypass.Required },
 		load: func(_ Config, dir string) (Family, error) {
 			b, err := bypass.Load(bypass.Config{PinDir: dir})
 			if err != nil {

@@ -1,4 +1,4 @@
-package metrics
+package bypass
 
 import (
 	"errors"
@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 )
 
 type fakeBypass struct {
@@ -25,7 +23,7 @@ func (f fakeBypass) BypassIdle() map[string]string              { return f.idle 
 func (f fakeBypass) BypassIdleKinds() map[string]string         { return f.kinds }
 
 func TestBypassCollectorIdleDevices(t *testing.T) {
-	col := NewBypassCollector(fakeBypass{counters: map[string]uint64{}, idle: map[string]string{"vethb": "no pod address", "eth1": "uplink down: administratively down", "vethc": "qdisc: tbf 1: root"},
+	col := newCollector(fakeBypass{counters: map[string]uint64{}, idle: map[string]string{"vethb": "no pod address", "eth1": "uplink down: administratively down", "vethc": "qdisc: tbf 1: root"},
 		kinds: map[string]string{"vethb": "no_endpoint", "eth1": "uplink_down", "vethc": "qdisc"}})
 	want := `# HELP eztunnel_bypass_idle_device 1 for each pod veth or uplink the bridge bypass does not attach to because it could not act there (reason: no pod address learnt on the veth yet, or the uplink is down).
 # TYPE eztunnel_bypass_idle_device gauge
@@ -52,14 +50,14 @@ eztunnel_bypass_idle_devices{reason="uplink_down"} 1
 func TestBypassCollectorExports(t *testing.T) {
 	c := map[string]uint64{}
 	fallbacks := 0
-	for i, name := range bypass.CounterNames() {
+	for i, name := range CounterNames() {
 		c[name] = uint64(i)
 		if strings.HasPrefix(name, "fallback_") {
 			fallbacks++
 		}
 	}
 	c["bypassed_packets"], c["bypassed_bytes"], c["fallback_nat"] = 10, 15000, 4
-	col := NewBypassCollector(fakeBypass{counters: c})
+	col := newCollector(fakeBypass{counters: c})
 	want := `
 # HELP eztunnel_bypass_packets_total Packets the bridge bypass redirected into their destination pod.
 # TYPE eztunnel_bypass_packets_total counter
@@ -100,7 +98,7 @@ func TestBypassCollectorStandby(t *testing.T) {
 		{"", `eztunnel_bypass_standby{reason=""} 0`},
 		{"conntrack does not run", `eztunnel_bypass_standby{reason="conntrack does not run"} 1`},
 	} {
-		col := NewBypassCollector(fakeBypass{counters: map[string]uint64{}, standby: c.standby})
+		col := newCollector(fakeBypass{counters: map[string]uint64{}, standby: c.standby})
 		want := "# HELP eztunnel_bypass_standby 1 while the loaded bridge bypass is attached nowhere because it could not act here (reason: conntrack does not run in the node's network namespace, so every packet would fall back); 0 otherwise.\n# TYPE eztunnel_bypass_standby gauge\n" + c.want + "\n"
 		if err := testutil.CollectAndCompare(col, strings.NewReader(want), "eztunnel_bypass_standby"); err != nil {
 			t.Errorf("standby %q: %v", c.standby, err)
@@ -109,7 +107,7 @@ func TestBypassCollectorStandby(t *testing.T) {
 }
 
 func TestBypassCollectorReadError(t *testing.T) {
-	col := NewBypassCollector(fakeBypass{err: errors.New("closed")})
+	col := newCollector(fakeBypass{err: errors.New("closed")})
 	want := `
 # HELP eztunnel_bypass_up 1 if this scrape read the bridge bypass's counters, 0 if not (the agent logs why).
 # TYPE eztunnel_bypass_up gauge
@@ -139,11 +137,11 @@ func TestBypassManagedNeighbours(t *testing.T) {
 # TYPE eztunnel_bypass_managed_neighbours gauge
 eztunnel_bypass_managed_neighbours 4
 `
-	if err := testutil.CollectAndCompare(NewBypassCollector(fakeManaged{n: 4, ok: true}), strings.NewReader(want), "eztunnel_bypass_managed_neighbours"); err != nil {
+	if err := testutil.CollectAndCompare(newCollector(fakeManaged{n: 4, ok: true}), strings.NewReader(want), "eztunnel_bypass_managed_neighbours"); err != nil {
 		t.Error(err)
 	}
-	for _, src := range []BypassSource{fakeManaged{n: 4}, fakeBypass{}} {
-		if n := testutil.CollectAndCount(NewBypassCollector(src), "eztunnel_bypass_managed_neighbours"); n != 0 {
+	for _, src := range []source{fakeManaged{n: 4}, fakeBypass{}} {
+		if n := testutil.CollectAndCount(newCollector(src), "eztunnel_bypass_managed_neighbours"); n != 0 {
 			t.Errorf("%T: %d managed-neighbour series, want 0", src, n)
 		}
 	}

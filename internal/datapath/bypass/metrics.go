@@ -1,17 +1,22 @@
-package metrics
+package bypass
 
 import (
 	"log/slog"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
-	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
-// BypassSource reads the bridge bypass the agent runs.
-type BypassSource interface {
+// The metrics' namespace and the counters' fallback prefix, as
+// internal/metrics names them (this package cannot import it: it imports
+// the datapath).
+const (
+	namespace      = "eztunnel"
+	fallbackPrefix = "fallback_"
+)
+
+// source reads the bridge bypass the agent runs (a *Node).
+type source interface {
 	BypassCounters() (map[string]uint64, error)
 	BypassState() (devices, endpoints int)
 	// BypassStandby says why the bypass, loaded, is attached nowhere now
@@ -26,20 +31,20 @@ type BypassSource interface {
 	BypassIdleKinds() map[string]string
 }
 
-// ManagedNeighbourSource is a BypassSource that keeps managed neighbour
+// managedNeighbourSource is a source that keeps managed neighbour
 // entries for the node's pods (Kubernetes mode); ok false: none kept.
-type ManagedNeighbourSource interface {
+type managedNeighbourSource interface {
 	BypassManagedNeighbours() (n int, ok bool)
 }
 
 // idleDevicesHelp is eztunnel_bypass_idle_devices's help; its reasons are
-// the agent's idle kinds (internal/agent/bypass.go, podnet.Control*).
+// the idle kinds of node.go and podnet.Control*.
 const idleDevicesHelp = "Pod veths and uplinks the bridge bypass does not attach to, by reason: no_endpoint (no pod address learnt yet), uplink_down, qdisc (another owner's qdisc on the transmit side, e.g. the bandwidth CNI plugin's tbf), tc_filter, tcx_program (another owner's, which a redirect would skip), tc_unreadable, bandwidth_annotation (a pod with kubernetes.io/ingress-bandwidth or egress-bandwidth)."
 
-// BypassCollector exports the bridge bypass's counters: the fallback_*
+// collector exports the bridge bypass's counters: the fallback_*
 // counters as the reason label of eztunnel_bypass_fallbacks_total.
-type BypassCollector struct {
-	src       BypassSource
+type collector struct {
+	src       source
 	counters  map[string]*prometheus.Desc
 	fallbacks *prometheus.Desc
 	devices   *prometheus.Desc
@@ -64,9 +69,12 @@ var bypassMetric = map[string]struct{ name, help string }{
 	"admissions":                 {"admissions", "Flow directions the kernel path delivered and the bypass recorded as admitted."},
 }
 
-// NewBypassCollector describes the bypass metrics.
-func NewBypassCollector(src BypassSource) *BypassCollector {
-	c := &BypassCollector{
+// Collector exports the metrics of the bypass the node runs.
+func (b *Node) Collector() prometheus.Collector { return newCollector(b) }
+
+// newCollector describes the bypass metrics.
+func newCollector(src source) *collector {
+	c := &collector{
 		src:      src,
 		counters: map[string]*prometheus.Desc{},
 		fallbacks: prometheus.NewDesc(namespace+"_bypass_fallbacks_total",
@@ -85,7 +93,7 @@ func NewBypassCollector(src BypassSource) *BypassCollector {
 		up: prometheus.NewDesc(namespace+"_bypass_up",
 			"1 if this scrape read the bridge bypass's counters, 0 if not (the agent logs why).", nil, nil),
 	}
-	for _, name := range bypass.CounterNames() {
+	for _, name := range CounterNames() {
 		if strings.HasPrefix(name, fallbackPrefix) {
 			continue
 		}
@@ -99,7 +107,7 @@ func NewBypassCollector(src BypassSource) *BypassCollector {
 }
 
 // Describe implements prometheus.Collector.
-func (c *BypassCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
@@ -109,7 +117,7 @@ func (c *BypassCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *BypassCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	devices, endpoints := c.src.BypassState()
 	if why := c.src.BypassStandby(); why != "" {
 		ch <- prometheus.MustNewConstMetric(c.standby, prometheus.GaugeValue, 1, why)
@@ -128,7 +136,7 @@ func (c *BypassCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.devices, prometheus.GaugeValue, float64(devices))
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(endpoints))
-	if m, ok := c.src.(ManagedNeighbourSource); ok {
+	if m, ok := c.src.(managedNeighbourSource); ok {
 		if n, ok := m.BypassManagedNeighbours(); ok {
 			ch <- prometheus.MustNewConstMetric(c.managed, prometheus.GaugeValue, float64(n))
 		}
@@ -149,10 +157,10 @@ func (c *BypassCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 }
 
-// BypassEnabled is eztunnel_bypass_enabled: 1 while the agent runs the
-// bridge bypass; 0 with the reason it does not (off by flag, or the node
-// does not meet its conditions).
-func BypassEnabled(off string) prometheus.Collector {
+// Enabled is eztunnel_bypass_enabled: 1 while the agent runs the bridge
+// bypass; 0 with the reason it does not (off by flag, or the node does not
+// meet its conditions).
+func Enabled(off string) prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "bypass_enabled",
 		Help: "1 if the agent runs the bridge bypass; 0 if not, with the reason.",
@@ -161,24 +169,6 @@ func BypassEnabled(off string) prometheus.Collector {
 		g.WithLabelValues("").Set(1)
 	} else {
 		g.WithLabelValues(off).Set(0)
-	}
-	return g
-}
-
-// FeatureEnabled is eztunnel_feature_enabled{feature,reason}: 1 for each
-// part of the datapath the agent runs; 0 with the reason for each it does
-// not (the kernel refused a program, named; a module not loaded; a flag).
-func FeatureEnabled(rep parts.Report) prometheus.Collector {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "feature_enabled",
-		Help: "1 for each part of the datapath the agent runs; 0 with the reason for each it does not.",
-	}, []string{"feature", "reason"})
-	for _, s := range rep.Sorted() {
-		v := 0.0
-		if s.Runs {
-			v = 1
-		}
-		g.WithLabelValues(string(s.Part), s.Reason).Set(v)
 	}
 	return g
 }

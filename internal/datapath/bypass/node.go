@@ -1,4 +1,4 @@
-package agent
+package bypass
 
 import (
 	"bytes"
@@ -13,19 +13,18 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
-// bridgeBypass runs the bridge bypass in the agent's network namespace: it
+// Node is the agent's side of the bridge bypass, in its network namespace: it
 // converges the attached pod veths, uplinks and endpoints to what podnet
 // discovers. Its maps and links are pinned with the datapath: a restart
 // adopts them (links updated in place, endpoints converged from the pinned
 // map), and closing releases this process's handles only.
-type bridgeBypass struct {
+type Node struct {
 	mu      sync.Mutex
-	bp      *bypass.Bypass // nil once closed
-	applied map[netip.Addr]bypass.Endpoint
+	bp      *Bypass // nil once closed
+	applied map[netip.Addr]Endpoint
 	noXnode string             // why uplinks are not attached now ("": they are)
 	neigh   *podnet.Neighbours // Kubernetes mode: managed neighbours of the node's pods; else nil
 	// standby: why nothing is attached now because the bypass could not
@@ -50,7 +49,7 @@ type bridgeBypass struct {
 // namespace: while it does not (conntrack may come with kube-proxy's or
 // the CNI's first rule), and while it does.
 const (
-	conntrackProbeOff = podsResync
+	conntrackProbeOff = 5 * time.Second // the agent's backstop resync of the pods' devices
 	conntrackProbeOn  = time.Minute
 )
 
@@ -59,13 +58,13 @@ const (
 // confirmed: where conntrack does not run, every packet would fall back
 // after paying for the lookup, so nothing is attached (docs/architecture.md,
 // "Attached only where it can act").
-func (b *bridgeBypass) conntrackBlocker() string {
+func (b *Node) conntrackBlocker() string {
 	now := time.Now()
 	if now.Before(b.standbyNext) {
 		return b.standby
 	}
 	why := ""
-	if active, err := bypass.ConntrackActive(); err != nil {
+	if active, err := ConntrackActive(); err != nil {
 		why = err.Error()
 	} else if !active {
 		why = "conntrack does not run in the node's network namespace (no rule uses it): every packet would fall back to the kernel path"
@@ -88,7 +87,7 @@ func (b *bridgeBypass) conntrackBlocker() string {
 }
 
 // report tells onReport the standby and the idle devices (b.mu held).
-func (b *bridgeBypass) report() {
+func (b *Node) report() {
 	if b.onReport != nil {
 		b.onReport(b.standby, b.idle)
 	}
@@ -96,7 +95,7 @@ func (b *bridgeBypass) report() {
 
 // setIdle records the devices left unattached because the bypass could
 // not act there, logging each change (b.mu held).
-func (b *bridgeBypass) setIdle(idle, kinds map[string]string) {
+func (b *Node) setIdle(idle, kinds map[string]string) {
 	b.idleKinds = kinds
 	if maps.Equal(idle, b.idle) {
 		return
@@ -128,7 +127,7 @@ const (
 // annotations, Kubernetes mode). Both directions stay on the kernel path:
 // neither program is attached to the device and no endpoint is written
 // for its pod (docs/architecture.md, "Traffic controls").
-func (b *bridgeBypass) controlled(c podnet.Control, ifx int, eps map[netip.Addr]bypass.Endpoint) (why, kind string) {
+func (b *Node) controlled(c podnet.Control, ifx int, eps map[netip.Addr]Endpoint) (why, kind string) {
 	if c.Kind != "" {
 		return c.String() + ": the bypass would skip it", c.Kind
 	}
@@ -145,10 +144,25 @@ func (b *bridgeBypass) controlled(c podnet.Control, ifx int, eps map[netip.Addr]
 	return idleKindBandwidth + ": " + b.shaped[ips[0]] + ": the bandwidth CNI plugin shapes its veth, which the bypass would skip", idleKindBandwidth
 }
 
-// setPods records the node's pods from the API (Kubernetes mode): those
+// ManageNeighbours makes the node keep managed neighbour entries on the pod
+// bridges for the node's pods (Kubernetes mode), so that every pod is an
+// endpoint (podnet/neighbours.go); SetPods feeds them. Call it before the
+// first SetPods.
+func (b *Node) ManageNeighbours() { b.neigh = podnet.NewNeighbours() }
+
+// SetReporter tells f each change of the standby and of the idle devices
+// (the parts report).
+func (b *Node) SetReporter(f func(standby string, idle map[string]string)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onReport = f
+}
+
+// SetPods records the node's pods from the API (Kubernetes mode): those
 // with a bandwidth annotation stay on the kernel path from the next
-// convergence on.
-func (b *bridgeBypass) setPods(pods []podnet.PodAddrs) {
+// convergence on; the managed neighbours follow them (after: the
+// neighbours they make lead to the attachments).
+func (b *Node) SetPods(pods []podnet.PodAddrs) {
 	shaped := map[netip.Addr]string{}
 	for _, p := range pods {
 		if p.Bandwidth == "" {
@@ -161,6 +175,9 @@ func (b *bridgeBypass) setPods(pods []podnet.PodAddrs) {
 	b.mu.Lock()
 	b.shaped = shaped
 	b.mu.Unlock()
+	if b.neigh != nil {
+		b.neigh.SetPods(pods)
+	}
 }
 
 // xnodeBlocker says why the bypass must not run between nodes here, or "".
@@ -178,15 +195,9 @@ func xnodeBlocker() string {
 	return ""
 }
 
-// checkBypass checks the node (nf_conntrack_tcp_be_liberal); nothing is loaded.
-func checkBypass() error {
-	var cfg bypass.Config
-	return bypass.Check(&cfg)
-}
-
-// newBridgeBypass runs the agent's side of the bypass the datapath loaded:
+// NewNode runs the agent's side of the bypass the datapath loaded:
 // it converges from the endpoints pinned (an earlier agent's, or none).
-func newBridgeBypass(bp *bypass.Bypass) (*bridgeBypass, error) {
+func NewNode(bp *Bypass) (*Node, error) {
 	applied, err := bp.Endpoints()
 	if err != nil {
 		return nil, fmt.Errorf("--bypass: %w", err)
@@ -194,12 +205,12 @@ func newBridgeBypass(bp *bypass.Bypass) (*bridgeBypass, error) {
 	if len(applied) > 0 {
 		slog.Info("bridge bypass: adopting the endpoints an earlier agent pinned", "endpoints", len(applied))
 	}
-	return &bridgeBypass{bp: bp, applied: applied}, nil
+	return &Node{bp: bp, applied: applied}, nil
 }
 
-// prune unpins what an earlier agent attached that the first convergence
+// Prune unpins what an earlier agent attached that the first convergence
 // did not want (devices gone or no longer pods' or uplinks).
-func (b *bridgeBypass) prune() {
+func (b *Node) Prune() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bp == nil {
@@ -214,8 +225,8 @@ func (b *bridgeBypass) prune() {
 	}
 }
 
-// logAttached reports what the first convergence (watchPods) attached.
-func (b *bridgeBypass) logAttached() {
+// LogAttached reports what the first convergence (watchPods) attached.
+func (b *Node) LogAttached() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bp == nil {
@@ -224,9 +235,9 @@ func (b *bridgeBypass) logAttached() {
 	slog.Info("bridge bypass attached (pinned: it stays while the agent restarts)", "devices", len(b.bp.Attached()), "uplinks", len(b.bp.Uplinks()), "endpoints", len(b.applied))
 }
 
-// apply converges to st: endpoints of gone ports out first, then gone
+// Apply converges to st: endpoints of gone ports out first, then gone
 // ports detached, new ports attached, endpoints written.
-func (b *bridgeBypass) apply(st podnet.State) {
+func (b *Node) Apply(st podnet.State) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bp == nil {
@@ -236,10 +247,10 @@ func (b *bridgeBypass) apply(st podnet.State) {
 		st = podnet.State{} // nothing to attach: every device detached, every endpoint removed
 	}
 	idle, kinds, waiting := map[string]string{}, map[string]string{}, map[int]bool{}
-	want := map[netip.Addr]bypass.Endpoint{}
+	want := map[netip.Addr]Endpoint{}
 	for ip, e := range st.Endpoints {
 		p := st.Ports[e.Port]
-		want[ip] = bypass.Endpoint{Ifindex: p.Ifindex, PodMAC: e.MAC, BridgeMAC: p.BridgeMAC}
+		want[ip] = Endpoint{Ifindex: p.Ifindex, PodMAC: e.MAC, BridgeMAC: p.BridgeMAC}
 	}
 	// Ports another owner's traffic control (or a pod's bandwidth
 	// annotation) keeps on the kernel path: their endpoints go first, then
@@ -332,7 +343,7 @@ func (b *bridgeBypass) apply(st podnet.State) {
 
 // attachUplinks attaches to the uplinks not attached yet, and records in
 // idle and kinds why one stays idle; it returns the names attached (b.mu held).
-func (b *bridgeBypass) attachUplinks(uplinks map[int]podnet.Uplink, idle, kinds map[string]string) (attached []string) {
+func (b *Node) attachUplinks(uplinks map[int]podnet.Uplink, idle, kinds map[string]string) (attached []string) {
 	up := map[int]bool{}
 	for _, ifx := range b.bp.Uplinks() {
 		up[ifx] = true
@@ -360,7 +371,7 @@ func (b *bridgeBypass) attachUplinks(uplinks map[int]podnet.Uplink, idle, kinds 
 
 // setEndpoints writes each wanted endpoint whose pod veth is attached (on)
 // and that changed; it returns the addresses written (b.mu held).
-func (b *bridgeBypass) setEndpoints(want map[netip.Addr]bypass.Endpoint, on map[int]bool) (added []string) {
+func (b *Node) setEndpoints(want map[netip.Addr]Endpoint, on map[int]bool) (added []string) {
 	for ip, ep := range want {
 		if !on[ep.Ifindex] {
 			continue // its admission program is not attached: no bypass to it
@@ -380,7 +391,7 @@ func (b *bridgeBypass) setEndpoints(want map[netip.Addr]bypass.Endpoint, on map[
 
 // crossNodeUplinks returns st's uplinks, or none while the bypass must not
 // run between nodes (xnodeBlocker), logging each change (b.mu held).
-func (b *bridgeBypass) crossNodeUplinks(st podnet.State) map[int]podnet.Uplink {
+func (b *Node) crossNodeUplinks(st podnet.State) map[int]podnet.Uplink {
 	why := xnodeBlocker()
 	switch {
 	case why != "" && why != b.noXnode:
@@ -395,12 +406,12 @@ func (b *bridgeBypass) crossNodeUplinks(st podnet.State) map[int]podnet.Uplink {
 	return st.Uplinks
 }
 
-// syncNeighbours gives the managed neighbours (Kubernetes mode) the
+// SyncNeighbours gives the managed neighbours (Kubernetes mode) the
 // bridges of st's ports the bypass is attached to, or waits to attach to
 // until a pod address is known on them: the managed neighbours are what
 // makes those addresses known (the API's pods), so they must not wait for
 // the attachment.
-func (b *bridgeBypass) syncNeighbours(st podnet.State) {
+func (b *Node) SyncNeighbours(st podnet.State) {
 	if b.neigh == nil {
 		return
 	}
@@ -426,17 +437,17 @@ func (b *bridgeBypass) syncNeighbours(st podnet.State) {
 
 // BypassManagedNeighbours implements metrics.ManagedNeighbourSource: ok is
 // false without Kubernetes mode or before the API's first list of pods.
-func (b *bridgeBypass) BypassManagedNeighbours() (n int, ok bool) {
+func (b *Node) BypassManagedNeighbours() (n int, ok bool) {
 	if b.neigh == nil {
 		return 0, false
 	}
 	return b.neigh.Managed()
 }
 
-// close stops converging the bypass (it stays pinned and attached; the
+// Close stops converging the bypass (it stays pinned and attached; the
 // datapath releases its handles); safe to call twice. A later apply (the
 // pods' watch) does nothing.
-func (b *bridgeBypass) close() {
+func (b *Node) Close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bp == nil {
@@ -451,7 +462,7 @@ func (b *bridgeBypass) close() {
 var errBypassClosed = errors.New("bypass: closed")
 
 // BypassCounters implements metrics.BypassSource.
-func (b *bridgeBypass) BypassCounters() (map[string]uint64, error) {
+func (b *Node) BypassCounters() (map[string]uint64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bp == nil {
@@ -461,28 +472,28 @@ func (b *bridgeBypass) BypassCounters() (map[string]uint64, error) {
 }
 
 // BypassIdle implements metrics.BypassSource.
-func (b *bridgeBypass) BypassIdle() map[string]string {
+func (b *Node) BypassIdle() map[string]string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return maps.Clone(b.idle)
 }
 
 // BypassIdleKinds implements metrics.BypassSource.
-func (b *bridgeBypass) BypassIdleKinds() map[string]string {
+func (b *Node) BypassIdleKinds() map[string]string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return maps.Clone(b.idleKinds)
 }
 
 // BypassStandby implements metrics.BypassSource.
-func (b *bridgeBypass) BypassStandby() string {
+func (b *Node) BypassStandby() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.standby
 }
 
 // BypassState implements metrics.BypassSource.
-func (b *bridgeBypass) BypassState() (devices, endpoints int) {
+func (b *Node) BypassState() (devices, endpoints int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bp == nil {

@@ -1,11 +1,10 @@
-package agent
+package bypass
 
 import (
 	"net/netip"
 	"strings"
 	"testing"
 
-	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
@@ -13,12 +12,12 @@ import (
 // it, and (Kubernetes mode) for an endpoint of a pod with a bandwidth
 // annotation; a pod without one, or on another veth, does not count.
 func TestBypassControlled(t *testing.T) {
-	b := &bridgeBypass{}
-	b.setPods([]podnet.PodAddrs{
+	b := &Node{}
+	b.SetPods([]podnet.PodAddrs{
 		{Namespace: "a", Name: "shaped", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.4")}, Bandwidth: "kubernetes.io/ingress-bandwidth=10M"},
 		{Namespace: "a", Name: "plain", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
 	})
-	eps := map[netip.Addr]bypass.Endpoint{
+	eps := map[netip.Addr]Endpoint{
 		netip.MustParseAddr("10.0.0.4"): {Ifindex: 4},
 		netip.MustParseAddr("10.0.0.5"): {Ifindex: 5},
 	}

@@ -1,0 +1,64 @@
+package bypass
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/pflag"
+)
+
+// Options is how the bypass is asked for (`eztunnel run --bypass`, the
+// chart's bypass values) and, when it does not run, why: the one place the
+// agent, the datapath and the metrics read that reason from.
+type Options struct {
+	// On runs the bridge bypass (pod traffic of one node and between
+	// nodes) on the bridges' veths and the uplinks of the agent's network
+	// namespace, pinned with the datapath (a restart updates it in place).
+	// Off: a bypass an earlier agent pinned is removed.
+	On bool
+	// Required (--bypass given explicitly): a node or kernel that cannot
+	// run the bypass is an error; without it the agent runs without the
+	// bypass and says why.
+	Required bool
+	// Off says why it does not run ("" while On).
+	Off string
+}
+
+// Register adds the bypass's flags to f.
+func (o *Options) Register(f *pflag.FlagSet) {
+	f.BoolVar(&o.On, "bypass", true, "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; pinned with the datapath). It needs net.netfilter.nf_conntrack_tcp_be_liberal=1: by default the agent runs without it (and says why) on a node without that; --bypass=true makes it an error; --bypass=false removes it")
+}
+
+// Parse completes o once f is parsed.
+func (o *Options) Parse(f *pflag.FlagSet) {
+	o.Required = o.On && f.Changed("bypass")
+	if !o.On {
+		o.Off = "off (--bypass=false)"
+	}
+}
+
+// CheckNode checks the node before anything changes (Check: the conntrack
+// settings the bypass needs): a node that does not meet them turns the
+// bypass off with the reason, logged, unless Required. Nothing is loaded.
+func (o *Options) CheckNode() error {
+	if !o.On {
+		return nil
+	}
+	if err := Check(&Config{}); err != nil {
+		var unmet *UnmetError
+		if !errors.As(err, &unmet) || o.Required {
+			return fmt.Errorf("--bypass: %w", err)
+		}
+		slog.Warn("running without the bridge bypass (on by default where the node allows it; --bypass=false silences this)", "reason", err.Error())
+		o.On, o.Off = false, err.Error()
+	}
+	return nil
+}
+
+// Refused records that the kernel refused the bypass's programs at install
+// (why: the datapath's reason); the rest of the datapath runs.
+func (o *Options) Refused(why string) {
+	slog.Warn("running without the bridge bypass: this kernel refused it", "reason", why)
+	o.On, o.Off = false, why
+}
