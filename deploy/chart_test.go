@@ -453,6 +453,7 @@ var valueFlags = []struct{ value, set, arg string }{
 	{"extraArgs", "extraArgs={--max-pairs=1}", "--max-pairs=1"},
 	{"bypass", "bypass=off", "--bypass=false"},
 	{"bypass", "bypass=on", "--bypass=true"},
+	{"bypassUDP", "bypassUDP=false", "--bypass-udp=false"},
 	{"services.enabled", "services.enabled=true", "--services"},
 	{"services.nodePort.enabled", "services.enabled=true,services.nodePort.enabled=true", "--nodeport"},
 	{"services.nodePort.devices", "services.enabled=true,services.nodePort.enabled=true,services.nodePort.devices={eth0,eth1}", "--nodeport-devices=eth0,eth1"},

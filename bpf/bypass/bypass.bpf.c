@@ -71,6 +71,9 @@ struct {
 volatile const __u32 ez_bp_tcp_timeout_ms = 0;
 volatile const __u32 ez_bp_udp_timeout_ms = 0;
 
+/* 1: UDP stays on the kernel path (--bypass-udp=false); set before load. */
+volatile const __u32 ez_bp_no_udp = 0;
+
 /*
  * Conntrack mark bits recording admitted directions, [0] original, [1]
  * reply; set before load. In the entry itself, so a deleted entry's
@@ -310,6 +313,8 @@ static __always_inline __u32 classify(struct __sk_buff *skb, struct ez_flow *f)
 		return EZ_BP_C_FB_IPV6_EXT;
 	if (f->proto != EZ_IPPROTO_TCP && f->proto != EZ_IPPROTO_UDP)
 		return EZ_BP_C_FB_NOT_TCP_UDP;
+	if (f->proto == EZ_IPPROTO_UDP && ez_bp_no_udp)
+		return EZ_BP_C_FB_UDP_OFF;
 	if (!(f->flags & EZ_FLOW_PORTS) || (f->proto == EZ_IPPROTO_TCP && !(f->flags & EZ_FLOW_TCP)))
 		return EZ_BP_C_FB_OTHER;
 	/* Conntrack must see a TCP connection open and close (its state

@@ -77,6 +77,7 @@ enum ez_bp_counter {
 	EZ_BP_C_FB_MARK,		/* a marked packet where the FIB lookup cannot take the mark (before Linux 6.10) */
 	EZ_BP_C_FB_SPOOFED,		/* pod veth: source address or MAC not the sending pod's own; uplink: a
 					 * local pod's source address, or one that does not route back out the device */
+	EZ_BP_C_FB_UDP_OFF,		/* UDP while the bypass takes TCP only (--bypass-udp=false) */
 	EZ_BP_C_MAX,
 };
 

@@ -86,8 +86,8 @@ var kinds = []kind{
 		maps:     bypass.MapDir,
 		wanted:   func(c Config) bool { return c.Families.Bypass.On },
 		optional: func(c Config) bool { return !c.Families.Bypass.Required },
-		load: func(_ Config, dir string) (Family, error) {
-			b, err := bypass.Load(bypass.Config{PinDir: dir})
+		load: func(c Config, dir string) (Family, error) {
+			b, err := bypass.Load(bypass.Config{Options: c.Families.Bypass, PinDir: dir})
 			if err != nil {
 				return nil, fmt.Errorf("--bypass: %w", err)
 			}

@@ -49,7 +49,8 @@ const (
 	bypassEzBpCounterEZ_BP_C_FB_ROUTE_MISMATCH  bypassEzBpCounter = 30
 	bypassEzBpCounterEZ_BP_C_FB_MARK            bypassEzBpCounter = 31
 	bypassEzBpCounterEZ_BP_C_FB_SPOOFED         bypassEzBpCounter = 32
-	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 33
+	bypassEzBpCounterEZ_BP_C_FB_UDP_OFF         bypassEzBpCounter = 33
+	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 34
 )
 
 type bypassEzBpDevKind uint32
@@ -93,6 +94,7 @@ const (
 	bypassVarEzBpAdmitMark      = "ez_bp_admit_mark"
 	bypassVarEzBpCounterEnum    = "ez_bp_counter_enum"
 	bypassVarEzBpDevKindEnum    = "ez_bp_dev_kind_enum"
+	bypassVarEzBpNoUdp          = "ez_bp_no_udp"
 	bypassVarEzBpTcpTimeoutMs   = "ez_bp_tcp_timeout_ms"
 	bypassVarEzBpTimeoutJiffies = "ez_bp_timeout_jiffies"
 	bypassVarEzBpUdpTimeoutMs   = "ez_bp_udp_timeout_ms"
@@ -161,6 +163,7 @@ type bypassVariableSpecs struct {
 	EzBpAdmitMark      *ebpf.VariableSpec `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.VariableSpec `ebpf:"ez_bp_counter_enum"`
 	EzBpDevKindEnum    *ebpf.VariableSpec `ebpf:"ez_bp_dev_kind_enum"`
+	EzBpNoUdp          *ebpf.VariableSpec `ebpf:"ez_bp_no_udp"`
 	EzBpTcpTimeoutMs   *ebpf.VariableSpec `ebpf:"ez_bp_tcp_timeout_ms"`
 	EzBpTimeoutJiffies *ebpf.VariableSpec `ebpf:"ez_bp_timeout_jiffies"`
 	EzBpUdpTimeoutMs   *ebpf.VariableSpec `ebpf:"ez_bp_udp_timeout_ms"`
@@ -206,6 +209,7 @@ type bypassVariables struct {
 	EzBpAdmitMark      *ebpf.Variable `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.Variable `ebpf:"ez_bp_counter_enum"`
 	EzBpDevKindEnum    *ebpf.Variable `ebpf:"ez_bp_dev_kind_enum"`
+	EzBpNoUdp          *ebpf.Variable `ebpf:"ez_bp_no_udp"`
 	EzBpTcpTimeoutMs   *ebpf.Variable `ebpf:"ez_bp_tcp_timeout_ms"`
 	EzBpTimeoutJiffies *ebpf.Variable `ebpf:"ez_bp_timeout_jiffies"`
 	EzBpUdpTimeoutMs   *ebpf.Variable `ebpf:"ez_bp_udp_timeout_ms"`

@@ -45,6 +45,7 @@ var counters = bpfsys.CounterSet[bypassEzBpCounter]{Max: bypassEzBpCounterEZ_BP_
 	bypassEzBpCounterEZ_BP_C_FB_ROUTE_MISMATCH:  "fallback_route_mismatch",
 	bypassEzBpCounterEZ_BP_C_FB_MARK:            "fallback_mark",
 	bypassEzBpCounterEZ_BP_C_FB_SPOOFED:         "fallback_spoofed_source",
+	bypassEzBpCounterEZ_BP_C_FB_UDP_OFF:         "fallback_udp_off",
 }}
 
 // CounterNames lists every counter name in enum order.

@@ -24,6 +24,8 @@ import (
 
 // Config says where the bypass runs.
 type Config struct {
+	// Options: what the flags ask of the programs (NoUDP).
+	Options
 	// NetNS is the node's named network namespace (under /run/netns) that
 	// holds the pod bridge and the pods' host-side veths; "" is the
 	// caller's.
@@ -101,18 +103,11 @@ func Load(cfg Config) (_ *Bypass, err error) {
 	if err := Check(&cfg); err != nil {
 		return nil, err
 	}
-	lo := cfg.AdmitMark & -cfg.AdmitMark
 	spec, err := loadBypass()
 	if err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
-	if err := spec.Variables[bypassVarEzBpAdmitMark].Set([2]uint32{lo, cfg.AdmitMark &^ lo}); err != nil {
-		return nil, fmt.Errorf("bypass: %w", err)
-	}
-	if err := spec.Variables[bypassVarEzBpTcpTimeoutMs].Set(uint32(cfg.TCPTimeout.Milliseconds())); err != nil {
-		return nil, fmt.Errorf("bypass: %w", err)
-	}
-	if err := spec.Variables[bypassVarEzBpUdpTimeoutMs].Set(uint32(cfg.UDPTimeout.Milliseconds())); err != nil {
+	if err := setVariables(spec, cfg); err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
 	b := &Bypass{netns: cfg.NetNS, links: map[int]attachment{}}
@@ -145,6 +140,27 @@ func Load(cfg Config) (_ *Bypass, err error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// setVariables sets the programs' constants from cfg (checked): the
+// admission mark bits, the conntrack refresh timeouts, the options.
+func setVariables(spec *ebpf.CollectionSpec, cfg Config) error {
+	lo := cfg.AdmitMark & -cfg.AdmitMark
+	noUDP := uint32(0)
+	if cfg.NoUDP {
+		noUDP = 1
+	}
+	for name, v := range map[string]any{
+		bypassVarEzBpAdmitMark:    [2]uint32{lo, cfg.AdmitMark &^ lo},
+		bypassVarEzBpTcpTimeoutMs: uint32(cfg.TCPTimeout.Milliseconds()),
+		bypassVarEzBpUdpTimeoutMs: uint32(cfg.UDPTimeout.Milliseconds()),
+		bypassVarEzBpNoUdp:        noUDP,
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // loadObjects loads the programs and maps and checks the kernel has tcx,

@@ -23,16 +23,23 @@ type Options struct {
 	Required bool
 	// Off says why it does not run ("" while On).
 	Off string
+	// NoUDP leaves UDP on the kernel path (--bypass-udp=false): the
+	// bypass takes established TCP only.
+	NoUDP bool
+
+	udp bool // --bypass-udp
 }
 
 // Register adds the bypass's flags to f.
 func (o *Options) Register(f *pflag.FlagSet) {
 	f.BoolVar(&o.On, "bypass", true, "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; pinned with the datapath). It needs net.netfilter.nf_conntrack_tcp_be_liberal=1: by default the agent runs without it (and says why) on a node without that; --bypass=true makes it an error; --bypass=false removes it")
+	f.BoolVar(&o.udp, "bypass-udp", true, "the bridge bypass takes established UDP flows too; false leaves every UDP packet on the node's stack (counted as fallback reason udp_off)")
 }
 
 // Parse completes o once f is parsed.
 func (o *Options) Parse(f *pflag.FlagSet) {
 	o.Required = o.On && f.Changed("bypass")
+	o.NoUDP = !o.udp
 	if !o.On {
 		o.Off = "off (--bypass=false)"
 	}

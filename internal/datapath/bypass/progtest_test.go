@@ -20,7 +20,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -119,7 +121,7 @@ type lab struct {
 	ifx  map[string]int
 }
 
-func newLab(t *testing.T) *lab {
+func newLab(t *testing.T, opts ...Options) *lab {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("program tests load eBPF programs and make a netns: run go test as root")
@@ -131,12 +133,11 @@ func newLab(t *testing.T) *lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for v, ms := range map[string]uint32{"ez_bp_tcp_timeout_ms": tcpTimeoutMs, "ez_bp_udp_timeout_ms": udpTimeoutMs} {
-		if err := spec.Variables[v].Set(ms); err != nil {
-			t.Fatal(err)
-		}
+	cfg := Config{TCPTimeout: tcpTimeoutMs * time.Millisecond, UDPTimeout: udpTimeoutMs * time.Millisecond, AdmitMark: admitOrig | admitReply}
+	if len(opts) > 0 {
+		cfg.Options = opts[0]
 	}
-	if err := spec.Variables["ez_bp_admit_mark"].Set([2]uint32{admitOrig, admitReply}); err != nil {
+	if err := setVariables(spec, cfg); err != nil { // as Load sets them
 		t.Fatal(err)
 	}
 	if err := spec.LoadAndAssign(&l.objs, nil); err != nil {
@@ -829,6 +830,26 @@ func TestProgBypassLocal(t *testing.T) {
 			ct: []ctEntry{est(unix.IPPROTO_TCP, B6, B6, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
 	}
 	l.runCases(t, l.objs.EzBypass, "vethA", cases)
+}
+
+// TestProgBypassUDPOff: with --bypass-udp=false (Options.NoUDP, set on the
+// programs as Load sets it) an established, admitted UDP flow stays on the
+// kernel path, counted as udp_off; TCP is bypassed as before.
+func TestProgBypassUDPOff(t *testing.T) {
+	l := newLab(t, Options{NoUDP: true})
+	const A, B = "10.244.1.4", "10.244.1.5"
+	l2 := func(l3 []byte) []byte { return ether(podBMAC, podAMAC, 0x0800, l3) }
+	ctUDP := est(unix.IPPROTO_UDP, A, B, 40001, 53, admitOrig)
+	ctTCP := est(unix.IPPROTO_TCP, A, B, 40000, 8080, admitOrig)
+	l.runCases(t, l.objs.EzBypass, "vethA", []progCase{
+		{name: "udp replied and admitted: kernel path", pkt: l2(ip4(A, B, 64, unix.IPPROTO_UDP, 0, nil, udp(40001, 53, 32))), ct: []ctEntry{ctUDP},
+			ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_UDP_OFF)},
+		{name: "tcp still bypassed", pkt: l2(ip4(A, B, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 100))), ct: []ctEntry{ctTCP},
+			ret: tcActRedirect, count: bypassed(154, false), refreshed: 40000},
+	})
+	if !slices.Contains(CounterNames(), "fallback_udp_off") {
+		t.Errorf("no counter fallback_udp_off (eztunnel_bypass_fallbacks_total{reason=\"udp_off\"}): %v", CounterNames())
+	}
 }
 
 // TestProgBypassRemote: ez_bypass at a pod veth's ingress to another node's

@@ -92,6 +92,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- else if eq .Values.bypass "off" }}
 - --bypass=false
 {{- end }}
+{{- if not .Values.bypassUDP }}
+- --bypass-udp=false
+{{- end }}
 {{- if .Values.services.enabled }}
 - --services
 {{- end }}
