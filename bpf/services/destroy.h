@@ -26,9 +26,6 @@
 
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 
-/* Referenced so that BTF, and so bpf2go, carries the enum Go names. */
-const enum ez_svc_gone_flag ez_svc_gone_flag_enum __attribute__((unused));
-
 /* Whether one of sk's translations went to a backend that left, for flag. */
 static __always_inline int translated_to_gone(struct sock *sk, __u32 flag)
 {
@@ -81,8 +78,5 @@ static __always_inline void gone_sock_write(struct seq_file *seq, struct sock *s
 	}
 	bpf_seq_write(seq, &rec, sizeof(rec));
 }
-
-/* Referenced so that BTF, and so bpf2go, carries the record. */
-const struct ez_svc_gone_sock ez_svc_gone_sock_type __attribute__((unused));
 
 #endif

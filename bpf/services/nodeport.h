@@ -31,8 +31,6 @@ extern int bpf_ct_set_nat_info(struct nf_conn___init *nfct, union nf_inet_addr *
 extern void bpf_ct_set_timeout(struct nf_conn___init *nfct, __u32 timeout) __ksym;
 extern struct nf_conn *bpf_ct_insert_entry(struct nf_conn___init *nfct) __ksym;
 
-const enum ez_svc_np_flag ez_svc_np_flag_enum __attribute__((unused));
-
 #define EZ_NP_ETH_HLEN 14
 #define EZ_NP_CT_TIMEOUT_MS 60000	/* until the flow's packets refresh it (SYN_SENT's own is 120 s) */
 

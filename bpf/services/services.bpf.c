@@ -755,3 +755,9 @@ failed:
 	count(EZ_SVC_C_NP_CT_FAILED);
 	return TCX_NEXT;
 }
+
+/* Referenced so that BTF, and so bpf2go, carries the types of the helper
+ * headers Go reads. */
+const enum ez_svc_gone_flag ez_svc_gone_flag_enum __attribute__((unused));
+const struct ez_svc_gone_sock ez_svc_gone_sock_type __attribute__((unused));
+const enum ez_svc_np_flag ez_svc_np_flag_enum __attribute__((unused));

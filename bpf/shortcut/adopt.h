@@ -51,10 +51,6 @@
 /* Wait-queue entries looked at; more counts as a sleeper. */
 #define EZ_ADOPT_WQ_SCAN 8
 
-/* Set by the agent for the last pass of a round: whatever is not PAIRED is
- * aborted and handed back (a .bss variable, not pinned). */
-volatile __u32 ez_adopt_finish = 0;
-
 /* Callbacks an enrolled socket asks for (sockops.h uses the same set). */
 #define EZ_ADOPT_CB_FLAGS (BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG | \
 			   BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG)
@@ -381,11 +377,5 @@ cleanup:
 	if (es && adopting(es))
 		adopt_cleanup(tp, es);
 }
-
-/* Referenced so that BTF, and so bpf2go, carries the types the agent uses. */
-const struct ez_adopt_sock ez_adopt_sock_type __attribute__((unused));
-const enum ez_adopt_state ez_adopt_state_enum __attribute__((unused));
-const enum ez_adopt_busy ez_adopt_busy_enum __attribute__((unused));
-const enum ez_adopt_counter ez_adopt_counter_enum __attribute__((unused));
 
 #endif

@@ -20,8 +20,4 @@
 
 #define EZ_TCP_CLOSE 7
 
-/* Referenced so that BTF, and so bpf2go, carries the record and its flags. */
-const struct ez_conn_record ez_conn_record_type __attribute__((unused));
-const enum ez_sock_flags ez_sock_flags_enum __attribute__((unused));
-
 #endif

@@ -234,6 +234,10 @@ struct {
 volatile const __u32 ez_cfg_nr_splice = 0;
 volatile const __u32 ez_cfg_nr_sendfile = 0;
 
+/* Set by the agent for the last pass of an adoption round: whatever is not
+ * PAIRED is aborted and handed back (a .bss variable, not pinned). */
+volatile __u32 ez_adopt_finish = 0;
+
 /* Helpers (headers): they use the maps above. */
 #include "shortcut/control.h"
 #include "shortcut/egress.h"
@@ -876,3 +880,12 @@ const enum ez_reset_counter ez_reset_counter_enum __attribute__((unused));
 const enum ez_release_input ez_release_input_enum __attribute__((unused));
 const enum ez_release_result ez_release_result_enum __attribute__((unused));
 const enum ez_rx_flag ez_rx_flag_enum __attribute__((unused));
+
+/* Referenced so that BTF, and so bpf2go, carries the types of the helper
+ * headers Go reads. */
+const struct ez_conn_record ez_conn_record_type __attribute__((unused));
+const enum ez_sock_flags ez_sock_flags_enum __attribute__((unused));
+const struct ez_adopt_sock ez_adopt_sock_type __attribute__((unused));
+const enum ez_adopt_state ez_adopt_state_enum __attribute__((unused));
+const enum ez_adopt_busy ez_adopt_busy_enum __attribute__((unused));
+const enum ez_adopt_counter ez_adopt_counter_enum __attribute__((unused));

@@ -92,7 +92,7 @@ type Config struct {
 	MaxSlots     uint32 // backends of all frontends together, default 131072
 	// PinDir is the datapath's pin directory (<pin path>/<schema>): the
 	// maps are pinned in PinDir/services and the cgroup links under
-	// PinDir/links/services/<cgroup id>/<program>, so translated sockets
+	// PinDir/services/links/cgroup/<cgroup id>/<program>, so translated sockets
 	// keep their reverse translation (sk_storage) and the frontends stay
 	// while no agent runs. A later Load with the same PinDir reuses the
 	// maps and rebuilds its state from them; Attach updates the pinned
