@@ -13,6 +13,8 @@ import (
 type BPFMemory struct {
 	Maps     uint64 `json:"maps_bytes"`     // MapInfo.Memlock of every distinct map
 	Programs uint64 `json:"programs_bytes"` // ProgramInfo.Memlock of every distinct program
+	// MapBytes is Maps by map name (maps of one name added up).
+	MapBytes map[string]uint64 `json:"map_bytes"`
 }
 
 // MB is the total in MiB.
@@ -22,7 +24,7 @@ func (m BPFMemory) MB() float64 { return float64(m.Maps+m.Programs) / (1 << 20) 
 // BPF map and program pid holds an fd of. Each fd is duplicated with
 // pidfd_getfd and asked for its info (BPF_OBJ_GET_INFO_BY_FD).
 func ProcessBPFMemory(pid int) (BPFMemory, error) {
-	var mem BPFMemory
+	mem := BPFMemory{MapBytes: map[string]uint64{}}
 	pidfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		return mem, fmt.Errorf("pidfd_open %d: %w", pid, err)
@@ -48,7 +50,7 @@ func ProcessBPFMemory(pid int) (BPFMemory, error) {
 			continue // closed meanwhile
 		}
 		if target == "anon_inode:bpf-map" {
-			err = addMap(fd, seenMaps, &mem.Maps)
+			err = addMap(fd, seenMaps, &mem)
 		} else {
 			err = addProgram(fd, seenProgs, &mem.Programs)
 		}
@@ -59,7 +61,7 @@ func ProcessBPFMemory(pid int) (BPFMemory, error) {
 	return mem, nil
 }
 
-func addMap(fd int, seen map[ebpf.MapID]bool, total *uint64) error {
+func addMap(fd int, seen map[ebpf.MapID]bool, mem *BPFMemory) error {
 	m, err := ebpf.NewMapFromFD(fd) // owns fd
 	if err != nil {
 		return fmt.Errorf("bpf map fd: %w", err)
@@ -71,7 +73,10 @@ func addMap(fd int, seen map[ebpf.MapID]bool, total *uint64) error {
 	}
 	id, _ := info.ID()
 	n, _ := info.Memlock()
-	addOnce(id, n, seen, total)
+	if !seen[id] {
+		mem.MapBytes[info.Name] += n
+	}
+	addOnce(id, n, seen, &mem.Maps)
 	return nil
 }
 

@@ -1,14 +1,18 @@
 package quick
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +22,7 @@ import (
 	"github.com/eztunnel/eztunnel/lab/netlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // MemoryOptions configures `eztunnel bench memory`.
@@ -35,6 +40,8 @@ type MemorySample struct {
 	AgentRSS    uint64 `json:"agent_rss_bytes"`
 	MapMemlock  uint64 `json:"bpf_map_bytes"`  // MapInfo.Memlock of every BPF map the agent holds
 	ProgMemlock uint64 `json:"bpf_prog_bytes"` // ProgramInfo.Memlock of its BPF programs
+	// MapBytes: MapMemlock by map (the kernel's name: 15 characters).
+	MapBytes map[string]uint64 `json:"bpf_map_bytes_by_map"`
 }
 
 // Memory runs the agent as `eztunnel run` on a lab node and reports its RSS
@@ -43,6 +50,14 @@ type MemorySample struct {
 func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) {
 	if o.Conns < 1 {
 		return fmt.Errorf("--conns %d must be at least 1", o.Conns)
+	}
+	if o.Conns > maxHeldConns {
+		return fmt.Errorf("--conns %d: one client address to one server port holds at most %d connections (the ephemeral ports 1024-65535)", o.Conns, maxHeldConns)
+	}
+	// Every process of the run (the agent, the server, the holder)
+	// inherits this process's limit: each needs a descriptor per connection.
+	if err := raiseNofile(uint64(o.Conns) + 256); err != nil {
+		return fmt.Errorf("--conns %d: %w", o.Conns, err)
 	}
 	if err := netlab.Sweep(); err != nil {
 		fmt.Fprintln(o.Log, "sweeping leftovers:", err)
@@ -89,7 +104,10 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	agentReady := filepath.Join(tmp, "agent")
-	agent := sysexec.Command(ctx, o.Agent, "run", "--cgroup", lab.Managed, "--pin-path", cfg.PinRoot, "--ready-file", agentReady)
+	// Two sockhash entries per connection; the default holds 65,536.
+	maxSockets := max(cfg.MaxSockets, uint32(2*o.Conns+1024))
+	agent := sysexec.Command(ctx, o.Agent, "run", "--cgroup", lab.Managed, "--pin-path", cfg.PinRoot, "--ready-file", agentReady,
+		"--max-sockets", strconv.Itoa(int(maxSockets)))
 	agent.Stderr = o.Log
 	if err := agent.Start(); err != nil {
 		return err
@@ -109,6 +127,10 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 		return err
 	}
 	defer srv.Stop()
+	// The client's ephemeral ports: all of them for one server port.
+	if err := a.Sysctl("net.ipv4.ip_local_port_range", "1024 65535"); err != nil {
+		return err
+	}
 	holdReady := filepath.Join(tmp, "hold")
 	fmt.Fprintf(o.Log, "opening %d connections\n", o.Conns)
 	hold := a.Cmd(ctx, o.Exe, "workload", "hold", "--addr", net.JoinHostPort(b.IPv4.String(), "7000"),
@@ -117,8 +139,12 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 	if err := a.Start(hold); err != nil {
 		return err
 	}
-	defer hold.Wait()
-	if err := workload.WaitReady(ctx, holdReady, 5*time.Minute, nil); err != nil {
+	held := make(chan struct{})
+	go func() { hold.Wait(); close(held) }()
+	defer func() { cancel(); <-held }()
+	// A holder that fails (a connect refused, out of descriptors) exits:
+	// the wait ends then, with its log above, not after the timeout.
+	if err := workload.WaitReady(ctx, holdReady, 5*time.Minute, held); err != nil {
 		return fmt.Errorf("hold: %w", err)
 	}
 	time.Sleep(time.Second) // let the server's side settle
@@ -130,6 +156,39 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 	printMemory(stdout, idle, loaded)
 	if loaded.Pairs < uint64(o.Conns) {
 		return fmt.Errorf("only %d of %d connections were accelerated", loaded.Pairs, o.Conns)
+	}
+	return nil
+}
+
+// maxHeldConns is what one client address holds to one server port: the
+// ephemeral ports 1024-65535 (the holder's pod is given them all).
+const maxHeldConns = 65535 - 1024 + 1
+
+// raiseNofile raises this process's RLIMIT_NOFILE (soft and hard) to at
+// least n, within fs.nr_open, so that the processes it starts may open n
+// descriptors; an error names the limit that stops it.
+func raiseNofile(n uint64) error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur >= n && lim.Max >= n {
+		return nil
+	}
+	b, err := os.ReadFile("/proc/sys/fs/nr_open")
+	if err != nil {
+		return err
+	}
+	nrOpen, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return fmt.Errorf("fs.nr_open: %w", err)
+	}
+	if n > nrOpen {
+		return fmt.Errorf("needs %d open files per process, above fs.nr_open (%d)", n, nrOpen)
+	}
+	want := unix.Rlimit{Cur: n, Max: max(lim.Max, n)}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &want); err != nil {
+		return fmt.Errorf("raise RLIMIT_NOFILE from %d/%d to %d (it needs CAP_SYS_RESOURCE): %w", lim.Cur, lim.Max, n, err)
 	}
 	return nil
 }
@@ -150,7 +209,7 @@ func sampleMemory(pid int, cfg datapath.Config, conns int) (MemorySample, error)
 		return s, err
 	}
 	mem, err := bench.ProcessBPFMemory(pid)
-	s.MapMemlock, s.ProgMemlock = mem.Maps, mem.Programs
+	s.MapMemlock, s.ProgMemlock, s.MapBytes = mem.Maps, mem.Programs, mem.MapBytes
 	return s, err
 }
 
@@ -176,6 +235,15 @@ func printMemory(w io.Writer, idle, loaded MemorySample) {
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t\n", s.Conns, s.Pairs, mb(s.AgentRSS), mb(s.MapMemlock), mb2(s.ProgMemlock), mb(s.total()))
 	}
 	tw.Flush()
+	// Where the map memory goes: every map of at least 1% of it, largest first.
+	names := slices.Collect(maps.Keys(loaded.MapBytes))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(loaded.MapBytes[b], loaded.MapBytes[a]) })
+	fmt.Fprintf(w, "\nBPF maps with %d connections, largest first (MB; idle in brackets):\n", loaded.Conns)
+	for _, n := range names {
+		if b := loaded.MapBytes[n]; b*100 >= loaded.MapMemlock {
+			fmt.Fprintf(w, "  %-16s %6s (%s)\n", n, mb2(b), mb2(idle.MapBytes[n]))
+		}
+	}
 	total := loaded.total()
 	verdict := "PASS"
 	if total >= 25<<20 {
