@@ -218,10 +218,16 @@ func TestChartLeastPrivilege(t *testing.T) {
 	// Downward API.
 	env := map[string]any{}
 	for _, e := range c["env"].([]any) {
+		if v, ok := e.(obj)["value"]; ok {
+			env[e.(obj)["name"].(string)] = v
+			continue
+		}
 		env[e.(obj)["name"].(string)] = get(e, "valueFrom", "fieldRef", "fieldPath")
 	}
+	// The downward API, and the places exec'd commands read (cmd/eztunnel/layout.go).
 	wantEnv := map[string]any{"NODE_NAME": "spec.nodeName", "POD_NAME": "metadata.name",
-		"POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"}
+		"POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid",
+		"EZTUNNEL_PIN_PATH": "/sys/fs/bpf/eztunnel", "EZTUNNEL_RUN_DIR": "/run/eztunnel", "EZTUNNEL_LOCK_FILE": "/run/eztunnel/agent.lock"}
 	if !reflect.DeepEqual(env, wantEnv) {
 		t.Errorf("env %v, want %v", env, wantEnv)
 	}

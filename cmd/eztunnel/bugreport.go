@@ -31,6 +31,16 @@ func bugreportCmd() *cobra.Command {
 		Short: "Write one .tar.gz to attach to an issue: version, preflight, status, connections, the agent's recent log, pinned objects, kernel settings (changes nothing)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "-" {
+				// In a pod whose root is read-only: `kubectl exec ... --
+				// eztunnel bugreport -f - > report.tar.gz`.
+				files, err := writeBugreport(cmd.OutOrStdout(), cfg, lockFile)
+				if err != nil {
+					return fmt.Errorf("bugreport: %w", err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "bugreport: %s\n", strings.Join(files, ", "))
+				return nil
+			}
 			if out == "" {
 				host, _ := os.Hostname()
 				out = fmt.Sprintf("eztunnel-bugreport-%s-%s.tar.gz", host, time.Now().UTC().Format("20060102T150405Z"))
@@ -51,7 +61,7 @@ func bugreportCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&out, "file", "f", "", "the archive to write (default: eztunnel-bugreport-<host>-<time>.tar.gz here; never overwritten)")
+	cmd.Flags().StringVarP(&out, "file", "f", "", "the archive to write (default: eztunnel-bugreport-<host>-<time>.tar.gz here; never overwritten); - writes it to standard output")
 	layoutFlags(cmd.Flags(), &cfg, &lockFile)
 	return cmd
 }

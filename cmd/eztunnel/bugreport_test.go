@@ -62,3 +62,35 @@ func TestBugreport(t *testing.T) {
 		t.Errorf("errors.txt does not say the agent's log is missing: %q", got["errors.txt"])
 	}
 }
+
+// TestBugreportStdout: -f - streams the archive to standard output (a pod's
+// read-only root) and names its files on standard error.
+func TestBugreportStdout(t *testing.T) {
+	cmd := bugreportCmd()
+	var out, errb bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	cmd.SetArgs([]string{"-f", "-", "--pin-path", filepath.Join("/sys/fs/bpf", "eztest-bugreport-none"), "--lock-file", filepath.Join(t.TempDir(), "agent.lock")})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	gz, err := gzip.NewReader(&out)
+	if err != nil {
+		t.Fatalf("stdout is not the archive: %v", err)
+	}
+	tr := tar.NewReader(gz)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+	}
+	if len(names) == 0 || !strings.Contains(errb.String(), "version.json") {
+		t.Errorf("archive %v, stderr %q", names, errb.String())
+	}
+}

@@ -37,7 +37,7 @@ func connectionsCmd() *cobra.Command {
 		},
 	}
 	cli.OutputFlag(cmd, &output)
-	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
+	layoutFlags(cmd.Flags(), &cfg, nil)
 	return cmd
 }
 

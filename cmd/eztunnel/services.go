@@ -44,7 +44,7 @@ func servicesCmd() *cobra.Command {
 		},
 	}
 	cli.OutputFlag(cmd, &output)
-	cmd.Flags().StringVar(&cfg.PinRoot, "pin-path", cfg.PinRoot, "bpffs directory of the pinned datapath")
+	layoutFlags(cmd.Flags(), &cfg, nil)
 	return cmd
 }
 
