@@ -90,7 +90,7 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 		return nil, fmt.Errorf("read the agent's parts report: %w", err)
 	}
 	if rep.Bypass == nil {
-		rep.BypassOff = "not running (off with --bypass=false)"
+		rep.BypassOff = "not running (off with --bypass=off)"
 		var bc bypass.Config
 		if err := bypass.Check(&bc); err != nil {
 			rep.BypassOff = "not running: " + err.Error()

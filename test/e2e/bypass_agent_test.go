@@ -429,7 +429,7 @@ func TestBypassAgent(t *testing.T) {
 			t.Errorf("--bypass=false: status shows a pinned bypass: %v", b)
 		}
 		m := scrapeWith(t, mc, bpMetricsAddr)
-		if v, ok := m[`eztunnel_bypass_enabled{reason="off (--bypass=false)"}`]; !ok || v != 0 {
+		if v, ok := m[`eztunnel_bypass_enabled{reason="off (--bypass=off)"}`]; !ok || v != 0 {
 			t.Errorf("--bypass=false: eztunnel_bypass_enabled %v (exported %v), want 0 with the reason", v, ok)
 		}
 		if !strings.Contains(ag.logs.String(), "removed the bridge bypass an earlier agent pinned") {

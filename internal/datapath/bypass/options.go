@@ -27,21 +27,52 @@ type Options struct {
 	// bypass takes established TCP only.
 	NoUDP bool
 
-	udp bool // --bypass-udp
+	mode mode // --bypass
+	udp  bool // --bypass-udp
+}
+
+// mode is --bypass: auto (the default: on where the node allows it), on
+// (required: a node or kernel that cannot run it is an error), off (not
+// attached; a pinned one removed). true and false are on and off; the flag
+// alone is on.
+type mode string
+
+const (
+	modeAuto mode = "auto"
+	modeOn   mode = "on"
+	modeOff  mode = "off"
+)
+
+func (m *mode) String() string { return string(*m) }
+func (m *mode) Type() string   { return "auto|on|off" }
+func (m *mode) Set(v string) error {
+	switch v {
+	case "auto":
+		*m = modeAuto
+	case "on", "true":
+		*m = modeOn
+	case "off", "false":
+		*m = modeOff
+	default:
+		return fmt.Errorf("%q: want auto, on or off", v)
+	}
+	return nil
 }
 
 // Register adds the bypass's flags to f.
 func (o *Options) Register(f *pflag.FlagSet) {
-	f.BoolVar(&o.On, "bypass", true, "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; pinned with the datapath). It needs net.netfilter.nf_conntrack_tcp_be_liberal=1: by default the agent runs without it (and says why) on a node without that; --bypass=true makes it an error; --bypass=false removes it")
+	o.mode = modeAuto
+	f.Var(&o.mode, "bypass", "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; pinned with the datapath). It needs net.netfilter.nf_conntrack_tcp_be_liberal=1. auto: on where the node allows it, else off with the reason logged; on: a node or kernel that cannot run it is an error; off: not attached, a pinned one removed (true and false: on and off)")
+	f.Lookup("bypass").NoOptDefVal = string(modeOn)
 	f.BoolVar(&o.udp, "bypass-udp", true, "the bridge bypass takes established UDP flows too; false leaves every UDP packet on the node's stack (counted as fallback reason udp_off)")
 }
 
-// Parse completes o once f is parsed.
+// Parse completes o once f is parsed (f: the flags Register added to).
 func (o *Options) Parse(f *pflag.FlagSet) {
-	o.Required = o.On && f.Changed("bypass")
+	o.On, o.Required = o.mode != modeOff, o.mode == modeOn
 	o.NoUDP = !o.udp
 	if !o.On {
-		o.Off = "off (--bypass=false)"
+		o.Off = "off (--bypass=off)"
 	}
 }
 
@@ -57,7 +88,7 @@ func (o *Options) CheckNode() error {
 		if !errors.As(err, &unmet) || o.Required {
 			return fmt.Errorf("--bypass: %w", err)
 		}
-		slog.Warn("running without the bridge bypass (on by default where the node allows it; --bypass=false silences this)", "reason", err.Error())
+		slog.Warn("running without the bridge bypass (--bypass=auto: on where the node allows it; --bypass=off silences this)", "reason", err.Error())
 		o.On, o.Off = false, err.Error()
 	}
 	return nil

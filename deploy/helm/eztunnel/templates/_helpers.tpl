@@ -87,11 +87,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- with .Values.traffic.excludeCIDRs }}
 - --exclude-cidrs={{ join "," . }}
 {{- end }}
-{{- if eq .Values.bypass "on" }}
-- --bypass=true
-{{- else if eq .Values.bypass "off" }}
-- --bypass=false
-{{- end }}
+- --bypass={{ .Values.bypass }}
 {{- if not .Values.bypassUDP }}
 - --bypass-udp=false
 {{- end }}
