@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 )
 
@@ -322,6 +325,33 @@ func TestChartBadValues(t *testing.T) {
 		_, err := helm(t, "template", "eztunnel", chartDir, "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--set %s: %v, want an error naming %q", set, err, want)
+		}
+	}
+}
+
+// TestChartSizesAsTheAgent: the schema accepts a map size or unread bound
+// exactly when the agent does (shortcut.Config.Validate), at and around
+// every boundary: a value the agent would refuse on every node fails at
+// helm install instead.
+func TestChartSizesAsTheAgent(t *testing.T) {
+	def := datapath.DefaultConfig().Config
+	for _, c := range []struct {
+		value string
+		set   func(*shortcut.Config, uint32)
+		at    []int64
+	}{
+		{"maxSockets", func(c *shortcut.Config, v uint32) { c.MaxSockets = v }, []int64{0, 1, 2, 3, 1 << 24, 1<<24 + 1}},
+		{"maxPairs", func(c *shortcut.Config, v uint32) { c.MaxPairs = v }, []int64{0, 1, 2, 1 << 24, 1<<24 + 1}},
+		{"maxUnread", func(c *shortcut.Config, v uint32) { c.MaxUnread = v }, []int64{0, 1, 1000, shortcut.MinMaxUnread - 1, shortcut.MinMaxUnread, shortcut.MaxMaxUnread, shortcut.MaxMaxUnread + 1}},
+	} {
+		for _, v := range c.at {
+			cfg := def
+			c.set(&cfg, uint32(v))
+			agentOK := cfg.Validate() == nil
+			_, err := helm(t, "template", "eztunnel", chartDir, "--set", fmt.Sprintf("%s=%d", c.value, v))
+			if chartOK := err == nil; chartOK != agentOK {
+				t.Errorf("%s=%d: the chart accepts it %v, the agent %v (%v)", c.value, v, chartOK, agentOK, err)
+			}
 		}
 	}
 }
