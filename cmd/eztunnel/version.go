@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -101,7 +100,7 @@ func versionCmd() *cobra.Command {
 				return err
 			}
 			return cli.Render(output, r, func() {
-				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintf(w, "version\t%s\n", r.Version)
 				if r.Commit != "" {
 					fmt.Fprintf(w, "commit\t%s (modified %v)\n", r.Commit, r.Modified)
