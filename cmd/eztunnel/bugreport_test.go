@@ -25,22 +25,7 @@ func TestBugreport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gz, err := gzip.NewReader(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	got := map[string][]byte{}
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		got[strings.TrimPrefix(h.Name, "eztunnel-bugreport/")] = b
-	}
+	got := readArchive(t, &buf)
 	if len(got) != len(names) {
 		t.Errorf("archive holds %d files, reported %v", len(got), names)
 	}
@@ -74,23 +59,30 @@ func TestBugreportStdout(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	gz, err := gzip.NewReader(&out)
+	names := readArchive(t, &out)
+	if names["version.json"] == nil || !strings.Contains(errb.String(), "version.json") {
+		t.Errorf("archive %v, stderr %q", names, errb.String())
+	}
+}
+
+// readArchive reads a bugreport archive: its files by name, without the
+// eztunnel-bugreport/ prefix.
+func readArchive(t *testing.T, r io.Reader) map[string][]byte {
+	t.Helper()
+	gz, err := gzip.NewReader(r)
 	if err != nil {
-		t.Fatalf("stdout is not the archive: %v", err)
+		t.Fatalf("not a gzip archive: %v", err)
 	}
 	tr := tar.NewReader(gz)
-	var names []string
+	got := map[string][]byte{}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
+			return got
+		} else if err != nil {
 			t.Fatal(err)
 		}
-		names = append(names, h.Name)
-	}
-	if len(names) == 0 || !strings.Contains(errb.String(), "version.json") {
-		t.Errorf("archive %v, stderr %q", names, errb.String())
+		b, _ := io.ReadAll(tr)
+		got[strings.TrimPrefix(h.Name, "eztunnel-bugreport/")] = b
 	}
 }
