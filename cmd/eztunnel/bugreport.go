@@ -99,7 +99,7 @@ func writeBugreport(w io.Writer, cfg datapath.Config, lockFile string) ([]string
 		problems = append(problems, "remove memlock limit: "+err.Error())
 	}
 	v, verr := readVersion(cfg, lockFile)
-	st, serr := readStatus(cfg)
+	st, serr := readStatus(cfg, lockFile)
 	conns, cerr := datapath.Connections(cfg)
 	summary := map[string]any{"total": len(conns)}
 	if len(conns) > 1000 {

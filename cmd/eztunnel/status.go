@@ -1,16 +1,18 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
@@ -34,11 +36,15 @@ type statusReport struct {
 	// Parts is what the last agent of this datapath reported running, and
 	// why each other part does not; nil: no agent has reported since boot.
 	Parts *parts.Report `json:"parts"`
+	// Agent is the agent holding the datapath's lock now; nil: none runs
+	// (the datapath keeps working pinned). Lock is that lock file.
+	Agent *runningAgent `json:"agent"`
+	Lock  string        `json:"lock"`
 }
 
 func statusCmd() *cobra.Command {
 	cfg := datapath.DefaultConfig()
-	var output string
+	var output, lockFile string
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Print the datapath's counters, map fill levels and pinned links (works without a running agent)",
@@ -47,19 +53,19 @@ func statusCmd() *cobra.Command {
 			if err := cli.CheckOutput(output); err != nil {
 				return err
 			}
-			rep, err := readStatus(cfg)
+			rep, err := readStatus(cfg, lockFile)
 			if err != nil {
 				return err
 			}
-			return cli.Render(output, rep, func() { printStatus(rep) })
+			return cli.Render(output, rep, func() { printStatus(cmd.OutOrStdout(), rep) })
 		},
 	}
 	cli.OutputFlag(cmd, &output)
-	layoutFlags(cmd.Flags(), &cfg, nil)
+	layoutFlags(cmd.Flags(), &cfg, &lockFile)
 	return cmd
 }
 
-func readStatus(cfg datapath.Config) (*statusReport, error) {
+func readStatus(cfg datapath.Config, lockFile string) (*statusReport, error) {
 	p, err := datapath.OpenPinned(cfg)
 	if err != nil {
 		return nil, err
@@ -89,6 +95,16 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 	} else if !errors.Is(err, parts.ErrNoReport) {
 		return nil, fmt.Errorf("read the agent's parts report: %w", err)
 	}
+	rep.Lock = lockFile
+	if rep.Lock == "" {
+		rep.Lock = cfg.Layout().Lock()
+	}
+	switch rec, err := agentlock.HolderRecord(rep.Lock); {
+	case err == nil:
+		rep.Agent = &runningAgent{Holder: rec.Holder, PID: rec.PID, Version: rec.Version}
+	case !errors.Is(err, agentlock.ErrNoAgent):
+		return nil, fmt.Errorf("lock %s: %w", rep.Lock, err)
+	}
 	if rep.Bypass == nil {
 		rep.BypassOff = "not running (off with --bypass=off)"
 		var bc bypass.Config
@@ -99,9 +115,14 @@ func readStatus(cfg datapath.Config) (*statusReport, error) {
 	return rep, nil
 }
 
-func printStatus(rep *statusReport) {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+func printStatus(out io.Writer, rep *statusReport) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "datapath\t%s (schema %s)\n", rep.Pins, rep.Schema)
+	if a := rep.Agent; a != nil {
+		fmt.Fprintf(w, "agent\trunning: %s, pid %d, version %s (lock %s)\n", a.Holder, a.PID, cmp.Or(a.Version, "unknown"), rep.Lock)
+	} else {
+		fmt.Fprintf(w, "agent\tnone: the pinned datapath works on its own (lock %s free)\n", rep.Lock)
+	}
 	if rep.Parts != nil {
 		fmt.Fprintf(w, "kernel\t%s\n", rep.Parts.Kernel)
 		for _, s := range rep.Parts.Sorted() {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,9 @@ func TestRunDirMoved(t *testing.T) {
 	if err != nil || !strings.Contains(out, "shortcut") || !strings.Contains(out, "runs") {
 		t.Errorf("status --run-dir does not show the agent's parts: %v\n%s", err, out)
 	}
+	if want := fmt.Sprintf("pid %d, version e2e-build (lock %s)", a.cmd.Process.Pid, moved.Lock()); !strings.Contains(out, want) {
+		t.Errorf("status does not name the running agent (%q):\n%s", want, out)
+	}
 	file := filepath.Join(t.TempDir(), "br.tar.gz")
 	if out, err := eztunnel(context.Background(), "bugreport", "--pin-path", pin, "--run-dir", dir, "-f", file); err != nil {
 		t.Fatalf("bugreport: %v\n%s", err, out)
@@ -49,6 +53,9 @@ func TestRunDirMoved(t *testing.T) {
 	}
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	a.cmd.Wait()
+	if out, err := eztunnel(context.Background(), "status", "--pin-path", pin, "--run-dir", dir); err != nil || !strings.Contains(out, "agent  ") || !strings.Contains(out, "none: the pinned datapath works on its own") {
+		t.Errorf("status with the agent stopped: %v\n%s", err, out)
+	}
 	if out, err := eztunnel(context.Background(), "uninstall", "--pin-path", pin, "--run-dir", dir); err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out)
 	}
