@@ -4,6 +4,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/cli"
+	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
 // version and commit are set by the Makefile (-ldflags -X main.version=...
@@ -25,8 +27,33 @@ func main() {
 	agentlock.Version = buildVersion().Version
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "eztunnel:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// Exit codes (README, "Exit codes").
+const (
+	exitError        = 1 // any other failure
+	exitUsage        = 2 // a command line the command cannot run (flags, arguments)
+	exitNotInstalled = 3 // no datapath is pinned where the command looked (--pin-path)
+	exitNotPermitted = 4 // the kernel refused an operation: not root, a capability missing
+	exitPartial      = 5 // done in part: uninstall left the datapath pinned; run it again
+)
+
+// exitCode is the exit code of err.
+func exitCode(err error) int {
+	var usage cli.UsageError
+	switch {
+	case errors.As(err, &usage):
+		return exitUsage
+	case errors.Is(err, datapath.ErrNotInstalled):
+		return exitNotInstalled
+	case errors.Is(err, datapath.ErrPartial):
+		return exitPartial
+	case errors.Is(err, os.ErrPermission):
+		return exitNotPermitted
+	}
+	return exitError
 }
 
 func newRoot() *cobra.Command {

@@ -52,5 +52,30 @@ func Root(use, short, long, version string, cmds ...*cobra.Command) *cobra.Comma
 	}
 	logs.register(root.PersistentFlags())
 	root.AddCommand(cmds...)
+	markUsage(root)
 	return root
+}
+
+// UsageError is a command line the command cannot run: an unknown flag, a
+// value that does not parse, arguments it does not take.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// markUsage makes the flag and argument errors of cmd and its subcommands
+// UsageErrors.
+func markUsage(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return UsageError{err} })
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return UsageError{err}
+			}
+			return nil
+		}
+	}
+	for _, c := range cmd.Commands() {
+		markUsage(c)
+	}
 }

@@ -47,6 +47,8 @@ type (
 var (
 	// ErrNotInstalled means no datapath is pinned under the configured path.
 	ErrNotInstalled = shortcut.ErrNotInstalled
+	// ErrPartial: an uninstall stopped part way; rerun it.
+	ErrPartial = shortcut.ErrPartial
 	// FillNames are the maps Pinned.ReadFill reports, in display order.
 	FillNames = shortcut.FillNames
 )

@@ -94,7 +94,7 @@ func drainSockets(dir string, sockets *ebpf.Map, drain time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d sockets still hold redirected bytes their applications have not read after %s; enrolment is stopped and nothing more is redirected; the datapath stays pinned in %s: rerun uninstall", n, drain, dir)
+			return fmt.Errorf("%w: %d sockets still hold redirected bytes their applications have not read after %s; enrolment is stopped and nothing more is redirected; the datapath stays pinned in %s: rerun uninstall", ErrPartial, n, drain, dir)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

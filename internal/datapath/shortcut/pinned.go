@@ -12,6 +12,11 @@ import (
 // ErrNotInstalled means no datapath is pinned under the configured path.
 var ErrNotInstalled = errors.New("no eztunnel datapath is installed")
 
+// ErrPartial means an uninstall stopped part way (applications had not read
+// what was redirected to them within the drain time): the datapath stays
+// pinned, enrolment stopped; running it again finishes it.
+var ErrPartial = errors.New("uninstall not finished")
+
 // Pinned is a read-only view of an installed datapath, usable while no agent runs.
 type Pinned struct {
 	Counters *ebpf.Map
