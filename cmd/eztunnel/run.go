@@ -118,6 +118,8 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	if rc.adoptIvl < 0 {
 		return fmt.Errorf("--adopt-interval %s must not be negative", rc.adoptIvl)
 	}
+	stopLevels := followLogLevel(rc.dp.Layout().LogLevel())
+	defer stopLevels()
 	// The last MiB of the log, for `eztunnel bugreport` on the node. An
 	// agent that stops before installing anything takes a new file away.
 	logPath := rc.dp.Layout().Log()

@@ -19,13 +19,30 @@ func (l *logFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn or error")
 }
 
+// level is the log level of the handlers the flags build: --log-level,
+// changed at run time by SetLogLevel.
+var level slog.LevelVar
+
+// SetLogLevel changes the log level of the default logger while it runs.
+func SetLogLevel(l slog.Level) { level.Set(l) }
+
+// ParseLogLevel is a level's name as --log-level takes it.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("log level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
 // handler builds the slog handler the flags ask for, writing to w.
 func (l *logFlags) handler(w io.Writer) (slog.Handler, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+	lv, err := ParseLogLevel(l.level)
+	if err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	level.Set(lv)
+	opts := &slog.HandlerOptions{Level: &level}
 	switch strings.ToLower(l.format) {
 	case "text":
 		return slog.NewTextHandler(w, opts), nil

@@ -49,6 +49,10 @@ func (l Layout) Report() string { return filepath.Join(l.runDir(), l.pinName()+"
 // Log is the agent's recent log (internal/agentlog), for `eztunnel bugreport`.
 func (l Layout) Log() string { return filepath.Join(l.runDir(), l.pinName()+".log") }
 
+// LogLevel is the log level `eztunnel log-level` asks the agent for (it
+// reads it on SIGUSR2).
+func (l Layout) LogLevel() string { return filepath.Join(l.runDir(), l.pinName()+".loglevel") }
+
 func (l Layout) runDir() string {
 	if l.RunDir == "" {
 		return DefaultRunDir

@@ -14,6 +14,7 @@ func TestNames(t *testing.T) {
 		{lab.Lock(), "/run/eztunnel/agent-sys_fs_bpf_lab-x.lock"},
 		{def.Report(), "/run/eztunnel/sys_fs_bpf_eztunnel_v2.parts.json"},
 		{def.Log(), "/run/eztunnel/sys_fs_bpf_eztunnel_v2.log"},
+		{def.LogLevel(), "/run/eztunnel/sys_fs_bpf_eztunnel_v2.loglevel"},
 		{moved.Lock(), "/var/run/ez/agent.lock"},
 		{moved.Report(), "/var/run/ez/sys_fs_bpf_eztunnel_v2.parts.json"},
 		{moved.Log(), "/var/run/ez/sys_fs_bpf_eztunnel_v2.log"},

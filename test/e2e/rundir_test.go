@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/eztunnel/eztunnel/internal/nodelayout"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
@@ -43,6 +44,19 @@ func TestRunDirMoved(t *testing.T) {
 	if want := fmt.Sprintf("pid %d, version e2e-build (lock %s)", a.cmd.Process.Pid, moved.Lock()); !strings.Contains(out, want) {
 		t.Errorf("status does not name the running agent (%q):\n%s", want, out)
 	}
+	// The log level while the agent runs: `eztunnel log-level` writes it
+	// in --run-dir and signals the lock's holder.
+	if out, err := eztunnel(context.Background(), "log-level", "debug", "--pin-path", pin, "--run-dir", dir); err != nil {
+		t.Fatalf("log-level: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(scaled(5 * time.Second)); !strings.Contains(a.logs.String(), `msg="log level changed" level=DEBUG`); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not take the log level:\n%s", a.logs.String())
+		}
+	}
+	if _, err := os.Stat(moved.LogLevel()); err != nil {
+		t.Errorf("the level is not in --run-dir: %v", err)
+	}
 	file := filepath.Join(t.TempDir(), "br.tar.gz")
 	if out, err := eztunnel(context.Background(), "bugreport", "--pin-path", pin, "--run-dir", dir, "-f", file); err != nil {
 		t.Fatalf("bugreport: %v\n%s", err, out)
@@ -59,7 +73,7 @@ func TestRunDirMoved(t *testing.T) {
 	if out, err := eztunnel(context.Background(), "uninstall", "--pin-path", pin, "--run-dir", dir); err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out)
 	}
-	for _, f := range []string{moved.Report(), moved.Log()} {
+	for _, f := range []string{moved.Report(), moved.Log(), moved.LogLevel()} {
 		if _, err := os.Stat(f); !os.IsNotExist(err) {
 			t.Errorf("uninstall --run-dir left %s (err %v)", f, err)
 		}
