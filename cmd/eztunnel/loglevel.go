@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -33,9 +34,13 @@ func logLevelCmd() *cobra.Command {
 			if lockFile == "" {
 				lockFile = cfg.Layout().Lock()
 			}
-			pid, err := agentlock.HolderPID(lockFile)
+			rec, err := agentlock.HolderRecord(lockFile)
 			if err != nil {
 				return fmt.Errorf("lock %s: %w", lockFile, err)
+			}
+			pid := rec.PID
+			if !slices.Contains(strings.Fields(rec.Signals), "SIGUSR2") || pid == 0 {
+				return fmt.Errorf("the lock's holder (%s, version %q) does not take SIGUSR2: an agent older than log-level, or not an agent; nothing sent", rec.Holder, rec.Version)
 			}
 			if err := os.WriteFile(cfg.Layout().LogLevel(), []byte(args[0]+"\n"), 0o644); err != nil {
 				return err

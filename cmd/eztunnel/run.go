@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/eztunnel/eztunnel/internal/agent"
+	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/agentlog"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
@@ -120,6 +121,7 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	}
 	stopLevels := followLogLevel(rc.dp.Layout().LogLevel())
 	defer stopLevels()
+	agentlock.Signals = "SIGUSR1 SIGUSR2" // adoption (internal/agent), log level (followLogLevel)
 	// The last MiB of the log, for `eztunnel bugreport` on the node. An
 	// agent that stops before installing anything takes a new file away.
 	logPath := rc.dp.Layout().Log()

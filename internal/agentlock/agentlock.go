@@ -91,6 +91,9 @@ func Acquire(path, who string, takeover bool, wait time.Duration) (*Lock, error)
 			if Version != "" {
 				rec += versionPrefix + Version + "\n"
 			}
+			if Signals != "" {
+				rec += signalsPrefix + Signals + "\n"
+			}
 			if from != "" {
 				rec += tookOverPrefix + from + "\n"
 			}
@@ -296,11 +299,20 @@ var Version string
 
 const versionPrefix = "version "
 
+// Signals names the signals this process takes as requests (the agent:
+// SIGUSR1 adoption, SIGUSR2 log level), written into the lock it takes so a
+// command signals only a holder that takes them (the default action of
+// SIGUSR2 ends a process). Set by the agent before it takes the lock.
+var Signals string
+
+const signalsPrefix = "signals "
+
 // Record is what the holder of a lock wrote into it.
 type Record struct {
 	Holder  string // who (the first line)
 	PID     int    // 0: none written
 	Version string // "": an agent older than the field
+	Signals string // "": none (or an agent older than the field)
 }
 
 // HolderRecord reads the record of the process holding the lock at path,
@@ -313,7 +325,7 @@ func HolderRecord(path string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	r := Record{Holder: holderOf(b), Version: field(b, versionPrefix)}
+	r := Record{Holder: holderOf(b), Version: field(b, versionPrefix), Signals: field(b, signalsPrefix)}
 	pid, _, _ := strings.Cut(field(b, "pid "), " ")
 	if n, err := strconv.Atoi(pid); err == nil && n > 0 {
 		r.PID = n
