@@ -289,7 +289,7 @@ func buildVariant(t *testing.T) string {
 	if out, err := cp.CombinedOutput(); err != nil {
 		t.Fatalf("copy tree: %v\n%s", err, out)
 	}
-	skmsg := filepath.Join(dir, "bpf", "shortcut", "skmsg.h")
+	skmsg := filepath.Join(dir, "bpf", "shortcut", "shortcut.bpf.c") // the sk_msg program
 	src, err := os.ReadFile(skmsg)
 	if err != nil {
 		t.Fatal(err)
