@@ -13,6 +13,25 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type unitsBpfSock struct {
+	_              structs.HostLayout
+	BoundDevIf     uint32
+	Family         uint32
+	Type           uint32
+	Protocol       uint32
+	Mark           uint32
+	Priority       uint32
+	SrcIp4         uint32
+	SrcIp6         [4]uint32
+	SrcPort        uint32
+	DstPort        uint16
+	_              [2]byte
+	DstIp4         uint32
+	DstIp6         [4]uint32
+	State          uint32
+	RxQueueMapping int32
+}
+
 type unitsEzCfgFlag uint32
 
 const (
@@ -128,6 +147,7 @@ const (
 	unitsVarEzCfgFlags       = "ez_cfg_flags"
 	unitsVarEzFlowFlagEnum   = "ez_flow_flag_enum"
 	unitsVarEzRuleEnum       = "ez_rule_enum"
+	unitsVarEzTestBpfSock    = "ez_test_bpf_sock"
 )
 
 // loadUnits returns the embedded CollectionSpec for units.
@@ -198,6 +218,7 @@ type unitsVariableSpecs struct {
 	EzCfgFlags     *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
 	EzFlowFlagEnum *ebpf.VariableSpec `ebpf:"ez_flow_flag_enum"`
 	EzRuleEnum     *ebpf.VariableSpec `ebpf:"ez_rule_enum"`
+	EzTestBpfSock  *ebpf.VariableSpec `ebpf:"ez_test_bpf_sock"`
 }
 
 // unitsObjects contains all objects after they have been loaded into the kernel.
@@ -247,6 +268,7 @@ type unitsVariables struct {
 	EzCfgFlags     *ebpf.Variable `ebpf:"ez_cfg_flags"`
 	EzFlowFlagEnum *ebpf.Variable `ebpf:"ez_flow_flag_enum"`
 	EzRuleEnum     *ebpf.Variable `ebpf:"ez_rule_enum"`
+	EzTestBpfSock  *ebpf.Variable `ebpf:"ez_test_bpf_sock"`
 }
 
 // unitsPrograms contains all programs after they have been loaded into the kernel.
