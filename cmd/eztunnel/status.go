@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
@@ -95,15 +94,8 @@ func readStatus(cfg datapath.Config, lockFile string) (*statusReport, error) {
 	} else if !errors.Is(err, parts.ErrNoReport) {
 		return nil, fmt.Errorf("read the agent's parts report: %w", err)
 	}
-	rep.Lock = lockFile
-	if rep.Lock == "" {
-		rep.Lock = cfg.Layout().Lock()
-	}
-	switch rec, err := agentlock.HolderRecord(rep.Lock); {
-	case err == nil:
-		rep.Agent = &runningAgent{Holder: rec.Holder, PID: rec.PID, Version: rec.Version}
-	case !errors.Is(err, agentlock.ErrNoAgent):
-		return nil, fmt.Errorf("lock %s: %w", rep.Lock, err)
+	if rep.Lock, rep.Agent, err = agentAt(cfg, lockFile); err != nil {
+		return nil, err
 	}
 	if rep.Bypass == nil {
 		rep.BypassOff = "not running (off with --bypass=off)"

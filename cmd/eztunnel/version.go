@@ -68,20 +68,28 @@ func buildVersion() versionReport {
 // under the pin root.
 func readVersion(cfg datapath.Config, lockFile string) (versionReport, error) {
 	r := buildVersion()
-	r.Lock = lockFile
-	if r.Lock == "" {
-		r.Lock = cfg.Layout().Lock()
-	}
-	rec, err := agentlock.HolderRecord(r.Lock)
-	switch {
-	case err == nil:
-		r.Agent = &runningAgent{Holder: rec.Holder, PID: rec.PID, Version: rec.Version}
-	case errors.Is(err, agentlock.ErrNoAgent):
-	default:
-		return r, fmt.Errorf("lock %s: %w", r.Lock, err)
+	var err error
+	if r.Lock, r.Agent, err = agentAt(cfg, lockFile); err != nil {
+		return r, err
 	}
 	r.PinnedSchemas = bpfsys.PinnedSchemas(cfg.PinRoot)
 	return r, nil
+}
+
+// agentAt is the lock file (lockFile, or the layout's) and the agent
+// holding it; nil: none runs.
+func agentAt(cfg datapath.Config, lockFile string) (string, *runningAgent, error) {
+	if lockFile == "" {
+		lockFile = cfg.Layout().Lock()
+	}
+	rec, err := agentlock.HolderRecord(lockFile)
+	switch {
+	case err == nil:
+		return lockFile, &runningAgent{Holder: rec.Holder, PID: rec.PID, Version: rec.Version}, nil
+	case errors.Is(err, agentlock.ErrNoAgent):
+		return lockFile, nil, nil
+	}
+	return lockFile, nil, fmt.Errorf("lock %s: %w", lockFile, err)
 }
 
 func versionCmd() *cobra.Command {
