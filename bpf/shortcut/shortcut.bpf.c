@@ -234,6 +234,11 @@ struct {
 volatile const __u32 ez_cfg_nr_splice = 0;
 volatile const __u32 ez_cfg_nr_sendfile = 0;
 
+/* Pages of TCP memory the per-CPU caches may hold back from the global
+ * count (possible CPUs x net.core.mem_pcpu_rsv), set by the agent before
+ * load: shortcut/skmsg.h tx_mem_pressure. */
+volatile const __u32 ez_cfg_mem_slack = 0;
+
 /* Set by the agent for the last pass of an adoption round: whatever is not
  * PAIRED is aborted and handed back (a .bss variable, not pinned). */
 volatile __u32 ez_adopt_finish = 0;
@@ -671,7 +676,7 @@ int ez_sc_msg(struct sk_msg_md *msg)
 	 * kernel path brought it, or splices (shortcut/splice.h). */
 	if (!tx_open(es, sk, u))
 		return SK_PASS;
-	if (tx_mem_pressure(sk, es, u))
+	if (tx_mem_pressure(sk, es, u, size))
 		return SK_PASS;
 	/* An adopted end with stack bytes not acknowledged: a send that raced
 	 * the insert queued them and they may not have left yet (the tripwire

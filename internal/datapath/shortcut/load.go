@@ -3,8 +3,12 @@ package shortcut
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -136,6 +140,10 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	specs.EzScRxSocks.MaxEntries = cfg.MaxSockets
 	specs.EzScRx.MaxEntries = cfg.MaxSockets
 	instance := rand.Uint32() | 1 // never 0, the owner slot's initial value
+	slack, err := tcpMemSlack()
+	if err != nil {
+		return nil, fmt.Errorf("datapath: %w", err)
+	}
 	for v, val := range map[*ebpf.VariableSpec]uint32{
 		specs.EzCfgFlags:     flags,
 		specs.EzCfgMaxUnread: cfg.MaxUnread,
@@ -143,6 +151,8 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 		// splice.h: the syscalls whose entry the splice guard watches.
 		specs.EzCfgNrSplice:   uint32(unix.SYS_SPLICE),
 		specs.EzCfgNrSendfile: uint32(unix.SYS_SENDFILE),
+		// skmsg.h tx_mem_pressure: what the per-CPU caches hold back.
+		specs.EzCfgMemSlack: slack,
 	} {
 		if err := v.Set(val); err != nil {
 			return nil, fmt.Errorf("datapath: %w", err)
@@ -530,4 +540,26 @@ func (s *Shortcut) ReleaseSwitched() (busy bool, err error) {
 	}
 	s.switchesSeen, s.waiting = switches, int64(waiting)
 	return true, nil
+}
+
+// tcpMemSlack is how many pages of TCP memory the kernel's per-CPU caches
+// may hold back from the global count tcp_mem is compared with: each
+// possible CPU less than net.core.mem_pcpu_rsv (Linux 6.9+), before that
+// the fixed 1 MiB of SK_MEMORY_PCPU_RESERVE (include/net/proto_memory.h).
+func tcpMemSlack() (uint32, error) {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 0, err
+	}
+	rsv := uint64(1<<20) / uint64(os.Getpagesize())
+	if b, err := os.ReadFile("/proc/sys/net/core/mem_pcpu_rsv"); err == nil {
+		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("net.core.mem_pcpu_rsv: %w", err)
+		}
+		rsv = v
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	return uint32(min(uint64(cpus)*rsv, math.MaxUint32)), nil
 }

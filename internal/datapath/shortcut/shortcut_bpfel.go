@@ -386,6 +386,7 @@ const (
 	shortcutVarEzCfgFlags           = "ez_cfg_flags"
 	shortcutVarEzCfgInstance        = "ez_cfg_instance"
 	shortcutVarEzCfgMaxUnread       = "ez_cfg_max_unread"
+	shortcutVarEzCfgMemSlack        = "ez_cfg_mem_slack"
 	shortcutVarEzCfgNatNetns        = "ez_cfg_nat_netns"
 	shortcutVarEzCfgNrSendfile      = "ez_cfg_nr_sendfile"
 	shortcutVarEzCfgNrSplice        = "ez_cfg_nr_splice"
@@ -505,6 +506,7 @@ type shortcutVariableSpecs struct {
 	EzCfgFlags          *ebpf.VariableSpec `ebpf:"ez_cfg_flags"`
 	EzCfgInstance       *ebpf.VariableSpec `ebpf:"ez_cfg_instance"`
 	EzCfgMaxUnread      *ebpf.VariableSpec `ebpf:"ez_cfg_max_unread"`
+	EzCfgMemSlack       *ebpf.VariableSpec `ebpf:"ez_cfg_mem_slack"`
 	EzCfgNatNetns       *ebpf.VariableSpec `ebpf:"ez_cfg_nat_netns"`
 	EzCfgNrSendfile     *ebpf.VariableSpec `ebpf:"ez_cfg_nr_sendfile"`
 	EzCfgNrSplice       *ebpf.VariableSpec `ebpf:"ez_cfg_nr_splice"`
@@ -603,6 +605,7 @@ type shortcutVariables struct {
 	EzCfgFlags          *ebpf.Variable `ebpf:"ez_cfg_flags"`
 	EzCfgInstance       *ebpf.Variable `ebpf:"ez_cfg_instance"`
 	EzCfgMaxUnread      *ebpf.Variable `ebpf:"ez_cfg_max_unread"`
+	EzCfgMemSlack       *ebpf.Variable `ebpf:"ez_cfg_mem_slack"`
 	EzCfgNatNetns       *ebpf.Variable `ebpf:"ez_cfg_nat_netns"`
 	EzCfgNrSendfile     *ebpf.Variable `ebpf:"ez_cfg_nr_sendfile"`
 	EzCfgNrSplice       *ebpf.Variable `ebpf:"ez_cfg_nr_splice"`
