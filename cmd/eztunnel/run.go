@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/agentlog"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/services/svcsync"
 )
 
 type runConfig struct {
@@ -34,11 +34,7 @@ type runConfig struct {
 	kube      kubeFlags
 	adopt     bool
 	adoptIvl  time.Duration
-	services  bool
-	svcFile   string
-	nodePort  bool
-	npDevs    []string
-	hcAddrs   []string
+	services  svcsync.Options
 }
 
 func runCmd() *cobra.Command {
@@ -69,11 +65,7 @@ func runCmd() *cobra.Command {
 	f.BoolVar(&rc.adopt, "adopt", true, "adopt connections established before the agent (once ready, every --adopt-interval, and on eztunnel adopt) when that is provably safe")
 	f.DurationVar(&rc.adoptIvl, "adopt-interval", 30*time.Second, "how often to look for connections to adopt (0: only once ready and on eztunnel adopt)")
 	rc.dp.Families.Bypass.Register(f)
-	f.BoolVar(&rc.services, "services", false, "Service load balancing, first slice: ClusterIP TCP and UDP translated to a backend at the socket (cgroup connect/sendmsg/recvmsg/getpeername on the managed cgroups; pinned with the datapath: translated sockets keep their translation across restarts; off removes a pinned one); fed by --services-file, else the Kubernetes API (--kubeconfig or in-cluster)")
-	f.StringVar(&rc.svcFile, "services-file", "", "with --services: a YAML or JSON file of frontends and backends (hosts without Kubernetes), re-read when it changes")
-	f.BoolVar(&rc.nodePort, "nodeport", false, "with --services: NodePorts too, for traffic from outside the node (tcx ingress on the node's devices; the flow's conntrack entry gets the NAT, so the node's firewall still decides); externalTrafficPolicy Local uses the endpoints of --node-name (default $NODE_NAME, else the hostname)")
-	f.StringSliceVar(&rc.npDevs, "nodeport-devices", nil, "with --nodeport: the devices NodePorts answer on (default: every device of the agent's network namespace with a global address that is not a bridge port or loopback); the node addresses are theirs")
-	f.StringSliceVar(&rc.hcAddrs, "healthcheck-addresses", nil, "with --nodeport and the Kubernetes API: the addresses the healthCheckNodePorts of LoadBalancer Services with externalTrafficPolicy Local are served on, as kube-proxy serves them (default: every address; give others where kube-proxy still runs on the node)")
+	rc.services.Register(f)
 	rc.kube.register(f)
 	f.MarkHidden("ready-file")
 	return cmd
@@ -89,32 +81,12 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	if rc.lockFile == "" {
 		rc.lockFile = rc.dp.Layout().Lock()
 	}
-	kc, err := rc.kube.parse(flags, rc.services)
+	kc, err := rc.kube.parse(flags, rc.services.On)
 	if err != nil {
 		return err
 	}
-	var svc *agent.ServicesConfig
-	if rc.services {
-		svc = &agent.ServicesConfig{File: rc.svcFile, Kubeconfig: rc.kube.cfg.Kubeconfig,
-			NodePort: rc.nodePort, NodePortDevices: rc.npDevs, NodeName: rc.kube.cfg.NodeName, HealthCheckAddrs: rc.hcAddrs}
-		if rc.svcFile != "" && flags.Changed("kubeconfig") {
-			return fmt.Errorf("--services-file and --kubeconfig exclude each other: the services come from one source")
-		}
-	} else if rc.svcFile != "" {
-		return fmt.Errorf("--services-file needs --services")
-	} else if rc.nodePort || len(rc.npDevs) > 0 {
-		return fmt.Errorf("--nodeport and --nodeport-devices need --services")
-	}
-	if len(rc.npDevs) > 0 && !rc.nodePort {
-		return fmt.Errorf("--nodeport-devices needs --nodeport")
-	}
-	if len(rc.hcAddrs) > 0 && (!rc.nodePort || rc.svcFile != "") {
-		return fmt.Errorf("--healthcheck-addresses needs --nodeport with the Kubernetes API (not --services-file)")
-	}
-	for _, a := range rc.hcAddrs {
-		if _, err := netip.ParseAddr(a); err != nil {
-			return fmt.Errorf("--healthcheck-addresses: %q is not an IP address", a)
-		}
+	if err := rc.services.Parse(flags, rc.kube.cfg.Kubeconfig, rc.kube.cfg.NodeName); err != nil {
+		return err
 	}
 	if rc.adoptIvl < 0 {
 		return fmt.Errorf("--adopt-interval %s must not be negative", rc.adoptIvl)
@@ -138,7 +110,7 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 		Cgroups: rc.cgroups, Datapath: rc.dp, ReadyFile: rc.readyFile,
 		MetricsAddr: rc.metrics, HealthAddr: rc.health, PairMaxAge: rc.pairAge, Version: version,
 		LockFile: rc.lockFile, Takeover: rc.takeover, LockWait: rc.lockWait, Kubernetes: kc,
-		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl, Services: svc,
+		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl, Services: rc.services,
 	})
 	if _, perr := os.Stat(rc.dp.Dir()); err != nil && os.IsNotExist(statErr) && os.IsNotExist(perr) {
 		os.Remove(logPath)

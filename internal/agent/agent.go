@@ -26,6 +26,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	"github.com/eztunnel/eztunnel/internal/datapath/services/svcsync"
 	"github.com/eztunnel/eztunnel/internal/kube"
 	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
@@ -88,7 +89,7 @@ type Config struct {
 	// Services runs the Service load balancer (ClusterIP at the socket,
 	// NodePort at tc) on the managed cgroups, pinned with the datapath;
 	// nil: off, and a load balancer an earlier agent pinned is removed.
-	Services *ServicesConfig
+	Services svcsync.Options
 }
 
 // Run validates cfg, installs the datapath and serves until ctx is done.
@@ -141,8 +142,8 @@ type agent struct {
 	hl   *health
 	msrv *metrics.Server // nil: no metrics
 	dp   *datapath.Datapath
-	bb   *bypass.Node // nil: no bypass
-	svc  *serviceLB   // nil: no Service load balancer
+	bb   *bypass.Node  // nil: no bypass
+	svc  *svcsync.Node // nil: no Service load balancer
 	rep  parts.Report
 	// Stops the loop calls before the datapath is closed or uninstalled
 	// (a handover, the DaemonSet's removal); nil: not started.
@@ -196,10 +197,8 @@ func check(cfg Config) (*agent, error) {
 	if err := cfg.Datapath.Families.Bypass.CheckNode(); err != nil {
 		return nil, err
 	}
-	if cfg.Services != nil {
-		if err := checkServices(*cfg.Services); err != nil {
-			return nil, err
-		}
+	if err := cfg.Services.Check(); err != nil {
+		return nil, err
 	}
 	a.cfg = cfg
 	return a, nil
@@ -229,7 +228,7 @@ func (a *agent) listen(ctx context.Context) error {
 // run.
 func (a *agent) install(context.Context) error {
 	cfg := &a.cfg
-	cfg.Datapath.Families.Services = cfg.Services != nil
+	cfg.Datapath.Families.Services = cfg.Services.On
 	dp, err := datapath.Install(cfg.Datapath, cfg.Cgroups)
 	if err != nil {
 		return err
@@ -280,12 +279,12 @@ func (a *agent) families(context.Context) error {
 			cfg.Services.Pods.PodsCgroup, cfg.Services.Pods.Driver = cfg.Kubernetes.PodsCgroup, cfg.Kubernetes.Driver
 			cfg.Services.Pods.Cgroup2Root = cfg.Kubernetes.Cgroup2Root
 		}
-		svc := newServiceLB(*cfg.Services, l)
+		svc := svcsync.NewNode(cfg.Services, l)
 		if a.pods != nil {
-			svc.pods = a.pods.watch
+			svc.SetPodWatch(a.pods.watch)
 		}
 		a.svc = svc
-		a.stopSvc = a.parts.addFunc(svc.close)
+		a.stopSvc = a.parts.addFunc(svc.Close)
 	}
 	if a.pods == nil {
 		// Plain mode selects whole subtrees: a selection left by a
@@ -329,10 +328,10 @@ func (a *agent) converge(ctx context.Context) error {
 		a.bb.LogAttached()
 	}
 	if a.svc != nil {
-		if err := a.svc.start(ctx, a.cfg.Cgroups); err != nil {
+		if err := a.svc.Start(ctx, a.cfg.Cgroups); err != nil {
 			return err
 		}
-		a.hl.setCheck(a.svc.notReady)
+		a.hl.setCheck(a.svc.NotReady)
 	}
 	// Loading parsed the kernel's BTF (tens of MB, partly mmapped); nothing
 	// needs it any more: give it back before serving for months.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	"github.com/eztunnel/eztunnel/internal/datapath/services/svcsync"
 	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
@@ -23,7 +24,7 @@ func listenMetrics(addr string) (*metrics.Server, error) {
 // serveMetrics serves the pinned datapath's metrics (and the bypass's and
 // the load balancer's when bb and svc are not nil) on srv until ctx is done.
 // The returned function stops the server and releases the maps.
-func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapath, version string, pods *podScope, bb *bypass.Node, svc *serviceLB, rep parts.Report) (func(), error) {
+func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapath, version string, pods *podScope, bb *bypass.Node, svc *svcsync.Node, rep parts.Report) (func(), error) {
 	if srv == nil {
 		return func() {}, nil
 	}
@@ -46,7 +47,7 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapat
 		reg.MustRegister(bb.Collector())
 	}
 	if svc != nil {
-		reg.MustRegister(svc.metrics, svc.netnsGauge())
+		reg.MustRegister(svc.Collectors()...)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -85,7 +85,7 @@ func (d *Datapath) SyncDevices(st podnet.State) error {
 // as one transaction. denied counts processes whose namespace the agent may
 // not open (Kubernetes without hostPID).
 func (d *Datapath) SyncLoopbacks(cgroups []string) (denied int, err error) {
-	nss, denied, err := netNamespaces(cgroups)
+	nss, denied, err := podnet.NetNamespaces(cgroups)
 	if err != nil {
 		return denied, err
 	}

@@ -10,6 +10,7 @@ import (
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 	"github.com/eztunnel/eztunnel/internal/parts"
+	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
 // A Family is one loaded datapath family: its programs, loaded against its
@@ -208,7 +209,7 @@ func (f shortcutFamily) Install(tx *bpfsys.Tx, cgroups []string) error {
 	if _, _, _, err := f.SyncDevices(tx, devs); err != nil {
 		return err
 	}
-	nss, _, err := netNamespaces(cgroups)
+	nss, _, err := podnet.NetNamespaces(cgroups)
 	if err != nil {
 		return fmt.Errorf("namespaces for the RST on close: %w", err)
 	}

@@ -26,7 +26,7 @@ const Key = "eztunnel.io/shortcut"
 const OptInKey = "eztunnel.io/shortcut-opt-in"
 
 // ServicesKey is the pod annotation of the Service load balancer's per-pod
-// choice (internal/svcsync.ParseChoice): translate at the socket, or leave
+// choice (internal/datapath/services/svcsync.ParseChoice): translate at the socket, or leave
 // the pod to its proxy. Reported in Target.Services.
 const ServicesKey = "eztunnel.io/services"
 

@@ -1,7 +1,7 @@
 // Package services is the Service load-balancer program family (ClusterIP
 // at the socket): cgroup connect, sendmsg, recvmsg and getpeername programs
 // that translate a frontend (ClusterIP:port:protocol) to a backend. It
-// loads and attaches the programs and writes the maps; internal/svcsync
+// loads and attaches the programs and writes the maps; internal/datapath/services/svcsync
 // decides what to write.
 package services
 

@@ -110,7 +110,7 @@ func TestServiceEntriesPolicies(t *testing.T) {
 	cip := lb.Frontend{Addr: netip.MustParseAddr("10.96.0.1"), Port: 80, Proto: lb.TCP}
 	np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: 30080, Proto: lb.TCP, NodePort: true}
 	sls := []*kubeapi.EndpointSlice{sl, dup}
-	check := func(what string, node Node, cipWant, cipListed, npWant []string, keep bool) {
+	check := func(what string, node Topology, cipWant, cipListed, npWant []string, keep bool) {
 		t.Helper()
 		e, _ := ServiceEntries(s, sls, both, node)
 		if !sameSet(e[cip].Backends, cipWant) || !sameSet(e[cip].Listed, cipListed) || !sameSet(e[np].Backends, npWant) || e[np].KeepSource != keep {
@@ -119,16 +119,16 @@ func TestServiceEntriesPolicies(t *testing.T) {
 		}
 	}
 	all := []string{"10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080"}
-	check("no zone", Node{Name: "n1"}, all, nil, all, false)
-	check("zone z1", Node{Name: "n1", Zone: "z1"}, []string{"10.0.0.1:8080", "10.0.0.2:8080"}, []string{"10.0.0.3:8080"},
+	check("no zone", Topology{Name: "n1"}, all, nil, all, false)
+	check("zone z1", Topology{Name: "n1", Zone: "z1"}, []string{"10.0.0.1:8080", "10.0.0.2:8080"}, []string{"10.0.0.3:8080"},
 		[]string{"10.0.0.1:8080", "10.0.0.2:8080"}, false)
 	s.Spec.ExternalTrafficPolicy = kubeapi.ServiceExternalTrafficPolicyLocal
-	check("eTP Local", Node{Name: "n1", Zone: "z1"}, []string{"10.0.0.1:8080", "10.0.0.2:8080"}, []string{"10.0.0.3:8080"},
+	check("eTP Local", Topology{Name: "n1", Zone: "z1"}, []string{"10.0.0.1:8080", "10.0.0.2:8080"}, []string{"10.0.0.3:8080"},
 		[]string{"10.0.0.1:8080", "10.0.0.3:8080"}, true)
 	s.Spec.InternalTrafficPolicy = ptr.To(kubeapi.ServiceInternalTrafficPolicyLocal)
-	check("iTP Local", Node{Name: "n1", Zone: "z1"}, []string{"10.0.0.1:8080", "10.0.0.3:8080"}, []string{"10.0.0.2:8080"},
+	check("iTP Local", Topology{Name: "n1", Zone: "z1"}, []string{"10.0.0.1:8080", "10.0.0.3:8080"}, []string{"10.0.0.2:8080"},
 		[]string{"10.0.0.1:8080", "10.0.0.3:8080"}, true)
 	// No local endpoint: the ClusterIP has none (connects refused; kube-proxy
 	// drops them), the others stay listed.
-	check("iTP Local on n3", Node{Name: "n3"}, nil, all, nil, true)
+	check("iTP Local on n3", Topology{Name: "n3"}, nil, all, nil, true)
 }

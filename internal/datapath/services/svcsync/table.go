@@ -38,7 +38,7 @@ const (
 // SkipReasons are every skip reason, for the metrics to report each.
 var SkipReasons = []string{SkipNoPorts, SkipProtocol, SkipFamily, SkipBadAddress, SkipConflict, SkipWriteFailed}
 
-// Recorder takes what the table did (metrics.Services).
+// Recorder takes what the table did (Metrics).
 type Recorder interface {
 	Synced(time.Duration)                                     // from a change seen to its frontends written
 	SetState(frontends, backends int, skipped map[string]int) // the totals after each Apply

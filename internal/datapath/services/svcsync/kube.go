@@ -29,17 +29,17 @@ func (f Families) has(a netip.Addr) bool {
 	return f.IPv6
 }
 
-// Node is the node the frontends are made for: its endpoints (by the
+// Topology is the node the frontends are made for: its endpoints (by the
 // endpoints' nodeName) are the local ones, and its topology zone (the
 // node's topology.kubernetes.io/zone label) selects zone hints.
-type Node struct{ Name, Zone string }
+type Topology struct{ Name, Zone string }
 
 // ServiceEntries are the ClusterIP (and NodePort) frontends of svc on node
 // with the backends kube-proxy would use, and its sessionAffinity ClientIP
 // timeout: per port, the ready endpoints of the matching EndpointSlice
 // ports, or when none is ready the serving terminating ones. Skipped parts
 // are reported by reason; svc nil (deleted), headless and ExternalName
-// Services have no frontends. Node{} has no local endpoints and no zone.
+// Services have no frontends. Topology{} has no local endpoints and no zone.
 // kube-proxy's choice of endpoints (pkg/proxy/topology.go,
 // CategorizeEndpoints, v1.33):
 //   - Cluster policy: the ready endpoints, narrowed to those hinted for the
@@ -54,7 +54,7 @@ type Node struct{ Name, Zone string }
 // client's source, else Cluster. Node hints (ForNodes) are not used: their
 // kube-proxy feature gate (PreferSameTrafficDistribution) is alpha and off
 // in v1.33.
-func ServiceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam Families, node Node) (Entries, []string) {
+func ServiceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam Families, node Topology) (Entries, []string) {
 	if svc == nil || svc.Spec.Type == kubeapi.ServiceTypeExternalName {
 		return nil, nil
 	}
@@ -305,7 +305,7 @@ func RunKube(ctx context.Context, cfg KubeConfig, t *Table) error {
 			return fmt.Errorf("services: informer: %w", err)
 		}
 	}
-	k := &kubeSource{t: t, fam: cfg.Families, node: Node{Name: cfg.NodeName}, health: cfg.Health, log: log,
+	k := &kubeSource{t: t, fam: cfg.Families, node: Topology{Name: cfg.NodeName}, health: cfg.Health, log: log,
 		svcs: svcInf.GetIndexer(), slices: sliceInf.GetIndexer(),
 		pending: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 	informersOf := []cache.SharedIndexInformer{svcInf, sliceInf}
@@ -453,7 +453,7 @@ func slicesOf(idx cache.Indexer, key string) ([]*kubeapi.EndpointSlice, error) {
 type kubeSource struct {
 	t       *Table
 	fam     Families
-	node    Node // Zone under mu
+	node    Topology // Zone under mu
 	health  *HealthServer
 	log     *slog.Logger
 	svcs    cache.Indexer // Services by namespace/name

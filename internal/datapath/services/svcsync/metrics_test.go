@@ -1,4 +1,4 @@
-package metrics
+package svcsync
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 // finds nothing.
 func TestServicesCollector(t *testing.T) {
 	var fail bool
-	m := NewServices(func() (bpfsys.Counters, error) {
+	m := NewMetrics(func() (bpfsys.Counters, error) {
 		if fail {
 			return nil, errors.New("closed")
 		}

@@ -1,4 +1,4 @@
-package metrics
+package svcsync
 
 import (
 	"sync"
@@ -9,9 +9,9 @@ import (
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 )
 
-// Services are the eztunnel_services_* metrics: what the Service load
+// Metrics are the eztunnel_services_* metrics: what the Service load
 // balancer's table did (svcsync.Recorder) and its datapath's counters.
-type Services struct {
+type Metrics struct {
 	mu                  sync.Mutex
 	frontends, backends int
 	skipped             map[string]int
@@ -25,11 +25,11 @@ type Services struct {
 	descProxied, descInvalidChoice, descLeftToProxy                                                                             *prometheus.Desc
 }
 
-// NewServices reads the datapath's counters through counters (nil: none);
+// NewMetrics reads the datapath's counters through counters (nil: none);
 // skipReasons are the skip reasons always reported (svcsync.SkipReasons).
-func NewServices(counters func() (bpfsys.Counters, error), skipReasons []string) *Services {
+func NewMetrics(counters func() (bpfsys.Counters, error), skipReasons []string) *Metrics {
 	const ns = "eztunnel_services_"
-	return &Services{
+	return &Metrics{
 		counters: counters, skipReasons: skipReasons,
 		sync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: ns + "sync_seconds",
 			Help:    "From a Service or EndpointSlice change seen (informer event, file read) to its frontends written in the maps.",
@@ -59,11 +59,11 @@ func NewServices(counters func() (bpfsys.Counters, error), skipReasons []string)
 }
 
 // Synced observes the time from a change seen to its frontends written.
-func (m *Services) Synced(d time.Duration) { m.sync.Observe(d.Seconds()) }
+func (m *Metrics) Synced(d time.Duration) { m.sync.Observe(d.Seconds()) }
 
 // SetState takes the table's totals: frontends, backend slots, and the
 // parts not written by reason.
-func (m *Services) SetState(frontends, backends int, skipped map[string]int) {
+func (m *Metrics) SetState(frontends, backends int, skipped map[string]int) {
 	m.mu.Lock()
 	m.frontends, m.backends, m.skipped = frontends, backends, skipped
 	m.mu.Unlock()
@@ -71,14 +71,14 @@ func (m *Services) SetState(frontends, backends int, skipped map[string]int) {
 
 // SetProxied takes the pods left to their proxy and those whose choice
 // does not parse.
-func (m *Services) SetProxied(proxied, invalid int) {
+func (m *Metrics) SetProxied(proxied, invalid int) {
 	m.mu.Lock()
 	m.proxied, m.invalidChoices = proxied, invalid
 	m.mu.Unlock()
 }
 
 // Describe implements prometheus.Collector.
-func (m *Services) Describe(ch chan<- *prometheus.Desc) {
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.sync.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.descFrontends, m.descBackends, m.descTranslations, m.descReversed, m.descFailures, m.descUp, m.descSkipped, m.descAffinity, m.descDestroyed,
 		m.descProxied, m.descInvalidChoice, m.descLeftToProxy} {
@@ -87,7 +87,7 @@ func (m *Services) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (m *Services) Collect(ch chan<- prometheus.Metric) {
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.sync.Collect(ch)
 	m.mu.Lock()
 	ch <- prometheus.MustNewConstMetric(m.descFrontends, prometheus.GaugeValue, float64(m.frontends))

@@ -1,4 +1,4 @@
-package agent
+package svcsync
 
 import (
 	"context"
@@ -15,46 +15,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
-	"github.com/eztunnel/eztunnel/internal/datapath"
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/kube"
 	"github.com/eztunnel/eztunnel/internal/kubeapi"
-	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/podnet"
-	"github.com/eztunnel/eztunnel/internal/svcsync"
 )
 
-// ServicesConfig is `run --services`: ClusterIP load balancing at the
-// socket, fed by a file or the Kubernetes API.
-type ServicesConfig struct {
-	File       string // services file; "" = the Kubernetes API
-	Kubeconfig string // "" = in-cluster configuration (without File)
-	// NodePort: NodePorts on NodePortDevices (names; empty: discovered),
-	// with NodeName's endpoints as the local ones (empty: the hostname).
-	NodePort        bool
-	NodePortDevices []string
-	NodeName        string
-	// HealthCheckAddrs: with NodePort and the Kubernetes API, where the
-	// healthCheckNodePorts of LoadBalancer Services with
-	// externalTrafficPolicy Local are served (hosts; empty: every address).
-	HealthCheckAddrs []string
-	// Pods is where the kubelet puts pod cgroups (PodsCgroup, Driver,
-	// Cgroup2Root; zero: detected), for the pods of NodeName left to their
-	// proxy (the eztunnel.io/services annotation) with the Kubernetes API.
-	Pods kube.Config
-}
-
-// serviceLB is the load balancer attached to the agent's cgroups. Its maps
+// Node is the load balancer attached to the agent's cgroups. Its maps
 // and links are pinned with the datapath: a restart adopts them (links
 // updated in place, frontends rebuilt from the maps, then converged to the
 // source) and translated sockets keep their reverse translation.
-type serviceLB struct {
+type Node struct {
 	mu      sync.Mutex
-	cfg     ServicesConfig
+	cfg     Options
 	lb      *lb.LB // nil once closed
-	table   *svcsync.Table
-	metrics *metrics.Services
-	health  *svcsync.HealthServer // nil: none
+	table   *Table
+	metrics *Metrics
+	health  *HealthServer // nil: none
 	cancel  context.CancelFunc
 	// pods is Kubernetes mode's watch of the node's pods, which the pods
 	// left to their proxy share (nil: the load balancer watches them).
@@ -75,8 +52,8 @@ const netnsProbeEvery = 10 * time.Second
 // namespace: cgroup.procs shows them as 0; no CAP_SYS_PTRACE over them) and
 // the namespaces it may not enter (setns: CAP_SYS_ADMIN). Namespaces of
 // processes that exited meanwhile are skipped.
-func (s *serviceLB) netNS(cgroups []string) ([]string, error) {
-	nss, denied, err := datapath.NetNamespaces(cgroups)
+func (s *Node) netNS(cgroups []string) ([]string, error) {
+	nss, denied, err := podnet.NetNamespaces(cgroups)
 	if err != nil {
 		return nil, err
 	}
@@ -109,9 +86,9 @@ func (s *serviceLB) netNS(cgroups []string) ([]string, error) {
 	return out, nil
 }
 
-// notReady is the readiness check of socket destroy: why the agent is not
+// NotReady is the readiness check of socket destroy: why the agent is not
 // ready ("" when every namespace can be entered).
-func (s *serviceLB) notReady() string {
+func (s *Node) NotReady() string {
 	if n := s.unreachable.Load(); n > 0 {
 		return fmt.Sprintf("services: %d pod network namespaces cannot be entered, sockets to removed backends would stay open "+
 			"(needs the host PID namespace, CAP_SYS_ADMIN and CAP_SYS_PTRACE)", n)
@@ -119,31 +96,15 @@ func (s *serviceLB) notReady() string {
 	return ""
 }
 
-// checkServices checks the source's configuration; nothing is loaded.
-func checkServices(cfg ServicesConfig) error {
-	if cfg.File != "" {
-		data, err := os.ReadFile(cfg.File)
-		if err != nil {
-			return fmt.Errorf("--services-file: %w", err)
-		}
-		if _, _, err := svcsync.ParseFile(data, nodeFamilies()); err != nil {
-			return fmt.Errorf("--services-file %s: %w", cfg.File, err)
-		}
-	} else if _, err := kube.RESTConfig(kube.Config{Kubeconfig: cfg.Kubeconfig}); err != nil {
-		return fmt.Errorf("--services: %w", err)
-	}
-	return nil
-}
-
-// newServiceLB runs the agent's side of the load balancer the datapath
+// NewNode runs the agent's side of the load balancer the datapath
 // loaded and attached: its source and NodePort devices (start).
-func newServiceLB(cfg ServicesConfig, l *lb.LB) *serviceLB {
+func NewNode(cfg Options, l *lb.LB) *Node {
 	if n := l.Frontends(); n > 0 {
 		slog.Info("services: adopting the frontends an earlier agent pinned", "frontends", n)
 	}
-	s := &serviceLB{cfg: cfg, lb: l, cancel: func() {}}
-	s.metrics = metrics.NewServices(s.counters, svcsync.SkipReasons)
-	s.table = svcsync.NewTable(l, s.metrics, nil)
+	s := &Node{cfg: cfg, lb: l, cancel: func() {}}
+	s.metrics = NewMetrics(s.counters, SkipReasons)
+	s.table = NewTable(l, s.metrics, nil)
 	return s
 }
 
@@ -152,7 +113,7 @@ func newServiceLB(cfg ServicesConfig, l *lb.LB) *serviceLB {
 const nodePortResync = 5 * time.Second
 
 // syncNodePort converges the NodePort devices and the node addresses.
-func (s *serviceLB) syncNodePort(first bool) error {
+func (s *Node) syncNodePort(first bool) error {
 	devs, addrs, err := podnet.NodePortDevices(s.cfg.NodePortDevices)
 	if err != nil {
 		return err
@@ -173,15 +134,15 @@ func (s *serviceLB) syncNodePort(first bool) error {
 }
 
 // nodeFamilies: IPv4 always, IPv6 unless disabled on the node.
-func nodeFamilies() svcsync.Families {
+func nodeFamilies() Families {
 	b, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/disable_ipv6")
-	return svcsync.Families{IPv4: true, IPv6: err == nil && strings.TrimSpace(string(b)) == "0"}
+	return Families{IPv4: true, IPv6: err == nil && strings.TrimSpace(string(b)) == "0"}
 }
 
-// start applies the source's first state (the datapath attached the
+// Start applies the source's first state (the datapath attached the
 // load balancer to the cgroups); the
 // source keeps applying changes until close.
-func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
+func (s *Node) Start(ctx context.Context, cgroups []string) error {
 	// Sockets of a removed backend are looked for in the namespaces of the
 	// managed cgroups' processes; those the agent cannot enter are counted
 	// (eztunnel_services_netns_unreachable) and fail readiness, looked at
@@ -214,7 +175,7 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 	fam := nodeFamilies()
 	var err error
 	if s.cfg.File != "" {
-		err = svcsync.RunFile(ctx, s.cfg.File, fam, s.table, nil)
+		err = RunFile(ctx, s.cfg.File, fam, s.table, nil)
 	} else {
 		rc, rerr := kube.RESTConfig(kube.Config{Kubeconfig: s.cfg.Kubeconfig})
 		if rerr != nil {
@@ -226,9 +187,9 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 			node, _ = os.Hostname()
 		}
 		if s.cfg.NodePort {
-			s.health = svcsync.NewHealthServer(s.cfg.HealthCheckAddrs, nil)
+			s.health = NewHealthServer(s.cfg.HealthCheckAddrs, nil)
 		}
-		err = svcsync.RunKube(ctx, svcsync.KubeConfig{REST: rc, Families: fam, NodeName: node, Health: s.health}, s.table)
+		err = RunKube(ctx, KubeConfig{REST: rc, Families: fam, NodeName: node, Health: s.health}, s.table)
 		if err == nil {
 			go s.watchProxied(ctx, node)
 		}
@@ -261,7 +222,7 @@ func (s *serviceLB) start(ctx context.Context, cgroups []string) error {
 // parse is logged once per pod and value and counted; the pod keeps the
 // default. Pods an earlier agent left to their proxy stay so until the
 // first state.
-func (s *serviceLB) watchProxied(ctx context.Context, node string) {
+func (s *Node) watchProxied(ctx context.Context, node string) {
 	cfg := s.cfg.Pods
 	cfg.Kubeconfig, cfg.NodeName, cfg.Default, cfg.SelfUID = s.cfg.Kubeconfig, node, "", ""
 	cfg.Select = func(p *kubeapi.Pod) bool {
@@ -275,7 +236,7 @@ func (s *serviceLB) watchProxied(ctx context.Context, node string) {
 		seen := map[string]bool{}
 		for _, t := range ts {
 			seen[t.UID] = true
-			proxied, uid, hasUID, err := svcsync.ParseChoice(t.Services)
+			proxied, uid, hasUID, err := ParseChoice(t.Services)
 			if err != nil {
 				invalid++
 				if warned[t.UID] != t.Services {
@@ -309,7 +270,7 @@ func (s *serviceLB) watchProxied(ctx context.Context, node string) {
 	}
 }
 
-func (s *serviceLB) proxiedPods() int {
+func (s *Node) proxiedPods() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lb == nil {
@@ -318,7 +279,7 @@ func (s *serviceLB) proxiedPods() int {
 	return s.lb.ProxiedPods()
 }
 
-func (s *serviceLB) counters() (lb.Counters, error) {
+func (s *Node) counters() (lb.Counters, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lb == nil {
@@ -327,9 +288,9 @@ func (s *serviceLB) counters() (lb.Counters, error) {
 	return s.lb.Counters()
 }
 
-// close stops the source (the load balancer stays pinned and attached;
+// Close stops the source (the load balancer stays pinned and attached;
 // the datapath releases its handles); safe to call twice.
-func (s *serviceLB) close() {
+func (s *Node) Close() {
 	s.cancel()
 	s.health.Close()
 	s.mu.Lock()
@@ -337,12 +298,17 @@ func (s *serviceLB) close() {
 	s.lb = nil
 }
 
-// netnsGauge exports unreachable.
-func (s *serviceLB) netnsGauge() prometheus.Collector {
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eztunnel_services_netns_unreachable",
+// Collectors are the eztunnel_services_* metrics: the table's and the
+// datapath's (Metrics), and the namespaces socket destroy cannot enter.
+func (s *Node) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.metrics, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "eztunnel_services_netns_unreachable",
 		Help: "Network namespaces of the managed pods' processes the agent could not enter at the last look (every 10 s and at each removed backend): their sockets to a removed backend are not destroyed. Non-zero fails readiness."},
-		func() float64 { return float64(s.unreachable.Load()) })
+		func() float64 { return float64(s.unreachable.Load()) })}
 }
+
+// SetPodWatch shares Kubernetes mode's watch of the node's pods, for the
+// pods left to their proxy (nil: the load balancer watches them itself).
+func (s *Node) SetPodWatch(w *kube.PodWatch) { s.pods = w }
 
 // every runs fn every d until ctx ends.
 func every(ctx context.Context, d time.Duration, fn func()) {
