@@ -144,10 +144,13 @@ type agent struct {
 	dp   *datapath.Datapath
 	bb   *bypass.Node  // nil: no bypass
 	svc  *svcsync.Node // nil: no Service load balancer
-	rep  parts.Report
+	// nodes are the families' node sides that run (bb and svc when not
+	// nil), which the agent serves, asks and stops alike (families.go).
+	nodes []familyNode
+	rep   parts.Report
 	// Stops the loop calls before the datapath is closed or uninstalled
 	// (a handover, the DaemonSet's removal); nil: not started.
-	stopPods, stopBypass, stopSvc func() error
+	stopPods func() error
 }
 
 // check validates the configuration and the node; nothing changes on the
@@ -266,7 +269,7 @@ func (a *agent) families(context.Context) error {
 			return err
 		}
 		a.bb = bb
-		a.stopBypass = a.parts.addFunc(bb.Close)
+		a.addNode(bb)
 		if a.pods != nil {
 			// The node's pods from the API: managed neighbour entries, so
 			// every pod is an endpoint.
@@ -284,7 +287,7 @@ func (a *agent) families(context.Context) error {
 			svc.SetPodWatch(a.pods.watch)
 		}
 		a.svc = svc
-		a.stopSvc = a.parts.addFunc(svc.Close)
+		a.addNode(svc)
 	}
 	if a.pods == nil {
 		// Plain mode selects whole subtrees: a selection left by a
@@ -307,7 +310,7 @@ func (a *agent) converge(ctx context.Context) error {
 	if err := a.rep.Write(a.cfg.Datapath.Layout().Report()); err != nil {
 		slog.Warn("cannot write the parts report `eztunnel status` reads", "err", err)
 	}
-	stopMetrics, err := serveMetrics(ctx, a.msrv, a.dp, a.cfg.Version, a.pods, a.bb, a.svc, a.rep)
+	stopMetrics, err := serveMetrics(ctx, a.msrv, a.dp, a.cfg.Version, a.pods, a.nodes, a.rep)
 	if err != nil {
 		return err
 	}
@@ -331,8 +334,8 @@ func (a *agent) converge(ctx context.Context) error {
 		if err := a.svc.Start(ctx, a.cfg.Cgroups); err != nil {
 			return err
 		}
-		a.hl.setCheck(a.svc.NotReady)
 	}
+	a.hl.setCheck(notReady(a.nodes))
 	// Loading parsed the kernel's BTF (tens of MB, partly mmapped); nothing
 	// needs it any more: give it back before serving for months.
 	runtime.GC()
@@ -341,14 +344,22 @@ func (a *agent) converge(ctx context.Context) error {
 	return nil
 }
 
+// addNode runs a family's node side: stopped with the agent's parts, or
+// before by stopFamilies.
+func (a *agent) addNode(n familyNode) {
+	a.nodes = append(a.nodes, n)
+	a.parts.addFunc(n.Close)
+}
+
 // stopFamilies stops, before the datapath is closed or uninstalled, what
 // converges the families and the families' handles (pinned, they keep
 // working): after a handover or the DaemonSet's removal.
 func (a *agent) stopFamilies() {
-	for _, stop := range []func() error{a.stopPods, a.stopBypass, a.stopSvc} {
-		if stop != nil {
-			stop()
-		}
+	if a.stopPods != nil {
+		a.stopPods()
+	}
+	for _, n := range a.nodes {
+		n.Close()
 	}
 }
 

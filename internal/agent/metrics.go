@@ -7,7 +7,6 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
-	"github.com/eztunnel/eztunnel/internal/datapath/services/svcsync"
 	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
@@ -21,10 +20,10 @@ func listenMetrics(addr string) (*metrics.Server, error) {
 	return metrics.Listen(addr)
 }
 
-// serveMetrics serves the pinned datapath's metrics (and the bypass's and
-// the load balancer's when bb and svc are not nil) on srv until ctx is done.
+// serveMetrics serves the pinned datapath's metrics, and those of the
+// families' node sides, on srv until ctx is done.
 // The returned function stops the server and releases the maps.
-func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapath, version string, pods *podScope, bb *bypass.Node, svc *svcsync.Node, rep parts.Report) (func(), error) {
+func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapath, version string, pods *podScope, nodes []familyNode, rep parts.Report) (func(), error) {
 	if srv == nil {
 		return func() {}, nil
 	}
@@ -43,11 +42,8 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapat
 	}
 	reg.MustRegister(bypass.Enabled(dp.Off("bypass")))
 	reg.MustRegister(metrics.FeatureEnabled(rep))
-	if bb != nil {
-		reg.MustRegister(bb.Collector())
-	}
-	if svc != nil {
-		reg.MustRegister(svc.Collectors()...)
+	for _, n := range nodes {
+		reg.MustRegister(n.Collectors()...)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

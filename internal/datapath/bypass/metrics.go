@@ -69,8 +69,8 @@ var bypassMetric = map[string]struct{ name, help string }{
 	"admissions":                 {"admissions", "Flow directions the kernel path delivered and the bypass recorded as admitted."},
 }
 
-// Collector exports the metrics of the bypass the node runs.
-func (b *Node) Collector() prometheus.Collector { return newCollector(b) }
+// Collectors export the metrics of the bypass the node runs.
+func (b *Node) Collectors() []prometheus.Collector { return []prometheus.Collector{newCollector(b)} }
 
 // newCollector describes the bypass metrics.
 func newCollector(src source) *collector {
