@@ -17,12 +17,10 @@ import (
 	"github.com/eztunnel/eztunnel/internal/agentlog"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
-	"github.com/eztunnel/eztunnel/internal/datapath/services/svcsync"
 )
 
 type runConfig struct {
 	cgroups   []string
-	dp        datapath.Config
 	readyFile string
 	metrics   string
 	health    string
@@ -34,11 +32,11 @@ type runConfig struct {
 	kube      kubeFlags
 	adopt     bool
 	adoptIvl  time.Duration
-	services  svcsync.Options
+	cfg       agent.Config // the families' options (Datapath.Families, Services)
 }
 
 func runCmd() *cobra.Command {
-	rc := runConfig{dp: datapath.DefaultConfig()}
+	rc := runConfig{cfg: agent.Config{Datapath: datapath.DefaultConfig()}}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Attach the socket shortcut and serve until stopped (the datapath stays pinned)",
@@ -51,10 +49,10 @@ func runCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&rc.cgroups, "cgroup", nil, "cgroup v2 path(s) to manage (default: the cgroup v2 root from /proc/mounts)")
-	layoutFlags(f, &rc.dp, &rc.lockFile)
-	f.Uint32Var(&rc.dp.MaxSockets, "max-sockets", rc.dp.MaxSockets, "sockhash size (two entries per accelerated connection)")
-	f.Uint32Var(&rc.dp.MaxPairs, "max-pairs", rc.dp.MaxPairs, "connections in setup at once")
-	f.Uint32Var(&rc.dp.MaxUnread, "max-unread", 0, "bytes a connection's receiver may leave unread before the connection switches to the kernel path for good (0: the receiver's SO_RCVBUF if set, else min(tcp_rmem max, 4 MiB))")
+	layoutFlags(f, &rc.cfg.Datapath, &rc.lockFile)
+	f.Uint32Var(&rc.cfg.Datapath.MaxSockets, "max-sockets", rc.cfg.Datapath.MaxSockets, "sockhash size (two entries per accelerated connection)")
+	f.Uint32Var(&rc.cfg.Datapath.MaxPairs, "max-pairs", rc.cfg.Datapath.MaxPairs, "connections in setup at once")
+	f.Uint32Var(&rc.cfg.Datapath.MaxUnread, "max-unread", 0, "bytes a connection's receiver may leave unread before the connection switches to the kernel path for good (0: the receiver's SO_RCVBUF if set, else min(tcp_rmem max, 4 MiB))")
 	f.StringVar(&rc.readyFile, "ready-file", "", "file created once everything is attached (for scripts and tests)")
 	f.DurationVar(&rc.pairAge, "pair-max-age", 60*time.Second, "age after which unclaimed or ambiguous pairing records are removed")
 	rc.selection.register(f)
@@ -64,8 +62,9 @@ func runCmd() *cobra.Command {
 	f.DurationVar(&rc.lockWait, "takeover-timeout", 60*time.Second, "how long --takeover waits for the running agent to hand over")
 	f.BoolVar(&rc.adopt, "adopt", true, "adopt connections established before the agent (once ready, every --adopt-interval, and on eztunnel adopt) when that is provably safe")
 	f.DurationVar(&rc.adoptIvl, "adopt-interval", 30*time.Second, "how often to look for connections to adopt (0: only once ready and on eztunnel adopt)")
-	rc.dp.Families.Bypass.Register(f)
-	rc.services.Register(f)
+	for _, o := range rc.cfg.FamilyOptions() {
+		o.Register(f)
+	}
 	rc.kube.register(f)
 	f.MarkHidden("ready-file")
 	return cmd
@@ -76,27 +75,28 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	if err != nil {
 		return err
 	}
-	rc.dp.Select = sel
-	rc.dp.Families.Bypass.Parse(flags)
+	rc.cfg.Datapath.Select = sel
+	for _, o := range rc.cfg.FamilyOptions() {
+		if err := o.Parse(flags); err != nil {
+			return err
+		}
+	}
 	if rc.lockFile == "" {
-		rc.lockFile = rc.dp.Layout().Lock()
+		rc.lockFile = rc.cfg.Datapath.Layout().Lock()
 	}
-	kc, err := rc.kube.parse(flags, rc.services.On)
+	kc, err := rc.kube.parse(flags, rc.cfg.Services.On)
 	if err != nil {
-		return err
-	}
-	if err := rc.services.Parse(flags, rc.kube.cfg.Kubeconfig, rc.kube.cfg.NodeName); err != nil {
 		return err
 	}
 	if rc.adoptIvl < 0 {
 		return fmt.Errorf("--adopt-interval %s must not be negative", rc.adoptIvl)
 	}
-	stopLevels := followLogLevel(rc.dp.Layout().LogLevel())
+	stopLevels := followLogLevel(rc.cfg.Datapath.Layout().LogLevel())
 	defer stopLevels()
 	agentlock.Signals = "SIGUSR1 SIGUSR2" // adoption (internal/agent), log level (followLogLevel)
 	// The last MiB of the log, for `eztunnel bugreport` on the node. An
 	// agent that stops before installing anything takes a new file away.
-	logPath := rc.dp.Layout().Log()
+	logPath := rc.cfg.Datapath.Layout().Log()
 	_, statErr := os.Stat(logPath)
 	if tl, err := agentlog.Open(logPath, 1<<20); err != nil {
 		slog.Warn("no log file for eztunnel bugreport", "err", err)
@@ -106,13 +106,13 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 			return err
 		}
 	}
-	err = agent.Run(ctx, agent.Config{
-		Cgroups: rc.cgroups, Datapath: rc.dp, ReadyFile: rc.readyFile,
-		MetricsAddr: rc.metrics, HealthAddr: rc.health, PairMaxAge: rc.pairAge, Version: version,
-		LockFile: rc.lockFile, Takeover: rc.takeover, LockWait: rc.lockWait, Kubernetes: kc,
-		Adopt: rc.adopt, AdoptEvery: rc.adoptIvl, Services: rc.services,
-	})
-	if _, perr := os.Stat(rc.dp.Dir()); err != nil && os.IsNotExist(statErr) && os.IsNotExist(perr) {
+	cfg := rc.cfg
+	cfg.Cgroups, cfg.ReadyFile = rc.cgroups, rc.readyFile
+	cfg.MetricsAddr, cfg.HealthAddr, cfg.PairMaxAge, cfg.Version = rc.metrics, rc.health, rc.pairAge, version
+	cfg.LockFile, cfg.Takeover, cfg.LockWait, cfg.Kubernetes = rc.lockFile, rc.takeover, rc.lockWait, kc
+	cfg.Adopt, cfg.AdoptEvery = rc.adopt, rc.adoptIvl
+	err = agent.Run(ctx, cfg)
+	if _, perr := os.Stat(rc.cfg.Datapath.Dir()); err != nil && os.IsNotExist(statErr) && os.IsNotExist(perr) {
 		os.Remove(logPath)
 	}
 	return err

@@ -88,7 +88,8 @@ type Config struct {
 	AdoptEvery time.Duration
 	// Services runs the Service load balancer (ClusterIP at the socket,
 	// NodePort at tc) on the managed cgroups, pinned with the datapath;
-	// nil: off, and a load balancer an earlier agent pinned is removed.
+	// off (!Services.On): a load balancer an earlier agent pinned is
+	// removed.
 	Services svcsync.Options
 }
 
@@ -195,13 +196,13 @@ func check(cfg Config) (*agent, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
-	// The bypass's checks (nf_conntrack_tcp_be_liberal) come before anything
-	// changes; the datapath loads it with the other families.
-	if err := cfg.Datapath.Families.Bypass.CheckNode(); err != nil {
-		return nil, err
-	}
-	if err := cfg.Services.Check(); err != nil {
-		return nil, err
+	// The families' checks (the bypass's nf_conntrack_tcp_be_liberal, the
+	// load balancer's source) come before anything changes; the datapath
+	// loads them.
+	for _, o := range cfg.FamilyOptions() {
+		if err := o.CheckNode(); err != nil {
+			return nil, err
+		}
 	}
 	a.cfg = cfg
 	return a, nil

@@ -4,7 +4,30 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 )
+
+// FamilyOptions are a family's own options (bypass.Options,
+// svcsync.Options): its flags, registered, parsed and checked by itself.
+// `eztunnel run` registers and parses every family's, and the agent checks
+// each before anything changes, from Config.FamilyOptions: a new option
+// changes only its family.
+type FamilyOptions interface {
+	Register(f *pflag.FlagSet)
+	// Parse completes the options once f is parsed; flags that do not go
+	// together are an error naming them.
+	Parse(f *pflag.FlagSet) error
+	// CheckNode checks the node (and the options' sources) before
+	// anything changes; nothing is loaded. A family that cannot run and
+	// was not required turns itself off with the reason.
+	CheckNode() error
+}
+
+// FamilyOptions lists the options of every family that has its own, in
+// install order.
+func (c *Config) FamilyOptions() []FamilyOptions {
+	return []FamilyOptions{&c.Datapath.Families.Bypass, &c.Services}
+}
 
 // familyNode is a datapath family's side of the node, which the agent runs
 // beside the family's pinned programs once they are installed: the bridge

@@ -68,12 +68,13 @@ func (o *Options) Register(f *pflag.FlagSet) {
 }
 
 // Parse completes o once f is parsed (f: the flags Register added to).
-func (o *Options) Parse(f *pflag.FlagSet) {
+func (o *Options) Parse(*pflag.FlagSet) error {
 	o.On, o.Required = o.mode != modeOff, o.mode == modeOn
 	o.NoUDP = !o.udp
 	if !o.On {
 		o.Off = "off (--bypass=off)"
 	}
+	return nil
 }
 
 // CheckNode checks the node before anything changes (Check: the conntrack

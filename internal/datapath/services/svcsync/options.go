@@ -44,13 +44,20 @@ func (o *Options) Register(f *pflag.FlagSet) {
 }
 
 // Parse checks the flags Register added once f is parsed, and takes the
-// shared Kubernetes flags' values (kubeconfig given explicitly or not).
-func (o *Options) Parse(f *pflag.FlagSet, kubeconfig, nodeName string) error {
+// values of --kubeconfig and --node-name, the Kubernetes flags the agent
+// shares (registered by `eztunnel run`).
+func (o *Options) Parse(f *pflag.FlagSet) error {
 	if o.On {
 		if o.File != "" && f.Changed("kubeconfig") {
 			return fmt.Errorf("--services-file and --kubeconfig exclude each other: the services come from one source")
 		}
-		o.Kubeconfig, o.NodeName = kubeconfig, nodeName
+		for flag, v := range map[string]*string{"kubeconfig": &o.Kubeconfig, "node-name": &o.NodeName} {
+			fl := f.Lookup(flag)
+			if fl == nil {
+				return fmt.Errorf("--services: no --%s flag to read", flag)
+			}
+			*v = fl.Value.String()
+		}
 	} else if o.File != "" {
 		return fmt.Errorf("--services-file needs --services")
 	} else if o.NodePort || len(o.NodePortDevices) > 0 {
@@ -70,9 +77,9 @@ func (o *Options) Parse(f *pflag.FlagSet, kubeconfig, nodeName string) error {
 	return nil
 }
 
-// Check checks the source before anything changes (the file parses, the
-// Kubernetes configuration is found); nothing is loaded.
-func (o *Options) Check() error {
+// CheckNode checks the source before anything changes (the file parses,
+// the Kubernetes configuration is found); nothing is loaded.
+func (o *Options) CheckNode() error {
 	if !o.On {
 		return nil
 	}
