@@ -491,6 +491,7 @@ var valueFlags = []struct{ value, set, arg string }{
 	{"bypass", "bypass=on", "--bypass=on"},
 	{"bypass", "bypass=auto", "--bypass=auto"},
 	{"bypassUDP", "bypassUDP=false", "--bypass-udp=false"},
+	{"bypassIPv6", "bypassIPv6=false", "--bypass-ipv6=false"},
 	{"services.enabled", "services.enabled=true", "--services"},
 	{"services.nodePort.enabled", "services.enabled=true,services.nodePort.enabled=true", "--nodeport"},
 	{"services.nodePort.devices", "services.enabled=true,services.nodePort.enabled=true,services.nodePort.devices={eth0,eth1}", "--nodeport-devices=eth0,eth1"},

@@ -74,6 +74,9 @@ volatile const __u32 ez_bp_udp_timeout_ms = 0;
 /* 1: UDP stays on the kernel path (--bypass-udp=false); set before load. */
 volatile const __u32 ez_bp_no_udp = 0;
 
+/* 1: IPv6 stays on the kernel path (--bypass-ipv6=false); set before load. */
+volatile const __u32 ez_bp_no_ipv6 = 0;
+
 /*
  * Conntrack mark bits recording admitted directions, [0] original, [1]
  * reply; set before load. In the entry itself, so a deleted entry's
@@ -307,6 +310,8 @@ static __always_inline __u32 classify(struct __sk_buff *skb, struct ez_flow *f)
 		return EZ_BP_C_FB_NOT_IP;
 	if (ez_parse(&p, false, f))
 		return EZ_BP_C_FB_OTHER;
+	if (f->family == 6 && ez_bp_no_ipv6)
+		return EZ_BP_C_FB_IPV6_OFF;
 	if (f->flags & EZ_FLOW_FRAG || (f->family == 6 && f->proto == 44))
 		return EZ_BP_C_FB_FRAGMENT;
 	if (f->family == 6 && ipv6_ext(f->proto))

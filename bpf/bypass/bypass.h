@@ -78,6 +78,7 @@ enum ez_bp_counter {
 	EZ_BP_C_FB_SPOOFED,		/* pod veth: source address or MAC not the sending pod's own; uplink: a
 					 * local pod's source address, or one that does not route back out the device */
 	EZ_BP_C_FB_UDP_OFF,		/* UDP while the bypass takes TCP only (--bypass-udp=false) */
+	EZ_BP_C_FB_IPV6_OFF,		/* IPv6 while the bypass takes IPv4 only (--bypass-ipv6=false) */
 	EZ_BP_C_MAX,
 };
 

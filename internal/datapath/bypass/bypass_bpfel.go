@@ -50,7 +50,8 @@ const (
 	bypassEzBpCounterEZ_BP_C_FB_MARK            bypassEzBpCounter = 31
 	bypassEzBpCounterEZ_BP_C_FB_SPOOFED         bypassEzBpCounter = 32
 	bypassEzBpCounterEZ_BP_C_FB_UDP_OFF         bypassEzBpCounter = 33
-	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 34
+	bypassEzBpCounterEZ_BP_C_FB_IPV6OFF         bypassEzBpCounter = 34
+	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 35
 )
 
 type bypassEzBpDevKind uint32
@@ -94,6 +95,7 @@ const (
 	bypassVarEzBpAdmitMark      = "ez_bp_admit_mark"
 	bypassVarEzBpCounterEnum    = "ez_bp_counter_enum"
 	bypassVarEzBpDevKindEnum    = "ez_bp_dev_kind_enum"
+	bypassVarEzBpNoIpv6         = "ez_bp_no_ipv6"
 	bypassVarEzBpNoUdp          = "ez_bp_no_udp"
 	bypassVarEzBpTcpTimeoutMs   = "ez_bp_tcp_timeout_ms"
 	bypassVarEzBpTimeoutJiffies = "ez_bp_timeout_jiffies"
@@ -163,6 +165,7 @@ type bypassVariableSpecs struct {
 	EzBpAdmitMark      *ebpf.VariableSpec `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.VariableSpec `ebpf:"ez_bp_counter_enum"`
 	EzBpDevKindEnum    *ebpf.VariableSpec `ebpf:"ez_bp_dev_kind_enum"`
+	EzBpNoIpv6         *ebpf.VariableSpec `ebpf:"ez_bp_no_ipv6"`
 	EzBpNoUdp          *ebpf.VariableSpec `ebpf:"ez_bp_no_udp"`
 	EzBpTcpTimeoutMs   *ebpf.VariableSpec `ebpf:"ez_bp_tcp_timeout_ms"`
 	EzBpTimeoutJiffies *ebpf.VariableSpec `ebpf:"ez_bp_timeout_jiffies"`
@@ -209,6 +212,7 @@ type bypassVariables struct {
 	EzBpAdmitMark      *ebpf.Variable `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.Variable `ebpf:"ez_bp_counter_enum"`
 	EzBpDevKindEnum    *ebpf.Variable `ebpf:"ez_bp_dev_kind_enum"`
+	EzBpNoIpv6         *ebpf.Variable `ebpf:"ez_bp_no_ipv6"`
 	EzBpNoUdp          *ebpf.Variable `ebpf:"ez_bp_no_udp"`
 	EzBpTcpTimeoutMs   *ebpf.Variable `ebpf:"ez_bp_tcp_timeout_ms"`
 	EzBpTimeoutJiffies *ebpf.Variable `ebpf:"ez_bp_timeout_jiffies"`

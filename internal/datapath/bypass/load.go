@@ -24,7 +24,7 @@ import (
 
 // Config says where the bypass runs.
 type Config struct {
-	// Options: what the flags ask of the programs (NoUDP).
+	// Options: what the flags ask of the programs (NoUDP, NoIPv6).
 	Options
 	// NetNS is the node's named network namespace (under /run/netns) that
 	// holds the pod bridge and the pods' host-side veths; "" is the
@@ -146,15 +146,18 @@ func Load(cfg Config) (_ *Bypass, err error) {
 // admission mark bits, the conntrack refresh timeouts, the options.
 func setVariables(spec *ebpf.CollectionSpec, cfg Config) error {
 	lo := cfg.AdmitMark & -cfg.AdmitMark
-	noUDP := uint32(0)
-	if cfg.NoUDP {
-		noUDP = 1
+	flag := func(b bool) uint32 {
+		if b {
+			return 1
+		}
+		return 0
 	}
 	for name, v := range map[string]any{
 		bypassVarEzBpAdmitMark:    [2]uint32{lo, cfg.AdmitMark &^ lo},
 		bypassVarEzBpTcpTimeoutMs: uint32(cfg.TCPTimeout.Milliseconds()),
 		bypassVarEzBpUdpTimeoutMs: uint32(cfg.UDPTimeout.Milliseconds()),
-		bypassVarEzBpNoUdp:        noUDP,
+		bypassVarEzBpNoUdp:        flag(cfg.NoUDP),
+		bypassVarEzBpNoIpv6:       flag(cfg.NoIPv6),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("%s: %w", name, err)

@@ -26,9 +26,13 @@ type Options struct {
 	// NoUDP leaves UDP on the kernel path (--bypass-udp=false): the
 	// bypass takes established TCP only.
 	NoUDP bool
+	// NoIPv6 leaves IPv6 on the kernel path (--bypass-ipv6=false): the
+	// bypass takes IPv4 only.
+	NoIPv6 bool
 
 	mode mode // --bypass
 	udp  bool // --bypass-udp
+	ipv6 bool // --bypass-ipv6
 }
 
 // mode is --bypass: auto (the default: on where the node allows it), on
@@ -65,12 +69,13 @@ func (o *Options) Register(f *pflag.FlagSet) {
 	f.Var(&o.mode, "bypass", "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; pinned with the datapath). It needs net.netfilter.nf_conntrack_tcp_be_liberal=1. auto: on where the node allows it, else off with the reason logged; on: a node or kernel that cannot run it is an error; off: not attached, a pinned one removed (true and false: on and off)")
 	f.Lookup("bypass").NoOptDefVal = string(modeOn)
 	f.BoolVar(&o.udp, "bypass-udp", true, "the bridge bypass takes established UDP flows too; false leaves every UDP packet on the node's stack (counted as fallback reason udp_off)")
+	f.BoolVar(&o.ipv6, "bypass-ipv6", true, "the bridge bypass takes IPv6 flows too; false leaves every IPv6 packet on the node's stack (counted as fallback reason ipv6_off), for nodes whose IPv6 policy the operator wants the stack to apply to every packet")
 }
 
 // Parse completes o once f is parsed (f: the flags Register added to).
 func (o *Options) Parse(*pflag.FlagSet) error {
 	o.On, o.Required = o.mode != modeOff, o.mode == modeOn
-	o.NoUDP = !o.udp
+	o.NoUDP, o.NoIPv6 = !o.udp, !o.ipv6
 	if !o.On {
 		o.Off = "off (--bypass=off)"
 	}

@@ -852,6 +852,28 @@ func TestProgBypassUDPOff(t *testing.T) {
 	}
 }
 
+// TestProgBypassIPv6Off: with --bypass-ipv6=false (Options.NoIPv6, set on
+// the programs as Load sets it) an established, admitted IPv6 flow stays on
+// the kernel path, counted as ipv6_off; IPv4 is bypassed as before.
+func TestProgBypassIPv6Off(t *testing.T) {
+	l := newLab(t, Options{NoIPv6: true})
+	const A, B = "10.244.1.4", "10.244.1.5"
+	const A6, B6 = "fd00:244:1::4", "fd00:244:1::5"
+	l2 := func(l3 []byte) []byte { return ether(podBMAC, podAMAC, 0x0800, l3) }
+	l2v6 := func(l3 []byte) []byte { return ether(podBMAC, podAMAC, 0x86dd, l3) }
+	ctTCP := est(unix.IPPROTO_TCP, A, B, 40000, 8080, admitOrig)
+	ctTCP6 := est(unix.IPPROTO_TCP, A6, B6, 40000, 8080, admitOrig)
+	l.runCases(t, l.objs.EzBypass, "vethA", []progCase{
+		{name: "ipv6 established and admitted: kernel path", pkt: l2v6(ip6(A6, B6, 64, unix.IPPROTO_TCP, tcp(40000, 8080, tACK, 100))), ct: []ctEntry{ctTCP6},
+			ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_IPV6OFF)},
+		{name: "ipv4 still bypassed", pkt: l2(ip4(A, B, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 100))), ct: []ctEntry{ctTCP},
+			ret: tcActRedirect, count: bypassed(154, false), refreshed: 40000},
+	})
+	if !slices.Contains(CounterNames(), "fallback_ipv6_off") {
+		t.Errorf("no counter fallback_ipv6_off (eztunnel_bypass_fallbacks_total{reason=\"ipv6_off\"}): %v", CounterNames())
+	}
+}
+
 // TestProgBypassRemote: ez_bypass at a pod veth's ingress to another node's
 // pod (no endpoint): routed by a FIB lookup as if arriving on the bridge,
 // out the uplink.

@@ -91,6 +91,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if not .Values.bypassUDP }}
 - --bypass-udp=false
 {{- end }}
+{{- if not .Values.bypassIPv6 }}
+- --bypass-ipv6=false
+{{- end }}
 {{- if .Values.services.enabled }}
 - --services
 {{- end }}
