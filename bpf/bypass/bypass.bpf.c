@@ -55,6 +55,14 @@ struct {
 	__type(value, struct ez_bp_device);
 } ez_bp_devices SEC(".maps");
 
+/* The switch (struct ez_bp_ctl), written from userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ez_bp_ctl);
+} ez_bp_switch SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, EZ_BP_C_MAX);
@@ -303,7 +311,11 @@ static __always_inline __u32 fib_reason(long rc)
 static __always_inline __u32 classify(struct __sk_buff *skb, struct ez_flow *f)
 {
 	struct ez_pkt p = ez_pkt_of_skb(skb, EZ_ETH_HLEN);
+	__u32 zero = 0;
+	struct ez_bp_ctl *ctl = bpf_map_lookup_elem(&ez_bp_switch, &zero);
 
+	if (ctl && ctl->paused)
+		return EZ_BP_C_FB_PAUSED;
 	if (skb->vlan_present)
 		return EZ_BP_C_FB_NOT_IP;
 	if (p.eth_proto != EZ_ETH_P_IP && p.eth_proto != EZ_ETH_P_IPV6)

@@ -39,6 +39,16 @@ struct ez_bp_device {
 	__u8 pad[2];
 };
 
+/* The bypass's switch (ez_bp_switch's one entry), written from userspace:
+ * paused, every packet of the redirecting programs takes the kernel path
+ * (counted as EZ_BP_C_FB_PAUSED) while the programs stay attached and the
+ * admissions go on being recorded. `eztunnel-lab bench bypass --paired`
+ * flips it between round trips to compare the two paths on the same flows;
+ * every load of the bypass starts unpaused. */
+struct ez_bp_ctl {
+	__u32 paused;
+};
+
 /* Per-CPU counters (BPF_MAP_TYPE_PERCPU_ARRAY indexed by this enum): what
  * was bypassed, and one value per reason a packet took the kernel path. */
 enum ez_bp_counter {
@@ -79,6 +89,7 @@ enum ez_bp_counter {
 					 * local pod's source address, or one that does not route back out the device */
 	EZ_BP_C_FB_UDP_OFF,		/* UDP while the bypass takes TCP only (--bypass-udp=false) */
 	EZ_BP_C_FB_IPV6_OFF,		/* IPv6 while the bypass takes IPv4 only (--bypass-ipv6=false) */
+	EZ_BP_C_FB_PAUSED,		/* the bypass paused (struct ez_bp_ctl) */
 	EZ_BP_C_MAX,
 };
 

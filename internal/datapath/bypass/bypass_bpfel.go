@@ -51,8 +51,14 @@ const (
 	bypassEzBpCounterEZ_BP_C_FB_SPOOFED         bypassEzBpCounter = 32
 	bypassEzBpCounterEZ_BP_C_FB_UDP_OFF         bypassEzBpCounter = 33
 	bypassEzBpCounterEZ_BP_C_FB_IPV6OFF         bypassEzBpCounter = 34
-	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 35
+	bypassEzBpCounterEZ_BP_C_FB_PAUSED          bypassEzBpCounter = 35
+	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 36
 )
+
+type bypassEzBpCtl struct {
+	_      structs.HostLayout
+	Paused uint32
+}
 
 type bypassEzBpDevKind uint32
 
@@ -89,6 +95,7 @@ const (
 	bypassMapEzBpCounters       = "ez_bp_counters"
 	bypassMapEzBpDevices        = "ez_bp_devices"
 	bypassMapEzBpEndpoints      = "ez_bp_endpoints"
+	bypassMapEzBpSwitch         = "ez_bp_switch"
 	bypassProgEzBypass          = "ez_bypass"
 	bypassProgEzBypassAdmit     = "ez_bypass_admit"
 	bypassProgEzBypassIn        = "ez_bypass_in"
@@ -156,6 +163,7 @@ type bypassMapSpecs struct {
 	EzBpCounters  *ebpf.MapSpec `ebpf:"ez_bp_counters"`
 	EzBpDevices   *ebpf.MapSpec `ebpf:"ez_bp_devices"`
 	EzBpEndpoints *ebpf.MapSpec `ebpf:"ez_bp_endpoints"`
+	EzBpSwitch    *ebpf.MapSpec `ebpf:"ez_bp_switch"`
 }
 
 // bypassVariableSpecs contains global variables before they are loaded into the kernel.
@@ -195,6 +203,7 @@ type bypassMaps struct {
 	EzBpCounters  *ebpf.Map `ebpf:"ez_bp_counters"`
 	EzBpDevices   *ebpf.Map `ebpf:"ez_bp_devices"`
 	EzBpEndpoints *ebpf.Map `ebpf:"ez_bp_endpoints"`
+	EzBpSwitch    *ebpf.Map `ebpf:"ez_bp_switch"`
 }
 
 func (m *bypassMaps) Close() error {
@@ -202,6 +211,7 @@ func (m *bypassMaps) Close() error {
 		m.EzBpCounters,
 		m.EzBpDevices,
 		m.EzBpEndpoints,
+		m.EzBpSwitch,
 	)
 }
 

@@ -47,6 +47,7 @@ var counters = bpfsys.CounterSet[bypassEzBpCounter]{Max: bypassEzBpCounterEZ_BP_
 	bypassEzBpCounterEZ_BP_C_FB_SPOOFED:         "fallback_spoofed_source",
 	bypassEzBpCounterEZ_BP_C_FB_UDP_OFF:         "fallback_udp_off",
 	bypassEzBpCounterEZ_BP_C_FB_IPV6OFF:         "fallback_ipv6_off",
+	bypassEzBpCounterEZ_BP_C_FB_PAUSED:          "fallback_paused",
 }}
 
 // CounterNames lists every counter name in enum order.

@@ -139,6 +139,11 @@ func Load(cfg Config) (_ *Bypass, err error) {
 		}
 		return nil, err
 	}
+	// Every load starts unpaused (a bench's pause does not outlive it).
+	if err := b.objs.EzBpSwitch.Update(uint32(0), bypassEzBpCtl{}, ebpf.UpdateAny); err != nil {
+		b.objs.Close()
+		return nil, fmt.Errorf("bypass: reset %s: %w", bypassMapEzBpSwitch, err)
+	}
 	return b, nil
 }
 

@@ -874,6 +874,28 @@ func TestProgBypassIPv6Off(t *testing.T) {
 	}
 }
 
+// TestProgBypassPaused: the switch (Switch.Pause) sends an established,
+// admitted flow to the kernel path, counted as paused, with the program
+// attached; resumed, the same flow is bypassed again.
+func TestProgBypassPaused(t *testing.T) {
+	l := newLab(t)
+	const A, B = "10.244.1.4", "10.244.1.5"
+	l2 := func(l3 []byte) []byte { return ether(podBMAC, podAMAC, 0x0800, l3) }
+	ct := est(unix.IPPROTO_TCP, A, B, 40000, 8080, admitOrig)
+	pkt := l2(ip4(A, B, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 100)))
+	sw := &Switch{m: l.objs.EzBpSwitch}
+	for _, paused := range []bool{true, false} {
+		if err := sw.Pause(paused); err != nil {
+			t.Fatal(err)
+		}
+		c := progCase{name: "resumed: bypassed", pkt: pkt, ct: []ctEntry{ct}, ret: tcActRedirect, count: bypassed(154, false), refreshed: 40000}
+		if paused {
+			c = progCase{name: "paused: kernel path", pkt: pkt, ct: []ctEntry{ct}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_PAUSED)}
+		}
+		l.runCases(t, l.objs.EzBypass, "vethA", []progCase{c})
+	}
+}
+
 // TestProgBypassRemote: ez_bypass at a pod veth's ingress to another node's
 // pod (no endpoint): routed by a FIB lookup as if arriving on the bridge,
 // out the uplink.
