@@ -2,6 +2,7 @@ package workload
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -177,18 +178,12 @@ func PingPongPaced(fd, size, n, warmup int, interval time.Duration) ([]time.Dura
 // however many round trips that takes: a connection kept busy until a test
 // has done something to the node, then n recorded round trips.
 func PingPongUntil(fd, size, n, warmup int, interval time.Duration, warmUntil func() bool) ([]time.Duration, error) {
-	if size < 8 {
-		return nil, fmt.Errorf("message size %d below 8 bytes", size)
-	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	var hb [4]byte
-	binary.LittleEndian.PutUint32(hb[:], uint32(size))
-	if err := writeFull(fd, hb[:]); err != nil {
+	pp, err := NewPingPonger(fd, size)
+	if err != nil {
 		return nil, err
 	}
-	msg := make([]byte, size)
-	back := make([]byte, size)
 	rtts := make([]time.Duration, 0, n)
 	begin := time.Now()
 	warming := warmUntil != nil
@@ -203,21 +198,53 @@ func PingPongUntil(fd, size, n, warmup int, interval time.Duration, warmUntil fu
 				time.Sleep(wait)
 			}
 		}
-		start := time.Now()
-		binary.LittleEndian.PutUint64(msg, uint64(start.UnixNano()))
-		if err := writeFull(fd, msg); err != nil {
-			return rtts, err
-		}
-		if err := readFull(fd, back); err != nil {
-			return rtts, err
-		}
-		d := time.Since(start)
-		if binary.LittleEndian.Uint64(back) != uint64(start.UnixNano()) {
-			return rtts, fmt.Errorf("echo %d carried another timestamp", i)
+		d, err := pp.RoundTrip()
+		if err != nil {
+			return rtts, fmt.Errorf("round trip %d: %w", i, err)
 		}
 		if i >= warmup {
 			rtts = append(rtts, d)
 		}
 	}
 	return rtts, nil
+}
+
+// PingPonger is one ping-pong connection to an echo server (Echo), driven
+// one round trip at a time: the paired benchmarks change the datapath
+// between two round trips, when none of the connection's bytes is in
+// flight.
+type PingPonger struct {
+	fd        int
+	msg, back []byte
+}
+
+// NewPingPonger announces size-byte messages on fd, a RawDial socket.
+func NewPingPonger(fd, size int) (*PingPonger, error) {
+	if size < 8 {
+		return nil, fmt.Errorf("message size %d below 8 bytes", size)
+	}
+	var hb [4]byte
+	binary.LittleEndian.PutUint32(hb[:], uint32(size))
+	if err := writeFull(fd, hb[:]); err != nil {
+		return nil, err
+	}
+	return &PingPonger{fd: fd, msg: make([]byte, size), back: make([]byte, size)}, nil
+}
+
+// RoundTrip sends one message, carrying its send time, and waits for its
+// echo, which must carry the same.
+func (p *PingPonger) RoundTrip() (time.Duration, error) {
+	start := time.Now()
+	binary.LittleEndian.PutUint64(p.msg, uint64(start.UnixNano()))
+	if err := writeFull(p.fd, p.msg); err != nil {
+		return 0, err
+	}
+	if err := readFull(p.fd, p.back); err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	if binary.LittleEndian.Uint64(p.back) != uint64(start.UnixNano()) {
+		return 0, errors.New("the echo carried another timestamp")
+	}
+	return d, nil
 }

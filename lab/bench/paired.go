@@ -1,0 +1,101 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/eztunnel/eztunnel/internal/stats"
+)
+
+// A paired comparison: the two sides (A, B) measured in alternating
+// phases on the same flows, each phase summarised by one statistic (a
+// median round trip), each pair of neighbouring phases giving one paired
+// difference. The host's slow drift moves both phases of a pair alike and
+// cancels in their difference; what is left is the effect plus the
+// phase-to-phase noise, which the bootstrap interval measures. An A/A
+// comparison (the same side in both phases, alternated the same way) must
+// find an interval around 0: if it does not, or is wider than the effect
+// to be judged, the run judges nothing.
+
+// Paired is the result of a paired comparison.
+type Paired struct {
+	Pairs int
+	// Median of the paired differences, 100 * (B - A) / A per pair.
+	Median float64
+	// Lo, Hi: the 95% bootstrap interval of that median (percentile
+	// method, PairedResamples resamples).
+	Lo, Hi float64
+}
+
+// PairedResamples is the number of bootstrap resamples.
+const PairedResamples = 4000
+
+// ComparePaired is the paired comparison of a[i] and b[i], the two phases'
+// statistics of pair i (positive: larger). The resampling is seeded by
+// seed, so a report can be recomputed from its data.
+func ComparePaired(a, b []float64, seed uint64) (Paired, error) {
+	if len(a) != len(b) {
+		return Paired{}, fmt.Errorf("paired comparison: %d A phases, %d B phases", len(a), len(b))
+	}
+	d := make([]float64, 0, len(a))
+	for i := range a {
+		if a[i] <= 0 || math.IsNaN(a[i]) || math.IsNaN(b[i]) {
+			return Paired{}, fmt.Errorf("paired comparison: pair %d: A %v, B %v", i, a[i], b[i])
+		}
+		d = append(d, 100*(b[i]-a[i])/a[i])
+	}
+	if len(d) < 2 {
+		return Paired{}, fmt.Errorf("paired comparison: %d pairs, want at least 2", len(d))
+	}
+	p := Paired{Pairs: len(d), Median: medianOf(d)}
+	p.Lo, p.Hi = bootstrapMedian(d, PairedResamples, seed)
+	return p, nil
+}
+
+// bootstrapMedian is the 95% percentile interval of the median of d over
+// n resamples with replacement.
+func bootstrapMedian(d []float64, n int, seed uint64) (lo, hi float64) {
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	meds := make([]float64, n)
+	s := make([]float64, len(d))
+	for i := range meds {
+		for j := range s {
+			s[j] = d[r.IntN(len(d))]
+		}
+		meds[i] = medianOf(s)
+	}
+	slices.Sort(meds)
+	return stats.Quantile(meds, 0.025), stats.Quantile(meds, 0.975)
+}
+
+// medianOf sorts xs in place and returns its median.
+func medianOf(xs []float64) float64 {
+	slices.Sort(xs)
+	return stats.Quantile(xs, 0.5)
+}
+
+// Contains reports whether the interval holds x.
+func (p Paired) Contains(x float64) bool { return p.Lo <= x && x <= p.Hi }
+
+// Width is the interval's half-width in percentage points.
+func (p Paired) Width() float64 { return (p.Hi - p.Lo) / 2 }
+
+// String is "-12.3% [-14.0, -10.1]".
+func (p Paired) String() string {
+	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", p.Median, p.Lo, p.Hi)
+}
+
+// AAValid says whether an A/A row lets its report judge effects of at
+// least maxHalfWidth percent: its interval must hold 0 and be within
+// ±maxHalfWidth. The reason is "" when it does.
+func (p Paired) AAValid(maxHalfWidth float64) string {
+	switch {
+	case !p.Contains(0):
+		return fmt.Sprintf("the A/A interval %s does not hold 0: the phases differ without any change, this run judges nothing", p)
+	case p.Lo < -maxHalfWidth || p.Hi > maxHalfWidth:
+		return fmt.Sprintf("the A/A interval %s is wider than ±%.0f%%: this run cannot resolve effects that small", p, maxHalfWidth)
+	}
+	return ""
+}
