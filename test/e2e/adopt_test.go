@@ -288,7 +288,7 @@ func TestAdoptWhileStreaming(t *testing.T) {
 
 // checkLateStack: with sends in flight while rounds run, a send may race
 // an insert; the connection then switches back to the kernel path
-// (adopt_late_stack, docs/architecture.md, Adoption residuals), and the
+// (adopt_late_stack, docs/families/shortcut-design.md, Adoption residuals), and the
 // caller checks every byte. The window is a few instructions: more than a
 // tenth of the adopted connections means the adoption steps are broken.
 // Idle pools (no send in flight) require 0.

@@ -34,8 +34,8 @@ type halfCloseCase struct {
 	// in recv(). A think time, not a timing assertion.
 	delay      time.Duration
 	delayEvery int
-	// banner bytes the server sends first, which the client reads only
-	// after its shutdown: the documented residual (docs/architecture.md,
+	// banner bytes the server sends first, which the client reads only after
+	// its shutdown: the documented residual (docs/families/shortcut-design.md,
 	// "Half-close leaves the shortcut", (a)). The end cannot leave at its
 	// shutdown; a blocking read that drained them and waits when the ACK of
 	// the FIN comes alone may still return EAGAIN, once per connection.
@@ -78,7 +78,7 @@ func halfCloseServe(t *testing.T, p *netlab.Pod) *logbuf.Buffer {
 // noPreemptSignals is the environment of the Go programs whose blocking reads
 // are counted: without async preemption the runtime sends its threads no
 // SIGURG, which would wake a read into EAGAIN too (a signal, the other
-// wake-up of docs/architecture.md), so every EAGAIN counted here is the
+// wake-up of docs/families/shortcut-design.md), so every EAGAIN counted here is the
 // half-close's.
 func noPreemptSignals() []string {
 	return append(os.Environ(), "GODEBUG=asyncpreemptoff=1")
@@ -154,7 +154,7 @@ func TestHalfClose(t *testing.T) {
 				}
 			}
 			if known {
-				t.Logf("KNOWN RESIDUAL (the gauge: an end that received anything stays; docs/architecture.md): the server reported:\n%s", s)
+				t.Logf("KNOWN RESIDUAL (the gauge: an end that received anything stays; docs/families/shortcut-design.md): the server reported:\n%s", s)
 				continue
 			}
 			t.Errorf("the server reported (EAGAIN on its blocking reads, or a failed exchange):\n%s", s)
@@ -193,7 +193,7 @@ func TestHalfClose(t *testing.T) {
 				t.Logf("counters: pairs=%d fallback_half_close=%d fallback_backpressure=%d sockets_released=%d bytes_redirected=%d",
 					d["pairs"], d["fallback_half_close"], d["fallback_backpressure"], d["sockets_released"], d["bytes_redirected"])
 				if residual && rep.MaxEAGAIN <= 1 {
-					t.Logf("KNOWN RESIDUAL (half-close with bytes sent to it unread, or the gauge; docs/architecture.md): %d EAGAIN in %d exchanges, at most 1 per exchange", rep.SpuriousEAGAIN, c.exchanges())
+					t.Logf("KNOWN RESIDUAL (half-close with bytes sent to it unread, or the gauge; docs/families/shortcut-design.md): %d EAGAIN in %d exchanges, at most 1 per exchange", rep.SpuriousEAGAIN, c.exchanges())
 				} else if rep.SpuriousEAGAIN != 0 {
 					t.Errorf("the client's blocking reads returned EAGAIN %d times in %d exchanges (plain TCP: 0)", rep.SpuriousEAGAIN, c.exchanges())
 				}

@@ -25,7 +25,8 @@ import (
 //     byte; no POLLOUT; SO_SNDTIMEO times out; a blocked sender is woken by
 //     the reader's drain and its bytes arrive;
 //   - without it, the sender is never held: 16 times the receive buffer is
-//     accepted (why the shortcut has its unread bound, docs/architecture.md).
+//     accepted (why the shortcut has its unread bound,
+//     docs/families/shortcut-design.md, Backpressure).
 func TestKernelBackpressure(t *testing.T) {
 	probe := shortcut.KernelBackpressure()
 	t.Logf("the agent's probe: %v", errOr(probe, "kernel backpressure found"))

@@ -303,7 +303,7 @@ func TestSemantics(t *testing.T) {
 					t.Errorf("observations differ from plain TCP (fields %v beyond the known kernel divergence):\n%s", extra, diffObs(want, obs))
 					return
 				}
-				t.Logf("KNOWN KERNEL DIVERGENCE (Linux %s, tcp_bpf), documented in docs/architecture.md: %s\n%s", kernelRelease(t), known.reason, diffObs(want, obs))
+				t.Logf("KNOWN KERNEL DIVERGENCE (Linux %s, tcp_bpf), documented in docs/families/shortcut-design.md: %s\n%s", kernelRelease(t), known.reason, diffObs(want, obs))
 			})
 		}
 		// Never accelerated: its server must not see the divergence.

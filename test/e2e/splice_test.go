@@ -165,7 +165,7 @@ func TestSpliceProxy(t *testing.T) {
 				if r.Exchanges == 0 || r.Bad > stranded || stranded > 1 {
 					t.Errorf("%s %s: %d of %d exchanges byte-exact (splice_stranded %d), first error: %s", c.name, chain.name, r.OK, r.Exchanges, stranded, r.FirstErr)
 				} else if r.Bad > 0 {
-					t.Logf("KNOWN (docs/architecture.md, Readers that splice): %s %s: %d exchange(s) lost bytes stranded in the proxy's psock at its first splice after a recv (splice_stranded %d): %s",
+					t.Logf("KNOWN (docs/families/shortcut-design.md, Readers that splice): %s %s: %d exchange(s) lost bytes stranded in the proxy's psock at its first splice after a recv (splice_stranded %d): %s",
 						c.name, chain.name, r.Bad, stranded, r.FirstErr)
 				}
 				if chain.name == "selected" {

@@ -56,8 +56,8 @@ const (
 // conntrackBlocker says why the bypass cannot act in the agent's network
 // namespace now, or "" (b.mu held). The bypass acts only on flows conntrack
 // confirmed: where conntrack does not run, every packet would fall back
-// after paying for the lookup, so nothing is attached (docs/architecture.md,
-// "Attached only where it can act").
+// after paying for the lookup, so nothing is attached
+// (docs/families/bypass-design.md, "Attached only where it can act").
 func (b *Node) conntrackBlocker() string {
 	now := time.Now()
 	if now.Before(b.standbyNext) {
@@ -126,7 +126,7 @@ const (
 // would skip, or a pod behind it that the bandwidth CNI plugin shapes (its
 // annotations, Kubernetes mode). Both directions stay on the kernel path:
 // neither program is attached to the device and no endpoint is written
-// for its pod (docs/architecture.md, "Traffic controls").
+// for its pod (docs/families/bypass-design.md, "Traffic controls").
 func (b *Node) controlled(c podnet.Control, ifx int, eps map[netip.Addr]Endpoint) (why, kind string) {
 	if c.Kind != "" {
 		return c.String() + ": the bypass would skip it", c.Kind
