@@ -7,10 +7,13 @@ import (
 	"github.com/eztunnel/eztunnel/internal/cli/clidoc"
 )
 
-// TestDocsCommands: every `eztunnel ...` command line in README.md and
-// docs/*.md names a command of this binary and only flags that command
-// accepts (each line parsed by a fresh command tree, not run).
+// TestDocsCommands: every `eztunnel ...` command line in README.md,
+// docs/*.md and docs/families/*.md names a command of this binary and only
+// flags that command accepts (each line parsed by a fresh command tree, not
+// run).
 func TestDocsCommands(t *testing.T) {
 	docs, _ := filepath.Glob("../../docs/*.md")
+	families, _ := filepath.Glob("../../docs/families/*.md")
+	docs = append(docs, families...)
 	clidoc.Verify(t, "eztunnel", newRoot, 20, append(docs, "../../README.md", "../../SECURITY.md")...)
 }
