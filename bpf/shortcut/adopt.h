@@ -27,7 +27,8 @@
  * first end's queues were empty at its insert and nothing the second sent
  * since its confirm took the stack. Both stack paths are empty in both
  * directions, and every later send is redirected (sk_prot was swapped at
- * insert). docs/architecture.md ("Adoption") has the argument and residuals.
+ * insert). docs/families/shortcut-design.md ("Adoption") has the argument
+ * and residuals.
  */
 #ifndef EZ_SHORTCUT_ADOPT_H
 #define EZ_SHORTCUT_ADOPT_H

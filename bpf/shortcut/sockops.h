@@ -532,8 +532,9 @@ static __always_inline void on_segment(struct bpf_sock_ops *skops)
 	}
 	/* An adopted socket sending data through the stack while its
 	 * connection is on the shortcut: a send that raced the insert
-	 * (docs/architecture.md, Adoption residuals). Not while its direction
-	 * is held on the kernel path for its receiver (splice.h, tx_gated). */
+	 * (docs/families/shortcut-design.md, Adoption residuals). Not while
+	 * its direction is held on the kernel path for its receiver
+	 * (splice.h, tx_gated). */
 	if ((es->flags & EZ_F_ADOPTED) && EZ_SOCKOPS_U32(skops, op) == BPF_SOCK_OPS_HDR_OPT_LEN_CB && EZ_SOCKOPS_U32(skops, skb_len) &&
 	    !u->switched && !draining() && sk->state == BPF_TCP_ESTABLISHED && !tx_gated(es))
 		adopt_switch_late(u);

@@ -77,7 +77,7 @@ func OrigProxy(ln net.Listener, report io.Writer) error {
 		rep.Upstream = u.RemoteAddr().String()
 		// read/write copies, not io.Copy's splice(2) between TCP
 		// connections: with the socket shortcut, bytes redirected to a
-		// socket are not seen by splice (docs/architecture.md, "What
+		// socket are not seen by splice (docs/families/shortcut-design.md, "What
 		// still differs from plain TCP"), as a mesh proxy's are read.
 		var wg sync.WaitGroup
 		wg.Add(1)

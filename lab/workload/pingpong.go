@@ -93,7 +93,7 @@ func RawListen(addr string) (int, error) {
 // Plain TCP never returns them; the kernel's sockmap receive path does when
 // the sleeping reader is woken without data, by a signal (Go's preemption
 // sends SIGURG) or a state change (tcp_msg_wait_data). The generators retry
-// and report the count instead of failing (see docs/architecture.md).
+// and report the count instead of failing (see docs/families/shortcut-design.md).
 var SpuriousEAGAIN atomic.Int64
 
 func readFull(fd int, b []byte) error {

@@ -156,7 +156,7 @@ type poolConn struct {
 	// opened: an exchange ran with fionread set. The first one opens the
 	// connection: until each end has read, eztunnel sends on the kernel
 	// path (bpf/shortcut/splice.h), whose bytes an enrolled socket's
-	// FIONREAD does not count on 6.15+ (docs/architecture.md).
+	// FIONREAD does not count on 6.15+ (docs/families/shortcut-design.md).
 	opened bool
 }
 
