@@ -21,7 +21,10 @@ import (
 // the maps, the tcx links at links/tcx/<netns cookie>/<ifindex>/<program>_<dir>
 // and the legacy tc records at tc/<netns cookie>/<ifindex>/<program>_<dir>.
 // Every program's name starts with linkPrefix.
-const linkPrefix = bypassProgEzBypass
+const linkPrefix = ProgPrefix
+
+// ProgPrefix starts the name of every program of the bypass.
+const ProgPrefix = bypassProgEzBypass
 
 // Migrate moves the links and legacy tc records that builds before the
 // family's own directory pinned among the shortcut's (<pin dir>/links/tcx,

@@ -55,6 +55,11 @@ type Options struct {
 	// Datapaths to compare, in the report's order (ParseDatapaths); nil:
 	// bridge, bypass and bypass+shortcut.
 	Datapaths []string
+	// Pairs > 0: paired mode (paired.go) instead of rounds: the bypass
+	// against its own kernel path on the same flows, Pairs quads of
+	// phases of Phase each.
+	Pairs int
+	Phase time.Duration
 }
 
 // Datapaths, in the order of the report.
@@ -160,6 +165,9 @@ type sample struct {
 
 // Run measures every mode and writes the report to w.
 func Run(ctx context.Context, o Options, w io.Writer) error {
+	if o.Pairs > 0 {
+		return runPairedModes(ctx, o, w)
+	}
 	if o.Rounds < 1 || o.RTTN < 100 || o.Seconds < 1 {
 		return fmt.Errorf("bench bypass: rounds %d (>= 1), rtt-n %d (>= 100), seconds %d (>= 1)", o.Rounds, o.RTTN, o.Seconds)
 	}
@@ -190,52 +198,74 @@ func cpuName(c int) string {
 	return strconv.Itoa(c)
 }
 
-// runMode builds a two-node lab in mode and runs the rounds.
-func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (_ map[string]map[string][]sample, err error) {
+// benchLab is a two-node lab with a client pod, a same-node and a
+// cross-node server pod (their servers running) and a wire between the
+// client and the same-node server.
+type benchLab struct {
+	n1, n2  *multinode.Node
+	client  *multinode.Pod
+	servers map[string]*multinode.Pod // by path
+	wire    *multinode.Wire
+	tmp     string
+}
+
+// withLab builds the lab of mode, runs fn in it and removes it.
+func withLab(ctx context.Context, o Options, mode multinode.Mode, w io.Writer, fn func(*benchLab) error) (err error) {
 	l, err := NewLab("bbp", mode, pinPrefix)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() {
 		if cerr := l.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
-	n1, n2 := l.Node(1), l.Node(2)
-	client, err := n1.AddPod("c", true)
-	if err != nil {
-		return nil, err
+	b := &benchLab{n1: l.Node(1), n2: l.Node(2)}
+	if b.client, err = b.n1.AddPod("c", true); err != nil {
+		return err
 	}
-	local, err := n1.AddPod("s", true)
+	local, err := b.n1.AddPod("s", true)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	remote, err := n2.AddPod("r", true)
+	remote, err := b.n2.AddPod("r", true)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	servers := map[string]*multinode.Pod{"same-node": local, "cross-node": remote}
-	wire, err := client.AddWire(local)
-	if err != nil {
-		return nil, err
+	b.servers = map[string]*multinode.Pod{"same-node": local, "cross-node": remote}
+	if b.wire, err = b.client.AddWire(local); err != nil {
+		return err
 	}
-	tmp, err := os.MkdirTemp("", "eztunnel-bench-bypass-")
-	if err != nil {
-		return nil, err
+	if b.tmp, err = os.MkdirTemp("", "eztunnel-bench-bypass-"); err != nil {
+		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer os.RemoveAll(b.tmp)
 	srvWL := workload.Client{Exe: o.Lab, Placement: placement(o.ServerCPU)}
-	cliWL := workload.Client{Exe: o.Lab, Placement: placement(o.ClientCPU)}
 	for _, p := range []*multinode.Pod{local, remote} {
-		stop, err := startServers(ctx, srvWL, p, tmp, o)
+		stop, err := startServers(ctx, srvWL, p, b.tmp, o)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer stop()
 	}
 	fmt.Fprintf(w, "%s: client %s (%s), same-node server %s, cross-node server %s (%s)\n", mode,
-		client.Addr(o.IPv6), n1.Name, local.Addr(o.IPv6), remote.Addr(o.IPv6), n2.Name)
+		b.client.Addr(o.IPv6), b.n1.Name, local.Addr(o.IPv6), remote.Addr(o.IPv6), b.n2.Name)
+	return fn(b)
+}
 
+// runMode builds a two-node lab in mode and runs the rounds.
+func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (out map[string]map[string][]sample, err error) {
+	err = withLab(ctx, o, mode, w, func(b *benchLab) error {
+		out, err = runRounds(ctx, o, mode, b, w)
+		return err
+	})
+	return out, err
+}
+
+// runRounds runs the interleaved rounds of the datapaths in b.
+func runRounds(ctx context.Context, o Options, mode multinode.Mode, b *benchLab, w io.Writer) (map[string]map[string][]sample, error) {
+	n1, n2, client, local, servers, wire, tmp := b.n1, b.n2, b.client, b.servers["same-node"], b.servers, b.wire, b.tmp
+	cliWL := workload.Client{Exe: o.Lab, Placement: placement(o.ClientCPU)}
 	out := map[string]map[string][]sample{}
 	for _, dp := range o.Datapaths {
 		out[dp] = map[string][]sample{}

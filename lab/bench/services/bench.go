@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
+	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/k8scluster"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 	"github.com/eztunnel/eztunnel/lab/workload"
@@ -356,10 +357,10 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 		}
 		// Statistics on for these probes only (each run of every BPF
 		// program then costs two clock reads more).
-		var prog0 progStats
+		var prog0 bench.ProgStat
 		var statsOn io.Closer
 		if dp == Eztunnel && p == ext {
-			if statsOn, err = enableProgStats(); err != nil {
+			if statsOn, err = bench.EnableProgStats(); err != nil {
 				return st, err
 			}
 			if prog0, err = nodePortProgStats(); err != nil {
@@ -381,11 +382,12 @@ func runStep(ctx context.Context, o Options, wl workload.Client, cs kubernetes.I
 			if err != nil {
 				return st, err
 			}
-			if runs := prog1.runs - prog0.runs; runs > 0 {
+			if d := prog1.Sub(prog0); d.Runs > 0 {
+				runs := d.Runs
 				if st.NodePortProg == nil {
 					st.NodePortProg = map[string][2]float64{}
 				}
-				ns := float64(prog1.runtime-prog0.runtime) / float64(runs)
+				ns := d.NsPerRun()
 				st.NodePortProg[path] = [2]float64{ns, float64(runs)}
 				o.logf("eztunnel at %d Services: %s: NodePort program %.0f ns per run over %d runs", count, path, ns, runs)
 			}

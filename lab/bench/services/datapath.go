@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -17,13 +16,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cilium/ebpf"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -279,48 +277,15 @@ func (h hist) quantile(q float64) float64 {
 	return lo
 }
 
-// progStats sums the kernel's run-time statistics of every loaded
+// nodePortProgStats sums the kernel's run-time statistics of every loaded
 // ez_svc_nodeport program (the bench's agent's: the kernel-tests lock
 // keeps other agents away).
-type progStats struct {
-	runtime time.Duration
-	runs    uint64
-}
-
-func nodePortProgStats() (progStats, error) {
-	var s progStats
-	var id ebpf.ProgramID
-	for {
-		next, err := ebpf.ProgramGetNextID(id)
-		if errors.Is(err, os.ErrNotExist) {
-			return s, nil
-		}
-		if err != nil {
-			return s, fmt.Errorf("BPF programs: %w", err)
-		}
-		id = next
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		info, err := p.Info()
-		if err == nil && info.Name == "ez_svc_nodeport" {
-			if st, err := p.Stats(); err == nil {
-				s.runtime += st.Runtime
-				s.runs += st.RunCount
-			}
-		}
-		p.Close()
-	}
-}
-
-// enableProgStats turns the kernel's BPF run-time statistics on until the
-// returned closer is closed (they cost every program a little: on for the
-// eztunnel steps only).
-func enableProgStats() (io.Closer, error) {
-	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+func nodePortProgStats() (bench.ProgStat, error) {
+	p, err := bench.OpenProgs("ez_svc_nodeport")
 	if err != nil {
-		return nil, fmt.Errorf("BPF run-time statistics: %w", err)
+		return bench.ProgStat{}, err
 	}
-	return c, nil
+	defer p.Close()
+	m, err := p.Read()
+	return m["ez_svc_nodeport"], err
 }

@@ -164,6 +164,8 @@ func benchBypassCmd() *cobra.Command {
 	f.BoolVar(&o.IPv6, "ipv6", false, "pods talk IPv6")
 	f.IntVar(&o.ClientCPU, "client-cpu", o.ClientCPU, "CPU of every client (-1: any)")
 	f.IntVar(&o.ServerCPU, "server-cpu", o.ServerCPU, "CPU of every server (-1: any)")
+	f.IntVar(&o.Pairs, "pairs", 0, "paired mode instead of rounds: the bypass against its own kernel path (paused, programs attached) on the same flows, this many quads of phases (an A/A pair and an A/B pair each), TCP and UDP round trips, with 95% bootstrap intervals (at least 20; 200 for the A/A row to resolve 2%)")
+	f.DurationVar(&o.Phase, "phase", 100*time.Millisecond, "with --pairs: the length of each phase")
 	return cmd
 }
 

@@ -1,0 +1,378 @@
+package bypass
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
+	"github.com/eztunnel/eztunnel/internal/netprobe"
+	"github.com/eztunnel/eztunnel/internal/stats"
+	"github.com/eztunnel/eztunnel/lab/bench"
+	"github.com/eztunnel/eztunnel/lab/multinode"
+	"github.com/eztunnel/eztunnel/lab/workload"
+	"golang.org/x/sys/unix"
+)
+
+// Paired mode (--pairs N): the bypass and the kernel path compared on the
+// same established flows, not in rounds of seconds. One connection (TCP)
+// or connected socket (UDP) in the client pod runs round trips back to
+// back on one thread; between two round trips, when none of its packets is
+// in flight, that thread flips the bypass's switch on both nodes
+// (bypass.Switch: paused, every packet takes the kernel path with the
+// programs attached). Time is cut into phases of --phase; pairs of phases
+// alternate in quads: an A/A pair (the bypass in both phases) and an A/B
+// pair (paused, bypass), both pairs' order reversed every other quad (a
+// linear drift, and what a flip leaves behind, fall on both sides alike),
+// each phase summarised by its median round trip. The
+// report gives, per path and protocol, the median of the paired
+// differences with its 95% bootstrap interval for the A/B pairs and for
+// the A/A pairs, which must hold 0 and be within ±aaMaxHalfWidth, else the
+// row says it judges nothing.
+
+// aaMaxHalfWidth is the widest A/A interval (percent) a paired row may
+// have and still judge its A/B interval.
+const aaMaxHalfWidth = 2.0
+
+// udpTimeout is how long a paired UDP round trip waits for its echo.
+const udpTimeout = 20 * time.Millisecond
+
+// pairedRow is one path and protocol of a paired run.
+type pairedRow struct {
+	path, metric string
+	ab, aa       bench.Paired
+	// Medians over the phases (us): the kernel path (paused) and the
+	// bypass, in the A/B pairs.
+	kernelUs, bypassUs float64
+	roundTrips, lost   int
+	// The bypass's programs in the A/B phases, [0] the kernel path
+	// (paused: every run passes), [1] the bypass (runs act or pass), by
+	// program name; rts the round trips completed in those phases.
+	hooks [2]map[string]bench.ProgStat
+	rts   [2]int
+}
+
+// phaseStat is one phase's median round trip (us) and how many it had.
+type phaseStat struct {
+	median float64
+	n      int
+}
+
+// roundTripper is one round trip of a ping-pong: ok false when lost.
+type roundTripper func() (time.Duration, bool, error)
+
+// runPairedModes is Run in paired mode: per mode a lab, the bypass agents
+// started once, every path and protocol paired.
+func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
+	if o.Phase < 10*time.Millisecond || o.Pairs < 20 {
+		return fmt.Errorf("bench bypass --pairs %d (>= 20) --phase %s (>= 10ms)", o.Pairs, o.Phase)
+	}
+	if len(o.Modes) == 0 {
+		return errors.New("bench bypass: no routing mode")
+	}
+	fmt.Fprintf(w, "eztunnel bench bypass --pairs %d --phase %s: %d mode(s); client on CPU %s (the measuring thread), servers on CPU %s; IPv6 %v\n",
+		o.Pairs, o.Phase, len(o.Modes), cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6)
+	rows := map[multinode.Mode][]pairedRow{}
+	for _, mode := range o.Modes {
+		err := withLab(ctx, o, mode, w, func(b *benchLab) error {
+			a, err := startAgents(ctx, o, Bypass, b.tmp, b.n1, b.n2)
+			if err != nil {
+				return err
+			}
+			// Run-time statistics on for the whole paired run: both
+			// phases pay their clock reads alike.
+			statsOn, err := bench.EnableProgStats()
+			if err != nil {
+				a.stop()
+				return err
+			}
+			defer statsOn.Close()
+			progs, err := bench.OpenProgs(bypass.ProgPrefix)
+			if err != nil {
+				a.stop()
+				return err
+			}
+			defer progs.Close()
+			r, err := runPaired(ctx, o, b.client, b.servers, a, progs, w)
+			if serr := a.stop(); err == nil {
+				err = serr
+			}
+			rows[mode] = r
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+	}
+	reportPaired(w, o, rows)
+	return nil
+}
+
+// runPaired measures the paired rows of one mode with the bypass agents
+// running; the switches are the agents' (one per node).
+func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers map[string]*multinode.Pod, a *agents, progs *bench.Progs, w io.Writer) ([]pairedRow, error) {
+	var sws []*bypass.Switch
+	defer func() {
+		for _, s := range sws {
+			s.Close()
+		}
+	}()
+	for _, pin := range a.pins {
+		s, err := bypass.OpenSwitch(datapath.Config{PinRoot: pin}.Dir())
+		if err != nil {
+			return nil, err
+		}
+		sws = append(sws, s)
+	}
+	flip := func(paused bool) error {
+		for _, s := range sws {
+			if err := s.Pause(paused); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	defer flip(false)
+	var rows []pairedRow
+	for _, path := range paths {
+		for _, udp := range []bool{false, true} {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			b0, _, f0, err := a.counters()
+			if err != nil {
+				return nil, err
+			}
+			row, err := pairedOne(o, client, servers[path], udp, flip, progs)
+			if err != nil {
+				return nil, fmt.Errorf("%s, udp %v: %w", path, udp, err)
+			}
+			b1, _, f1, err := a.counters()
+			if err != nil {
+				return nil, err
+			}
+			// A comparison where nothing was bypassed, or nothing paused,
+			// compared nothing.
+			if b1-b0 == 0 || f1["paused"]-f0["paused"] == 0 {
+				return nil, fmt.Errorf("%s, udp %v: bypassed %v, paused %v packets: the two paths were not both taken", path, udp, b1-b0, f1["paused"]-f0["paused"])
+			}
+			row.path = path
+			rows = append(rows, row)
+			fmt.Fprintf(w, "paired %-10s %-12s A/B %s  A/A %s  (kernel %.1f us, bypass %.1f us; %d round trips, %d lost)\n",
+				path, row.metric, row.ab, row.aa, row.kernelUs, row.bypassUs, row.roundTrips, row.lost)
+		}
+	}
+	return rows, nil
+}
+
+// pairedOne runs the quads of one path and protocol on one thread in the
+// client's namespace (pinned to the client CPU).
+func pairedOne(o Options, client, server *multinode.Pod, udp bool, flip func(bool) error, progs *bench.Progs) (row pairedRow, err error) {
+	row.metric = "TCP RTT p50"
+	if udp {
+		row.metric = "UDP RTT p50"
+	}
+	// Phases in quad order: A/A first, A/B second; in the A/B pair the
+	// kernel path first in even quads, the bypass first in odd ones.
+	var aa1, aa2, kernel, byp []phaseStat
+	row.hooks = [2]map[string]bench.ProgStat{{}, {}}
+	err = client.Do(func() error {
+		if o.ClientCPU >= 0 {
+			restore, err := netprobe.PinThread(o.ClientCPU)
+			if err != nil {
+				return err
+			}
+			defer restore()
+		}
+		port := echoPort
+		if udp {
+			port = udpPort
+		}
+		rt, closeRT, err := dialRoundTripper(netip.AddrPortFrom(server.Addr(o.IPv6), uint16(port)), udp)
+		if err != nil {
+			return err
+		}
+		defer closeRT()
+		// Warm-up on the bypass: the flow established and admitted.
+		if _, err := phase(rt, 500*time.Millisecond, &row); err != nil {
+			return err
+		}
+		row.roundTrips, row.lost = 0, 0
+		type step struct {
+			paused bool
+			into   *[]phaseStat
+		}
+		// The A/A labels swap with the A/B order: a phase after a flip
+		// from the kernel path (the first of a quad, half the time) is
+		// each label's as often.
+		kernelFirst := []step{{false, &aa1}, {false, &aa2}, {true, &kernel}, {false, &byp}}
+		bypassFirst := []step{{false, &aa2}, {false, &aa1}, {false, &byp}, {true, &kernel}}
+		for q := 0; q < o.Pairs; q++ {
+			quad := kernelFirst
+			if q%2 == 1 {
+				quad = bypassFirst
+			}
+			for i, ph := range quad {
+				if err := flip(ph.paused); err != nil {
+					return err
+				}
+				ab := i >= 2 // an A/B phase: its programs' runs are counted
+				var st0 map[string]bench.ProgStat
+				if ab {
+					if st0, err = progs.Read(); err != nil {
+						return err
+					}
+				}
+				s, err := phase(rt, o.Phase, &row)
+				if err != nil {
+					return err
+				}
+				*ph.into = append(*ph.into, s)
+				if ab {
+					st1, err := progs.Read()
+					if err != nil {
+						return err
+					}
+					k := 1
+					if ph.paused {
+						k = 0
+					}
+					for name, v := range st1 {
+						row.hooks[k][name] = row.hooks[k][name].Add(v.Sub(st0[name]))
+					}
+					row.rts[k] += s.n
+				}
+			}
+		}
+		return flip(false)
+	})
+	if err != nil {
+		return row, err
+	}
+	med := func(ps []phaseStat) []float64 {
+		out := make([]float64, len(ps))
+		for i, p := range ps {
+			out[i] = p.median
+		}
+		return out
+	}
+	seed := uint64(len(aa1)) // recomputable from the report's data
+	if row.ab, err = bench.ComparePaired(med(kernel), med(byp), seed); err != nil {
+		return row, err
+	}
+	if row.aa, err = bench.ComparePaired(med(aa1), med(aa2), seed); err != nil {
+		return row, err
+	}
+	k, b := med(kernel), med(byp)
+	slices.Sort(k)
+	slices.Sort(b)
+	row.kernelUs, row.bypassUs = stats.Quantile(k, 0.5), stats.Quantile(b, 0.5)
+	return row, nil
+}
+
+// phase runs round trips for d and returns their median; a phase without
+// any completed round trip is an error.
+func phase(rt roundTripper, d time.Duration, row *pairedRow) (phaseStat, error) {
+	var us []float64
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		x, ok, err := rt()
+		if err != nil {
+			return phaseStat{}, err
+		}
+		row.roundTrips++
+		if !ok {
+			row.lost++
+			continue
+		}
+		us = append(us, float64(x.Nanoseconds())/1e3)
+	}
+	if len(us) == 0 {
+		return phaseStat{}, errors.New("a phase without a single completed round trip")
+	}
+	slices.Sort(us)
+	return phaseStat{median: stats.Quantile(us, 0.5), n: len(us)}, nil
+}
+
+// dialRoundTripper connects from the calling thread's namespace to an echo
+// server: TCP (workload serve --echo) or UDP (workload udp --serve).
+func dialRoundTripper(to netip.AddrPort, udp bool) (roundTripper, func(), error) {
+	if udp {
+		c, err := net.Dial("udp", to.String())
+		if err != nil {
+			return nil, nil, err
+		}
+		u := workload.NewUDPPinger(c, 24, udpTimeout)
+		return u.RoundTrip, func() { c.Close() }, nil
+	}
+	fd, err := workload.RawDial(to.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	pp, err := workload.NewPingPonger(fd, 24)
+	if err != nil {
+		closeFD(fd)
+		return nil, nil, err
+	}
+	return func() (time.Duration, bool, error) {
+		d, err := pp.RoundTrip()
+		return d, err == nil, err
+	}, func() { closeFD(fd) }, nil
+}
+
+func closeFD(fd int) { unix.Close(fd) }
+
+// reportPaired prints the paired rows of every mode.
+func reportPaired(w io.Writer, o Options, rows map[multinode.Mode][]pairedRow) {
+	fmt.Fprintf(w, "\nPaired: the bypass (B) vs its kernel path (A, the bypass paused with its programs attached) on the same flows; %d quads of %s phases (an A/A pair, the bypass on both sides, and an A/B pair); median of the per-pair differences of the phases' median round trip, with its 95%% bootstrap interval; a row judges only if its A/A interval holds 0 and is within ±%.0f%%\n",
+		o.Pairs, o.Phase, aaMaxHalfWidth)
+	for _, mode := range o.Modes {
+		fmt.Fprintf(w, "\n%s (IPv6 %v):\n", mode, o.IPv6)
+		var out [][]string
+		for _, r := range rows[mode] {
+			judged := "yes"
+			switch {
+			case !r.aa.Contains(0):
+				judged = "no: A/A excludes 0"
+			case r.aa.AAValid(aaMaxHalfWidth) != "":
+				judged = fmt.Sprintf("no: A/A wider than ±%.0f%%", aaMaxHalfWidth)
+			}
+			out = append(out, []string{r.path, r.metric, strconv.FormatFloat(r.kernelUs, 'f', 1, 64), strconv.FormatFloat(r.bypassUs, 'f', 1, 64),
+				r.ab.String(), r.aa.String(), judged})
+		}
+		var b strings.Builder
+		bench.WriteTable(&b, []string{"path", "metric", "kernel path (us)", "bypass (us)", "bypass vs kernel path", "A/A", "judged"}, out)
+		fmt.Fprintf(&b, "\nPer hook (BPF run-time statistics, both nodes' programs; kernel path: every run passes, bypass: runs act or pass):\n")
+		bench.WriteTable(&b, []string{"path", "metric", "program", "runs per round trip, kernel path", "ns per run, kernel path", "runs per round trip, bypass", "ns per run, bypass", "ns per round trip, bypass"}, hookRows(rows[mode]))
+		io.WriteString(w, b.String())
+	}
+}
+
+// hookRows are the per-program rows of the report: runs per round trip and
+// ns per run in each kind of A/B phase.
+func hookRows(rows []pairedRow) [][]string {
+	var out [][]string
+	for _, r := range rows {
+		names := slices.Sorted(maps.Keys(r.hooks[1]))
+		for _, name := range names {
+			cells := []string{r.path, r.metric, name}
+			for k := range 2 {
+				h, rts := r.hooks[k][name], max(r.rts[k], 1)
+				cells = append(cells, strconv.FormatFloat(float64(h.Runs)/float64(rts), 'f', 2, 64), strconv.FormatFloat(h.NsPerRun(), 'f', 0, 64))
+			}
+			h := r.hooks[1][name]
+			cells = append(cells, strconv.FormatFloat(float64(h.Runtime.Nanoseconds())/float64(max(r.rts[1], 1)), 'f', 0, 64))
+			out = append(out, cells)
+		}
+	}
+	return out
+}
