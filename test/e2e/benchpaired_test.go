@@ -1,0 +1,48 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/eztunnel/eztunnel/internal/sysexec"
+)
+
+// TestBenchBypassPaired: the smallest `bench bypass --pairs` run (host-gw,
+// 20 quads of 20 ms phases). The bench itself fails when a row did not take
+// both paths (nothing bypassed, or nothing paused); here its report must
+// have the four rows (same-node and cross-node, TCP and UDP), each with a
+// paired interval and an A/A interval, and per-hook rows of the bypass's
+// programs run in both kinds of phase; nothing is left behind. No timing
+// is asserted.
+func TestBenchBypassPaired(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	cmd := sysexec.Command(context.Background(), labBin, "bench", "bypass", "--pairs", "20", "--phase", "20ms", "--modes", "host-gw")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench bypass --pairs: %v\n%s\n%s", err, stderr.String(), stdout.String())
+	}
+	out := stdout.String()
+	interval := `[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\]`
+	row := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +(TCP|UDP) RTT p50 \|.*\| +` + interval + ` \| +` + interval + ` \|`)
+	if n := len(row.FindAllString(out, -1)); n != 4 {
+		t.Errorf("%d paired rows with two intervals, want 4:\n%s", n, out)
+	}
+	hook := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +(TCP|UDP) RTT p50 \| +ez_bypass \| +([0-9.]+) \| +\d+ \| +([0-9.]+) \|`)
+	hooks := hook.FindAllStringSubmatch(out, -1)
+	if len(hooks) != 4 {
+		t.Errorf("%d per-hook rows of ez_bypass, want 4:\n%s", len(hooks), out)
+	}
+	for _, h := range hooks {
+		if h[3] == "0.00" || h[4] == "0.00" {
+			t.Errorf("ez_bypass did not run in both kinds of phase: %q", h[0])
+		}
+	}
+	assertClean(t, "bbp", "")
+	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
+		t.Errorf("pins left behind: %s", strings.Join(left, " "))
+	}
+}
