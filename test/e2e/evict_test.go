@@ -111,7 +111,7 @@ func TestPairEvictedBeforeClientSettles(t *testing.T) {
 		t.Fatalf("the connection did not pair before the scan: %v", d)
 	}
 
-	synScan(t, scanner, netip.AddrPortFrom(b.IPv4, 7950), 1000)
+	synScanEveryCPU(t, scanner, netip.AddrPortFrom(b.IPv4, 7950), 1000)
 	io.WriteString(stdin, "go\n")
 	waitUntil(t, "the client's result", 20*time.Second, func() bool { return strings.Contains(cliOut.String(), "second") })
 	var res struct{ First, Second bool }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
+	"github.com/eztunnel/eztunnel/internal/netprobe"
 	"github.com/eztunnel/eztunnel/internal/testpacket"
 	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
@@ -372,6 +374,35 @@ func TestTenantHijackVictimServer(t *testing.T) {
 // answered each (its SYN-ACK is in; from's kernel answers it with RST).
 func synScan(t *testing.T, from *netlab.Pod, dst netip.AddrPort, n int) {
 	t.Helper()
+	synScanOn(t, from, dst, n, 20000, -1)
+}
+
+// synScanEveryCPU is synScan with the SYNs sent from each CPU in turn (n
+// from each). A SYN's programs run on the CPU that sends it through the
+// veth, and an LRU map keeps each CPU's newest entries on that CPU's own
+// lists (kernel/bpf/bpf_lru_list.c: local pending lists), which a scan
+// from the other CPU evicts last: with both CPUs busy, a scan from one left
+// a record made on the other in place.
+func synScanEveryCPU(t *testing.T, from *netlab.Pod, dst netip.AddrPort, n int) {
+	t.Helper()
+	for cpu := range runtime.NumCPU() {
+		synScanOn(t, from, dst, n, 20000+cpu*n, cpu)
+	}
+}
+
+// synScanOn sends the SYNs from source ports firstPort on, on CPU cpu (-1:
+// any).
+func synScanOn(t *testing.T, from *netlab.Pod, dst netip.AddrPort, n, firstPort, cpu int) {
+	t.Helper()
+	if cpu >= 0 {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		restore, err := netprobe.PinThread(cpu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer restore()
+	}
 	raw := openRaw(t, from)
 	done := make(chan int)
 	go func() {
@@ -385,7 +416,7 @@ func synScan(t *testing.T, from *netlab.Pod, dst netip.AddrPort, n int) {
 		done <- len(seen)
 	}()
 	for i := 0; i < n; i++ {
-		src := netip.AddrPortFrom(from.IPv4, uint16(20000+i))
+		src := netip.AddrPortFrom(from.IPv4, uint16(firstPort+i))
 		raw.send(t, src, dst, uint32(i)*7919, 0, tcpSYN)
 	}
 	if got := <-done; got != n {
