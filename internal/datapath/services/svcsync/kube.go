@@ -34,7 +34,7 @@ func (f Families) has(a netip.Addr) bool {
 // node's topology.kubernetes.io/zone label) selects zone hints.
 type Topology struct{ Name, Zone string }
 
-// ServiceEntries are the ClusterIP (and NodePort) frontends of svc on node
+// serviceEntries are the ClusterIP (and NodePort) frontends of svc on node
 // with the backends kube-proxy would use, and its sessionAffinity ClientIP
 // timeout: per port, the ready endpoints of the matching EndpointSlice
 // ports, or when none is ready the serving terminating ones. Skipped parts
@@ -54,7 +54,7 @@ type Topology struct{ Name, Zone string }
 // client's source, else Cluster. Node hints (ForNodes) are not used: their
 // kube-proxy feature gate (PreferSameTrafficDistribution) is alpha and off
 // in v1.33.
-func ServiceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam Families, node Topology) (Entries, []string) {
+func serviceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam Families, node Topology) (Entries, []string) {
 	if svc == nil || svc.Spec.Type == kubeapi.ServiceTypeExternalName {
 		return nil, nil
 	}
@@ -510,7 +510,7 @@ func (k *kubeSource) drain() int {
 				k.log.Warn("services: list EndpointSlices", "service", key, "err", err)
 			}
 		}
-		e, skipped := ServiceEntries(svc, sls, k.fam, node)
+		e, skipped := serviceEntries(svc, sls, k.fam, node)
 		if len(skipped) > 0 {
 			k.log.Warn("services: Service partly or wholly skipped", "service", key, "reasons", skipped)
 		}

@@ -58,7 +58,7 @@ func TestServiceEntriesReadiness(t *testing.T) {
 		ep{addr: "fd00::a", ready: no, serving: yes, terminate: yes},
 		ep{addr: "fd00::b", ready: no, serving: no, terminate: yes})
 	other := slice("a", kubeapi.AddressTypeIPv4, "other", 9090, ep{addr: "10.0.0.9"})
-	e, skipped := ServiceEntries(s, []*kubeapi.EndpointSlice{sl4, sl6, other}, both, Topology{})
+	e, skipped := serviceEntries(s, []*kubeapi.EndpointSlice{sl4, sl6, other}, both, Topology{})
 	if len(skipped) != 0 {
 		t.Errorf("skipped %v", skipped)
 	}
@@ -74,11 +74,11 @@ func TestServiceEntriesReadiness(t *testing.T) {
 		t.Errorf("%d frontends, want 2: %v", len(e), e)
 	}
 	s.Spec.SessionAffinity = kubeapi.ServiceAffinityClientIP
-	if e, _ := ServiceEntries(s, nil, both, Topology{}); e[f4].Affinity != 10800*time.Second {
+	if e, _ := serviceEntries(s, nil, both, Topology{}); e[f4].Affinity != 10800*time.Second {
 		t.Errorf("ClientIP affinity without config: %v, want the API default 3h", e[f4].Affinity)
 	}
 	s.Spec.SessionAffinityConfig = &kubeapi.SessionAffinityConfig{ClientIP: &kubeapi.ClientIPConfig{TimeoutSeconds: ptr.To[int32](30)}}
-	if e, _ := ServiceEntries(s, nil, both, Topology{}); e[f6].Affinity != 30*time.Second {
+	if e, _ := serviceEntries(s, nil, both, Topology{}); e[f6].Affinity != 30*time.Second {
 		t.Errorf("ClientIP affinity 30 s: %v", e[f6].Affinity)
 	}
 }
@@ -101,7 +101,7 @@ func TestServiceEntriesSkips(t *testing.T) {
 		{"headless", svc("a", []string{"None"}, tcp), both, 0, nil},
 		{"deleted", nil, both, 0, nil},
 	} {
-		e, skipped := ServiceEntries(c.svc, nil, c.fam, Topology{})
+		e, skipped := serviceEntries(c.svc, nil, c.fam, Topology{})
 		if len(e) != c.want || !slices.Equal(skipped, c.skipped) {
 			t.Errorf("%s: %d frontends, skipped %v; want %d, %v", c.name, len(e), skipped, c.want, c.skipped)
 		}
@@ -222,17 +222,17 @@ func TestServiceEntriesNodePort(t *testing.T) {
 	sl.Endpoints[0].NodeName = ptr.To("n1")
 	sl.Endpoints[1].NodeName = ptr.To("n2")
 	np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: 30080, Proto: lb.TCP, NodePort: true}
-	e, _ := ServiceEntries(s, []*kubeapi.EndpointSlice{sl}, both, Topology{Name: "n1"})
+	e, _ := serviceEntries(s, []*kubeapi.EndpointSlice{sl}, both, Topology{Name: "n1"})
 	if got := sortedBackends(e[np].Backends); len(e) != 2 || !slices.Equal(got, aps("10.0.0.1:8080", "10.0.0.2:8080")) || e[np].KeepSource {
 		t.Errorf("Cluster: %v", e)
 	}
 	s.Spec.ExternalTrafficPolicy = kubeapi.ServiceExternalTrafficPolicyLocal
-	e, _ = ServiceEntries(s, []*kubeapi.EndpointSlice{sl}, both, Topology{Name: "n1"})
+	e, _ = serviceEntries(s, []*kubeapi.EndpointSlice{sl}, both, Topology{Name: "n1"})
 	if got := e[np].Backends; !slices.Equal(got, aps("10.0.0.1:8080")) || !e[np].KeepSource {
 		t.Errorf("Local on n1: %v", e[np])
 	}
 	s.Spec.Type = kubeapi.ServiceTypeClusterIP
-	if e, _ = ServiceEntries(s, []*kubeapi.EndpointSlice{sl}, both, Topology{Name: "n1"}); len(e) != 1 {
+	if e, _ = serviceEntries(s, []*kubeapi.EndpointSlice{sl}, both, Topology{Name: "n1"}); len(e) != 1 {
 		t.Errorf("ClusterIP Service with a stale nodePort: %v", e)
 	}
 }

@@ -112,7 +112,7 @@ func TestServiceEntriesPolicies(t *testing.T) {
 	sls := []*kubeapi.EndpointSlice{sl, dup}
 	check := func(what string, node Topology, cipWant, cipListed, npWant []string, keep bool) {
 		t.Helper()
-		e, _ := ServiceEntries(s, sls, both, node)
+		e, _ := serviceEntries(s, sls, both, node)
 		if !sameSet(e[cip].Backends, cipWant) || !sameSet(e[cip].Listed, cipListed) || !sameSet(e[np].Backends, npWant) || e[np].KeepSource != keep {
 			t.Errorf("%s: ClusterIP %v listed %v, NodePort %v keep %v; want %v, %v, %v, %v", what,
 				e[cip].Backends, e[cip].Listed, e[np].Backends, e[np].KeepSource, cipWant, cipListed, npWant, keep)
