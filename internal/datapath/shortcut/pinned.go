@@ -74,8 +74,20 @@ func (p *Pinned) Close() {
 	}
 }
 
-// Entries counts the entries of a hash-like map by walking its keys.
-func Entries(m *ebpf.Map) (int, error) {
+// Entries counts the entries of a hash-like map by walking its keys. A
+// walk that keeps losing its place while the datapath deletes keys
+// (cilium/ebpf's ErrIterationAborted: the agent's pair aging deletes
+// thousands of a scan's records at once) is walked again, a few times.
+func Entries(m *ebpf.Map) (n int, err error) {
+	for range 5 {
+		if n, err = walkEntries(m); !errors.Is(err, ebpf.ErrIterationAborted) {
+			return n, err
+		}
+	}
+	return n, err
+}
+
+func walkEntries(m *ebpf.Map) (int, error) {
 	var n int
 	key := make([]byte, m.KeySize())
 	it := m.Iterate()
