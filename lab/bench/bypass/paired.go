@@ -320,16 +320,14 @@ func dialRoundTripper(to netip.AddrPort, udp bool) (roundTripper, func(), error)
 	}
 	pp, err := workload.NewPingPonger(fd, 24)
 	if err != nil {
-		closeFD(fd)
+		unix.Close(fd)
 		return nil, nil, err
 	}
 	return func() (time.Duration, bool, error) {
 		d, err := pp.RoundTrip()
 		return d, err == nil, err
-	}, func() { closeFD(fd) }, nil
+	}, func() { unix.Close(fd) }, nil
 }
-
-func closeFD(fd int) { unix.Close(fd) }
 
 // reportPaired prints the paired rows of every mode.
 func reportPaired(w io.Writer, o Options, rows map[multinode.Mode][]pairedRow) {

@@ -214,19 +214,10 @@ func RunFile(ctx context.Context, path string, fam Families, t *Table, log *slog
 	if err := load(); err != nil {
 		return err
 	}
-	go func() {
-		tick := time.NewTicker(FilePoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if err := load(); err != nil {
-					log.Warn("services file: keeping what is written", "err", err)
-				}
-			}
+	go every(ctx, FilePoll, func() {
+		if err := load(); err != nil {
+			log.Warn("services file: keeping what is written", "err", err)
 		}
-	}()
+	})
 	return nil
 }
