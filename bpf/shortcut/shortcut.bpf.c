@@ -814,45 +814,30 @@ int ez_sc_conns(struct bpf_iter__tcp *ctx)
 {
 	struct sock_common *skc = ctx->sk_common;
 	struct ez_conn_record rec = {};
-	struct ez_unread *u;
 	struct tcp_sock *tp;
 	struct ez_sock *es;
-	struct sock *sk;
-	struct net *net;
-	__u64 ukey;
 
 	if (!skc)
 		return 0;
 	tp = bpf_skc_to_tcp_sock(skc);
 	if (!tp)
 		return 0; /* request and time-wait sockets carry no storage */
-	sk = (struct sock *)tp;
-	es = bpf_sk_storage_get(&ez_sc_socks, sk, 0, 0);
-	if (!es)
-		return 0;
-	if ((es->state != EZ_SOCK_PAIRED && es->state != EZ_SOCK_LEFT) || sk->__sk_common.skc_state == EZ_TCP_CLOSE)
-		return 0;
-	rec.cookie = es->self_cookie;
-	rec.peer_cookie = es->peer_cookie;
-	rec.tx_msgs = es->tx_msgs;
-	rec.tx_bytes = es->tx_bytes;
-	rec.key = es->key;
-	rec.flags = es->flags & (EZ_F_CLIENT | EZ_F_SERVER | EZ_F_ADOPTED);
-	rec.state = es->state;
-	rec.tcp_state = sk->__sk_common.skc_state;
-	ukey = unread_key(es);
-	u = bpf_map_lookup_elem(&ez_sc_unreads, &ukey);
-	if (u) {
-		rec.rx_unread = u->unread[rx_dir(es) & 1];
-		rec.rx_bound = u->bound[rx_dir(es) & 1];
-		rec.switched = u->switched;
-	}
-	net = BPF_CORE_READ(sk, __sk_common.skc_net.net);
-	if (net) {
-		rec.netns_cookie = BPF_CORE_READ(net, net_cookie);
-		rec.netns_ino = BPF_CORE_READ(net, ns.inum);
-	}
-	bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
+	es = bpf_sk_storage_get(&ez_sc_socks, (struct sock *)tp, 0, 0);
+	if (es && conn_record((struct sock *)tp, es, &rec))
+		bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
+	return 0;
+}
+
+/* Every namespace at once; attached to ez_sc_socks (iter.h). */
+SEC("iter/bpf_sk_storage_map")
+int ez_sc_conns_all(struct bpf_iter__bpf_sk_storage_map *ctx)
+{
+	struct ez_conn_record rec = {};
+	struct ez_sock *es = ctx->value;
+	struct sock *sk = ctx->sk;
+
+	if (sk && es && conn_record(sk, es, &rec))
+		bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
 	return 0;
 }
 

@@ -246,6 +246,8 @@ struct ez_conn_record {
 	__s64 rx_unread;	/* bytes redirected to this socket it has not read */
 	__u32 rx_bound;		/* the bound on rx_unread */
 	__u32 switched;		/* the connection switched to the kernel path (backpressure, half-close) */
+	__u32 _pad;
+	__u64 cgroup_id;	/* the socket's cgroup v2 id (its pod's cgroup) */
 };
 
 /*

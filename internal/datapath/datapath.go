@@ -40,6 +40,7 @@ type (
 	Selection  = shortcut.Selection
 	Counters   = shortcut.Counters
 	Connection = shortcut.Connection
+	Listing    = shortcut.Listing
 	Pinned     = shortcut.Pinned
 	MapFill    = shortcut.MapFill
 )
@@ -163,6 +164,9 @@ func OpenPinned(cfg Config) (*Pinned, error) { return shortcut.OpenPinned(cfg.Di
 
 // Connections lists the accelerated sockets of the datapath pinned under cfg.Dir().
 func Connections(cfg Config) ([]Connection, error) { return shortcut.Connections(cfg.Dir()) }
+
+// ListConnections is Connections with how the listing was made.
+func ListConnections(cfg Config) (Listing, error) { return shortcut.List(cfg.Dir()) }
 
 // AgePairs deletes the socket shortcut's pairing records that can no longer
 // complete, older than maxAge.

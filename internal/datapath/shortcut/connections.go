@@ -41,84 +41,170 @@ type Connection struct {
 	Left     bool `json:"left"`
 	// Adopted: paired by adoption (established before the agent), not at its handshake.
 	Adopted bool `json:"adopted,omitempty"`
+	// CgroupID is the socket's cgroup v2 id; in Kubernetes mode the agent
+	// names the pod it belongs to (Pod: namespace/name; "" where the
+	// listing did not come from an agent or the cgroup is no selected pod's).
+	CgroupID uint64 `json:"cgroup_id"`
+	Pod      string `json:"pod,omitempty"`
 }
 
+// Listing is a connection listing and how it was made.
+type Listing struct {
+	Conns []Connection `json:"connections"`
+	// Via is how the sockets were found (connsAllVia or connsPerNetnsVia,
+	// with why the first could not run).
+	Via string `json:"via"`
+	// Unlisted counts the network namespaces the reader could not enter
+	// (iter/tcp only): their connections are missing. UnlistedWhy: the error.
+	Unlisted    int    `json:"unlisted_namespaces,omitempty"`
+	UnlistedWhy string `json:"unlisted_why,omitempty"`
+}
+
+const (
+	connsAllVia      = "iter/bpf_sk_storage_map over ez_sc_socks (every network namespace at once)"
+	connsPerNetnsVia = "iter/tcp in each network namespace the reader can enter (setns: CAP_SYS_ADMIN; other pods' processes: hostPID)"
+)
+
 // Connections lists the accelerated sockets of the datapath pinned under
-// dir: a fresh copy of the ez_sc_conns iterator (iter/tcp) is loaded against the
-// pinned maps and run in every network namespace of the node
-// (bpfsys.NetNamespaces), so it works without a running agent.
+// dir (List's connections).
 func Connections(dir string) ([]Connection, error) {
+	l, err := List(dir)
+	return l.Conns, err
+}
+
+// List lists the accelerated sockets of the datapath pinned under dir with
+// a fresh copy of a listing iterator loaded against the pinned maps, so it
+// works without a running agent: ez_sc_conns_all walks ez_sc_socks, every
+// namespace at once; where the kernel refuses map-element iterators to this
+// process, ez_sc_conns runs in every network namespace it can enter
+// (bpfsys.NetNamespaces).
+func List(dir string) (Listing, error) {
 	if !bpfsys.Exists(dir) {
-		return nil, fmt.Errorf("%w at %s", ErrNotInstalled, dir)
+		return Listing{}, fmt.Errorf("%w at %s", ErrNotInstalled, dir)
 	}
 	socks, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScSocks), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("open pinned map ez_sc_socks: %w", err)
+		return Listing{}, fmt.Errorf("open pinned map ez_sc_socks: %w", err)
 	}
 	defer socks.Close()
 	unreads, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScUnreads), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("open pinned map ez_sc_unreads: %w", err)
+		return Listing{}, fmt.Errorf("open pinned map ez_sc_unreads: %w", err)
 	}
 	defer unreads.Close()
+	l, allErr := listAll(socks, unreads)
+	if allErr == nil {
+		return l, nil
+	}
+	l, err = listPerNetns(socks, unreads)
+	l.Via = fmt.Sprintf("%s (%s: %v)", connsPerNetnsVia, shortcutProgEzScConnsAll, allErr)
+	sortConnections(l.Conns)
+	return l, err
+}
 
+// listingProgram loads one listing iterator against the pinned maps.
+func listingProgram(name string, socks, unreads *ebpf.Map) (*ebpf.Program, error) {
+	if err := bpfsys.TestRefusal(name); err != nil {
+		return nil, err
+	}
 	spec, err := loadShortcut()
 	if err != nil {
 		return nil, fmt.Errorf("datapath: parse embedded object: %w", err)
 	}
 	// Only the iterator is loaded, against the pinned maps it reads.
+	// The one program under a fixed name, so one struct takes either.
+	coll := *spec
+	coll.Programs = map[string]*ebpf.ProgramSpec{"prog": spec.Programs[name]}
 	var objs struct {
-		EzScConns *ebpf.Program `ebpf:"ez_sc_conns"`
+		Prog *ebpf.Program `ebpf:"prog"`
 	}
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{shortcutMapEzScSocks: socks, shortcutMapEzScUnreads: unreads}}
-	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+	if err := coll.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("datapath: verifier rejected ez_sc_conns (connection listing): %+v", verr)
+			return nil, fmt.Errorf("datapath: verifier rejected %s (connection listing): %+v", name, verr)
 		}
-		return nil, fmt.Errorf("datapath: load ez_sc_conns (connection listing): %w", err)
+		return nil, fmt.Errorf("datapath: load %s (connection listing): %w", name, err)
 	}
-	defer objs.EzScConns.Close()
-	it, err := link.AttachIter(link.IterOptions{Program: objs.EzScConns})
+	return objs.Prog, nil
+}
+
+// listAll runs ez_sc_conns_all once: every namespace, no setns.
+func listAll(socks, unreads *ebpf.Map) (Listing, error) {
+	prog, err := listingProgram(shortcutProgEzScConnsAll, socks, unreads)
 	if err != nil {
-		return nil, fmt.Errorf("attach connections iterator: %w", err)
+		return Listing{}, err
+	}
+	defer prog.Close()
+	it, err := link.AttachIter(link.IterOptions{Program: prog, Map: socks})
+	if err != nil {
+		return Listing{}, fmt.Errorf("attach the connection listing to ez_sc_socks: %w", err)
+	}
+	defer it.Close()
+	rd, err := it.Open()
+	if err != nil {
+		return Listing{}, fmt.Errorf("open the connection listing: %w", err)
+	}
+	defer rd.Close()
+	conns, err := readConnections(bufio.NewReader(rd))
+	if err != nil {
+		return Listing{}, err
+	}
+	sortConnections(conns)
+	return Listing{Conns: conns, Via: connsAllVia}, nil
+}
+
+// listPerNetns runs ez_sc_conns in every network namespace it can enter.
+func listPerNetns(socks, unreads *ebpf.Map) (Listing, error) {
+	var l Listing
+	prog, err := listingProgram(shortcutProgEzScConns, socks, unreads)
+	if err != nil {
+		return l, err
+	}
+	defer prog.Close()
+	it, err := link.AttachIter(link.IterOptions{Program: prog})
+	if err != nil {
+		return l, fmt.Errorf("attach connections iterator: %w", err)
 	}
 	defer it.Close()
 	namespaces, err := bpfsys.NetNamespaces()
 	if err != nil {
-		return nil, fmt.Errorf("list network namespaces: %w", err)
+		return l, fmt.Errorf("list network namespaces: %w", err)
 	}
 	seen := map[uint64]bool{}
-	var conns []Connection
-	denied := 0
 	for _, ns := range namespaces {
 		err := runIn(it, ns, func(r io.Reader) error {
 			cs, err := readConnections(bufio.NewReader(r))
 			for _, c := range cs {
 				if !seen[c.Cookie] {
 					seen[c.Cookie] = true
-					conns = append(conns, c)
+					l.Conns = append(l.Conns, c)
 				}
 			}
 			return err
 		})
 		if errors.Is(err, os.ErrPermission) {
-			denied++
+			l.Unlisted++
+			l.UnlistedWhy = err.Error()
 			continue
 		}
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("connections in %s: %w", ns, err)
+			return l, fmt.Errorf("connections in %s: %w", ns, err)
 		}
 	}
-	if denied > 0 {
+	if l.Unlisted > 0 {
 		// setns needs CAP_SYS_ADMIN (the chart's adoption.enabled grants it).
-		slog.Warn("connections: some network namespaces could not be entered; their connections are not listed", "namespaces", denied)
+		slog.Warn("connections: some network namespaces could not be entered; their connections are not listed", "namespaces", l.Unlisted, "err", l.UnlistedWhy)
 	}
-	// The two ends of a connection next to each other, client first.
+	return l, nil
+}
+
+// sortConnections puts the two ends of a connection next to each other,
+// client first.
+func sortConnections(conns []Connection) {
 	slices.SortFunc(conns, func(a, b Connection) int {
 		return cmp.Or(a.Client.Compare(b.Client), a.Server.Compare(b.Server), cmp.Compare(a.Role, b.Role))
 	})
-	return conns, nil
 }
 
 // readConnections decodes fixed-width struct ez_conn_record until EOF.
@@ -167,5 +253,6 @@ func connectionOf(rec *shortcutEzConnRecord) Connection {
 		Switched:    rec.Switched != 0,
 		Left:        rec.State == uint32(shortcutEzSockStateEZ_SOCK_LEFT),
 		Adopted:     rec.Flags&uint32(shortcutEzSockFlagsEZ_F_ADOPTED) != 0,
+		CgroupID:    rec.CgroupId,
 	}
 }

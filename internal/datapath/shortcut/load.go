@@ -222,7 +222,8 @@ func programGroups(gauge bool) []bpfsys.Group {
 		natGroup(),
 		reset,
 		adopt,
-		{Part: parts.Connections, Progs: []string{shortcutProgEzScConns}, Via: "iter/tcp per network namespace"},
+		{Part: parts.Connections, Progs: []string{shortcutProgEzScConnsAll}, Via: connsAllVia, Fallback: &bpfsys.Group{
+			Progs: []string{shortcutProgEzScConns}, Via: connsPerNetnsVia}},
 	}
 }
 
@@ -345,9 +346,10 @@ func (s *Shortcut) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions)
 	if err != nil {
 		return fmt.Errorf("datapath: %w", err)
 	}
-	// ez_sc_release runs only at uninstall (drain.go), ez_sc_conns only for
-	// `eztunnel connections`: loaded here to prove they load, then closed.
-	for _, name := range []string{shortcutProgEzScRelease, shortcutProgEzScConns} {
+	// ez_sc_release runs only at uninstall (drain.go), the listing's
+	// iterators only for `eztunnel connections`: loaded here to prove they
+	// load, then closed.
+	for _, name := range []string{shortcutProgEzScRelease, shortcutProgEzScConns, shortcutProgEzScConnsAll} {
 		if p := loaded[name]; p != nil {
 			p.Close()
 			delete(loaded, name)

@@ -147,6 +147,9 @@ type shortcutEzConnRecord struct {
 	RxUnread int64
 	RxBound  uint32
 	Switched uint32
+	Pad      uint32
+	_        [4]byte
+	CgroupId uint64
 }
 
 type shortcutEzControl uint32
@@ -362,6 +365,7 @@ const (
 	shortcutProgEzScAdoptStep       = "ez_sc_adopt_step"
 	shortcutProgEzScCloseReset      = "ez_sc_close_reset"
 	shortcutProgEzScConns           = "ez_sc_conns"
+	shortcutProgEzScConnsAll        = "ez_sc_conns_all"
 	shortcutProgEzScEgress          = "ez_sc_egress"
 	shortcutProgEzScMsg             = "ez_sc_msg"
 	shortcutProgEzScNat             = "ez_sc_nat"
@@ -449,6 +453,7 @@ type shortcutProgramSpecs struct {
 	EzScAdoptStep       *ebpf.ProgramSpec `ebpf:"ez_sc_adopt_step"`
 	EzScCloseReset      *ebpf.ProgramSpec `ebpf:"ez_sc_close_reset"`
 	EzScConns           *ebpf.ProgramSpec `ebpf:"ez_sc_conns"`
+	EzScConnsAll        *ebpf.ProgramSpec `ebpf:"ez_sc_conns_all"`
 	EzScEgress          *ebpf.ProgramSpec `ebpf:"ez_sc_egress"`
 	EzScMsg             *ebpf.ProgramSpec `ebpf:"ez_sc_msg"`
 	EzScNat             *ebpf.ProgramSpec `ebpf:"ez_sc_nat"`
@@ -630,6 +635,7 @@ type shortcutPrograms struct {
 	EzScAdoptStep       *ebpf.Program `ebpf:"ez_sc_adopt_step"`
 	EzScCloseReset      *ebpf.Program `ebpf:"ez_sc_close_reset"`
 	EzScConns           *ebpf.Program `ebpf:"ez_sc_conns"`
+	EzScConnsAll        *ebpf.Program `ebpf:"ez_sc_conns_all"`
 	EzScEgress          *ebpf.Program `ebpf:"ez_sc_egress"`
 	EzScMsg             *ebpf.Program `ebpf:"ez_sc_msg"`
 	EzScNat             *ebpf.Program `ebpf:"ez_sc_nat"`
@@ -653,6 +659,7 @@ func (p *shortcutPrograms) Close() error {
 		p.EzScAdoptStep,
 		p.EzScCloseReset,
 		p.EzScConns,
+		p.EzScConnsAll,
 		p.EzScEgress,
 		p.EzScMsg,
 		p.EzScNat,
