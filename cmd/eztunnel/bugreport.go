@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,8 +101,9 @@ func writeBugreport(w io.Writer, cfg datapath.Config, lockFile string) ([]string
 	}
 	v, verr := readVersion(cfg, lockFile)
 	st, serr := readStatus(cfg, lockFile)
-	conns, cerr := datapath.Connections(cfg)
-	summary := map[string]any{"total": len(conns)}
+	l, cerr := listConnections(context.Background(), cfg, false)
+	conns := l.Conns
+	summary := map[string]any{"total": len(conns), "via": l.Via, "unlisted_namespaces": l.Unlisted}
 	if len(conns) > 1000 {
 		conns = conns[:1000]
 		summary["listed"] = 1000

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,9 +10,11 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/internal/agentapi"
 	"github.com/eztunnel/eztunnel/internal/cli"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
@@ -39,6 +42,11 @@ type statusReport struct {
 	// (the datapath keeps working pinned). Lock is that lock file.
 	Agent *runningAgent `json:"agent"`
 	Lock  string        `json:"lock"`
+	// AgentView is what the running agent answers on its local API (its
+	// pods, its API watch); nil: none answered (AgentViewErr says why when
+	// one runs).
+	AgentView    *agentapi.Status `json:"agent_view"`
+	AgentViewErr string           `json:"agent_view_error,omitempty"`
 }
 
 func statusCmd() *cobra.Command {
@@ -97,6 +105,13 @@ func readStatus(cfg datapath.Config, lockFile string) (*statusReport, error) {
 	if rep.Lock, rep.Agent, err = agentAt(cfg, lockFile); err != nil {
 		return nil, err
 	}
+	var view agentapi.Status
+	switch err := agentapi.Get(context.Background(), cfg.Layout().Socket(), agentapi.StatusPath, &view); {
+	case err == nil:
+		rep.AgentView = &view
+	case rep.Agent != nil || !errors.Is(err, agentapi.ErrNoAgent):
+		rep.AgentViewErr = err.Error()
+	}
 	if rep.Bypass == nil {
 		rep.BypassOff = "not running (off with --bypass=off)"
 		var bc bypass.Config
@@ -115,6 +130,7 @@ func printStatus(out io.Writer, rep *statusReport) {
 	} else {
 		fmt.Fprintf(w, "agent\tnone: the pinned datapath works on its own (lock %s free)\n", rep.Lock)
 	}
+	printAgentView(w, rep)
 	if rep.Parts != nil {
 		fmt.Fprintf(w, "kernel\t%s\n", rep.Parts.Kernel)
 		for _, s := range rep.Parts.Sorted() {
@@ -163,4 +179,38 @@ func printStatus(out io.Writer, rep *statusReport) {
 		fmt.Fprintf(w, "link %s\tid %d, program %d\n", l.Pin, l.ID, l.Program)
 	}
 	w.Flush()
+}
+
+// printAgentView prints what the agent alone knows: its pods and API watch.
+func printAgentView(w io.Writer, rep *statusReport) {
+	v := rep.AgentView
+	switch {
+	case v == nil && rep.AgentViewErr != "":
+		fmt.Fprintf(w, "agent api\t%s\n", rep.AgentViewErr)
+		return
+	case v == nil:
+		return
+	}
+	fmt.Fprintf(w, "agent api\tpid %d, version %s, up %s\n", v.PID, cmp.Or(v.Version, "unknown"), time.Since(v.Started).Round(time.Second))
+	k := v.Kubernetes
+	if k == nil {
+		fmt.Fprintf(w, "kubernetes\toff (plain mode: the managed cgroups are selected)\n")
+		return
+	}
+	health := "healthy"
+	switch {
+	case !k.Watch.Synced:
+		health = "not listed yet"
+	case !k.Watch.Healthy():
+		health = "failing since " + k.Watch.LastErrorAt.Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "kubernetes\tnode %s, pod watch %s (%d errors", k.Node, health, k.Watch.Errors)
+	if k.Watch.LastError != "" {
+		fmt.Fprintf(w, ", last: %s", k.Watch.LastError)
+	}
+	fmt.Fprintf(w, ")\n")
+	fmt.Fprintf(w, "pods selected\t%d\n", len(k.Selected))
+	for _, p := range k.Selected {
+		fmt.Fprintf(w, "pod\t%s/%s\n", p.Namespace, p.Name)
+	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/eztunnel/eztunnel/internal/agentapi"
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
@@ -185,6 +186,9 @@ func check(cfg Config) (*agent, error) {
 		}
 		cfg.Cgroups = []string{root}
 	}
+	if err := agentapi.Check(cfg.Datapath.Layout().Socket()); err != nil {
+		return nil, err
+	}
 	for _, cg := range cfg.Cgroups {
 		if err := cgroupv2.Validate(cg); err != nil {
 			return nil, err
@@ -335,6 +339,9 @@ func (a *agent) converge(ctx context.Context) error {
 		if err := a.svc.Start(ctx, a.cfg.Cgroups); err != nil {
 			return err
 		}
+	}
+	if err := a.serveAPI(); err != nil {
+		return err
 	}
 	a.hl.setCheck(notReady(a.nodes))
 	// Loading parsed the kernel's BTF (tens of MB, partly mmapped); nothing

@@ -48,6 +48,7 @@ func Uninstall(cfg Config, drain time.Duration) error {
 	os.Remove(cfg.Layout().Report()) // the agent's report of what ran
 	os.Remove(cfg.Layout().Log())    // its recent log
 	os.Remove(cfg.Layout().LogLevel())
+	os.Remove(cfg.Layout().Socket()) // a killed agent's local API
 	// Remove the root too when nothing else (another schema) lives there.
 	os.Remove(cfg.PinRoot)
 	return nil

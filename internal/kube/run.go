@@ -62,6 +62,8 @@ type PodWatch struct {
 	mu      sync.Mutex
 	users   map[*reconciler]struct{}
 	started bool
+
+	health healthLog
 }
 
 // NewPodWatch connects with RESTConfig(cfg) and finds the pods' cgroups;
@@ -89,11 +91,13 @@ func NewPodWatchWith(cfg Config, api API) (*PodWatch, error) {
 		ListerWatcher: &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.FieldSelector = nodeSel
-				return api.ListPods(ctx, o)
+				l, err := api.ListPods(ctx, o)
+				return l, w.health.call(err)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				o.FieldSelector = nodeSel
-				return api.WatchPods(ctx, o)
+				wi, err := api.WatchPods(ctx, o)
+				return wi, w.health.call(err)
 			},
 		},
 		ObjectType: &kubeapi.Pod{},
@@ -103,10 +107,12 @@ func NewPodWatchWith(cfg Config, api API) (*PodWatch, error) {
 	w.nss, w.nsCtl = cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return api.ListNamespaces(ctx, o)
+				l, err := api.ListNamespaces(ctx, o)
+				return l, w.health.call(err)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return api.WatchNamespaces(ctx, o)
+				wi, err := api.WatchNamespaces(ctx, o)
+				return wi, w.health.call(err)
 			},
 		},
 		ObjectType: &kubeapi.Namespace{},
@@ -115,6 +121,9 @@ func NewPodWatchWith(cfg Config, api API) (*PodWatch, error) {
 	})
 	return w, nil
 }
+
+// Health is the watch's state now.
+func (w *PodWatch) Health() Health { return w.health.get() }
 
 // Layout is where the watch finds the pods' cgroups.
 func (w *PodWatch) Layout() Layout { return w.layout }
@@ -184,6 +193,7 @@ func (w *PodWatch) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), w.podCtl.HasSynced, w.nsCtl.HasSynced) {
 		return nil // ctx ended
 	}
+	w.health.synced()
 	close(w.synced)
 	<-ctx.Done()
 	return nil
@@ -192,6 +202,7 @@ func (w *PodWatch) Run(ctx context.Context) error {
 // handler wakes every consumer; a deleted object's warnings are forgotten.
 func (w *PodWatch) handler(kind string) cache.ResourceEventHandler {
 	each := func(f func(*reconciler)) {
+		w.health.event()
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for r := range w.users {

@@ -1,8 +1,9 @@
 // Package nodelayout names every path one datapath has on a node: its pins
 // under the pin root (bpffs: the schema directory; each family keeps its
 // own directory in it) and its agent's files under the run directory (tmpfs,
-// /run/eztunnel by default: the lock, the parts report, the recent log; a
-// hostPath in the DaemonSet, shared by every agent pod of the node). Both
+// /run/eztunnel by default: the lock, the parts report, the recent log, the
+// agent's local API socket; a hostPath in the DaemonSet, shared by every
+// agent pod of the node). Both
 // are gone at reboot. The run files are named for the pinned datapath, so
 // agents with different pin roots (tests, labs) share none. Every command,
 // the agent and the chart (its --run-dir) build paths here only.
@@ -52,6 +53,10 @@ func (l Layout) Log() string { return filepath.Join(l.runDir(), l.pinName()+".lo
 // LogLevel is the log level `eztunnel log-level` asks the agent for (it
 // reads it on SIGUSR2).
 func (l Layout) LogLevel() string { return filepath.Join(l.runDir(), l.pinName()+".loglevel") }
+
+// Socket is the running agent's local API (internal/agentapi): `eztunnel
+// status` and `connections` ask the agent there.
+func (l Layout) Socket() string { return filepath.Join(l.runDir(), l.pinName()+".sock") }
 
 func (l Layout) runDir() string {
 	if l.RunDir == "" {

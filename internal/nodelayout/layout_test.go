@@ -15,6 +15,7 @@ func TestNames(t *testing.T) {
 		{def.Report(), "/run/eztunnel/sys_fs_bpf_eztunnel_v2.parts.json"},
 		{def.Log(), "/run/eztunnel/sys_fs_bpf_eztunnel_v2.log"},
 		{def.LogLevel(), "/run/eztunnel/sys_fs_bpf_eztunnel_v2.loglevel"},
+		{def.Socket(), "/run/eztunnel/sys_fs_bpf_eztunnel_v2.sock"},
 		{moved.Lock(), "/var/run/ez/agent.lock"},
 		{moved.Report(), "/var/run/ez/sys_fs_bpf_eztunnel_v2.parts.json"},
 		{moved.Log(), "/var/run/ez/sys_fs_bpf_eztunnel_v2.log"},

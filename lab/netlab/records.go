@@ -140,6 +140,7 @@ func undoRecord(line string) error {
 		os.Remove(l.Report())
 		os.Remove(l.Log())
 		os.Remove(l.LogLevel())
+		os.Remove(l.Socket())
 		// Legacy tc filters live on their devices, not in their records.
 		err := bpfsys.DetachTCFiltersUnder(f[1])
 		return errors.Join(err, os.RemoveAll(f[1]))

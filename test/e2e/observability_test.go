@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
+	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/logbuf"
@@ -170,11 +172,47 @@ func TestObservability(t *testing.T) {
 		}
 	}
 	t.Run("connections", func(t *testing.T) {
-		c, s := listed(t)
+		c, s := listed(t) // from the agent's local API
 		checkEnds(t, c, s)
+		checkCgroups(t, c, s, a.Cgroup, b.Cgroup)
 		table, err := eztunnel(ctx, "connections", "--pin-path", pin)
 		if err != nil || !strings.Contains(table, "COOKIE") || !strings.Contains(table, strconv.FormatUint(c.Cookie, 10)) {
 			t.Errorf("table output (err %v):\n%s", err, table)
+		}
+		// The same ends read from the pins by the command itself, and by
+		// the per-namespace iterator, which runs where a kernel refuses
+		// map-element iterators to this process.
+		for _, how := range []struct {
+			env  []string
+			args []string
+		}{
+			{nil, []string{"--from-pins"}},
+			{[]string{bpfsys.TestRefuseEnv + "=ez_sc_conns_all"}, []string{"--from-pins"}},
+		} {
+			dc, ds := connectionOnWith(t, pin, 7001, how.env, how.args...)
+			if dc.Cookie != c.Cookie || ds.Cookie != s.Cookie || dc.CgroupID != c.CgroupID || ds.CgroupID != s.CgroupID {
+				t.Errorf("%v %v: client %+v server %+v, the agent listed client %+v server %+v", how.env, how.args, dc, ds, c, s)
+			}
+		}
+	})
+
+	t.Run("status asks the agent", func(t *testing.T) {
+		out, err := eztunnel(ctx, "status", "-o", "json", "--pin-path", pin)
+		if err != nil {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		var st struct {
+			AgentView *struct {
+				PID        int             `json:"pid"`
+				Kubernetes json.RawMessage `json:"kubernetes"`
+			} `json:"agent_view"`
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil || st.AgentView == nil || st.AgentView.PID != agent.Process.Pid || st.AgentView.Kubernetes != nil {
+			t.Fatalf("agent_view %+v (err %v), want pid %d in plain mode:\n%s", st.AgentView, err, agent.Process.Pid, out)
+		}
+		table, err := eztunnel(ctx, "status", "--pin-path", pin)
+		if err != nil || !strings.Contains(table, fmt.Sprintf("agent api  pid %d", agent.Process.Pid)) || !strings.Contains(table, "kubernetes  off") {
+			t.Errorf("status table (err %v):\n%s", err, table)
 		}
 	})
 
@@ -186,8 +224,12 @@ func TestObservability(t *testing.T) {
 	}
 
 	t.Run("connections with the agent stopped", func(t *testing.T) {
+		if _, err := os.Stat(e.cfg.Layout().Socket()); !os.IsNotExist(err) {
+			t.Errorf("the stopped agent left its socket %s: %v", e.cfg.Layout().Socket(), err)
+		}
 		c, s := listed(t)
 		checkEnds(t, c, s)
+		checkCgroups(t, c, s, a.Cgroup, b.Cgroup)
 	})
 	pp.Process.Kill()
 
@@ -318,7 +360,19 @@ func binVersion(t *testing.T) string {
 // connection to server port port, as `connections -o json` lists them.
 func connectionOn(t *testing.T, pin string, port uint16) (client, server datapath.Connection) {
 	t.Helper()
-	out, err := eztunnel(context.Background(), "connections", "-o", "json", "--pin-path", pin)
+	return connectionOnWith(t, pin, port, nil)
+}
+
+// connectionOnWith is connectionOn with env added to the command's and
+// args added to its command line.
+func connectionOnWith(t *testing.T, pin string, port uint16, env []string, args ...string) (client, server datapath.Connection) {
+	t.Helper()
+	cmd := sysexec.Command(context.Background(), bin, append([]string{"connections", "-o", "json", "--pin-path", pin}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	outb, err := cmd.Output()
+	out := string(outb) + stderr.String()
 	if err != nil {
 		t.Fatalf("connections: %v\n%s", err, out)
 	}
@@ -340,6 +394,24 @@ func connectionOn(t *testing.T, pin string, port uint16) (client, server datapat
 		}
 	}
 	return client, server
+}
+
+// checkCgroups: each end carries its own pod's cgroup (the listing names
+// pods by it).
+func checkCgroups(t *testing.T, client, server datapath.Connection, clientCg, serverCg string) {
+	t.Helper()
+	for _, end := range []struct {
+		c  datapath.Connection
+		cg string
+	}{{client, clientCg}, {server, serverCg}} {
+		id, err := cgroupv2.ID(end.cg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end.c.CgroupID != id {
+			t.Errorf("%s end: cgroup id %d, want %d (%s)", end.c.Role, end.c.CgroupID, id, end.cg)
+		}
+	}
 }
 
 func netnsInode(t *testing.T, name string) uint32 {

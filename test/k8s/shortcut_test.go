@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/agentapi"
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/internal/toolbin"
 	"github.com/eztunnel/eztunnel/lab/workload"
@@ -342,6 +345,67 @@ func TestKubernetes(t *testing.T) {
 			}
 		}
 	}
+
+	// In the agent's pod with the chart's defaults (no extra capability):
+	// status and connections ask the agent's local API. The agent names the
+	// selected pods and its pod watch; it names each end of a connection by
+	// the socket's cgroup where its listing sees the pod's network
+	// namespace.
+	t.Run("in-pod-tools", func(t *testing.T) {
+		agent := agentPods(t)[0]
+		inPod := func(v any, args ...string) {
+			t.Helper()
+			out := kubectl(t, append([]string{"-n", agentNS, "exec", agent, "--", "/eztunnel"}, append(args, "-o", "json")...)...)
+			if err := json.Unmarshal([]byte(out), v); err != nil {
+				t.Fatalf("eztunnel %v in the agent pod: %v\n%s", args, err, out)
+			}
+		}
+		var st struct {
+			AgentView *agentapi.Status `json:"agent_view"`
+			Parts     *parts.Report    `json:"parts"`
+		}
+		inPod(&st, "status")
+		if st.AgentView == nil || st.AgentView.Kubernetes == nil || st.Parts == nil {
+			t.Fatalf("status in the agent pod: no agent view or parts: %+v", st)
+		}
+		k := st.AgentView.Kubernetes
+		selected := map[string]bool{}
+		for _, p := range k.Selected {
+			selected[p.Namespace+"/"+p.Name] = true
+		}
+		if !k.Watch.Healthy() || !selected[on.ns+"/client"] || !selected[on.ns+"/server"] || selected[off.ns+"/client"] {
+			t.Errorf("status: watch %+v, selected %v; want healthy, %s's client and server, none of %s", k.Watch, selected, on.ns, off.ns)
+		}
+		via := ""
+		for _, p := range st.Parts.Parts {
+			if p.Part == parts.Connections {
+				via = p.Via
+			}
+		}
+		underTraffic(t, "listing", func() {
+			var ends []datapath.Connection
+			inPod(&ends, "connections")
+			named := 0
+			for _, c := range ends {
+				if c.Server.Port() == 7000 && (c.Role == "client" && c.Pod == on.ns+"/client" || c.Role == "server" && c.Pod == on.ns+"/server") {
+					named++
+				}
+			}
+			// The listing walks every namespace where the kernel lets the
+			// agent run map-element iterators; elsewhere it runs in the
+			// namespaces it can enter, and without CAP_SYS_ADMIN (the
+			// chart's default) that is the host's only.
+			allAtOnce := strings.HasPrefix(via, "iter/bpf_sk_storage_map")
+			switch {
+			case allAtOnce && named < 2*conns:
+				t.Errorf("connections (%s): %d of %d ends to :7000 named by pod: %+v", via, named, 2*conns, ends)
+			case !allAtOnce && len(ends) != 0:
+				t.Errorf("connections (%s) listed %d ends, want none from the host's namespace alone", via, len(ends))
+			default:
+				t.Logf("connections in the agent pod (%s): %d ends named by pod", via, named)
+			}
+		})
+	})
 
 	t.Run("upgrade", func(t *testing.T) {
 		old := agentPods(t)

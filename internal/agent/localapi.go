@@ -1,0 +1,59 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/eztunnel/eztunnel/internal/agentapi"
+	"github.com/eztunnel/eztunnel/internal/datapath"
+)
+
+// serveAPI answers `eztunnel status` and `eztunnel connections` on the run
+// directory's socket (internal/agentapi) until the agent's parts stop.
+func (a *agent) serveAPI() error {
+	ln, err := agentapi.Listen(a.cfg.Datapath.Layout().Socket())
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	a.parts.addFunc(agentapi.Serve(ln, agentapi.Handlers{
+		Status:      func() agentapi.Status { return a.apiStatus(started) },
+		Connections: a.connections,
+	}))
+	return nil
+}
+
+func (a *agent) apiStatus(started time.Time) agentapi.Status {
+	st := agentapi.Status{PID: os.Getpid(), Version: a.cfg.Version, Started: started}
+	if a.pods == nil {
+		return st
+	}
+	ks := &agentapi.KubeStatus{Node: a.cfg.Kubernetes.NodeName, Watch: a.pods.watch.Health(), Selected: []agentapi.Pod{}}
+	for _, p := range a.pods.Pods() {
+		ks.Selected = append(ks.Selected, agentapi.Pod{Namespace: p.Namespace, Name: p.Name, CgroupID: p.CgroupID})
+	}
+	st.Kubernetes = ks
+	return st
+}
+
+// connections lists the datapath's connections, each end named by its
+// socket's cgroup where that is a selected pod's (proven by the kernel's
+// socket, not inferred from an address).
+func (a *agent) connections() (datapath.Listing, error) {
+	l, err := datapath.ListConnections(a.cfg.Datapath)
+	if err != nil {
+		return l, err
+	}
+	if a.pods == nil {
+		return l, nil
+	}
+	names := map[uint64]string{}
+	for _, p := range a.pods.Pods() {
+		names[p.CgroupID] = fmt.Sprintf("%s/%s", p.Namespace, p.Name)
+	}
+	for i := range l.Conns {
+		l.Conns[i].Pod = names[l.Conns[i].CgroupID]
+	}
+	return l, nil
+}
