@@ -6,6 +6,7 @@ COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN       := bin/eztunnel
 LAB_BIN   := bin/eztunnel-lab
+PLUGIN    := bin/kubectl-eztunnel
 BPF_SRC   := $(shell find bpf -name '*.c' -o -name '*.h')
 GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shortcut/shortcut_bpfel.o \
              internal/datapath/bypass/bypass_bpfel.go internal/datapath/bypass/bypass_bpfel.o \
@@ -19,8 +20,12 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
 all: build
 
 # Static binaries, eBPF objects embedded: the agent (bin/eztunnel) and the
-# benchmark lab (bin/eztunnel-lab), which the agent image does not carry.
-build: $(BIN) $(LAB_BIN)
+# benchmark lab (bin/eztunnel-lab), which the agent image does not carry;
+# the kubectl plugin (bin/kubectl-eztunnel: `kubectl eztunnel`, anywhere on
+# PATH), which runs beside kubectl.
+build: $(BIN) $(LAB_BIN) $(PLUGIN)
+$(PLUGIN): $(shell find cmd/kubectl-eztunnel internal -name '*.go' -not -name '*_test.go')
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/kubectl-eztunnel
 $(BIN): $(GENERATED) $(shell find cmd internal -name '*.go' -not -name '*_test.go')
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/eztunnel
 $(LAB_BIN): $(GENERATED) $(shell find lab internal -name '*.go' -not -name '*_test.go')

@@ -22,33 +22,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
-// statusReport is the JSON form of `eztunnel status -o json`.
-type statusReport struct {
-	Schema   string                      `json:"schema"`
-	Pins     string                      `json:"pins"`
-	Counters datapath.Counters           `json:"counters"`
-	Maps     map[string]datapath.MapFill `json:"maps"`
-	Links    []datapath.PinnedLink       `json:"links"`
-	// Bypass is the pinned bridge bypass; nil: none is pinned (BypassOff
-	// says what this node's settings would allow).
-	Bypass    *bypass.PinnedState `json:"bypass"`
-	BypassOff string              `json:"bypass_off,omitempty"`
-	// Services is the pinned Service load balancer; nil: none.
-	Services *lb.PinnedState `json:"services"`
-	// Parts is what the last agent of this datapath reported running, and
-	// why each other part does not; nil: no agent has reported since boot.
-	Parts *parts.Report `json:"parts"`
-	// Agent is the agent holding the datapath's lock now; nil: none runs
-	// (the datapath keeps working pinned). Lock is that lock file.
-	Agent *runningAgent `json:"agent"`
-	Lock  string        `json:"lock"`
-	// AgentView is what the running agent answers on its local API (its
-	// pods, its API watch); nil: none answered (AgentViewErr says why when
-	// one runs).
-	AgentView    *agentapi.Status `json:"agent_view"`
-	AgentViewErr string           `json:"agent_view_error,omitempty"`
-}
-
 func statusCmd() *cobra.Command {
 	cfg := datapath.DefaultConfig()
 	var output, lockFile string
@@ -72,7 +45,7 @@ func statusCmd() *cobra.Command {
 	return cmd
 }
 
-func readStatus(cfg datapath.Config, lockFile string) (*statusReport, error) {
+func readStatus(cfg datapath.Config, lockFile string) (*agentapi.NodeStatus, error) {
 	p, err := datapath.OpenPinned(cfg)
 	if err != nil {
 		return nil, err
@@ -90,7 +63,7 @@ func readStatus(cfg datapath.Config, lockFile string) (*statusReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &statusReport{Schema: datapath.Schema, Pins: cfg.Dir(), Counters: c, Maps: fill, Links: links}
+	rep := &agentapi.NodeStatus{Schema: datapath.Schema, Pins: cfg.Dir(), Counters: c, Maps: fill, Links: links}
 	if rep.Bypass, err = bypass.ReadPinned(cfg.Dir()); err != nil {
 		return nil, err
 	}
@@ -122,7 +95,7 @@ func readStatus(cfg datapath.Config, lockFile string) (*statusReport, error) {
 	return rep, nil
 }
 
-func printStatus(out io.Writer, rep *statusReport) {
+func printStatus(out io.Writer, rep *agentapi.NodeStatus) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "datapath\t%s (schema %s)\n", rep.Pins, rep.Schema)
 	if a := rep.Agent; a != nil {
@@ -182,7 +155,7 @@ func printStatus(out io.Writer, rep *statusReport) {
 }
 
 // printAgentView prints what the agent alone knows: its pods and API watch.
-func printAgentView(w io.Writer, rep *statusReport) {
+func printAgentView(w io.Writer, rep *agentapi.NodeStatus) {
 	v := rep.AgentView
 	switch {
 	case v == nil && rep.AgentViewErr != "":

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/internal/agentapi"
 	"github.com/eztunnel/eztunnel/internal/agentlock"
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cli"
@@ -26,17 +27,11 @@ type versionReport struct {
 	// Schema is the layout of the pinned maps this binary reads and writes.
 	Schema string `json:"schema"`
 	// Agent is the agent holding the node's lock; nil: none runs.
-	Agent *runningAgent `json:"agent"`
-	Lock  string        `json:"lock"`
+	Agent *agentapi.Holder `json:"agent"`
+	Lock  string           `json:"lock"`
 	// PinnedSchemas are the schemas of the datapaths pinned under
 	// --pin-path (none: nothing is pinned).
 	PinnedSchemas []string `json:"pinned_schemas"`
-}
-
-type runningAgent struct {
-	Holder  string `json:"holder"`
-	PID     int    `json:"pid"`
-	Version string `json:"version"` // "" for an agent older than this field
 }
 
 // buildVersion is version as the Makefile set it; for a plain `go build`
@@ -78,14 +73,14 @@ func readVersion(cfg datapath.Config, lockFile string) (versionReport, error) {
 
 // agentAt is the lock file (lockFile, or the layout's) and the agent
 // holding it; nil: none runs.
-func agentAt(cfg datapath.Config, lockFile string) (string, *runningAgent, error) {
+func agentAt(cfg datapath.Config, lockFile string) (string, *agentapi.Holder, error) {
 	if lockFile == "" {
 		lockFile = cfg.Layout().Lock()
 	}
 	rec, err := agentlock.HolderRecord(lockFile)
 	switch {
 	case err == nil:
-		return lockFile, &runningAgent{Holder: rec.Holder, PID: rec.PID, Version: rec.Version}, nil
+		return lockFile, &agentapi.Holder{Holder: rec.Holder, PID: rec.PID, Version: rec.Version}, nil
 	case errors.Is(err, agentlock.ErrNoAgent):
 		return lockFile, nil, nil
 	}

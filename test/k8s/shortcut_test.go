@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -405,6 +406,51 @@ func TestKubernetes(t *testing.T) {
 				t.Logf("connections in the agent pod (%s): %d ends named by pod", via, named)
 			}
 		})
+	})
+
+	// kubectl eztunnel status: every agent pod asked through the API
+	// server's exec, summed.
+	t.Run("plugin-status", func(t *testing.T) {
+		plugin := filepath.Join(t.TempDir(), "kubectl-eztunnel")
+		if out, err := sysexec.Command(context.Background(), "go", "build", "-o", plugin, "../../cmd/kubectl-eztunnel").CombinedOutput(); err != nil {
+			t.Fatalf("build the plugin: %v\n%s", err, out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := sysexec.Command(ctx, plugin, "status", "-o", "json", "--kubeconfig", cl.Kubeconfig, "-n", agentNS).Output()
+		if err != nil {
+			t.Fatalf("kubectl-eztunnel status: %v\n%s", err, out)
+		}
+		var cs struct {
+			Nodes []struct {
+				Node   string               `json:"node"`
+				Status *agentapi.NodeStatus `json:"status"`
+			} `json:"nodes"`
+			Totals struct {
+				Nodes        int               `json:"nodes"`
+				Answered     int               `json:"answered"`
+				AgentsUp     int               `json:"agents_up"`
+				WatchHealthy int               `json:"watch_healthy"`
+				PodsSelected int               `json:"pods_selected"`
+				Counters     map[string]uint64 `json:"counters"`
+			} `json:"totals"`
+		}
+		if err := json.Unmarshal(out, &cs); err != nil {
+			t.Fatalf("decode: %v\n%s", err, out)
+		}
+		tt := cs.Totals
+		if len(cs.Nodes) != 1 || cs.Nodes[0].Status == nil || tt.Nodes != 1 || tt.Answered != 1 || tt.AgentsUp != 1 || tt.WatchHealthy != 1 ||
+			tt.PodsSelected < 2 || tt.Counters["pairs"] == 0 || tt.Counters["pairs"] != cs.Nodes[0].Status.Counters["pairs"] {
+			t.Errorf("kubectl eztunnel status: %+v\n%s", tt, out)
+		}
+		table, err := sysexec.Command(ctx, plugin, "status", "--kubeconfig", cl.Kubeconfig, "-n", agentNS).Output()
+		if err != nil || !strings.Contains(string(table), "TOTAL") || !strings.Contains(string(table), cs.Nodes[0].Node) {
+			t.Errorf("table (err %v):\n%s", err, table)
+		}
+		if out, err := sysexec.Command(ctx, plugin, "status", "--kubeconfig", cl.Kubeconfig, "-n", "no-such-namespace").CombinedOutput(); err == nil ||
+			!strings.Contains(string(out), "no agent pods in namespace no-such-namespace") {
+			t.Errorf("a namespace without agents: %v\n%s", err, out)
+		}
 	})
 
 	t.Run("upgrade", func(t *testing.T) {
