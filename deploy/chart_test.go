@@ -388,8 +388,8 @@ func TestChartRBAC(t *testing.T) {
 		}
 		for _, r := range append(byKind["ClusterRole"], byKind["Role"]...) {
 			for _, rule := range r["rules"].([]any) {
-				if v := strs(get(rule, "verbs")); !reflect.DeepEqual(v, []string{"get", "list", "watch"}) {
-					t.Errorf("%s verbs %v, want get, list, watch", r["kind"], v)
+				if v := strs(get(rule, "verbs")); !reflect.DeepEqual(v, []string{"get", "list", "watch"}) && !reflect.DeepEqual(v, []string{"list"}) {
+					t.Errorf("%s verbs %v, want get, list, watch or list (read only)", r["kind"], v)
 				}
 			}
 		}
@@ -400,10 +400,11 @@ func TestChartRBAC(t *testing.T) {
 		}
 		role := byKind["Role"][0]
 		rr := role["rules"].([]any)
-		if get(role, "metadata", "namespace") != "kube-system" || len(rr) != 1 ||
+		if get(role, "metadata", "namespace") != "kube-system" || len(rr) != 2 ||
 			!reflect.DeepEqual(strs(get(rr[0], "apiGroups")), []string{"apps"}) ||
 			!reflect.DeepEqual(strs(get(rr[0], "resources")), []string{"daemonsets"}) ||
-			!reflect.DeepEqual(strs(get(rr[0], "resourceNames")), []string{name}) {
+			!reflect.DeepEqual(strs(get(rr[0], "resourceNames")), []string{name}) ||
+			!reflect.DeepEqual(strs(get(rr[1], "resources")), []string{"events"}) || !reflect.DeepEqual(strs(get(rr[1], "verbs")), []string{"list"}) {
 			t.Errorf("Role %v", role)
 		}
 		for _, b := range append(byKind["ClusterRoleBinding"], byKind["RoleBinding"]...) {

@@ -26,16 +26,16 @@ import (
 // bugreportCmd writes one archive an operator attaches to an issue.
 func bugreportCmd() *cobra.Command {
 	cfg := datapath.DefaultConfig()
-	var out, lockFile string
+	var out, lockFile, kubeconfig string
 	cmd := &cobra.Command{
 		Use:   "bugreport",
-		Short: "Write one .tar.gz to attach to an issue: version, preflight, status, connections, the agent's recent log, pinned objects, kernel settings (changes nothing)",
+		Short: "Write one .tar.gz to attach to an issue: version, preflight, status, connections, the agent's recent log, its pod, DaemonSet and their events (in the agent's pod), pinned objects, kernel settings (changes nothing)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "-" {
 				// In a pod whose root is read-only: `kubectl exec ... --
 				// eztunnel bugreport -f - > report.tar.gz`.
-				files, err := writeBugreport(cmd.OutOrStdout(), cfg, lockFile)
+				files, err := writeBugreport(cmd.OutOrStdout(), cfg, lockFile, kubeconfig)
 				if err != nil {
 					return fmt.Errorf("bugreport: %w", err)
 				}
@@ -50,7 +50,7 @@ func bugreportCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("bugreport: %w", err)
 			}
-			files, werr := writeBugreport(f, cfg, lockFile)
+			files, werr := writeBugreport(f, cfg, lockFile, kubeconfig)
 			if cerr := f.Close(); werr == nil {
 				werr = cerr
 			}
@@ -63,6 +63,7 @@ func bugreportCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&out, "file", "f", "", "the archive to write (default: eztunnel-bugreport-<host>-<time>.tar.gz here; never overwritten); - writes it to standard output")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "the kubeconfig for the Kubernetes view (default: the pod's service account)")
 	layoutFlags(cmd.Flags(), &cfg, &lockFile)
 	return cmd
 }
@@ -70,7 +71,7 @@ func bugreportCmd() *cobra.Command {
 // writeBugreport writes the archive to w and returns the names of its
 // files. A section that cannot be read is recorded in errors.txt; only
 // writing the archive can fail.
-func writeBugreport(w io.Writer, cfg datapath.Config, lockFile string) ([]string, error) {
+func writeBugreport(w io.Writer, cfg datapath.Config, lockFile, kubeconfig string) ([]string, error) {
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
 	now := time.Now()
@@ -129,6 +130,15 @@ func writeBugreport(w io.Writer, cfg datapath.Config, lockFile string) ([]string
 		}
 	} else {
 		problems = append(problems, "agent.log: "+err.Error())
+	}
+	for _, f := range kubeView(context.Background(), kubeconfig) {
+		if f.err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", f.name, f.err))
+			continue
+		}
+		if err := put(f.name, f.data); err != nil {
+			return names, err
+		}
 	}
 	if err := put("pins.txt", pinnedObjects(cfg.Dir())); err != nil {
 		return names, err

@@ -21,7 +21,8 @@ func TestBugreport(t *testing.T) {
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = filepath.Join("/sys/fs/bpf", "eztest-bugreport-none") // never created
 	var buf bytes.Buffer
-	names, err := writeBugreport(&buf, cfg, filepath.Join(t.TempDir(), "agent.lock"))
+	t.Setenv("POD_NAME", "") // not in a pod: the Kubernetes view says so
+	names, err := writeBugreport(&buf, cfg, filepath.Join(t.TempDir(), "agent.lock"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +46,9 @@ func TestBugreport(t *testing.T) {
 	}
 	if !strings.Contains(string(got["errors.txt"]), "agent.log") {
 		t.Errorf("errors.txt does not say the agent's log is missing: %q", got["errors.txt"])
+	}
+	if !strings.Contains(string(got["errors.txt"]), "kubernetes/pod.json: "+errNotInPod.Error()) {
+		t.Errorf("errors.txt does not say why there is no Kubernetes view: %q", got["errors.txt"])
 	}
 }
 

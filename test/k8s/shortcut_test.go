@@ -3,9 +3,13 @@
 package k8s
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -377,6 +381,21 @@ func TestKubernetes(t *testing.T) {
 		if !k.Watch.Healthy() || !selected[on.ns+"/client"] || !selected[on.ns+"/server"] || selected[off.ns+"/client"] {
 			t.Errorf("status: watch %+v, selected %v; want healthy, %s's client and server, none of %s", k.Watch, selected, on.ns, off.ns)
 		}
+		// bugreport -f - (the root is read-only) with the node's
+		// Kubernetes view, read by the agent's service account.
+		report := kubectl(t, "-n", agentNS, "exec", agent, "--", "/eztunnel", "bugreport", "-f", "-")
+		files := untarGz(t, []byte(report))
+		var obj struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		}
+		for name, want := range map[string]string{"kubernetes/pod.json": agent, "kubernetes/daemonset.json": release} {
+			if err := json.Unmarshal(files["eztunnel-bugreport/"+name], &obj); err != nil || obj.Metadata.Name != want {
+				t.Errorf("bugreport %s: %v, name %q, want %q (errors.txt: %s)", name, err, obj.Metadata.Name, want, files["eztunnel-bugreport/errors.txt"])
+			}
+		}
+		if _, ok := files["eztunnel-bugreport/kubernetes/events-"+agent+".json"]; !ok || strings.Contains(string(files["eztunnel-bugreport/errors.txt"]), "kubernetes/") {
+			t.Errorf("bugreport: the pod's events missing; errors.txt: %s", files["eztunnel-bugreport/errors.txt"])
+		}
 		via := ""
 		for _, p := range st.Parts.Parts {
 			if p.Part == parts.Connections {
@@ -614,4 +633,29 @@ func adoptSkips(t testing.TB) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// untarGz returns the files of a .tar.gz by name.
+func untarGz(t *testing.T, b []byte) map[string][]byte {
+	t.Helper()
+	gz, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("not a gzip stream (%d bytes): %v", len(b), err)
+	}
+	files := map[string][]byte{}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatalf("tar: %v", err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = data
+	}
 }
