@@ -59,5 +59,5 @@ func exitCode(err error) int {
 func newRoot() *cobra.Command {
 	return cli.Root("eztunnel", "eBPF data-plane accelerator for node-local TCP",
 		"eBPF data-plane accelerator for node-local TCP.", buildVersion().Version,
-		runCmd(), preflightCmd(), statusCmd(), connectionsCmd(), adoptCmd(), uninstallCmd(), servicesCmd(), readyCmd(), versionCmd(), bugreportCmd(), logLevelCmd(), cli.TraceCmd(nil))
+		runCmd(), preflightCmd(), statusCmd(), connectionsCmd(), adoptCmd(), uninstallCmd(), servicesCmd(), readyCmd(), versionCmd(), bugreportCmd(), logLevelCmd(), probeCmd(), cli.TraceCmd(nil))
 }

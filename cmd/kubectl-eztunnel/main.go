@@ -1,7 +1,8 @@
 // Command kubectl-eztunnel is eztunnel's kubectl plugin: `kubectl eztunnel
 // status` runs `eztunnel status` in every agent pod of the cluster and sums
-// what they report. It is installed next to kubectl (any directory on
-// PATH), never in the agent's image.
+// what they report; `kubectl eztunnel connectivity` runs test pods and
+// checks which pairs take the shortcut. It is installed next to kubectl
+// (any directory on PATH), never in the agent's image.
 package main
 
 import (
@@ -27,5 +28,5 @@ func main() {
 
 func newRoot() *cobra.Command {
 	return cli.Root("kubectl-eztunnel", "eztunnel's kubectl plugin: the cluster's agents at once",
-		"eztunnel's kubectl plugin (kubectl eztunnel): the cluster's agents at once.", "", statusCmd())
+		"eztunnel's kubectl plugin (kubectl eztunnel): the cluster's agents at once.", "", statusCmd(), connectivityCmd())
 }

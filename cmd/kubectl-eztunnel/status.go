@@ -92,13 +92,7 @@ func statusCmd() *cobra.Command {
 
 // collect asks every agent pod, a few at once.
 func (o statusOptions) collect(ctx context.Context) (clusterStatus, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return clusterStatus{}, fmt.Errorf("kubeconfig: %w", err)
-	}
-	kc, err := kubernetes.NewForConfig(rc)
+	rc, kc, err := clients(o.kubeconfig)
 	if err != nil {
 		return clusterStatus{}, err
 	}
@@ -126,6 +120,22 @@ func (o statusOptions) collect(ctx context.Context) (clusterStatus, error) {
 		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Pod, b.Pod))
 	})
 	return clusterStatus{Nodes: out, Totals: sum(out)}, nil
+}
+
+// clients connects as kubectl does: --kubeconfig, else $KUBECONFIG, else
+// ~/.kube/config.
+func clients(kubeconfig string) (*rest.Config, kubernetes.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	kc, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rc, kc, nil
 }
 
 // ask runs `eztunnel status -o json` in pod p.

@@ -470,6 +470,43 @@ func TestKubernetes(t *testing.T) {
 			!strings.Contains(string(out), "no agent pods in namespace no-such-namespace") {
 			t.Errorf("a namespace without agents: %v\n%s", err, out)
 		}
+
+		// kubectl eztunnel connectivity: test pods of the agent's image in
+		// a selected and an unselected namespace; removed after.
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer ccancel()
+		cout, err := sysexec.Command(cctx, plugin, "connectivity", "-o", "json", "--kubeconfig", cl.Kubeconfig, "-n", agentNS).Output()
+		var rep struct {
+			Cases []struct {
+				Name            string `json:"name"`
+				WantAccelerated bool   `json:"want_accelerated"`
+				Passed          bool   `json:"passed"`
+				Results         []struct {
+					Exact, Accelerated bool
+				} `json:"results"`
+			} `json:"cases"`
+			Skipped []string `json:"skipped"`
+			Passed  bool     `json:"passed"`
+			Cleaned bool     `json:"cleaned"`
+		}
+		if jerr := json.Unmarshal(cout, &rep); err != nil || jerr != nil || !rep.Passed || !rep.Cleaned || len(rep.Cases) != 2 || len(rep.Skipped) != 1 {
+			t.Fatalf("kubectl eztunnel connectivity: %v %v\n%s", err, jerr, cout)
+		}
+		for _, c := range rep.Cases {
+			acc := 0
+			for _, r := range c.Results {
+				if r.Accelerated {
+					acc++
+				}
+			}
+			t.Logf("connectivity %s: %d connections, %d accelerated (want %v)", c.Name, len(c.Results), acc, c.WantAccelerated)
+			if len(c.Results) != 8 {
+				t.Errorf("%s: %d connections checked, want 8 (4 to the pod, 4 to the Service)", c.Name, len(c.Results))
+			}
+		}
+		if left := kubectl(t, "get", "namespaces", "-l", "app.kubernetes.io/part-of=eztunnel-connectivity", "-o", "name"); strings.TrimSpace(left) != "" {
+			t.Errorf("connectivity left namespaces: %s", left)
+		}
 	})
 
 	t.Run("upgrade", func(t *testing.T) {
