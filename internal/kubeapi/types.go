@@ -106,8 +106,38 @@ const LabelTopologyZone = "topology.kubernetes.io/zone"
 type Service struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              ServiceSpec `json:"spec,omitempty"`
+	Spec              ServiceSpec   `json:"spec,omitempty"`
+	Status            ServiceStatus `json:"status,omitempty"`
 }
+
+// ServiceStatus is the part of core/v1 ServiceStatus the load balancer reads.
+type ServiceStatus struct {
+	LoadBalancer LoadBalancerStatus `json:"loadBalancer,omitempty"`
+}
+
+// LoadBalancerStatus is core/v1 LoadBalancerStatus.
+type LoadBalancerStatus struct {
+	Ingress []LoadBalancerIngress `json:"ingress,omitempty"`
+}
+
+// LoadBalancerIngress is the part of core/v1 LoadBalancerIngress the load
+// balancer reads.
+type LoadBalancerIngress struct {
+	IP     string              `json:"ip,omitempty"`
+	IPMode *LoadBalancerIPMode `json:"ipMode,omitempty"`
+}
+
+// LoadBalancerIPMode is core/v1 LoadBalancerIPMode.
+type LoadBalancerIPMode string
+
+const (
+	// LoadBalancerIPModeVIP: the load balancer sends packets to the nodes
+	// with the IP as destination; in-cluster traffic to it is translated.
+	LoadBalancerIPModeVIP LoadBalancerIPMode = "VIP"
+	// LoadBalancerIPModeProxy: the load balancer proxies; in-cluster
+	// traffic to the IP goes to it (kube-proxy does not translate it).
+	LoadBalancerIPModeProxy LoadBalancerIPMode = "Proxy"
+)
 
 // ServiceSpec is the part of core/v1 ServiceSpec the Service load balancer
 // reads.
@@ -116,6 +146,7 @@ type ServiceSpec struct {
 	ClusterIP             string                        `json:"clusterIP,omitempty"`
 	ClusterIPs            []string                      `json:"clusterIPs,omitempty"`
 	Type                  ServiceType                   `json:"type,omitempty"`
+	ExternalIPs           []string                      `json:"externalIPs,omitempty"`
 	SessionAffinity       ServiceAffinity               `json:"sessionAffinity,omitempty"`
 	ExternalTrafficPolicy ServiceExternalTrafficPolicy  `json:"externalTrafficPolicy,omitempty"`
 	HealthCheckNodePort   int32                         `json:"healthCheckNodePort,omitempty"`

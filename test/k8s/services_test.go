@@ -305,8 +305,11 @@ func TestServicesAPI(tt *testing.T) {
 	both("only a serving terminating endpoint", true)
 
 	// eztunnelBackends waits until eztunnel's frontend for the ClusterIP
-	// holds exactly want (read from the pinned maps: `eztunnel services`).
-	eztunnelBackends := func(what string, want ...string) {
+	// (eztunnelBackendsOf: for vip) holds exactly want (read from the
+	// pinned maps: `eztunnel services`).
+	var eztunnelBackendsOf func(what, vip string, want ...string)
+	eztunnelBackends := func(what string, want ...string) { eztunnelBackendsOf(what, vip, want...) }
+	eztunnelBackendsOf = func(what, vip string, want ...string) {
 		t.Helper()
 		slices.Sort(want)
 		var got []string
@@ -382,6 +385,40 @@ func TestServicesAPI(tt *testing.T) {
 	}
 	waitKubeProxy(t, svcPort, ep("s2"), ep("s3"))
 	eztunnelBackends("internalTrafficPolicy Cluster again", ep("s2"), ep("s3"))
+
+	// 3c: an ExternalIP and the load-balancer IPs of a LoadBalancer
+	// Service: frontends of the cluster's endpoints (as kube-proxy routes a
+	// pod's traffic to them); an IP of ipMode Proxy is left to the load
+	// balancer and counted. A pod reaches them through eztunnel.
+	const extIP, lbIP, proxyIP = "192.0.2.10", "198.51.100.7", "198.51.100.9"
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	svc.Spec.ExternalIPs = []string{extIP}
+	if svc, err = cs.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP}, {IP: proxyIP, IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}}
+	if svc, err = cs.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []string{extIP, lbIP} {
+		eztunnelBackendsOf("external "+ip, net.JoinHostPort(ip, "80"), ep("s2"), ep("s3"))
+		out, err := cl.Kubectl(ctx, "-n", ns, "exec", "c", "-c", "w", "--", "/eztunnel-lab", "workload", "stream", "--addr", net.JoinHostPort(ip, "80"),
+			"--conns", "8", "--up", "65536", "--down", "65536", "--seed", "7")
+		var rep workload.StreamReport
+		if jerr := json.Unmarshal(out, &rep); err != nil || jerr != nil || rep.Conns != 8 || len(rep.Failures) > 0 {
+			t.Errorf("a pod to %s: %v %v %+v", ip, err, jerr, rep)
+		}
+	}
+	eztunnelBackendsOf("ipMode Proxy", net.JoinHostPort(proxyIP, "80")) // none
+	waitMetrics("the Proxy-mode IP counted", func(m map[string]float64) bool { return m[`eztunnel_services_skipped{reason="lb_proxy"}`] == 1 })
+	svc.Spec.Type, svc.Spec.ExternalIPs = corev1.ServiceTypeClusterIP, nil
+	for i := range svc.Spec.Ports {
+		svc.Spec.Ports[i].NodePort = 0
+	}
+	if svc, err = cs.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eztunnelBackendsOf("ExternalIP removed", net.JoinHostPort(extIP, "80"))
 
 	// 4: no endpoints: the same connect error both ways.
 	n = syncs()

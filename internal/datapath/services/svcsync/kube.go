@@ -81,17 +81,11 @@ func serviceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam F
 	externalLocal := svc.Spec.ExternalTrafficPolicy == kubeapi.ServiceExternalTrafficPolicyLocal
 	hasNodePorts := svc.Spec.Type == kubeapi.ServiceTypeNodePort || svc.Spec.Type == kubeapi.ServiceTypeLoadBalancer
 	e := Entries{}
-	for _, s := range ips {
-		vip, err := netip.ParseAddr(s)
-		if err != nil || vip.Zone() != "" {
-			skipped = append(skipped, SkipBadAddress)
-			continue
-		}
-		vip = vip.Unmap()
-		if !fam.has(vip) {
-			skipped = append(skipped, SkipFamily)
-			continue
-		}
+	// addPorts adds vip's frontend of every port; external (ExternalIPs,
+	// load-balancer IPs): cluster endpoints whatever the policies, as
+	// kube-proxy routes pods' and the node's own traffic to them (its
+	// "short-circuit" of external destinations), and no NodePort.
+	addPorts := func(vip netip.Addr, external bool) {
 		addrType := kubeapi.AddressTypeIPv4
 		if vip.Is6() {
 			addrType = kubeapi.AddressTypeIPv6
@@ -115,11 +109,11 @@ func serviceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam F
 			cluster, local := categorize(eps, node.Zone)
 			f := lb.Frontend{Addr: vip, Port: uint16(p.Port), Proto: proto}
 			chosen := cluster
-			if internalLocal {
+			if internalLocal && !external {
 				chosen = local
 			}
 			e[f] = lb.Target{Backends: chosen, Listed: others(eps, chosen), Affinity: affinity}
-			if p.NodePort > 0 && p.NodePort <= 65535 && hasNodePorts {
+			if p.NodePort > 0 && p.NodePort <= 65535 && hasNodePorts && !external {
 				np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: uint16(p.NodePort), Proto: proto, NodePort: true}
 				if vip.Is6() {
 					np.Addr = netip.IPv6Unspecified()
@@ -132,7 +126,43 @@ func serviceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam F
 			}
 		}
 	}
+	external, extSkipped := externalAddrs(svc)
+	skipped = append(skipped, extSkipped...)
+	for i, s := range append(ips, external...) {
+		vip, err := netip.ParseAddr(s)
+		if err != nil || vip.Zone() != "" {
+			skipped = append(skipped, SkipBadAddress)
+			continue
+		}
+		vip = vip.Unmap()
+		if !fam.has(vip) {
+			skipped = append(skipped, SkipFamily)
+			continue
+		}
+		addPorts(vip, i >= len(ips))
+	}
 	return e, skipped
+}
+
+// externalAddrs are a Service's ExternalIPs and its load-balancer IPs
+// (status.loadBalancer.ingress) the cluster's traffic is translated to: not
+// those of ipMode Proxy (the load balancer proxies; kube-proxy leaves them
+// to it too, SkipLBProxy), not hostnames.
+func externalAddrs(svc *kubeapi.Service) (addrs, skipped []string) {
+	addrs = append(addrs, svc.Spec.ExternalIPs...)
+	if svc.Spec.Type != kubeapi.ServiceTypeLoadBalancer {
+		return addrs, nil
+	}
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		switch {
+		case in.IP == "":
+		case in.IPMode != nil && *in.IPMode == kubeapi.LoadBalancerIPModeProxy:
+			skipped = append(skipped, SkipLBProxy)
+		default:
+			addrs = append(addrs, in.IP)
+		}
+	}
+	return addrs, skipped
 }
 
 // endpoint is one endpoint of a Service port, as kube-proxy sees it.

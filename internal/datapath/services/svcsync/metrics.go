@@ -34,7 +34,7 @@ func NewMetrics(counters func() (bpfsys.Counters, error), skipReasons []string) 
 		sync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: ns + "sync_seconds",
 			Help:    "From a Service or EndpointSlice change seen (informer event, file read) to its frontends written in the maps.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}),
-		descFrontends: prometheus.NewDesc(ns+"frontends", "Frontends (ClusterIP:port:protocol) written.", nil, nil),
+		descFrontends: prometheus.NewDesc(ns+"frontends", "Frontends (ClusterIP, ExternalIP or load-balancer IP:port:protocol, and NodePorts) written.", nil, nil),
 		descBackends:  prometheus.NewDesc(ns+"backend_slots", "Backend slots written, all frontends together.", nil, nil),
 		descTranslations: prometheus.NewDesc(ns+"translations_total",
 			"Sockets or flows translated to a backend: kind tcp_connect, udp_connect, udp_send (unconnected datagrams), nodeport (NodePort flows set up at tc).", []string{"kind"}, nil),
@@ -54,7 +54,7 @@ func NewMetrics(counters func() (bpfsys.Counters, error), skipReasons []string) 
 			"TCP connects to a frontend by a pod left to its proxy (not by its proxy), not translated.", nil, nil),
 		descUp: prometheus.NewDesc(ns+"up", "1 when the load balancer's counters could be read.", nil, nil),
 		descSkipped: prometheus.NewDesc(ns+"skipped",
-			"Parts of the current Services not translated, by reason: no_ports, protocol (not TCP/UDP), family (not served by the node), bad_address, conflict (frontend of another Service), write_failed.", []string{"reason"}, nil),
+			"Parts of the current Services not translated, by reason: no_ports, protocol (not TCP/UDP), family (not served by the node), bad_address, conflict (frontend of another Service), write_failed, lb_proxy (a load-balancer IP of ipMode Proxy, left to the load balancer as kube-proxy does).", []string{"reason"}, nil),
 	}
 }
 

@@ -27,13 +27,13 @@ func TestServicesCollector(t *testing.T) {
 	m.SetProxied(2, 1)
 	m.Synced(3 * time.Millisecond)
 	want := `
-# HELP eztunnel_services_frontends Frontends (ClusterIP:port:protocol) written.
+# HELP eztunnel_services_frontends Frontends (ClusterIP, ExternalIP or load-balancer IP:port:protocol, and NodePorts) written.
 # TYPE eztunnel_services_frontends gauge
 eztunnel_services_frontends 4
 # HELP eztunnel_services_proxied_pods Pods left to their proxy (eztunnel.io/services: proxy or proxy:<uid>; the file's proxied entries): their TCP connects to ClusterIPs are not translated at the socket, their proxy's are.
 # TYPE eztunnel_services_proxied_pods gauge
 eztunnel_services_proxied_pods 2
-# HELP eztunnel_services_skipped Parts of the current Services not translated, by reason: no_ports, protocol (not TCP/UDP), family (not served by the node), bad_address, conflict (frontend of another Service), write_failed.
+# HELP eztunnel_services_skipped Parts of the current Services not translated, by reason: no_ports, protocol (not TCP/UDP), family (not served by the node), bad_address, conflict (frontend of another Service), write_failed, lb_proxy (a load-balancer IP of ipMode Proxy, left to the load balancer as kube-proxy does).
 # TYPE eztunnel_services_skipped gauge
 eztunnel_services_skipped{reason="conflict"} 1
 eztunnel_services_skipped{reason="no_ports"} 0

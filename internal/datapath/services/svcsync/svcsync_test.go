@@ -236,3 +236,49 @@ func TestServiceEntriesNodePort(t *testing.T) {
 		t.Errorf("ClusterIP Service with a stale nodePort: %v", e)
 	}
 }
+
+// TestServiceEntriesExternal: ExternalIPs and load-balancer IPs are
+// frontends of the cluster's endpoints whatever the traffic policies (as
+// kube-proxy routes pods' and the node's traffic to them), without a
+// NodePort of their own; an IP of ipMode Proxy is left to the load
+// balancer (counted), a hostname ingress ignored, another family skipped.
+func TestServiceEntriesExternal(t *testing.T) {
+	web := kubeapi.ServicePort{Name: "web", Port: 80, Protocol: kubeapi.ProtocolTCP, NodePort: 30080}
+	s := svc("a", []string{"10.96.0.1"}, web)
+	s.Spec.Type = kubeapi.ServiceTypeLoadBalancer
+	s.Spec.ExternalIPs = []string{"192.0.2.10", "2001:db8::10"}
+	s.Spec.ExternalTrafficPolicy = kubeapi.ServiceExternalTrafficPolicyLocal
+	s.Spec.InternalTrafficPolicy = ptr.To(kubeapi.ServiceInternalTrafficPolicyLocal)
+	s.Status.LoadBalancer.Ingress = []kubeapi.LoadBalancerIngress{
+		{IP: "198.51.100.7"},
+		{IP: "198.51.100.8", IPMode: ptr.To(kubeapi.LoadBalancerIPModeVIP)},
+		{IP: "198.51.100.9", IPMode: ptr.To(kubeapi.LoadBalancerIPModeProxy)},
+		{IP: ""}, // a hostname
+	}
+	sl := slice("a", kubeapi.AddressTypeIPv4, "web", 8080, ep{addr: "10.0.0.1"}, ep{addr: "10.0.0.2"})
+	sl.Endpoints[0].NodeName = ptr.To("n1")
+	sl.Endpoints[1].NodeName = ptr.To("n2")
+	e, skipped := serviceEntries(s, []*kubeapi.EndpointSlice{sl}, Families{IPv4: true}, Topology{Name: "n1"})
+	all, local := aps("10.0.0.1:8080", "10.0.0.2:8080"), aps("10.0.0.1:8080")
+	for _, c := range []struct {
+		addr string
+		want []lb.Backend
+	}{{"10.96.0.1", local}, {"192.0.2.10", all}, {"198.51.100.7", all}, {"198.51.100.8", all}} {
+		f := lb.Frontend{Addr: netip.MustParseAddr(c.addr), Port: 80, Proto: lb.TCP}
+		if got := sortedBackends(e[f].Backends); !slices.Equal(got, c.want) {
+			t.Errorf("%s: backends %v, want %v", c.addr, got, c.want)
+		}
+	}
+	np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: 30080, Proto: lb.TCP, NodePort: true}
+	if len(e) != 5 || !e[np].KeepSource {
+		t.Errorf("want the ClusterIP, 3 external frontends and one NodePort (Local): %v", e)
+	}
+	slices.Sort(skipped)
+	if !slices.Equal(skipped, []string{SkipFamily, SkipLBProxy}) {
+		t.Errorf("skipped %v, want the IPv6 ExternalIP (family) and the Proxy-mode IP", skipped)
+	}
+	s.Spec.Type = kubeapi.ServiceTypeClusterIP // load-balancer IPs only with type LoadBalancer
+	if e, _ := serviceEntries(s, []*kubeapi.EndpointSlice{sl}, Families{IPv4: true}, Topology{Name: "n1"}); len(e) != 2 {
+		t.Errorf("ClusterIP with ExternalIPs and a stale status: %v", e)
+	}
+}

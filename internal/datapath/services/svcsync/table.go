@@ -33,10 +33,11 @@ const (
 	SkipBadAddress  = "bad_address"  // a ClusterIP, port or backend that does not parse
 	SkipConflict    = "conflict"     // a frontend another Service already has
 	SkipWriteFailed = "write_failed" // the map write failed (full, ...)
+	SkipLBProxy     = "lb_proxy"     // a load-balancer IP of ipMode Proxy: left to the load balancer, as kube-proxy does
 )
 
 // SkipReasons are every skip reason, for the metrics to report each.
-var SkipReasons = []string{SkipNoPorts, SkipProtocol, SkipFamily, SkipBadAddress, SkipConflict, SkipWriteFailed}
+var SkipReasons = []string{SkipNoPorts, SkipProtocol, SkipFamily, SkipBadAddress, SkipConflict, SkipWriteFailed, SkipLBProxy}
 
 // Recorder takes what the table did (Metrics).
 type Recorder interface {
