@@ -15,7 +15,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
 .PHONY: k8s-bin test-k8s bench-k8s bench-services test-kernels test-kernels-programs kernel-bp test-kernel-bp test-kernel-bp-selftests
-.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-mesh-matrix bench-trace-paths bench-memory clean deps helm image manifests check-manifests
+.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-mesh-matrix bench-trace-paths bench-memory clean deps helm image release test-release manifests check-manifests
 
 all: build
 
@@ -265,6 +265,16 @@ image: $(IMAGE_BINS)
 	  digest=$$(awk 'NR == 1 {print $$3}' $(IMAGE).out) && rm -f $(IMAGE).out && \
 	  printf 'image:\n  repository: %s\n  tag: "%s"\n  digest: %s\n' '$(IMAGE_REPO)' '$(IMAGE_TAG)' "$$digest" > $(IMAGE_VALUES) && \
 	  echo "$(IMAGE_VALUES): helm install ... -f $(IMAGE_VALUES)"
+
+# The release's artefacts in dist/ (scripts/release.sh): the image archive,
+# the chart pinned to the image's digest, the kubectl plugin per platform, a
+# CycloneDX SBOM of every binary and SHA256SUMS.
+release: image
+	VERSION=$(VERSION) IMAGE_PLATFORMS='$(IMAGE_PLATFORMS)' ./scripts/release.sh
+
+# make release into a temporary directory, every artefact checked.
+test-release:
+	$(GO) test -tags release -count=1 -timeout 20m ./test/release
 
 # The chart rendered with its default values into the namespace kube-system,
 # for users without Helm: deploy/manifests/eztunnel.yaml.

@@ -14,7 +14,7 @@
 # touched: tests and the lab start their own copies, in their own namespaces.
 set -euo pipefail
 # depcheck (scripts/depcheck) reads every pkgs_<group>=(...) line.
-pkgs_build=(sudo clang-19 llvm-19 libbpf-dev bpftool iproute2 iptables util-linux mount)
+pkgs_build=(sudo make clang-19 llvm-19 libbpf-dev bpftool iproute2 iptables util-linux mount)
 pkgs_lab=(haproxy redis-server redis-tools iperf3 nginx wrk stress-ng) # meshlab's proxies and servers, bench lab's workloads
 pkgs_test=(python3 python3-minimal curl openjdk-17-jdk-headless openjdk-17-jre-headless) # test/e2e/eagain_test.go runs these
 pkgs_k8s=(etcd-server containerd runc containernetworking-plugins) # make test-k8s: the cluster, lab/k8scluster

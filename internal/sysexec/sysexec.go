@@ -81,6 +81,8 @@ func init() {
 	register("dpkg", "dpkg", "depcheck: which package owns a program")
 	register("dpkg-query", "dpkg", "depcheck: installed and essential packages")
 	register("tar", "tar", "e2e observability: reads the bug report archive")
+	register("make", "make", "test/release: runs make release")
+	register("sha256sum", "coreutils", "test/release: checks the release's SHA256SUMS; scripts/release.sh writes it")
 	register("bash", "bash", "depcheck's test: runs scripts/install-deps.sh")
 	register("service", "init-system-helpers", "depcheck's test: starts, checks and stops a packaged daemon (systemctl where systemd runs)")
 }

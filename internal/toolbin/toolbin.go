@@ -38,6 +38,8 @@ var Tools = map[string]Tool{
 		" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=33" +
 		" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=33"},
 	"ezimage": {Name: "ezimage", Pkg: "."},
+	// cyclonedx-gomod: the SBOMs of `make release`.
+	"sbom": {Name: "sbom", Pkg: "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod"},
 }
 
 // CacheDir is where built tools live: $EZTUNNEL_TOOLS_CACHE, else

@@ -1,7 +1,7 @@
 // Command toolbin prints the path of a tools module's binary (tools/<name>),
 // building it into the cache first when needed (see internal/toolbin).
 //
-//	go run ./scripts/toolbin helm|ezimage
+//	go run ./scripts/toolbin helm|ezimage|sbom
 package main
 
 import (
@@ -14,7 +14,7 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: toolbin NAME (helm, ezimage)")
+		fmt.Fprintln(os.Stderr, "usage: toolbin NAME (helm, ezimage, sbom)")
 		os.Exit(2)
 	}
 	repo, err := toolbin.RepoRoot()
