@@ -31,8 +31,9 @@ type Result struct {
 	Accelerated      bool   `json:"accelerated"`
 }
 
-// Check sends size random bytes on one connection, reads them back and
-// compares; the socket's TCP_INFO is read before it closes.
+// Check exchanges one byte, then sends size random bytes on the same
+// connection, reads them back and compares; the socket's TCP_INFO is read
+// before it closes.
 func Check(ctx context.Context, addr string, size int) Result {
 	r := Result{Addr: addr, Bytes: size}
 	var d net.Dialer
@@ -45,14 +46,34 @@ func Check(ctx context.Context, addr string, size int) Result {
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
+	// A one-byte exchange first, as a request/response client starts: the
+	// connection is set up at both ends before the bulk (bytes sent before
+	// the server's end exists take the kernel path, and later ones wait
+	// for them to be read, in order).
+	one := []byte{'?'}
+	if _, err := c.Write(one); err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	if _, err := io.ReadFull(c, one); err != nil {
+		r.Error = err.Error()
+		return r
+	}
 	out := make([]byte, size)
 	for i := range out {
 		out[i] = byte(rand.Uint32())
 	}
 	werr := make(chan error, 1)
 	go func() {
-		_, err := c.Write(out)
-		werr <- err
+		// In chunks, as a stream is written: the reader keeps up.
+		const chunk = 64 << 10
+		for off := 0; off < size; off += chunk {
+			if _, err := c.Write(out[off:min(off+chunk, size)]); err != nil {
+				werr <- err
+				return
+			}
+		}
+		werr <- nil
 	}()
 	in := make([]byte, size)
 	_, rerr := io.ReadFull(c, in)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -211,7 +212,7 @@ func TestObservability(t *testing.T) {
 			t.Fatalf("agent_view %+v (err %v), want pid %d in plain mode:\n%s", st.AgentView, err, agent.Process.Pid, out)
 		}
 		table, err := eztunnel(ctx, "status", "--pin-path", pin)
-		if err != nil || !strings.Contains(table, fmt.Sprintf("agent api  pid %d", agent.Process.Pid)) || !strings.Contains(table, "kubernetes  off") {
+		if err != nil || !regexp.MustCompile(fmt.Sprintf(`agent api +pid %d,`, agent.Process.Pid)).MatchString(table) || !regexp.MustCompile(`\nkubernetes +off`).MatchString(table) {
 			t.Errorf("status table (err %v):\n%s", err, table)
 		}
 	})
