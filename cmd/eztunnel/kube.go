@@ -29,7 +29,10 @@ func (k *kubeFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&k.cfg.Cgroup2Root, "cgroup2-root", "", "the cgroup2 mount (default: the first in /proc/mounts)")
 	f.StringVar(&k.cfg.Driver, "cgroup-driver", kube.DriverAuto, "the kubelet's cgroup driver: auto, cgroupfs or systemd")
 	f.BoolVar(&k.uninstall, "uninstall-on-removal", false, "when this agent's DaemonSet is deleted (helm uninstall, not an update), drain and remove the datapath")
-	f.DurationVar(&k.drain, "removal-drain-timeout", 30*time.Second, "with --uninstall-on-removal: how long to wait for accelerated connections to close")
+	f.DurationVar(&k.drain, "drain-timeout", 30*time.Second, "with --uninstall-on-removal: how long to wait for accelerated connections to close (as eztunnel uninstall --drain-timeout)")
+	// The name before `run` and `uninstall` shared one, still accepted.
+	f.DurationVar(&k.drain, "removal-drain-timeout", 30*time.Second, "")
+	f.MarkDeprecated("removal-drain-timeout", "use --drain-timeout")
 }
 
 // parse: services says --services is on, which may use --kubeconfig too.
@@ -38,7 +41,7 @@ func (k *kubeFlags) parse(f *pflag.FlagSet, services bool) (*agent.KubeConfig, e
 		if f.Changed("kubeconfig") && !services {
 			return nil, fmt.Errorf("--kubeconfig needs --kubernetes or --services")
 		}
-		for _, name := range []string{"default-policy", "pods-cgroup", "cgroup2-root", "cgroup-driver", "uninstall-on-removal", "removal-drain-timeout"} {
+		for _, name := range []string{"default-policy", "pods-cgroup", "cgroup2-root", "cgroup-driver", "uninstall-on-removal", "drain-timeout", "removal-drain-timeout"} {
 			if f.Changed(name) {
 				return nil, fmt.Errorf("--%s needs --kubernetes", name)
 			}

@@ -59,7 +59,7 @@ func runCmd() *cobra.Command {
 	f.StringVar(&rc.metrics, "metrics-addr", "", "serve Prometheus metrics on this host:port at /metrics (default off)")
 	f.StringVar(&rc.health, "health-addr", "", "serve /healthz and /readyz on this host:port (default off)")
 	f.BoolVar(&rc.takeover, "takeover", false, "if another agent runs, ask it to hand over (it stands by until stopped) instead of refusing")
-	f.DurationVar(&rc.lockWait, "takeover-timeout", 60*time.Second, "how long --takeover waits for the running agent to hand over")
+	f.DurationVar(&rc.lockWait, "takeover-timeout", 60*time.Second, "how long to wait for the running agent to hand over the node's lock (with --takeover; as eztunnel uninstall --takeover-timeout)")
 	f.BoolVar(&rc.adopt, "adopt", true, "adopt connections established before the agent (once ready, every --adopt-interval, and on eztunnel adopt) when that is provably safe")
 	f.DurationVar(&rc.adoptIvl, "adopt-interval", 30*time.Second, "how often to look for connections to adopt (0: only once ready and on eztunnel adopt)")
 	for _, o := range rc.cfg.FamilyOptions() {

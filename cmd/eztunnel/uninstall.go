@@ -48,6 +48,6 @@ func uninstallCmd() *cobra.Command {
 	}
 	layoutFlags(cmd.Flags(), &cfg, &lockFile)
 	cmd.Flags().DurationVar(&drain, "drain-timeout", 30*time.Second, "how long to wait for accelerated connections to close")
-	cmd.Flags().DurationVar(&lockWait, "takeover-timeout", 60*time.Second, "how long to wait for a running agent to stand down")
+	cmd.Flags().DurationVar(&lockWait, "takeover-timeout", 60*time.Second, "how long to wait for the running agent to hand over the node's lock (as eztunnel run --takeover-timeout)")
 	return cmd
 }

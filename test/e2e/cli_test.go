@@ -228,8 +228,11 @@ func TestBadInput(t *testing.T) {
 		{"missing services file", []string{"--cgroup", e.lab.Managed, "--services", "--services-file", "/nonexistent/services.yaml"}, nil, "/nonexistent/services.yaml"},
 		{"bad services file", []string{"--cgroup", e.lab.Managed, "--services", "--services-file", badSvc}, nil, "field vip not found"},
 		{"services file and kubeconfig", []string{"--cgroup", e.lab.Managed, "--services", "--services-file", badSvc, "--kubeconfig", "/x"}, nil, "exclude each other"},
-		{"health checks without --nodeport", []string{"--cgroup", e.lab.Managed, "--services", "--kubeconfig", "/x", "--healthcheck-addresses", "127.0.0.1"}, nil, "--healthcheck-addresses needs --nodeport"},
+		{"health checks without --nodeport", []string{"--cgroup", e.lab.Managed, "--services", "--kubeconfig", "/x", "--nodeport-healthcheck-addresses", "127.0.0.1"}, nil, "--nodeport-healthcheck-addresses needs --nodeport"},
+		// The name before the --nodeport-* scheme still works.
 		{"health check address not an IP", []string{"--cgroup", e.lab.Managed, "--services", "--nodeport", "--kubeconfig", "/x", "--healthcheck-addresses", "node1"}, nil, `"node1" is not an IP address`},
+		{"drain timeout without --kubernetes", []string{"--cgroup", e.lab.Managed, "--drain-timeout", "5s"}, nil, "--drain-timeout needs --kubernetes"},
+		{"the old drain timeout's name", []string{"--cgroup", e.lab.Managed, "--removal-drain-timeout", "5s"}, nil, "--removal-drain-timeout needs --kubernetes"},
 		{"services kubeconfig missing", []string{"--cgroup", e.lab.Managed, "--services", "--kubeconfig", "/nonexistent/kubeconfig"}, nil, "/nonexistent/kubeconfig"},
 		{"not root", []string{"--cgroup", e.lab.Managed}, func(c *exec.Cmd) {
 			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}

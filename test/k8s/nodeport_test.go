@@ -269,7 +269,7 @@ spec:
 		}
 	}
 
-	ag := startSvcAgent(t, npPin, "--nodeport", "--healthcheck-addresses", "127.0.0.1", "--nodeport-devices", extLink)
+	ag := startSvcAgent(t, npPin, "--nodeport", "--nodeport-healthcheck-addresses", "127.0.0.1", "--nodeport-devices", extLink)
 	counter := func(name string) float64 {
 		t.Helper()
 		m, err := scrapeAt(ag.metricsAddr)

@@ -135,7 +135,7 @@ func TestServicesAPI(tt *testing.T) {
 	// NodePorts on the node's own link only (no traffic arrives there);
 	// health checks on loopback: kube-proxy serves them on the node
 	// address (nodePortAddresses).
-	ag := startSvcAgent(t, svcPin, "--nodeport", "--healthcheck-addresses", "127.0.0.1", "--nodeport-devices", k8scluster.NodeLink)
+	ag := startSvcAgent(t, svcPin, "--nodeport", "--nodeport-healthcheck-addresses", "127.0.0.1", "--nodeport-devices", k8scluster.NodeLink)
 	metricsAddr := ag.metricsAddr
 	metricsNow := func() map[string]float64 { return metricsAt(t, metricsAddr) }
 	waitMetrics := func(what string, ok func(m map[string]float64) bool) map[string]float64 {

@@ -40,7 +40,10 @@ func (o *Options) Register(f *pflag.FlagSet) {
 	f.StringVar(&o.File, "services-file", "", "with --services: a YAML or JSON file of frontends and backends (hosts without Kubernetes), re-read when it changes")
 	f.BoolVar(&o.NodePort, "nodeport", false, "with --services: NodePorts too, for traffic from outside the node (tcx ingress on the node's devices; the flow's conntrack entry gets the NAT, so the node's firewall still decides); externalTrafficPolicy Local uses the endpoints of --node-name (default $NODE_NAME, else the hostname)")
 	f.StringSliceVar(&o.NodePortDevices, "nodeport-devices", nil, "with --nodeport: the devices NodePorts answer on (default: every device of the agent's network namespace with a global address that is not a bridge port or loopback); the node addresses are theirs")
-	f.StringSliceVar(&o.HealthCheckAddrs, "healthcheck-addresses", nil, "with --nodeport and the Kubernetes API: the addresses the healthCheckNodePorts of LoadBalancer Services with externalTrafficPolicy Local are served on, as kube-proxy serves them (default: every address; give others where kube-proxy still runs on the node)")
+	f.StringSliceVar(&o.HealthCheckAddrs, "nodeport-healthcheck-addresses", nil, "with --nodeport and the Kubernetes API: the addresses the healthCheckNodePorts of LoadBalancer Services with externalTrafficPolicy Local are served on, as kube-proxy serves them (default: every address; give others where kube-proxy still runs on the node)")
+	// The name before the --nodeport-* scheme, still accepted.
+	f.StringSliceVar(&o.HealthCheckAddrs, "healthcheck-addresses", nil, "")
+	f.MarkDeprecated("healthcheck-addresses", "use --nodeport-healthcheck-addresses")
 }
 
 // Parse checks the flags Register added once f is parsed, and takes the
@@ -67,11 +70,11 @@ func (o *Options) Parse(f *pflag.FlagSet) error {
 		return fmt.Errorf("--nodeport-devices needs --nodeport")
 	}
 	if len(o.HealthCheckAddrs) > 0 && (!o.NodePort || o.File != "") {
-		return fmt.Errorf("--healthcheck-addresses needs --nodeport with the Kubernetes API (not --services-file)")
+		return fmt.Errorf("--nodeport-healthcheck-addresses needs --nodeport with the Kubernetes API (not --services-file)")
 	}
 	for _, a := range o.HealthCheckAddrs {
 		if _, err := netip.ParseAddr(a); err != nil {
-			return fmt.Errorf("--healthcheck-addresses: %q is not an IP address", a)
+			return fmt.Errorf("--nodeport-healthcheck-addresses: %q is not an IP address", a)
 		}
 	}
 	return nil
