@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -33,6 +34,7 @@ type runConfig struct {
 	adopt     bool
 	adoptIvl  time.Duration
 	cfg       agent.Config // the families' options (Datapath.Families, Services)
+	dryRun    bool
 }
 
 func runCmd() *cobra.Command {
@@ -66,6 +68,7 @@ func runCmd() *cobra.Command {
 		o.Register(f)
 	}
 	rc.kube.register(f)
+	f.BoolVar(&rc.dryRun, "dry-run", false, "check the flags and how they combine, print the configuration the agent would run with (JSON) and exit; nothing on the node is read or changed")
 	f.MarkHidden("ready-file")
 	return cmd
 }
@@ -91,6 +94,15 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 	if rc.adoptIvl < 0 {
 		return fmt.Errorf("--adopt-interval %s must not be negative", rc.adoptIvl)
 	}
+	if rc.dryRun {
+		cfg := rc.agentConfig(kc)
+		if err := agent.ValidateConfig(cfg); err != nil {
+			return err
+		}
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(cfg)
+	}
 	stopLevels := followLogLevel(rc.cfg.Datapath.Layout().LogLevel())
 	defer stopLevels()
 	agentlock.Signals = "SIGUSR1 SIGUSR2" // adoption (internal/agent), log level (followLogLevel)
@@ -106,14 +118,19 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 			return err
 		}
 	}
+	err = agent.Run(ctx, rc.agentConfig(kc))
+	if _, perr := os.Stat(rc.cfg.Datapath.Dir()); err != nil && os.IsNotExist(statErr) && os.IsNotExist(perr) {
+		os.Remove(logPath)
+	}
+	return err
+}
+
+// agentConfig is the agent's configuration from the parsed flags.
+func (rc runConfig) agentConfig(kc *agent.KubeConfig) agent.Config {
 	cfg := rc.cfg
 	cfg.Cgroups, cfg.ReadyFile = rc.cgroups, rc.readyFile
 	cfg.MetricsAddr, cfg.HealthAddr, cfg.PairMaxAge, cfg.Version = rc.metrics, rc.health, rc.pairAge, version
 	cfg.LockFile, cfg.Takeover, cfg.LockWait, cfg.Kubernetes = rc.lockFile, rc.takeover, rc.lockWait, kc
 	cfg.Adopt, cfg.AdoptEvery = rc.adopt, rc.adoptIvl
-	err = agent.Run(ctx, cfg)
-	if _, perr := os.Stat(rc.cfg.Datapath.Dir()); err != nil && os.IsNotExist(statErr) && os.IsNotExist(perr) {
-		os.Remove(logPath)
-	}
-	return err
+	return cfg
 }

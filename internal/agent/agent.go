@@ -11,11 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -155,14 +158,67 @@ type agent struct {
 	stopPods func() error
 }
 
+// ValidateConfig checks what needs neither the node nor the cluster: the
+// values and how they combine (`eztunnel run --dry-run`; Run checks them
+// first, then the node).
+func ValidateConfig(cfg Config) error {
+	if err := cfg.Datapath.Validate(); err != nil {
+		return err
+	}
+	if cfg.PairMaxAge <= 0 {
+		return fmt.Errorf("--pair-max-age %s must be positive", cfg.PairMaxAge)
+	}
+	if cfg.LockWait < 0 {
+		return fmt.Errorf("--takeover-timeout %s must not be negative", cfg.LockWait)
+	}
+	if k := cfg.Kubernetes; k != nil {
+		if len(cfg.Cgroups) > 0 {
+			return fmt.Errorf("--cgroup and --kubernetes exclude each other: in Kubernetes mode the pods' root cgroup is attached (--pods-cgroup)")
+		}
+		if err := k.Validate(); err != nil {
+			return err
+		}
+		if k.Drain < 0 {
+			return fmt.Errorf("--drain-timeout %s must not be negative", k.Drain)
+		}
+		if k.UninstallOnRemoval && (k.PodNamespace == "" || k.PodName == "") {
+			return errors.New("--uninstall-on-removal needs the agent's pod: set $POD_NAMESPACE and $POD_NAME (the chart does, from the downward API)")
+		}
+	}
+	for flag, addr := range map[string]string{"--metrics-addr": cfg.MetricsAddr, "--health-addr": cfg.HealthAddr} {
+		if err := checkListenAddr(addr); err != nil {
+			return fmt.Errorf("%s %q: %w", flag, addr, err)
+		}
+	}
+	return agentapi.Check(cfg.Datapath.Layout().Socket())
+}
+
+// checkListenAddr accepts "" (off) and host:port with an IP or no host and
+// a port from 1 to 65535 (0 would pick one nobody scrapes).
+func checkListenAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("the host must be an IP address: %w", err)
+		}
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("port %q: want 1 to 65535", port)
+	}
+	return nil
+}
+
 // check validates the configuration and the node; nothing changes on the
 // host.
 func check(cfg Config) (*agent, error) {
-	if err := cfg.Datapath.Validate(); err != nil {
+	if err := ValidateConfig(cfg); err != nil {
 		return nil, err
-	}
-	if cfg.PairMaxAge <= 0 {
-		return nil, fmt.Errorf("--pair-max-age %s must be positive", cfg.PairMaxAge)
 	}
 	if cfg.LockWait <= 0 {
 		cfg.LockWait = 60 * time.Second
@@ -185,9 +241,6 @@ func check(cfg Config) (*agent, error) {
 			return nil, err
 		}
 		cfg.Cgroups = []string{root}
-	}
-	if err := agentapi.Check(cfg.Datapath.Layout().Socket()); err != nil {
-		return nil, err
 	}
 	for _, cg := range cfg.Cgroups {
 		if err := cgroupv2.Validate(cg); err != nil {

@@ -76,13 +76,13 @@ type Config struct {
 	// Select, when set, decides which pods are reported instead of the
 	// selection policy (Key; Default and SelfUID unused): the Service load
 	// balancer watches the pods with a ServicesKey annotation.
-	Select func(*kubeapi.Pod) bool
+	Select func(*kubeapi.Pod) bool `json:"-"`
 
-	Logger *slog.Logger // nil = slog.Default()
+	Logger *slog.Logger `json:"-"` // nil = slog.Default()
 
 	// PodIPs, if set, gets the node's pod addresses (podips.go) after each
 	// change, never concurrently.
-	PodIPs func([]PodIPs)
+	PodIPs func([]PodIPs) `json:"-"`
 }
 
 // Validate checks the values that do not need the cluster or the host.
