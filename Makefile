@@ -73,7 +73,7 @@ test-k8s:
 
 # Ping-echo and redis between pods on that cluster, the namespace not
 # selected and selected in interleaved rounds; prints a Markdown table
-# (docs/kubernetes.md). Not part of test-k8s.
+# (docs/measurements/kubernetes-pods.md). Not part of test-k8s.
 bench-k8s:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-k8s needs root: sudo make bench-k8s" >&2; exit 1; fi
 	./scripts/install-deps.sh build lab k8s
