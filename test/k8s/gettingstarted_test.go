@@ -67,6 +67,9 @@ func TestGettingStarted(tt *testing.T) {
 	if err != nil {
 		t.Fatalf("ezimage: %v", err)
 	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Fatalf("the page's pods need a static busybox (Debian busybox-static, scripts/install-deps.sh k8s): %v", err)
+	}
 	bb := filepath.Join(t.TempDir(), "busybox.tar")
 	args := []string{"--out", bb, "--name", gettingStartedBusybox, "--env", "PATH=/bin", "--cmd", "sh"}
 	for _, applet := range []string{"busybox", "sh", "httpd", "sleep", "wget"} {
