@@ -15,7 +15,7 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
 
 .PHONY: k8s-bin test-k8s bench-k8s bench-services test-kernels test-kernels-programs kernel-bp test-kernel-bp test-kernel-bp-selftests
-.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-mesh-matrix bench-trace-paths bench-memory clean deps helm image release test-release manifests check-manifests
+.PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-mesh-matrix bench-trace-paths bench-memory clean deps helm image release test-release manifests check-manifests reference
 
 all: build
 
@@ -78,7 +78,7 @@ test-k8s:
 
 # Ping-echo and redis between pods on that cluster, the namespace not
 # selected and selected in interleaved rounds; prints a Markdown table
-# (docs/kubernetes.md). Not part of test-k8s.
+# (docs/measurements/kubernetes-pods.md). Not part of test-k8s.
 bench-k8s:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-k8s needs root: sudo make bench-k8s" >&2; exit 1; fi
 	./scripts/install-deps.sh build lab k8s
@@ -86,7 +86,7 @@ bench-k8s:
 	$(GO) test -tags k8s -count=1 -timeout 30m -run '^$$' -bench Pods -benchtime 1x -v ./test/k8s
 
 # kube-proxy iptables and nftables vs eztunnel --services, 1..10,000
-# Services on a real etcd + kube-apiserver (docs/services.md). ARGS=--quick:
+# Services on a real etcd + kube-apiserver (docs/measurements/services.md). ARGS=--quick:
 # 1, 1000, 5000 Services.
 bench-services:
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-services needs root: sudo make bench-services" >&2; exit 1; fi
@@ -290,6 +290,12 @@ endef
 manifests:
 	@helm=$$($(GO) run ./scripts/toolbin helm) && mkdir -p $(dir $(MANIFEST)) && \
 	  $(render-manifest) > $(MANIFEST).tmp && mv $(MANIFEST).tmp $(MANIFEST) && echo $(MANIFEST)
+
+# The generated reference pages (docs/reference): the CLI flags from both
+# binaries' command trees, the chart values from values.yaml and its schema.
+# make test fails when a committed page differs from what this writes.
+reference:
+	$(GO) test -count=1 -run '^TestReference' ./cmd/eztunnel ./lab/cmd/eztunnel-lab ./deploy -args -update
 
 # helm lint, and the committed rendering equals the chart's.
 check-manifests:

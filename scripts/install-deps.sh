@@ -17,7 +17,8 @@ set -euo pipefail
 pkgs_build=(sudo make clang-19 llvm-19 libbpf-dev bpftool iproute2 iptables util-linux mount)
 pkgs_lab=(haproxy redis-server redis-tools iperf3 nginx wrk stress-ng) # meshlab's proxies and servers, bench lab's workloads
 pkgs_test=(python3 python3-minimal curl openjdk-17-jdk-headless openjdk-17-jre-headless) # test/e2e/eagain_test.go runs these
-pkgs_k8s=(etcd-server containerd runc containernetworking-plugins) # make test-k8s: the cluster, lab/k8scluster
+pkgs_k8s=(etcd-server containerd runc containernetworking-plugins # make test-k8s: the cluster, lab/k8scluster
+	busybox-static) # TestGettingStarted: the page's busybox pods, an image of /bin/busybox
 pkgs_bench=(d-itg # bench services: ITGSend/ITGRecv/ITGDec, TCP throughput and UDP latency
 	nftables) # only kube-proxy's nftables mode in bench services uses it: it execs nft; our code never runs nft
 # The packages whose daemons must not start on their own.

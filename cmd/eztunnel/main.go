@@ -31,7 +31,7 @@ func main() {
 	}
 }
 
-// Exit codes (README, "Exit codes").
+// Exit codes (docs/operating.md, "Troubleshooting by symptom").
 const (
 	exitError        = 1 // any other failure
 	exitUsage        = 2 // a command line the command cannot run (flags, arguments)

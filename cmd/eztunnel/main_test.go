@@ -37,7 +37,7 @@ func TestRootBindsEnv(t *testing.T) {
 	}
 }
 
-// TestExitCodes: the documented exit codes (README, "Exit codes"), through
+// TestExitCodes: the documented exit codes (docs/operating.md, "Troubleshooting by symptom"; docs/host.md), through
 // the real command tree where a command line gets there.
 func TestExitCodes(t *testing.T) {
 	for _, c := range []struct {

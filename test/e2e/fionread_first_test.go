@@ -57,7 +57,7 @@ func TestFionreadFirstMessage(t *testing.T) {
 		t.Errorf("accelerated: FIONREAD %d before the first read, want exactly %d on this kernel (plain TCP: %d)", got.FIONREAD, want, n)
 	}
 	if want != n {
-		t.Logf("KNOWN DIFFERENCE (README, Known differences): FIONREAD %d for the first %d bytes before any read (plain TCP %d): tcp_bpf_ioctl counts psock bytes only, and the reader gate sent them through the kernel", got.FIONREAD, n, plain.FIONREAD)
+		t.Logf("KNOWN DIFFERENCE (docs/host.md, Known differences): FIONREAD %d for the first %d bytes before any read (plain TCP %d): tcp_bpf_ioctl counts psock bytes only, and the reader gate sent them through the kernel", got.FIONREAD, n, plain.FIONREAD)
 	}
 }
 

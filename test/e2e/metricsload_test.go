@@ -38,7 +38,7 @@ func TestMetricsScrapeStorm(t *testing.T) {
 	// Filling the default maps (about 230,000 entries, 131,072 of them TCP
 	// listeners) takes minutes on 2 vCPUs; make test fills maps an eighth
 	// that size. EZTUNNEL_E2E_FULL_MAPS=1 measures at the defaults
-	// (docs/kubernetes.md quotes that run).
+	// (docs/measurements/kubernetes-notes.md quotes that run).
 	if os.Getenv("EZTUNNEL_E2E_FULL_MAPS") == "" {
 		args = append(args, "--max-sockets", "16384", "--max-pairs", "2048")
 	}

@@ -49,7 +49,7 @@ func linkRuns(t *testing.T, pin string) func() uint64 {
 // for the reads of accelerated sockets only: a plain-TCP transfer between
 // pods outside the managed cgroups runs it not once, an accelerated one
 // does. Where fexit is refused the tracepoint runs for every recvmsg on the
-// node, the plain transfer's included: what docs/benchmarks.md ("Reads
+// node, the plain transfer's included: what docs/measurements/benchmarks.md ("Reads
 // counted by fexit") measures. Run counts come from BPF_ENABLE_STATS,
 // which ends with its file descriptor.
 func TestReadHookScope(t *testing.T) {

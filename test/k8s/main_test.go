@@ -31,9 +31,10 @@ const (
 )
 
 var (
-	cl      *k8scluster.Cluster
-	cg2Root string // the cgroup2 mount
-	workDir string
+	cl         *k8scluster.Cluster
+	cg2Root    string // the cgroup2 mount
+	workDir    string
+	kubeBinDir string // kubectl and the cluster's binaries
 )
 
 // fail ends the run before any cluster runs (or once Start has failed and
@@ -69,6 +70,7 @@ func run(m *testing.M) (code int) {
 	if err != nil {
 		fail("kubernetes binaries: %v", err)
 	}
+	kubeBinDir = binDir
 	fmt.Fprintf(os.Stderr, "k8s: kubernetes binaries in %s (%.0fs)\n", binDir, time.Since(t0).Seconds())
 	t1 := time.Now()
 	for out, pkg := range map[string]string{
