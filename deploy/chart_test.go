@@ -316,7 +316,7 @@ func TestChartBadValues(t *testing.T) {
 		"takeoverTimeout=soon":            "/takeoverTimeout",
 		"image.digest=latest":             "/image/digest",
 		"image.pullPolicy=Sometimes":      "/image/pullPolicy",
-		"bypass=true":                     "/bypass",
+		"bypass=maybe":                    "/bypass",
 		"services.enabled=yes":            "/services/enabled",
 		"services.nodeport.enabled=true":  "'nodeport' not allowed",
 		"extraArgs={services}":            "/extraArgs/0",
@@ -496,7 +496,7 @@ var valueFlags = []struct{ value, set, arg string }{
 	{"services.enabled", "services.enabled=true", "--services"},
 	{"services.nodePort.enabled", "services.enabled=true,services.nodePort.enabled=true", "--nodeport"},
 	{"services.nodePort.devices", "services.enabled=true,services.nodePort.enabled=true,services.nodePort.devices={eth0,eth1}", "--nodeport-devices=eth0,eth1"},
-	{"services.nodePort.healthCheckAddresses", "services.enabled=true,services.nodePort.enabled=true,services.nodePort.healthCheckAddresses={10.0.0.1}", "--healthcheck-addresses=10.0.0.1"},
+	{"services.nodePort.healthCheckAddresses", "services.enabled=true,services.nodePort.enabled=true,services.nodePort.healthCheckAddresses={10.0.0.1}", "--nodeport-healthcheck-addresses=10.0.0.1"},
 }
 
 // Values that are not agent flags (Kubernetes settings of the pod).

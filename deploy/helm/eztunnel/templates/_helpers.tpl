@@ -103,7 +103,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --nodeport-devices={{ join "," . }}
 {{- end }}
 {{- with .Values.services.nodePort.healthCheckAddresses }}
-- --healthcheck-addresses={{ join "," . }}
+- --nodeport-healthcheck-addresses={{ join "," . }}
 {{- end }}
 {{- end }}
 - --log-level={{ .Values.log.level }}
