@@ -45,7 +45,7 @@ func TestChartAcceptsWhatTheAgentAccepts(t *testing.T) {
 		"defaultPolicy": {{"enabled", "--default-policy=enabled"}, {"disabled", "--default-policy=disabled"}, {"on", "--default-policy=on"}},
 		"cgroupDriver": {{"auto", "--cgroup-driver=auto"}, {"systemd", "--cgroup-driver=systemd"}, {"cgroupfs", "--cgroup-driver=cgroupfs"},
 			{"cgroupv2", "--cgroup-driver=cgroupv2"}},
-		"log.level": {{"debug", "--log-level=debug"}, {"error", "--log-level=error"}, {"trace", "--log-level=trace"}},
+		"log.level":  {{"debug", "--log-level=debug"}, {"error", "--log-level=error"}, {"trace", "--log-level=trace"}},
 		"log.format": {{"json", "--log-format=json"}, {"text", "--log-format=text"}, {"xml", "--log-format=xml"}},
 	}
 	checked := 0
