@@ -295,7 +295,7 @@ manifests:
 # binaries' command trees, the chart values from values.yaml and its schema.
 # make test fails when a committed page differs from what this writes.
 reference:
-	$(GO) test -count=1 -run '^TestReference' ./cmd/eztunnel ./lab/cmd/eztunnel-lab ./deploy -args -update
+	$(GO) test -count=1 -run '^TestReference' ./cmd/eztunnel ./cmd/kubectl-eztunnel ./lab/cmd/eztunnel-lab ./deploy -args -update
 
 # helm lint, and the committed rendering equals the chart's.
 check-manifests:

@@ -27,6 +27,7 @@ var userPages = []string{
 	"docs/host.md",
 	"docs/security.md",
 	"docs/tracing.md",
+	"docs/kubectl-plugin.md",
 	"docs/reference/*.md",
 }
 
@@ -225,14 +226,16 @@ func (c *pageChecker) leafObject(p string) bool {
 func newPageChecker(t *testing.T) *pageChecker {
 	t.Helper()
 	c := &pageChecker{flags: clidoc.Flags(newRoot()), values: map[string]bool{}}
-	// The lab binary's flags, from its reference page (lab/cmd/eztunnel-lab
-	// TestReferenceFlags keeps the page equal to its command tree).
-	b, err := os.ReadFile("../../docs/reference/eztunnel-lab-flags.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range regexp.MustCompile("(?m)^\\| (?:`-[a-z]`, )?`(--[a-z0-9-]+)` \\|").FindAllStringSubmatch(string(b), -1) {
-		c.flags[m[1]] = true
+	// The lab binary's and the kubectl plugin's flags, from their reference
+	// pages (their TestReferenceFlags keep the pages equal to their trees).
+	for _, page := range []string{"eztunnel-lab-flags.md", "kubectl-eztunnel-flags.md"} {
+		b, err := os.ReadFile("../../docs/reference/" + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile("(?m)^\\| (?:`-[a-z]`, )?`(--[a-z0-9-]+)` \\|").FindAllStringSubmatch(string(b), -1) {
+			c.flags[m[1]] = true
+		}
 	}
 	if len(c.flags) < 60 {
 		t.Fatalf("%d flags in the two binaries: the trees or the lab's reference page changed?", len(c.flags))

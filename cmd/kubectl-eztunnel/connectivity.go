@@ -85,7 +85,7 @@ func connectivityCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "the kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
-	f.StringVarP(&o.namespace, "namespace", "n", "eztunnel-system", "the agents' namespace (the chart's release namespace)")
+	f.StringVarP(&o.namespace, "namespace", "n", "kube-system", "the agents' namespace (the chart's release namespace)")
 	f.StringVarP(&o.selector, "selector", "l", "app.kubernetes.io/name=eztunnel", "the agent pods' labels")
 	f.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long the test pods may take to start and finish")
 	cli.OutputFlag(cmd, &o.output)

@@ -82,7 +82,7 @@ func statusCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "the kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
-	f.StringVarP(&o.namespace, "namespace", "n", "eztunnel-system", "the agents' namespace (the chart's release namespace)")
+	f.StringVarP(&o.namespace, "namespace", "n", "kube-system", "the agents' namespace (the chart's release namespace)")
 	f.StringVarP(&o.selector, "selector", "l", "app.kubernetes.io/name=eztunnel", "the agent pods' labels")
 	f.StringVarP(&o.container, "container", "c", "agent", "the agent's container")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long each pod may take to answer")
