@@ -28,25 +28,6 @@ func probeCmd() *cobra.Command {
 	return cmd
 }
 
-// echo writes back what it reads with a buffer of its own: io.Copy from a
-// TCP connection to one splices (Go's TCPConn.ReadFrom), and a connection
-// whose reader splices leaves the shortcut (counted as fallback_splice),
-// so the probe would never see one.
-func echo(c net.Conn) {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := c.Read(buf)
-		if n > 0 {
-			if _, werr := c.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 func probeServeCmd() *cobra.Command {
 	var addr string
 	cmd := &cobra.Command{
@@ -71,7 +52,7 @@ func probeServeCmd() *cobra.Command {
 				}
 				go func() {
 					defer c.Close()
-					echo(c)
+					probe.Echo(c)
 				}()
 			}
 		},

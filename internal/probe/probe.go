@@ -96,3 +96,23 @@ func Check(ctx context.Context, addr string, size int) Result {
 	r.Accelerated = r.TCPBytesAcked < uint64(size/2) && r.TCPBytesReceived < uint64(size/2)
 	return r
 }
+
+// Echo writes back what it reads with a buffer of its own until the
+// connection ends: io.Copy from a TCP connection to one splices (Go's
+// TCPConn.ReadFrom), and a connection whose reader splices leaves the
+// shortcut (fallback_splice), so an echo server written with io.Copy would
+// never be accelerated.
+func Echo(c net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/probe"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,20 +45,7 @@ func acceptEach(ln net.Listener, handle func(c net.Conn)) error {
 
 // ServePool echoes every connection of ln until ln is closed.
 func ServePool(ln net.Listener) error {
-	return acceptEach(ln, func(c net.Conn) {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := c.Read(buf)
-			if n > 0 {
-				if _, werr := c.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	})
+	return acceptEach(ln, probe.Echo)
 }
 
 // ServePoolBlocking is ServePool with one thread per connection blocked in
