@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -142,7 +143,7 @@ func TCAttachable(prog *ebpf.Program) error {
 				Fd:          prog.FD(), Name: "trial", DirectAction: true,
 			})
 			if err != nil {
-				err = fmt.Errorf("legacy tc filter (module cls_bpf; no tcx links before Linux 6.6): %w", err)
+				err = parts.WithCode(parts.CodeKernelLacksTCX, fmt.Errorf("legacy tc filter (module cls_bpf; no tcx links before Linux 6.6): %w", err))
 			}
 		}
 		// Back home: the trial's namespace goes with its last reference.
