@@ -38,6 +38,8 @@ var Tools = map[string]Tool{
 		" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=33" +
 		" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=33"},
 	"ezimage": {Name: "ezimage", Pkg: "."},
+	// Prometheus' PromQL parser, for the chart's dashboard and alert tests.
+	"promql": {Name: "promql", Pkg: "."},
 }
 
 // CacheDir is where built tools live: $EZTUNNEL_TOOLS_CACHE, else
