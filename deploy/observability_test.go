@@ -11,15 +11,6 @@ import (
 	"github.com/eztunnel/eztunnel/internal/chartobs"
 )
 
-// wantFamilies are agent metrics the dashboard and the alerts must use:
-// parts enabled, pairs and accelerated connections, fallbacks, map fill,
-// the bypass and the Service load balancer (test/e2e
-// TestDashboardMetricsLive checks each is in a live /metrics).
-var wantFamilies = []string{"eztunnel_feature_enabled", "eztunnel_bypass_enabled", "eztunnel_datapath_up", "eztunnel_agent_info",
-	"eztunnel_pairs_total", "eztunnel_bytes_redirected_total", "eztunnel_fallbacks_total", "eztunnel_map_entries", "eztunnel_map_max_entries",
-	"eztunnel_bypass_bytes_total", "eztunnel_bypass_fallbacks_total", "eztunnel_bypass_devices", "eztunnel_bypass_idle_devices",
-	"eztunnel_services_translations_total", "eztunnel_services_failures_total", "eztunnel_services_frontends", "eztunnel_services_sync_seconds"}
-
 // wantAlerts are the PrometheusRule's alerts, each documented under its
 // own heading in docs/kubernetes.md (the runbook_url's anchor).
 var wantAlerts = []string{"EztunnelDatapathNotReady", "EztunnelMapNearlyFull", "EztunnelFallbacksRising", "EztunnelAgentRestarts"}
@@ -74,7 +65,7 @@ func TestChartDashboardAndRules(t *testing.T) {
 		}
 	}
 	fams := chartobs.Families(strings.Join(agentSel, " "))
-	for _, w := range wantFamilies {
+	for _, w := range chartobs.WantFamilies {
 		if !slices.Contains(fams, w) {
 			t.Errorf("no query selects %s (selected: %v)", w, fams)
 		}

@@ -29,6 +29,15 @@ import (
 // not of the agent.
 var KubeStateMetrics = []string{"kube_pod_container_status_restarts_total", "kube_pod_status_ready"}
 
+// WantFamilies are agent metrics the dashboard and the alerts must name:
+// parts enabled, pairs and accelerated connections, fallbacks, map fill,
+// the bypass and the Service load balancer (deploy checks they are
+// selected, test/e2e that each is in a live /metrics).
+var WantFamilies = []string{"eztunnel_feature_enabled", "eztunnel_bypass_enabled", "eztunnel_datapath_up", "eztunnel_agent_info",
+	"eztunnel_pairs_total", "eztunnel_bytes_redirected_total", "eztunnel_fallbacks_total", "eztunnel_map_entries", "eztunnel_map_max_entries",
+	"eztunnel_bypass_bytes_total", "eztunnel_bypass_fallbacks_total", "eztunnel_bypass_devices", "eztunnel_bypass_idle_devices",
+	"eztunnel_services_translations_total", "eztunnel_services_failures_total", "eztunnel_services_frontends", "eztunnel_services_sync_seconds"}
+
 // Enable are the --set arguments that render both objects.
 var Enable = []string{"dashboards.enabled=true", "prometheusRule.enabled=true"}
 
