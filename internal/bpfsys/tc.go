@@ -15,10 +15,11 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // Legacy tc. A kernel without tcx links (before Linux 6.6) runs a sched_cls

@@ -5,9 +5,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/internal/podnet"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The metrics' namespace and the counters' fallback prefix, as

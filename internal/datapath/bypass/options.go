@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/spf13/pflag"
+
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // Options is how the bypass is asked for (`eztunnel run --bypass`, the
