@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -321,6 +322,26 @@ func TestChartBadValues(t *testing.T) {
 		"services.nodeport.enabled=true":  "'nodeport' not allowed",
 		"extraArgs={services}":            "/extraArgs/0",
 		"services.nodePort.enabled=true":  "needs services.enabled",
+		// Pod settings: types, ranges, unknown keys, and the pairs.
+		"k8sServiceHost=10.0.0.1":                   "set both",
+		"k8sServicePort=6443":                       "set both",
+		"k8sServicePort=70000":                      "/k8sServicePort",
+		"k8sServiceHost=https://10.0.0.1":           "/k8sServiceHost",
+		"seLinuxOptions.typ=spc_t":                  "'typ' not allowed",
+		"podSecurityContext.fsGroup=-1":             "/podSecurityContext/fsGroup",
+		"podSecurityContext.privileged=true":        "'privileged' not allowed",
+		"commonLabels.app\\.kubernetes\\.io/name=x": "the chart's own label",
+		"extraVolumes[0].hostPath.path=/x":          "/extraVolumes/0",
+		"extraVolumeMounts[0].name=x":               "/extraVolumeMounts/0",
+		"extraInitContainers[0].name=x":             "/extraInitContainers/0",
+		"readinessProbe.periodSeconds=0":            "/readinessProbe/periodSeconds",
+		"livenessProbe.successThreshold=2":          "/livenessProbe/successThreshold",
+		"startupProbe.enabled=yes":                  "/startupProbe/enabled",
+		"livenessProbe.command=x":                   "'command' not allowed",
+		"dashboards.label=a b":                      "/dashboards/label",
+		"dashboards.namespace=Mon":                  "/dashboards/namespace",
+		"prometheusRule.runbookBaseURL=docs.md#x":   "/prometheusRule/runbookBaseURL",
+		"prometheusRule.enable=true":                "'enable' not allowed",
 	} {
 		_, err := helm(t, "template", "eztunnel", chartDir, "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -503,7 +524,9 @@ var valueFlags = []struct{ value, set, arg string }{
 var podValues = []string{"image.", "imagePullSecrets", "nameOverride", "fullnameOverride", "metrics.serviceMonitor.",
 	"capabilities", "seccompProfile", "appArmorProfile", "resources.", "tolerations", "nodeSelector.", "affinity",
 	"priorityClassName", "updateStrategy.", "terminationGracePeriodSeconds", "podAnnotations", "podLabels",
-	"serviceAccount.", "extraEnv"}
+	"serviceAccount.", "extraEnv", "podSecurityContext", "seLinuxOptions", "commonLabels", "commonAnnotations",
+	"k8sServiceHost", "k8sServicePort", "extraVolumes", "extraVolumeMounts", "extraInitContainers",
+	"readinessProbe.", "livenessProbe.", "startupProbe.", "dashboards.", "prometheusRule."}
 
 // The flags the chart always passes.
 var fixedFlags = []string{"--kubernetes", "--node-name", "--takeover", "--uninstall-on-removal"}
@@ -686,9 +709,26 @@ func TestChartValuesDocumented(t *testing.T) {
 			t.Errorf("values.yaml %s has no row in docs/reference/chart-values.md: run make reference", p)
 		}
 	}
+	// Keys only the schema describes (podSecurityContext.fsGroup) are values too.
+	sraw, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema schemaNode
+	if err := json.Unmarshal(sraw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(prefix string, n *schemaNode)
+	walk = func(prefix string, n *schemaNode) {
+		for k, sub := range n.Properties {
+			have[prefix+k] = true
+			walk(prefix+k+".", sub)
+		}
+	}
+	walk("", &schema)
 	for r := range rows {
 		if !have[r] {
-			t.Errorf("docs/reference/chart-values.md has a row for %s, which values.yaml does not have: run make reference", r)
+			t.Errorf("docs/reference/chart-values.md has a row for %s, which neither values.yaml nor its schema has: run make reference", r)
 		}
 	}
 }

@@ -115,7 +115,12 @@ func printStatus(out io.Writer, rep *agentapi.NodeStatus) {
 					fmt.Fprintf(w, "part %s\tidle %s\t%s\n", s.Part, dev, s.Idle[dev])
 				}
 			} else {
-				fmt.Fprintf(w, "part %s\toff\t%s\n", s.Part, s.Reason)
+				// The code is the metrics' reason label, the words why.
+				off := "off"
+				if s.Code != "" {
+					off += " (" + string(s.Code) + ")"
+				}
+				fmt.Fprintf(w, "part %s\t%s\t%s\n", s.Part, off, s.Reason)
 			}
 		}
 	} else {

@@ -308,7 +308,7 @@ func (a *agent) install(context.Context) error {
 	if bp := &cfg.Datapath.Families.Bypass; bp.On && dp.Bypass() == nil {
 		// A kernel without one of its programs' needs (tcx, a kfunc, a
 		// BTF field): the rest runs (docs/kernels.md).
-		bp.Refused(dp.Off("bypass"))
+		bp.Refused(dp.OffCode("bypass"), dp.Off("bypass"))
 	}
 	if !cfg.Datapath.Families.Bypass.On {
 		bypass.RemoveManagedNeighbours()

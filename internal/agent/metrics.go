@@ -40,7 +40,7 @@ func serveMetrics(ctx context.Context, srv *metrics.Server, dp *datapath.Datapat
 	if pods != nil {
 		reg.MustRegister(metrics.NewPodCollector(podMetrics{pods, p}))
 	}
-	reg.MustRegister(bypass.Enabled(dp.Off("bypass")))
+	reg.MustRegister(bypass.Enabled(dp.OffCode("bypass")))
 	reg.MustRegister(metrics.FeatureEnabled(rep))
 	for _, n := range nodes {
 		reg.MustRegister(n.Collectors()...)

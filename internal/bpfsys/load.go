@@ -77,7 +77,7 @@ func (p *Programs) Load(name, part string) (*ebpf.Program, error) {
 const TestRefuseEnv = "EZTUNNEL_TEST_REFUSE_PROGRAMS"
 
 // ErrTestRefused is the refusal TestRefuseEnv causes.
-var ErrTestRefused = errors.New("refused for a test")
+var ErrTestRefused = parts.WithCode(parts.CodeRefusedForTest, errors.New("refused for a test"))
 
 // TestRefused reports whether TestRefuseEnv names the program.
 func TestRefused(name string) bool {
@@ -123,8 +123,9 @@ type Group struct {
 	Required bool
 	Progs    []string
 	Via      string // the mechanism, for the report
-	// Off: the part cannot run in this configuration, and why (nothing loads).
-	Off string
+	// Off: the part cannot run in this configuration, and why (nothing
+	// loads); its code (parts.CodeOf) is the metrics' reason.
+	Off error
 	// Attach, when set, checks the group's last program can be attached
 	// the way the part attaches it (e.g. TCX); a refusal turns the part off
 	// as a refused load does.
@@ -141,8 +142,8 @@ type Group struct {
 func (p *Programs) LoadGroups(groups []Group, rep *parts.Report) (map[string]*ebpf.Program, error) {
 	loaded := map[string]*ebpf.Program{}
 	for _, g := range groups {
-		if g.Off != "" {
-			rep.Off(g.Part, g.Off)
+		if g.Off != nil {
+			rep.OffErr(g.Part, g.Off)
 			continue
 		}
 		got, gerr := p.loadGroup(g)
@@ -161,7 +162,7 @@ func (p *Programs) LoadGroups(groups []Group, rep *parts.Report) (map[string]*eb
 				CloseAll(loaded)
 				return nil, gerr
 			}
-			rep.Off(g.Part, gerr.Error())
+			rep.OffErr(g.Part, gerr)
 			continue
 		}
 		for i, name := range g.Progs {

@@ -45,21 +45,25 @@ func TestLoadGroups(t *testing.T) {
 	loaded, err := ps.LoadGroups([]Group{
 		{Part: parts.Shortcut, Required: true, Progs: []string{"first"}, Via: "one"},
 		{Part: parts.Adoption, Progs: []string{"second"}},
-		{Part: parts.CloseReset, Off: "not in this mode"},
+		{Part: parts.CloseReset, Off: parts.WithCode(parts.CodeDisabledByFlag, errors.New("not in this mode"))},
 		{Part: parts.NodePort, Progs: []string{"first"}, Attach: func(*ebpf.Program) error { return errors.New("cannot attach") }},
 	}, &rep)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer CloseAll(loaded)
-	if st, _ := rep.Get(parts.NodePort); st.Runs || st.Reason != "program first (nodeport): cannot attach" {
+	if st, _ := rep.Get(parts.NodePort); st.Runs || st.Reason != "program first (nodeport): cannot attach" || st.Code != parts.CodeError {
 		t.Errorf("a group its Attach check refuses: %+v", st)
 	}
 	if !rep.Runs(parts.Shortcut) || rep.Runs(parts.Adoption) || rep.Runs(parts.CloseReset) {
 		t.Fatalf("report: %+v", rep.Parts)
 	}
-	if st, _ := rep.Get(parts.Adoption); !strings.Contains(st.Reason, "program second (adoption)") || !strings.Contains(st.Reason, ErrTestRefused.Error()) {
-		t.Errorf("adoption's reason: %q", st.Reason)
+	if st, _ := rep.Get(parts.Adoption); !strings.Contains(st.Reason, "program second (adoption)") || !strings.Contains(st.Reason, ErrTestRefused.Error()) ||
+		st.Code != parts.CodeRefusedForTest {
+		t.Errorf("adoption's reason: %q (%s)", st.Reason, st.Code)
+	}
+	if st, _ := rep.Get(parts.CloseReset); st.Reason != "not in this mode" || st.Code != parts.CodeDisabledByFlag {
+		t.Errorf("a group off by configuration: %+v", st)
 	}
 	var objs struct {
 		First  *ebpf.Program `ebpf:"first"`

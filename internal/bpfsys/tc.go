@@ -18,6 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // Legacy tc. A kernel without tcx links (before Linux 6.6) runs a sched_cls
@@ -142,7 +144,7 @@ func TCAttachable(prog *ebpf.Program) error {
 				Fd:          prog.FD(), Name: "trial", DirectAction: true,
 			})
 			if err != nil {
-				err = fmt.Errorf("legacy tc filter (module cls_bpf; no tcx links before Linux 6.6): %w", err)
+				err = parts.WithCode(parts.CodeKernelLacksTCX, fmt.Errorf("legacy tc filter (module cls_bpf; no tcx links before Linux 6.6): %w", err))
 			}
 		}
 		// Back home: the trial's namespace goes with its last reference.

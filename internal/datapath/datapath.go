@@ -105,7 +105,7 @@ type Datapath struct {
 	cfg      Config
 	families []Family
 	sc       *shortcut.Shortcut // families[0]
-	off      map[string]string  // wanted families the kernel refused: why
+	off      map[string]error   // wanted families the kernel refused: why
 	removed  map[string]int     // families an earlier agent pinned, removed: their links
 }
 
@@ -136,11 +136,25 @@ func (d *Datapath) Services() *lb.LB {
 // refused it at this install, or the caller's reason it was not asked for
 // (Families.Bypass.Off).
 func (d *Datapath) Off(name string) string {
-	if why := d.off[name]; why != "" {
-		return why
+	if err := d.off[name]; err != nil {
+		return err.Error()
 	}
 	if name == "bypass" && d.Bypass() == nil {
 		return firstOf(d.cfg.Families.Bypass.Off, "off (not asked for)")
+	}
+	return ""
+}
+
+// OffCode is the kind of Off's reason (parts.Codes), "" while it runs.
+func (d *Datapath) OffCode(name string) parts.Code {
+	if err := d.off[name]; err != nil {
+		return parts.CodeOf(err)
+	}
+	if name == "bypass" && d.Bypass() == nil {
+		if c := d.cfg.Families.Bypass.OffCode; c != "" {
+			return c
+		}
+		return parts.CodeDisabledByFlag
 	}
 	return ""
 }
@@ -201,13 +215,13 @@ func (d *Datapath) Parts() parts.Report {
 	if d.Bypass() != nil {
 		rep.On(parts.Bypass, bypass.Via())
 	} else {
-		rep.Off(parts.Bypass, d.Off("bypass"))
+		rep.Off(parts.Bypass, d.OffCode("bypass"), d.Off("bypass"))
 	}
 	if l := d.Services(); l != nil {
 		rep.Merge(l.Parts())
 	} else {
 		for _, p := range []parts.Name{parts.ServicesLB, parts.NodePort, parts.SocketDestroy} {
-			rep.Off(p, "off (no --services)")
+			rep.Off(p, parts.CodeDisabledByFlag, "off (no --services)")
 		}
 	}
 	return rep

@@ -150,7 +150,7 @@ func (d *Datapath) loadFamilies(tx *bpfsys.Tx, dir string) error {
 		}
 		f, err := k.load(d.cfg, dir)
 		if err != nil && k.optional(d.cfg) {
-			d.off[k.name] = err.Error()
+			d.off[k.name] = err
 			continue
 		}
 		if err != nil {

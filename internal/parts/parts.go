@@ -45,8 +45,10 @@ type Status struct {
 	// Runs: the part's programs loaded (the agent) or would load (preflight).
 	Runs bool `json:"runs"`
 	// Reason why it does not run: what refused or is missing, naming the
-	// program; "disabled by --flag" when the user turned it off.
+	// program; "off (--flag)" when the user turned it off.
 	Reason string `json:"reason,omitempty"`
+	// Code is the reason's kind, one of Codes: the metrics' label.
+	Code Code `json:"code,omitempty"`
 	// Via names the mechanism, where a part has more than one.
 	Via string `json:"via,omitempty"`
 	// Standby: a running part attached nowhere now because it could not
@@ -78,8 +80,13 @@ func (r *Report) Set(s Status) {
 // On records a running part.
 func (r *Report) On(p Name, via string) { r.Set(Status{Part: p, Runs: true, Via: via}) }
 
-// Off records a part that does not run, and why.
-func (r *Report) Off(p Name, reason string) { r.Set(Status{Part: p, Reason: reason}) }
+// Off records a part that does not run, the kind of why (code) and why.
+func (r *Report) Off(p Name, code Code, reason string) {
+	r.Set(Status{Part: p, Code: code, Reason: reason})
+}
+
+// OffErr records a part that does not run because of err (CodeOf).
+func (r *Report) OffErr(p Name, err error) { r.Off(p, CodeOf(err), err.Error()) }
 
 // Merge copies every status of o into r.
 func (r *Report) Merge(o Report) {

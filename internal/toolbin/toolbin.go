@@ -40,6 +40,8 @@ var Tools = map[string]Tool{
 	"ezimage": {Name: "ezimage", Pkg: "."},
 	// cyclonedx-gomod: the SBOMs of `make release`.
 	"sbom": {Name: "sbom", Pkg: "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod"},
+	// Prometheus' PromQL parser, for the chart's dashboard and alert tests.
+	"promql": {Name: "promql", Pkg: "."},
 }
 
 // CacheDir is where built tools live: $EZTUNNEL_TOOLS_CACHE, else

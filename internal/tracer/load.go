@@ -100,7 +100,7 @@ func boolU8(b bool) uint8 {
 func Probe() parts.Status {
 	objs, err := load(DefaultConfig())
 	if err != nil {
-		return parts.Status{Part: parts.Tracer, Reason: err.Error()}
+		return parts.Status{Part: parts.Tracer, Code: parts.CodeOf(err), Reason: err.Error()}
 	}
 	objs.Close()
 	return parts.Status{Part: parts.Tracer, Runs: true, Via: "tp_btf, raw_tp, tcx observers, netfilter links"}

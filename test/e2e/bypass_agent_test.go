@@ -184,8 +184,8 @@ func TestBypassAgent(t *testing.T) {
 		for k, v := range m {
 			if strings.HasPrefix(k, "eztunnel_bypass_enabled{") {
 				found = true
-				if v != 0 || !strings.Contains(k, "nf_conntrack_tcp_be_liberal") {
-					t.Errorf("%s %v, want 0 with the sysctl as the reason", k, v)
+				if v != 0 || k != `eztunnel_bypass_enabled{reason="node_unsuitable"}` {
+					t.Errorf("%s %v, want 0 with the reason node_unsuitable", k, v)
 				}
 			}
 		}
@@ -242,7 +242,7 @@ func TestBypassAgent(t *testing.T) {
 		// to its veth: the bypass leaves it unattached and says why.
 		idle := func(m map[string]float64) float64 {
 			for k, v := range m {
-				if strings.HasPrefix(k, `eztunnel_bypass_idle_device{device="`+a3.HostVeth+`",reason="no pod address learnt`) {
+				if strings.HasPrefix(k, `eztunnel_bypass_idle_device{device="`+a3.HostVeth+`",reason="no_endpoint"}`) {
 					return v
 				}
 			}
@@ -429,7 +429,7 @@ func TestBypassAgent(t *testing.T) {
 			t.Errorf("--bypass=false: status shows a pinned bypass: %v", b)
 		}
 		m := scrapeWith(t, mc, bpMetricsAddr)
-		if v, ok := m[`eztunnel_bypass_enabled{reason="off (--bypass=off)"}`]; !ok || v != 0 {
+		if v, ok := m[`eztunnel_bypass_enabled{reason="disabled_by_flag"}`]; !ok || v != 0 {
 			t.Errorf("--bypass=false: eztunnel_bypass_enabled %v (exported %v), want 0 with the reason", v, ok)
 		}
 		if !strings.Contains(ag.logs.String(), "removed the bridge bypass an earlier agent pinned") {

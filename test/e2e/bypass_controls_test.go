@@ -128,7 +128,7 @@ func TestBypassTrafficControls(t *testing.T) {
 		var m map[string]float64
 		for deadline := time.Now().Add(scaled(20 * time.Second)); ; time.Sleep(100 * time.Millisecond) {
 			m = scrapeWith(t, mc, bpMetricsAddr)
-			if idle(m, a2, "qdisc: tbf 1:") && m["eztunnel_bypass_devices"] == 2 && m["eztunnel_bypass_endpoints"] == 4 {
+			if idle(m, a2, `qdisc"`) && m["eztunnel_bypass_devices"] == 2 && m["eztunnel_bypass_endpoints"] == 4 {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -196,7 +196,7 @@ func TestBypassTrafficControls(t *testing.T) {
 			t.Fatalf("u32 filter on %s: %v", a3.HostVeth, err)
 		}
 		m := waitMetrics(t, mc, "a3's veth with a foreign filter idle", func(m map[string]float64) bool {
-			return idle(m, a3, "tc_filter: u32 filter prio 7 at ingress") && m["eztunnel_bypass_devices"] == 2
+			return idle(m, a3, `tc_filter"`) && m["eztunnel_bypass_devices"] == 2
 		})
 		if m[`eztunnel_bypass_idle_devices{reason="tc_filter"}`] != 1 {
 			t.Errorf(`eztunnel_bypass_idle_devices{reason="tc_filter"} %v, want 1`, m[`eztunnel_bypass_idle_devices{reason="tc_filter"}`])

@@ -75,7 +75,7 @@ func TestBypassStandby(t *testing.T) {
 	}
 
 	m := waitMetrics(t, mc, "standing by", func(m map[string]float64) bool { v, _ := standby(m); return v == 1 })
-	if _, why := standby(m); !strings.Contains(why, "conntrack does not run") || m["eztunnel_bypass_devices"] != 0 {
+	if _, why := standby(m); why != "conntrack_inactive" || m["eztunnel_bypass_devices"] != 0 {
 		t.Fatalf("standby %q with %v devices attached, want the conntrack reason and none", why, m["eztunnel_bypass_devices"])
 	}
 	if on := bypassTCX(t, n); len(on) != 0 {

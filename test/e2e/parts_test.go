@@ -162,13 +162,14 @@ func TestParts(t *testing.T) {
 				if s.Runs || s.Reason == "" {
 					t.Errorf("status: part %s: %+v, want off (preflight: %q)", p, s, b.Reason)
 				}
-			} else if s.Runs || !strings.Contains(s.Reason, "program "+prog+" ("+string(p)+")") || !strings.Contains(s.Reason, bpfsys.ErrTestRefused.Error()) {
+			} else if s.Runs || !strings.Contains(s.Reason, "program "+prog+" ("+string(p)+")") || !strings.Contains(s.Reason, bpfsys.ErrTestRefused.Error()) ||
+				s.Code != parts.CodeRefusedForTest {
 				t.Errorf("status: part %s: %+v, want off naming %s", p, s, prog)
 			}
 			if !strings.Contains(logs.String(), "part="+string(p)) {
 				t.Errorf("the agent's log does not name the part %s:\n%s", p, logs.String())
 			}
-			key := `eztunnel_feature_enabled{feature="` + string(p) + `",reason="` + s.Reason + `"}`
+			key := `eztunnel_feature_enabled{feature="` + string(p) + `",reason="` + s.Label() + `"}`
 			if v, ok := m[key]; !ok || v != 0 {
 				t.Errorf("metric %s = %v (present %v)", key, v, ok)
 			}

@@ -209,7 +209,7 @@ func TestBypassPodNeighbours(tt *testing.T) {
 	idle := func(m map[string]float64) int {
 		n := 0
 		for k, v := range m {
-			if strings.HasPrefix(k, `eztunnel_bypass_idle_device{`) && strings.Contains(k, "no pod address learnt") && v == 1 {
+			if strings.HasPrefix(k, `eztunnel_bypass_idle_device{`) && strings.Contains(k, `reason="no_endpoint"`) && v == 1 {
 				n++
 			}
 		}

@@ -180,7 +180,7 @@ func loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, objs *
 	}
 	if err := bpfsys.TCAttachable(objs.EzBypass); err != nil {
 		objs.Close()
-		return &UnmetError{"bypass: program ez_bypass: " + err.Error()}
+		return &UnmetError{Why: "bypass: program ez_bypass: " + err.Error(), Code: parts.CodeOf(err)}
 	}
 	return nil
 }
@@ -208,7 +208,7 @@ func ProbeKernel() error {
 func Probe() parts.Status {
 	b, err := Load(Config{})
 	if err != nil {
-		return parts.Status{Part: parts.Bypass, Reason: err.Error()}
+		return parts.Status{Part: parts.Bypass, Code: parts.CodeOf(err), Reason: err.Error()}
 	}
 	b.Close()
 	return parts.Status{Part: parts.Bypass, Runs: true, Via: Via()}
@@ -232,13 +232,13 @@ func Check(cfg *Config) error {
 	if errors.Is(err, os.ErrNotExist) {
 		// nf_conntrack is a module on most distributions: not loaded, no
 		// flow is confirmed, so there is nothing the bypass could admit.
-		return &UnmetError{fmt.Sprintf("bypass: nf_conntrack is not loaded in netns %q (no net.netfilter.nf_conntrack_tcp_be_liberal): the bypass admits only flows conntrack confirmed, and its kfuncs live in that module", cfg.NetNS)}
+		return &UnmetError{Why: fmt.Sprintf("bypass: nf_conntrack is not loaded in netns %q (no net.netfilter.nf_conntrack_tcp_be_liberal): the bypass admits only flows conntrack confirmed, and its kfuncs live in that module", cfg.NetNS)}
 	}
 	if err != nil {
 		return err
 	}
 	if lib != 1 {
-		return &UnmetError{fmt.Sprintf("bypass: net.netfilter.nf_conntrack_tcp_be_liberal is %d in netns %q: the bypass needs 1 (conntrack does not see bypassed segments, so later ones would be out of its window and INVALID)", lib, cfg.NetNS)}
+		return &UnmetError{Why: fmt.Sprintf("bypass: net.netfilter.nf_conntrack_tcp_be_liberal is %d in netns %q: the bypass needs 1 (conntrack does not see bypassed segments, so later ones would be out of its window and INVALID)", lib, cfg.NetNS)}
 	}
 	for _, t := range []struct {
 		d    *time.Duration
@@ -268,9 +268,21 @@ func Check(cfg *Config) error {
 // UnmetError: the node does not meet a condition the bypass needs (a
 // setting, not a fault): an agent that was not told to run the bypass runs
 // without it.
-type UnmetError struct{ Why string }
+type UnmetError struct {
+	Why string
+	// Code is its kind (parts.Codes); "": parts.CodeNodeUnsuitable.
+	Code parts.Code
+}
 
 func (e *UnmetError) Error() string { return e.Why }
+
+// PartsCode is the metrics' reason of an unmet condition.
+func (e *UnmetError) PartsCode() parts.Code {
+	if e.Code != "" {
+		return e.Code
+	}
+	return parts.CodeNodeUnsuitable
+}
 
 // mapDir is where the maps are pinned in a datapath's pin directory.
 func mapDir(pinDir string) string { return filepath.Join(pinDir, MapDir) }

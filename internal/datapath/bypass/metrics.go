@@ -2,9 +2,13 @@ package bypass
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eztunnel/eztunnel/internal/parts"
+	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
 // The metrics' namespace and the counters' fallback prefix, as
@@ -19,15 +23,15 @@ const (
 type source interface {
 	BypassCounters() (map[string]uint64, error)
 	BypassState() (devices, endpoints int)
-	// BypassStandby says why the bypass, loaded, is attached nowhere now
-	// (it could not act: conntrack does not run), or "".
-	BypassStandby() string
-	// BypassIdle: devices it could take but does not attach to, because it
-	// could not act there, or must not (another owner's traffic control
-	// on it, a pod's bandwidth annotation), each with why.
-	BypassIdle() map[string]string
-	// BypassIdleKinds: the same devices, each with its reason's kind (a
-	// short, enumerated name).
+	// BypassStandbyKind says why the bypass, loaded, is attached nowhere
+	// now (it could not act: conntrack does not run), as one of
+	// StandbyKinds; "" while it is not standing by. The prose is in the log
+	// and `eztunnel status`.
+	BypassStandbyKind() string
+	// BypassIdleKinds: devices it could take but does not attach to,
+	// because it could not act there, or must not (another owner's traffic
+	// control on it, a pod's bandwidth annotation), each with its reason's
+	// kind (IdleKinds).
 	BypassIdleKinds() map[string]string
 }
 
@@ -38,8 +42,35 @@ type managedNeighbourSource interface {
 }
 
 // idleDevicesHelp is eztunnel_bypass_idle_devices's help; its reasons are
-// the idle kinds of node.go and podnet.Control*.
-const idleDevicesHelp = "Pod veths and uplinks the bridge bypass does not attach to, by reason: no_endpoint (no pod address learnt yet), uplink_down, qdisc (another owner's qdisc on the transmit side, e.g. the bandwidth CNI plugin's tbf), tc_filter, tcx_program (another owner's, which a redirect would skip), tc_unreadable, bandwidth_annotation (a pod with kubernetes.io/ingress-bandwidth or egress-bandwidth)."
+// IdleKinds.
+const idleDevicesHelp = "Pod veths and uplinks the bridge bypass does not attach to, by reason: no_endpoint (no pod address learnt yet), uplink_down, qdisc (another owner's qdisc on the transmit side, e.g. the bandwidth CNI plugin's tbf), tc_filter, tcx_program (another owner's, which a redirect would skip), tc_unreadable, bandwidth_annotation (a pod with kubernetes.io/ingress-bandwidth or egress-bandwidth); 0 for a reason no device has."
+
+// The kinds of standby (the reason label of eztunnel_bypass_standby).
+const (
+	standbyKindConntrackInactive   = "conntrack_inactive"   // no rule uses conntrack in the node's network namespace
+	standbyKindConntrackUnreadable = "conntrack_unreadable" // whether it runs could not be read
+)
+
+// StandbyKinds are the reason label values of eztunnel_bypass_standby: ""
+// while not standing by.
+var StandbyKinds = []string{"", standbyKindConntrackInactive, standbyKindConntrackUnreadable, kindOther}
+
+// IdleKinds are the reason label values of eztunnel_bypass_idle_device and
+// eztunnel_bypass_idle_devices.
+var IdleKinds = []string{idleKindNoEndpoint, idleKindUplinkDown, idleKindBandwidth,
+	podnet.ControlQdisc, podnet.ControlFilter, podnet.ControlTCX, podnet.ControlUnreadable, kindOther}
+
+// kindOther stands for a kind not in its enumeration (none is made: the
+// collector never exports free text).
+const kindOther = "other"
+
+// enumerated is kind when it is one of kinds, else kindOther.
+func enumerated(kind string, kinds []string) string {
+	if slices.Contains(kinds, kind) {
+		return kind
+	}
+	return kindOther
+}
 
 // collector exports the bridge bypass's counters: the fallback_*
 // counters as the reason label of eztunnel_bypass_fallbacks_total.
@@ -86,9 +117,9 @@ func newCollector(src source) *collector {
 		managed: prometheus.NewDesc(namespace+"_bypass_managed_neighbours",
 			"Kernel-managed neighbour entries the agent keeps on the pod bridges for the node's pods (Kubernetes mode; absent otherwise).", nil, nil),
 		standby: prometheus.NewDesc(namespace+"_bypass_standby",
-			"1 while the loaded bridge bypass is attached nowhere because it could not act here (reason: conntrack does not run in the node's network namespace, so every packet would fall back); 0 otherwise.", []string{"reason"}, nil),
+			"1 while the loaded bridge bypass is attached nowhere because it could not act here (reason: conntrack_inactive, conntrack does not run in the node's network namespace, so every packet would fall back; conntrack_unreadable); 0 with reason \"\" otherwise.", []string{"reason"}, nil),
 		idle: prometheus.NewDesc(namespace+"_bypass_idle_device",
-			"1 for each pod veth or uplink the bridge bypass does not attach to because it could not act there (reason: no pod address learnt on the veth yet, or the uplink is down).", []string{"device", "reason"}, nil),
+			"1 for each pod veth or uplink the bridge bypass does not attach to because it could not act there or must not, with the reason as in eztunnel_bypass_idle_devices.", []string{"device", "reason"}, nil),
 		idleKinds: prometheus.NewDesc(namespace+"_bypass_idle_devices", idleDevicesHelp, []string{"reason"}, nil),
 		up: prometheus.NewDesc(namespace+"_bypass_up",
 			"1 if this scrape read the bridge bypass's counters, 0 if not (the agent logs why).", nil, nil),
@@ -119,16 +150,18 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	devices, endpoints := c.src.BypassState()
-	if why := c.src.BypassStandby(); why != "" {
-		ch <- prometheus.MustNewConstMetric(c.standby, prometheus.GaugeValue, 1, why)
+	if kind := c.src.BypassStandbyKind(); kind != "" {
+		ch <- prometheus.MustNewConstMetric(c.standby, prometheus.GaugeValue, 1, enumerated(kind, StandbyKinds))
 	} else {
 		ch <- prometheus.MustNewConstMetric(c.standby, prometheus.GaugeValue, 0, "")
 	}
-	for dev, why := range c.src.BypassIdle() {
-		ch <- prometheus.MustNewConstMetric(c.idle, prometheus.GaugeValue, 1, dev, why)
-	}
 	byKind := map[string]int{}
-	for _, kind := range c.src.BypassIdleKinds() {
+	for _, kind := range IdleKinds {
+		byKind[kind] = 0 // every reason, so that the family is always there
+	}
+	for dev, kind := range c.src.BypassIdleKinds() {
+		kind = enumerated(kind, IdleKinds)
+		ch <- prometheus.MustNewConstMetric(c.idle, prometheus.GaugeValue, 1, dev, kind)
 		byKind[kind]++
 	}
 	for kind, n := range byKind {
@@ -157,18 +190,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 }
 
-// Enabled is eztunnel_bypass_enabled: 1 while the agent runs the bridge
-// bypass; 0 with the reason it does not (off by flag, or the node does not
-// meet its conditions).
-func Enabled(off string) prometheus.Collector {
+// Enabled is eztunnel_bypass_enabled: 1 (reason "") while the agent runs
+// the bridge bypass; 0 with the kind of reason it does not (off: one of
+// parts.Codes, e.g. disabled_by_flag or node_unsuitable; "" while it runs).
+func Enabled(off parts.Code) prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "bypass_enabled",
-		Help: "1 if the agent runs the bridge bypass; 0 if not, with the reason.",
+		Help: "1 if the agent runs the bridge bypass; 0 if not, with the reason's code (as eztunnel_feature_enabled's).",
 	}, []string{"reason"})
-	if off == "" {
+	st := parts.Status{Part: parts.Bypass, Runs: off == "", Code: off}
+	if st.Runs {
 		g.WithLabelValues("").Set(1)
 	} else {
-		g.WithLabelValues(off).Set(0)
+		g.WithLabelValues(st.Label()).Set(0)
 	}
 	return g
 }

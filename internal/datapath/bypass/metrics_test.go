@@ -12,35 +12,39 @@ type fakeBypass struct {
 	counters map[string]uint64
 	err      error
 	standby  string
-	idle     map[string]string
 	kinds    map[string]string
 }
 
 func (f fakeBypass) BypassCounters() (map[string]uint64, error) { return f.counters, f.err }
 func (f fakeBypass) BypassState() (int, int)                    { return 3, 6 }
-func (f fakeBypass) BypassStandby() string                      { return f.standby }
-func (f fakeBypass) BypassIdle() map[string]string              { return f.idle }
+func (f fakeBypass) BypassStandbyKind() string                  { return f.standby }
 func (f fakeBypass) BypassIdleKinds() map[string]string         { return f.kinds }
 
 func TestBypassCollectorIdleDevices(t *testing.T) {
-	col := newCollector(fakeBypass{counters: map[string]uint64{}, idle: map[string]string{"vethb": "no pod address", "eth1": "uplink down: administratively down", "vethc": "qdisc: tbf 1: root"},
-		kinds: map[string]string{"vethb": "no_endpoint", "eth1": "uplink_down", "vethc": "qdisc"}})
-	want := `# HELP eztunnel_bypass_idle_device 1 for each pod veth or uplink the bridge bypass does not attach to because it could not act there (reason: no pod address learnt on the veth yet, or the uplink is down).
+	col := newCollector(fakeBypass{counters: map[string]uint64{},
+		kinds: map[string]string{"vethb": "no_endpoint", "eth1": "uplink_down", "vethc": "qdisc", "vethd": "qdisc"}})
+	want := `# HELP eztunnel_bypass_idle_device 1 for each pod veth or uplink the bridge bypass does not attach to because it could not act there or must not, with the reason as in eztunnel_bypass_idle_devices.
 # TYPE eztunnel_bypass_idle_device gauge
-eztunnel_bypass_idle_device{device="eth1",reason="uplink down: administratively down"} 1
-eztunnel_bypass_idle_device{device="vethb",reason="no pod address"} 1
-eztunnel_bypass_idle_device{device="vethc",reason="qdisc: tbf 1: root"} 1
+eztunnel_bypass_idle_device{device="eth1",reason="uplink_down"} 1
+eztunnel_bypass_idle_device{device="vethb",reason="no_endpoint"} 1
+eztunnel_bypass_idle_device{device="vethc",reason="qdisc"} 1
+eztunnel_bypass_idle_device{device="vethd",reason="qdisc"} 1
 `
 	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "eztunnel_bypass_idle_device"); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.CollectAndCount(col, "eztunnel_bypass_idle_devices"); n != 3 {
-		t.Errorf("eztunnel_bypass_idle_devices: %d series, want 3 (one per reason)", n)
+	if n := testutil.CollectAndCount(col, "eztunnel_bypass_idle_devices"); n != len(IdleKinds) {
+		t.Errorf("eztunnel_bypass_idle_devices: %d series, want %d (one per reason, always)", n, len(IdleKinds))
 	}
 	if err := testutil.CollectAndCompare(col, strings.NewReader(`# HELP eztunnel_bypass_idle_devices `+idleDevicesHelp+`
 # TYPE eztunnel_bypass_idle_devices gauge
+eztunnel_bypass_idle_devices{reason="bandwidth_annotation"} 0
 eztunnel_bypass_idle_devices{reason="no_endpoint"} 1
-eztunnel_bypass_idle_devices{reason="qdisc"} 1
+eztunnel_bypass_idle_devices{reason="other"} 0
+eztunnel_bypass_idle_devices{reason="qdisc"} 2
+eztunnel_bypass_idle_devices{reason="tc_filter"} 0
+eztunnel_bypass_idle_devices{reason="tc_unreadable"} 0
+eztunnel_bypass_idle_devices{reason="tcx_program"} 0
 eztunnel_bypass_idle_devices{reason="uplink_down"} 1
 `), "eztunnel_bypass_idle_devices"); err != nil {
 		t.Error(err)
@@ -83,8 +87,8 @@ eztunnel_bypass_up 1
 		t.Errorf("%d fallback series, want %d", n, fallbacks)
 	}
 	// Every counter is exported, each once.
-	if n := testutil.CollectAndCount(col); n != len(c)+4 {
-		t.Errorf("%d series, want %d", n, len(c)+4)
+	if n := testutil.CollectAndCount(col); n != len(c)+4+len(IdleKinds) {
+		t.Errorf("%d series, want %d", n, len(c)+4+len(IdleKinds))
 	}
 	if problems, err := testutil.CollectAndLint(col); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", err, problems)
@@ -96,10 +100,11 @@ eztunnel_bypass_up 1
 func TestBypassCollectorStandby(t *testing.T) {
 	for _, c := range []struct{ standby, want string }{
 		{"", `eztunnel_bypass_standby{reason=""} 0`},
-		{"conntrack does not run", `eztunnel_bypass_standby{reason="conntrack does not run"} 1`},
+		{standbyKindConntrackInactive, `eztunnel_bypass_standby{reason="conntrack_inactive"} 1`},
+		{"conntrack does not run", `eztunnel_bypass_standby{reason="other"} 1`},
 	} {
 		col := newCollector(fakeBypass{counters: map[string]uint64{}, standby: c.standby})
-		want := "# HELP eztunnel_bypass_standby 1 while the loaded bridge bypass is attached nowhere because it could not act here (reason: conntrack does not run in the node's network namespace, so every packet would fall back); 0 otherwise.\n# TYPE eztunnel_bypass_standby gauge\n" + c.want + "\n"
+		want := "# HELP eztunnel_bypass_standby 1 while the loaded bridge bypass is attached nowhere because it could not act here (reason: conntrack_inactive, conntrack does not run in the node's network namespace, so every packet would fall back; conntrack_unreadable); 0 with reason \"\" otherwise.\n# TYPE eztunnel_bypass_standby gauge\n" + c.want + "\n"
 		if err := testutil.CollectAndCompare(col, strings.NewReader(want), "eztunnel_bypass_standby"); err != nil {
 			t.Errorf("standby %q: %v", c.standby, err)
 		}

@@ -30,6 +30,7 @@ type Node struct {
 	// standby: why nothing is attached now because the bypass could not
 	// act ("": it can); probed again at standbyNext (conntrackBlocker).
 	standby     string
+	standbyKind string // standbyKind*: the reason label of eztunnel_bypass_standby
 	standbyNext time.Time
 	// idle: devices not attached because the bypass could not act there,
 	// or must not (name: why); idleKinds: the same devices' reason kinds
@@ -63,11 +64,11 @@ func (b *Node) conntrackBlocker() string {
 	if now.Before(b.standbyNext) {
 		return b.standby
 	}
-	why := ""
+	why, kind := "", ""
 	if active, err := ConntrackActive(); err != nil {
-		why = err.Error()
+		why, kind = err.Error(), standbyKindConntrackUnreadable
 	} else if !active {
-		why = "conntrack does not run in the node's network namespace (no rule uses it): every packet would fall back to the kernel path"
+		why, kind = "conntrack does not run in the node's network namespace (no rule uses it): every packet would fall back to the kernel path", standbyKindConntrackInactive
 	}
 	next := conntrackProbeOff
 	if why == "" {
@@ -80,7 +81,7 @@ func (b *Node) conntrackBlocker() string {
 		} else {
 			slog.Info("bypass: conntrack runs: attaching")
 		}
-		b.standby = why
+		b.standby, b.standbyKind = why, kind
 		b.report()
 	}
 	return why
@@ -471,13 +472,6 @@ func (b *Node) BypassCounters() (map[string]uint64, error) {
 	return b.bp.Counters()
 }
 
-// BypassIdle implements metrics.BypassSource.
-func (b *Node) BypassIdle() map[string]string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return maps.Clone(b.idle)
-}
-
 // BypassIdleKinds implements metrics.BypassSource.
 func (b *Node) BypassIdleKinds() map[string]string {
 	b.mu.Lock()
@@ -485,11 +479,11 @@ func (b *Node) BypassIdleKinds() map[string]string {
 	return maps.Clone(b.idleKinds)
 }
 
-// BypassStandby implements metrics.BypassSource.
-func (b *Node) BypassStandby() string {
+// BypassStandbyKind implements metrics.BypassSource.
+func (b *Node) BypassStandbyKind() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.standby
+	return b.standbyKind
 }
 
 // BypassState implements metrics.BypassSource.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 
 	"github.com/spf13/pflag"
+
+	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
 // Options is how the bypass is asked for (`eztunnel run --bypass`, the
@@ -21,8 +23,10 @@ type Options struct {
 	// run the bypass is an error; without it the agent runs without the
 	// bypass and says why.
 	Required bool
-	// Off says why it does not run ("" while On).
-	Off string
+	// Off says why it does not run ("" while On); OffCode is its kind,
+	// the metrics' reason.
+	Off     string
+	OffCode parts.Code
 	// NoUDP leaves UDP on the kernel path (--bypass-udp=false): the
 	// bypass takes established TCP only.
 	NoUDP bool
@@ -77,7 +81,7 @@ func (o *Options) Parse(*pflag.FlagSet) error {
 	o.On, o.Required = o.mode != modeOff, o.mode == modeOn
 	o.NoUDP, o.NoIPv6 = !o.udp, !o.ipv6
 	if !o.On {
-		o.Off = "off (--bypass=off)"
+		o.Off, o.OffCode = "off (--bypass=off)", parts.CodeDisabledByFlag
 	}
 	return nil
 }
@@ -95,14 +99,14 @@ func (o *Options) CheckNode() error {
 			return fmt.Errorf("--bypass: %w", err)
 		}
 		slog.Warn("running without the bridge bypass (--bypass=auto: on where the node allows it; --bypass=off silences this)", "reason", err.Error())
-		o.On, o.Off = false, err.Error()
+		o.On, o.Off, o.OffCode = false, err.Error(), parts.CodeOf(err)
 	}
 	return nil
 }
 
 // Refused records that the kernel refused the bypass's programs at install
-// (why: the datapath's reason); the rest of the datapath runs.
-func (o *Options) Refused(why string) {
-	slog.Warn("running without the bridge bypass: this kernel refused it", "reason", why)
-	o.On, o.Off = false, why
+// (why and its code: the datapath's reason); the rest of the datapath runs.
+func (o *Options) Refused(code parts.Code, why string) {
+	slog.Warn("running without the bridge bypass: this kernel refused it", "reason", why, "code", code)
+	o.On, o.Off, o.OffCode = false, why, code
 }

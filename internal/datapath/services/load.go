@@ -244,7 +244,7 @@ func Probe() parts.Report {
 	if err != nil {
 		var rep parts.Report
 		for _, p := range []parts.Name{parts.ServicesLB, parts.NodePort, parts.SocketDestroy} {
-			rep.Off(p, err.Error())
+			rep.OffErr(p, err)
 		}
 		return rep
 	}

@@ -202,14 +202,15 @@ func programGroups(gauge bool) []bpfsys.Group {
 	}
 	kbp := bpfsys.Group{Part: parts.KernelBP, Via: "tcp_bpf makes a sender wait while the receiver holds more than its sk_rcvbuf (" + kernelBPFunc + ")"}
 	if err := KernelBackpressure(); err != nil {
-		kbp.Off = "a receiver that falls --max-unread behind moves its connection to the kernel path for good: " + err.Error()
+		kbp.Off = fmt.Errorf("a receiver that falls --max-unread behind moves its connection to the kernel path for good: %w", err)
 	}
 	adopt := bpfsys.Group{Part: parts.Adoption, Progs: []string{shortcutProgEzScAdoptScan, shortcutProgEzScAdoptStep}, Via: "iter/tcp per network namespace"}
 	// The programs load on older kernels, but there bpf_setsockopt refuses
 	// TCP_BPF_SOCK_OPS_CB_FLAGS (net/core/filter.c, sol_tcp_sockopt) at run
 	// time, so no tripwire could be armed.
 	if err := bpfsys.EnumValue("TCP_BPF_SOCK_OPS_CB_FLAGS")(); err != nil {
-		adopt = bpfsys.Group{Part: parts.Adoption, Off: "arming a connection needs bpf_setsockopt(TCP_BPF_SOCK_OPS_CB_FLAGS) from an iterator (Linux 6.10): " + err.Error()}
+		adopt = bpfsys.Group{Part: parts.Adoption, Off: parts.WithCode(parts.CodeKernelLacksFeature,
+			fmt.Errorf("arming a connection needs bpf_setsockopt(TCP_BPF_SOCK_OPS_CB_FLAGS) from an iterator (Linux 6.10): %w", err))}
 	}
 	return []bpfsys.Group{
 		{Part: parts.Shortcut, Required: true, Progs: []string{shortcutProgEzScSockops, shortcutProgEzScEgress, shortcutProgEzScMsg},
@@ -277,7 +278,7 @@ func KernelBackpressure() error {
 		return err
 	}
 	if err := bpfsys.KernelFunc(kernelBPFunc)(); err != nil {
-		return fmt.Errorf("the kernel does not make an sk_msg ingress redirect's sender wait (%w; kernel/patches adds it)", err)
+		return parts.WithCode(parts.CodeKernelLacksFeature, fmt.Errorf("the kernel does not make an sk_msg ingress redirect's sender wait (%w; kernel/patches adds it)", err))
 	}
 	return nil
 }
@@ -393,7 +394,7 @@ func Probe() parts.Report {
 	}
 	if err != nil {
 		for _, g := range programGroups(gauge) {
-			rep.Off(g.Part, "load maps: "+err.Error())
+			rep.OffErr(g.Part, fmt.Errorf("load maps: %w", err))
 		}
 		return rep
 	}
@@ -412,7 +413,7 @@ func Probe() parts.Report {
 	defer bpfsys.CloseAll(loaded)
 	for _, p := range required[1:] {
 		if !rep.Runs(p) && rep.Runs(parts.Shortcut) {
-			rep.Off(parts.Shortcut, fmt.Sprintf("needs %s: %s", p, reasonOf(rep, p)))
+			rep.Off(parts.Shortcut, parts.CodeNeedsPart, fmt.Sprintf("needs %s: %s", p, reasonOf(rep, p)))
 		}
 	}
 	return rep

@@ -33,7 +33,7 @@ func TestCheckRefused(t *testing.T) {
 	}
 	var rep parts.Report
 	rep.On(parts.ReadAccounting, "the gauge (ez_sc_recv: refused for a test)")
-	rep.Off(parts.CloseReset, "program ez_sc_close_reset: refused for a test")
+	rep.Off(parts.CloseReset, parts.CodeRefusedForTest, "program ez_sc_close_reset: refused for a test")
 	if err := rep.Write(path); err != nil {
 		t.Fatal(err)
 	}

@@ -21,11 +21,48 @@ app.kubernetes.io/name: {{ include "eztunnel.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The labels of every object: the chart's, then commonLabels. */}}
 {{- define "eztunnel.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ include "eztunnel.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- range $k, $v := .Values.commonLabels }}
+{{- if has $k (list "helm.sh/chart" "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/version" "app.kubernetes.io/managed-by") }}
+{{- fail (printf "commonLabels: %q is the chart's own label" $k) }}
+{{- end }}
+{{ $k }}: {{ $v | quote }}
+{{- end }}
+{{- end }}
+
+{{/* An object's annotations block: commonAnnotations and the object's own
+(dict "root" $ "own" <map>; its own win), or nothing when both are empty. */}}
+{{- define "eztunnel.annotations" -}}
+{{- $a := merge (dict) (.own | default dict) (.root.Values.commonAnnotations | default dict) }}
+{{- with $a -}}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* More labels of one object (a map), leaving out those commonLabels has. */}}
+{{- define "eztunnel.extraLabels" -}}
+{{- $out := dict }}
+{{- range $k, $v := .own }}
+{{- if not (hasKey ($.root.Values.commonLabels | default dict) $k) }}
+{{- $_ := set $out $k $v }}
+{{- end }}
+{{- end }}
+{{- with $out }}{{ toYaml . }}{{ end }}
+{{- end }}
+
+{{/* A probe's timing from its values, in Kubernetes' field order. */}}
+{{- define "eztunnel.probeTiming" -}}
+{{- range $f := list "initialDelaySeconds" "periodSeconds" "timeoutSeconds" "successThreshold" "failureThreshold" }}
+{{- if and (hasKey $ $f) (not (kindIs "invalid" (get $ $f))) }}
+{{ $f }}: {{ get $ $f | int64 }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- define "eztunnel.serviceAccountName" -}}
