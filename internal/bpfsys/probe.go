@@ -88,6 +88,12 @@ func Fexit(fn string) func() error { return tracingProbe(ebpf.AttachTraceFExit, 
 // Fentry is Fexit for an fentry program.
 func Fentry(fn string) func() error { return tracingProbe(ebpf.AttachTraceFEntry, "fentry", fn) }
 
+// MapElemIter reports, nil or why not, whether this process may load an
+// iterator over a map's elements of target's kind (bpf_sk_storage_map,
+// bpf_map_elem, sockmap): kernels of this project's own machine kind refuse
+// them with EPERM to any process but the global PID 1 (docs/kernels.md).
+func MapElemIter(target string) func() error { return tracingProbe(ebpf.AttachTraceIter, "iter", target) }
+
 func tracingProbe(at ebpf.AttachType, kind, fn string) func() error {
 	return func() error {
 		key := kind + "/" + fn

@@ -7,10 +7,11 @@ import (
 	"testing"
 )
 
-// struct ez_conn_record is 120 bytes in C: 5 u64, the 48-byte key, 4 u32, an s64, 2 u32.
+// struct ez_conn_record is 136 bytes in C: 5 u64, the 48-byte key, 4 u32,
+// an s64, 3 u32 (one padding), the cgroup id.
 func TestConnRecordSize(t *testing.T) {
-	if n := binary.Size(shortcutEzConnRecord{}); n != 120 {
-		t.Fatalf("ez_conn_record decodes %d bytes, want 120", n)
+	if n := binary.Size(shortcutEzConnRecord{}); n != 136 {
+		t.Fatalf("ez_conn_record decodes %d bytes, want 136", n)
 	}
 }
 

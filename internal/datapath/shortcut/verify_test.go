@@ -47,6 +47,11 @@ func TestShortcutVerifies(t *testing.T) {
 				t.Logf("%s not loaded: %v", shortcutProgEzScSpliceFe, err)
 				delete(spec.Programs, shortcutProgEzScSpliceFe)
 			}
+			// ez_sc_conns_all likewise: conn_record is verified through ez_sc_conns.
+			if err := bpfsys.MapElemIter("bpf_sk_storage_map")(); err != nil {
+				t.Logf("%s not loaded: %v", shortcutProgEzScConnsAll, err)
+				delete(spec.Programs, shortcutProgEzScConnsAll)
+			}
 			coll, err := ebpf.NewCollection(spec)
 			if err != nil {
 				var ve *ebpf.VerifierError
