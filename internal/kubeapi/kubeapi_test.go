@@ -115,8 +115,10 @@ func TestDecodesUpstreamJSON(t *testing.T) {
 			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, HealthCheckNodePort: 31000,
 			InternalTrafficPolicy: ptr.To(corev1.ServiceInternalTrafficPolicyLocal),
 			Selector:              map[string]string{"app": "web"},
+			ExternalIPs:           []string{"198.51.100.1"},
 		},
-		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}}},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{
+			{IP: "192.0.2.1"}, {IP: "192.0.2.2", IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}, {Hostname: "lb.example"}}}},
 	}
 	got := &Service{}
 	decode(t, svc, got)
@@ -129,7 +131,10 @@ func TestDecodesUpstreamJSON(t *testing.T) {
 			SessionAffinityConfig: &SessionAffinityConfig{ClientIP: &ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}},
 			ExternalTrafficPolicy: ServiceExternalTrafficPolicyLocal, HealthCheckNodePort: 31000,
 			InternalTrafficPolicy: ptr.To(ServiceInternalTrafficPolicyLocal),
+			ExternalIPs:           []string{"198.51.100.1"},
 		},
+		Status: ServiceStatus{LoadBalancer: LoadBalancerStatus{Ingress: []LoadBalancerIngress{
+			{IP: "192.0.2.1"}, {IP: "192.0.2.2", IPMode: ptr.To(LoadBalancerIPModeProxy)}, {}}}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Service:\n got %+v\nwant %+v", got, want)
