@@ -175,14 +175,8 @@ func ValidateConfig(cfg Config) error {
 		if len(cfg.Cgroups) > 0 {
 			return fmt.Errorf("--cgroup and --kubernetes exclude each other: in Kubernetes mode the pods' root cgroup is attached (--pods-cgroup)")
 		}
-		if err := k.Validate(); err != nil {
+		if err := k.check(); err != nil {
 			return err
-		}
-		if k.Drain < 0 {
-			return fmt.Errorf("--drain-timeout %s must not be negative", k.Drain)
-		}
-		if k.UninstallOnRemoval && (k.PodNamespace == "" || k.PodName == "") {
-			return errors.New("--uninstall-on-removal needs the agent's pod: set $POD_NAMESPACE and $POD_NAME (the chart does, from the downward API)")
 		}
 	}
 	for flag, addr := range map[string]string{"--metrics-addr": cfg.MetricsAddr, "--health-addr": cfg.HealthAddr} {
@@ -225,9 +219,6 @@ func check(cfg Config) (*agent, error) {
 	}
 	a := &agent{}
 	if cfg.Kubernetes != nil {
-		if len(cfg.Cgroups) > 0 {
-			return nil, fmt.Errorf("--cgroup and --kubernetes exclude each other: in Kubernetes mode the pods' root cgroup is attached (--pods-cgroup)")
-		}
 		var err error
 		if a.pods, err = newPodScope(*cfg.Kubernetes); err != nil {
 			return nil, err

@@ -36,14 +36,25 @@ type podScope struct {
 	pods []metrics.Pod // last applied selection, for the per-pod metrics
 }
 
-func newPodScope(kc KubeConfig) (*podScope, error) {
+// check validates kc without the cluster or the node.
+func (kc KubeConfig) check() error {
 	if err := kc.Validate(); err != nil {
-		return nil, err
+		return err
+	}
+	if kc.Drain < 0 {
+		return fmt.Errorf("--drain-timeout %s must not be negative", kc.Drain)
 	}
 	if kc.UninstallOnRemoval && (kc.PodNamespace == "" || kc.PodName == "") {
-		return nil, errors.New("--uninstall-on-removal needs the agent's pod: set $POD_NAMESPACE and $POD_NAME (the chart does, from the downward API)")
+		return errors.New("--uninstall-on-removal needs the agent's pod: set $POD_NAMESPACE and $POD_NAME (the chart does, from the downward API)")
 	}
-	if kc.Drain <= 0 {
+	return nil
+}
+
+func newPodScope(kc KubeConfig) (*podScope, error) {
+	if err := kc.check(); err != nil {
+		return nil, err
+	}
+	if kc.Drain == 0 {
 		kc.Drain = 30 * time.Second
 	}
 	w, err := kube.NewPodWatch(kc.Config) // the API's configuration, the pods' cgroups
