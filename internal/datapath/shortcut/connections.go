@@ -92,33 +92,39 @@ func List(dir string) (Listing, error) {
 		return Listing{}, fmt.Errorf("open pinned map ez_sc_unreads: %w", err)
 	}
 	defer unreads.Close()
-	l, allErr := listAll(socks, unreads)
-	if allErr == nil {
-		return l, nil
+	spec, err := loadShortcut() // parsed once for either iterator
+	if err != nil {
+		return Listing{}, fmt.Errorf("datapath: parse embedded object: %w", err)
 	}
-	l, err = listPerNetns(socks, unreads)
-	l.Via = fmt.Sprintf("%s (%s: %v)", connsPerNetnsVia, shortcutProgEzScConnsAll, allErr)
+	ls := lister{spec: spec, socks: socks, unreads: unreads}
+	l, allErr := ls.all()
+	if allErr != nil {
+		l, err = ls.perNetns()
+		l.Via = fmt.Sprintf("%s (%s: %v)", connsPerNetnsVia, shortcutProgEzScConnsAll, allErr)
+	}
 	sortConnections(l.Conns)
 	return l, err
 }
 
-// listingProgram loads one listing iterator against the pinned maps.
-func listingProgram(name string, socks, unreads *ebpf.Map) (*ebpf.Program, error) {
+// lister loads the listing iterators against the pinned maps they read.
+type lister struct {
+	spec           *ebpf.CollectionSpec
+	socks, unreads *ebpf.Map
+}
+
+// program loads one listing iterator.
+func (ls lister) program(name string) (*ebpf.Program, error) {
 	if err := bpfsys.TestRefusal(name); err != nil {
 		return nil, err
 	}
-	spec, err := loadShortcut()
-	if err != nil {
-		return nil, fmt.Errorf("datapath: parse embedded object: %w", err)
-	}
 	// Only the iterator is loaded, against the pinned maps it reads.
 	// The one program under a fixed name, so one struct takes either.
-	coll := *spec
-	coll.Programs = map[string]*ebpf.ProgramSpec{"prog": spec.Programs[name]}
+	coll := *ls.spec
+	coll.Programs = map[string]*ebpf.ProgramSpec{"prog": ls.spec.Programs[name]}
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"prog"`
 	}
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{shortcutMapEzScSocks: socks, shortcutMapEzScUnreads: unreads}}
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{shortcutMapEzScSocks: ls.socks, shortcutMapEzScUnreads: ls.unreads}}
 	if err := coll.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -129,14 +135,14 @@ func listingProgram(name string, socks, unreads *ebpf.Map) (*ebpf.Program, error
 	return objs.Prog, nil
 }
 
-// listAll runs ez_sc_conns_all once: every namespace, no setns.
-func listAll(socks, unreads *ebpf.Map) (Listing, error) {
-	prog, err := listingProgram(shortcutProgEzScConnsAll, socks, unreads)
+// all runs ez_sc_conns_all once: every namespace, no setns.
+func (ls lister) all() (Listing, error) {
+	prog, err := ls.program(shortcutProgEzScConnsAll)
 	if err != nil {
 		return Listing{}, err
 	}
 	defer prog.Close()
-	it, err := link.AttachIter(link.IterOptions{Program: prog, Map: socks})
+	it, err := link.AttachIter(link.IterOptions{Program: prog, Map: ls.socks})
 	if err != nil {
 		return Listing{}, fmt.Errorf("attach the connection listing to ez_sc_socks: %w", err)
 	}
@@ -150,14 +156,13 @@ func listAll(socks, unreads *ebpf.Map) (Listing, error) {
 	if err != nil {
 		return Listing{}, err
 	}
-	sortConnections(conns)
 	return Listing{Conns: conns, Via: connsAllVia}, nil
 }
 
-// listPerNetns runs ez_sc_conns in every network namespace it can enter.
-func listPerNetns(socks, unreads *ebpf.Map) (Listing, error) {
+// perNetns runs ez_sc_conns in every network namespace it can enter.
+func (ls lister) perNetns() (Listing, error) {
 	var l Listing
-	prog, err := listingProgram(shortcutProgEzScConns, socks, unreads)
+	prog, err := ls.program(shortcutProgEzScConns)
 	if err != nil {
 		return l, err
 	}
