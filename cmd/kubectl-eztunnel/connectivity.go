@@ -53,8 +53,9 @@ type connCase struct {
 }
 
 type connectivityOptions struct {
-	kubeconfig, namespace, selector, output string
-	timeout                                 time.Duration
+	agents
+	output  string
+	timeout time.Duration
 }
 
 func connectivityCmd() *cobra.Command {
@@ -84,9 +85,7 @@ func connectivityCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "the kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
-	f.StringVarP(&o.namespace, "namespace", "n", "kube-system", "the agents' namespace (the chart's release namespace)")
-	f.StringVarP(&o.selector, "selector", "l", "app.kubernetes.io/name=eztunnel", "the agent pods' labels")
+	o.agents.register(f)
 	f.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long the test pods may take to start and finish")
 	cli.OutputFlag(cmd, &o.output)
 	return cmd
@@ -98,7 +97,7 @@ func (o connectivityOptions) run(ctx context.Context, log io.Writer) (rep *conne
 	if err != nil {
 		return nil, err
 	}
-	image, nodes, err := agentImageAndNodes(ctx, kc, o.namespace, o.selector)
+	image, nodes, err := o.imageAndNodes(ctx, kc)
 	if err != nil {
 		return nil, err
 	}
@@ -138,16 +137,16 @@ func (o connectivityOptions) run(ctx context.Context, log io.Writer) (rep *conne
 	return rep, nil
 }
 
-// agentImageAndNodes reads the agent pods: their image, and the nodes
-// where one runs (sorted).
-func agentImageAndNodes(ctx context.Context, kc kubernetes.Interface, ns, selector string) (string, []string, error) {
-	pods, err := kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+// imageAndNodes reads the agent pods: their image, and the nodes where
+// one runs (sorted).
+func (a agents) imageAndNodes(ctx context.Context, kc kubernetes.Interface) (string, []string, error) {
+	pods, err := a.list(ctx, kc)
 	if err != nil {
-		return "", nil, fmt.Errorf("list the agent pods (-n %s -l %s): %w", ns, selector, err)
+		return "", nil, err
 	}
 	image := ""
 	var nodes []string
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 {
 			continue
 		}
@@ -155,7 +154,7 @@ func agentImageAndNodes(ctx context.Context, kc kubernetes.Interface, ns, select
 		nodes = append(nodes, p.Spec.NodeName)
 	}
 	if len(nodes) == 0 {
-		return "", nil, fmt.Errorf("no running agent pods in namespace %s with labels %s: is the chart installed there?", ns, selector)
+		return "", nil, fmt.Errorf("no running agent pods in namespace %s with labels %s: is the chart installed there?", a.namespace, a.selector)
 	}
 	slices.Sort(nodes)
 	return image, nodes, nil

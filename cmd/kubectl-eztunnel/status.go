@@ -16,7 +16,6 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -53,8 +52,9 @@ type totals struct {
 }
 
 type statusOptions struct {
-	kubeconfig, namespace, selector, container, output string
-	timeout                                            time.Duration
+	agents
+	container, output string
+	timeout           time.Duration
 }
 
 func statusCmd() *cobra.Command {
@@ -81,9 +81,7 @@ func statusCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "the kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
-	f.StringVarP(&o.namespace, "namespace", "n", "kube-system", "the agents' namespace (the chart's release namespace)")
-	f.StringVarP(&o.selector, "selector", "l", "app.kubernetes.io/name=eztunnel", "the agent pods' labels")
+	o.agents.register(f)
 	f.StringVarP(&o.container, "container", "c", "agent", "the agent's container")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long each pod may take to answer")
 	cli.OutputFlag(cmd, &o.output)
@@ -96,17 +94,14 @@ func (o statusOptions) collect(ctx context.Context) (clusterStatus, error) {
 	if err != nil {
 		return clusterStatus{}, err
 	}
-	pods, err := kc.CoreV1().Pods(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: o.selector})
+	pods, err := o.list(ctx, kc)
 	if err != nil {
-		return clusterStatus{}, fmt.Errorf("list the agent pods (-n %s -l %s): %w", o.namespace, o.selector, err)
+		return clusterStatus{}, err
 	}
-	if len(pods.Items) == 0 {
-		return clusterStatus{}, fmt.Errorf("no agent pods in namespace %s with labels %s: is the chart installed there?", o.namespace, o.selector)
-	}
-	out := make([]nodeStatus, len(pods.Items))
+	out := make([]nodeStatus, len(pods))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
-	for i, p := range pods.Items {
+	for i, p := range pods {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
