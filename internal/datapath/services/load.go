@@ -77,6 +77,10 @@ type Target struct {
 	// namespace) keeps its backend while it comes back within it (whole
 	// seconds, rounded up); 0: a random backend per socket.
 	Affinity time.Duration
+	// External: the frontend is a Service's ExternalIP or load-balancer IP,
+	// addresses a namespace's owner chooses; a ClusterIP at the same
+	// address takes the frontend over (svcsync.Table). Not written.
+	External bool
 }
 
 // MaxAffinity is the longest Affinity (as the Kubernetes API allows).

@@ -112,7 +112,7 @@ func serviceEntries(svc *kubeapi.Service, slices []*kubeapi.EndpointSlice, fam F
 			if internalLocal && !external {
 				chosen = local
 			}
-			e[f] = lb.Target{Backends: chosen, Listed: others(eps, chosen), Affinity: affinity}
+			e[f] = lb.Target{Backends: chosen, Listed: others(eps, chosen), Affinity: affinity, External: external}
 			if p.NodePort > 0 && p.NodePort <= 65535 && hasNodePorts && !external {
 				np := lb.Frontend{Addr: netip.IPv4Unspecified(), Port: uint16(p.NodePort), Proto: proto, NodePort: true}
 				if vip.Is6() {

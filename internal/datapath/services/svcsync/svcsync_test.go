@@ -138,15 +138,21 @@ services:
 type countingLB struct {
 	*lb.LB
 	sets, deletes int
+	last          map[lb.Frontend]lb.Target // what each frontend was last written with
 }
 
 func (c *countingLB) SetFrontend(f lb.Frontend, tg lb.Target) error {
 	c.sets++
+	if c.last == nil {
+		c.last = map[lb.Frontend]lb.Target{}
+	}
+	c.last[f] = tg
 	return c.LB.SetFrontend(f, tg)
 }
 
 func (c *countingLB) DeleteFrontend(f lb.Frontend) error {
 	c.deletes++
+	delete(c.last, f)
 	return c.LB.DeleteFrontend(f)
 }
 
@@ -280,5 +286,55 @@ func TestServiceEntriesExternal(t *testing.T) {
 	s.Spec.Type = kubeapi.ServiceTypeClusterIP // load-balancer IPs only with type LoadBalancer
 	if e, _ := serviceEntries(s, []*kubeapi.EndpointSlice{sl}, Families{IPv4: true}, Topology{Name: "n1"}); len(e) != 2 {
 		t.Errorf("ClusterIP with ExternalIPs and a stale status: %v", e)
+	}
+}
+
+// TestExternalIPCannotTakeAClusterIP plays a tenant who owns a namespace and
+// creates a Service whose ExternalIP is another Service's ClusterIP (the
+// cluster DNS's, say), applied first (the agent's first sync walks its
+// cache in any order): the ClusterIP's Service still gets its frontend, the
+// tenant's ExternalIP is skipped as a conflict, whichever comes first, and
+// a later Apply of the tenant's Service does not take it back.
+func TestExternalIPCannotTakeAClusterIP(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the load balancer's maps need root: run go test as root")
+	}
+	l, err := lb.Load(lb.Config{MaxFrontends: 64, MaxBackends: 64, MaxSlots: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dns := svc("kube-dns", []string{"10.96.0.10"}, kubeapi.ServicePort{Name: "dns", Port: 53, Protocol: kubeapi.ProtocolTCP})
+	dnsSl := slice("kube-dns", kubeapi.AddressTypeIPv4, "dns", 53, ep{addr: "10.0.0.53"})
+	evil := svc("evil", []string{"10.96.0.99"}, kubeapi.ServicePort{Name: "dns", Port: 53, Protocol: kubeapi.ProtocolTCP})
+	evil.Spec.ExternalIPs = []string{"10.96.0.10"}
+	evilSl := slice("evil", kubeapi.AddressTypeIPv4, "dns", 53, ep{addr: "10.0.0.66"})
+	f := lb.Frontend{Addr: netip.MustParseAddr("10.96.0.10"), Port: 53, Proto: lb.TCP}
+	fam := Families{IPv4: true}
+	for _, evilFirst := range []bool{true, false} {
+		w := &countingLB{LB: l}
+		tb := NewTable(w, nil, nil)
+		de, _ := serviceEntries(dns, []*kubeapi.EndpointSlice{dnsSl}, fam, Topology{})
+		ee, es := serviceEntries(evil, []*kubeapi.EndpointSlice{evilSl}, fam, Topology{})
+		if evilFirst {
+			tb.Apply("ns/evil", ee, es, time.Now())
+			tb.Apply("ns/kube-dns", de, nil, time.Now())
+		} else {
+			tb.Apply("ns/kube-dns", de, nil, time.Now())
+			tb.Apply("ns/evil", ee, es, time.Now())
+		}
+		tb.Apply("ns/evil", ee, es, time.Now()) // and once more
+		if got := tb.Frontends("ns/kube-dns")[f].Backends; !slices.Equal(got, aps("10.0.0.53:53")) {
+			t.Errorf("tenant first %v: kube-dns's ClusterIP frontend has %v, want its own backend", evilFirst, got)
+		}
+		if _, ok := tb.Frontends("ns/evil")[f]; ok {
+			t.Errorf("tenant first %v: the tenant's Service holds %s", evilFirst, f)
+		}
+		if got := w.last[f].Backends; !slices.Equal(sortedBackends(got), aps("10.0.0.53:53")) {
+			t.Errorf("tenant first %v: the written frontend %s translates to %v", evilFirst, f, got)
+		}
+		for _, n := range tb.Names() {
+			tb.Apply(n, nil, nil, time.Now())
+		}
 	}
 }

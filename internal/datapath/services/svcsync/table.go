@@ -95,13 +95,20 @@ func (t *Table) Apply(name string, e Entries, skipped []string, since time.Time)
 		wrote = true
 	}
 	for _, f := range slices.SortedFunc(maps.Keys(e), cmpFrontend) {
-		tg := lb.Target{Backends: sortedBackends(e[f].Backends), Listed: e[f].Listed, Affinity: e[f].Affinity, KeepSource: e[f].KeepSource}
+		tg := lb.Target{Backends: sortedBackends(e[f].Backends), Listed: e[f].Listed, Affinity: e[f].Affinity, KeepSource: e[f].KeepSource, External: e[f].External}
 		if o, ok := t.owner[f]; ok && o != name {
-			skipped = append(skipped, SkipConflict)
-			t.log.Warn("services: frontend already written for another Service; skipped", "service", name, "frontend", f.String(), "owner", o)
-			continue
+			// A ClusterIP takes its address from another Service's
+			// ExternalIP or load-balancer IP, whichever was applied first:
+			// else a tenant's Service naming the cluster DNS's ClusterIP as
+			// its ExternalIP would take its traffic after a restart.
+			if tg.External || !t.applied[o][f].External {
+				skipped = append(skipped, SkipConflict)
+				t.log.Warn("services: frontend already written for another Service; skipped", "service", name, "frontend", f.String(), "owner", o)
+				continue
+			}
+			t.yield(o, f, name)
 		}
-		if prev, ok := old[f]; ok && slices.Equal(prev.Backends, tg.Backends) && prev.Affinity == tg.Affinity && prev.KeepSource == tg.KeepSource {
+		if prev, ok := old[f]; ok && slices.Equal(prev.Backends, tg.Backends) && prev.Affinity == tg.Affinity && prev.KeepSource == tg.KeepSource && prev.External == tg.External {
 			next[f] = prev
 			continue
 		}
@@ -145,6 +152,21 @@ func (t *Table) Skipped() map[string]int {
 }
 
 // count adds (sign 1) or removes (-1) one Service's part of the totals.
+// yield takes frontend f from Service o's applied entries, counted as
+// skipped for o (a conflict), for Service by; the caller writes f over.
+func (t *Table) yield(o string, f lb.Frontend, by string) {
+	oe := t.applied[o]
+	t.count(oe, t.skipped[o], -1)
+	delete(oe, f)
+	t.skipped[o] = append(t.skipped[o], SkipConflict)
+	if len(oe) == 0 {
+		delete(t.applied, o)
+	}
+	t.count(oe, t.skipped[o], 1)
+	delete(t.owner, f)
+	t.log.Warn("services: an ExternalIP or load-balancer IP gives way to a ClusterIP at its address", "service", o, "frontend", f.String(), "to", by)
+}
+
 func (t *Table) count(e Entries, skipped []string, sign int) {
 	for _, tg := range e {
 		t.frontends += sign
