@@ -92,7 +92,9 @@ func Fentry(fn string) func() error { return tracingProbe(ebpf.AttachTraceFEntry
 // iterator over a map's elements of target's kind (bpf_sk_storage_map,
 // bpf_map_elem, sockmap): kernels of this project's own machine kind refuse
 // them with EPERM to any process but the global PID 1 (docs/kernels.md).
-func MapElemIter(target string) func() error { return tracingProbe(ebpf.AttachTraceIter, "iter", target) }
+func MapElemIter(target string) func() error {
+	return tracingProbe(ebpf.AttachTraceIter, "iter", target)
+}
 
 func tracingProbe(at ebpf.AttachType, kind, fn string) func() error {
 	return func() error {
