@@ -93,8 +93,7 @@ func TestDocLinks(t *testing.T) {
 // pendingPages are pages written on another branch that links here may
 // name before it is merged; once the page exists its links are checked as
 // any other. Remove an entry when its page has landed.
-var pendingPages = map[string]string{
-}
+var pendingPages = map[string]string{}
 
 type docLink struct {
 	line   int
