@@ -262,6 +262,7 @@ static __always_inline void adopt_cleanup(struct tcp_sock *tp, struct ez_sock *e
 {
 	int flags = tp->bpf_sock_ops_cb_flags & ~EZ_ADOPT_CB_FLAGS;
 
+	index_del(es->self_cookie);
 	adopt_unlink(es);
 	bpf_setsockopt(tp, EZ_SOL_TCP, EZ_TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags));
 }
@@ -340,6 +341,7 @@ static __always_inline void adopt_insert(struct tcp_sock *tp, struct ez_sock *es
 		goto cleanup;
 	}
 	es->state = EZ_SOCK_ADOPT_IN;
+	index_add(tp, es, cookie, a->cookie[role ^ 1], EZ_F_ADOPTED);
 	/* The insert swapped sk_prot. A thread that loaded the old one before
 	 * (in inet_recvmsg/inet_sendmsg) now sleeps or waits for our lock. */
 	if (adopt_sleepers(sk)) {

@@ -210,6 +210,16 @@ struct {
  * carry, as ez_sc_nat's link sees only its hooks. */
 volatile const __u64 ez_cfg_nat_netns = 0;
 
+/* Enrolled ends by cookie, for the connection listing (shortcut/index.h).
+ * Sized to the sockhash by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows use, not the bound */
+	__uint(max_entries, 131072);
+	__type(key, __u64);	/* socket cookie */
+	__type(value, struct ez_conn_index);
+} ez_sc_index SEC(".maps");
+
 /* Paired sockets by cookie: how each reads. LRU: an evicted entry makes its
  * peer's next message take the kernel path (no entry: not a reader) until
  * the socket reads again; the datapath deletes an end's entry at TCP_CLOSE. */
@@ -245,6 +255,7 @@ volatile __u32 ez_adopt_finish = 0;
 
 /* Helpers (headers): they use the maps above. */
 #include "shortcut/control.h"
+#include "shortcut/index.h"
 #include "shortcut/egress.h"
 #include "shortcut/nat.h"
 #include "shortcut/unread.h"

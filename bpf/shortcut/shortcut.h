@@ -229,6 +229,24 @@ struct ez_cidr_key {
 };
 
 /*
+ * The connection index (shortcut/index.h): HASH ez_sc_index, socket cookie ->
+ * struct ez_conn_index, what the listing needs of an enrolled end that
+ * userspace can read with plain map lookups (no map-element iterator, no
+ * setns). Written when an end enters the sockhash, deleted at its TCP_CLOSE
+ * or when it settles on the kernel path; an end is listed only while its
+ * connection's ez_sc_unreads record exists (both ends paired, not closed).
+ */
+struct ez_conn_index {
+	__u64 peer_cookie;	/* the other end's cookie (0: a client before it settled; its server's entry names it) */
+	__u64 netns_cookie;	/* cookie of the socket's network namespace */
+	__u64 cgroup_id;	/* the socket's cgroup v2 id (its pod's cgroup) */
+	__u64 created_ns;	/* when written (CLOCK_MONOTONIC): the agent prunes entries never paired */
+	struct ez_conn_key key;	/* client and server ip:port (client's side, after NAT) */
+	__u32 netns_ino;	/* inode of the network namespace */
+	__u32 flags;		/* enum ez_sock_flags: EZ_F_CLIENT or EZ_F_SERVER, and EZ_F_ADOPTED */
+};
+
+/*
  * One accelerated socket as the connections iterator (shortcut/iter.h) emits
  * it with bpf_seq_write: fixed width, read back record by record by the agent.
  */

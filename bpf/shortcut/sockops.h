@@ -193,6 +193,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 	p->client_rx_bound = sock_rx_bound(sk);
 	if (__sync_val_compare_and_swap(&p->state, EZ_PAIR_CLAIMING, EZ_PAIR_CLIENT) != EZ_PAIR_CLAIMING)
 		goto ambiguous;
+	index_add_sk(sk, es, cookie, 0); /* the server's entry names its peer */
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | EZ_ENROLLED_CB_FLAGS);
 	count(EZ_C_SOCKETS_ENROLLED);
 	scope_count(scope);
@@ -322,6 +323,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		return;
 	}
 	ses->flags |= EZ_F_UNREAD_REF;
+	index_add_sk(sk, ses, cookie, ccookie);
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | EZ_ENROLLED_CB_FLAGS);
 	/* The record stays until the client reads the outcome. */
 	count(EZ_C_SOCKETS_ENROLLED);
@@ -477,6 +479,9 @@ static __always_inline void on_state_change(struct bpf_sock_ops *skops)
 		bpf_map_delete_elem(&ez_sc_rx_socks, &es->self_cookie);
 		bpf_map_delete_elem(&ez_sc_rx, &es->self_cookie);
 	}
+	/* Closed, or settled on the kernel path: out of the listing. */
+	if (es)
+		index_del(es->self_cookie);
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~EZ_ENROLLED_CB_FLAGS);
 }
 

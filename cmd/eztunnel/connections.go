@@ -33,7 +33,7 @@ func connectionsCmd() *cobra.Command {
 				return err
 			}
 			if l.Unlisted > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "eztunnel: %d network namespaces could not be entered; their connections are not listed (%s)\n", l.Unlisted, l.UnlistedWhy)
+				fmt.Fprintf(cmd.ErrOrStderr(), "eztunnel: %d network namespaces could not be entered (%s); their connections come from the connection index, without tx counters (%d ends)\n", l.Unlisted, l.UnlistedWhy, l.Indexed)
 			}
 			conns := l.Conns
 			if conns == nil {
@@ -77,8 +77,14 @@ func printConnections(out io.Writer, conns []datapath.Connection) {
 		case c.Adopted:
 			path = "shortcut (adopted)"
 		}
-		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n",
-			c.Cookie, c.PeerCookie, c.Role, cmp.Or(c.Pod, "-"), c.Client, c.Server, c.NetnsCookie, c.NetnsInode, c.TxMsgs, c.TxBytes, c.RxUnread, c.RxBound, path)
+		// From the connection index (a namespace the listing could not
+		// enter): no tx counters.
+		txMsgs, txBytes := fmt.Sprint(c.TxMsgs), fmt.Sprint(c.TxBytes)
+		if c.Indexed {
+			txMsgs, txBytes = "-", "-"
+		}
+		fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n",
+			c.Cookie, c.PeerCookie, c.Role, cmp.Or(c.Pod, "-"), c.Client, c.Server, c.NetnsCookie, c.NetnsInode, txMsgs, txBytes, c.RxUnread, c.RxBound, path)
 	}
 	w.Flush()
 }

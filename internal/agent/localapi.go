@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/agentapi"
+	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
@@ -37,6 +38,11 @@ func (a *agent) apiStatus(started time.Time) agentapi.Status {
 	return st
 }
 
+// podCgroupDepth is how far below a pod's cgroup its sockets' cgroups are
+// looked for (containers, and runtimes that nest a level), as the
+// datapath's scope looks up (bpf/shortcut/scope.h EZ_SCOPE_DEPTH).
+const podCgroupDepth = 3
+
 // connections lists the datapath's connections, each end named by its
 // socket's cgroup where that is a selected pod's (proven by the kernel's
 // socket, not inferred from an address).
@@ -50,7 +56,12 @@ func (a *agent) connections() (datapath.Listing, error) {
 	}
 	names := map[uint64]string{}
 	for _, p := range a.pods.Pods() {
-		names[p.CgroupID] = fmt.Sprintf("%s/%s", p.Namespace, p.Name)
+		name := fmt.Sprintf("%s/%s", p.Namespace, p.Name)
+		names[p.CgroupID] = name
+		// Sockets live in the containers' cgroups, below the pod's.
+		for _, id := range cgroupv2.Descendants(p.CgroupPath, podCgroupDepth) {
+			names[id] = name
+		}
 	}
 	for i := range l.Conns {
 		l.Conns[i].Pod = names[l.Conns[i].CgroupID]

@@ -99,7 +99,7 @@ func (p *podScope) start(ctx context.Context, dp *datapath.Datapath) (kubeEvents
 		pods := make([]metrics.Pod, 0, len(targets))
 		for _, t := range targets {
 			ids = append(ids, t.CgroupID)
-			pods = append(pods, metrics.Pod{Namespace: t.Namespace, Name: t.Name, CgroupID: t.CgroupID})
+			pods = append(pods, metrics.Pod{Namespace: t.Namespace, Name: t.Name, CgroupID: t.CgroupID, CgroupPath: t.CgroupPath})
 		}
 		added, removed, err := dp.SetScope(ids)
 		if err != nil {

@@ -91,3 +91,28 @@ func ID(path string) (uint64, error) {
 	}
 	return st.Ino, nil
 }
+
+// Descendants returns the IDs of the cgroups below path, at most depth
+// levels down (a pod's containers). A cgroup that goes while it is walked
+// is left out; an unreadable path gives none.
+func Descendants(path string, depth int) []uint64 {
+	if path == "" || depth <= 0 {
+		return nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil
+	}
+	var ids []uint64
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		sub := path + "/" + e.Name()
+		if id, err := ID(sub); err == nil {
+			ids = append(ids, id)
+			ids = append(ids, Descendants(sub, depth-1)...)
+		}
+	}
+	return ids
+}

@@ -10,6 +10,7 @@ import (
 type Pod struct {
 	Namespace, Name string
 	CgroupID        uint64
+	CgroupPath      string // its pod-level cgroup v2 directory (containers are below it)
 }
 
 // PodSource lists the selected pods and reads the datapath's per-cgroup counts.

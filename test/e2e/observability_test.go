@@ -180,19 +180,30 @@ func TestObservability(t *testing.T) {
 		if err != nil || !strings.Contains(table, "COOKIE") || !strings.Contains(table, strconv.FormatUint(c.Cookie, 10)) {
 			t.Errorf("table output (err %v):\n%s", err, table)
 		}
-		// The same ends read from the pins by the command itself, and by
-		// the per-namespace iterator, which runs where a kernel refuses
-		// map-element iterators to this process.
+		// The same ends read from the pins by the command itself; by the
+		// per-namespace iterator, which runs where a kernel refuses
+		// map-element iterators to this process; and, where that iterator
+		// cannot enter the pods' namespaces either (no CAP_SYS_ADMIN, as
+		// in a pod with the chart's capabilities), from the connection
+		// index, without tx counters.
+		refuseAll := []string{bpfsys.TestRefuseEnv + "=ez_sc_conns_all"}
 		for _, how := range []struct {
-			env  []string
-			args []string
+			env     []string
+			wrap    []string
+			indexed bool
 		}{
-			{nil, []string{"--from-pins"}},
-			{[]string{bpfsys.TestRefuseEnv + "=ez_sc_conns_all"}, []string{"--from-pins"}},
+			{nil, nil, false},
+			{refuseAll, nil, false},
+			{refuseAll, []string{"setpriv", "--bounding-set", "-sys_admin", "--"}, true},
 		} {
-			dc, ds := connectionOnWith(t, pin, 7001, how.env, how.args...)
-			if dc.Cookie != c.Cookie || ds.Cookie != s.Cookie || dc.CgroupID != c.CgroupID || ds.CgroupID != s.CgroupID {
-				t.Errorf("%v %v: client %+v server %+v, the agent listed client %+v server %+v", how.env, how.args, dc, ds, c, s)
+			dc, ds := connectionOnWith(t, pin, 7001, how.env, how.wrap, "--from-pins")
+			if dc.Cookie != c.Cookie || ds.Cookie != s.Cookie || dc.PeerCookie != s.Cookie || ds.PeerCookie != c.Cookie ||
+				dc.CgroupID != c.CgroupID || ds.CgroupID != s.CgroupID || dc.NetnsInode != c.NetnsInode || ds.NetnsInode != s.NetnsInode ||
+				dc.Client != c.Client || ds.Server != s.Server || dc.RxBound != c.RxBound || ds.RxBound != s.RxBound {
+				t.Errorf("%v %v: client %+v server %+v, the agent listed client %+v server %+v", how.env, how.wrap, dc, ds, c, s)
+			}
+			if dc.Indexed != how.indexed || ds.Indexed != how.indexed || how.indexed && (dc.TxBytes != 0 || ds.TxBytes != 0) {
+				t.Errorf("%v %v: indexed %v/%v (tx %d/%d), want %v", how.env, how.wrap, dc.Indexed, ds.Indexed, dc.TxBytes, ds.TxBytes, how.indexed)
 			}
 		}
 	})
@@ -361,14 +372,16 @@ func binVersion(t *testing.T) string {
 // connection to server port port, as `connections -o json` lists them.
 func connectionOn(t *testing.T, pin string, port uint16) (client, server datapath.Connection) {
 	t.Helper()
-	return connectionOnWith(t, pin, port, nil)
+	return connectionOnWith(t, pin, port, nil, nil)
 }
 
-// connectionOnWith is connectionOn with env added to the command's and
-// args added to its command line.
-func connectionOnWith(t *testing.T, pin string, port uint16, env []string, args ...string) (client, server datapath.Connection) {
+// connectionOnWith is connectionOn with env added to the command's, the
+// command run by wrap (a command line ending before the program) and args
+// added to its command line.
+func connectionOnWith(t *testing.T, pin string, port uint16, env, wrap []string, args ...string) (client, server datapath.Connection) {
 	t.Helper()
-	cmd := sysexec.Command(context.Background(), bin, append([]string{"connections", "-o", "json", "--pin-path", pin}, args...)...)
+	argv := append(append(wrap, bin, "connections", "-o", "json", "--pin-path", pin), args...)
+	cmd := sysexec.Command(context.Background(), argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -378,7 +391,7 @@ func connectionOnWith(t *testing.T, pin string, port uint16, env []string, args 
 		t.Fatalf("connections: %v\n%s", err, out)
 	}
 	var conns []datapath.Connection
-	if err := json.Unmarshal([]byte(out), &conns); err != nil {
+	if err := json.Unmarshal(outb, &conns); err != nil {
 		t.Fatalf("connections json: %v\n%s", err, out)
 	}
 	for _, c := range conns {

@@ -46,6 +46,9 @@ type Connection struct {
 	// listing did not come from an agent or the cgroup is no selected pod's).
 	CgroupID uint64 `json:"cgroup_id"`
 	Pod      string `json:"pod,omitempty"`
+	// Indexed: listed from the connection index (ez_sc_index), not by an
+	// iterator: TxMsgs, TxBytes and Left are not known (zero).
+	Indexed bool `json:"indexed,omitempty"`
 }
 
 // Listing is a connection listing and how it was made.
@@ -58,11 +61,14 @@ type Listing struct {
 	// (iter/tcp only): their connections are missing. UnlistedWhy: the error.
 	Unlisted    int    `json:"unlisted_namespaces,omitempty"`
 	UnlistedWhy string `json:"unlisted_why,omitempty"`
+	// Indexed counts the ends only the connection index listed (in the
+	// namespaces iter/tcp could not enter): Connection.Indexed.
+	Indexed int `json:"indexed,omitempty"`
 }
 
 const (
 	connsAllVia      = "iter/bpf_sk_storage_map over ez_sc_socks (every network namespace at once)"
-	connsPerNetnsVia = "iter/tcp in each network namespace the reader can enter (setns: CAP_SYS_ADMIN; other pods' processes: hostPID)"
+	connsPerNetnsVia = "iter/tcp in each network namespace the reader can enter (setns: CAP_SYS_ADMIN; other pods' processes: hostPID), and ez_sc_index for the rest (no tx counters)"
 )
 
 // Connections lists the accelerated sockets of the datapath pinned under
@@ -77,7 +83,8 @@ func Connections(dir string) ([]Connection, error) {
 // works without a running agent: ez_sc_conns_all walks ez_sc_socks, every
 // namespace at once; where the kernel refuses map-element iterators to this
 // process, ez_sc_conns runs in every network namespace it can enter
-// (bpfsys.NetNamespaces).
+// (bpfsys.NetNamespaces), and the connection index (ez_sc_index, plain map
+// reads) adds the ends it did not see, without their tx counters.
 func List(dir string) (Listing, error) {
 	if !bpfsys.Exists(dir) {
 		return Listing{}, fmt.Errorf("%w at %s", ErrNotInstalled, dir)
@@ -92,14 +99,25 @@ func List(dir string) (Listing, error) {
 		return Listing{}, fmt.Errorf("open pinned map ez_sc_unreads: %w", err)
 	}
 	defer unreads.Close()
+	// Pinned by a build without the index: nil, iter/tcp alone.
+	index, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScIndex), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return Listing{}, fmt.Errorf("open pinned map ez_sc_index: %w", err)
+	}
+	if index != nil {
+		defer index.Close()
+	}
 	spec, err := loadShortcut() // parsed once for either iterator
 	if err != nil {
 		return Listing{}, fmt.Errorf("datapath: parse embedded object: %w", err)
 	}
-	ls := lister{spec: spec, socks: socks, unreads: unreads}
+	ls := lister{spec: spec, socks: socks, unreads: unreads, index: index}
 	l, allErr := ls.all()
 	if allErr != nil {
 		l, err = ls.perNetns()
+		if err == nil {
+			err = ls.fromIndex(&l)
+		}
 		l.Via = fmt.Sprintf("%s (%s: %v)", connsPerNetnsVia, shortcutProgEzScConnsAll, allErr)
 	}
 	sortConnections(l.Conns)
@@ -110,6 +128,7 @@ func List(dir string) (Listing, error) {
 type lister struct {
 	spec           *ebpf.CollectionSpec
 	socks, unreads *ebpf.Map
+	index          *ebpf.Map // nil: pinned without ez_sc_index
 }
 
 // program loads one listing iterator.
@@ -199,9 +218,83 @@ func (ls lister) perNetns() (Listing, error) {
 	}
 	if l.Unlisted > 0 {
 		// setns needs CAP_SYS_ADMIN (the chart's adoption.enabled grants it).
-		slog.Warn("connections: some network namespaces could not be entered; their connections are not listed", "namespaces", l.Unlisted, "err", l.UnlistedWhy)
+		slog.Debug("connections: some network namespaces could not be entered; the connection index lists theirs", "namespaces", l.Unlisted, "err", l.UnlistedWhy)
 	}
 	return l, nil
+}
+
+// fromIndex adds the ends of ez_sc_index that l does not list (iter/tcp
+// could not enter their namespace). An end is listed while its
+// connection's unread record exists: both ends paired, not both closed.
+func (ls lister) fromIndex(l *Listing) error {
+	if ls.index == nil {
+		return nil
+	}
+	seen := make(map[uint64]bool, len(l.Conns))
+	for _, c := range l.Conns {
+		seen[c.Cookie] = true
+	}
+	type entry struct {
+		cookie uint64
+		ix     shortcutEzConnIndex
+	}
+	var (
+		entries []entry
+		e       entry
+	)
+	serverOf := map[uint64]uint64{} // client cookie -> its server's
+	it := ls.index.Iterate()
+	for it.Next(&e.cookie, &e.ix) {
+		entries = append(entries, e)
+		if e.ix.Flags&uint32(shortcutEzSockFlagsEZ_F_SERVER) != 0 {
+			serverOf[e.ix.PeerCookie] = e.cookie
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("walk ez_sc_index: %w", err)
+	}
+	for _, e := range entries {
+		if seen[e.cookie] {
+			continue
+		}
+		seen[e.cookie] = true
+		c := indexedConnection(e.cookie, &e.ix)
+		c.PeerCookie = cmp.Or(c.PeerCookie, serverOf[c.Cookie])
+		ukey, rx := c.PeerCookie, 0 // the server receives direction 0
+		if c.Role == "client" {
+			ukey, rx = c.Cookie, 1
+		}
+		var u shortcutEzUnread
+		if err := ls.unreads.Lookup(&ukey, &u); errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue // not paired yet, or both ends closed
+		} else if err != nil {
+			return fmt.Errorf("read ez_sc_unreads: %w", err)
+		}
+		c.RxUnread, c.RxBound, c.Switched = u.Unread[rx], u.Bound[rx], u.Switched != 0
+		l.Conns = append(l.Conns, c)
+		l.Indexed++
+	}
+	return nil
+}
+
+// indexedConnection is an end as ez_sc_index holds it.
+func indexedConnection(cookie uint64, ix *shortcutEzConnIndex) Connection {
+	role := "server"
+	if ix.Flags&uint32(shortcutEzSockFlagsEZ_F_CLIENT) != 0 {
+		role = "client"
+	}
+	return Connection{
+		Cookie:      cookie,
+		PeerCookie:  ix.PeerCookie,
+		Role:        role,
+		Client:      netip.AddrPortFrom(netip.AddrFrom16(ix.Key.ClientIp).Unmap(), ix.Key.ClientPort),
+		Server:      netip.AddrPortFrom(netip.AddrFrom16(ix.Key.ServerIp).Unmap(), ix.Key.ServerPort),
+		NetnsCookie: ix.NetnsCookie,
+		NetnsInode:  ix.NetnsIno,
+		Adopted:     ix.Flags&uint32(shortcutEzSockFlagsEZ_F_ADOPTED) != 0,
+		CgroupID:    ix.CgroupId,
+		Indexed:     true,
+	}
 }
 
 // sortConnections puts the two ends of a connection next to each other,

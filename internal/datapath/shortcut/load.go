@@ -139,6 +139,7 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	}
 	specs.EzScRxSocks.MaxEntries = cfg.MaxSockets
 	specs.EzScRx.MaxEntries = cfg.MaxSockets
+	specs.EzScIndex.MaxEntries = cfg.MaxSockets
 	instance := rand.Uint32() | 1 // never 0, the owner slot's initial value
 	slack, err := tcpMemSlack()
 	if err != nil {

@@ -16,7 +16,7 @@ var pinnedMaps = []string{
 	shortcutMapEzScSockets, shortcutMapEzScPairs, shortcutMapEzScProofs, shortcutMapEzScAliases, shortcutMapEzScSynIndex, shortcutMapEzScSocks,
 	shortcutMapEzScCounters, shortcutMapEzScControl, shortcutMapEzScUnreads, shortcutMapEzScCgroups, shortcutMapEzScAdopts,
 	shortcutMapEzScAdoptSocks, shortcutMapEzScAdoptHooks, shortcutMapEzScAdoptCounters, shortcutMapEzScResets,
-	shortcutMapEzScResetCounters, shortcutMapEzScRxSocks, shortcutMapEzScRx, shortcutMapEzScSplicers,
+	shortcutMapEzScResetCounters, shortcutMapEzScRxSocks, shortcutMapEzScRx, shortcutMapEzScSplicers, shortcutMapEzScIndex,
 }
 
 // unprefixed is the name builds before the family prefix (ez_sc_) pinned

@@ -11,7 +11,8 @@ import (
 
 // AgePairs deletes pairing records that can no longer complete: handshakes
 // never claimed and ambiguous records, unclaimed aliases, and SYN index
-// entries (a handshake that never completed: a scan), older than maxAge.
+// entries (a handshake that never completed: a scan), and connection index
+// entries of ends that never paired, older than maxAge.
 // Claimed and paired records belong to live connections and are removed by
 // the datapath itself.
 func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
@@ -77,7 +78,42 @@ func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
 		return n + m, err
 	}
 	k, err := deleteKeys(d.objs.EzScSynIndex, staleIndex)
-	return n + m + k, err
+	if err != nil {
+		return n + m + k, err
+	}
+	j, err := d.pruneConnIndex(now, maxAge)
+	return n + m + k + j, err
+}
+
+// pruneConnIndex deletes connection index entries of ends that never paired
+// (an adoption aborted where no callback runs again): no unread record,
+// older than maxAge. The datapath deletes every other entry itself.
+func (d *Shortcut) pruneConnIndex(now uint64, maxAge time.Duration) (int, error) {
+	var (
+		cookie, ukey uint64
+		ix           shortcutEzConnIndex
+		u            shortcutEzUnread
+		stale        []uint64
+	)
+	it := d.objs.EzScIndex.Iterate()
+	for it.Next(&cookie, &ix) {
+		if now <= ix.CreatedNs || now-ix.CreatedNs <= uint64(maxAge) {
+			continue
+		}
+		ukey = cookie
+		if ix.Flags&uint32(shortcutEzSockFlagsEZ_F_SERVER) != 0 {
+			ukey = ix.PeerCookie
+		}
+		if err := d.objs.EzScUnreads.Lookup(&ukey, &u); errors.Is(err, ebpf.ErrKeyNotExist) {
+			stale = append(stale, cookie)
+		} else if err != nil {
+			return 0, fmt.Errorf("read ez_sc_unreads: %w", err)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("walk connection index: %w", err)
+	}
+	return deleteKeys(d.objs.EzScIndex, stale)
 }
 
 func deleteKeys[K any](m *ebpf.Map, keys []K) (int, error) {

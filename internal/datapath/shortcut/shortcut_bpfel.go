@@ -114,6 +114,17 @@ type shortcutEzCidrKey struct {
 	Ip        [16]uint8
 }
 
+type shortcutEzConnIndex struct {
+	_           structs.HostLayout
+	PeerCookie  uint64
+	NetnsCookie uint64
+	CgroupId    uint64
+	CreatedNs   uint64
+	Key         shortcutEzConnKey
+	NetnsIno    uint32
+	Flags       uint32
+}
+
 type shortcutEzConnKey struct {
 	_          structs.HostLayout
 	Netns      uint64
@@ -349,6 +360,7 @@ const (
 	shortcutMapEzScCidrRules        = "ez_sc_cidr_rules"
 	shortcutMapEzScControl          = "ez_sc_control"
 	shortcutMapEzScCounters         = "ez_sc_counters"
+	shortcutMapEzScIndex            = "ez_sc_index"
 	shortcutMapEzScPairs            = "ez_sc_pairs"
 	shortcutMapEzScPortRules        = "ez_sc_port_rules"
 	shortcutMapEzScProofs           = "ez_sc_proofs"
@@ -484,6 +496,7 @@ type shortcutMapSpecs struct {
 	EzScCidrRules     *ebpf.MapSpec `ebpf:"ez_sc_cidr_rules"`
 	EzScControl       *ebpf.MapSpec `ebpf:"ez_sc_control"`
 	EzScCounters      *ebpf.MapSpec `ebpf:"ez_sc_counters"`
+	EzScIndex         *ebpf.MapSpec `ebpf:"ez_sc_index"`
 	EzScPairs         *ebpf.MapSpec `ebpf:"ez_sc_pairs"`
 	EzScPortRules     *ebpf.MapSpec `ebpf:"ez_sc_port_rules"`
 	EzScProofs        *ebpf.MapSpec `ebpf:"ez_sc_proofs"`
@@ -557,6 +570,7 @@ type shortcutMaps struct {
 	EzScCidrRules     *ebpf.Map `ebpf:"ez_sc_cidr_rules"`
 	EzScControl       *ebpf.Map `ebpf:"ez_sc_control"`
 	EzScCounters      *ebpf.Map `ebpf:"ez_sc_counters"`
+	EzScIndex         *ebpf.Map `ebpf:"ez_sc_index"`
 	EzScPairs         *ebpf.Map `ebpf:"ez_sc_pairs"`
 	EzScPortRules     *ebpf.Map `ebpf:"ez_sc_port_rules"`
 	EzScProofs        *ebpf.Map `ebpf:"ez_sc_proofs"`
@@ -582,6 +596,7 @@ func (m *shortcutMaps) Close() error {
 		m.EzScCidrRules,
 		m.EzScControl,
 		m.EzScCounters,
+		m.EzScIndex,
 		m.EzScPairs,
 		m.EzScPortRules,
 		m.EzScProofs,
