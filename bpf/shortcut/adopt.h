@@ -42,6 +42,7 @@
 #include "shortcut/scope.h"
 #include "shortcut/select.h"
 #include "shortcut/unread.h"
+#include "shortcut/index.h"
 
 #define EZ_ADOPT_TCP_ESTABLISHED 1
 #define EZ_ADOPT_TCP_LISTEN 10

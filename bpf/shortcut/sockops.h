@@ -29,6 +29,7 @@
 #include "shortcut/unread.h"
 #include "shortcut/splice.h"
 #include "shortcut/adopt.h"
+#include "shortcut/index.h"
 
 /* Callbacks an enrolled socket asks for: its state changes, and every
  * segment in and out (on_segment). Set at enrolment rather than at the

@@ -12,8 +12,9 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 )
 
-// TestChurnMapsReturnToStart opens and closes 200k short connections; the
-// pairing records and the sockhash must be back to their starting size.
+// TestChurnMapsReturnToStart opens and closes 100k short connections; the
+// pairing records, the connection index and the sockhash must be back to
+// their starting size.
 func TestChurnMapsReturnToStart(t *testing.T) {
 	e := newEnv(t, "churn", 18)
 	a, b := e.pod("a", true), e.pod("b", true)
@@ -24,6 +25,9 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pinned.Close()
+	if pinned.Index == nil {
+		t.Fatal("no connection index pinned")
+	}
 	count := func(m *ebpf.Map) int {
 		n, err := shortcut.Entries(m)
 		if err != nil {
@@ -32,10 +36,10 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 		return n
 	}
 	entries := func() (int, int) {
-		return count(pinned.Sockets), count(pinned.Pairs) + count(pinned.Aliases) + count(pinned.Unreads)
+		return count(pinned.Sockets), count(pinned.Pairs) + count(pinned.Aliases) + count(pinned.Unreads) + count(pinned.Index)
 	}
 	s0, p0 := entries()
-	const conns = 200000
+	const conns = 100000
 	start := time.Now()
 	d := e.streamCounted(a, streamCase{conns: conns, parallel: 32, up: 16, down: 16, chunk: 16}, hostport(b.IPv4, 7000), 7)
 	t.Logf("%d connections in %s: %v", conns, time.Since(start).Round(time.Millisecond), d)
@@ -49,8 +53,8 @@ func TestChurnMapsReturnToStart(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("maps did not return to start: sockets %d (start %d), pairs+aliases+unread %d (start %d)", s, s0, p, p0)
-			for name, m := range map[string]*ebpf.Map{"pairs": pinned.Pairs, "aliases": pinned.Aliases, "unread": pinned.Unreads} {
+			t.Errorf("maps did not return to start: sockets %d (start %d), pairs+aliases+unread+index %d (start %d)", s, s0, p, p0)
+			for name, m := range map[string]*ebpf.Map{"pairs": pinned.Pairs, "aliases": pinned.Aliases, "unread": pinned.Unreads, "index": pinned.Index} {
 				t.Logf("%s: %s", name, dumpMap(m))
 			}
 			t.Logf("counters now: %v", e.counters())

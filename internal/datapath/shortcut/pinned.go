@@ -29,6 +29,7 @@ type Pinned struct {
 	// AdoptCounters: adoption's counters; nil when pinned by a build without adoption.
 	AdoptCounters *ebpf.Map
 	ResetCounters *ebpf.Map // nil: pinned by a build without RST on close
+	Index         *ebpf.Map // the connection index; nil: pinned by a build without it
 }
 
 // OpenPinned opens the maps of the datapath pinned under dir.
@@ -62,12 +63,15 @@ func OpenPinned(dir string) (*Pinned, error) {
 	if rc, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScResetCounters), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
 		p.ResetCounters = rc
 	}
+	if ix, err := ebpf.LoadPinnedMap(mapPin(dir, shortcutMapEzScIndex), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
+		p.Index = ix
+	}
 	return p, nil
 }
 
 // Close releases the handles.
 func (p *Pinned) Close() {
-	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.SynIndex, p.Unreads, p.Cgroups, p.AdoptCounters, p.ResetCounters} {
+	for _, m := range []*ebpf.Map{p.Counters, p.Sockets, p.Pairs, p.Aliases, p.SynIndex, p.Unreads, p.Cgroups, p.AdoptCounters, p.ResetCounters, p.Index} {
 		if m != nil {
 			m.Close()
 		}
