@@ -99,3 +99,53 @@ func (p Paired) AAValid(maxHalfWidth float64) string {
 	}
 	return ""
 }
+
+// AAMaxHalfWidth is the widest A/A interval (percent) a report may have
+// and still judge the targets of that metric (issue 37: ±2% here).
+const AAMaxHalfWidth = 2.0
+
+// TryPaired is ComparePaired with a failure (fewer than two pairs, a zero
+// A phase) as a Paired without pairs, whose Cell is "-".
+func TryPaired(a, b []float64, seed uint64) Paired {
+	p, err := ComparePaired(a, b, seed)
+	if err != nil {
+		return Paired{Median: math.NaN(), Lo: math.NaN(), Hi: math.NaN()}
+	}
+	return p
+}
+
+// Cell is String, or "-" without pairs.
+func (p Paired) Cell() string {
+	if p.Pairs == 0 {
+		return "-"
+	}
+	return p.String()
+}
+
+// Verdicts of a target judged on a paired interval.
+const (
+	Pass      = "PASS"
+	Miss      = "MISS"
+	NotJudged = "NOT JUDGED"
+)
+
+// Judge judges a paired change ab against a goal: at most limit percent
+// (atLeast false: met when the interval's upper end is at or below it) or
+// at least limit percent (atLeast true: its lower end at or above it).
+// The A/A comparison of the same metric must be valid (AAValid with
+// AAMaxHalfWidth), else the verdict is NotJudged with the reason.
+func Judge(ab, aa Paired, limit float64, atLeast bool) (verdict, reason string) {
+	switch {
+	case ab.Pairs < 2:
+		return NotJudged, "fewer than 2 A/B pairs"
+	case aa.Pairs < 2:
+		return NotJudged, "no A/A comparison (fewer than 2 A/A pairs)"
+	}
+	if why := aa.AAValid(AAMaxHalfWidth); why != "" {
+		return NotJudged, why
+	}
+	if atLeast && ab.Lo >= limit || !atLeast && ab.Hi <= limit {
+		return Pass, ""
+	}
+	return Miss, ""
+}

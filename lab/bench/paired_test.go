@@ -73,3 +73,34 @@ func TestComparePairedFindsShiftUnderDrift(t *testing.T) {
 		t.Fatalf("not reproducible: %s then %s", ab, again)
 	}
 }
+
+// TestJudge: a target is judged on the end of the interval nearer to
+// missing it, and only when the A/A interval holds 0 within ±2%.
+func TestJudge(t *testing.T) {
+	aa := Paired{Pairs: 6, Median: 0.2, Lo: -1, Hi: 1.5}
+	for _, c := range []struct {
+		name    string
+		ab, aa  Paired
+		limit   float64
+		atLeast bool
+		want    string
+	}{
+		{"upper end below the limit", Paired{Pairs: 6, Median: -55, Lo: -60, Hi: -46}, aa, -45, false, Pass},
+		{"upper end at the limit", Paired{Pairs: 6, Median: -55, Lo: -60, Hi: -45}, aa, -45, false, Pass},
+		{"median met, upper end not", Paired{Pairs: 6, Median: -50, Lo: -60, Hi: -40}, aa, -45, false, Miss},
+		{"lower end above the limit", Paired{Pairs: 6, Median: 90, Lo: 81, Hi: 99}, aa, 80, true, Pass},
+		{"lower end below the limit", Paired{Pairs: 6, Median: 90, Lo: 79, Hi: 99}, aa, 80, true, Miss},
+		{"A/A without 0", Paired{Pairs: 6, Median: -55, Lo: -60, Hi: -50}, Paired{Pairs: 6, Median: 1, Lo: 0.5, Hi: 1.5}, -45, false, NotJudged},
+		{"A/A wider than 2%", Paired{Pairs: 6, Median: -55, Lo: -60, Hi: -50}, Paired{Pairs: 6, Median: 0, Lo: -2.5, Hi: 1}, -45, false, NotJudged},
+		{"no A/A", Paired{Pairs: 6, Median: -55, Lo: -60, Hi: -50}, TryPaired(nil, nil, 1), -45, false, NotJudged},
+		{"one A/B pair", TryPaired([]float64{1}, []float64{0.5}, 1), aa, -45, false, NotJudged},
+	} {
+		got, why := Judge(c.ab, c.aa, c.limit, c.atLeast)
+		if got != c.want || (got == NotJudged) != (why != "") {
+			t.Errorf("%s: %s (%q), want %s", c.name, got, why, c.want)
+		}
+	}
+	if c := TryPaired(nil, nil, 1).Cell(); c != "-" {
+		t.Errorf("no pairs: cell %q, want -", c)
+	}
+}
