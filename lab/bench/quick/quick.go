@@ -27,6 +27,8 @@ const (
 
 // Options of Quick.
 type Options struct {
+	// Rounds: alternations (quads) of an A/A pair of baseline phases and
+	// an A/B pair (baseline, accelerated), each phase on fresh connections.
 	Rounds        int       `json:"rounds"`
 	RTTN          int       `json:"rtt_n"`          // recorded 24 B round trips; 64 KiB uses a tenth
 	TransferBytes uint64    `json:"transfer_bytes"` // size of the flow-completion-time transfer
@@ -39,13 +41,13 @@ type Options struct {
 
 // DefaultOptions are the flag defaults of `eztunnel bench quick`.
 func DefaultOptions() Options {
-	return Options{Rounds: 3, RTTN: 20000, TransferBytes: 1 << 30, CPU: 0}
+	return Options{Rounds: 3, RTTN: 10000, TransferBytes: 512 << 20, CPU: 0}
 }
 
 func (o Options) validate() error {
 	switch {
-	case o.Rounds < 1:
-		return fmt.Errorf("--rounds %d must be at least 1", o.Rounds)
+	case o.Rounds < 2:
+		return fmt.Errorf("--rounds %d must be at least 2 (a paired interval needs two pairs)", o.Rounds)
 	case o.RTTN < 10:
 		return fmt.Errorf("--rtt-n %d must be at least 10", o.RTTN)
 	case o.TransferBytes < 1:
@@ -68,12 +70,19 @@ type Measurement struct {
 	TCPMemPeak uint64 `json:"transfer_tcp_mem_peak_bytes"`
 }
 
-// Round is one baseline-then-accelerated pass.
+// Round is one alternation (quad) of four phases, each the three
+// measurements on fresh connections: an A/A pair (baseline in both phases)
+// and an A/B pair (baseline, accelerated). Even rounds run A/A[0], A/A[1],
+// baseline, accelerated; odd rounds A/A[1], A/A[0], accelerated, baseline:
+// a linear drift, and what an install or uninstall leaves behind, fall on
+// both sides of each pair alike. The unix floor opens each round.
 type Round struct {
-	Unix        stats.Summary     `json:"unix_rtt_24b_us"`
-	Baseline    Measurement       `json:"baseline"`
-	Accelerated Measurement       `json:"accelerated"`
-	Counters    datapath.Counters `json:"accelerated_counters_delta"`
+	Unix             stats.Summary     `json:"unix_rtt_24b_us"`
+	AA               [2]Measurement    `json:"baseline_aa"`
+	Baseline         Measurement       `json:"baseline"`
+	Accelerated      Measurement       `json:"accelerated"`
+	AcceleratedFirst bool              `json:"accelerated_first"` // the A/B pair's order
+	Counters         datapath.Counters `json:"accelerated_counters_delta"`
 }
 
 // Results of a Quick run, as written to quick.json.
@@ -87,8 +96,8 @@ type Results struct {
 const connsPerMode = 3
 
 // Quick builds a lab of two managed pods and alternates baseline and
-// accelerated measurements over o.Rounds rounds, then prints the table to
-// stdout. Everything it creates is removed on return, also when ctx is
+// accelerated phases in o.Rounds quads (see Round), then prints the
+// table of paired comparisons to stdout. Everything it creates is removed on return, also when ctx is
 // cancelled (Ctrl-C).
 func Quick(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	if o.Log == nil {
@@ -150,45 +159,68 @@ func Quick(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	return nil
 }
 
-// round measures baseline, installs the datapath, measures again and
-// uninstalls it.
+// round measures one quad: the unix floor, then its four phases in the
+// round's order, the datapath installed for the accelerated phase only.
 func (r *runner) round(cfg datapath.Config, i int) (Round, error) {
-	var rd Round
+	rd := Round{AcceleratedFirst: i%2 == 1}
 	var err error
 	tag := fmt.Sprintf("round %d/%d", i+1, r.o.Rounds)
 	if rd.Unix, err = r.pingpong(r.unixAddr, 24, r.o.RTTN); err != nil {
 		return rd, fmt.Errorf("unix floor: %w", err)
 	}
 	r.logf("%s unix floor: 24 B p50 %.1f us", tag, rd.Unix.P50)
-	if rd.Baseline, err = r.measure(tag + " baseline"); err != nil {
-		return rd, err
+	type phase struct {
+		name string
+		into *Measurement
 	}
+	order := []phase{{"A/A baseline 1", &rd.AA[0]}, {"A/A baseline 2", &rd.AA[1]}, {"baseline", &rd.Baseline}, {"accelerated", &rd.Accelerated}}
+	if rd.AcceleratedFirst {
+		order = []phase{order[1], order[0], order[3], order[2]}
+	}
+	for _, ph := range order {
+		if ph.into != &rd.Accelerated {
+			if *ph.into, err = r.measure(tag + " " + ph.name); err != nil {
+				return rd, err
+			}
+			continue
+		}
+		if rd.Accelerated, rd.Counters, err = r.accelerated(cfg, tag); err != nil {
+			return rd, err
+		}
+	}
+	return rd, nil
+}
 
+// accelerated installs the datapath, measures and uninstalls it; the
+// counters are its deltas over the measurements.
+func (r *runner) accelerated(cfg datapath.Config, tag string) (Measurement, datapath.Counters, error) {
+	var m Measurement
+	var delta datapath.Counters
 	dp, err := datapath.Install(cfg, []string{r.lab.Managed})
 	if err != nil {
-		return rd, fmt.Errorf("install datapath: %w", err)
+		return m, nil, fmt.Errorf("install datapath: %w", err)
 	}
 	r.installed = true
 	before, err := dp.Counters()
 	if err == nil {
-		rd.Accelerated, err = r.measure(tag + " accelerated")
+		m, err = r.measure(tag + " accelerated")
 	}
 	if err == nil {
 		var after datapath.Counters
 		if after, err = dp.Counters(); err == nil {
-			rd.Counters = bench.Delta(before, after)
-			r.logf("%s datapath: %d pairs, %d bytes redirected", tag, rd.Counters["pairs"], rd.Counters["bytes_redirected"])
+			delta = bench.Delta(before, after)
+			r.logf("%s datapath: %d pairs, %d bytes redirected", tag, delta["pairs"], delta["bytes_redirected"])
 		}
 	}
 	dp.Close()
 	if err != nil {
-		return rd, err
+		return m, nil, err
 	}
 	if err := datapath.Uninstall(cfg, bench.Drain); err != nil {
-		return rd, fmt.Errorf("uninstall datapath: %w", err)
+		return m, nil, fmt.Errorf("uninstall datapath: %w", err)
 	}
 	r.installed = false
-	return rd, nil
+	return m, delta, nil
 }
 
 // measure runs the three measurements of one mode on fresh connections.

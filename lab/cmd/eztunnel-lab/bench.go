@@ -27,7 +27,7 @@ func benchQuickCmd() *cobra.Command {
 	o := quick.DefaultOptions()
 	cmd := &cobra.Command{
 		Use:   "quick",
-		Short: "Baseline vs accelerated RTT and transfer time between two pods, rounds interleaved (needs root)",
+		Short: "Baseline vs accelerated RTT and transfer time between two pods: paired phases with 95% intervals and an A/A check (needs root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withSelf(cmd, func(ctx context.Context, exe string) error {
@@ -37,9 +37,9 @@ func benchQuickCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.Rounds, "rounds", o.Rounds, "baseline/accelerated rounds (medians are reported)")
-	f.IntVar(&o.RTTN, "rtt-n", o.RTTN, "recorded 24 B round trips per measurement (64 KiB: a tenth)")
-	f.Uint64Var(&o.TransferBytes, "transfer-bytes", o.TransferBytes, "bytes of the flow-completion-time transfer")
+	f.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds of four phases on fresh connections: an A/A pair (baseline twice) and an A/B pair (baseline, accelerated), order alternating; at least 2")
+	f.IntVar(&o.RTTN, "rtt-n", o.RTTN, "recorded 24 B round trips per phase (64 KiB: a tenth)")
+	f.Uint64Var(&o.TransferBytes, "transfer-bytes", o.TransferBytes, "bytes of each phase's flow-completion-time transfer")
 	f.IntVar(&o.CPU, "cpu", o.CPU, "CPU that client and server are pinned to (-1: no pinning)")
 	f.Uint32Var(&o.MaxUnread, "max-unread", 0, "the datapath's unread bound in bytes (eztunnel run --max-unread); 0: its default")
 	f.StringVar(&o.Out, "out", "", "directory to write quick.json with every round's results")
