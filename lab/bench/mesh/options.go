@@ -52,10 +52,11 @@ const (
 var Workloads = []string{WPaced, WB2B, WTransfer, WRedis, WHTTP}
 
 // DefaultOptions are the flag defaults: a full run (about 20 minutes).
+// A repetition is a round of four runs of every workload (see roundModes).
 func DefaultOptions() Options {
 	return Options{
 		Meshes:       []string{"none", "sidecar", "ambient"},
-		Reps:         5,
+		Reps:         3,
 		Workloads:    Workloads,
 		PacedN:       100,
 		Interval:     100 * time.Millisecond,
@@ -78,8 +79,9 @@ func DefaultOptions() Options {
 // full runs.
 var QuickWorkloads = []string{WB2B, WTransfer, WRedis}
 
-// ApplyQuick shortens a run to about a minute that still repeats: twelve
-// short repetitions per mesh (baseline and eztunnel interleaved ABBA);
+// ApplyQuick shortens a run to about a minute per mesh that still
+// repeats: six rounds of four short runs per mesh (an A/A pair of baseline
+// runs and an A/B pair, see roundModes);
 // back-to-back ping-echo over 20 connections one after the other, as the
 // round trip of a connection through the proxies varies from connection
 // to connection; every process pinned to one CPU, so placement does not
@@ -87,11 +89,11 @@ var QuickWorkloads = []string{WB2B, WTransfer, WRedis}
 // little of its time. Flags the user set explicitly are applied after it.
 func (o *Options) ApplyQuick() {
 	o.Quick = true
-	o.Reps = 12
+	o.Reps = 6
 	o.Workloads = QuickWorkloads
 	o.PingN = 100
 	o.PingConns = 20
-	o.TransferMiB = 256
+	o.TransferMiB = 128
 	o.RedisN = 3000
 	o.HTTPDuration = time.Second
 	o.CPUs = strconv.Itoa(runtime.NumCPU() - 1)
@@ -114,8 +116,8 @@ func (o Options) validate() error {
 		return errors.New("nothing to run: give at least one mesh and one workload")
 	case o.PingConns < 1 || o.Nice < -20 || o.Nice > 19:
 		return errors.New("--ping-conns must be at least 1 and --nice within -20..19")
-	case o.Reps < 1:
-		return fmt.Errorf("--reps %d must be at least 1", o.Reps)
+	case o.Reps < 2:
+		return fmt.Errorf("--reps %d must be at least 2 (a paired interval needs two pairs)", o.Reps)
 	case o.PacedN < 2 || o.PingN < 10:
 		return errors.New("--paced-n must be at least 2 and --ping-n at least 10")
 	case o.Interval <= 0 || o.HTTPDuration < time.Second:
@@ -140,11 +142,25 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// Mode names of a run.
+// Mode names of a run: the A/B pair's baseline and eztunnel runs, and the
+// A/A pair's two baseline runs.
 const (
 	ModeBaseline = "baseline"
 	ModeEztunnel = "eztunnel"
+	ModeAA1      = "baseline-aa1"
+	ModeAA2      = "baseline-aa2"
 )
+
+// roundModes is the order of round rep's four runs: the A/A pair, then the
+// A/B pair, both reversed every other round, so a linear drift, and what
+// an install or uninstall leaves behind, fall on both sides of a pair
+// alike. Each run opens its own connections.
+func roundModes(rep int) []string {
+	if rep%2 == 0 {
+		return []string{ModeAA2, ModeAA1, ModeEztunnel, ModeBaseline}
+	}
+	return []string{ModeAA1, ModeAA2, ModeBaseline, ModeEztunnel}
+}
 
 // Run is what one workload measured in one repetition of one mode of
 // one mesh: one raw JSON file. Latency fields a tool does not report

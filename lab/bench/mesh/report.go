@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
+	"github.com/eztunnel/eztunnel/lab/bench"
 )
 
 // Report is computed from a results directory's raw runs alone, so it
@@ -23,16 +24,18 @@ type Report struct {
 }
 
 // Target is one goal of the issue, evaluated for one mesh mode: Value is
-// the median of the paired changes, Min..Max their range.
+// the paired change (eztunnel vs baseline, one pair per round) with its
+// 95% interval, AA that of the rounds' two baseline runs; with Unit "MB"
+// Value.Median is a single observation (no interval).
 type Target struct {
-	Mesh     string
-	Name     string
-	Value    float64
-	Min, Max float64
-	Unit     string // "%" or "MB"
-	Goal     string
-	Pass     bool
-	Verdict  string // PASS, MISS or "not judged by --quick"
+	Mesh    string
+	Name    string
+	Value   bench.Paired
+	AA      bench.Paired
+	Unit    string // "%" or "MB"
+	Goal    string
+	Verdict string // bench.Pass, bench.Miss, bench.NotJudged or notJudged (--quick)
+	Reason  string // why bench.NotJudged
 }
 
 // Load reads machine.json and every raw/*.json of a results directory.
@@ -164,24 +167,23 @@ func (r *Report) pairMedians(mesh, workload string, f func(Run) float64) (float6
 	return r.median(mesh, ModeBaseline, workload, f), r.median(mesh, ModeEztunnel, workload, f)
 }
 
-// paired returns the change (%) of a per-run value from baseline to
-// eztunnel in every repetition that has both: the two runs of a repetition
-// are adjacent in time (ABBA order), so each pair saw the same machine.
-func (r *Report) paired(mesh, workload string, f func(Run) float64) []float64 {
-	base := map[int]float64{}
-	for _, run := range r.runs(mesh, ModeBaseline, workload) {
-		base[run.Rep] = f(run)
+// sides returns, for every round that has both, the per-run values of
+// modes a and b: the runs of a round are adjacent in time, so each pair
+// saw the same machine.
+func (r *Report) sides(mesh, workload, a, b string, f func(Run) float64) (xs, ys []float64) {
+	as := map[int]float64{}
+	for _, run := range r.runs(mesh, a, workload) {
+		as[run.Rep] = f(run)
 	}
-	var out []float64
-	for _, run := range r.runs(mesh, ModeEztunnel, workload) {
-		if b, ok := base[run.Rep]; ok {
-			out = append(out, stats.Change(b, f(run)))
+	for _, run := range r.runs(mesh, b, workload) {
+		if x, ok := as[run.Rep]; ok {
+			xs, ys = append(xs, x), append(ys, f(run))
 		}
 	}
-	return out
+	return xs, ys
 }
 
-// Spread is the median and range of paired changes (%).
+// Spread is the median and range of values (memory, MB).
 type Spread struct {
 	Median, Min, Max float64
 	N                int
@@ -229,15 +231,32 @@ func trimmedMean(xs []float64) float64 {
 	return sum / float64(len(xs))
 }
 
-// change of a value from baseline to eztunnel: the median and range of
-// the per-repetition paired changes (with f nil, of the runs' latency
-// p50). Pairing the adjacent runs of a repetition cancels slow drift of
-// the machine; the median drops the outliers.
-func (r *Report) change(mesh, workload string, f func(Run) float64) Spread {
+// seed of the bootstrap: fixed, so a report renders alike from its raw
+// runs.
+const seed = 37
+
+func runP50(x Run) float64 { return x.Latency.P50 }
+
+// change of a value from baseline to eztunnel: the median of the
+// per-round paired differences with its 95% bootstrap interval (with f
+// nil, of the runs' latency p50). Pairing the adjacent runs of a round
+// cancels slow drift of the machine.
+func (r *Report) change(mesh, workload string, f func(Run) float64) bench.Paired {
 	if f == nil {
-		f = func(x Run) float64 { return x.Latency.P50 }
+		f = runP50
 	}
-	return spread(r.paired(mesh, workload, f))
+	b, e := r.sides(mesh, workload, ModeBaseline, ModeEztunnel, f)
+	return bench.TryPaired(b, e, seed)
+}
+
+// aa is change for the rounds' two baseline runs (A/A): it must hold 0
+// within ±bench.AAMaxHalfWidth for the metric's targets to be judged.
+func (r *Report) aa(mesh, workload string, f func(Run) float64) bench.Paired {
+	if f == nil {
+		f = runP50
+	}
+	a1, a2 := r.sides(mesh, workload, ModeAA1, ModeAA2, f)
+	return bench.TryPaired(a1, a2, seed)
 }
 
 // memory is the median and range over runs of a memory item, in MB.
@@ -269,50 +288,57 @@ const notJudged = "not judged by --quick"
 func (r *Report) targets(mesh string) []Target {
 	var ts []Target
 	quick := r.Facts.Options.Quick
-	add := func(name string, sp Spread, unit, goal string, pass func(float64) bool, judged bool) {
-		t := Target{Mesh: mesh, Name: name, Value: sp.Median, Min: sp.Min, Max: sp.Max, Unit: unit, Goal: goal}
+	add := func(name, workload string, f func(Run) float64, limit float64, atLeast, judged bool) {
+		t := Target{Mesh: mesh, Name: name, Unit: "%", Goal: fmt.Sprintf("upper end <= %+.0f%%", limit)}
+		if atLeast {
+			t.Goal = fmt.Sprintf("lower end >= %+.0f%%", limit)
+		}
 		switch {
 		case !judged:
 			t.Verdict = notJudged
-		case sp.N == 0:
-			return
-		case pass(sp.Median):
-			t.Verdict, t.Pass = "PASS", true
+		case len(r.runs(mesh, ModeEztunnel, workload)) == 0:
+			return // not measured
 		default:
-			t.Verdict = "MISS"
+			t.Value, t.AA = r.change(mesh, workload, f), r.aa(mesh, workload, f)
+			t.Verdict, t.Reason = bench.Judge(t.Value, t.AA, limit, atLeast)
 		}
 		ts = append(ts, t)
 	}
-	atMost := func(limit float64) func(float64) bool { return func(x float64) bool { return x <= limit } }
-	atLeast := func(limit float64) func(float64) bool { return func(x float64) bool { return x >= limit } }
-	var p50 func(Run) float64 // pooled samples
+	var p50 func(Run) float64 // per-run latency p50
 	rate := func(x Run) float64 { return x.Rate }
 	pingGoal := map[string]float64{"none": -45, "sidecar": -40, "sidecar-tls": -40}
 	if goal, ok := pingGoal[mesh]; ok {
-		add(WPaced+" p50", r.change(mesh, WPaced, p50), "%", fmt.Sprintf("<= %+.0f%%", goal), atMost(goal), !quick)
-		add(WB2B+" p50", r.change(mesh, WB2B, p50), "%", fmt.Sprintf("<= %+.0f%%", goal), atMost(goal), true)
+		add(WPaced+" p50", WPaced, p50, goal, false, !quick)
+		add(WB2B+" p50", WB2B, p50, goal, false, true)
 	}
 	// Back-to-back RPS is the inverse of the mean round trip: a quick run
 	// judges the latency instead, whose change is bounded.
-	add(WB2B+" RPS", r.change(mesh, WB2B, rate), "%", ">= +80%", atLeast(80), !quick)
-	add(WHTTP+" RPS", r.change(mesh, WHTTP, rate), "%", ">= +80%", atLeast(80), !quick)
+	add(WB2B+" RPS", WB2B, rate, 80, true, !quick)
+	add(WHTTP+" RPS", WHTTP, rate, 80, true, !quick)
 	// Quick: one shared CPU makes the transfer pass the unread bound (see
-	// transferSwitches); the full run judges FCT.
-	add("file-transfer FCT", r.change(mesh, WTransfer, func(x Run) float64 { return x.FCT }), "%", "<= -45% (0.55x)", atMost(-45), !quick)
+	// transferSwitches); the full run judges FCT (0.55x).
+	add("file-transfer FCT", WTransfer, func(x Run) float64 { return x.FCT }, -45, false, !quick)
 	// A throughput change of +80% repeats to ±5 points only if each mode's
 	// rate does to about ±2.5%: more than a minute of short redis runs on
 	// a shared machine gives. A quick run shows redis p50 instead.
-	add("redis OPS", r.change(mesh, WRedis, rate), "%", ">= +40%", atLeast(40), !quick)
+	add("redis OPS", WRedis, rate, 40, true, !quick)
 	// System-wide CPU seconds move with everything else on the machine.
 	if quick {
-		add("CPU s/op", Spread{}, "%", "<= +0%", nil, false)
+		add("CPU s/op", "", nil, 0, false, false)
 	} else {
 		for _, w := range Workloads {
-			add(w+" CPU s/op", r.change(mesh, w, Run.CPUPerOp), "%", "<= +0%", atMost(0), true)
+			add(w+" CPU s/op", w, Run.CPUPerOp, 0, false, true)
 		}
 	}
 	if m := r.bpfMemory(mesh); !math.IsNaN(m) {
-		add("datapath memory (BPF maps + programs)", Spread{m, m, m, 1}, "MB", "< 25 MB", func(x float64) bool { return x < 25 }, true)
+		// The largest of the eztunnel runs' readings: a single
+		// observation, no interval.
+		t := Target{Mesh: mesh, Name: "datapath memory (BPF maps + programs)", Value: bench.Paired{Pairs: 1, Median: m, Lo: m, Hi: m},
+			Unit: "MB", Goal: "< 25 MB", Verdict: bench.Miss}
+		if m < 25 {
+			t.Verdict = bench.Pass
+		}
+		ts = append(ts, t)
 	}
 	return ts
 }

@@ -9,9 +9,11 @@ import (
 	"testing"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
+	"github.com/eztunnel/eztunnel/lab/bench"
 )
 
-// The fixture (testdata/lab) holds two repetitions of mesh "none":
+// The fixture (testdata/lab) holds two rounds of mesh "none" (the A/A
+// runs copies of the A/B pair's baseline, so every A/A is exactly 0):
 // back-to-back ping-echo samples baseline {10,20,30,40} and {20,30,40,50}
 // (pooled p50 30), eztunnel {5,10,15,20} and {10,15,20,25} (pooled p50 15);
 // RPS 40000/30000 vs 80000/60000; FCT 1.0/1.2 s vs 0.5/0.6 s; CPU 1.0 s vs
@@ -26,15 +28,15 @@ func TestLabReportFromFixture(t *testing.T) {
 		t.Fatalf("meshes %v verified %v", rep.Meshes, rep.Verified)
 	}
 	want := map[string]struct {
-		value float64
-		pass  bool
+		value   float64
+		verdict string
 	}{
-		"ping-echo-b2b p50":                     {-50, true}, // 30 -> 15 us
-		"ping-echo-b2b RPS":                     {100, true}, // median 35000 -> 70000
-		"file-transfer FCT":                     {-50, true}, // 1.0 -> 0.5 s and 1.2 -> 0.6 s
-		"ping-echo-b2b CPU s/op":                {20, false}, // 0.010 -> 0.012
-		"file-transfer CPU s/op":                {-50, true}, // 0.011 -> 0.0055
-		"datapath memory (BPF maps + programs)": {2.9, true}, // 2.8 + 0.1
+		"ping-echo-b2b p50":                     {-50, bench.Pass}, // 30 -> 15 us
+		"ping-echo-b2b RPS":                     {100, bench.Pass}, // 40000 -> 80000, 30000 -> 60000
+		"file-transfer FCT":                     {-50, bench.Pass}, // 1.0 -> 0.5 s and 1.2 -> 0.6 s
+		"ping-echo-b2b CPU s/op":                {20, bench.Miss},  // 0.010 -> 0.012
+		"file-transfer CPU s/op":                {-50, bench.Pass}, // 0.011 -> 0.0055
+		"datapath memory (BPF maps + programs)": {2.9, bench.Pass}, // 2.8 + 0.1
 	}
 	for _, tg := range rep.Targets {
 		w, ok := want[tg.Name]
@@ -43,8 +45,11 @@ func TestLabReportFromFixture(t *testing.T) {
 			continue
 		}
 		delete(want, tg.Name)
-		if math.Abs(tg.Value-w.value) > 1e-9 || tg.Pass != w.pass {
-			t.Errorf("%s: %v pass %v, want %v pass %v", tg.Name, tg.Value, tg.Pass, w.value, w.pass)
+		if math.Abs(tg.Value.Median-w.value) > 1e-9 || tg.Verdict != w.verdict {
+			t.Errorf("%s: %v %s (%s), want %v %s", tg.Name, tg.Value, tg.Verdict, tg.Reason, w.value, w.verdict)
+		}
+		if tg.Unit == "%" && (tg.Value.Lo != w.value || tg.Value.Hi != w.value || tg.AA.Median != 0 || tg.AA.Width() != 0) {
+			t.Errorf("%s: change %s, A/A %s; want both pairs alike and an A/A of exactly 0", tg.Name, tg.Value, tg.AA)
 		}
 	}
 	for name := range want {
@@ -99,8 +104,8 @@ func TestRenderLabReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	csv, _ := os.ReadFile(filepath.Join(dir, "runs.csv"))
-	if n := strings.Count(string(csv), "\n"); n != 9 {
-		t.Errorf("runs.csv has %d lines, want header + 8", n)
+	if n := strings.Count(string(csv), "\n"); n != 17 {
+		t.Errorf("runs.csv has %d lines, want header + 16", n)
 	}
 	for _, f := range []string{"summary.md", "plots/cdf-ping-echo-b2b.svg", "plots/cdf-ping-echo-b2b.png",
 		"plots/box-file-transfer-fct.svg", "plots/box-ping-echo-b2b-latency.png"} {
@@ -110,13 +115,14 @@ func TestRenderLabReport(t *testing.T) {
 	}
 	var b bytes.Buffer
 	rep.WriteMain(&b)
-	if !strings.Contains(b.String(), "ping-echo b2b p50 (us)") || !strings.Contains(b.String(), "-50.0%") {
+	if !strings.Contains(b.String(), "ping-echo b2b p50 (us)") || !strings.Contains(b.String(), "-50.0% [-50.0, -50.0] | +0.0% [+0.0, +0.0] |") {
 		t.Errorf("main table:\n%s", b.String())
 	}
 }
 
-// Paired changes take each repetition's baseline and eztunnel runs
-// together; the change shown is their median, the range their min..max.
+// Paired changes take each round's baseline and eztunnel runs together;
+// the change shown is their median with its bootstrap interval, the A/A
+// "-" without A/A runs.
 func TestPairedChanges(t *testing.T) {
 	var runs []Run
 	for rep, v := range [][2]float64{{100, 50}, {200, 90}, {100, 60}, {100, 40}} {
@@ -126,9 +132,9 @@ func TestPairedChanges(t *testing.T) {
 	runs = append(runs, Run{Mesh: "none", Mode: ModeEztunnel, Rep: 5, Workload: WRedis, Rate: 1, Latency: stats.Summary{P50: 1}}) // no partner
 	rep := NewReport(runs, Facts{Options: Options{Quick: true, Reps: 4}})
 	c := rep.change("none", WRedis, func(r Run) float64 { return r.Rate })
-	// per-repetition changes -50, -55, -40, -60: median -52.5
-	if c.N != 4 || c.Median != -52.5 || c.Min != -60 || c.Max != -40 {
-		t.Errorf("spread %+v", c)
+	// per-round changes -50, -55, -40, -60: median -52.5
+	if c.Pairs != 4 || c.Median != -52.5 || c.Lo < -60 || c.Hi > -40 || c.Lo > c.Median || c.Hi < c.Median {
+		t.Errorf("change %+v", c)
 	}
 	var b bytes.Buffer
 	if err := rep.WriteMain(&b); err != nil {
@@ -136,10 +142,10 @@ func TestPairedChanges(t *testing.T) {
 	}
 	s := strings.Join(strings.Fields(b.String()), " ")
 	for _, frag := range []string{
-		"| redis p50 (us) | 100.0 | 50.0 | -52.5% | -60.0..-40.0% |", // trimmed means of 100, 100, 100, 200 and of 1, 40, 50, 60, 90
-		"| none | ping-echo-paced p50 | - | - | <= -45% | not judged by --quick |",
-		"| none | CPU s/op | - | - | <= +0% | not judged by --quick |",
-		"| none | redis OPS | - | - | >= +40% | not judged by --quick |",
+		"| redis p50 (us) | 100.0 | 50.0 | " + c.String() + " | - |", // trimmed means of 100, 100, 100, 200 and of 1, 40, 50, 60, 90
+		"| none | ping-echo-paced p50 | - | - | upper end <= -45% | not judged by --quick |",
+		"| none | CPU s/op | - | - | upper end <= +0% | not judged by --quick |",
+		"| none | redis OPS | - | - | lower end >= +40% | not judged by --quick |",
 	} {
 		if !strings.Contains(s, frag) {
 			t.Errorf("main output lacks %q:\n%s", frag, b.String())
@@ -147,5 +153,59 @@ func TestPairedChanges(t *testing.T) {
 	}
 	if strings.Contains(s, "| redis OPS | 100") {
 		t.Errorf("a quick run shows redis OPS:\n%s", b.String())
+	}
+}
+
+// abRuns is six rounds of back-to-back ping-echo on a drifting machine:
+// the A/B pair's eztunnel run ez times its baseline's p50 (per round),
+// the second A/A run aa[i] times the first.
+func abRuns(ez, aa []float64) []Run {
+	var runs []Run
+	for i, f := range ez {
+		d := 100 * (1 + 0.1*float64(i%3))
+		run := func(mode string, p50 float64) Run {
+			return Run{Mesh: "none", Mode: mode, Rep: i + 1, Workload: WB2B, Latency: stats.Summary{P50: p50},
+				Counters: map[string]uint64{"pairs": 20}}
+		}
+		runs = append(runs, run(ModeAA1, d), run(ModeAA2, d*aa[i]), run(ModeBaseline, d), run(ModeEztunnel, d*f))
+	}
+	return runs
+}
+
+// TestTargetsOnIntervals: b2b p50 must fall by 45% in mesh none: judged on
+// the interval's upper end, and only when the A/A holds 0 within ±2%.
+func TestTargetsOnIntervals(t *testing.T) {
+	b2b := func(runs []Run) Target {
+		for _, tg := range NewReport(runs, Facts{Options: Options{Quick: true, Meshes: []string{"none"}}}).Targets {
+			if tg.Name == WB2B+" p50" {
+				return tg
+			}
+		}
+		t.Fatal("no b2b p50 target")
+		return Target{}
+	}
+	half := []float64{0.5, 0.5, 0.5, 0.5, 0.5, 0.5}
+	quiet := []float64{1.005, 0.995, 1, 1.005, 0.995, 1}
+	if tg := b2b(abRuns(half, quiet)); tg.Verdict != bench.Pass {
+		t.Errorf("-50%% every round: %s %s (%s), want PASS", tg.Verdict, tg.Value, tg.Reason)
+	}
+	// Median -50%, but two rounds of six at -30%: the upper end is above -45%.
+	if tg := b2b(abRuns([]float64{0.5, 0.7, 0.5, 0.5, 0.7, 0.5}, quiet)); tg.Verdict != bench.Miss || tg.Value.Median != -50 {
+		t.Errorf("-50%% median, -30%% upper end: %s %s, want MISS", tg.Verdict, tg.Value)
+	}
+	offset := []float64{1.03, 1.03, 1.03, 1.03, 1.03, 1.03}
+	tg := b2b(abRuns(half, offset))
+	if tg.Verdict != bench.NotJudged || !strings.Contains(tg.Reason, "does not hold 0") {
+		t.Errorf("A/A +3%%: %s (%q), want NOT JUDGED", tg.Verdict, tg.Reason)
+	}
+	wide := []float64{1.04, 0.96, 1, 1.04, 0.96, 1}
+	if tg := b2b(abRuns(half, wide)); tg.Verdict != bench.NotJudged || !strings.Contains(tg.Reason, "wider than") {
+		t.Errorf("A/A ±4%%: %s (%q), want NOT JUDGED", tg.Verdict, tg.Reason)
+	}
+	rep := NewReport(abRuns(half, offset), Facts{Options: Options{Quick: true}})
+	var b bytes.Buffer
+	rep.WriteMain(&b)
+	if !strings.Contains(b.String(), `NOT JUDGED none "ping-echo-b2b p50": the A/A interval +3.0% [+3.0, +3.0] does not hold 0`) || !rep.Verified {
+		t.Errorf("verified %v, output:\n%s", rep.Verified, b.String())
 	}
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/procfs"
 )
 
-// Lab runs the benchmark lab: for each mesh mode a fresh node, a warm-up
-// pass, then o.Reps repetitions of baseline and eztunnel runs of every
-// workload, interleaved (the order alternates each repetition). Raw
+// Bench runs the benchmark lab: for each mesh mode a fresh node, a warm-up
+// pass, then o.Reps rounds of four runs of every workload (roundModes: an
+// A/A pair of baseline runs and an A/B pair of baseline and eztunnel). Raw
 // results go to o.Out/raw as they are measured; at the end summary.md,
 // runs.csv and the plots are rendered from them and the main table is
 // printed to stdout. Everything it creates is removed on return, also on
@@ -53,7 +53,7 @@ func Bench(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	if err := bench.WriteJSON(filepath.Join(o.Out, "machine.json"), facts); err != nil {
 		return err
 	}
-	prog := newProgress(o.Log, len(o.Meshes)*o.Reps*2*len(o.Workloads))
+	prog := newProgress(o.Log, len(o.Meshes)*o.Reps*4*len(o.Workloads))
 	for _, name := range o.Meshes {
 		mesh, _ := meshlab.ParseMesh(name)
 		if err := benchMesh(ctx, o, cfg, mesh, prog); err != nil {
@@ -111,11 +111,7 @@ func benchMesh(ctx context.Context, o Options, cfg datapath.Config, mesh meshlab
 		}
 	}
 	for rep := 1; rep <= o.Reps; rep++ {
-		modes := []string{ModeBaseline, ModeEztunnel}
-		if rep%2 == 0 {
-			modes[0], modes[1] = modes[1], modes[0]
-		}
-		for _, mode := range modes {
+		for _, mode := range roundModes(rep) {
 			if err := m.mode(cfg, mode, rep, prog); err != nil {
 				return err
 			}

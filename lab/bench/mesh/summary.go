@@ -158,15 +158,15 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(&b, "- %s: `%s`\n", k, f.Versions[k])
 	}
 	o := f.Options
-	fmt.Fprintf(&b, "\nOptions: meshes %s, %d repetition(s), baseline and eztunnel interleaved (ABBA); paced ping-echo %d x 24 B every %s, back-to-back %d connection(s) x %d x 24 B, file-transfer %d MiB, redis %d requests per test (SET, GET) with %d clients, http %s with %d connections, CPUs %q, nice %d.\n",
+	fmt.Fprintf(&b, "\nOptions: meshes %s, %d round(s) of four runs (an A/A pair of baseline runs, an A/B pair of baseline and eztunnel; order alternating); paced ping-echo %d x 24 B every %s, back-to-back %d connection(s) x %d x 24 B, file-transfer %d MiB, redis %d requests per test (SET, GET) with %d clients, http %s with %d connections, CPUs %q, nice %d.\n",
 		strings.Join(o.Meshes, ", "), o.Reps, o.PacedN, o.Interval, max(o.PingConns, 1), o.PingN, o.TransferMiB, o.RedisN, o.RedisClients, o.HTTPDuration, o.HTTPConns, o.CPUs, o.Nice)
-	b.WriteString("\n## Main results\n\nBaseline and eztunnel: latency p50 of all samples pooled, other values trimmed means over repetitions (lowest and highest dropped from four on). Change: the median of the per-repetition changes, each between the two adjacent runs of a repetition; range: their min..max.\n\n")
+	b.WriteString("\n## Main results\n\n" + mainLegend + "\n\n")
 	b.WriteString(r.mainTable())
 	b.WriteString("\n## Targets\n\n")
 	b.WriteString(r.targetTable())
 	b.WriteString("\n## Memory\n\n")
 	b.WriteString(r.memoryTable())
-	b.WriteString("\n## Tables\n\nLatency tables pool every sample of every repetition; the other tables take quartiles over the repetitions' per-run values.\n")
+	b.WriteString("\n## Tables\n\nLatency tables pool every sample of every A/B run; the other tables take quartiles over the A/B runs' per-run values.\n")
 	for _, t := range tables {
 		r.writeQuartiles(&b, t)
 	}
@@ -190,11 +190,15 @@ func (r *Report) hasWorkload(w string) bool {
 	return false
 }
 
+// mainLegend explains the main table's columns.
+const mainLegend = "baseline, eztunnel: latency p50 of all samples pooled, other values trimmed means over the A/B runs (lowest and highest dropped from four on);\n" +
+	"change: median of the per-round paired differences (eztunnel vs baseline, adjacent runs) [95% bootstrap interval];\n" +
+	"A/A: the same for each round's two baseline runs; a target is judged only when its A/A holds 0 within ±2%"
+
 // mainTable is the comparison `bench lab` prints: per mesh mode each
 // mode's estimate (latency p50: of every sample pooled; others: trimmed
-// mean over repetitions), their change, and the range of the
-// per-repetition (paired) changes. A quick run shows only what it
-// measures stably.
+// mean over the A/B runs), the paired change with its 95% interval and
+// the A/A comparison's. A quick run shows only what it measures stably.
 func (r *Report) mainTable() string {
 	type metric struct {
 		name, workload string
@@ -234,13 +238,12 @@ func (r *Report) mainTable() string {
 			if first {
 				name, first = mesh, false
 			}
-			c := r.change(mesh, m.workload, m.f)
 			rows = append(rows, []string{name, m.name, bench.Num(b, m.digits), bench.Num(e, m.digits),
-				bench.WithUnit(c.Median, "%"), rangeOf(c, "%")})
+				r.change(mesh, m.workload, m.f).Cell(), r.aa(mesh, m.workload, m.f).Cell()})
 		}
 	}
 	var b strings.Builder
-	bench.WriteTable(&b, []string{"mesh", "metric", "baseline", "eztunnel", "change", "range over reps"}, rows)
+	bench.WriteTable(&b, []string{"mesh", "metric", "baseline", "eztunnel", "change [95% CI]", "A/A [95% CI]"}, rows)
 	if quick {
 		b.WriteString(r.transferSwitches())
 	}
@@ -280,20 +283,28 @@ func rangeOf(s Spread, unit string) string {
 	return fmt.Sprintf("%+.1f..%+.1f%%", s.Min, s.Max)
 }
 
+// targetTable lists the targets, then why any was not judged.
 func (r *Report) targetTable() string {
 	var rows [][]string
+	var notes []string
 	for _, t := range r.Targets {
-		v, rg := bench.WithUnit(t.Value, t.Unit), rangeOf(Spread{t.Value, t.Min, t.Max, 1}, t.Unit)
-		if t.Unit == "MB" {
-			v, rg = fmt.Sprintf("%.1f MB", t.Value), "-"
+		v, aa := t.Value.Cell(), t.AA.Cell()
+		switch {
+		case t.Unit == "MB":
+			v, aa = fmt.Sprintf("%.1f MB (single observation: largest run)", t.Value.Median), "-"
+		case t.Verdict == notJudged:
+			v, aa = "-", "-"
 		}
-		if t.Verdict == notJudged {
-			v, rg = "-", "-"
+		rows = append(rows, []string{t.Mesh, t.Name, v, aa, t.Goal, t.Verdict})
+		if t.Reason != "" {
+			notes = append(notes, fmt.Sprintf("%s %s %q: %s\n", bench.NotJudged, t.Mesh, t.Name, t.Reason))
 		}
-		rows = append(rows, []string{t.Mesh, t.Name, v, rg, t.Goal, t.Verdict})
 	}
 	var b strings.Builder
-	bench.WriteTable(&b, []string{"mesh", "target", "value", "range over reps", "goal", "result"}, rows)
+	bench.WriteTable(&b, []string{"mesh", "target", "change [95% CI]", "A/A [95% CI]", "goal", "result"}, rows)
+	for _, n := range notes {
+		b.WriteString(n)
+	}
 	return b.String()
 }
 
@@ -383,10 +394,9 @@ func (r *Report) WriteMain(w io.Writer) error {
 	if o.Quick {
 		kind = "quick run"
 	}
-	_, err := fmt.Fprintf(w, "\neztunnel bench lab (%s): %d mesh mode(s) x %d repetition(s), baseline and eztunnel interleaved ABBA, %s\n"+
-		"baseline, eztunnel: latency p50 of all samples pooled, other values trimmed means over repetitions;\n"+
-		"change: median of the per-repetition changes (adjacent runs paired), range: their min..max\n\n%s\n%s\n%s",
-		kind, len(r.Meshes), o.Reps, place, r.mainTable(), r.targetTable(), r.memoryTable())
+	_, err := fmt.Fprintf(w, "\neztunnel bench lab (%s): %d mesh mode(s) x %d round(s) of four runs (an A/A pair of baseline runs, an A/B pair of baseline and eztunnel; order alternating), %s\n"+
+		"%s\n\n%s\n%s\n%s",
+		kind, len(r.Meshes), o.Reps, place, mainLegend, r.mainTable(), r.targetTable(), r.memoryTable())
 	return err
 }
 

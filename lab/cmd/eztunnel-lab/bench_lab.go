@@ -23,7 +23,11 @@ func benchLabCmd() *cobra.Command {
 		Long: `Builds a node from network namespaces, emulates a service mesh with real
 HAProxy proxies (sidecar: one per pod with Istio's iptables capture; ambient:
 one shared node proxy; -tls: TLS between the proxies) and runs every workload
-in baseline and eztunnel mode, interleaved, --reps times. Writes raw results,
+in --reps rounds of four runs: an A/A pair (baseline twice) and an A/B pair
+(baseline, eztunnel), both in reversed order every other round. Prints per
+metric the median of the per-round paired differences with its 95%
+bootstrap interval, and the A/A's: a target is judged on the interval's far
+end, and only when its A/A holds 0 within ±2%. Writes raw results,
 summary.md, runs.csv and plots to --out and prints the main table.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -67,11 +71,11 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "short run that repeats: 12 interleaved repetitions of short b2b ping-echo, file-transfer and redis runs (latency, FCT; no throughput), pinned to one CPU at nice -10; about a minute")
+	f.BoolVar(&quick, "quick", false, "short run that repeats: 6 rounds of four short b2b ping-echo, file-transfer and redis runs (latency, FCT; no throughput), pinned to one CPU at nice -10; about a minute per mesh mode")
 	f.StringVar(&report, "report", "", "render summary.md, runs.csv and plots again from a results directory and exit")
 	f.StringSliceVar(&o.Meshes, "mesh", o.Meshes, fmt.Sprintf("mesh modes, in order (%v)", meshlab.Meshes))
 	f.StringSliceVar(&o.Workloads, "workload", o.Workloads, fmt.Sprintf("workloads (%v)", mesh.Workloads))
-	f.IntVar(&o.Reps, "reps", o.Reps, "repetitions of each baseline/eztunnel pair")
+	f.IntVar(&o.Reps, "reps", o.Reps, "rounds of four runs of every workload: an A/A pair of baseline runs and an A/B pair (baseline, eztunnel); at least 2")
 	f.IntVar(&o.PacedN, "paced-n", o.PacedN, "paced ping-echo messages per run")
 	f.DurationVar(&o.Interval, "interval", o.Interval, "interval of the paced ping-echo")
 	f.IntVar(&o.PingN, "ping-n", o.PingN, "back-to-back ping-echo messages per connection")
