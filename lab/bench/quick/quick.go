@@ -46,8 +46,8 @@ func DefaultOptions() Options {
 
 func (o Options) validate() error {
 	switch {
-	case o.Rounds < 2:
-		return fmt.Errorf("--rounds %d must be at least 2 (a paired interval needs two pairs)", o.Rounds)
+	case o.Rounds < 1:
+		return fmt.Errorf("--rounds %d must be at least 1 (an interval needs 2)", o.Rounds)
 	case o.RTTN < 10:
 		return fmt.Errorf("--rtt-n %d must be at least 10", o.RTTN)
 	case o.TransferBytes < 1:

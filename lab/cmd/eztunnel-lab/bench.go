@@ -37,7 +37,7 @@ func benchQuickCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds of four phases on fresh connections: an A/A pair (baseline twice) and an A/B pair (baseline, accelerated), order alternating; at least 2")
+	f.IntVar(&o.Rounds, "rounds", o.Rounds, "rounds of four phases on fresh connections: an A/A pair (baseline twice) and an A/B pair (baseline, accelerated), order alternating; intervals need at least 2")
 	f.IntVar(&o.RTTN, "rtt-n", o.RTTN, "recorded 24 B round trips per phase (64 KiB: a tenth)")
 	f.Uint64Var(&o.TransferBytes, "transfer-bytes", o.TransferBytes, "bytes of each phase's flow-completion-time transfer")
 	f.IntVar(&o.CPU, "cpu", o.CPU, "CPU that client and server are pinned to (-1: no pinning)")

@@ -75,7 +75,7 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 	f.StringVar(&report, "report", "", "render summary.md, runs.csv and plots again from a results directory and exit")
 	f.StringSliceVar(&o.Meshes, "mesh", o.Meshes, fmt.Sprintf("mesh modes, in order (%v)", meshlab.Meshes))
 	f.StringSliceVar(&o.Workloads, "workload", o.Workloads, fmt.Sprintf("workloads (%v)", mesh.Workloads))
-	f.IntVar(&o.Reps, "reps", o.Reps, "rounds of four runs of every workload: an A/A pair of baseline runs and an A/B pair (baseline, eztunnel); at least 2")
+	f.IntVar(&o.Reps, "reps", o.Reps, "rounds of four runs of every workload: an A/A pair of baseline runs and an A/B pair (baseline, eztunnel); intervals need at least 2")
 	f.IntVar(&o.PacedN, "paced-n", o.PacedN, "paced ping-echo messages per run")
 	f.DurationVar(&o.Interval, "interval", o.Interval, "interval of the paced ping-echo")
 	f.IntVar(&o.PingN, "ping-n", o.PingN, "back-to-back ping-echo messages per connection")
