@@ -41,7 +41,7 @@ type Options struct {
 
 // DefaultOptions are the flag defaults of `eztunnel bench quick`.
 func DefaultOptions() Options {
-	return Options{Rounds: 4, RTTN: 10000, TransferBytes: 512 << 20, CPU: 0}
+	return Options{Rounds: 4, RTTN: 5000, TransferBytes: 256 << 20, CPU: 0}
 }
 
 func (o Options) validate() error {

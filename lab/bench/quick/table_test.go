@@ -89,7 +89,7 @@ func TestReportAllPass(t *testing.T) {
 	for _, s := range []string{
 		"6 round(s) of four phases",
 		"| RTT 24 B p50 (us)             |     31.5 |        15.8 | -50.0% [-50.0, -50.0] | -0.0% [-0.5, +0.5] |",
-		"| 512 MiB FCT (s)               |     3.15 |        1.58 | -50.0% [-50.0, -50.0] | ",
+		"| 256 MiB FCT (s)               |     3.15 |        1.58 | -50.0% [-50.0, -50.0] | ",
 		"| unix socket RTT 24 B p50 (us) |     14.7 |           - |                     - |                  - |",
 		"| accelerated 24 B p50 at most 15% above unix socketpair p50 (1.15x) |    +7.1% [+7.1, +7.1] |",
 		"upper end <= +15% |   PASS |",
