@@ -1,0 +1,384 @@
+package scale
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/bench"
+	"github.com/eztunnel/eztunnel/lab/bench/quick"
+	"github.com/eztunnel/eztunnel/lab/workload"
+)
+
+// step runs one step of n connections. ended names the resource that
+// ended it (then row is not a measurement); err is a failure of the bench.
+func (r *run) step(ctx context.Context, n int, prev *Row) (row Row, ended string, err error) {
+	plan, err := PlanStep(n, r.nofile, firstPort)
+	if err != nil {
+		return row, "descriptors: " + err.Error(), nil
+	}
+	row.Conns, row.Procs = n, plan.Procs()
+	availBefore, err := bench.MemAvailable()
+	if err != nil {
+		return row, "", err
+	}
+	if prev != nil && prev.NodeBytesPerConn > 0 {
+		need := uint64(prev.NodeBytesPerConn * float64(n) * 1.1)
+		if need+r.o.MinAvailable > availBefore {
+			return row, fmt.Sprintf("memory: at %.0f B a connection (the step of %d) %d connections need %.1f GiB; MemAvailable is %.1f GiB and the floor %.1f GiB",
+				prev.NodeBytesPerConn, prev.Conns, n, gib(need), gib(availBefore), gib(r.o.MinAvailable)), nil
+		}
+	}
+	fmt.Fprintf(r.o.Log, "step: %d connections, %d server and %d holder processes of at most %d (MemAvailable %.1f GiB)\n", n, plan.Procs(), plan.Procs(), plan.PerProc, gib(availBefore))
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	low := watchMemory(sctx, cancel, r.o.MinAvailable)
+	defer func() { row.MemAvailableLow = low() }()
+	ag, stopAgent, err := r.startAgent(sctx, &row, plan)
+	if err != nil {
+		return row, resource(err), unlessResource(err)
+	}
+	var procs []*proc
+	defer func() {
+		cancel(nil) // kills the holders and servers
+		for _, p := range procs {
+			<-p.done
+		}
+		stopAgent()
+	}()
+	servers, holders, err := r.open(sctx, &row, plan, &procs)
+	if err != nil {
+		return row, resource(err), unlessResource(err)
+	}
+	if err := r.loaded(sctx, &row, ag, availBefore); err != nil {
+		return row, resource(err), unlessResource(err)
+	}
+	if err := r.probe(sctx, &row); err != nil {
+		return row, resource(err), unlessResource(err)
+	}
+	if err := r.listAndScrape(sctx, &row, ag); err != nil {
+		return row, resource(err), unlessResource(err)
+	}
+	if err := r.rounds(sctx, &row, ag, servers, holders); err != nil {
+		return row, resource(err), unlessResource(err)
+	}
+	return row, "", nil
+}
+
+// resource names the resource an error of a step ran out of, "" if none.
+func resource(err error) string {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, errLowMemory):
+		return "memory: " + msg
+	case errors.Is(err, errTooSlow):
+		return "time: " + msg
+	case errors.Is(err, errAgent):
+		return msg
+	case strings.Contains(msg, "too many open files"):
+		return "descriptors: " + msg
+	case strings.Contains(msg, "cannot assign requested address"):
+		return "ephemeral ports: " + msg
+	case strings.Contains(msg, "cannot allocate memory") || strings.Contains(msg, "out of memory"):
+		return "memory: " + msg
+	}
+	return ""
+}
+
+func unlessResource(err error) error {
+	if resource(err) != "" {
+		return nil
+	}
+	return err
+}
+
+// open starts the servers, then the holders, and times the holders'
+// setup: every connection open and its hello echoed.
+func (r *run) open(ctx context.Context, row *Row, plan Plan, procs *[]*proc) (servers, holders []*proc, err error) {
+	dir := filepath.Join(r.tmp, "step-"+strconv.Itoa(plan.Conns))
+	for i, port := range plan.Ports {
+		d := filepath.Join(dir, "s"+strconv.Itoa(i))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, nil, err
+		}
+		p, err := r.start(ctx, r.server, d, r.o.Exe, "workload", "scale-serve", "--addr", ":"+strconv.Itoa(port), "--ready-file", filepath.Join(d, "ready"))
+		if err != nil {
+			return nil, nil, err
+		}
+		*procs = append(*procs, p)
+		servers = append(servers, p)
+	}
+	if err := waitFiles(ctx, servers, "ready", time.Minute); err != nil {
+		return nil, nil, fmt.Errorf("servers: %w", err)
+	}
+	every := (plan.Conns + r.o.InFlight - 1) / r.o.InFlight
+	start := time.Now()
+	base := 0
+	for i, share := range plan.Shares {
+		d := filepath.Join(dir, "h"+strconv.Itoa(i))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, nil, err
+		}
+		p, err := r.start(ctx, r.client, d, r.o.Exe, "workload", "scale-hold", "--addr", hostPort(r.server.IPv4, plan.Ports[i]),
+			"--conns", strconv.Itoa(share), "--base", strconv.Itoa(base), "--parallel", strconv.Itoa(r.o.Parallel),
+			"--every", strconv.Itoa(every), "--timeout", "2m", "--dir", d)
+		if err != nil {
+			return nil, nil, err
+		}
+		base += share
+		*procs = append(*procs, p)
+		holders = append(holders, p)
+	}
+	timeout := time.Minute + time.Duration(plan.Conns/r.o.MinSetupRate)*time.Second
+	if err := waitFiles(ctx, holders, "ready.json", timeout); err != nil {
+		return nil, nil, fmt.Errorf("holders: %w", err)
+	}
+	row.SetupSeconds = time.Since(start).Seconds()
+	row.SetupRate = float64(plan.Conns) / row.SetupSeconds
+	fmt.Fprintf(r.o.Log, "  %d connections open in %.1f s (%.0f/s)\n", plan.Conns, row.SetupSeconds, row.SetupRate)
+	return servers, holders, nil
+}
+
+// loaded waits until the datapath paired every connection, then samples
+// the agent's and the machine's memory.
+func (r *run) loaded(ctx context.Context, row *Row, ag *agent, availBefore uint64) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		s, err := quick.SampleMemory(ag.cmd.Process.Pid, ag.cfg, row.Conns)
+		if err != nil {
+			return err
+		}
+		row.Pairs, row.AgentRSS, row.MapBytes, row.ProgBytes, row.MapBytesByMap = s.Pairs, s.AgentRSS, s.MapMemlock, s.ProgMemlock, s.MapBytes
+		if s.Pairs >= uint64(row.Conns) || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if row.Pairs < uint64(row.Conns) {
+		return fmt.Errorf("the datapath paired %d of %d connections", row.Pairs, row.Conns)
+	}
+	avail, err := bench.MemAvailable()
+	if err != nil {
+		return err
+	}
+	row.AgentBytesPerConn = float64(row.AgentRSS+row.MapBytes) / float64(row.Conns)
+	if avail < availBefore {
+		row.NodeBytesPerConn = float64(availBefore-avail) / float64(row.Conns)
+	}
+	fmt.Fprintf(r.o.Log, "  %d pairs; agent RSS %.1f MB, BPF maps %.1f MB; MemAvailable %.1f GiB\n", row.Pairs, mb(row.AgentRSS), mb(row.MapBytes), gib(avail))
+	return nil
+}
+
+func mb(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// probeWarmup: unrecorded round trips before the probe's.
+const probeWarmup = 1000
+
+// probe runs 24 B ping-pongs on a fresh connection and takes the whole
+// machine's busy CPU time around it.
+func (r *run) probe(ctx context.Context, row *Row) error {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return err
+	}
+	before, err := bench.SystemBusy(fs)
+	if err != nil {
+		return err
+	}
+	res, u, err := r.wl.PingPong(ctx, r.client, workload.PingPongArgs{Addr: hostPort(r.server.IPv4, probePort), Size: 24, N: r.o.ProbeN, Warmup: probeWarmup})
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	after, err := bench.SystemBusy(fs)
+	if err != nil {
+		return err
+	}
+	msgs := float64(2 * (r.o.ProbeN + probeWarmup))
+	row.RTT = stats{P50: res.Micros.P50, P99: res.Micros.P99}
+	row.CPUPerMsg = (after - before) * 1e6 / msgs
+	row.ProbeCPUPerMsg = u.CPU * 1e6 / msgs
+	fmt.Fprintf(r.o.Log, "  probe: RTT p50 %.1f µs, %.2f µs CPU a message (the client's own %.2f)\n", row.RTT.P50, row.CPUPerMsg, row.ProbeCPUPerMsg)
+	return nil
+}
+
+// listAndScrape times one full `eztunnel connections -o json` and one
+// scrape of the agent's /metrics.
+func (r *run) listAndScrape(ctx context.Context, row *Row, ag *agent) error {
+	cmd := sysexec.Command(ctx, r.o.Agent, "connections", "--pin-path", ag.cfg.PinRoot, "-o", "json")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	var errb syncBuffer
+	cmd.Stderr = &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	cw := &countingReader{r: out}
+	ends, derr := countEnds(cw)
+	io.Copy(io.Discard, cw)
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("eztunnel connections: %w: %s", err, errb.String())
+	}
+	if derr != nil {
+		return fmt.Errorf("eztunnel connections output: %w", derr)
+	}
+	row.ListingSeconds, row.ListingBytes, row.ListedEnds = time.Since(start).Seconds(), cw.n, ends
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ag.metrics+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	start = time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("scrape: %w", err)
+	}
+	row.ScrapeBytes, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("scrape: %s: %v", resp.Status, err)
+	}
+	row.ScrapeSeconds = time.Since(start).Seconds()
+	fmt.Fprintf(r.o.Log, "  listing: %d ends, %.1f MB in %.2f s; scrape: %.1f kB in %.3f s\n", ends, mb(uint64(row.ListingBytes)), row.ListingSeconds, float64(row.ScrapeBytes)/1000, row.ScrapeSeconds)
+	return nil
+}
+
+// countEnds counts the elements of the JSON array the listing prints,
+// one end at a time.
+func countEnds(rd io.Reader) (int, error) {
+	dec := json.NewDecoder(rd)
+	if _, err := dec.Token(); err != nil { // [
+		return 0, err
+	}
+	n := 0
+	for dec.More() {
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// rounds checks a message on every connection while accelerated, stops
+// the servers, leaves a message unread on a sample of connections, stops
+// the agent and uninstalls the datapath (the servers read again
+// ReaderStop after the uninstall began), then checks the unread messages
+// and a message on every connection on the kernel path.
+func (r *run) rounds(ctx context.Context, row *Row, ag *agent, servers, holders []*proc) error {
+	check := func(round int) error {
+		signalAll(holders, syscall.SIGUSR1)
+		agg, err := collect(ctx, holders, round)
+		if err != nil {
+			return err
+		}
+		row.Rounds = append(row.Rounds, agg)
+		fmt.Fprintf(r.o.Log, "  round %d: %d connections, %d bytes back exactly, %d mismatched, %d failed (%.1f s) %s\n", round, agg.Conns, agg.Bytes, agg.Mismatches, agg.Errors, agg.Seconds, agg.FirstError)
+		return nil
+	}
+	if err := check(0); err != nil {
+		return err
+	}
+	signalAll(servers, syscall.SIGSTOP)
+	signalAll(holders, syscall.SIGUSR2)
+	if err := waitFiles(ctx, holders, "sent-1", 5*time.Minute); err != nil {
+		signalAll(servers, syscall.SIGCONT)
+		return err
+	}
+	ag.stopAgent()
+	start := time.Now()
+	cmd := sysexec.Command(ctx, r.o.Agent, "uninstall", "--pin-path", ag.cfg.PinRoot, "--drain-timeout", r.o.DrainTimeout.String())
+	var errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &errb, &errb
+	err := cmd.Start()
+	if err == nil {
+		time.Sleep(r.o.ReaderStop)
+		signalAll(servers, syscall.SIGCONT)
+		err = cmd.Wait()
+	}
+	signalAll(servers, syscall.SIGCONT)
+	row.UninstallSeconds = time.Since(start).Seconds()
+	if err != nil {
+		row.UninstallError = fmt.Sprintf("%v: %s", err, errb.String())
+	}
+	fmt.Fprintf(r.o.Log, "  uninstall: %.2f s %s\n", row.UninstallSeconds, row.UninstallError)
+	if err := check(1); err != nil {
+		return err
+	}
+	if err := check(2); err != nil {
+		return err
+	}
+	row.Exact = row.UninstallError == "" && row.Rounds[0].Conns == row.Conns && row.Rounds[2].Conns == row.Conns && row.Rounds[1].Conns > 0
+	for _, rd := range row.Rounds {
+		row.Exact = row.Exact && rd.Mismatches == 0 && rd.Errors == 0
+	}
+	return nil
+}
+
+// collect waits for every holder's round file and adds them up.
+func collect(ctx context.Context, holders []*proc, round int) (workload.ScaleRound, error) {
+	name := fmt.Sprintf("round-%d.json", round)
+	agg := workload.ScaleRound{Round: uint64(round)}
+	if err := waitFiles(ctx, holders, name, 10*time.Minute); err != nil {
+		return agg, err
+	}
+	for _, h := range holders {
+		b, err := os.ReadFile(filepath.Join(h.dir, name))
+		if err != nil {
+			return agg, err
+		}
+		var one workload.ScaleRound
+		if err := json.Unmarshal(b, &one); err != nil {
+			return agg, fmt.Errorf("%s: %w", name, err)
+		}
+		agg.Conns += one.Conns
+		agg.Bytes += one.Bytes
+		agg.Mismatches += one.Mismatches
+		agg.Errors += one.Errors
+		agg.Seconds = max(agg.Seconds, one.Seconds)
+		if agg.FirstError == "" {
+			agg.FirstError = one.FirstError
+		}
+	}
+	return agg, nil
+}
+
+// freePort is a free port on the loopback for the agent's metrics.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
