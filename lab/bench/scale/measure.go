@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
+	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/bench/quick"
@@ -66,7 +68,7 @@ func (r *run) step(ctx context.Context, n int, prev *Row) (row Row, ended string
 	if err := r.loaded(sctx, &row, ag, availBefore); err != nil {
 		return row, resource(err), unlessResource(err)
 	}
-	if err := r.probe(sctx, &row); err != nil {
+	if err := r.probe(sctx, &row, ag); err != nil {
 		return row, resource(err), unlessResource(err)
 	}
 	if err := r.listAndScrape(sctx, &row, ag); err != nil {
@@ -134,7 +136,7 @@ func (r *run) open(ctx context.Context, row *Row, plan Plan, procs *[]*proc) (se
 		}
 		p, err := r.start(ctx, r.client, d, r.o.Exe, "workload", "scale-hold", "--addr", hostPort(r.server.IPv4, plan.Ports[i]),
 			"--conns", strconv.Itoa(share), "--base", strconv.Itoa(base), "--parallel", strconv.Itoa(r.o.Parallel),
-			"--every", strconv.Itoa(every), "--timeout", "2m", "--dir", d)
+			"--every", strconv.Itoa(every), "--timeout", "30s", "--dir", d)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -146,9 +148,25 @@ func (r *run) open(ctx context.Context, row *Row, plan Plan, procs *[]*proc) (se
 	if err := waitFiles(ctx, holders, "ready.json", timeout); err != nil {
 		return nil, nil, fmt.Errorf("holders: %w", err)
 	}
-	row.SetupSeconds = time.Since(start).Seconds()
+	row.SetupWallSeconds = time.Since(start).Seconds()
+	// The rate is from the holders' own clocks (the slowest holder's
+	// time from its first connect to its last echoed hello): starting the
+	// processes is not part of it.
+	for _, h := range holders {
+		var ready struct {
+			Seconds float64 `json:"seconds"`
+		}
+		b, err := os.ReadFile(filepath.Join(h.dir, "ready.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &ready)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("holder ready.json: %w", err)
+		}
+		row.SetupSeconds = max(row.SetupSeconds, ready.Seconds)
+	}
 	row.SetupRate = float64(plan.Conns) / row.SetupSeconds
-	fmt.Fprintf(r.o.Log, "  %d connections open in %.1f s (%.0f/s)\n", plan.Conns, row.SetupSeconds, row.SetupRate)
+	fmt.Fprintf(r.o.Log, "  %d connections open in %.1f s (%.0f/s; %.1f s with starting the holders)\n", plan.Conns, row.SetupSeconds, row.SetupRate, row.SetupWallSeconds)
 	return servers, holders, nil
 }
 
@@ -191,62 +209,114 @@ func mb(b uint64) float64 { return float64(b) / (1 << 20) }
 // probeWarmup: unrecorded round trips before the probe's.
 const probeWarmup = 1000
 
-// probe runs 24 B ping-pongs on a fresh connection and takes the whole
-// machine's busy CPU time around it.
-func (r *run) probe(ctx context.Context, row *Row) error {
+// probeRuns: the probe runs this many times at each step; the medians
+// are reported, so that one run that met the agent's periodic work (the
+// adoption scan, pair ageing) does not stand for the step.
+const probeRuns = 3
+
+// probe runs 24 B ping-pongs on a fresh connection, probeRuns times,
+// once the machine is quiet after the setup (or 10 s passed). CPU per
+// message is the CPU time of the processes on the message path: the probe
+// client (rusage), its echo server and the agent (procfs), so that other
+// work on the machine does not count; the whole machine's busy time
+// (/proc/stat) is recorded beside it.
+func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
+	settled, err := bench.Settle(10*time.Second, 0.1)
+	if err != nil {
+		return err
+	}
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return err
 	}
-	before, err := bench.SystemBusy(fs)
-	if err != nil {
-		return err
-	}
-	res, u, err := r.wl.PingPong(ctx, r.client, workload.PingPongArgs{Addr: hostPort(r.server.IPv4, probePort), Size: 24, N: r.o.ProbeN, Warmup: probeWarmup})
-	if err != nil {
-		return fmt.Errorf("probe: %w", err)
-	}
-	after, err := bench.SystemBusy(fs)
-	if err != nil {
-		return err
-	}
 	msgs := float64(2 * (r.o.ProbeN + probeWarmup))
-	row.RTT = stats{P50: res.Micros.P50, P99: res.Micros.P99}
-	row.CPUPerMsg = (after - before) * 1e6 / msgs
-	row.ProbeCPUPerMsg = u.CPU * 1e6 / msgs
-	fmt.Fprintf(r.o.Log, "  probe: RTT p50 %.1f µs, %.2f µs CPU a message (the client's own %.2f)\n", row.RTT.P50, row.CPUPerMsg, row.ProbeCPUPerMsg)
+	var p50s, p99s, cpus, machine, own, agentCPU []float64
+	for range probeRuns {
+		before, err := bench.SystemBusy(fs)
+		if err != nil {
+			return err
+		}
+		procsBefore, err := cpuSeconds(r.probeServer, ag.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		agentBefore, err := cpuSeconds(ag.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		res, u, err := r.wl.PingPong(ctx, r.client, workload.PingPongArgs{Addr: hostPort(r.server.IPv4, probePort), Size: 24, N: r.o.ProbeN, Warmup: probeWarmup})
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		procsAfter, err := cpuSeconds(r.probeServer, ag.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		agentAfter, err := cpuSeconds(ag.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		agentCPU = append(agentCPU, (agentAfter-agentBefore)*1e6/msgs)
+		after, err := bench.SystemBusy(fs)
+		if err != nil {
+			return err
+		}
+		p50s, p99s = append(p50s, res.Micros.P50), append(p99s, res.Micros.P99)
+		cpus = append(cpus, (u.CPU+procsAfter-procsBefore)*1e6/msgs)
+		machine, own = append(machine, (after-before)*1e6/msgs), append(own, u.CPU*1e6/msgs)
+	}
+	row.RTT = stats{P50: median(p50s), P99: median(p99s)}
+	row.CPUPerMsg, row.MachineCPUPerMsg, row.ProbeCPUPerMsg = median(cpus), median(machine), median(own)
+	row.CPUPerMsgRuns, row.AgentCPUPerMsgRuns = cpus, agentCPU
+	fmt.Fprintf(r.o.Log, "  probe (after %.1f s settling): RTT p50 %.1f µs, %.2f µs CPU a message %.2f (the client's own %.2f, the agent's %.2f, the machine's %.2f)\n",
+		settled.Seconds(), row.RTT.P50, row.CPUPerMsg, cpus, row.ProbeCPUPerMsg, agentCPU, row.MachineCPUPerMsg)
 	return nil
 }
 
-// listAndScrape times one full `eztunnel connections -o json` and one
-// scrape of the agent's /metrics.
+// cpuSeconds is the user+system CPU time the processes used so far.
+func cpuSeconds(pids ...int) (float64, error) {
+	var sum float64
+	for _, pid := range pids {
+		p, err := procfs.NewProc(pid)
+		if err != nil {
+			return 0, err
+		}
+		st, err := p.Stat()
+		if err != nil {
+			return 0, err
+		}
+		sum += st.CPUTime()
+	}
+	return sum, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// listAndScrape times one full `eztunnel connections -o json` (through
+// the agent; if that fails, once more from the pins) and one scrape of the
+// agent's /metrics.
 func (r *run) listAndScrape(ctx context.Context, row *Row, ag *agent) error {
-	cmd := sysexec.Command(ctx, r.o.Agent, "connections", "--pin-path", ag.cfg.PinRoot, "-o", "json")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
+	var err error
+	row.ListingSeconds, row.ListingBytes, row.ListedEnds, row.ListingError = list(ctx, r.o.Agent, ag.cfg.PinRoot)
+	// The agent answered the listing: what that left it holding.
+	if row.AgentRSSAfterListing, err = bench.ProcRSS(ag.cmd.Process.Pid); err != nil {
 		return err
 	}
-	var errb syncBuffer
-	cmd.Stderr = &errb
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return err
+	if row.ListingError != "" {
+		fmt.Fprintf(r.o.Log, "  listing failed after %.1f s: %s\n", row.ListingSeconds, row.ListingError)
+		var ferr string
+		row.FromPinsSeconds, _, row.FromPinsEnds, ferr = list(ctx, r.o.Agent, ag.cfg.PinRoot, "--from-pins")
+		fmt.Fprintf(r.o.Log, "  listing --from-pins: %d ends in %.2f s %s\n", row.FromPinsEnds, row.FromPinsSeconds, ferr)
 	}
-	cw := &countingReader{r: out}
-	ends, derr := countEnds(cw)
-	io.Copy(io.Discard, cw)
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("eztunnel connections: %w: %s", err, errb.String())
-	}
-	if derr != nil {
-		return fmt.Errorf("eztunnel connections output: %w", derr)
-	}
-	row.ListingSeconds, row.ListingBytes, row.ListedEnds = time.Since(start).Seconds(), cw.n, ends
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ag.metrics+"/metrics", nil)
 	if err != nil {
 		return err
 	}
-	start = time.Now()
+	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("scrape: %w", err)
@@ -257,8 +327,35 @@ func (r *run) listAndScrape(ctx context.Context, row *Row, ag *agent) error {
 		return fmt.Errorf("scrape: %s: %v", resp.Status, err)
 	}
 	row.ScrapeSeconds = time.Since(start).Seconds()
-	fmt.Fprintf(r.o.Log, "  listing: %d ends, %.1f MB in %.2f s; scrape: %.1f kB in %.3f s\n", ends, mb(uint64(row.ListingBytes)), row.ListingSeconds, float64(row.ScrapeBytes)/1000, row.ScrapeSeconds)
+	fmt.Fprintf(r.o.Log, "  listing: %d ends, %.1f MB in %.2f s (agent RSS after it %.1f MB); scrape: %.1f kB in %.3f s\n", row.ListedEnds, mb(uint64(row.ListingBytes)), row.ListingSeconds, mb(row.AgentRSSAfterListing), float64(row.ScrapeBytes)/1000, row.ScrapeSeconds)
 	return nil
+}
+
+// list times one `eztunnel connections -o json` of the datapath at pin and
+// counts the ends it printed; a failure is returned as its message.
+func list(ctx context.Context, agent, pin string, extra ...string) (seconds float64, size int64, ends int, failed string) {
+	cmd := sysexec.Command(ctx, agent, append([]string{"connections", "--pin-path", pin, "-o", "json"}, extra...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, 0, 0, err.Error()
+	}
+	var errb syncBuffer
+	cmd.Stderr = &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, 0, err.Error()
+	}
+	cw := &countingReader{r: out}
+	ends, derr := countEnds(cw)
+	io.Copy(io.Discard, cw)
+	seconds = time.Since(start).Seconds()
+	if err := cmd.Wait(); err != nil {
+		return seconds, cw.n, ends, fmt.Sprintf("%v: %s", err, errb.String())
+	}
+	if derr != nil {
+		return seconds, cw.n, ends, fmt.Sprintf("output: %v", derr)
+	}
+	return seconds, cw.n, ends, ""
 }
 
 // countEnds counts the elements of the JSON array the listing prints,
@@ -290,14 +387,19 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// rounds checks a message on every connection while accelerated, stops
-// the servers, leaves a message unread on a sample of connections, stops
-// the agent and uninstalls the datapath (the servers read again
-// ReaderStop after the uninstall began), then checks the unread messages
-// and a message on every connection on the kernel path.
+// rounds checks a message on every connection while accelerated (round
+// 0); stops the servers, leaves a message unread on a sample of
+// connections and lets the servers read again ReaderStop later (round 1);
+// does the same around the uninstall: the agent stops, the uninstall
+// begins, the servers read again ReaderStop after it began and the holders
+// read the echoes while it drains (round 2); then
+// checks a message on every connection on the kernel path (round 3). Each
+// echo is waited for at most 30 s.
 func (r *run) rounds(ctx context.Context, row *Row, ag *agent, servers, holders []*proc) error {
 	check := func(round int) error {
-		signalAll(holders, syscall.SIGUSR1)
+		if round != 2 { // round 2's check began with the uninstall
+			signalAll(holders, syscall.SIGUSR1)
+		}
 		agg, err := collect(ctx, holders, round)
 		if err != nil {
 			return err
@@ -306,39 +408,40 @@ func (r *run) rounds(ctx context.Context, row *Row, ag *agent, servers, holders 
 		fmt.Fprintf(r.o.Log, "  round %d: %d connections, %d bytes back exactly, %d mismatched, %d failed (%.1f s) %s\n", round, agg.Conns, agg.Bytes, agg.Mismatches, agg.Errors, agg.Seconds, agg.FirstError)
 		return nil
 	}
+	// Messages that wait for stopped readers: unread in the servers'
+	// sockets while the datapath runs (round 1), then while it is
+	// uninstalled (round 2).
+	stopAndSend := func(round int) error {
+		signalAll(servers, syscall.SIGSTOP)
+		signalAll(holders, syscall.SIGUSR2)
+		if err := waitFiles(ctx, holders, "sent-"+strconv.Itoa(round), 5*time.Minute); err != nil {
+			signalAll(servers, syscall.SIGCONT)
+			return err
+		}
+		return nil
+	}
 	if err := check(0); err != nil {
 		return err
 	}
-	signalAll(servers, syscall.SIGSTOP)
-	signalAll(holders, syscall.SIGUSR2)
-	if err := waitFiles(ctx, holders, "sent-1", 5*time.Minute); err != nil {
-		signalAll(servers, syscall.SIGCONT)
+	if err := stopAndSend(1); err != nil {
 		return err
 	}
-	ag.stopAgent()
-	start := time.Now()
-	cmd := sysexec.Command(ctx, r.o.Agent, "uninstall", "--pin-path", ag.cfg.PinRoot, "--drain-timeout", r.o.DrainTimeout.String())
-	var errb syncBuffer
-	cmd.Stdout, cmd.Stderr = &errb, &errb
-	err := cmd.Start()
-	if err == nil {
-		time.Sleep(r.o.ReaderStop)
-		signalAll(servers, syscall.SIGCONT)
-		err = cmd.Wait()
-	}
+	time.Sleep(r.o.ReaderStop)
 	signalAll(servers, syscall.SIGCONT)
-	row.UninstallSeconds = time.Since(start).Seconds()
-	if err != nil {
-		row.UninstallError = fmt.Sprintf("%v: %s", err, errb.String())
-	}
-	fmt.Fprintf(r.o.Log, "  uninstall: %.2f s %s\n", row.UninstallSeconds, row.UninstallError)
 	if err := check(1); err != nil {
 		return err
 	}
+	if err := stopAndSend(2); err != nil {
+		return err
+	}
+	r.uninstall(ctx, row, ag, servers, holders)
 	if err := check(2); err != nil {
 		return err
 	}
-	row.Exact = row.UninstallError == "" && row.Rounds[0].Conns == row.Conns && row.Rounds[2].Conns == row.Conns && row.Rounds[1].Conns > 0
+	if err := check(3); err != nil {
+		return err
+	}
+	row.Exact = row.UninstallError == "" && row.Rounds[0].Conns == row.Conns && row.Rounds[3].Conns == row.Conns && row.Rounds[1].Conns > 0 && row.Rounds[2].Conns > 0
 	for _, rd := range row.Rounds {
 		row.Exact = row.Exact && rd.Mismatches == 0 && rd.Errors == 0
 	}
@@ -381,4 +484,88 @@ func freePort() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// uninstall stops the agent and times `eztunnel uninstall`; the servers
+// read again ReaderStop after it began, and the holders start checking
+// round 2 then. If it fails, what it left is recorded and it runs once
+// more.
+func (r *run) uninstall(ctx context.Context, row *Row, ag *agent, servers, holders []*proc) {
+	ag.stopAgent()
+	// Whatever happens, the servers read again when this returns.
+	defer signalAll(servers, syscall.SIGCONT)
+	checking := false
+	defer func() {
+		if !checking {
+			signalAll(holders, syscall.SIGUSR1)
+		}
+	}()
+	run := func(continueAfter time.Duration) (float64, string) {
+		start := time.Now()
+		cmd := sysexec.Command(ctx, r.o.Agent, "uninstall", "--pin-path", ag.cfg.PinRoot, "--drain-timeout", r.o.DrainTimeout.String())
+		var out syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Start()
+		if err == nil {
+			time.Sleep(continueAfter)
+			signalAll(servers, syscall.SIGCONT)
+			// The holders read the echoes while it drains: an echo
+			// written before the drain began is redirected to its
+			// client, and the uninstall waits until that is read.
+			if !checking {
+				signalAll(holders, syscall.SIGUSR1)
+				checking = true
+			}
+			err = cmd.Wait()
+		}
+		if err != nil {
+			return time.Since(start).Seconds(), fmt.Sprintf("%v: %s", err, out.String())
+		}
+		return time.Since(start).Seconds(), ""
+	}
+	row.UninstallSeconds, row.UninstallError = run(r.o.ReaderStop)
+	fmt.Fprintf(r.o.Log, "  uninstall: %.2f s %s\n", row.UninstallSeconds, row.UninstallError)
+	if row.UninstallError == "" {
+		return
+	}
+	row.UninstallLeft = leftBehind(ag, servers)
+	fmt.Fprintf(r.o.Log, "  left behind: %s\n", row.UninstallLeft)
+	var again string
+	row.UninstallRerunSeconds, again = run(0)
+	if again != "" {
+		row.UninstallLeft += "; the rerun failed too: " + again
+	}
+	fmt.Fprintf(r.o.Log, "  uninstall rerun: %.2f s %s\n", row.UninstallRerunSeconds, again)
+}
+
+// leftBehind describes what a failed uninstall left: the ends still
+// enrolled, by role, and the servers' scheduling states.
+func leftBehind(ag *agent, servers []*proc) string {
+	var b strings.Builder
+	conns, err := datapath.Connections(ag.cfg)
+	if err != nil {
+		fmt.Fprintf(&b, "listing from the pins: %v", err)
+	}
+	type key struct {
+		role          string
+		unread, moved bool
+	}
+	counts := map[key]int{}
+	for _, c := range conns {
+		counts[key{c.Role, c.RxUnread > 0, c.Switched || c.Left}]++
+	}
+	for k, n := range counts {
+		fmt.Fprintf(&b, "%d %s ends (rx_unread>0 %v, switched %v); ", n, k.role, k.unread, k.moved)
+	}
+	b.WriteString("servers:")
+	for _, p := range servers {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", p.cmd.Process.Pid))
+		state := "?"
+		if f := strings.Fields(string(st)); len(f) > 2 {
+			state = f[2]
+		}
+		fmt.Fprintf(&b, " %s/%s", state, wchan)
+	}
+	return b.String()
 }

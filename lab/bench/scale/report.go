@@ -16,13 +16,16 @@ func Table(rep Report) string {
 		"agent B/conn", "node KB/conn", "listing s", "scrape s", "uninstall s", "exact"}
 	var rows [][]string
 	for _, s := range rep.Steps {
-		exact := "yes"
+		exact, listing := "yes", bench.Num(s.ListingSeconds, 2)
+		if s.ListingError != "" {
+			listing = "failed"
+		}
 		if !s.Exact {
 			exact = "no"
 		}
 		rows = append(rows, []string{strconv.Itoa(s.Conns), strconv.Itoa(s.Procs), bench.Num(s.SetupRate, 0), bench.Num(s.RTT.P50, 1),
 			bench.Num(s.CPUPerMsg, 2), bench.Num(mb(s.AgentRSS), 1), bench.Num(mb(s.MapBytes), 1), bench.Num(s.AgentBytesPerConn, 0),
-			bench.Num(s.NodeBytesPerConn/1000, 1), bench.Num(s.ListingSeconds, 2), bench.Num(s.ScrapeSeconds, 3), bench.Num(s.UninstallSeconds, 2), exact})
+			bench.Num(s.NodeBytesPerConn/1000, 1), listing, bench.Num(s.ScrapeSeconds, 3), bench.Num(s.UninstallSeconds, 2), exact})
 	}
 	bench.WriteTable(&b, header, rows)
 	if len(rep.Steps) > 1 {
@@ -32,6 +35,9 @@ func Table(rep Report) string {
 			bench.WithUnit(100*(bench.Ratio(last.RTT.P50, first.RTT.P50)-1), "%"))
 	}
 	for _, s := range rep.Steps {
+		if s.ListingError != "" {
+			fmt.Fprintf(&b, "listing of %d connections failed after %.1f s: %s; from the pins: %d ends in %.1f s\n", s.Conns, s.ListingSeconds, s.ListingError, s.FromPinsEnds, s.FromPinsSeconds)
+		}
 		if s.UninstallError != "" {
 			fmt.Fprintf(&b, "uninstall of %d connections: %s\n", s.Conns, s.UninstallError)
 		}

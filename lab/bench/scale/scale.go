@@ -83,7 +83,9 @@ type run struct {
 	wl     workload.Client
 	tmp    string
 	nofile uint64
-	rep    Report
+	// probeServer is the pid of the probe's echo server.
+	probeServer int
+	rep         Report
 }
 
 // Run runs the steps and writes the table to stdout.
@@ -118,6 +120,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 		return err
 	}
 	defer srv.Stop()
+	r.probeServer = srv.Pid()
 	var prev *Row
 	for _, n := range o.Steps {
 		row, ended, err := r.step(ctx, n, prev)

@@ -26,21 +26,30 @@ type Row struct {
 	Procs      int    `json:"processes_per_side"`
 	MaxSockets uint32 `json:"max_sockets"` // the agent's --max-sockets
 	MaxPairs   uint32 `json:"max_pairs"`   // its --max-pairs
-	// SetupSeconds: from starting the holders until every connection
-	// was open and had its hello echoed.
-	SetupSeconds float64 `json:"setup_seconds"`
-	SetupRate    float64 `json:"setup_per_second"`
-	Pairs        uint64  `json:"pairs"` // pairs the datapath made (the probe's too)
+	// SetupSeconds: the slowest holder's time from its first connect until
+	// each of its connections was open and had its hello echoed (the
+	// holders open theirs at the same time); SetupWallSeconds: from
+	// starting the holder processes until the last was ready.
+	SetupWallSeconds float64 `json:"setup_wall_seconds"`
+	SetupSeconds     float64 `json:"setup_seconds"`
+	SetupRate        float64 `json:"setup_per_second"`
+	Pairs            uint64  `json:"pairs"` // pairs the datapath made (the probe's too)
 	// The probe: 24 B round trips on one fresh connection beside the held ones.
 	RTT stats `json:"probe_rtt_us"`
-	// CPUPerMsg: busy CPU time of the whole machine (/proc/stat) while
-	// the probe ran, per message (a round trip is two); ProbeCPUPerMsg:
-	// the probe client's own.
-	CPUPerMsg      float64 `json:"cpu_us_per_message"`
-	ProbeCPUPerMsg float64 `json:"probe_client_cpu_us_per_message"`
-	AgentRSS       uint64  `json:"agent_rss_bytes"`
-	MapBytes       uint64  `json:"bpf_map_bytes"`
-	ProgBytes      uint64  `json:"bpf_prog_bytes"`
+	// CPUPerMsg: CPU time of the probe client, its echo server and the
+	// agent while the probe ran, per message (a round trip is two);
+	// MachineCPUPerMsg: the whole machine's busy time (/proc/stat) per
+	// message, other work included; ProbeCPUPerMsg: the client's own.
+	CPUPerMsg        float64 `json:"cpu_us_per_message"`
+	MachineCPUPerMsg float64 `json:"machine_cpu_us_per_message"`
+	ProbeCPUPerMsg   float64 `json:"probe_client_cpu_us_per_message"`
+	// CPUPerMsgRuns: CPUPerMsg of each probe run (the median is reported).
+	CPUPerMsgRuns []float64 `json:"cpu_us_per_message_runs"`
+	// AgentCPUPerMsgRuns: the agent's part of each (its periodic work).
+	AgentCPUPerMsgRuns []float64 `json:"agent_cpu_us_per_message_runs"`
+	AgentRSS           uint64    `json:"agent_rss_bytes"`
+	MapBytes           uint64    `json:"bpf_map_bytes"`
+	ProgBytes          uint64    `json:"bpf_prog_bytes"`
 	// MapBytesByMap: the agent's maps by name, with the connections held.
 	MapBytesByMap map[string]uint64 `json:"bpf_map_bytes_by_map"`
 	// AgentBytesPerConn: (agent RSS + BPF maps) / connections.
@@ -50,13 +59,24 @@ type Row struct {
 	// workloads, the agent, conntrack.
 	NodeBytesPerConn float64 `json:"node_bytes_per_conn"`
 	MemAvailableLow  uint64  `json:"mem_available_low_bytes"`
-	ListingSeconds   float64 `json:"listing_seconds"`
-	ListingBytes     int64   `json:"listing_bytes"`
-	ListedEnds       int     `json:"listed_ends"`
+	// AgentRSSAfterListing: the agent's RSS once it answered the listing.
+	AgentRSSAfterListing uint64  `json:"agent_rss_after_listing_bytes"`
+	ListingSeconds       float64 `json:"listing_seconds"`
+	ListingBytes         int64   `json:"listing_bytes"`
+	ListedEnds           int     `json:"listed_ends"`
+	ListingError         string  `json:"listing_error,omitempty"`
+	// FromPinsSeconds, FromPinsEnds: a listing from the pins
+	// (--from-pins), timed when the one through the agent failed.
+	FromPinsSeconds  float64 `json:"listing_from_pins_seconds,omitempty"`
+	FromPinsEnds     int     `json:"listing_from_pins_ends,omitempty"`
 	ScrapeSeconds    float64 `json:"scrape_seconds"`
 	ScrapeBytes      int64   `json:"scrape_bytes"`
 	UninstallSeconds float64 `json:"uninstall_seconds"`
 	UninstallError   string  `json:"uninstall_error,omitempty"`
+	// UninstallLeft: what a failed uninstall left (ends by role, the
+	// servers' states); UninstallRerunSeconds: the rerun's time.
+	UninstallLeft         string  `json:"uninstall_left,omitempty"`
+	UninstallRerunSeconds float64 `json:"uninstall_rerun_seconds,omitempty"`
 	// Rounds: a message on every connection accelerated, the unread
 	// messages of the uninstall, one on every connection after it.
 	Rounds []workload.ScaleRound `json:"rounds"`
