@@ -27,7 +27,7 @@ import (
 
 // step runs one step of n connections. ended names the resource that
 // ended it (then row is not a measurement); err is a failure of the bench.
-func (r *run) step(ctx context.Context, n int, prev *Row) (row Row, ended string, err error) {
+func (r *run) step(ctx context.Context, n int) (row Row, ended string, err error) {
 	plan, err := PlanStep(n, r.nofile, firstPort)
 	if err != nil {
 		return row, "descriptors: " + err.Error(), nil
@@ -37,11 +37,11 @@ func (r *run) step(ctx context.Context, n int, prev *Row) (row Row, ended string
 	if err != nil {
 		return row, "", err
 	}
-	if prev != nil && prev.NodeBytesPerConn > 0 {
-		need := uint64(prev.NodeBytesPerConn * float64(n) * 1.1)
+	if per, from := marginalBytes(r.rep.Steps); per > 0 {
+		need := uint64(per * float64(n) * 1.1)
 		if need+r.o.MinAvailable > availBefore {
-			return row, fmt.Sprintf("memory: at %.0f B a connection (the step of %d) %d connections need %.1f GiB; MemAvailable is %.1f GiB and the floor %.1f GiB",
-				prev.NodeBytesPerConn, prev.Conns, n, gib(need), gib(availBefore), gib(r.o.MinAvailable)), nil
+			return row, fmt.Sprintf("memory: at %.0f B a connection (%s) %d connections need %.1f GiB; MemAvailable is %.1f GiB and the floor %.1f GiB",
+				per, from, n, gib(need), gib(availBefore), gib(r.o.MinAvailable)), nil
 		}
 	}
 	fmt.Fprintf(r.o.Log, "step: %d connections, %d server and %d holder processes of at most %d (MemAvailable %.1f GiB)\n", n, plan.Procs(), plan.Procs(), plan.PerProc, gib(availBefore))
@@ -78,6 +78,22 @@ func (r *run) step(ctx context.Context, n int, prev *Row) (row Row, ended string
 		return row, resource(err), unlessResource(err)
 	}
 	return row, "", nil
+}
+
+// marginalBytes is what one more connection cost the machine in the
+// steps so far: between the two largest, or in the largest alone when it
+// held at least 10,000 (smaller ones are mostly the fixed cost of the
+// agent and processes); 0 when there is no such estimate.
+func marginalBytes(steps []Row) (float64, string) {
+	used := func(s Row) float64 { return s.NodeBytesPerConn * float64(s.Conns) }
+	switch k := len(steps); {
+	case k >= 2 && steps[k-1].Conns > steps[k-2].Conns:
+		a, b := steps[k-2], steps[k-1]
+		return (used(b) - used(a)) / float64(b.Conns-a.Conns), fmt.Sprintf("from the steps of %d and %d", a.Conns, b.Conns)
+	case k >= 1 && steps[k-1].Conns >= 10000:
+		return steps[k-1].NodeBytesPerConn, fmt.Sprintf("in the step of %d", steps[k-1].Conns)
+	}
+	return 0, ""
 }
 
 // resource names the resource an error of a step ran out of, "" if none.

@@ -65,3 +65,20 @@ func TestParseSteps(t *testing.T) {
 		}
 	}
 }
+
+func TestMarginalBytes(t *testing.T) {
+	if per, _ := marginalBytes(nil); per != 0 {
+		t.Errorf("no steps: %v", per)
+	}
+	if per, _ := marginalBytes([]Row{{Conns: 1000, NodeBytesPerConn: 125000}}); per != 0 {
+		t.Errorf("a step of 1000 alone: %v, want no estimate", per)
+	}
+	if per, _ := marginalBytes([]Row{{Conns: 100000, NodeBytesPerConn: 12000}}); per != 12000 {
+		t.Errorf("a step of 100000 alone: %v", per)
+	}
+	// 1k: 125 MB, 100k: 1.2 GB: 10,859 B for each connection more.
+	per, _ := marginalBytes([]Row{{Conns: 1000, NodeBytesPerConn: 125000}, {Conns: 100000, NodeBytesPerConn: 12000}})
+	if per < 10858 || per > 10859 {
+		t.Errorf("marginal = %v, want (1.2e9-1.25e8)/99000", per)
+	}
+}

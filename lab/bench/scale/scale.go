@@ -121,9 +121,8 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	}
 	defer srv.Stop()
 	r.probeServer = srv.Pid()
-	var prev *Row
 	for _, n := range o.Steps {
-		row, ended, err := r.step(ctx, n, prev)
+		row, ended, err := r.step(ctx, n)
 		if err != nil {
 			err = fmt.Errorf("step of %d connections: %w", n, err)
 			r.finish(stdout)
@@ -135,7 +134,6 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 			break
 		}
 		r.rep.Steps = append(r.rep.Steps, row)
-		prev = &r.rep.Steps[len(r.rep.Steps)-1]
 		r.progress()
 	}
 	return r.finish(stdout)
