@@ -150,7 +150,10 @@ func OpenScale(ctx context.Context, addr string, n int, base uint64, size, paral
 		return nil, fmt.Errorf("message size %d: at least 16 (the id and the round)", size)
 	}
 	h := &ScaleHolder{conns: make([]net.Conn, n), base: base, size: size, parallel: max(parallel, 1), sent: make([]bool, n)}
-	d := net.Dialer{Timeout: 30 * time.Second}
+	// No keep-alive probes: Go's default (every 15 s) would send a million
+	// idle connections' probes through the node's stack, tens of thousands
+	// a second, and the bench would measure them.
+	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: -1}
 	err := h.each(ctx, true, func(i int) error {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {

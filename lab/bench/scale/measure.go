@@ -232,15 +232,28 @@ const probeRuns = 3
 
 // probe runs 24 B ping-pongs on a fresh connection, probeRuns times,
 // once the machine is quiet after the setup (or 10 s passed). CPU per
-// message is the CPU time of the processes on the message path: the probe
-// client (rusage), its echo server and the agent (procfs), so that other
-// work on the machine does not count; the whole machine's busy time
-// (/proc/stat) is recorded beside it.
+// message is the CPU time of the processes on the message path, the probe
+// client (rusage) and its echo server (procfs): the redirect runs in their
+// sendmsg calls, and other work on the machine does not count. The agent's
+// CPU time in the same runs and the whole machine's busy time (/proc/stat)
+// are recorded beside it, and the agent's CPU with the connections idle
+// before the probe.
 func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
 	settled, err := bench.Settle(10*time.Second, 0.1)
 	if err != nil {
 		return err
 	}
+	// The agent's own work with the connections idle: its periodic scans.
+	agentStart, err := cpuSeconds(ag.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	time.Sleep(agentIdleWindow)
+	agentEnd, err := cpuSeconds(ag.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	row.AgentIdleCPU = (agentEnd - agentStart) / agentIdleWindow.Seconds()
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return err
@@ -252,7 +265,7 @@ func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
 		if err != nil {
 			return err
 		}
-		procsBefore, err := cpuSeconds(r.probeServer, ag.cmd.Process.Pid)
+		procsBefore, err := cpuSeconds(r.probeServer)
 		if err != nil {
 			return err
 		}
@@ -264,7 +277,7 @@ func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
 		}
-		procsAfter, err := cpuSeconds(r.probeServer, ag.cmd.Process.Pid)
+		procsAfter, err := cpuSeconds(r.probeServer)
 		if err != nil {
 			return err
 		}
@@ -284,10 +297,15 @@ func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
 	row.RTT = stats{P50: median(p50s), P99: median(p99s)}
 	row.CPUPerMsg, row.MachineCPUPerMsg, row.ProbeCPUPerMsg = median(cpus), median(machine), median(own)
 	row.CPUPerMsgRuns, row.AgentCPUPerMsgRuns = cpus, agentCPU
-	fmt.Fprintf(r.o.Log, "  probe (after %.1f s settling): RTT p50 %.1f µs, %.2f µs CPU a message %.2f (the client's own %.2f, the agent's %.2f, the machine's %.2f)\n",
-		settled.Seconds(), row.RTT.P50, row.CPUPerMsg, cpus, row.ProbeCPUPerMsg, agentCPU, row.MachineCPUPerMsg)
+	fmt.Fprintf(r.o.Log, "  probe (after %.1f s settling): RTT p50 %.1f µs, %.2f µs CPU a message %.2f (the client's own %.2f, the agent's %.2f, the machine's %.2f); the agent idle: %.1f%% of a CPU\n",
+		settled.Seconds(), row.RTT.P50, row.CPUPerMsg, cpus, row.ProbeCPUPerMsg, agentCPU, row.MachineCPUPerMsg, 100*row.AgentIdleCPU)
 	return nil
 }
+
+// agentIdleWindow is how long the agent's CPU time is taken with the
+// connections idle (its periodic work: adoption scans every 30 s, pair
+// ageing).
+const agentIdleWindow = 10 * time.Second
 
 // cpuSeconds is the user+system CPU time the processes used so far.
 func cpuSeconds(pids ...int) (float64, error) {

@@ -12,7 +12,7 @@ import (
 // goals against the first step and what ended the run.
 func Table(rep Report) string {
 	var b strings.Builder
-	header := []string{"connections", "processes/side", "setup/s", "probe RTT p50 µs", "CPU µs/msg", "agent RSS MB", "BPF maps MB",
+	header := []string{"connections", "processes/side", "setup/s", "probe RTT p50 µs", "CPU µs/msg", "agent idle CPU %", "agent RSS MB", "BPF maps MB",
 		"agent B/conn", "node KB/conn", "listing s", "scrape s", "uninstall s", "exact"}
 	var rows [][]string
 	for _, s := range rep.Steps {
@@ -24,7 +24,7 @@ func Table(rep Report) string {
 			exact = "no"
 		}
 		rows = append(rows, []string{strconv.Itoa(s.Conns), strconv.Itoa(s.Procs), bench.Num(s.SetupRate, 0), bench.Num(s.RTT.P50, 1),
-			bench.Num(s.CPUPerMsg, 2), bench.Num(mb(s.AgentRSS), 1), bench.Num(mb(s.MapBytes), 1), bench.Num(s.AgentBytesPerConn, 0),
+			bench.Num(s.CPUPerMsg, 2), bench.Num(100*s.AgentIdleCPU, 1), bench.Num(mb(s.AgentRSS), 1), bench.Num(mb(s.MapBytes), 1), bench.Num(s.AgentBytesPerConn, 0),
 			bench.Num(s.NodeBytesPerConn/1000, 1), listing, bench.Num(s.ScrapeSeconds, 3), bench.Num(s.UninstallSeconds, 2), exact})
 	}
 	bench.WriteTable(&b, header, rows)

@@ -36,20 +36,24 @@ type Row struct {
 	Pairs            uint64  `json:"pairs"` // pairs the datapath made (the probe's too)
 	// The probe: 24 B round trips on one fresh connection beside the held ones.
 	RTT stats `json:"probe_rtt_us"`
-	// CPUPerMsg: CPU time of the probe client, its echo server and the
-	// agent while the probe ran, per message (a round trip is two);
-	// MachineCPUPerMsg: the whole machine's busy time (/proc/stat) per
-	// message, other work included; ProbeCPUPerMsg: the client's own.
+	// CPUPerMsg: CPU time of the probe client and its echo server while
+	// the probe ran, per message (a round trip is two); MachineCPUPerMsg:
+	// the whole machine's busy time (/proc/stat) per message, other work
+	// included; ProbeCPUPerMsg: the client's own.
 	CPUPerMsg        float64 `json:"cpu_us_per_message"`
 	MachineCPUPerMsg float64 `json:"machine_cpu_us_per_message"`
 	ProbeCPUPerMsg   float64 `json:"probe_client_cpu_us_per_message"`
 	// CPUPerMsgRuns: CPUPerMsg of each probe run (the median is reported).
 	CPUPerMsgRuns []float64 `json:"cpu_us_per_message_runs"`
-	// AgentCPUPerMsgRuns: the agent's part of each (its periodic work).
+	// AgentCPUPerMsgRuns: the agent's CPU time in each run, per message
+	// (its periodic work, not on the message path).
 	AgentCPUPerMsgRuns []float64 `json:"agent_cpu_us_per_message_runs"`
-	AgentRSS           uint64    `json:"agent_rss_bytes"`
-	MapBytes           uint64    `json:"bpf_map_bytes"`
-	ProgBytes          uint64    `json:"bpf_prog_bytes"`
+	// AgentIdleCPU: the agent's CPU time over 10 s with the connections
+	// idle, in CPUs (0.05: 5% of one).
+	AgentIdleCPU float64 `json:"agent_idle_cpus"`
+	AgentRSS     uint64  `json:"agent_rss_bytes"`
+	MapBytes     uint64  `json:"bpf_map_bytes"`
+	ProgBytes    uint64  `json:"bpf_prog_bytes"`
 	// MapBytesByMap: the agent's maps by name, with the connections held.
 	MapBytesByMap map[string]uint64 `json:"bpf_map_bytes_by_map"`
 	// AgentBytesPerConn: (agent RSS + BPF maps) / connections.
