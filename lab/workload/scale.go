@@ -248,25 +248,33 @@ func (h *ScaleHolder) Send(ctx context.Context, every int) {
 }
 
 // Check reads back this round's message on every connection it was sent
-// on (Send with every 1 first if nothing was sent), compares it, and starts
-// the next round.
+// on, compares it, and starts the next round. If nothing was sent (no Send
+// this round), each connection sends its message and reads it back in
+// turn, so that at most parallel messages are queued at once: a message
+// queued on every one of a million sockets would take a page of TCP memory
+// each, past net.ipv4.tcp_mem.
 func (h *ScaleHolder) Check(ctx context.Context, timeout time.Duration) ScaleRound {
 	start := time.Now()
-	if !slices.Contains(h.sent, true) {
-		h.Send(ctx, 1)
-	}
+	exchange := !slices.Contains(h.sent, true)
 	r := ScaleRound{Round: h.round}
 	var mu sync.Mutex
 	var checked, good, mismatched, failed atomic.Int64
 	h.each(ctx, false, func(i int) error {
-		if !h.sent[i] {
+		if !h.sent[i] && !exchange {
 			return nil
 		}
 		checked.Add(1)
 		want := h.message(h.base + uint64(i))
+		var err error
+		if exchange {
+			h.conns[i].SetWriteDeadline(time.Now().Add(timeout))
+			_, err = h.conns[i].Write(want)
+		}
 		got := make([]byte, len(want))
-		h.conns[i].SetReadDeadline(time.Now().Add(timeout))
-		_, err := io.ReadFull(h.conns[i], got)
+		if err == nil {
+			h.conns[i].SetReadDeadline(time.Now().Add(timeout))
+			_, err = io.ReadFull(h.conns[i], got)
+		}
 		switch {
 		case err != nil:
 			failed.Add(1)

@@ -212,11 +212,20 @@ func (r *run) loaded(ctx context.Context, row *Row, ag *agent, availBefore uint6
 	if err != nil {
 		return err
 	}
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return err
+	}
+	pages, err := bench.TCPMemPages(fs)
+	if err != nil {
+		return err
+	}
+	row.TCPMemBytes = uint64(pages) * uint64(os.Getpagesize())
 	row.AgentBytesPerConn = float64(row.AgentRSS+row.MapBytes) / float64(row.Conns)
 	if avail < availBefore {
 		row.NodeBytesPerConn = float64(availBefore-avail) / float64(row.Conns)
 	}
-	fmt.Fprintf(r.o.Log, "  %d pairs; agent RSS %.1f MB, BPF maps %.1f MB; MemAvailable %.1f GiB\n", row.Pairs, mb(row.AgentRSS), mb(row.MapBytes), gib(avail))
+	fmt.Fprintf(r.o.Log, "  %d pairs; agent RSS %.1f MB, BPF maps %.1f MB; MemAvailable %.1f GiB; TCP memory %.1f MB\n", row.Pairs, mb(row.AgentRSS), mb(row.MapBytes), gib(avail), mb(row.TCPMemBytes))
 	return nil
 }
 

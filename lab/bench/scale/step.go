@@ -62,7 +62,10 @@ type Row struct {
 	// started to all connections open, per connection: both sockets, the
 	// workloads, the agent, conntrack.
 	NodeBytesPerConn float64 `json:"node_bytes_per_conn"`
-	MemAvailableLow  uint64  `json:"mem_available_low_bytes"`
+	// TCPMemBytes: the kernel's TCP memory with every connection open
+	// (sockstat; net.ipv4.tcp_mem bounds it for the whole machine).
+	TCPMemBytes     uint64 `json:"tcp_mem_bytes"`
+	MemAvailableLow uint64 `json:"mem_available_low_bytes"`
 	// AgentRSSAfterListing: the agent's RSS once it answered the listing.
 	AgentRSSAfterListing uint64  `json:"agent_rss_after_listing_bytes"`
 	ListingSeconds       float64 `json:"listing_seconds"`

@@ -57,9 +57,9 @@ func workloadScaleHoldCmd() *cobra.Command {
 		Short: "Open connections to a scale-serve server, check a hello on each, then check message rounds on signals until killed",
 		Long: `Open --conns connections to a scale-serve server and check a hello on each; then write
 DIR/ready.json ({"conns","seconds"}). SIGUSR2 sends this round's message on every --every-th
-connection without reading the echoes (and writes DIR/sent-R); SIGUSR1 sends it where it was
-not sent yet (on every connection if none was), reads every echo back, compares it, and writes
-DIR/round-R.json. The first failure to open a connection exits 1 with the reason.`,
+connection without reading the echoes (and writes DIR/sent-R); SIGUSR1 reads back the echoes
+of what SIGUSR2 sent (or, if it sent nothing this round, sends the message on every connection
+and reads it back, --parallel connections at once), compares them, and writes DIR/round-R.json. The first failure to open a connection exits 1 with the reason.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if conns < 1 || dir == "" {
