@@ -12,6 +12,9 @@ import (
 // goals against the first step and what ended the run.
 func Table(rep Report) string {
 	var b strings.Builder
+	if rep.CPUs > 0 {
+		fmt.Fprintf(&b, "%d CPUs, %s; RLIMIT_NOFILE %d (fs.nr_open %d); MemTotal %.1f GiB\n\n", rep.CPUs, rep.CPUPlacement, rep.Nofile, rep.NrOpen, gib(rep.MemTotal))
+	}
 	header := []string{"connections", "processes/side", "setup/s", "probe RTT p50 µs", "CPU µs/msg", "agent idle CPU %", "agent RSS MB", "BPF maps MB",
 		"agent B/conn", "node KB/conn", "listing s", "scrape s", "uninstall s", "exact"}
 	var rows [][]string
