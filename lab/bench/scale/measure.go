@@ -364,13 +364,20 @@ func (r *run) listAndScrape(ctx context.Context, row *Row, ag *agent) error {
 	if err != nil {
 		return fmt.Errorf("scrape: %w", err)
 	}
-	row.ScrapeBytes, err = io.Copy(io.Discard, resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("scrape: %s: %v", resp.Status, err)
 	}
-	row.ScrapeSeconds = time.Since(start).Seconds()
-	fmt.Fprintf(r.o.Log, "  listing: %d ends, %.1f MB in %.2f s (agent RSS after it %.1f MB); scrape: %.1f kB in %.3f s\n", row.ListedEnds, mb(uint64(row.ListingBytes)), row.ListingSeconds, mb(row.AgentRSSAfterListing), float64(row.ScrapeBytes)/1000, row.ScrapeSeconds)
+	row.ScrapeSeconds, row.ScrapeBytes = time.Since(start).Seconds(), int64(len(body))
+	// How long the agent's periodic walk of its maps (to count their
+	// entries for the metrics) took last.
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "eztunnel_map_fill_walk_seconds "); ok {
+			row.FillWalkSeconds, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	fmt.Fprintf(r.o.Log, "  listing: %d ends, %.1f MB in %.2f s (agent RSS after it %.1f MB); scrape: %.1f kB in %.3f s (the agent's last walk of its maps: %.2f s)\n", row.ListedEnds, mb(uint64(row.ListingBytes)), row.ListingSeconds, mb(row.AgentRSSAfterListing), float64(row.ScrapeBytes)/1000, row.ScrapeSeconds, row.FillWalkSeconds)
 	return nil
 }
 

@@ -74,10 +74,13 @@ type Row struct {
 	ListingError         string  `json:"listing_error,omitempty"`
 	// FromPinsSeconds, FromPinsEnds: a listing from the pins
 	// (--from-pins), timed when the one through the agent failed.
-	FromPinsSeconds  float64 `json:"listing_from_pins_seconds,omitempty"`
-	FromPinsEnds     int     `json:"listing_from_pins_ends,omitempty"`
-	ScrapeSeconds    float64 `json:"scrape_seconds"`
-	ScrapeBytes      int64   `json:"scrape_bytes"`
+	FromPinsSeconds float64 `json:"listing_from_pins_seconds,omitempty"`
+	FromPinsEnds    int     `json:"listing_from_pins_ends,omitempty"`
+	ScrapeSeconds   float64 `json:"scrape_seconds"`
+	ScrapeBytes     int64   `json:"scrape_bytes"`
+	// FillWalkSeconds: eztunnel_map_fill_walk_seconds in the scrape, the
+	// agent's last walk of its maps to count their entries (every 30 s).
+	FillWalkSeconds  float64 `json:"map_fill_walk_seconds"`
 	UninstallSeconds float64 `json:"uninstall_seconds"`
 	UninstallError   string  `json:"uninstall_error,omitempty"`
 	// UninstallLeft: what a failed uninstall left (ends by role, the
