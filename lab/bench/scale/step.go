@@ -247,6 +247,9 @@ func (r *run) startAgent(ctx context.Context, row *Row, plan Plan) (*agent, func
 		"--ready-file", ready, "--metrics-addr", ag.metrics,
 		"--max-sockets", strconv.FormatUint(uint64(row.MaxSockets), 10), "--max-pairs", strconv.FormatUint(uint64(row.MaxPairs), 10))
 	ag.cmd.Stderr = &ag.out
+	// A killed bench takes its agent along; the next run's sweep undoes
+	// its pins (recorded above).
+	ag.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stop := func() {
 		ag.stopAgent()
 		datapath.Uninstall(ag.cfg, 10*time.Second)
