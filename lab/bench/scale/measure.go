@@ -151,7 +151,7 @@ func (r *run) open(ctx context.Context, row *Row, plan Plan, procs *[]*proc) (se
 			return nil, nil, err
 		}
 		p, err := r.start(ctx, r.client, d, r.o.Exe, "workload", "scale-hold", "--addr", hostPort(r.server.IPv4, plan.Ports[i]),
-			"--conns", strconv.Itoa(share), "--base", strconv.Itoa(base), "--parallel", strconv.Itoa(r.o.Parallel),
+			"--conns", strconv.Itoa(share), "--base", strconv.Itoa(base), "--parallel", strconv.Itoa(plan.PerHolder(r.o.Parallel)),
 			"--every", strconv.Itoa(every), "--timeout", "30s", "--dir", d)
 		if err != nil {
 			return nil, nil, err

@@ -35,6 +35,9 @@ type Plan struct {
 // Procs is the number of server (and of holder) processes.
 func (p Plan) Procs() int { return len(p.Shares) }
 
+// PerHolder is each holder's part of total connections at once.
+func (p Plan) PerHolder(total int) int { return max(1, (total+p.Procs()-1)/p.Procs()) }
+
 // PlanStep plans n connections for processes whose RLIMIT_NOFILE is
 // nofile, servers listening from port firstPort on. The shares are as even
 // as can be, the larger first.

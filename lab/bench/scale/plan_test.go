@@ -82,3 +82,15 @@ func TestMarginalBytes(t *testing.T) {
 		t.Errorf("marginal = %v, want (1.2e9-1.25e8)/99000", per)
 	}
 }
+
+func TestPerHolder(t *testing.T) {
+	for _, tc := range []struct{ n, total, want int }{{1000, 512, 512}, {100000, 512, 86}, {1000000, 512, 11}, {1000000, 10, 1}} {
+		p, err := PlanStep(tc.n, 20000, 7100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.PerHolder(tc.total); got != tc.want {
+			t.Errorf("%d connections, %d at once: %d a holder, want %d", tc.n, tc.total, got, tc.want)
+		}
+	}
+}

@@ -33,7 +33,9 @@ type Options struct {
 	Exe   string // the eztunnel-lab binary: workloads
 	Agent string // the eztunnel agent binary
 	Steps []int  // connections of each step, ascending
-	// Parallel is how many connections each holder opens at once.
+	// Parallel is how many connections the holders open (and check) at
+	// once, all together: each holder takes its part (at least one), so
+	// that every step sets up with the same concurrency.
 	Parallel int
 	// ProbeN is the probe connection's recorded 24 B round trips.
 	ProbeN int
@@ -55,7 +57,7 @@ type Options struct {
 
 // DefaultOptions are the flags' defaults.
 func DefaultOptions() Options {
-	return Options{Steps: []int{1000, 10000, 100000, 1000000}, Parallel: 32, ProbeN: 20000, InFlight: 100000,
+	return Options{Steps: []int{1000, 10000, 100000, 1000000}, Parallel: 512, ProbeN: 20000, InFlight: 100000,
 		MinAvailable: 3 << 30, MinSetupRate: 1000, DrainTimeout: 5 * time.Minute, ReaderStop: time.Second}
 }
 

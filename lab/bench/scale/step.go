@@ -231,9 +231,9 @@ func (r *run) startAgent(ctx context.Context, row *Row, plan Plan) (*agent, func
 		return nil, nil, err
 	}
 	// Two sockhash entries a connection (the probe's too); pairs in setup
-	// at once: every holder's parallel connects, twice over.
+	// at once: the holders' parallel connects, twice over.
 	row.MaxSockets = max(ag.cfg.MaxSockets, uint32(2*plan.Conns+4096))
-	row.MaxPairs = max(ag.cfg.MaxPairs, uint32(2*plan.Procs()*r.o.Parallel))
+	row.MaxPairs = max(ag.cfg.MaxPairs, uint32(2*plan.Procs()*plan.PerHolder(r.o.Parallel)))
 	if ag.metrics, err = freePort(); err != nil {
 		undoPin()
 		return nil, nil, err

@@ -247,7 +247,7 @@ func benchScaleCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&steps, "steps", steps, "connections of each step, ascending (k and M suffixes); the run stops at the first step the machine cannot hold")
-	f.IntVar(&o.Parallel, "parallel", o.Parallel, "connections each holder process opens at once")
+	f.IntVar(&o.Parallel, "parallel", o.Parallel, "connections the holders open (and check) at once, all together; each holder process takes its part")
 	f.IntVar(&o.ProbeN, "probe-n", o.ProbeN, "the probe connection's recorded 24 B round trips at each step")
 	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "at most this many connections (every k-th) carry an unread message while the uninstall drains")
 	f.Float64Var(&minAvailGiB, "min-available", float64(o.MinAvailable)/(1<<30), "GiB of MemAvailable a step may not go under (it ends the run)")
