@@ -205,6 +205,9 @@ func (s *Server) Write(b []byte) (int, error) {
 	return s.stderr.Write(b)
 }
 
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Stop kills the server and waits for it.
 func (s *Server) Stop() {
 	s.cancel()

@@ -138,12 +138,11 @@ func (ls lister) program(name string) (*ebpf.Program, error) {
 	}
 	// Only the iterator is loaded, against the pinned maps it reads.
 	// The one program under a fixed name, so one struct takes either.
-	coll := *ls.spec
+	coll, opts := againstPinned(ls.spec, map[string]*ebpf.Map{shortcutMapEzScSocks: ls.socks, shortcutMapEzScUnreads: ls.unreads})
 	coll.Programs = map[string]*ebpf.ProgramSpec{"prog": ls.spec.Programs[name]}
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"prog"`
 	}
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{shortcutMapEzScSocks: ls.socks, shortcutMapEzScUnreads: ls.unreads}}
 	if err := coll.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {

@@ -109,10 +109,10 @@ func loadRelease(sockets, counters *ebpf.Map) (*ebpf.Program, error) {
 	var objs struct {
 		Release *ebpf.Program `ebpf:"ez_sc_release"`
 	}
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+	spec, opts := againstPinned(spec, map[string]*ebpf.Map{
 		shortcutMapEzScSockets:  sockets,
 		shortcutMapEzScCounters: counters,
-	}}
+	})
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		return nil, fmt.Errorf("load ez_sc_release (shortcut release): %w", err)
 	}

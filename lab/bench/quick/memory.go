@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,8 +20,6 @@ import (
 	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
-	"github.com/prometheus/procfs"
-	"golang.org/x/sys/unix"
 )
 
 // MemoryOptions configures `eztunnel bench memory`.
@@ -56,8 +53,10 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 	}
 	// Every process of the run (the agent, the server, the holder)
 	// inherits this process's limit: each needs a descriptor per connection.
-	if err := raiseNofile(uint64(o.Conns) + 256); err != nil {
+	if got, err := bench.RaiseNofile(uint64(o.Conns) + 256); err != nil {
 		return fmt.Errorf("--conns %d: %w", o.Conns, err)
+	} else if got < uint64(o.Conns)+256 {
+		return fmt.Errorf("--conns %d: needs %d open files per process, RLIMIT_NOFILE allows %d (raising the hard limit needs CAP_SYS_RESOURCE; bench scale spreads connections over processes)", o.Conns, o.Conns+256, got)
 	}
 	if err := netlab.Sweep(); err != nil {
 		fmt.Fprintln(o.Log, "sweeping leftovers:", err)
@@ -116,7 +115,7 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 	if err := workload.WaitReady(ctx, agentReady, 20*time.Second, nil); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	idle, err := sampleMemory(agent.Process.Pid, cfg, 0)
+	idle, err := SampleMemory(agent.Process.Pid, cfg, 0)
 	if err != nil {
 		return err
 	}
@@ -148,7 +147,7 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 		return fmt.Errorf("hold: %w", err)
 	}
 	time.Sleep(time.Second) // let the server's side settle
-	loaded, err := sampleMemory(agent.Process.Pid, cfg, o.Conns)
+	loaded, err := SampleMemory(agent.Process.Pid, cfg, o.Conns)
 	if err != nil {
 		return err
 	}
@@ -164,36 +163,9 @@ func Memory(ctx context.Context, o MemoryOptions, stdout io.Writer) (err error) 
 // ephemeral ports 1024-65535 (the holder's pod is given them all).
 const maxHeldConns = 65535 - 1024 + 1
 
-// raiseNofile raises this process's RLIMIT_NOFILE (soft and hard) to at
-// least n, within fs.nr_open, so that the processes it starts may open n
-// descriptors; an error names the limit that stops it.
-func raiseNofile(n uint64) error {
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		return err
-	}
-	if lim.Cur >= n && lim.Max >= n {
-		return nil
-	}
-	b, err := os.ReadFile("/proc/sys/fs/nr_open")
-	if err != nil {
-		return err
-	}
-	nrOpen, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return fmt.Errorf("fs.nr_open: %w", err)
-	}
-	if n > nrOpen {
-		return fmt.Errorf("needs %d open files per process, above fs.nr_open (%d)", n, nrOpen)
-	}
-	want := unix.Rlimit{Cur: n, Max: max(lim.Max, n)}
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &want); err != nil {
-		return fmt.Errorf("raise RLIMIT_NOFILE from %d/%d to %d (it needs CAP_SYS_RESOURCE): %w", lim.Cur, lim.Max, n, err)
-	}
-	return nil
-}
-
-func sampleMemory(pid int, cfg datapath.Config, conns int) (MemorySample, error) {
+// SampleMemory is the memory of the agent pid (RSS, its BPF maps and programs)
+// and the pairs its datapath made, with conns connections held.
+func SampleMemory(pid int, cfg datapath.Config, conns int) (MemorySample, error) {
 	s := MemorySample{Conns: conns}
 	p, err := datapath.OpenPinned(cfg)
 	if err != nil {
@@ -205,25 +177,12 @@ func sampleMemory(pid int, cfg datapath.Config, conns int) (MemorySample, error)
 		return s, err
 	}
 	s.Pairs = c["pairs"]
-	if s.AgentRSS, err = procRSS(pid); err != nil {
+	if s.AgentRSS, err = bench.ProcRSS(pid); err != nil {
 		return s, err
 	}
 	mem, err := bench.ProcessBPFMemory(pid)
 	s.MapMemlock, s.ProgMemlock, s.MapBytes = mem.Maps, mem.Programs, mem.MapBytes
 	return s, err
-}
-
-// procRSS is the resident set of a process in bytes (procfs).
-func procRSS(pid int) (uint64, error) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, err
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return uint64(st.ResidentMemory()), nil
 }
 
 func printMemory(w io.Writer, idle, loaded MemorySample) {

@@ -13,13 +13,14 @@ import (
 	"github.com/eztunnel/eztunnel/lab/bench/bypass"
 	"github.com/eztunnel/eztunnel/lab/bench/meshmatrix"
 	"github.com/eztunnel/eztunnel/lab/bench/quick"
+	"github.com/eztunnel/eztunnel/lab/bench/scale"
 	"github.com/eztunnel/eztunnel/lab/bench/scope"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
-	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd(), benchBypassCmd(), benchMeshMatrixCmd(), benchServicesCmd(), benchTracePathsCmd())
+	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd(), benchBypassCmd(), benchMeshMatrixCmd(), benchServicesCmd(), benchTracePathsCmd(), benchScaleCmd())
 	return cmd
 }
 
@@ -215,5 +216,45 @@ func benchMeshMatrixCmd() *cobra.Command {
 	f.IntVar(&o.Probes, "probes", o.Probes, "integrity probes (curl, bodies checked) per page before and after each configuration's runs")
 	f.StringSliceVar(&cfgNames, "configs", cfgNames, "configurations: baseline (always), shortcut, bypass, both, idle (an agent that accelerates nothing: what its programs cost), idle-psock (the same with the read tracepoint refused: reads counted by fexit where allowed, else gauged), idle-refuse:PROG+PROG... (idle with these programs refused as a kernel would refuse them: what each hook costs)")
 	f.BoolVar(&quickRun, "quick", false, "2 rounds of 2 s runs (about a minute per mode) unless --rounds or --duration say otherwise")
+	return cmd
+}
+
+func benchScaleCmd() *cobra.Command {
+	o := scale.DefaultOptions()
+	steps := []string{"1k", "10k", "100k", "1M"}
+	var minAvailGiB float64
+	cmd := &cobra.Command{
+		Use:   "scale",
+		Short: "Steps of accelerated connections between two pods (1k to 1M): setup rate, probe RTT and CPU per message, agent memory, listing, scrape, byte-exact uninstall (needs root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Steps, err = scale.ParseSteps(steps); err != nil {
+				return fmt.Errorf("--steps: %w", err)
+			}
+			if minAvailGiB < 0 {
+				return fmt.Errorf("--min-available %v: give GiB, at least 0", minAvailGiB)
+			}
+			o.MinAvailable = uint64(minAvailGiB * (1 << 30))
+			return withSelf(cmd, func(ctx context.Context, exe string) error {
+				o.Exe, o.Log = exe, os.Stderr
+				if o.Agent == "" {
+					o.Agent = filepath.Join(filepath.Dir(exe), "eztunnel")
+				}
+				return scale.Run(ctx, o, os.Stdout)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&steps, "steps", steps, "connections of each step, ascending (k and M suffixes); the run stops at the first step the machine cannot hold")
+	f.IntVar(&o.Parallel, "parallel", o.Parallel, "connections the holders open (and check) at once, all together; each holder process takes its part")
+	f.IntVar(&o.ProbeN, "probe-n", o.ProbeN, "the probe connection's recorded 24 B round trips at each step")
+	f.IntVar(&o.InFlight, "in-flight", o.InFlight, "at most this many connections (every k-th) carry an unread message while the uninstall drains")
+	f.Float64Var(&minAvailGiB, "min-available", float64(o.MinAvailable)/(1<<30), "GiB of MemAvailable a step may not go under (it ends the run)")
+	f.IntVar(&o.MinSetupRate, "min-setup-rate", o.MinSetupRate, "connections/s: a step whose connections are not all open after a minute plus conns/rate seconds ends the run")
+	f.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "eztunnel uninstall --drain-timeout")
+	f.DurationVar(&o.ReaderStop, "reader-stop", o.ReaderStop, "how long the servers stay stopped after the uninstall began, leaving messages unread while it drains")
+	f.StringVar(&o.Agent, "agent", "", "the eztunnel agent binary (default: eztunnel next to this binary)")
+	f.StringVar(&o.Out, "out", "", "file to write the JSON report to")
 	return cmd
 }

@@ -1,0 +1,57 @@
+package scale
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/eztunnel/eztunnel/lab/bench"
+)
+
+// Table is the report as a Markdown table, one row per step, then the
+// goals against the first step and what ended the run.
+func Table(rep Report) string {
+	var b strings.Builder
+	if rep.CPUs > 0 {
+		fmt.Fprintf(&b, "%d CPUs, %s; RLIMIT_NOFILE %d (fs.nr_open %d); MemTotal %.1f GiB\n\n", rep.CPUs, rep.CPUPlacement, rep.Nofile, rep.NrOpen, gib(rep.MemTotal))
+	}
+	header := []string{"connections", "processes/side", "setup/s", "probe RTT p50 µs", "CPU µs/msg", "agent idle CPU %", "agent RSS MB", "BPF maps MB",
+		"agent B/conn", "node KB/conn", "listing s", "scrape s", "uninstall s", "exact"}
+	var rows [][]string
+	for _, s := range rep.Steps {
+		exact, listing := "yes", bench.Num(s.ListingSeconds, 2)
+		if s.ListingError != "" {
+			listing = "failed"
+		}
+		if !s.Exact {
+			exact = "no"
+		}
+		rows = append(rows, []string{strconv.Itoa(s.Conns), strconv.Itoa(s.Procs), bench.Num(s.SetupRate, 0), bench.Num(s.RTT.P50, 1),
+			bench.Num(s.CPUPerMsg, 2), bench.Num(100*s.AgentIdleCPU, 1), bench.Num(mb(s.AgentRSS), 1), bench.Num(mb(s.MapBytes), 1), bench.Num(s.AgentBytesPerConn, 0),
+			bench.Num(s.NodeBytesPerConn/1000, 1), listing, bench.Num(s.ScrapeSeconds, 3), bench.Num(s.UninstallSeconds, 2), exact})
+	}
+	bench.WriteTable(&b, header, rows)
+	if len(rep.Steps) > 1 {
+		first, last := rep.Steps[0], rep.Steps[len(rep.Steps)-1]
+		fmt.Fprintf(&b, "\nat %d connections against %d: setup rate %s, CPU per message %s, probe RTT p50 %s\n", last.Conns, first.Conns,
+			bench.WithUnit(100*(bench.Ratio(last.SetupRate, first.SetupRate)-1), "%"), bench.WithUnit(100*(bench.Ratio(last.CPUPerMsg, first.CPUPerMsg)-1), "%"),
+			bench.WithUnit(100*(bench.Ratio(last.RTT.P50, first.RTT.P50)-1), "%"))
+	}
+	for _, s := range rep.Steps {
+		if s.ListingError != "" {
+			fmt.Fprintf(&b, "listing of %d connections failed after %.1f s: %s; from the pins: %d ends in %.1f s\n", s.Conns, s.ListingSeconds, s.ListingError, s.FromPinsEnds, s.FromPinsSeconds)
+		}
+		if s.UninstallError != "" {
+			fmt.Fprintf(&b, "uninstall of %d connections: %s\n", s.Conns, s.UninstallError)
+		}
+		for _, r := range s.Rounds {
+			if r.FirstError != "" {
+				fmt.Fprintf(&b, "%d connections, round %d: %d mismatched, %d failed; first: %s\n", s.Conns, r.Round, r.Mismatches, r.Errors, r.FirstError)
+			}
+		}
+	}
+	if rep.EndedBy != "" {
+		fmt.Fprintf(&b, "\nstep of %d connections not held: %s\n", rep.EndedAt, rep.EndedBy)
+	}
+	return b.String()
+}
