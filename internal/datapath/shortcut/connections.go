@@ -278,21 +278,27 @@ func (ls lister) fromIndex(l *Listing) error {
 
 // indexedConnection is an end as ez_sc_index holds it.
 func indexedConnection(cookie uint64, ix *shortcutEzConnIndex) Connection {
+	c := end(cookie, ix.PeerCookie, &ix.Key, ix.Flags, ix.NetnsCookie, ix.NetnsIno, ix.CgroupId)
+	c.Indexed = true
+	return c
+}
+
+// end is what both ways of listing know of an end.
+func end(cookie, peer uint64, key *shortcutEzConnKey, flags uint32, netns uint64, netnsIno uint32, cgroup uint64) Connection {
 	role := "server"
-	if ix.Flags&uint32(shortcutEzSockFlagsEZ_F_CLIENT) != 0 {
+	if flags&uint32(shortcutEzSockFlagsEZ_F_CLIENT) != 0 {
 		role = "client"
 	}
 	return Connection{
 		Cookie:      cookie,
-		PeerCookie:  ix.PeerCookie,
+		PeerCookie:  peer,
 		Role:        role,
-		Client:      netip.AddrPortFrom(netip.AddrFrom16(ix.Key.ClientIp).Unmap(), ix.Key.ClientPort),
-		Server:      netip.AddrPortFrom(netip.AddrFrom16(ix.Key.ServerIp).Unmap(), ix.Key.ServerPort),
-		NetnsCookie: ix.NetnsCookie,
-		NetnsInode:  ix.NetnsIno,
-		Adopted:     ix.Flags&uint32(shortcutEzSockFlagsEZ_F_ADOPTED) != 0,
-		CgroupID:    ix.CgroupId,
-		Indexed:     true,
+		Client:      netip.AddrPortFrom(netip.AddrFrom16(key.ClientIp).Unmap(), key.ClientPort),
+		Server:      netip.AddrPortFrom(netip.AddrFrom16(key.ServerIp).Unmap(), key.ServerPort),
+		NetnsCookie: netns,
+		NetnsInode:  netnsIno,
+		Adopted:     flags&uint32(shortcutEzSockFlagsEZ_F_ADOPTED) != 0,
+		CgroupID:    cgroup,
 	}
 }
 
@@ -331,25 +337,9 @@ func readRecords[T any](r io.Reader, add func(*T)) error {
 }
 
 func connectionOf(rec *shortcutEzConnRecord) Connection {
-	role := "server"
-	if rec.Flags&uint32(shortcutEzSockFlagsEZ_F_CLIENT) != 0 {
-		role = "client"
-	}
-	return Connection{
-		Cookie:      rec.Cookie,
-		PeerCookie:  rec.PeerCookie,
-		Role:        role,
-		Client:      netip.AddrPortFrom(netip.AddrFrom16(rec.Key.ClientIp).Unmap(), rec.Key.ClientPort),
-		Server:      netip.AddrPortFrom(netip.AddrFrom16(rec.Key.ServerIp).Unmap(), rec.Key.ServerPort),
-		NetnsCookie: rec.NetnsCookie,
-		NetnsInode:  rec.NetnsIno,
-		TxMsgs:      rec.TxMsgs,
-		TxBytes:     rec.TxBytes,
-		RxUnread:    rec.RxUnread,
-		RxBound:     rec.RxBound,
-		Switched:    rec.Switched != 0,
-		Left:        rec.State == uint32(shortcutEzSockStateEZ_SOCK_LEFT),
-		Adopted:     rec.Flags&uint32(shortcutEzSockFlagsEZ_F_ADOPTED) != 0,
-		CgroupID:    rec.CgroupId,
-	}
+	c := end(rec.Cookie, rec.PeerCookie, (*shortcutEzConnKey)(&rec.Key), rec.Flags, rec.NetnsCookie, rec.NetnsIno, rec.CgroupId)
+	c.TxMsgs, c.TxBytes = rec.TxMsgs, rec.TxBytes
+	c.RxUnread, c.RxBound, c.Switched = rec.RxUnread, rec.RxBound, rec.Switched != 0
+	c.Left = rec.State == uint32(shortcutEzSockStateEZ_SOCK_LEFT)
+	return c
 }
