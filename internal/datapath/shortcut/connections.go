@@ -259,10 +259,7 @@ func (ls lister) fromIndex(l *Listing) error {
 		seen[e.cookie] = true
 		c := indexedConnection(e.cookie, &e.ix)
 		c.PeerCookie = cmp.Or(c.PeerCookie, serverOf[c.Cookie])
-		ukey, rx := c.PeerCookie, 0 // the server receives direction 0
-		if c.Role == "client" {
-			ukey, rx = c.Cookie, 1
-		}
+		ukey, rx := e.ix.unreadKey(e.cookie)
 		var u shortcutEzUnread
 		if err := ls.unreads.Lookup(&ukey, &u); errors.Is(err, ebpf.ErrKeyNotExist) {
 			continue // not paired yet, or both ends closed
@@ -274,6 +271,16 @@ func (ls lister) fromIndex(l *Listing) error {
 		l.Indexed++
 	}
 	return nil
+}
+
+// unreadKey is the ez_sc_unreads key of the end cookie with this index
+// entry, the client's cookie (shortcut/unread.h unread_key), and the
+// direction the end receives (the client 1, the server 0).
+func (ix *shortcutEzConnIndex) unreadKey(cookie uint64) (key uint64, rx int) {
+	if ix.Flags&uint32(shortcutEzSockFlagsEZ_F_CLIENT) != 0 {
+		return cookie, 1
+	}
+	return ix.PeerCookie, 0
 }
 
 // indexedConnection is an end as ez_sc_index holds it.

@@ -100,10 +100,7 @@ func (d *Shortcut) pruneConnIndex(now uint64, maxAge time.Duration) (int, error)
 		if now <= ix.CreatedNs || now-ix.CreatedNs <= uint64(maxAge) {
 			continue
 		}
-		ukey = cookie
-		if ix.Flags&uint32(shortcutEzSockFlagsEZ_F_SERVER) != 0 {
-			ukey = ix.PeerCookie
-		}
+		ukey, _ = ix.unreadKey(cookie)
 		if err := d.objs.EzScUnreads.Lookup(&ukey, &u); errors.Is(err, ebpf.ErrKeyNotExist) {
 			stale = append(stale, cookie)
 		} else if err != nil {
