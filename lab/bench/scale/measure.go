@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/bench/quick"
@@ -303,7 +303,7 @@ func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
 		cpus = append(cpus, (u.CPU+procsAfter-procsBefore)*1e6/msgs)
 		machine, own = append(machine, (after-before)*1e6/msgs), append(own, u.CPU*1e6/msgs)
 	}
-	row.RTT = stats{P50: median(p50s), P99: median(p99s)}
+	row.RTT = rttStats{P50: median(p50s), P99: median(p99s)}
 	row.CPUPerMsg, row.MachineCPUPerMsg, row.ProbeCPUPerMsg = median(cpus), median(machine), median(own)
 	row.CPUPerMsgRuns, row.AgentCPUPerMsgRuns = cpus, agentCPU
 	fmt.Fprintf(r.o.Log, "  probe (after %.1f s settling): RTT p50 %.1f µs, %.2f µs CPU a message %.2f (the client's own %.2f, the agent's %.2f, the machine's %.2f); the agent idle: %.1f%% of a CPU\n",
@@ -333,11 +333,9 @@ func cpuSeconds(pids ...int) (float64, error) {
 	return sum, nil
 }
 
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
+// median is the median of the probe runs (internal/stats; its input is not
+// changed).
+func median(xs []float64) float64 { return stats.Summarize(xs).P50 }
 
 // listAndScrape times one full `eztunnel connections -o json` (through
 // the agent; if that fails, once more from the pins) and one scrape of the

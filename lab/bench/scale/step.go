@@ -35,7 +35,7 @@ type Row struct {
 	SetupRate        float64 `json:"setup_per_second"`
 	Pairs            uint64  `json:"pairs"` // pairs the datapath made (the probe's too)
 	// The probe: 24 B round trips on one fresh connection beside the held ones.
-	RTT stats `json:"probe_rtt_us"`
+	RTT rttStats `json:"probe_rtt_us"`
 	// CPUPerMsg: CPU time of the probe client and its echo server while
 	// the probe ran, per message (a round trip is two); MachineCPUPerMsg:
 	// the whole machine's busy time (/proc/stat) per message, other work
@@ -93,7 +93,8 @@ type Row struct {
 	Exact  bool                  `json:"exact"`
 }
 
-type stats struct {
+// rttStats is the probe's round-trip percentiles (us).
+type rttStats struct {
 	P50 float64 `json:"p50"`
 	P99 float64 `json:"p99"`
 }
