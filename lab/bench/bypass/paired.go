@@ -36,12 +36,8 @@ import (
 // each phase summarised by its median round trip. The
 // report gives, per path and protocol, the median of the paired
 // differences with its 95% bootstrap interval for the A/B pairs and for
-// the A/A pairs, which must hold 0 and be within ±aaMaxHalfWidth, else the
+// the A/A pairs, which must hold 0 and be within ±bench.AAMaxHalfWidth, else the
 // row says it judges nothing.
-
-// aaMaxHalfWidth is the widest A/A interval (percent) a paired row may
-// have and still judge its A/B interval.
-const aaMaxHalfWidth = 2.0
 
 // udpTimeout is how long a paired UDP round trip waits for its echo.
 const udpTimeout = 20 * time.Millisecond
@@ -332,7 +328,7 @@ func dialRoundTripper(to netip.AddrPort, udp bool) (roundTripper, func(), error)
 // reportPaired prints the paired rows of every mode.
 func reportPaired(w io.Writer, o Options, rows map[multinode.Mode][]pairedRow) {
 	fmt.Fprintf(w, "\nPaired: the bypass (B) vs its kernel path (A, the bypass paused with its programs attached) on the same flows; %d quads of %s phases (an A/A pair, the bypass on both sides, and an A/B pair); median of the per-pair differences of the phases' median round trip, with its 95%% bootstrap interval; a row judges only if its A/A interval holds 0 and is within ±%.0f%%\n",
-		o.Pairs, o.Phase, aaMaxHalfWidth)
+		o.Pairs, o.Phase, bench.AAMaxHalfWidth)
 	for _, mode := range o.Modes {
 		fmt.Fprintf(w, "\n%s (IPv6 %v):\n", mode, o.IPv6)
 		var out [][]string
@@ -341,8 +337,8 @@ func reportPaired(w io.Writer, o Options, rows map[multinode.Mode][]pairedRow) {
 			switch {
 			case !r.aa.Contains(0):
 				judged = "no: A/A excludes 0"
-			case r.aa.AAValid(aaMaxHalfWidth) != "":
-				judged = fmt.Sprintf("no: A/A wider than ±%.0f%%", aaMaxHalfWidth)
+			case r.aa.AAValid(bench.AAMaxHalfWidth) != "":
+				judged = fmt.Sprintf("no: A/A wider than ±%.0f%%", bench.AAMaxHalfWidth)
 			}
 			out = append(out, []string{r.path, r.metric, strconv.FormatFloat(r.kernelUs, 'f', 1, 64), strconv.FormatFloat(r.bypassUs, 'f', 1, 64),
 				r.ab.String(), r.aa.String(), judged})
