@@ -22,6 +22,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/bench/quick"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
@@ -387,7 +388,7 @@ func list(ctx context.Context, agent, pin string, extra ...string) (seconds floa
 	if err != nil {
 		return 0, 0, 0, err.Error()
 	}
-	var errb syncBuffer
+	errb := logbuf.Buffer{Limit: stderrKept}
 	cmd.Stderr = &errb
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -398,7 +399,7 @@ func list(ctx context.Context, agent, pin string, extra ...string) (seconds floa
 	io.Copy(io.Discard, cw)
 	seconds = time.Since(start).Seconds()
 	if err := cmd.Wait(); err != nil {
-		return seconds, cw.n, ends, fmt.Sprintf("%v: %s", err, errb.String())
+		return seconds, cw.n, ends, fmt.Sprintf("%v: %s", err, tail(&errb))
 	}
 	if derr != nil {
 		return seconds, cw.n, ends, fmt.Sprintf("output: %v", derr)
@@ -551,7 +552,7 @@ func (r *run) uninstall(ctx context.Context, row *Row, ag *agent, servers, holde
 	run := func(continueAfter time.Duration) (float64, string) {
 		start := time.Now()
 		cmd := sysexec.Command(ctx, r.o.Agent, "uninstall", "--pin-path", ag.cfg.PinRoot, "--drain-timeout", r.o.DrainTimeout.String())
-		var out syncBuffer
+		out := logbuf.Buffer{Limit: stderrKept}
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Start()
 		if err == nil {
@@ -567,7 +568,7 @@ func (r *run) uninstall(ctx context.Context, row *Row, ag *agent, servers, holde
 			err = cmd.Wait()
 		}
 		if err != nil {
-			return time.Since(start).Seconds(), fmt.Sprintf("%v: %s", err, out.String())
+			return time.Since(start).Seconds(), fmt.Sprintf("%v: %s", err, tail(&out))
 		}
 		return time.Since(start).Seconds(), ""
 	}

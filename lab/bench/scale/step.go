@@ -1,7 +1,6 @@
 package scale
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -16,6 +16,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/bench"
+	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -102,35 +103,26 @@ type rttStats struct {
 // proc is a server or holder process of a step.
 type proc struct {
 	cmd  *exec.Cmd
-	dir  string // the holder's files
-	out  syncBuffer
+	dir  string        // the holder's files
+	out  logbuf.Buffer // its stderr, read while it runs
 	done chan struct{}
 }
 
-// syncBuffer is a process's stderr, safe to read while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// stderrKept is how much of a process's output a step keeps for its
+// error messages.
+const stderrKept = 64 << 10
+
+// newProc is a process of the step whose files are in dir, not started.
+func newProc(dir string) *proc {
+	return &proc{dir: dir, out: logbuf.Buffer{Limit: stderrKept}, done: make(chan struct{})}
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.b.Len() > 64<<10 {
-		return len(p), nil
-	}
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return string(bytes.TrimSpace(s.b.Bytes()))
-}
+// tail is the kept output, for an error message.
+func tail(b *logbuf.Buffer) string { return strings.TrimSpace(b.String()) }
 
 // start starts argv in pod p; done closes when it exited.
 func (r *run) start(ctx context.Context, p *netlab.Pod, dir string, argv ...string) (*proc, error) {
-	pr := &proc{dir: dir, done: make(chan struct{})}
+	pr := newProc(dir)
 	pr.cmd = p.Cmd(ctx, argv[0], argv[1:]...)
 	pr.cmd.Stderr = &pr.out
 	if err := r.wl.Start(p, pr.cmd); err != nil {
@@ -159,7 +151,7 @@ func waitFiles(ctx context.Context, ps []*proc, name string, timeout time.Durati
 			}
 			select {
 			case <-p.done:
-				return fmt.Errorf("%s exited before it wrote %s: %s", p.cmd.Args[len(p.cmd.Args)-1], name, p.out.String())
+				return fmt.Errorf("%s exited before it wrote %s: %s", p.cmd.Args[len(p.cmd.Args)-1], name, tail(&p.out))
 			default:
 			}
 			rest = append(rest, p)
@@ -222,7 +214,7 @@ type agent struct {
 // startAgent starts an agent with maps sized for the step. Its pins are
 // recorded with the lab; stop removes them.
 func (r *run) startAgent(ctx context.Context, row *Row, plan Plan) (*agent, func(), error) {
-	ag := &agent{proc: &proc{dir: filepath.Join(r.tmp, "agent-"+strconv.Itoa(plan.Conns)), done: make(chan struct{})}, cfg: datapath.DefaultConfig()}
+	ag := &agent{proc: newProc(filepath.Join(r.tmp, "agent-"+strconv.Itoa(plan.Conns))), cfg: datapath.DefaultConfig()}
 	ag.cfg.PinRoot = "/sys/fs/bpf/ezbench-scale"
 	if _, err := os.Stat(ag.cfg.Dir()); err == nil {
 		datapath.Uninstall(ag.cfg, 0)
@@ -263,7 +255,7 @@ func (r *run) startAgent(ctx context.Context, row *Row, plan Plan) (*agent, func
 	go func() { ag.cmd.Wait(); close(ag.done) }()
 	if err := workload.WaitReady(ctx, ready, time.Minute, ag.done); err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("%w: agent with --max-sockets %d --max-pairs %d: %w: %s", errAgent, row.MaxSockets, row.MaxPairs, err, ag.out.String())
+		return nil, nil, fmt.Errorf("%w: agent with --max-sockets %d --max-pairs %d: %w: %s", errAgent, row.MaxSockets, row.MaxPairs, err, tail(&ag.out))
 	}
 	return ag, stop, nil
 }
