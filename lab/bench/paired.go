@@ -149,3 +149,26 @@ func Judge(ab, aa Paired, limit float64, atLeast bool) (verdict, reason string) 
 	}
 	return Miss, ""
 }
+
+// Side is what one run of a round of four measures: one of the A/A pair's
+// two runs of A, or the A/B pair's A or B.
+type Side int
+
+// The sides of a round of four.
+const (
+	SideAA1 Side = iota // the A/A pair's first label
+	SideAA2             // the A/A pair's second label
+	SideA               // the A/B pair's A (the baseline)
+	SideB               // the A/B pair's B (the change)
+)
+
+// RoundOrder is the order of round rep's four runs: the A/A pair, then the
+// A/B pair, both reversed every other round (rep counts from 1), so a
+// linear drift, and what switching between A and B leaves behind, fall on
+// both sides of a pair alike.
+func RoundOrder(rep int) []Side {
+	if rep%2 == 0 {
+		return []Side{SideAA2, SideAA1, SideB, SideA}
+	}
+	return []Side{SideAA1, SideAA2, SideA, SideB}
+}

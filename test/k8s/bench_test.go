@@ -27,7 +27,7 @@ import (
 // What one round of BenchmarkPods measures in each mode.
 const (
 	benchNS      = "ez-bench"
-	benchRounds  = 10    // rounds; each runs both modes, order alternating (ABBA)
+	benchRounds  = 5     // rounds of four runs (bench.RoundOrder): an A/A pair of baselines and an A/B pair
 	pingN        = 20000 // back-to-back 24-byte round trips per round, one connection
 	pingWarmup   = 1000
 	redisN       = 100000 // requests per redis-benchmark test (SET, GET) per round
@@ -102,14 +102,15 @@ spec:
 
 	load0 := loadAvg()
 	var runs []podRun
+	selected := false
 	for round := 1; round <= benchRounds; round++ {
-		modes := []bool{false, true}
-		if round%2 == 0 {
-			modes = []bool{true, false}
-		}
-		for _, on := range modes {
-			setSelected(b, a, on)
-			r := podRun{round: round, on: on, values: map[string]float64{}}
+		for _, side := range bench.RoundOrder(round) {
+			on := side == bench.SideB
+			if on != selected {
+				setSelected(b, a, on)
+				selected = on
+			}
+			r := podRun{round: round, side: side, values: map[string]float64{}}
 
 			p0 := pairs(b)
 			var pp workload.PingPongResult
@@ -130,12 +131,12 @@ spec:
 				r.values["redis "+k+" rps"] = t.RPS
 				r.values["redis "+k+" p50"] = t.P50Ms * 1000
 			}
-			b.Logf("round %d %s: ping-echo p50 %.1f us p99 %.1f us (pairs %v); redis %s (pairs %v)", round, modeName(on),
+			b.Logf("round %d %s: ping-echo p50 %.1f us p99 %.1f us (pairs %v); redis %s (pairs %v)", round, sideName(side),
 				pp.Micros.P50, pp.Micros.P99, r.pingPairs, redisLine(tests), r.redisPairs)
 			// The modes are what they claim: the shortcut carried every
 			// selected run's connections and none of the baseline's.
 			if on && (r.pingPairs < 1 || r.redisPairs < redisClients) || !on && (r.pingPairs != 0 || r.redisPairs != 0) {
-				b.Fatalf("round %d %s: %v ping-echo and %v redis connections on the shortcut", round, modeName(on), r.pingPairs, r.redisPairs)
+				b.Fatalf("round %d %s: %v ping-echo and %v redis connections on the shortcut", round, sideName(side), r.pingPairs, r.redisPairs)
 			}
 			runs = append(runs, r)
 		}
@@ -149,19 +150,17 @@ const (
 	mPingP99 = "ping-echo RTT p99 (us)"
 )
 
-// podRun is one mode's measurements in one round.
+// podRun is one run of a round: its side (bench.SideB: the namespace
+// selected, eztunnel; the others baseline).
 type podRun struct {
 	round                 int
-	on                    bool
+	side                  bench.Side
 	values                map[string]float64
 	pingPairs, redisPairs float64
 }
 
-func modeName(on bool) string {
-	if on {
-		return "eztunnel"
-	}
-	return "baseline"
+func sideName(s bench.Side) string {
+	return map[bench.Side]string{bench.SideAA1: "baseline (A/A 1)", bench.SideAA2: "baseline (A/A 2)", bench.SideA: "baseline", bench.SideB: "eztunnel"}[s]
 }
 
 func redisLine(tests []mesh.RedisTest) string {
@@ -172,9 +171,11 @@ func redisLine(tests []mesh.RedisTest) string {
 	return strings.Join(parts, ", ")
 }
 
-// podTable: per metric the median over rounds of each mode and the
-// eztunnel/baseline ratio of each round (the two modes of a round ran
-// back to back): its median and range.
+// podTable: per metric the median over rounds of the A/B pair's baseline
+// and eztunnel runs, the change from baseline to eztunnel (the median of
+// the per-round paired differences, 100 * (B - A) / A, with its 95%
+// bootstrap interval) and the same for the A/A pair of baselines, which
+// must hold 0 within ±bench.AAMaxHalfWidth for the change to be judged.
 func podTable(runs []podRun, placement, load string) string {
 	metrics := []struct {
 		name   string
@@ -184,46 +185,57 @@ func podTable(runs []podRun, placement, load string) string {
 		"redis get rps": "redis GET (requests/s)", "redis get p50": "redis GET p50 (us)"}
 	var rows [][]string
 	for _, m := range metrics {
-		var base, ez, ratio []float64
-		byRound := map[int]float64{}
-		for _, r := range runs {
-			if !r.on {
-				base = append(base, r.values[m.name])
-				byRound[r.round] = r.values[m.name]
-			}
-		}
-		for _, r := range runs {
-			if r.on {
-				ez = append(ez, r.values[m.name])
-				if bv, ok := byRound[r.round]; ok {
-					ratio = append(ratio, bench.Ratio(r.values[m.name], bv))
+		side := func(s bench.Side) []float64 {
+			byRound := map[int]float64{}
+			for _, r := range runs {
+				if r.side == s {
+					byRound[r.round] = r.values[m.name]
 				}
 			}
+			var out []float64
+			for round := 1; round <= benchRounds; round++ {
+				if v, ok := byRound[round]; ok {
+					out = append(out, v)
+				}
+			}
+			return out
+		}
+		base, ez := side(bench.SideA), side(bench.SideB)
+		ab, aa := bench.TryPaired(base, ez, benchSeed), bench.TryPaired(side(bench.SideAA1), side(bench.SideAA2), benchSeed)
+		aaOK := "yes"
+		if why := aa.AAValid(bench.AAMaxHalfWidth); aa.Pairs < 2 || why != "" {
+			aaOK = "no"
 		}
 		name := m.name
 		if l, ok := label[name]; ok {
 			name = l
 		}
 		rows = append(rows, []string{name, bench.Num(median(base), m.digits), bench.Num(median(ez), m.digits),
-			bench.WithUnit(median(ratio), "x"), fmt.Sprintf("%s..%s", bench.WithUnit(slices.Min(ratio), "x"), bench.WithUnit(slices.Max(ratio), "x"))})
+			ab.Cell(), aa.Cell(), aaOK})
 	}
 	var pp, rp []string
 	for _, r := range runs {
-		if r.on {
+		if r.side == bench.SideB {
 			pp = append(pp, strconv.FormatFloat(r.pingPairs, 'f', 0, 64))
 			rp = append(rp, strconv.FormatFloat(r.redisPairs, 'f', 0, 64))
 		}
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\neztunnel bench between pods (%s, kernel %s, %d CPUs): %d rounds, baseline and eztunnel interleaved ABBA\n"+
-		"ping-echo: %d x 24 B back to back on one connection per round; redis: redis-benchmark -c %d -n %d -t set,get\n"+
-		"placement: %s; machine load average (1 min) before -> after: %s (the VM is shared)\nbaseline, eztunnel: median over rounds; ratio: eztunnel/baseline per round, median and range\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), kernelRelease(), runtime.NumCPU(), benchRounds, pingN, redisClients, redisN, placement, load)
-	bench.WriteTable(&sb, []string{"metric", "baseline", "eztunnel", "ratio", "ratio range"}, rows)
-	fmt.Fprintf(&sb, "\nconnections on the shortcut per eztunnel round (eztunnel_pairs_total): ping-echo %s; redis %s; baseline rounds: 0\n",
+	fmt.Fprintf(&sb, "\neztunnel bench between pods (%s, kernel %s, %d CPUs): %d rounds of four runs (an A/A pair of baselines, an A/B pair of baseline and eztunnel; both pairs' order reversed every other round)\n"+
+		"ping-echo: %d x 24 B back to back on one connection per run; redis: redis-benchmark -c %d -n %d -t set,get\n"+
+		"placement: %s; machine load average (1 min) before -> after: %s (the VM is shared)\n"+
+		"baseline, eztunnel: median over rounds; change: median of the per-round paired differences 100 x (eztunnel - baseline) / baseline, with its 95%% bootstrap interval; "+
+		"A/A: the same for the two baseline runs of each round; A/A ok: it holds 0 within ±%.0f%% (else the change is not resolved to that precision: with %d pairs the intervals are coarse)\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), kernelRelease(), runtime.NumCPU(), benchRounds, pingN, redisClients, redisN, placement, load,
+		bench.AAMaxHalfWidth, benchRounds)
+	bench.WriteTable(&sb, []string{"metric", "baseline", "eztunnel", "change [95% CI]", "A/A [95% CI]", "A/A ok"}, rows)
+	fmt.Fprintf(&sb, "\nconnections on the shortcut per eztunnel run (eztunnel_pairs_total): ping-echo %s; redis %s; baseline runs: 0\n",
 		strings.Join(pp, ", "), strings.Join(rp, ", "))
 	return sb.String()
 }
+
+// benchSeed seeds the bootstrap, so a table renders alike from its runs.
+const benchSeed = 37
 
 func median(xs []float64) float64 {
 	if len(xs) == 0 {

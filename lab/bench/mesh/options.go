@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
+	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -151,15 +152,17 @@ const (
 	ModeAA2      = "baseline-aa2"
 )
 
-// roundModes is the order of round rep's four runs: the A/A pair, then the
-// A/B pair, both reversed every other round, so a linear drift, and what
-// an install or uninstall leaves behind, fall on both sides of a pair
-// alike. Each run opens its own connections.
+// roundModes is the order of round rep's four runs (bench.RoundOrder):
+// the A/A pair, then the A/B pair, both reversed every other round, so a
+// linear drift, and what an install or uninstall leaves behind, fall on
+// both sides of a pair alike. Each run opens its own connections.
 func roundModes(rep int) []string {
-	if rep%2 == 0 {
-		return []string{ModeAA2, ModeAA1, ModeEztunnel, ModeBaseline}
+	names := map[bench.Side]string{bench.SideAA1: ModeAA1, bench.SideAA2: ModeAA2, bench.SideA: ModeBaseline, bench.SideB: ModeEztunnel}
+	var out []string
+	for _, s := range bench.RoundOrder(rep) {
+		out = append(out, names[s])
 	}
-	return []string{ModeAA1, ModeAA2, ModeBaseline, ModeEztunnel}
+	return out
 }
 
 // Run is what one workload measured in one repetition of one mode of
