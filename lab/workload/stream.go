@@ -367,3 +367,38 @@ func RunStreams(o StreamOptions) []StreamResult {
 	wg.Wait()
 	return fails
 }
+
+// SinkPhase opens a stream connection to the stream server at addr from
+// the calling thread (a blocking socket, so the thread's CPU and network
+// namespace are the stream's), writes as fast as it can for d, the server
+// discarding, and returns the goodput: the bytes the server acknowledged
+// (TCP_INFO's bytes_acked) over the time since connect, in Gbit/s, and the
+// segments sent (segs_out). The server sees the stream end early, which it
+// ignores.
+func SinkPhase(addr string, d time.Duration) (gbps float64, segs uint32, err error) {
+	fd, err := RawDial(addr)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unix.Close(fd)
+	start := time.Now()
+	h := streamHeader{Up: 1 << 62, Chunk: 64 << 10, Flags: flagNoCheck}
+	if _, err := unix.Write(fd, h.marshal()); err != nil {
+		return 0, 0, fmt.Errorf("write header: %w", err)
+	}
+	buf := make([]byte, h.Chunk)
+	for time.Since(start) < d {
+		if _, err := unix.Write(fd, buf); err != nil {
+			return 0, 0, fmt.Errorf("stream to %s: %w", addr, err)
+		}
+	}
+	info, err := unix.GetsockoptTCPInfo(fd, unix.SOL_TCP, unix.TCP_INFO)
+	if err != nil {
+		return 0, 0, fmt.Errorf("TCP_INFO: %w", err)
+	}
+	el := time.Since(start)
+	if info.Bytes_acked == 0 {
+		return 0, 0, fmt.Errorf("stream to %s: nothing acknowledged in %s", addr, el)
+	}
+	return float64(info.Bytes_acked) * 8 / el.Seconds() / 1e9, info.Segs_out, nil
+}

@@ -14,8 +14,9 @@ import (
 // TestBenchBypassPaired: the smallest `bench bypass --pairs` run (host-gw,
 // 20 quads of 20 ms phases). The bench itself fails when a row did not take
 // both paths (nothing bypassed, or nothing paused); here its report must
-// have the four rows (same-node and cross-node, TCP and UDP), each with a
-// paired interval and an A/A interval, and per-hook rows of the bypass's
+// have the five rows (same-node and cross-node, TCP and UDP round trips,
+// and a cross-node TCP stream), each with a paired interval and an A/A
+// interval, and per-hook rows of the bypass's
 // programs run in both kinds of phase; nothing is left behind. No timing
 // is asserted.
 func TestBenchBypassPaired(t *testing.T) {
@@ -27,17 +28,18 @@ func TestBenchBypassPaired(t *testing.T) {
 	}
 	out := stdout.String()
 	interval := `[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\]`
-	row := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +(TCP|UDP) RTT p50 \|.*\| +` + interval + ` \| +` + interval + ` \|`)
-	if n := len(row.FindAllString(out, -1)); n != 4 {
-		t.Errorf("%d paired rows with two intervals, want 4:\n%s", n, out)
+	metric := `((TCP|UDP) RTT p50 \(us\)|TCP stream \(Gbit/s\))`
+	row := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +` + metric + ` \|.*\| +` + interval + ` \| +` + interval + ` \|`)
+	if n := len(row.FindAllString(out, -1)); n != 5 {
+		t.Errorf("%d paired rows with two intervals, want 5:\n%s", n, out)
 	}
-	hook := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +(TCP|UDP) RTT p50 \| +ez_bypass \| +([0-9.]+) \| +\d+ \| +([0-9.]+) \|`)
+	hook := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +` + metric + ` \| +ez_bypass \| +([0-9.]+) \| +\d+ \| +([0-9.]+) \|`)
 	hooks := hook.FindAllStringSubmatch(out, -1)
-	if len(hooks) != 4 {
-		t.Errorf("%d per-hook rows of ez_bypass, want 4:\n%s", len(hooks), out)
+	if len(hooks) != 5 {
+		t.Errorf("%d per-hook rows of ez_bypass, want 5:\n%s", len(hooks), out)
 	}
 	for _, h := range hooks {
-		if h[3] == "0.00" || h[4] == "0.00" {
+		if h[4] == "0.00" || h[5] == "0.00" {
 			t.Errorf("ez_bypass did not run in both kinds of phase: %q", h[0])
 		}
 	}

@@ -150,7 +150,9 @@ const (
 	echoPort  = 7000
 	udpPort   = 7001
 	iperfPort = 5201
-	metrics0  = "127.0.0.1:9464" // each agent's metrics, in its node's namespace
+	// streamPort: the workload stream server (paired mode's streams).
+	streamPort = 7002
+	metrics0   = "127.0.0.1:9464" // each agent's metrics, in its node's namespace
 )
 
 // sample is one measurement of every metric on one path, plus what the
@@ -347,7 +349,7 @@ func startServers(ctx context.Context, wl workload.Client, p *multinode.Pod, tmp
 		}
 	}()
 	addr := func(port int) string { return netip.AddrPortFrom(p.Addr(o.IPv6), uint16(port)).String() }
-	srv, err := wl.Serve(ctx, p, tmp, "--echo", addr(echoPort))
+	srv, err := wl.Serve(ctx, p, tmp, "--echo", addr(echoPort), "--stream", addr(streamPort))
 	if err != nil {
 		return stop, err
 	}

@@ -42,12 +42,40 @@ import (
 // udpTimeout is how long a paired UDP round trip waits for its echo.
 const udpTimeout = 20 * time.Millisecond
 
+// crossNode is the path to the server pod on the other node.
+const crossNode = "cross-node"
+
+// pairedKind is what a paired row measures.
+type pairedKind int
+
+const (
+	tcpRTT    pairedKind = iota // back-to-back 24 B TCP round trips on one connection
+	udpRTT                      // back-to-back 24 B UDP round trips on one socket
+	tcpStream                   // one TCP stream per phase, opened at its start (goodput)
+)
+
+func (k pairedKind) String() string {
+	return [...]string{"TCP RTT p50 (us)", "UDP RTT p50 (us)", "TCP stream (Gbit/s)"}[k]
+}
+
+// pairedKinds are the rows of a path: the round trips on both paths, and
+// a single stream cross-node (issue 37's target: not below the bridge).
+// A stream cannot switch path in place (a segment on the faster path
+// could overtake one still queued on the slower), so each phase opens its
+// own connection after the flip and closes it at the phase's end.
+func pairedKinds(path string) []pairedKind {
+	if path == crossNode {
+		return []pairedKind{tcpRTT, udpRTT, tcpStream}
+	}
+	return []pairedKind{tcpRTT, udpRTT}
+}
+
 // pairedRow is one path and protocol of a paired run.
 type pairedRow struct {
 	path, metric string
 	ab, aa       bench.Paired
-	// Medians over the phases (us): the kernel path (paused) and the
-	// bypass, in the A/B pairs.
+	// Medians over the phases (us; Gbit/s for a stream): the kernel path
+	// (paused) and the bypass, in the A/B pairs.
 	kernelUs, bypassUs float64
 	roundTrips, lost   int
 	// The bypass's programs in the A/B phases, [0] the kernel path
@@ -57,7 +85,8 @@ type pairedRow struct {
 	rts   [2]int
 }
 
-// phaseStat is one phase's median round trip (us) and how many it had.
+// phaseStat is one phase's median round trip (us) and how many it had;
+// for a stream its goodput (Gbit/s) and n 1.
 type phaseStat struct {
 	median float64
 	n      int
@@ -65,6 +94,9 @@ type phaseStat struct {
 
 // roundTripper is one round trip of a ping-pong: ok false when lost.
 type roundTripper func() (time.Duration, bool, error)
+
+// phaser measures one phase of d.
+type phaser func(d time.Duration, row *pairedRow) (phaseStat, error)
 
 // runPairedModes is Run in paired mode: per mode a lab, the bypass agents
 // started once, every path and protocol paired.
@@ -140,7 +172,7 @@ func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers ma
 	defer flip(false)
 	var rows []pairedRow
 	for _, path := range paths {
-		for _, udp := range []bool{false, true} {
+		for _, kind := range pairedKinds(path) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -148,9 +180,9 @@ func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers ma
 			if err != nil {
 				return nil, err
 			}
-			row, err := pairedOne(o, client, servers[path], udp, flip, progs)
+			row, err := pairedOne(o, client, servers[path], kind, flip, progs)
 			if err != nil {
-				return nil, fmt.Errorf("%s, udp %v: %w", path, udp, err)
+				return nil, fmt.Errorf("%s, %s: %w", path, kind, err)
 			}
 			b1, _, f1, err := a.counters()
 			if err != nil {
@@ -159,11 +191,11 @@ func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers ma
 			// A comparison where nothing was bypassed, or nothing paused,
 			// compared nothing.
 			if b1-b0 == 0 || f1["paused"]-f0["paused"] == 0 {
-				return nil, fmt.Errorf("%s, udp %v: bypassed %v, paused %v packets: the two paths were not both taken", path, udp, b1-b0, f1["paused"]-f0["paused"])
+				return nil, fmt.Errorf("%s, %s: bypassed %v, paused %v packets: the two paths were not both taken", path, kind, b1-b0, f1["paused"]-f0["paused"])
 			}
 			row.path = path
 			rows = append(rows, row)
-			fmt.Fprintf(w, "paired %-10s %-12s A/B %s  A/A %s  (kernel %.1f us, bypass %.1f us; %d round trips, %d lost)\n",
+			fmt.Fprintf(w, "paired %-10s %-19s A/B %s  A/A %s  (kernel path %.1f, bypass %.1f; %d round trips or streams, %d lost)\n",
 				path, row.metric, row.ab, row.aa, row.kernelUs, row.bypassUs, row.roundTrips, row.lost)
 		}
 	}
@@ -172,11 +204,8 @@ func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers ma
 
 // pairedOne runs the quads of one path and protocol on one thread in the
 // client's namespace (pinned to the client CPU).
-func pairedOne(o Options, client, server *multinode.Pod, udp bool, flip func(bool) error, progs *bench.Progs) (row pairedRow, err error) {
-	row.metric = "TCP RTT p50"
-	if udp {
-		row.metric = "UDP RTT p50"
-	}
+func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip func(bool) error, progs *bench.Progs) (row pairedRow, err error) {
+	row.metric = kind.String()
 	// Phases in quad order: A/A first, A/B second; in the A/B pair the
 	// kernel path first in even quads, the bypass first in odd ones.
 	var aa1, aa2, kernel, byp []phaseStat
@@ -189,17 +218,13 @@ func pairedOne(o Options, client, server *multinode.Pod, udp bool, flip func(boo
 			}
 			defer restore()
 		}
-		port := echoPort
-		if udp {
-			port = udpPort
-		}
-		rt, closeRT, err := dialRoundTripper(netip.AddrPortFrom(server.Addr(o.IPv6), uint16(port)), udp)
+		measure, closePh, err := dialPhaser(server.Addr(o.IPv6), kind)
 		if err != nil {
 			return err
 		}
-		defer closeRT()
+		defer closePh()
 		// Warm-up on the bypass: the flow established and admitted.
-		if _, err := phase(rt, 500*time.Millisecond, &row); err != nil {
+		if _, err := measure(500*time.Millisecond, &row); err != nil {
 			return err
 		}
 		row.roundTrips, row.lost = 0, 0
@@ -228,7 +253,7 @@ func pairedOne(o Options, client, server *multinode.Pod, udp bool, flip func(boo
 						return err
 					}
 				}
-				s, err := phase(rt, o.Phase, &row)
+				s, err := measure(o.Phase, &row)
 				if err != nil {
 					return err
 				}
@@ -299,6 +324,33 @@ func phase(rt roundTripper, d time.Duration, row *pairedRow) (phaseStat, error) 
 	return phaseStat{median: stats.Quantile(us, 0.5), n: len(us)}, nil
 }
 
+// dialPhaser opens what the phases of kind measure, from the calling
+// thread's namespace to the server at addr.
+func dialPhaser(addr netip.Addr, kind pairedKind) (phaser, func(), error) {
+	if kind == tcpStream {
+		to := netip.AddrPortFrom(addr, streamPort).String()
+		return func(d time.Duration, row *pairedRow) (phaseStat, error) {
+			gbps, segs, err := workload.SinkPhase(to, d)
+			if err != nil {
+				return phaseStat{}, err
+			}
+			row.roundTrips++
+			// n: the segments sent, so the per-hook table counts runs
+			// per segment for a stream.
+			return phaseStat{median: gbps, n: int(segs)}, nil
+		}, func() {}, nil
+	}
+	port := echoPort
+	if kind == udpRTT {
+		port = udpPort
+	}
+	rt, closeRT, err := dialRoundTripper(netip.AddrPortFrom(addr, uint16(port)), kind == udpRTT)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(d time.Duration, row *pairedRow) (phaseStat, error) { return phase(rt, d, row) }, closeRT, nil
+}
+
 // dialRoundTripper connects from the calling thread's namespace to an echo
 // server: TCP (workload serve --echo) or UDP (workload udp --serve).
 func dialRoundTripper(to netip.AddrPort, udp bool) (roundTripper, func(), error) {
@@ -344,8 +396,8 @@ func reportPaired(w io.Writer, o Options, rows map[multinode.Mode][]pairedRow) {
 				r.ab.String(), r.aa.String(), judged})
 		}
 		var b strings.Builder
-		bench.WriteTable(&b, []string{"path", "metric", "kernel path (us)", "bypass (us)", "bypass vs kernel path", "A/A", "judged"}, out)
-		fmt.Fprintf(&b, "\nPer hook (BPF run-time statistics, both nodes' programs; kernel path: every run passes, bypass: runs act or pass):\n")
+		bench.WriteTable(&b, []string{"path", "metric", "kernel path", "bypass", "bypass vs kernel path", "A/A", "judged"}, out)
+		fmt.Fprintf(&b, "\nPer hook (BPF run-time statistics, both nodes' programs; kernel path: every run passes, bypass: runs act or pass; a stream's \"round trip\" is a segment sent):\n")
 		bench.WriteTable(&b, []string{"path", "metric", "program", "runs per round trip, kernel path", "ns per run, kernel path", "runs per round trip, bypass", "ns per run, bypass", "ns per round trip, bypass"}, hookRows(rows[mode]))
 		io.WriteString(w, b.String())
 	}
