@@ -122,6 +122,20 @@ func (p Paired) Cell() string {
 	return p.String()
 }
 
+// JudgedCell is a report's "judged" cell for a row whose A/A comparison is
+// aa: "yes", or "no: " and why (AAValid with AAMaxHalfWidth).
+func JudgedCell(aa Paired) string {
+	switch {
+	case aa.Pairs < 2:
+		return "no: no A/A pairs"
+	case !aa.Contains(0):
+		return "no: A/A excludes 0"
+	case aa.AAValid(AAMaxHalfWidth) != "":
+		return fmt.Sprintf("no: A/A wider than ±%.0f%%", AAMaxHalfWidth)
+	}
+	return "yes"
+}
+
 // Verdicts of a target judged on a paired interval.
 const (
 	Pass      = "PASS"

@@ -202,16 +202,12 @@ func podTable(runs []podRun, placement, load string) string {
 		}
 		base, ez := side(bench.SideA), side(bench.SideB)
 		ab, aa := bench.TryPaired(base, ez, benchSeed), bench.TryPaired(side(bench.SideAA1), side(bench.SideAA2), benchSeed)
-		aaOK := "yes"
-		if why := aa.AAValid(bench.AAMaxHalfWidth); aa.Pairs < 2 || why != "" {
-			aaOK = "no"
-		}
 		name := m.name
 		if l, ok := label[name]; ok {
 			name = l
 		}
 		rows = append(rows, []string{name, bench.Num(median(base), m.digits), bench.Num(median(ez), m.digits),
-			ab.Cell(), aa.Cell(), aaOK})
+			ab.Cell(), aa.Cell(), bench.JudgedCell(aa)})
 	}
 	var pp, rp []string
 	for _, r := range runs {
@@ -225,10 +221,10 @@ func podTable(runs []podRun, placement, load string) string {
 		"ping-echo: %d x 24 B back to back on one connection per run; redis: redis-benchmark -c %d -n %d -t set,get\n"+
 		"placement: %s; machine load average (1 min) before -> after: %s (the VM is shared)\n"+
 		"baseline, eztunnel: median over rounds; change: median of the per-round paired differences 100 x (eztunnel - baseline) / baseline, with its 95%% bootstrap interval; "+
-		"A/A: the same for the two baseline runs of each round; A/A ok: it holds 0 within ±%.0f%% (else the change is not resolved to that precision: with %d pairs the intervals are coarse)\n\n",
+		"A/A: the same for the two baseline runs of each round; judged: yes when the A/A holds 0 within ±%.0f%% (else the change is not resolved to that precision: with %d pairs the intervals are coarse)\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), kernelRelease(), runtime.NumCPU(), benchRounds, pingN, redisClients, redisN, placement, load,
 		bench.AAMaxHalfWidth, benchRounds)
-	bench.WriteTable(&sb, []string{"metric", "baseline", "eztunnel", "change [95% CI]", "A/A [95% CI]", "A/A ok"}, rows)
+	bench.WriteTable(&sb, []string{"metric", "baseline", "eztunnel", "change [95% CI]", "A/A [95% CI]", "judged"}, rows)
 	fmt.Fprintf(&sb, "\nconnections on the shortcut per eztunnel run (eztunnel_pairs_total): ping-echo %s; redis %s; baseline runs: 0\n",
 		strings.Join(pp, ", "), strings.Join(rp, ", "))
 	return sb.String()

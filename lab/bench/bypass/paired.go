@@ -86,7 +86,7 @@ type pairedRow struct {
 }
 
 // phaseStat is one phase's median round trip (us) and how many it had;
-// for a stream its goodput (Gbit/s) and n 1.
+// for a stream its goodput (Gbit/s) and the segments it sent.
 type phaseStat struct {
 	median float64
 	n      int
@@ -385,13 +385,7 @@ func reportPaired(w io.Writer, o Options, rows map[multinode.Mode][]pairedRow) {
 		fmt.Fprintf(w, "\n%s (IPv6 %v):\n", mode, o.IPv6)
 		var out [][]string
 		for _, r := range rows[mode] {
-			judged := "yes"
-			switch {
-			case !r.aa.Contains(0):
-				judged = "no: A/A excludes 0"
-			case r.aa.AAValid(bench.AAMaxHalfWidth) != "":
-				judged = fmt.Sprintf("no: A/A wider than ±%.0f%%", bench.AAMaxHalfWidth)
-			}
+			judged := bench.JudgedCell(r.aa)
 			out = append(out, []string{r.path, r.metric, strconv.FormatFloat(r.kernelUs, 'f', 1, 64), strconv.FormatFloat(r.bypassUs, 'f', 1, 64),
 				r.ab.String(), r.aa.String(), judged})
 		}
