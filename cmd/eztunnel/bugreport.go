@@ -102,11 +102,18 @@ func writeBugreport(w io.Writer, cfg datapath.Config, lockFile, kubeconfig strin
 	}
 	v, verr := readVersion(cfg, lockFile)
 	st, serr := readStatus(cfg, lockFile)
-	l, cerr := listConnections(context.Background(), cfg, false)
-	conns := l.Conns
-	summary := map[string]any{"total": len(conns), "via": l.Via, "unlisted_namespaces": l.Unlisted}
-	if len(conns) > 1000 {
-		conns = conns[:1000]
+	var (
+		conns []datapath.Connection
+		total int
+	)
+	l, cerr := listConnections(context.Background(), cfg, false, func(c datapath.Connection) error {
+		if total++; len(conns) < 1000 {
+			conns = append(conns, c)
+		}
+		return nil
+	})
+	summary := map[string]any{"total": total, "via": l.Via, "unlisted_namespaces": l.Unlisted}
+	if total > 1000 {
 		summary["listed"] = 1000
 	}
 	summary["connections"] = conns

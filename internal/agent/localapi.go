@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -43,16 +44,13 @@ func (a *agent) apiStatus(started time.Time) agentapi.Status {
 // datapath's scope looks up (bpf/shortcut/scope.h EZ_SCOPE_DEPTH).
 const podCgroupDepth = 3
 
-// connections lists the datapath's connections, each end named by its
-// socket's cgroup where that is a selected pod's (proven by the kernel's
-// socket, not inferred from an address).
-func (a *agent) connections() (datapath.Listing, error) {
-	l, err := datapath.ListConnections(a.cfg.Datapath)
-	if err != nil {
-		return l, err
-	}
+// connections lists the datapath's connections as the listing walks them
+// (streamed to the asker), each end named by its socket's cgroup where that
+// is a selected pod's (proven by the kernel's socket, not inferred from an
+// address). The walk stops when the asker goes away (ctx).
+func (a *agent) connections(ctx context.Context, emit func(datapath.Connection) error) (datapath.Listing, error) {
 	if a.pods == nil {
-		return l, nil
+		return datapath.StreamConnections(ctx, a.cfg.Datapath, emit)
 	}
 	names := map[uint64]string{}
 	for _, p := range a.pods.Pods() {
@@ -63,8 +61,8 @@ func (a *agent) connections() (datapath.Listing, error) {
 			names[id] = name
 		}
 	}
-	for i := range l.Conns {
-		l.Conns[i].Pod = names[l.Conns[i].CgroupID]
-	}
-	return l, nil
+	return datapath.StreamConnections(ctx, a.cfg.Datapath, func(c datapath.Connection) error {
+		c.Pod = names[c.CgroupID]
+		return emit(c)
+	})
 }

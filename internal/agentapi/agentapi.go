@@ -60,9 +60,17 @@ type Pod struct {
 
 // Handlers answer the routes.
 type Handlers struct {
-	Status      func() Status
-	Connections func() (datapath.Listing, error)
+	Status func() Status
+	// Connections hands each end to emit as it lists them and returns the
+	// listing's other fields (no Conns); it stops at emit's first error,
+	// which it returns (ctx ends when the asker goes away).
+	Connections func(ctx context.Context, emit func(datapath.Connection) error) (datapath.Listing, error)
 }
+
+// IdleTimeout is how long an asker waits for the agent's next byte: a
+// listing of millions of ends takes as long as it takes while it streams,
+// and fails when the agent stops sending.
+var IdleTimeout = 30 * time.Second
 
 // maxPath is what sun_path holds with its terminating NUL.
 const maxPath = len(syscall.RawSockaddrUnix{}.Path) - 1
@@ -128,10 +136,7 @@ func (l *listener) Close() error {
 func Serve(ln net.Listener, h Handlers) (stop func()) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+StatusPath, func(w http.ResponseWriter, _ *http.Request) { reply(w, h.Status(), nil) })
-	mux.HandleFunc("GET "+ConnectionsPath, func(w http.ResponseWriter, _ *http.Request) {
-		l, err := h.Connections()
-		reply(w, l, err)
-	})
+	mux.HandleFunc("GET "+ConnectionsPath, func(w http.ResponseWriter, r *http.Request) { streamConnections(w, r, h.Connections) })
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
@@ -165,37 +170,76 @@ func reply(w http.ResponseWriter, v any, err error) {
 // Get asks the agent at the socket path for route and decodes the answer
 // into out; ErrNoAgent when nothing listens there.
 func Get(ctx context.Context, path, route string, out any) error {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w at %s", ErrNoAgent, path)
-	}
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
-	}}}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+route, nil)
+	resp, err := ask(ctx, path, route)
 	if err != nil {
 		return err
 	}
-	resp, err := c.Do(req)
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("%w at %s", ErrNoAgent, path)
-	}
-	if err != nil {
-		return fmt.Errorf("ask the agent at %s: %w", path, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		return fmt.Errorf("%w at %s: it does not serve %s (an older agent)", ErrNoAgent, path, route)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e errorReply
-		json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("the agent at %s: %s: %s", path, resp.Status, e.Error)
-	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("the agent at %s: decode %s: %w", path, route, err)
+		return fmt.Errorf("the agent at %s: decode %s: %w", path, route, idleErr(err))
 	}
 	return nil
+}
+
+// ask sends GET route to the agent at the socket path and returns its 200
+// answer; the connection fails when no byte comes for IdleTimeout.
+func ask(ctx context.Context, path, route string) (*http.Response, error) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w at %s", ErrNoAgent, path)
+	}
+	idle := IdleTimeout
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			return nil, err
+		}
+		return idleConn{Conn: conn, idle: idle}, nil
+	}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+route, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+		return nil, fmt.Errorf("%w at %s", ErrNoAgent, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ask the agent at %s: %w", path, idleErr(err))
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w at %s: it does not serve %s (an older agent)", ErrNoAgent, path, route)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		var e errorReply
+		json.NewDecoder(resp.Body).Decode(&e)
+		return nil, fmt.Errorf("the agent at %s: %s: %s", path, resp.Status, e.Error)
+	}
+	return resp, nil
+}
+
+// idleConn fails a read or a write that waits more than idle.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c idleConn) Read(b []byte) (int, error) {
+	c.SetReadDeadline(time.Now().Add(c.idle))
+	return c.Conn.Read(b)
+}
+
+func (c idleConn) Write(b []byte) (int, error) {
+	c.SetWriteDeadline(time.Now().Add(c.idle))
+	return c.Conn.Write(b)
+}
+
+// idleErr says what an idle deadline's error means.
+func idleErr(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("the agent sent nothing for %s: %w", IdleTimeout, err)
+	}
+	return err
 }

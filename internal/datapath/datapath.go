@@ -16,6 +16,7 @@
 package datapath
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -181,6 +182,12 @@ func Connections(cfg Config) ([]Connection, error) { return shortcut.Connections
 
 // ListConnections is Connections with how the listing was made.
 func ListConnections(cfg Config) (Listing, error) { return shortcut.List(cfg.Dir()) }
+
+// StreamConnections hands each end to emit as the listing walks them
+// (shortcut.Stream: sorted in windows of shortcut.ListWindow ends).
+func StreamConnections(ctx context.Context, cfg Config, emit func(Connection) error) (Listing, error) {
+	return shortcut.Stream(ctx, cfg.Dir(), emit)
+}
 
 // AgePairs deletes the socket shortcut's pairing records that can no longer
 // complete, older than maxAge.

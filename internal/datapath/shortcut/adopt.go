@@ -136,7 +136,10 @@ func runIn(it *link.Iter, path string, out func(io.Reader) error) error {
 func scanIn(it *link.Iter, path string) ([]scanSock, error) {
 	var socks []scanSock
 	err := runIn(it, path, func(r io.Reader) error {
-		err := readRecords(bufio.NewReader(r), func(rec *shortcutEzAdoptSock) { socks = append(socks, newScanSock(*rec)) })
+		err := readRecords(bufio.NewReader(r), func(rec *shortcutEzAdoptSock) error {
+			socks = append(socks, newScanSock(*rec))
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("read adoption scan: %w", err)
 		}

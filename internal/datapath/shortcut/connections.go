@@ -3,6 +3,7 @@ package shortcut
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -78,14 +79,37 @@ func Connections(dir string) ([]Connection, error) {
 	return l.Conns, err
 }
 
-// List lists the accelerated sockets of the datapath pinned under dir with
-// a fresh copy of a listing iterator loaded against the pinned maps, so it
-// works without a running agent: ez_sc_conns_all walks ez_sc_socks, every
-// namespace at once; where the kernel refuses map-element iterators to this
-// process, ez_sc_conns runs in every network namespace it can enter
-// (bpfsys.NetNamespaces), and the connection index (ez_sc_index, plain map
-// reads) adds the ends it did not see, without their tx counters.
+// List is Stream collected: every end in memory, all of them sorted
+// (sortConnections).
 func List(dir string) (Listing, error) {
+	var conns []Connection
+	l, err := Stream(context.Background(), dir, func(c Connection) error {
+		conns = append(conns, c)
+		return nil
+	})
+	sortConnections(conns)
+	l.Conns = conns
+	return l, err
+}
+
+// ListWindow is how many ends a streamed listing holds at a time: it sorts
+// each window of ListWindow ends as List sorts them all (a listing of at
+// most ListWindow ends comes in List's order; in a longer one the two ends
+// of a connection can fall in different windows).
+const ListWindow = 1 << 16
+
+// Stream lists the accelerated sockets of the datapath pinned under dir
+// and hands each end to emit as the listing walks them, at most ListWindow
+// ends held, so a listing of millions takes little memory and its first
+// ends come at once. It uses a fresh copy of a listing iterator loaded
+// against the pinned maps, so it works without a running agent:
+// ez_sc_conns_all walks ez_sc_socks, every namespace at once; where the
+// kernel refuses map-element iterators to this process, ez_sc_conns runs in
+// every network namespace it can enter (bpfsys.NetNamespaces), and the
+// connection index (ez_sc_index, plain map reads) adds the ends it did not
+// see, without their tx counters. It stops at emit's first error and when
+// ctx ends (the asker went away); the Listing returned has no Conns.
+func Stream(ctx context.Context, dir string, emit func(Connection) error) (Listing, error) {
 	if !bpfsys.Exists(dir) {
 		return Listing{}, fmt.Errorf("%w at %s", ErrNotInstalled, dir)
 	}
@@ -111,17 +135,59 @@ func List(dir string) (Listing, error) {
 	if err != nil {
 		return Listing{}, fmt.Errorf("datapath: parse embedded object: %w", err)
 	}
-	ls := lister{spec: spec, socks: socks, unreads: unreads, index: index}
+	w := &window{ctx: ctx, emit: emit}
+	ls := lister{spec: spec, socks: socks, unreads: unreads, index: index, out: w}
 	l, allErr := ls.all()
-	if allErr != nil {
-		l, err = ls.perNetns()
-		if err == nil {
-			err = ls.fromIndex(&l)
+	if allErr == nil || w.n > 0 {
+		// Failed part-way: its ends are out, no second way lists them again.
+		if err := w.flush(); err != nil && allErr == nil {
+			allErr = err
 		}
-		l.Via = fmt.Sprintf("%s (%s: %v)", connsPerNetnsVia, shortcutProgEzScConnsAll, allErr)
+		return l, allErr
 	}
-	sortConnections(l.Conns)
+	seen := map[uint64]bool{}
+	l, err = ls.perNetns(seen)
+	if err == nil {
+		err = ls.fromIndex(&l, seen)
+	}
+	if ferr := w.flush(); err == nil {
+		err = ferr
+	}
+	l.Via = fmt.Sprintf("%s (%s: %v)", connsPerNetnsVia, shortcutProgEzScConnsAll, allErr)
 	return l, err
+}
+
+// window holds up to ListWindow ends, sorts them and hands them on.
+type window struct {
+	ctx  context.Context
+	emit func(Connection) error
+	buf  []Connection
+	n    int // ends added in all
+}
+
+// add takes an end; an error (emit's, or ctx's end) stops the listing.
+func (w *window) add(c Connection) error {
+	if err := w.ctx.Err(); err != nil {
+		return fmt.Errorf("the listing stopped: %w", err)
+	}
+	w.n++
+	w.buf = append(w.buf, c)
+	if len(w.buf) >= ListWindow {
+		return w.flush()
+	}
+	return nil
+}
+
+// flush sorts the ends held and hands them on.
+func (w *window) flush() error {
+	sortConnections(w.buf)
+	for _, c := range w.buf {
+		if err := w.emit(c); err != nil {
+			return err
+		}
+	}
+	w.buf = w.buf[:0]
+	return nil
 }
 
 // lister loads the listing iterators against the pinned maps they read.
@@ -129,6 +195,7 @@ type lister struct {
 	spec           *ebpf.CollectionSpec
 	socks, unreads *ebpf.Map
 	index          *ebpf.Map // nil: pinned without ez_sc_index
+	out            *window
 }
 
 // program loads one listing iterator.
@@ -170,15 +237,18 @@ func (ls lister) all() (Listing, error) {
 		return Listing{}, fmt.Errorf("open the connection listing: %w", err)
 	}
 	defer rd.Close()
-	conns, err := readConnections(bufio.NewReader(rd))
+	l := Listing{Via: connsAllVia}
+	err = readRecords(bufio.NewReaderSize(rd, 64<<10), func(rec *shortcutEzConnRecord) error {
+		return ls.out.add(connectionOf(rec))
+	})
 	if err != nil {
-		return Listing{}, err
+		return l, fmt.Errorf("read connection record: %w", err)
 	}
-	return Listing{Conns: conns, Via: connsAllVia}, nil
+	return l, nil
 }
 
 // perNetns runs ez_sc_conns in every network namespace it can enter.
-func (ls lister) perNetns() (Listing, error) {
+func (ls lister) perNetns(seen map[uint64]bool) (Listing, error) {
 	var l Listing
 	prog, err := ls.program(shortcutProgEzScConns)
 	if err != nil {
@@ -194,17 +264,19 @@ func (ls lister) perNetns() (Listing, error) {
 	if err != nil {
 		return l, fmt.Errorf("list network namespaces: %w", err)
 	}
-	seen := map[uint64]bool{}
 	for _, ns := range namespaces {
 		err := runIn(it, ns, func(r io.Reader) error {
-			cs, err := readConnections(bufio.NewReader(r))
-			for _, c := range cs {
-				if !seen[c.Cookie] {
-					seen[c.Cookie] = true
-					l.Conns = append(l.Conns, c)
+			err := readRecords(bufio.NewReader(r), func(rec *shortcutEzConnRecord) error {
+				if seen[rec.Cookie] {
+					return nil
 				}
+				seen[rec.Cookie] = true
+				return ls.out.add(connectionOf(rec))
+			})
+			if err != nil {
+				return fmt.Errorf("read connection record: %w", err)
 			}
-			return err
+			return nil
 		})
 		if errors.Is(err, os.ErrPermission) {
 			l.Unlisted++
@@ -225,13 +297,10 @@ func (ls lister) perNetns() (Listing, error) {
 // fromIndex adds the ends of ez_sc_index that l does not list (iter/tcp
 // could not enter their namespace). An end is listed while its
 // connection's unread record exists: both ends paired, not both closed.
-func (ls lister) fromIndex(l *Listing) error {
+// seen holds the cookies listed so far.
+func (ls lister) fromIndex(l *Listing, seen map[uint64]bool) error {
 	if ls.index == nil {
 		return nil
-	}
-	seen := make(map[uint64]bool, len(l.Conns))
-	for _, c := range l.Conns {
-		seen[c.Cookie] = true
 	}
 	type entry struct {
 		cookie uint64
@@ -267,8 +336,10 @@ func (ls lister) fromIndex(l *Listing) error {
 			return fmt.Errorf("read ez_sc_unreads: %w", err)
 		}
 		c.RxUnread, c.RxBound, c.Switched = u.Unread[rx], u.Bound[rx], u.Switched != 0
-		l.Conns = append(l.Conns, c)
 		l.Indexed++
+		if err := ls.out.add(c); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -320,7 +391,10 @@ func sortConnections(conns []Connection) {
 // readConnections decodes fixed-width struct ez_conn_record until EOF.
 func readConnections(r io.Reader) ([]Connection, error) {
 	var out []Connection
-	err := readRecords(r, func(rec *shortcutEzConnRecord) { out = append(out, connectionOf(rec)) })
+	err := readRecords(r, func(rec *shortcutEzConnRecord) error {
+		out = append(out, connectionOf(rec))
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read connection record: %w", err)
 	}
@@ -328,8 +402,9 @@ func readConnections(r io.Reader) ([]Connection, error) {
 }
 
 // readRecords decodes the fixed-width records an iterator writes
-// (bpf_seq_write) until EOF and hands each to add.
-func readRecords[T any](r io.Reader, add func(*T)) error {
+// (bpf_seq_write) until EOF and hands each to add, stopping at its first
+// error.
+func readRecords[T any](r io.Reader, add func(*T) error) error {
 	for {
 		var rec T
 		err := binary.Read(r, binary.LittleEndian, &rec)
@@ -339,7 +414,9 @@ func readRecords[T any](r io.Reader, add func(*T)) error {
 		if err != nil {
 			return err
 		}
-		add(&rec)
+		if err := add(&rec); err != nil {
+			return err
+		}
 	}
 }
 
