@@ -2,19 +2,29 @@ package metrics
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
 
 // FillInterval is how often the agent walks the datapath maps to count their
-// entries. A walk reads every live entry (about 230k at the default sizes,
-// hundreds of milliseconds of CPU when full), so scrapes never walk: they
-// read the last walk's result (FillCache).
+// entries, at most. A walk reads every live entry (a batch lookup a 4,096
+// entries of the hash maps, a syscall a key of the sockhash: about a second
+// of CPU at a million connections), so scrapes never walk: they read the
+// last walk's result (FillCache).
 const FillInterval = 30 * time.Second
+
+// WalkCPUShare bounds the walks' CPU: the next walk waits at least
+// WalkCPUShare times the CPU time the last one took (FillInterval when
+// that is longer), so the walks never take more than 1/WalkCPUShare of a
+// CPU however many connections the maps hold.
+const WalkCPUShare = 20
 
 // FillCache holds the datapath maps' fill as the last walk found it. Run
 // walks every interval; ReadFill returns the result without touching the
@@ -29,6 +39,7 @@ type FillCache struct {
 	err  error
 	at   time.Time
 	walk time.Duration
+	cpu  time.Duration // the walk's thread's CPU time, user and system
 }
 
 // NewFillCache caches read, walked every interval once Refresh or Run is called.
@@ -36,19 +47,40 @@ func NewFillCache(read func() (map[string]datapath.MapFill, error), interval tim
 	return &FillCache{read: read, interval: interval}
 }
 
-// Refresh walks the maps now.
+// Refresh walks the maps now, on one OS thread so that the thread's CPU
+// time is the walk's (its syscalls run on it).
 func (c *FillCache) Refresh() {
-	start := time.Now()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start, cpu0 := time.Now(), threadCPU()
 	fill, err := c.read()
+	cpu := threadCPU() - cpu0
 	c.mu.Lock()
-	c.fill, c.err, c.at, c.walk = fill, err, time.Now(), time.Since(start)
+	c.fill, c.err, c.at, c.walk, c.cpu = fill, err, time.Now(), time.Since(start), cpu
 	c.mu.Unlock()
 }
 
-// Run refreshes every interval until ctx is done; it returns after the last
-// walk ended, so the maps can be closed then.
+// threadCPU is the calling thread's CPU time (0 where getrusage fails).
+func threadCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Wait is how long after the last walk the next one starts: the interval,
+// or WalkCPUShare times the last walk's CPU time when that is longer.
+func (c *FillCache) Wait() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return max(c.interval, WalkCPUShare*c.cpu)
+}
+
+// Run refreshes the fill, each walk Wait after the last, until ctx is done;
+// it returns after the last walk ended, so the maps can be closed then.
 func (c *FillCache) Run(ctx context.Context) {
-	t := time.NewTicker(c.interval)
+	t := time.NewTimer(c.Wait())
 	defer t.Stop()
 	for {
 		select {
@@ -56,6 +88,7 @@ func (c *FillCache) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			c.Refresh()
+			t.Reset(c.Wait())
 		}
 	}
 }
@@ -67,32 +100,39 @@ func (c *FillCache) ReadFill() (map[string]datapath.MapFill, error) {
 	return c.fill, c.err
 }
 
-// Collector exports when the fill was last walked and how long it took.
+// Collector exports when the fill was last walked, how long it took and
+// the CPU time it used.
 func (c *FillCache) Collector() prometheus.Collector { return fillCacheCollector{c} }
 
 type fillCacheCollector struct{ c *FillCache }
 
 var (
 	fillAgeDesc = prometheus.NewDesc(namespace+"_map_fill_age_seconds",
-		"Age of eztunnel_map_entries: the maps are walked every "+FillInterval.String()+", not at each scrape.", nil, nil)
+		"Age of eztunnel_map_entries: the maps are walked every "+FillInterval.String()+", or "+fmt.Sprint(WalkCPUShare)+
+			" times the last walk's CPU time when longer, not at each scrape.", nil, nil)
 	fillWalkDesc = prometheus.NewDesc(namespace+"_map_fill_walk_seconds",
 		"Wall time of the last walk of the datapath maps that counted their entries.", nil, nil)
+	fillWalkCPUDesc = prometheus.NewDesc(namespace+"_map_fill_walk_cpu_seconds",
+		"CPU time (user and system) of the last walk of the datapath maps that counted their entries; the next walk waits at least "+
+			fmt.Sprint(WalkCPUShare)+" times as long.", nil, nil)
 )
 
 func (f fillCacheCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- fillAgeDesc
 	ch <- fillWalkDesc
+	ch <- fillWalkCPUDesc
 }
 
 func (f fillCacheCollector) Collect(ch chan<- prometheus.Metric) {
 	f.c.mu.Lock()
-	at, walk := f.c.at, f.c.walk
+	at, walk, cpu := f.c.at, f.c.walk, f.c.cpu
 	f.c.mu.Unlock()
 	if at.IsZero() {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(fillAgeDesc, prometheus.GaugeValue, time.Since(at).Seconds())
 	ch <- prometheus.MustNewConstMetric(fillWalkDesc, prometheus.GaugeValue, walk.Seconds())
+	ch <- prometheus.MustNewConstMetric(fillWalkCPUDesc, prometheus.GaugeValue, cpu.Seconds())
 }
 
 // CachedFill is src with its ReadFill served by a FillCache.

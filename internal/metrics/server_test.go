@@ -120,7 +120,7 @@ func TestFillCache(t *testing.T) {
 			t.Errorf("map entries after the second walk: %v", f.GetMetric())
 		}
 	}
-	for _, name := range []string{"eztunnel_map_entries", "eztunnel_map_fill_age_seconds", "eztunnel_map_fill_walk_seconds"} {
+	for _, name := range []string{"eztunnel_map_entries", "eztunnel_map_fill_age_seconds", "eztunnel_map_fill_walk_seconds", "eztunnel_map_fill_walk_cpu_seconds"} {
 		if !found[name] {
 			t.Errorf("%s missing", name)
 		}
@@ -136,4 +136,51 @@ func TestFillCache(t *testing.T) {
 	}
 	cancel()
 	<-ran
+}
+
+// TestFillWalkCPU: a walk's CPU time is measured on its thread, exported,
+// and spaces the next walk: WalkCPUShare times it when that is longer
+// than the interval, the interval otherwise.
+func TestFillWalkCPU(t *testing.T) {
+	var sink uint64
+	c := NewFillCache(func() (map[string]datapath.MapFill, error) {
+		// Burn CPU until this thread has used some.
+		for start := threadCPU(); threadCPU()-start < 20*time.Millisecond; {
+			for i := range 100000 {
+				sink += uint64(i)
+			}
+		}
+		return nil, nil
+	}, time.Millisecond)
+	c.Refresh()
+	c.mu.Lock()
+	cpu := c.cpu
+	c.mu.Unlock()
+	if cpu < 20*time.Millisecond {
+		t.Fatalf("the walk's CPU time %s, want the 20ms it burned at least", cpu)
+	}
+	if w := c.Wait(); w != WalkCPUShare*cpu {
+		t.Fatalf("next walk after %s, want %d times the walk's CPU time %s", w, WalkCPUShare, cpu)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Collector())
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for _, f := range fams {
+		if f.GetName() == "eztunnel_map_fill_walk_cpu_seconds" {
+			got = f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if got != cpu.Seconds() {
+		t.Fatalf("eztunnel_map_fill_walk_cpu_seconds %v, want %v", got, cpu.Seconds())
+	}
+	idle := NewFillCache(func() (map[string]datapath.MapFill, error) { return nil, nil }, time.Hour)
+	idle.Refresh()
+	if w := idle.Wait(); w != time.Hour {
+		t.Fatalf("a cheap walk: next after %s, want the interval", w)
+	}
+	_ = sink
 }

@@ -3,6 +3,7 @@ package shortcut
 import (
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/cilium/ebpf"
 
@@ -78,34 +79,80 @@ func (p *Pinned) Close() {
 	}
 }
 
-// Entries counts the entries of a hash-like map by walking its keys. A
-// walk that keeps losing its place while the datapath deletes keys
-// (cilium/ebpf's ErrIterationAborted: the agent's pair aging deletes
-// thousands of a scan's records at once) is walked again, a few times.
+// Entries counts the entries of a hash-like map: a hash map a batch of
+// entries a syscall (BPF_MAP_LOOKUP_BATCH: 4,096 entries at once, the
+// kernel's bucket walk does not lose its place), a sockhash (no batch
+// operations) by its keys alone (BPF_MAP_GET_NEXT_KEY, no lookup: a
+// sockhash value reads back as the socket's cookie). A key walk that keeps
+// losing its place while the datapath deletes keys (ErrIterationAborted:
+// the agent's pair aging deletes thousands of a scan's records at once) is
+// walked again, a few times.
 func Entries(m *ebpf.Map) (n int, err error) {
+	if batchable(m.Type()) {
+		n, err = batchEntries(m)
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return n, err
+		}
+	}
 	for range 5 {
-		if n, err = walkEntries(m); !errors.Is(err, ebpf.ErrIterationAborted) {
+		if n, err = walkKeys(m); !errors.Is(err, ebpf.ErrIterationAborted) {
 			return n, err
 		}
 	}
 	return n, err
 }
 
-func walkEntries(m *ebpf.Map) (int, error) {
-	var n int
-	key := make([]byte, m.KeySize())
-	it := m.Iterate()
-	var val []byte
-	if m.Type() == ebpf.SockHash {
-		// Sockhash values read back as socket cookies; only the count matters.
-		val = make([]byte, 8)
-	} else {
-		val = make([]byte, m.ValueSize())
+// batchable: the map types whose batch lookup the kernel implements
+// (the hash maps; arrays are never counted here).
+func batchable(t ebpf.MapType) bool {
+	return t == ebpf.Hash || t == ebpf.LRUHash
+}
+
+// entryBatch is how many entries one batch lookup reads.
+const entryBatch = 4096
+
+// batchEntries counts m's entries entryBatch at a time.
+func batchEntries(m *ebpf.Map) (int, error) {
+	// Slices of fixed-size byte arrays: one element a key or value, read
+	// in place (no copy).
+	buf := func(size uint32) any {
+		t := reflect.SliceOf(reflect.ArrayOf(int(size), reflect.TypeFor[byte]()))
+		return reflect.MakeSlice(t, entryBatch, entryBatch).Interface()
 	}
-	for it.Next(&key, &val) {
-		n++
+	keys, vals := buf(m.KeySize()), buf(m.ValueSize())
+	var (
+		cursor ebpf.MapBatchCursor
+		n      int
+	)
+	for {
+		k, err := m.BatchLookup(&cursor, keys, vals, nil)
+		n += k
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
 	}
-	return n, it.Err()
+}
+
+// walkKeys counts m's keys one BPF_MAP_GET_NEXT_KEY at a time.
+func walkKeys(m *ebpf.Map) (int, error) {
+	cur, next := make([]byte, m.KeySize()), make([]byte, m.KeySize())
+	err := m.NextKey(nil, next)
+	// A deleted current key restarts the walk from the first: more keys
+	// than the map holds is a walk that lost its place.
+	for n := 0; n <= int(m.MaxEntries()); n++ {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("get next key: %w", err)
+		}
+		cur, next = next, cur
+		err = m.NextKey(cur, next)
+	}
+	return 0, ebpf.ErrIterationAborted
 }
 
 // ReadScope returns the selected cgroups (Kubernetes mode) with the sockets
