@@ -15,9 +15,8 @@ import (
 
 // FillInterval is how often the agent walks the datapath maps to count their
 // entries, at most. A walk reads every live entry (a batch lookup a 4,096
-// entries of the hash maps, a syscall a key of the sockhash: about a second
-// of CPU at a million connections), so scrapes never walk: they read the
-// last walk's result (FillCache).
+// entries of the hash maps, a syscall a key of the sockhash), so scrapes
+// never walk: they read the last walk's result (FillCache).
 const FillInterval = 30 * time.Second
 
 // WalkCPUShare bounds the walks' CPU: the next walk waits at least
