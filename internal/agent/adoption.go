@@ -3,6 +3,9 @@ package agent
 import (
 	"log/slog"
 	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/parts"
@@ -20,6 +23,32 @@ type adopter struct {
 	idle         chan struct{}
 	stopOnce     sync.Once
 	warnedDenied bool
+	// The last round's CPU time (the agent's, while it ran) and its end:
+	// written by the round before it hands the idle token back.
+	lastCPU time.Duration
+	lastEnd time.Time
+}
+
+// roundCPUShare spaces the rounds of --adopt-interval: one starts only
+// when roundCPUShare times the last round's CPU time has passed since it
+// ended, so the scan of a node's sockets (every socket of every pod: two
+// million at a million connections) never takes more than 1/roundCPUShare
+// of a CPU. The rounds at start and on request run whenever asked.
+const roundCPUShare = 20
+
+// due says whether a round for why may start at now.
+func (a *adopter) due(why string, now time.Time) bool {
+	return why != "interval" || now.Sub(a.lastEnd) >= roundCPUShare*a.lastCPU
+}
+
+// processCPU is the agent's CPU time so far, user and system (0 where
+// getrusage fails).
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func newAdopter(cfg Config, dp *datapath.Datapath, rep parts.Report) *adopter {
@@ -44,8 +73,15 @@ func (a *adopter) round(why string) {
 	default:
 		return // a round is running; this request is served by it
 	}
+	if !a.due(why, time.Now()) {
+		slog.Debug("adoption round postponed: the last one's CPU time spaces them", "cpu", a.lastCPU, "share", roundCPUShare)
+		a.idle <- struct{}{}
+		return
+	}
 	go func() {
 		defer func() { a.idle <- struct{}{} }()
+		cpu0 := processCPU()
+		defer func() { a.lastCPU, a.lastEnd = processCPU()-cpu0, time.Now() }()
 		rep, err := a.dp.Adopt(a.cfg.Cgroups)
 		if err != nil {
 			slog.Warn("adoption round", "err", err)
