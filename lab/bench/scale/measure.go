@@ -313,9 +313,10 @@ func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
 }
 
 // agentIdleWindow is how long the agent's CPU time is taken with the
-// connections idle (its periodic work: adoption scans every 30 s, pair
-// ageing).
-const agentIdleWindow = 10 * time.Second
+// connections idle (its periodic work: the map fill walk and the adoption
+// scan, each every 30 s or 20 times its last CPU time, pair ageing): long
+// enough to hold a walk and a scan however they fall.
+const agentIdleWindow = 60 * time.Second
 
 // cpuSeconds is the user+system CPU time the processes used so far.
 func cpuSeconds(pids ...int) (float64, error) {
@@ -375,8 +376,11 @@ func (r *run) listAndScrape(ctx context.Context, row *Row, ag *agent) error {
 		if v, ok := strings.CutPrefix(line, "eztunnel_map_fill_walk_seconds "); ok {
 			row.FillWalkSeconds, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
+		if v, ok := strings.CutPrefix(line, "eztunnel_map_fill_walk_cpu_seconds "); ok {
+			row.FillWalkCPUSeconds, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
 	}
-	fmt.Fprintf(r.o.Log, "  listing: %d ends, %.1f MB in %.2f s (agent RSS after it %.1f MB); scrape: %.1f kB in %.3f s (the agent's last walk of its maps: %.2f s)\n", row.ListedEnds, mb(uint64(row.ListingBytes)), row.ListingSeconds, mb(row.AgentRSSAfterListing), float64(row.ScrapeBytes)/1000, row.ScrapeSeconds, row.FillWalkSeconds)
+	fmt.Fprintf(r.o.Log, "  listing: %d ends, %.1f MB in %.2f s (agent RSS after it %.1f MB); scrape: %.1f kB in %.3f s (the agent's last walk of its maps: %.2f s, %.2f s of CPU)\n", row.ListedEnds, mb(uint64(row.ListingBytes)), row.ListingSeconds, mb(row.AgentRSSAfterListing), float64(row.ScrapeBytes)/1000, row.ScrapeSeconds, row.FillWalkSeconds, row.FillWalkCPUSeconds)
 	return nil
 }
 

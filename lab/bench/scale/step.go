@@ -49,7 +49,7 @@ type Row struct {
 	// AgentCPUPerMsgRuns: the agent's CPU time in each run, per message
 	// (its periodic work, not on the message path).
 	AgentCPUPerMsgRuns []float64 `json:"agent_cpu_us_per_message_runs"`
-	// AgentIdleCPU: the agent's CPU time over 10 s with the connections
+	// AgentIdleCPU: the agent's CPU time over 60 s with the connections
 	// idle, in CPUs (0.05: 5% of one).
 	AgentIdleCPU float64 `json:"agent_idle_cpus"`
 	AgentRSS     uint64  `json:"agent_rss_bytes"`
@@ -81,9 +81,12 @@ type Row struct {
 	ScrapeBytes     int64   `json:"scrape_bytes"`
 	// FillWalkSeconds: eztunnel_map_fill_walk_seconds in the scrape, the
 	// agent's last walk of its maps to count their entries (every 30 s).
-	FillWalkSeconds  float64 `json:"map_fill_walk_seconds"`
-	UninstallSeconds float64 `json:"uninstall_seconds"`
-	UninstallError   string  `json:"uninstall_error,omitempty"`
+	FillWalkSeconds float64 `json:"map_fill_walk_seconds"`
+	// FillWalkCPUSeconds: eztunnel_map_fill_walk_cpu_seconds, that walk's
+	// CPU time (the next walk waits 20 times as long, at least 30 s).
+	FillWalkCPUSeconds float64 `json:"map_fill_walk_cpu_seconds"`
+	UninstallSeconds   float64 `json:"uninstall_seconds"`
+	UninstallError     string  `json:"uninstall_error,omitempty"`
 	// UninstallLeft: what a failed uninstall left (ends by role, the
 	// servers' states); UninstallRerunSeconds: the rerun's time.
 	UninstallLeft         string  `json:"uninstall_left,omitempty"`
