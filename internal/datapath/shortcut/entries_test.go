@@ -46,3 +46,59 @@ func TestEntries(t *testing.T) {
 		t.Fatalf("an empty sockhash: %d, %v", n, err)
 	}
 }
+
+// TestFromIndex: the ends of ez_sc_index that iter/tcp did not list come
+// from the index (batch reads, more than one batch), with their unread
+// record and the server's cookie for a client whose index entry has none;
+// ends listed already and ends without an unread record do not.
+func TestFromIndex(t *testing.T) {
+	const conns = entryBatch // two ends each: two batches at least
+	index, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: uint32(binary.Size(shortcutEzConnIndex{})), MaxEntries: 2 * conns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer index.Close()
+	unreads, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: uint32(binary.Size(shortcutEzUnread{})), MaxEntries: conns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unreads.Close()
+	seen := map[uint64]bool{}
+	for i := range uint64(conns) {
+		client, server := 2*i+2, 2*i+3
+		// The client's entry knows no peer yet; the server's does.
+		if err := index.Put(client, shortcutEzConnIndex{Flags: uint32(shortcutEzSockFlagsEZ_F_CLIENT)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := index.Put(server, shortcutEzConnIndex{PeerCookie: client, Flags: uint32(shortcutEzSockFlagsEZ_F_SERVER)}); err != nil {
+			t.Fatal(err)
+		}
+		if i%4 != 3 { // a quarter not paired yet: no unread record
+			if err := unreads.Put(client, shortcutEzUnread{Unread: [2]int64{5, 7}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%2 == 0 { // half listed by iter/tcp
+			seen[client], seen[server] = true, true
+		}
+	}
+	var got []Connection
+	w := &window{ctx: t.Context(), emit: func(c Connection) error { got = append(got, c); return nil }}
+	ls := lister{index: index, unreads: unreads, out: w}
+	var l Listing
+	if err := ls.fromIndex(&l, seen); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := conns / 4 * 2 // odd i with an unread record: i%4 == 1
+	if len(got) != want || l.Indexed != want {
+		t.Fatalf("%d ends (Indexed %d), want %d", len(got), l.Indexed, want)
+	}
+	for _, c := range got {
+		if !c.Indexed || (c.Role == "client" && (c.PeerCookie != c.Cookie+1 || c.RxUnread != 7)) || (c.Role == "server" && (c.PeerCookie != c.Cookie-1 || c.RxUnread != 5)) {
+			t.Fatalf("end %+v", c)
+		}
+	}
+}
