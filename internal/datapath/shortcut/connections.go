@@ -104,9 +104,10 @@ const ListWindow = 1 << 16
 // ends come at once. It uses a fresh copy of a listing iterator loaded
 // against the pinned maps, so it works without a running agent:
 // ez_sc_conns_all walks ez_sc_socks, every namespace at once; where the
-// kernel refuses map-element iterators to this process, ez_sc_conns runs in
-// every network namespace it can enter (bpfsys.NetNamespaces), and the
-// connection index (ez_sc_index, plain map reads) adds the ends it did not
+// kernel refuses map-element iterators to this process, or the datapath
+// holds more than allMaxConns connections, ez_sc_conns runs in every
+// network namespace it can enter (bpfsys.NetNamespaces), and the
+// connection index (ez_sc_index, batch reads) adds the ends it did not
 // see, without their tx counters. It stops at emit's first error and when
 // ctx ends (the asker went away); the Listing returned has no Conns.
 func Stream(ctx context.Context, dir string, emit func(Connection) error) (Listing, error) {
@@ -137,24 +138,51 @@ func Stream(ctx context.Context, dir string, emit func(Connection) error) (Listi
 	}
 	w := &window{ctx: ctx, emit: emit}
 	ls := lister{spec: spec, socks: socks, unreads: unreads, index: index, out: w}
-	l, allErr := ls.all()
-	if allErr == nil || w.n > 0 {
-		// Failed part-way: its ends are out, no second way lists them again.
-		if err := w.flush(); err != nil && allErr == nil {
-			allErr = err
+	var (
+		l      Listing
+		allErr error
+	)
+	big, n := ls.tooManyForAll()
+	if big {
+		allErr = fmt.Errorf("%d connections, past the %d it lists in linear time", n, allMaxConns)
+	} else {
+		l, allErr = ls.all()
+		if allErr == nil || w.n > 0 {
+			// Failed part-way: its ends are out, no second way lists them again.
+			return l, errors.Join(allErr, w.flush())
 		}
-		return l, allErr
 	}
 	seen := map[uint64]bool{}
 	l, err = ls.perNetns(seen)
 	if err == nil {
 		err = ls.fromIndex(&l, seen)
 	}
+	if err != nil && big && w.n == 0 {
+		// iter/tcp could not run at all: the quadratic walk still lists.
+		l, allErr = ls.all()
+		return l, errors.Join(allErr, w.flush())
+	}
 	if ferr := w.flush(); err == nil {
 		err = ferr
 	}
 	l.Via = fmt.Sprintf("%s (%s: %v)", connsPerNetnsVia, shortcutProgEzScConnsAll, allErr)
 	return l, err
+}
+
+// allMaxConns is how many connections ez_sc_conns_all lists before
+// iter/tcp in each namespace is used instead. The kernel's iterator over a
+// socket-storage map resumes every read (32 KB of the seq buffer, 240
+// ends) by walking its bucket from the start, and such a map has one
+// bucket a CPU: a walk of n ends costs n²/480 steps over the bucket lists
+// (at a million connections on 2 CPUs, minutes). iter/tcp resumes at its
+// hash bucket: linear in the sockets of the node for each namespace.
+const allMaxConns = 32768
+
+// tooManyForAll says whether the datapath holds more than allMaxConns
+// connections (one ez_sc_unreads record each, counted by batch lookups).
+func (ls lister) tooManyForAll() (bool, int) {
+	n, err := Entries(ls.unreads)
+	return err == nil && n > allMaxConns, n
 }
 
 // window holds up to ListWindow ends, sorts them and hands them on.
