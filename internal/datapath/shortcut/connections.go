@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -93,9 +94,10 @@ func List(dir string) (Listing, error) {
 }
 
 // ListWindow is how many ends a streamed listing holds at a time: it sorts
-// each window of ListWindow ends as List sorts them all (a listing of at
-// most ListWindow ends comes in List's order; in a longer one the two ends
-// of a connection can fall in different windows).
+// each window of ListWindow ends (or fewer, those of windowWait) as List
+// sorts them all (a listing of at most ListWindow ends comes in List's
+// order; in a longer one the two ends of a connection can fall in
+// different windows).
 const ListWindow = 1 << 16
 
 // Stream lists the accelerated sockets of the datapath pinned under dir
@@ -185,12 +187,18 @@ func (ls lister) tooManyForAll() (bool, int) {
 	return err == nil && n > allMaxConns, n
 }
 
+// windowWait is how long a window holds its first end at most: a slow walk
+// hands its ends on sorted in shorter windows, never silent for long (an
+// asker of the agent gives up after 30 s without a byte).
+const windowWait = 2 * time.Second
+
 // window holds up to ListWindow ends, sorts them and hands them on.
 type window struct {
-	ctx  context.Context
-	emit func(Connection) error
-	buf  []Connection
-	n    int // ends added in all
+	ctx   context.Context
+	emit  func(Connection) error
+	buf   []Connection
+	n     int       // ends added in all
+	first time.Time // when buf's first end came
 }
 
 // add takes an end; an error (emit's, or ctx's end) stops the listing.
@@ -199,8 +207,11 @@ func (w *window) add(c Connection) error {
 		return fmt.Errorf("the listing stopped: %w", err)
 	}
 	w.n++
+	if len(w.buf) == 0 {
+		w.first = time.Now()
+	}
 	w.buf = append(w.buf, c)
-	if len(w.buf) >= ListWindow {
+	if len(w.buf) >= ListWindow || (len(w.buf)%1024 == 0 && time.Since(w.first) > windowWait) {
 		return w.flush()
 	}
 	return nil
