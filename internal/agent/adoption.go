@@ -81,8 +81,9 @@ func (a *adopter) round(why string) {
 	go func() {
 		defer func() { a.idle <- struct{}{} }()
 		cpu0 := processCPU()
-		defer func() { a.lastCPU, a.lastEnd = processCPU()-cpu0, time.Now() }()
 		rep, err := a.dp.Adopt(a.cfg.Cgroups)
+		cpu := processCPU() - cpu0
+		a.lastCPU, a.lastEnd = cpu, time.Now()
 		if err != nil {
 			slog.Warn("adoption round", "err", err)
 		}
@@ -90,9 +91,10 @@ func (a *adopter) round(why string) {
 			a.warnedDenied = true
 			slog.Warn("adoption cannot open the network namespace of some processes of the managed cgroups: it needs CAP_SYS_ADMIN, CAP_SYS_PTRACE and the host PID namespace (chart: adoption.enabled=true)", "processes", rep.Denied)
 		}
-		if rep.Adopted > 0 || len(rep.Skipped) > 0 || why != "interval" {
+		// A round of more than a second of CPU is told: it spaces the next.
+		if rep.Adopted > 0 || len(rep.Skipped) > 0 || why != "interval" || cpu >= time.Second {
 			slog.Info("adoption round", "trigger", why, "namespaces", rep.Namespaces, "sockets", rep.Sockets,
-				"candidates", rep.Candidates, "adopted", rep.Adopted, "skipped", rep.Skipped, "took", rep.Took)
+				"candidates", rep.Candidates, "adopted", rep.Adopted, "skipped", rep.Skipped, "took", rep.Took, "cpu", cpu)
 		}
 	}()
 }
