@@ -113,12 +113,14 @@ func (s *switcher) flip(paused bool) error {
 func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, w io.Writer) (rows []idleRow, err error) {
 	sw := &switcher{attached: true}
 	defer func() {
+		var rerr error
 		for _, nl := range sw.held {
-			err = errors.Join(err, nl.restore())
+			rerr = errors.Join(rerr, nl.restore())
 		}
-		if err == nil {
+		if rerr == nil && len(sw.held) > 0 {
 			fmt.Fprintf(w, "the agents' links are as they were: every pin with its program, type and target, the order on each tcx hook\n")
 		}
+		err = errors.Join(err, rerr)
 	}()
 	var ids []ebpf.ProgramID
 	for i, n := range a.nodes {
