@@ -34,7 +34,7 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 		t.Fatalf("bench bypass --pairs --pair idle: %v\n%s\n%s", err, stderr.String(), stdout.String())
 	}
 	out := stdout.String()
-	held := regexp.MustCompile(`(?m)^node\d: the bench holds the stopped agent's (\d+) links`).FindAllStringSubmatch(out, -1)
+	held := regexp.MustCompile(`(?m)^n\d: the bench holds the stopped agent's (\d+) links`).FindAllStringSubmatch(out, -1)
 	if len(held) != 2 || held[0][1] == "0" || held[1][1] == "0" {
 		t.Errorf("want both nodes' agents' links held: %q\n%s", held, out)
 	}
@@ -62,7 +62,7 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 			t.Errorf("%s: no program ran with the links attached:\n%s", r, out)
 		}
 	}
-	if n := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +` + metric + ` \| +all programs +\|`).FindAllString(out, -1); len(n) != 5 {
+	if n := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +`+metric+` \| +all programs +\|`).FindAllString(out, -1); len(n) != 5 {
 		t.Errorf("%d 'all programs' rows, want 5:\n%s", len(n), out)
 	}
 	if !strings.Contains(out, "the agents' links are as they were") {
