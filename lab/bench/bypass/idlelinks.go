@@ -78,7 +78,7 @@ func takeOver(n *multinode.Node, pinRoot string) (nl *nodeLinks, err error) {
 		if h.prog, err = ebpf.NewProgramFromID(info.Program); err != nil {
 			return nil, fmt.Errorf("program %d of %s: %w", info.Program, h.pin, err)
 		}
-		if h.attach, err = reattacher(info, n.Managed); err != nil {
+		if h.attach, err = reattacher(info, h.prog.Type(), n.Managed); err != nil {
 			return nil, fmt.Errorf("%s: %w", h.pin, err)
 		}
 	}
@@ -91,10 +91,14 @@ func takeOver(n *multinode.Node, pinRoot string) (nl *nodeLinks, err error) {
 	return nl, nil
 }
 
-// reattacher is how a link like info's is attached again. cgroups are
-// looked up by ID below root.
-func reattacher(info *link.Info, root string) (func(*ebpf.Program) (link.Link, error), error) {
+// reattacher is how a link like info's, of a program of type pt, is
+// attached again. cgroups are looked up by ID below root.
+func reattacher(info *link.Info, pt ebpf.ProgramType, root string) (func(*ebpf.Program) (link.Link, error), error) {
 	switch {
+	case pt == ebpf.Tracing:
+		// fentry, fexit, tp_btf (a raw tracepoint link, named by the
+		// program's BTF target, not by a name).
+		return func(p *ebpf.Program) (link.Link, error) { return link.AttachTracing(link.TracingOptions{Program: p}) }, nil
 	case info.TCX() != nil:
 		t := info.TCX()
 		return func(p *ebpf.Program) (link.Link, error) {
@@ -114,8 +118,6 @@ func reattacher(info *link.Info, root string) (func(*ebpf.Program) (link.Link, e
 		return func(p *ebpf.Program) (link.Link, error) {
 			return link.AttachNetfilter(link.NetfilterOptions{Program: p, ProtocolFamily: nf.ProtocolFamily, Hook: nf.Hook, Priority: nf.Priority, NetfilterFlags: link.NetfilterAttachFlags(nf.Flags)})
 		}, nil
-	case info.Tracing() != nil:
-		return func(p *ebpf.Program) (link.Link, error) { return link.AttachTracing(link.TracingOptions{Program: p}) }, nil
 	case info.RawTracepoint() != nil:
 		name := info.RawTracepoint().Name
 		return func(p *ebpf.Program) (link.Link, error) {
