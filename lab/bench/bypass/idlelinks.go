@@ -6,11 +6,13 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/lab/multinode"
@@ -46,17 +48,28 @@ type nodeLinks struct {
 	links []*heldLink
 	// before: the links as the agent left them (linkState).
 	before map[string]string
+	// nsByCookie: the lab's network namespaces by cookie (a tcx link's
+	// pin names the namespace of its device by cookie).
+	nsByCookie map[uint64]string
 }
 
 // takeOver holds the links pinned under the stopped agent's pin root on
-// node n.
-func takeOver(n *multinode.Node, pinRoot string) (nl *nodeLinks, err error) {
-	nl = &nodeLinks{node: n, root: pinRoot, dir: datapath.Config{PinRoot: pinRoot}.Dir()}
+// node n; namespaces are the lab's network namespaces, where its tcx links
+// may be (a pod's loopback has one too).
+func takeOver(n *multinode.Node, pinRoot string, namespaces []string) (nl *nodeLinks, err error) {
+	nl = &nodeLinks{node: n, root: pinRoot, dir: datapath.Config{PinRoot: pinRoot}.Dir(), nsByCookie: map[uint64]string{}}
 	defer func() {
 		if err != nil {
 			nl.release()
 		}
 	}()
+	for _, ns := range namespaces {
+		c, err := bpfsys.NetNSCookie(ns)
+		if err != nil {
+			return nil, err
+		}
+		nl.nsByCookie[c] = ns
+	}
 	pinned, err := datapath.Links(datapath.Config{PinRoot: pinRoot})
 	if err != nil {
 		return nil, err
@@ -78,7 +91,11 @@ func takeOver(n *multinode.Node, pinRoot string) (nl *nodeLinks, err error) {
 		if h.prog, err = ebpf.NewProgramFromID(info.Program); err != nil {
 			return nil, fmt.Errorf("program %d of %s: %w", info.Program, h.pin, err)
 		}
-		if h.attach, err = reattacher(info, h.prog.Type(), n.Managed); err != nil {
+		ns, err := nl.netnsOf(p.Pin)
+		if err != nil {
+			return nil, err
+		}
+		if h.attach, err = reattacher(info, h.prog.Type(), n.Managed, ns); err != nil {
 			return nil, fmt.Errorf("%s: %w", h.pin, err)
 		}
 	}
@@ -91,9 +108,28 @@ func takeOver(n *multinode.Node, pinRoot string) (nl *nodeLinks, err error) {
 	return nl, nil
 }
 
+// netnsOf is the namespace of the device of the tcx link pinned at rel
+// (relative to the datapath's pins), "" for other links.
+func (nl *nodeLinks) netnsOf(rel string) (string, error) {
+	parts := strings.Split(filepath.ToSlash(rel), "/")
+	if len(parts) < 4 || parts[0] != bpfsys.LinksDir || parts[1] != bpfsys.KindTCX {
+		return "", nil
+	}
+	c, err := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("%s: no netns cookie: %w", rel, err)
+	}
+	ns, ok := nl.nsByCookie[c]
+	if !ok {
+		return "", fmt.Errorf("%s: netns cookie %d is none of the lab's namespaces", rel, c)
+	}
+	return ns, nil
+}
+
 // reattacher is how a link like info's, of a program of type pt, is
-// attached again. cgroups are looked up by ID below root.
-func reattacher(info *link.Info, pt ebpf.ProgramType, root string) (func(*ebpf.Program) (link.Link, error), error) {
+// attached again. cgroups are looked up by ID below root; a tcx link's
+// device is in the namespace ns.
+func reattacher(info *link.Info, pt ebpf.ProgramType, root, ns string) (func(*ebpf.Program) (link.Link, error), error) {
 	switch {
 	case pt == ebpf.Tracing:
 		// fentry, fexit, tp_btf (a raw tracepoint link, named by the
@@ -101,8 +137,12 @@ func reattacher(info *link.Info, pt ebpf.ProgramType, root string) (func(*ebpf.P
 		return func(p *ebpf.Program) (link.Link, error) { return link.AttachTracing(link.TracingOptions{Program: p}) }, nil
 	case info.TCX() != nil:
 		t := info.TCX()
-		return func(p *ebpf.Program) (link.Link, error) {
-			return link.AttachTCX(link.TCXOptions{Interface: int(t.Ifindex), Program: p, Attach: ebpf.AttachType(t.AttachType)})
+		return func(p *ebpf.Program) (l link.Link, err error) {
+			err = bpfsys.InNetNS(ns, func() error {
+				l, err = link.AttachTCX(link.TCXOptions{Interface: int(t.Ifindex), Program: p, Attach: ebpf.AttachType(t.AttachType)})
+				return err
+			})
+			return l, err
 		}, nil
 	case info.Cgroup() != nil:
 		c := info.Cgroup()
@@ -240,7 +280,7 @@ func (nl *nodeLinks) programs() []ebpf.ProgramID {
 // hooks are by ifindex).
 func (nl *nodeLinks) state() (st map[string]string, err error) {
 	err = nl.node.Do(func() error {
-		st, err = linkState(nl.root)
+		st, err = linkState(nl.root, nl.netnsOf)
 		return err
 	})
 	return st, err
@@ -249,7 +289,7 @@ func (nl *nodeLinks) state() (st map[string]string, err error) {
 // linkState describes every link of the datapath pinned at pinRoot by its pin: type,
 // program and target (not the link's ID), and for a tcx link the programs
 // on its hook in order.
-func linkState(pinRoot string) (map[string]string, error) {
+func linkState(pinRoot string, netnsOf func(rel string) (string, error)) (map[string]string, error) {
 	dir := datapath.Config{PinRoot: pinRoot}.Dir()
 	pinned, err := datapath.Links(datapath.Config{PinRoot: pinRoot})
 	if err != nil {
@@ -270,7 +310,15 @@ func linkState(pinRoot string) (map[string]string, error) {
 		switch {
 		case info.TCX() != nil:
 			t := info.TCX()
-			q, err := link.QueryPrograms(link.QueryOptions{Target: int(t.Ifindex), Attach: ebpf.AttachType(t.AttachType)})
+			ns, err := netnsOf(p.Pin)
+			if err != nil {
+				return nil, err
+			}
+			var q *link.QueryResult
+			err = bpfsys.InNetNS(ns, func() (err error) {
+				q, err = link.QueryPrograms(link.QueryOptions{Target: int(t.Ifindex), Attach: ebpf.AttachType(t.AttachType)})
+				return err
+			})
 			if err != nil {
 				return nil, fmt.Errorf("programs on the hook of %s: %w", p.Pin, err)
 			}
@@ -278,7 +326,7 @@ func linkState(pinRoot string) (map[string]string, error) {
 			for _, ap := range q.Programs {
 				order = append(order, ap.ID)
 			}
-			s += fmt.Sprintf(", ifindex %d %v, the hook's programs %v", t.Ifindex, t.AttachType, order)
+			s += fmt.Sprintf(", netns %s ifindex %d %v, the hook's programs %v", ns, t.Ifindex, t.AttachType, order)
 		case info.Cgroup() != nil:
 			s += fmt.Sprintf(", cgroup %d %v", info.Cgroup().CgroupId, info.Cgroup().AttachType)
 		case info.Netfilter() != nil:

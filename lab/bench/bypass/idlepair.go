@@ -123,8 +123,14 @@ func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, w io.
 		err = errors.Join(err, rerr)
 	}()
 	var ids []ebpf.ProgramID
+	namespaces := []string{b.n1.NetNS, b.n2.NetNS}
+	for _, n := range []*multinode.Node{b.n1, b.n2} {
+		for _, p := range n.Pods() {
+			namespaces = append(namespaces, p.NetNS)
+		}
+	}
 	for i, n := range a.nodes {
-		nl, err := takeOver(n, a.pins[i])
+		nl, err := takeOver(n, a.pins[i], namespaces)
 		if err != nil {
 			return nil, fmt.Errorf("the links of the agent on %s: %w", n.Name, err)
 		}
