@@ -111,11 +111,12 @@ func takeOver(n *multinode.Node, pinRoot string, namespaces []string) (nl *nodeL
 // netnsOf is the namespace of the device of the tcx link pinned at rel
 // (relative to the datapath's pins), "" for other links.
 func (nl *nodeLinks) netnsOf(rel string) (string, error) {
-	parts := strings.Split(filepath.ToSlash(rel), "/")
-	if len(parts) < 4 || parts[0] != bpfsys.LinksDir || parts[1] != bpfsys.KindTCX {
+	parts := strings.Split(filepath.ToSlash(rel), "/") // [<family>/]links/tcx/<cookie>/<ifindex>/<name>
+	i := slices.Index(parts, bpfsys.LinksDir)
+	if i < 0 || len(parts) < i+5 || parts[i+1] != bpfsys.KindTCX {
 		return "", nil
 	}
-	c, err := strconv.ParseUint(parts[2], 10, 64)
+	c, err := strconv.ParseUint(parts[i+2], 10, 64)
 	if err != nil {
 		return "", fmt.Errorf("%s: no netns cookie: %w", rel, err)
 	}
