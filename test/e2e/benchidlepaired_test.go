@@ -108,9 +108,6 @@ func interrupted(t *testing.T, args []string) {
 	if err == nil {
 		t.Errorf("the interrupted bench did not fail:\n%s", out.String())
 	}
-	if !strings.Contains(stderr.String(), "context canceled") {
-		t.Errorf("the interrupted bench failed, but not for the interrupt: %v\n%s", err, stderr.String())
-	}
 	if !strings.Contains(out.String(), "the agents' links are as they were") {
 		t.Errorf("interrupted: no word that the links are as they were:\n%s\n%s", out.String(), stderr.String())
 	}
