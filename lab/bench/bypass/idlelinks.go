@@ -262,7 +262,7 @@ func (nl *nodeLinks) release() {
 	}
 }
 
-// programs are the IDs of the links' programs.
+// programs are the IDs of the links' programs, each once.
 func (nl *nodeLinks) programs() []ebpf.ProgramID {
 	var ids []ebpf.ProgramID
 	for _, h := range nl.links {
@@ -270,7 +270,7 @@ func (nl *nodeLinks) programs() []ebpf.ProgramID {
 		if err != nil {
 			continue
 		}
-		if id, ok := info.ID(); ok {
+		if id, ok := info.ID(); ok && !slices.Contains(ids, id) { // one program may have several links
 			ids = append(ids, id)
 		}
 	}
