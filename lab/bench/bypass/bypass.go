@@ -63,6 +63,9 @@ type Options struct {
 	// Pair is what paired mode compares: PairBypass ("" too) or PairIdle
 	// (idlepair.go: the idle agent against no agent, its links detached).
 	Pair string
+	// Paths are the paths --pair idle measures (same-node, cross-node);
+	// nil: both.
+	Paths []string
 }
 
 // Datapaths, in the order of the report.

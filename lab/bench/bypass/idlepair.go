@@ -56,6 +56,11 @@ type idleRow struct {
 func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 	fmt.Fprintf(w, "eztunnel bench bypass --pairs %d --pair idle --phase %s: %d mode(s); client on CPU %s (the measuring thread), servers on CPU %s; IPv6 %v\n",
 		o.Pairs, o.Phase, len(o.Modes), cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6)
+	for _, p := range o.Paths {
+		if !slices.Contains(paths, p) {
+			return fmt.Errorf("bench bypass --paths %s: not one of %s", p, strings.Join(paths, ", "))
+		}
+	}
 	rows := map[multinode.Mode][]idleRow{}
 	for _, mode := range o.Modes {
 		err := withLab(ctx, o, mode, w, func(b *benchLab) error {
@@ -143,7 +148,7 @@ func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, w io.
 		return nil, err
 	}
 	defer progs.Close()
-	for _, path := range paths {
+	for _, path := range o.idlePaths() {
 		for _, kind := range []pairedKind{tcpRTT, udpRTT} { // issue 37's target: the round trips
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -161,6 +166,14 @@ func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, w io.
 	fmt.Fprintf(w, "%d switches (both nodes' links detached or attached again, before the phase): median %.1f ms, max %.1f ms\n",
 		len(sw.took), stats.Quantile(sw.took, 0.5), sw.took[len(sw.took)-1])
 	return rows, nil
+}
+
+// idlePaths are the paths --pair idle measures (Options.Paths, else all).
+func (o Options) idlePaths() []string {
+	if len(o.Paths) == 0 {
+		return paths
+	}
+	return o.Paths
 }
 
 // hookQuads are the quads of a row's per-hook pass.
