@@ -21,11 +21,12 @@ import (
 // bench itself fails when a program of the links ran in a phase with the
 // links detached, or none ran with them attached, and when the links are
 // not as the agents left them at the end; here its report must have the
-// two rows (TCP and UDP round trips), each with a paired interval and an A/A interval, per-hook
-// rows whose runs with the links detached are 0 and with them attached not
-// all 0, and say the links are as they were. A second run is interrupted
-// after its first row: it too must leave the links as they were. Nothing
-// is left behind. No timing is asserted.
+// two rows (TCP and UDP round trips), each with a paired interval and an
+// A/A interval, per-hook rows whose runs with the links detached are 0 and
+// with them attached not all 0, and say the links are as they were. A
+// second run is interrupted once it holds the links, in its first row: it
+// too must leave the links as they were. Nothing is left behind. No timing
+// is asserted.
 func TestBenchBypassIdlePaired(t *testing.T) {
 	args := []string{"bench", "bypass", "--pairs", "20", "--phase", "10ms", "--modes", "host-gw", "--pair", "idle", "--paths", "same-node"}
 	var stdout, stderr bytes.Buffer
@@ -77,8 +78,8 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 	}
 }
 
-// interrupted runs the bench with args and interrupts it once its first
-// row is measured: it must fail, and say the links are as they were.
+// interrupted runs the bench with args and interrupts it once it holds
+// both agents' links: it must fail, and say the links are as they were.
 func interrupted(t *testing.T, args []string) {
 	t.Helper()
 	cmd := sysexec.Command(context.Background(), labBin, args...)
@@ -95,7 +96,7 @@ func interrupted(t *testing.T, args []string) {
 	sc := bufio.NewScanner(pipe)
 	for sc.Scan() {
 		out.WriteString(sc.Text() + "\n")
-		if strings.HasPrefix(sc.Text(), "paired ") {
+		if strings.HasPrefix(sc.Text(), "n2: the bench holds") {
 			if err := cmd.Process.Signal(os.Interrupt); err != nil {
 				t.Error(err)
 			}
