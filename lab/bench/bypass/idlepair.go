@@ -32,8 +32,12 @@ import (
 // (the noisier, and the one a switch leaves with fresh links) is the one
 // whose phase-to-phase noise bounds what the row can resolve. A switch
 // (tcx detach and attach wait for RCU under RTNL) is done before its phase
-// starts and is not timed in it. Every program of the links must not run
-// in an A phase and must run in the B phases, or the run fails.
+// starts and is not timed in it. The kernel's BPF run-time statistics are
+// off in the quads (A has no programs to pay their clock reads) and on in
+// a few more per row for the per-hook costs, where no program of the links
+// may run in an A phase and some must run in the B phases, or the run
+// fails. The agent's process is not in B: a link goes only with its last
+// holder, and a running agent holds its own.
 
 // Pair names the two sides of a paired run (--pair).
 const (
