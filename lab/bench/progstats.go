@@ -104,3 +104,24 @@ func EnableProgStats() (io.Closer, error) {
 	}
 	return c, nil
 }
+
+// OpenProgIDs opens the loaded programs of ids (a program gone meanwhile
+// is an error), named as OpenProgs names them.
+func OpenProgIDs(ids []ebpf.ProgramID) (*Progs, error) {
+	p := &Progs{}
+	for _, id := range ids {
+		prog, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("BPF program %d: %w", id, err)
+		}
+		info, err := prog.Info()
+		if err != nil {
+			prog.Close()
+			p.Close()
+			return nil, fmt.Errorf("BPF program %d: %w", id, err)
+		}
+		p.progs, p.names = append(p.progs, prog), append(p.names, info.Name)
+	}
+	return p, nil
+}

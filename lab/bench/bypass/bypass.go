@@ -60,6 +60,12 @@ type Options struct {
 	// phases of Phase each.
 	Pairs int
 	Phase time.Duration
+	// Pair is what paired mode compares: PairBypass ("" too) or PairIdle
+	// (idlepair.go: the idle agent against no agent, its links detached).
+	Pair string
+	// Paths are the paths --pair idle measures (same-node, cross-node);
+	// nil: both.
+	Paths []string
 }
 
 // Datapaths, in the order of the report.
@@ -404,6 +410,8 @@ type agents struct {
 	nodes []*multinode.Node
 	cmds  []*agentProc
 	pins  []string
+	// uninstalled: what they pinned is gone (stop and uninstall run once).
+	uninstalled bool
 }
 
 // agentProc is one running agent: stop sends SIGTERM and waits.
@@ -568,19 +576,37 @@ func waitEndpoints(ctx context.Context, n *multinode.Node, v6 bool) error {
 
 // stop stops the agents and uninstalls what they pinned.
 func (a *agents) stop() error {
+	return errors.Join(a.stopProcs(), a.uninstall())
+}
+
+// stopProcs stops the agents; what they pinned stays (an agent leaves its
+// datapath attached and working).
+func (a *agents) stopProcs() error {
 	var errs []error
 	for i, e := range a.cmds {
 		if err := e.stop(); err != nil {
 			errs = append(errs, fmt.Errorf("agent on %s: %w\n%s", a.nodes[i].Name, err, e.logs.String()))
 		}
-		var out bytes.Buffer
-		cmd := a.nodes[i].Cmd(context.Background(), a.exe, "uninstall", "--pin-path", a.pins[i], "--drain-timeout", "10s")
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := a.nodes[i].Run(cmd); err != nil {
-			errs = append(errs, fmt.Errorf("uninstall on %s: %w: %s", a.nodes[i].Name, err, out.String()))
-		}
 	}
 	a.cmds = nil
+	return errors.Join(errs...)
+}
+
+// uninstall uninstalls what the agents pinned, once.
+func (a *agents) uninstall() error {
+	if a.uninstalled {
+		return nil
+	}
+	var errs []error
+	for i, n := range a.nodes {
+		var out bytes.Buffer
+		cmd := n.Cmd(context.Background(), a.exe, "uninstall", "--pin-path", a.pins[i], "--drain-timeout", "10s")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := n.Run(cmd); err != nil {
+			errs = append(errs, fmt.Errorf("uninstall on %s: %w: %s", n.Name, err, out.String()))
+		}
+	}
+	a.uninstalled = true
 	return errors.Join(errs...)
 }
 
