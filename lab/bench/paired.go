@@ -164,11 +164,11 @@ func Judge(ab, aa Paired, limit float64, atLeast bool) (verdict, reason string) 
 	return Miss, ""
 }
 
-// Side is what one run of a round of four measures: one of the A/A pair's
-// two runs of A, or the A/B pair's A or B.
+// Side is what one phase of a quad measures: one of the A/A pair's two
+// phases, or the A/B pair's A or B.
 type Side int
 
-// The sides of a round of four.
+// The sides of a quad.
 const (
 	SideAA1 Side = iota // the A/A pair's first label
 	SideAA2             // the A/A pair's second label
@@ -176,13 +176,68 @@ const (
 	SideB               // the A/B pair's B (the change)
 )
 
-// RoundOrder is the order of round rep's four runs: the A/A pair, then the
-// A/B pair, both reversed every other round (rep counts from 1), so a
-// linear drift, and what switching between A and B leaves behind, fall on
-// both sides of a pair alike.
-func RoundOrder(rep int) []Side {
-	if rep%2 == 0 {
-		return []Side{SideAA2, SideAA1, SideB, SideA}
+// QuadOrder is the order of quad q's four phases (q counts from 0; a
+// bench's round r of four runs, counted from 1, is quad r-1): the A/A pair,
+// then the A/B pair. The A/B order alternates every quad (A first in even
+// quads), the A/A labels' every two quads (SideAA1 first in quads 0 and 1 of
+// every four), so the order repeats every four quads:
+//
+//	AA1 AA2 A B | AA1 AA2 B A | AA2 AA1 A B | AA2 AA1 B A
+//
+// Over any four consecutive quads each label and each side is first of its
+// pair twice (a linear drift falls on both alike), and each A/A label
+// follows A as often as B, and the other label as often as that one
+// follows it; A follows B as often as B follows A, and each A/A label as
+// often as B does (TestQuadOrder). So what a switch between the A/B
+// pair's datapaths leaves behind falls on both A/A labels alike.
+// (Reversing both pairs together every other quad, as the benches did
+// before, made the first A/A phase after A always SideAA1: a bias of the
+// A/A row whenever the phase after a switch differs.)
+func QuadOrder(q int) []Side {
+	aa := []Side{SideAA1, SideAA2}
+	if q%4 >= 2 {
+		aa = []Side{SideAA2, SideAA1}
 	}
-	return []Side{SideAA1, SideAA2, SideA, SideB}
+	if q%2 == 1 {
+		return append(aa, SideB, SideA)
+	}
+	return append(aa, SideA, SideB)
+}
+
+// Quads are the phases' results of a paired run by side, each in quad
+// order: Quads[SideA][i] and Quads[SideB][i] are quad i's A/B pair,
+// Quads[SideAA1][i] and Quads[SideAA2][i] its A/A pair.
+type Quads[T any] [4][]T
+
+// RunQuads runs n quads of phases in QuadOrder. The A/A pair runs on
+// datapath aa (SideA: the baseline in both phases, as bench lab; SideB: the
+// change in both, as bench bypass). Before a phase whose datapath (SideA or
+// SideB) is not the previous phase's, set puts that datapath in place;
+// phase measures one phase of side s.
+func RunQuads[T any](n int, aa Side, set func(dp Side) error, phase func(s Side) (T, error)) (Quads[T], error) {
+	var out Quads[T]
+	if aa != SideA && aa != SideB {
+		return out, fmt.Errorf("quads: the A/A pair's datapath is %d, not SideA or SideB", aa)
+	}
+	cur := Side(-1)
+	for q := range n {
+		for _, s := range QuadOrder(q) {
+			dp := s
+			if s == SideAA1 || s == SideAA2 {
+				dp = aa
+			}
+			if dp != cur {
+				if err := set(dp); err != nil {
+					return out, err
+				}
+				cur = dp
+			}
+			r, err := phase(s)
+			if err != nil {
+				return out, err
+			}
+			out[s] = append(out[s], r)
+		}
+	}
+	return out, nil
 }

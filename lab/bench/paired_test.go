@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -102,5 +103,107 @@ func TestJudge(t *testing.T) {
 	}
 	if c := TryPaired(nil, nil, 1).Cell(); c != "-" {
 		t.Errorf("no pairs: cell %q, want -", c)
+	}
+}
+
+// TestQuadOrder: every quad has each side once, the A/A pair first; the
+// order repeats every four quads; and over any four consecutive quads (each
+// phase with the one before it, the first with the previous quad's last)
+// each label of a pair is first as often as the other, and follows each
+// side as often as its counterpart follows that side's counterpart.
+func TestQuadOrder(t *testing.T) {
+	name := map[Side]string{SideAA1: "AA1", SideAA2: "AA2", SideA: "A", SideB: "B"}
+	// The counterpart: the other label of the same pair.
+	other := map[Side]Side{SideAA1: SideAA2, SideAA2: SideAA1, SideA: SideB, SideB: SideA}
+	for q := range 12 {
+		o := QuadOrder(q)
+		if len(o) != 4 || o[0] != other[o[1]] || o[2] != other[o[3]] || (o[0] != SideAA1 && o[0] != SideAA2) {
+			t.Fatalf("quad %d: %v is not an A/A pair then an A/B pair", q, o)
+		}
+		if q >= 4 && !slices.Equal(o, QuadOrder(q-4)) {
+			t.Fatalf("quad %d: %v, quad %d: %v: no period of four", q, o, q-4, QuadOrder(q-4))
+		}
+	}
+	for start := 1; start <= 8; start++ {
+		prev := QuadOrder(start - 1)[3]
+		first := map[Side]int{}
+		after := map[[2]Side]int{} // {side, the side before it}
+		for q := start; q < start+4; q++ {
+			o := QuadOrder(q)
+			first[o[0]]++
+			first[o[2]]++
+			for _, s := range o {
+				after[[2]Side{s, prev}]++
+				prev = s
+			}
+		}
+		for s := range other {
+			if first[s] != 2 {
+				t.Errorf("quads %d..%d: %s first of its pair %d times, want 2", start, start+3, name[s], first[s])
+			}
+			for p := range other {
+				// s after p, against s's counterpart after p's
+				// counterpart within the same pair, else after p itself.
+				cp := p
+				if (p == SideAA1 || p == SideAA2) == (s == SideAA1 || s == SideAA2) {
+					cp = other[p]
+				}
+				if a, b := after[[2]Side{s, p}], after[[2]Side{other[s], cp}]; a != b {
+					t.Errorf("quads %d..%d: %s follows %s %d times, %s follows %s %d times", start, start+3,
+						name[s], name[p], a, name[other[s]], name[cp], b)
+				}
+			}
+		}
+		// The bias of the old order: the first A/A phase after A must
+		// not always be the same label.
+		if after[[2]Side{SideAA1, SideA}] != after[[2]Side{SideAA1, SideB}] {
+			t.Errorf("quads %d..%d: AA1 follows A %d times, B %d times", start, start+3, after[[2]Side{SideAA1, SideA}], after[[2]Side{SideAA1, SideB}])
+		}
+	}
+}
+
+// TestRunQuads: the datapath is set only when it changes, the A/A pair on
+// the one asked for, and each side's phases come back in quad order.
+func TestRunQuads(t *testing.T) {
+	for _, aa := range []Side{SideA, SideB} {
+		var cur Side = -1
+		sets, q := 0, 0
+		got, err := RunQuads(8, aa, func(dp Side) error {
+			if dp == cur {
+				t.Fatalf("set %d twice in a row", dp)
+			}
+			cur = dp
+			sets++
+			return nil
+		}, func(s Side) ([2]int, error) {
+			want := s
+			if s == SideAA1 || s == SideAA2 {
+				want = aa
+			}
+			if cur != want {
+				t.Fatalf("A/A on %d: side %d measured on datapath %d", aa, s, cur)
+			}
+			q++
+			return [2]int{int(s), q}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s, rs := range got {
+			if len(rs) != 8 {
+				t.Fatalf("side %d: %d phases, want 8", s, len(rs))
+			}
+			for i, r := range rs {
+				if r[0] != s || (i > 0 && r[1] <= rs[i-1][1]) {
+					t.Fatalf("side %d: phase %d is %v", s, i, r)
+				}
+			}
+		}
+		if sets < 8 || sets > 24 {
+			t.Fatalf("A/A on %d: %d switches over 8 quads", aa, sets)
+		}
+	}
+	if _, err := RunQuads(1, SideAA1, func(Side) error { return nil }, func(Side) (int, error) { return 0, nil }); err == nil {
+		t.Fatal("an A/A pair on an A/A label accepted")
 	}
 }

@@ -27,7 +27,7 @@ import (
 // What one round of BenchmarkPods measures in each mode.
 const (
 	benchNS      = "ez-bench"
-	benchRounds  = 5     // rounds of four runs (bench.RoundOrder): an A/A pair of baselines and an A/B pair
+	benchRounds  = 5     // rounds of four runs (bench.QuadOrder): an A/A pair of baselines and an A/B pair
 	pingN        = 20000 // back-to-back 24-byte round trips per round, one connection
 	pingWarmup   = 1000
 	redisN       = 100000 // requests per redis-benchmark test (SET, GET) per round
@@ -104,7 +104,7 @@ spec:
 	var runs []podRun
 	selected := false
 	for round := 1; round <= benchRounds; round++ {
-		for _, side := range bench.RoundOrder(round) {
+		for _, side := range bench.QuadOrder(round - 1) {
 			on := side == bench.SideB
 			if on != selected {
 				setSelected(b, a, on)
@@ -217,7 +217,7 @@ func podTable(runs []podRun, placement, load string) string {
 		}
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\neztunnel bench between pods (%s, kernel %s, %d CPUs): %d rounds of four runs (an A/A pair of baselines, an A/B pair of baseline and eztunnel; both pairs' order reversed every other round)\n"+
+	fmt.Fprintf(&sb, "\neztunnel bench between pods (%s, kernel %s, %d CPUs): %d rounds of four runs (an A/A pair of baselines, an A/B pair of baseline and eztunnel; in bench.QuadOrder's order, which cycles over four rounds)\n"+
 		"ping-echo: %d x 24 B back to back on one connection per run; redis: redis-benchmark -c %d -n %d -t set,get\n"+
 		"placement: %s; machine load average (1 min) before -> after: %s (the VM is shared)\n"+
 		"baseline, eztunnel: median over rounds; change: median of the per-round paired differences 100 x (eztunnel - baseline) / baseline, with its 95%% bootstrap interval; "+

@@ -632,7 +632,8 @@ func (a *agents) counters() (bypassed, paired float64, fallbacks map[string]floa
 
 // Scrape reads the metrics an agent serves at addr inside its node's
 // namespace: unlabelled counters and gauges by name, the bypass's
-// fallbacks as "fallback <reason>" (bench mesh-matrix uses it too).
+// fallbacks as "fallback <reason>", the shortcut's as "shortcut fallback
+// <reason>" (bench mesh-matrix uses it too).
 func Scrape(n *multinode.Node, addr string) (map[string]float64, error) {
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
@@ -660,6 +661,10 @@ func Scrape(n *multinode.Node, addr string) (map[string]float64, error) {
 		for _, m := range f.GetMetric() {
 			if l := m.GetLabel(); len(l) == 1 && name == "eztunnel_bypass_fallbacks_total" && m.Counter != nil {
 				out["fallback "+l[0].GetValue()] += m.GetCounter().GetValue()
+				continue
+			}
+			if l := m.GetLabel(); len(l) == 1 && name == "eztunnel_fallbacks_total" && m.Counter != nil {
+				out["shortcut fallback "+l[0].GetValue()] += m.GetCounter().GetValue()
 				continue
 			}
 			if len(m.GetLabel()) > 0 {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
@@ -39,6 +41,37 @@ const MetricsAddr = metrics0
 
 // Nodes are the nodes an agent runs on.
 func (a *agents) Nodes() []*multinode.Node { return a.nodes }
+
+// OpenSwitches opens the bypass's switch of each agent (bypass.Switch):
+// pause(true) pauses the bypass on every node (every packet takes the
+// kernel path, the programs attached), pause(false) turns it back on;
+// closeAll turns it on and closes the switches.
+func (a *agents) OpenSwitches() (pause func(paused bool) error, closeAll func(), err error) {
+	var sws []*bypass.Switch
+	closeAll = func() {
+		for _, s := range sws {
+			s.Pause(false)
+			s.Close()
+		}
+	}
+	for _, pin := range a.pins {
+		s, err := bypass.OpenSwitch(datapath.Config{PinRoot: pin}.Dir())
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		sws = append(sws, s)
+	}
+	pause = func(paused bool) error {
+		for _, s := range sws {
+			if err := s.Pause(paused); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return pause, closeAll, nil
+}
 
 // Stop stops the agents and uninstalls what they pinned.
 func (a *agents) Stop() error { return a.stop() }

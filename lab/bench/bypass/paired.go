@@ -31,9 +31,9 @@ import (
 // (bypass.Switch: paused, every packet takes the kernel path with the
 // programs attached). Time is cut into phases of --phase; pairs of phases
 // alternate in quads: an A/A pair (the bypass in both phases) and an A/B
-// pair (paused, bypass), both pairs' order reversed every other quad (a
-// linear drift, and what a flip leaves behind, fall on both sides alike),
-// each phase summarised by its median round trip. The
+// pair (paused, bypass), in bench.QuadOrder (a linear drift, and what a
+// flip leaves behind, fall on both sides alike), each phase summarised by
+// its median round trip. The
 // report gives, per path and protocol, the median of the paired
 // differences with its 95% bootstrap interval for the A/B pairs and for
 // the A/A pairs, which must hold 0 and be within ±bench.AAMaxHalfWidth, else the
@@ -213,9 +213,9 @@ func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers ma
 // client's namespace (pinned to the client CPU).
 func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip func(bool) error, progs *bench.Progs) (row pairedRow, err error) {
 	row.metric = kind.String()
-	// Phases in quad order: A/A first, A/B second; in the A/B pair the
-	// kernel path first in even quads, the bypass first in odd ones.
-	var aa1, aa2, kernel, byp []phaseStat
+	// Phases in bench.QuadOrder: A the kernel path (paused), B and both
+	// A/A phases the bypass.
+	var quads bench.Quads[phaseStat]
 	row.hooks = [2]map[string]bench.ProgStat{{}, {}}
 	err = client.Do(func() error {
 		if o.ClientCPU >= 0 {
@@ -235,51 +235,35 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 			return err
 		}
 		row.roundTrips, row.lost = 0, 0
-		type step struct {
-			paused bool
-			into   *[]phaseStat
-		}
-		// The A/A labels swap with the A/B order: a phase after a flip
-		// from the kernel path (the first of a quad, half the time) is
-		// each label's as often.
-		kernelFirst := []step{{false, &aa1}, {false, &aa2}, {true, &kernel}, {false, &byp}}
-		bypassFirst := []step{{false, &aa2}, {false, &aa1}, {false, &byp}, {true, &kernel}}
-		for q := 0; q < o.Pairs; q++ {
-			quad := kernelFirst
-			if q%2 == 1 {
-				quad = bypassFirst
-			}
-			for i, ph := range quad {
-				if err := flip(ph.paused); err != nil {
-					return err
-				}
-				ab := i >= 2 // an A/B phase: its programs' runs are counted
-				var st0 map[string]bench.ProgStat
-				if ab {
-					if st0, err = progs.Read(); err != nil {
-						return err
-					}
-				}
-				s, err := measure(o.Phase, &row)
-				if err != nil {
-					return err
-				}
-				*ph.into = append(*ph.into, s)
-				if ab {
-					st1, err := progs.Read()
-					if err != nil {
-						return err
-					}
-					k := 1
-					if ph.paused {
-						k = 0
-					}
-					for name, v := range st1 {
-						row.hooks[k][name] = row.hooks[k][name].Add(v.Sub(st0[name]))
-					}
-					row.rts[k] += s.n
+		set := func(dp bench.Side) error { return flip(dp == bench.SideA) }
+		quads, err = bench.RunQuads(o.Pairs, bench.SideB, set, func(side bench.Side) (phaseStat, error) {
+			ab := side == bench.SideA || side == bench.SideB // an A/B phase: its programs' runs are counted
+			var st0 map[string]bench.ProgStat
+			if ab {
+				if st0, err = progs.Read(); err != nil {
+					return phaseStat{}, err
 				}
 			}
+			s, err := measure(o.Phase, &row)
+			if err != nil || !ab {
+				return s, err
+			}
+			st1, err := progs.Read()
+			if err != nil {
+				return s, err
+			}
+			k := 1
+			if side == bench.SideA {
+				k = 0
+			}
+			for name, v := range st1 {
+				row.hooks[k][name] = row.hooks[k][name].Add(v.Sub(st0[name]))
+			}
+			row.rts[k] += s.n
+			return s, nil
+		})
+		if err != nil {
+			return err
 		}
 		return flip(false)
 	})
@@ -293,6 +277,7 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 		}
 		return out
 	}
+	aa1, aa2, kernel, byp := quads[bench.SideAA1], quads[bench.SideAA2], quads[bench.SideA], quads[bench.SideB]
 	seed := uint64(len(aa1)) // recomputable from the report's data
 	if row.ab, err = bench.ComparePaired(med(kernel), med(byp), seed); err != nil {
 		return row, err

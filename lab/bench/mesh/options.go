@@ -152,14 +152,15 @@ const (
 	ModeAA2      = "baseline-aa2"
 )
 
-// roundModes is the order of round rep's four runs (bench.RoundOrder):
-// the A/A pair, then the A/B pair, both reversed every other round, so a
-// linear drift, and what an install or uninstall leaves behind, fall on
-// both sides of a pair alike. Each run opens its own connections.
+// roundModes is the order of round rep's four runs (rep counts from 1;
+// bench.QuadOrder of quad rep-1): the A/A pair, then the A/B pair, in an
+// order that cycles over four rounds, so a linear drift, and what an
+// install or uninstall leaves behind, fall on both sides of a pair alike.
+// Each run opens its own connections.
 func roundModes(rep int) []string {
 	names := map[bench.Side]string{bench.SideAA1: ModeAA1, bench.SideAA2: ModeAA2, bench.SideA: ModeBaseline, bench.SideB: ModeEztunnel}
 	var out []string
-	for _, s := range bench.RoundOrder(rep) {
+	for _, s := range bench.QuadOrder(rep - 1) {
 		out = append(out, names[s])
 	}
 	return out

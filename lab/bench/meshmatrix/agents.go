@@ -59,12 +59,13 @@ type counters struct {
 	redirected float64 // messages the socket shortcut moved (sk_msg)
 	pairs      float64 // connections paired on the shortcut
 	bypassed   float64 // packets the tc bypass redirected: same node, out to and in from the other node
+	excluded   float64 // connections the shortcut's selection rules left on the kernel path
 	fallbacks  map[string]float64
 }
 
 func (c counters) sub(b counters) counters {
 	d := counters{redirected: c.redirected - b.redirected, pairs: c.pairs - b.pairs, bypassed: c.bypassed - b.bypassed,
-		fallbacks: map[string]float64{}}
+		excluded: c.excluded - b.excluded, fallbacks: map[string]float64{}}
 	for r, v := range c.fallbacks {
 		if x := v - b.fallbacks[r]; x > 0 {
 			d.fallbacks[r] = x
@@ -86,6 +87,7 @@ func (a *agents) counters() (counters, error) {
 				c.fallbacks[r] += v
 			}
 		}
+		c.excluded += m["shortcut fallback excluded"]
 		c.redirected += m["eztunnel_messages_redirected_total"]
 		c.pairs += m["eztunnel_pairs_total"]
 		c.bypassed += m["eztunnel_bypass_packets_total"] + m["eztunnel_bypass_out_packets_total"] + m["eztunnel_bypass_in_packets_total"]

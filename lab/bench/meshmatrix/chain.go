@@ -29,8 +29,12 @@ import (
 // iptables capture; `bench lab --mesh sidecar` covers the capture).
 const (
 	PortOutbound = 15001 // the sidecar's outbound listener, 127.0.0.1
-	PortInbound  = 15006 // the sidecar's inbound listener, on the pod IP
-	PortApp      = 8080  // the app (nginx), 127.0.0.1
+	// PortOutboundKernel is the same listener on another port, which the
+	// agents of a paired run exclude from the shortcut (--exclude-ports):
+	// a connection to it stays on the kernel path.
+	PortOutboundKernel = 15002
+	PortInbound        = 15006 // the sidecar's inbound listener, on the pod IP
+	PortApp            = 8080  // the app (nginx), 127.0.0.1
 )
 
 // The bodies the backend serves: wrk asks for the small page; the
@@ -87,12 +91,13 @@ defaults
 		fmt.Fprintf(&b, `
 frontend outbound
     bind 127.0.0.1:%d
+    bind 127.0.0.1:%d
     default_backend upstream
 
 backend upstream
     http-reuse always
     server next %s
-`, PortOutbound, netip.AddrPortFrom(upstream, PortInbound))
+`, PortOutbound, PortOutboundKernel, netip.AddrPortFrom(upstream, PortInbound))
 	}
 	if podAddr.IsValid() {
 		fmt.Fprintf(&b, `
@@ -198,7 +203,7 @@ func (c *chain) start(ctx context.Context) error {
 		{c.back, "haproxy", c.haproxyArgv("back"), []int{PortInbound}},
 		{c.front, "nginx", c.nginxArgv("front"), []int{PortApp}},
 		{c.front, "haproxy", c.haproxyArgv("front"), []int{PortInbound, PortOutbound}},
-		{c.client, "haproxy", c.haproxyArgv("client"), []int{PortOutbound}},
+		{c.client, "haproxy", c.haproxyArgv("client"), []int{PortOutbound, PortOutboundKernel}},
 	}
 	for _, s := range steps {
 		if err := c.run(ctx, s.pod, s.name, s.argv, s.ports); err != nil {

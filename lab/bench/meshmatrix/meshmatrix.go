@@ -142,10 +142,19 @@ type Options struct {
 	// Configs to run, in the report's order (ParseConfigs); nil: the four
 	// of the paper.
 	Configs []string
+	// Pairs > 0: paired mode instead of rounds (see paired.go), this many
+	// quads of Phase each per comparison; Lab is the eztunnel-lab binary
+	// (its client runs in the client pod).
+	Pairs int
+	Phase time.Duration
+	Lab   string
 }
 
 // Run measures every mode and writes progress and the report to w.
 func Run(ctx context.Context, o Options, w io.Writer) error {
+	if o.Pairs > 0 {
+		return runPairedModes(ctx, o, w)
+	}
 	if o.Rounds < 1 || o.Duration < time.Second || len(o.Concs) == 0 || o.Threads < 1 {
 		return fmt.Errorf("bench mesh-matrix: rounds %d (>= 1), duration %s (>= 1s), concurrencies %v, threads %d", o.Rounds, o.Duration, o.Concs, o.Threads)
 	}
@@ -207,10 +216,28 @@ func loadavg() string {
 }
 
 // runMode builds a two-node lab in mode and runs the rounds.
-func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (_ results, err error) {
+func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (results, error) {
+	out := results{}
+	err := withChain(mode, o, w, func(ch *chain, tmp string, wl workload.Client, nodes []*multinode.Node) error {
+		for r := range o.Rounds {
+			for _, cfg := range rotate(o.Configs, r) {
+				if err := runConfig(ctx, o, w, mode, r, cfg, tmp, ch, wl, out, nodes...); err != nil {
+					return fmt.Errorf("round %d, %s: %w", r+1, cfg, err)
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// withChain builds a two-node lab in mode with the chain's pods and
+// configuration (not started) and runs fn in it; wl places processes on
+// the client CPU.
+func withChain(mode multinode.Mode, o Options, w io.Writer, fn func(ch *chain, tmp string, wl workload.Client, nodes []*multinode.Node) error) (err error) {
 	l, err := bypass.NewLab("bmm", mode, pinPrefix)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() {
 		if cerr := l.Close(); cerr != nil && err == nil {
@@ -220,40 +247,30 @@ func runMode(ctx context.Context, o Options, mode multinode.Mode, w io.Writer) (
 	n1, n2 := l.Node(1), l.Node(2)
 	client, err := n1.AddPod("client", true)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	front, err := n2.AddPod("front", true)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	back, err := n1.AddPod("back", true)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	tmp, err := os.MkdirTemp("", "eztunnel-bench-meshmatrix-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer os.RemoveAll(tmp)
 	os.Chmod(tmp, 0o755)
 	ch, err := newChain(client, front, back, tmp, placement(o.ChainCPU))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer ch.stop()
-	wl := workload.Client{Placement: placement(o.ClientCPU)}
 	fmt.Fprintf(w, "%s: client %s (%s) -> front %s (%s) -> back %s (%s)\n", mode,
 		client.IPv4, n1.Name, front.IPv4, n2.Name, back.IPv4, n1.Name)
-
-	out := results{}
-	for r := range o.Rounds {
-		for _, cfg := range rotate(o.Configs, r) {
-			if err := runConfig(ctx, o, w, mode, r, cfg, tmp, ch, wl, out, n1, n2); err != nil {
-				return nil, fmt.Errorf("round %d, %s: %w", r+1, cfg, err)
-			}
-		}
-	}
-	return out, nil
+	return fn(ch, tmp, workload.Client{Exe: o.Lab, Placement: placement(o.ClientCPU)}, []*multinode.Node{n1, n2})
 }
 
 // runConfig starts the agents of cfg and then the chain (every connection

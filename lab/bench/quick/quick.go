@@ -72,10 +72,9 @@ type Measurement struct {
 
 // Round is one alternation (quad) of four phases, each the three
 // measurements on fresh connections: an A/A pair (baseline in both phases)
-// and an A/B pair (baseline, accelerated). Even rounds run A/A[0], A/A[1],
-// baseline, accelerated; odd rounds A/A[1], A/A[0], accelerated, baseline:
-// a linear drift, and what an install or uninstall leaves behind, fall on
-// both sides of each pair alike. The unix floor opens each round.
+// and an A/B pair (baseline, accelerated), in bench.QuadOrder (round i is
+// quad i): a linear drift, and what an install or uninstall leaves behind,
+// fall on both sides of each pair alike. The unix floor opens each round.
 type Round struct {
 	Unix             stats.Summary     `json:"unix_rtt_24b_us"`
 	AA               [2]Measurement    `json:"baseline_aa"`
@@ -162,7 +161,8 @@ func Quick(ctx context.Context, o Options, stdout io.Writer) (err error) {
 // round measures one quad: the unix floor, then its four phases in the
 // round's order, the datapath installed for the accelerated phase only.
 func (r *runner) round(cfg datapath.Config, i int) (Round, error) {
-	rd := Round{AcceleratedFirst: i%2 == 1}
+	quad := bench.QuadOrder(i)
+	rd := Round{AcceleratedFirst: quad[2] == bench.SideB}
 	var err error
 	tag := fmt.Sprintf("round %d/%d", i+1, r.o.Rounds)
 	if rd.Unix, err = r.pingpong(r.unixAddr, 24, r.o.RTTN); err != nil {
@@ -173,11 +173,10 @@ func (r *runner) round(cfg datapath.Config, i int) (Round, error) {
 		name string
 		into *Measurement
 	}
-	order := []phase{{"A/A baseline 1", &rd.AA[0]}, {"A/A baseline 2", &rd.AA[1]}, {"baseline", &rd.Baseline}, {"accelerated", &rd.Accelerated}}
-	if rd.AcceleratedFirst {
-		order = []phase{order[1], order[0], order[3], order[2]}
-	}
-	for _, ph := range order {
+	phases := map[bench.Side]phase{bench.SideAA1: {"A/A baseline 1", &rd.AA[0]}, bench.SideAA2: {"A/A baseline 2", &rd.AA[1]},
+		bench.SideA: {"baseline", &rd.Baseline}, bench.SideB: {"accelerated", &rd.Accelerated}}
+	for _, side := range quad {
+		ph := phases[side]
 		if ph.into != &rd.Accelerated {
 			if *ph.into, err = r.measure(tag + " " + ph.name); err != nil {
 				return rd, err

@@ -202,7 +202,7 @@ func benchMeshMatrixCmd() *cobra.Command {
 				}
 			}
 			return withSelf(cmd, func(ctx context.Context, exe string) error {
-				o.Agent = filepath.Join(filepath.Dir(exe), "eztunnel")
+				o.Agent, o.Lab = filepath.Join(filepath.Dir(exe), "eztunnel"), exe
 				return meshmatrix.Run(ctx, o, os.Stdout)
 			})
 		},
@@ -218,6 +218,8 @@ func benchMeshMatrixCmd() *cobra.Command {
 	f.IntVar(&o.Probes, "probes", o.Probes, "integrity probes (curl, bodies checked) per page before and after each configuration's runs")
 	f.StringSliceVar(&cfgNames, "configs", cfgNames, "configurations: baseline (always), shortcut, bypass, both, idle (an agent that accelerates nothing: what its programs cost), idle-psock (the same with the read tracepoint refused: reads counted by fexit where allowed, else gauged), idle-refuse:PROG+PROG... (idle with these programs refused as a kernel would refuse them: what each hook costs)")
 	f.BoolVar(&quickRun, "quick", false, "2 rounds of 2 s runs (about a minute per mode) unless --rounds or --duration say otherwise")
+	f.IntVar(&o.Pairs, "pairs", 0, "paired mode instead of rounds: one agent per node with the bypass and the shortcut, and on the same chain the bypass against its kernel path (paused, programs attached) and the shortcut on the client leg against the kernel path (a fresh connection per phase), this many quads of phases each (an A/A pair and an A/B pair), with 95% bootstrap intervals and per-hook costs (at least 20; 200 for the A/A row to resolve 2%)")
+	f.DurationVar(&o.Phase, "phase", 100*time.Millisecond, "with --pairs: the length of each phase")
 	return cmd
 }
 

@@ -24,7 +24,7 @@ func benchLabCmd() *cobra.Command {
 HAProxy proxies (sidecar: one per pod with Istio's iptables capture; ambient:
 one shared node proxy; -tls: TLS between the proxies) and runs every workload
 in --reps rounds of four runs: an A/A pair (baseline twice) and an A/B pair
-(baseline, eztunnel), both in reversed order every other round. Prints per
+(baseline, eztunnel), in an order that cycles over four rounds. Prints per
 metric the median of the per-round paired differences with its 95%
 bootstrap interval, and the A/A's: a target is judged on the interval's far
 end, and only when its A/A holds 0 within ±2%. Writes raw results,
