@@ -92,4 +92,3 @@ func (n *Naive) Counters() (map[string]uint64, error) {
 func Redirected(c map[string]uint64) uint64 {
 	return c["redirect_by_tuple"] + c["redirect_by_client"]
 }
-
