@@ -18,6 +18,27 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define EZ_AF_INET 2
+#define EZ_AF_INET6 10
+
+/* A socket's IPv4 addresses: AF_INET, or AF_INET6 with both ends v4-mapped
+ * (a dual-stack listener's, e.g. Go's ":port"). False for other sockets. */
+#define EZ_NAIVE_V4(ctx, local, remote) ({					\
+	bool __ok = true;							\
+	if ((ctx)->family == EZ_AF_INET) {					\
+		local = (ctx)->local_ip4;					\
+		remote = (ctx)->remote_ip4;					\
+	} else if ((ctx)->family == EZ_AF_INET6 &&				\
+		   !(ctx)->local_ip6[0] && !(ctx)->local_ip6[1] &&		\
+		   (ctx)->local_ip6[2] == bpf_htonl(0xffff) &&			\
+		   !(ctx)->remote_ip6[0] && !(ctx)->remote_ip6[1] &&		\
+		   (ctx)->remote_ip6[2] == bpf_htonl(0xffff)) {			\
+		local = (ctx)->local_ip6[3];					\
+		remote = (ctx)->remote_ip6[3];					\
+	} else {								\
+		__ok = false;							\
+	}									\
+	__ok;									\
+})
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SOCKHASH);
@@ -58,10 +79,8 @@ int ez_naive_sockops(struct bpf_sock_ops *s)
 
 	if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
 		return 1;
-	if (s->family != EZ_AF_INET)
+	if (!EZ_NAIVE_V4(s, t.local_ip4, t.remote_ip4))
 		return 1;
-	t.local_ip4 = s->local_ip4;
-	t.remote_ip4 = s->remote_ip4;
 	t.local_port = s->local_port;
 	/* network-order port in the upper 16 bits on little endian */
 	t.remote_port = bpf_ntohl(s->remote_port);
@@ -88,12 +107,13 @@ int ez_naive_msg(struct sk_msg_md *m)
 {
 	struct ez_naive_tuple t = {};
 	struct ez_naive_end e = {};
+	__u32 local, remote;
 
-	if (m->family != EZ_AF_INET)
+	if (!EZ_NAIVE_V4(m, local, remote))
 		return SK_PASS;
 	/* The peer's tuple: this socket's, reversed. */
-	t.local_ip4 = m->remote_ip4;
-	t.remote_ip4 = m->local_ip4;
+	t.local_ip4 = remote;
+	t.remote_ip4 = local;
 	t.local_port = bpf_ntohl(m->remote_port);
 	t.remote_port = m->local_port;
 	if (bpf_msg_redirect_hash(m, &ez_naive_by_tuple, &t, BPF_F_INGRESS) == SK_PASS) {
@@ -102,14 +122,14 @@ int ez_naive_msg(struct sk_msg_md *m)
 	}
 	/* REDIRECT rewrote the destination: an active socket's peer is the
 	 * passive one whose remote end is this local end, and back. */
-	e.ip4 = m->local_ip4;
+	e.ip4 = local;
 	e.port = m->local_port;
 	e.role = EZ_NAIVE_PASSIVE;
 	if (bpf_msg_redirect_hash(m, &ez_naive_by_client, &e, BPF_F_INGRESS) == SK_PASS) {
 		count(EZ_NAIVE_C_BY_CLIENT);
 		return SK_PASS;
 	}
-	e.ip4 = m->remote_ip4;
+	e.ip4 = remote;
 	e.port = bpf_ntohl(m->remote_port);
 	e.role = EZ_NAIVE_ACTIVE;
 	if (bpf_msg_redirect_hash(m, &ez_naive_by_client, &e, BPF_F_INGRESS) == SK_PASS) {
