@@ -20,20 +20,36 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define EZ_AF_INET 2
 #define EZ_AF_INET6 10
 
+/*
+ * One u32 field of a context, loaded at its constant offset. Quirk: plain
+ * field reads let clang share one ctx+offset pointer between reads, which
+ * the verifier refuses ("dereference of modified ctx ptr"); as
+ * shortcut/key.h's EZ_SOCKOPS_U32.
+ */
+#define EZ_CTX_U32(ctx, type, field) ({						\
+	__u32 __v;								\
+	asm volatile("%0 = *(u32 *)(%1 + %2)" : "=r"(__v)			\
+		     : "r"(ctx), "i"(__builtin_offsetof(type, field)));		\
+	__v;									\
+})
+
 /* A socket's IPv4 addresses: AF_INET, or AF_INET6 with both ends v4-mapped
  * (a dual-stack listener's, e.g. Go's ":port"). False for other sockets. */
-#define EZ_NAIVE_V4(ctx, local, remote) ({					\
+#define EZ_NAIVE_V4(ctx, type, local, remote) ({				\
 	bool __ok = true;							\
-	if ((ctx)->family == EZ_AF_INET) {					\
-		local = (ctx)->local_ip4;					\
-		remote = (ctx)->remote_ip4;					\
-	} else if ((ctx)->family == EZ_AF_INET6 &&				\
-		   !(ctx)->local_ip6[0] && !(ctx)->local_ip6[1] &&		\
-		   (ctx)->local_ip6[2] == bpf_htonl(0xffff) &&			\
-		   !(ctx)->remote_ip6[0] && !(ctx)->remote_ip6[1] &&		\
-		   (ctx)->remote_ip6[2] == bpf_htonl(0xffff)) {			\
-		local = (ctx)->local_ip6[3];					\
-		remote = (ctx)->remote_ip6[3];					\
+	__u32 __fam = EZ_CTX_U32(ctx, type, family);				\
+	if (__fam == EZ_AF_INET) {						\
+		local = EZ_CTX_U32(ctx, type, local_ip4);			\
+		remote = EZ_CTX_U32(ctx, type, remote_ip4);			\
+	} else if (__fam == EZ_AF_INET6 &&					\
+		   !EZ_CTX_U32(ctx, type, local_ip6[0]) &&			\
+		   !EZ_CTX_U32(ctx, type, local_ip6[1]) &&			\
+		   EZ_CTX_U32(ctx, type, local_ip6[2]) == bpf_htonl(0xffff) &&	\
+		   !EZ_CTX_U32(ctx, type, remote_ip6[0]) &&			\
+		   !EZ_CTX_U32(ctx, type, remote_ip6[1]) &&			\
+		   EZ_CTX_U32(ctx, type, remote_ip6[2]) == bpf_htonl(0xffff)) {	\
+		local = EZ_CTX_U32(ctx, type, local_ip6[3]);			\
+		remote = EZ_CTX_U32(ctx, type, remote_ip6[3]);			\
 	} else {								\
 		__ok = false;							\
 	}									\
@@ -75,15 +91,15 @@ int ez_naive_sockops(struct bpf_sock_ops *s)
 {
 	struct ez_naive_tuple t = {};
 	struct ez_naive_end e = {};
-	__u32 op = s->op;
+	__u32 op = EZ_CTX_U32(s, struct bpf_sock_ops, op);
 
 	if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
 		return 1;
-	if (!EZ_NAIVE_V4(s, t.local_ip4, t.remote_ip4))
+	if (!EZ_NAIVE_V4(s, struct bpf_sock_ops, t.local_ip4, t.remote_ip4))
 		return 1;
-	t.local_port = s->local_port;
+	t.local_port = EZ_CTX_U32(s, struct bpf_sock_ops, local_port);
 	/* network-order port in the upper 16 bits on little endian */
-	t.remote_port = bpf_ntohl(s->remote_port);
+	t.remote_port = bpf_ntohl(EZ_CTX_U32(s, struct bpf_sock_ops, remote_port));
 	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB) {
 		e.ip4 = t.local_ip4;
 		e.port = t.local_port;
@@ -107,15 +123,17 @@ int ez_naive_msg(struct sk_msg_md *m)
 {
 	struct ez_naive_tuple t = {};
 	struct ez_naive_end e = {};
-	__u32 local, remote;
+	__u32 local, remote, lport, rport;
 
-	if (!EZ_NAIVE_V4(m, local, remote))
+	if (!EZ_NAIVE_V4(m, struct sk_msg_md, local, remote))
 		return SK_PASS;
+	lport = EZ_CTX_U32(m, struct sk_msg_md, local_port);
+	rport = bpf_ntohl(EZ_CTX_U32(m, struct sk_msg_md, remote_port));
 	/* The peer's tuple: this socket's, reversed. */
 	t.local_ip4 = remote;
 	t.remote_ip4 = local;
-	t.local_port = bpf_ntohl(m->remote_port);
-	t.remote_port = m->local_port;
+	t.local_port = rport;
+	t.remote_port = lport;
 	if (bpf_msg_redirect_hash(m, &ez_naive_by_tuple, &t, BPF_F_INGRESS) == SK_PASS) {
 		count(EZ_NAIVE_C_BY_TUPLE);
 		return SK_PASS;
@@ -123,14 +141,14 @@ int ez_naive_msg(struct sk_msg_md *m)
 	/* REDIRECT rewrote the destination: an active socket's peer is the
 	 * passive one whose remote end is this local end, and back. */
 	e.ip4 = local;
-	e.port = m->local_port;
+	e.port = lport;
 	e.role = EZ_NAIVE_PASSIVE;
 	if (bpf_msg_redirect_hash(m, &ez_naive_by_client, &e, BPF_F_INGRESS) == SK_PASS) {
 		count(EZ_NAIVE_C_BY_CLIENT);
 		return SK_PASS;
 	}
 	e.ip4 = remote;
-	e.port = bpf_ntohl(m->remote_port);
+	e.port = rport;
 	e.role = EZ_NAIVE_ACTIVE;
 	if (bpf_msg_redirect_hash(m, &ez_naive_by_client, &e, BPF_F_INGRESS) == SK_PASS) {
 		count(EZ_NAIVE_C_BY_CLIENT);
