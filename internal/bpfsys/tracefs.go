@@ -25,8 +25,8 @@ var eventIDs sync.Map // "group/name" -> uint64: an event's id never changes whi
 // syscalls:sys_enter_splice), which perf_event_open needs to attach to it.
 // Only tracefs tells it: read from the host's mount where there is one,
 // else from a private mount, in a mount namespace of its own that a
-// dedicated thread makes and that ends with that thread: nothing of it is
-// visible on the host, nothing is left to unmount. The private mount needs
+// dedicated thread makes and keeps for the process's life: nothing of it is
+// visible on the host. The private mount needs
 // CAP_SYS_ADMIN (unshare, mount); without it, and where tracefs is not in
 // the kernel, the error says so.
 func TraceEventID(group, name string) (uint64, error) {
@@ -54,35 +54,76 @@ func readEventID(path string) (uint64, error) {
 }
 
 // privateTracefs reads rel from a tracefs mounted in a mount namespace of
-// a thread of its own. The thread stays locked when its goroutine ends, so
-// the runtime discards it and no other goroutine ever runs in that
-// namespace; the namespace, and the mount, go with it.
-func privateTracefs(rel string) (id uint64, err error) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: see above
-		// CLONE_NEWNS implies CLONE_FS: this thread gets a copy of
-		// the process's root and cwd and a copy of its mounts.
-		if err = unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			err = fmt.Errorf("private tracefs: unshare mount namespace: %w", err)
-			return
+// a thread of its own. That thread lives as long as the process: one
+// goroutine, locked to it, serves every read. It must never exit: a thread
+// that exits sends its parent-death signal (PR_SET_PDEATHSIG, which the lab
+// sets on the pods' processes) to every child process it happened to fork
+// before the goroutine locked it, which killed lab servers ("connection
+// refused") while an earlier version let the thread end.
+func privateTracefs(rel string) (uint64, error) {
+	tracefsOnce.Do(func() {
+		tracefsReqs = make(chan tracefsReq)
+		ready := make(chan error)
+		go serveTracefs(ready)
+		tracefsErr = <-ready
+	})
+	if tracefsErr != nil {
+		return 0, tracefsErr
+	}
+	req := tracefsReq{rel: rel, reply: make(chan tracefsReply, 1)}
+	tracefsReqs <- req
+	r := <-req.reply
+	return r.id, r.err
+}
+
+type tracefsReq struct {
+	rel   string
+	reply chan tracefsReply
+}
+
+type tracefsReply struct {
+	id  uint64
+	err error
+}
+
+var (
+	tracefsOnce sync.Once
+	tracefsReqs chan tracefsReq
+	tracefsErr  error
+)
+
+// serveTracefs makes the private namespace and mount on a locked thread,
+// reports it on ready, then answers reads forever (never unlocks, never
+// returns; after a failure it parks: the thread's namespace may be half
+// made).
+func serveTracefs(ready chan<- error) {
+	runtime.LockOSThread() // never unlocked: see privateTracefs
+	err := func() error {
+		// CLONE_NEWNS implies CLONE_FS: this thread gets a copy of the
+		// process's root and cwd and a copy of its mounts.
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("private tracefs: unshare mount namespace: %w", err)
 		}
 		// The copy's mounts propagate to the host's peers unless private.
-		if err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			err = fmt.Errorf("private tracefs: make mounts private: %w", err)
-			return
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return fmt.Errorf("private tracefs: make mounts private: %w", err)
 		}
-		if err = unix.Mount("tracefs", tracefsDir, "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			err = fmt.Errorf("private tracefs: mount tracefs on %s: %w", tracefsDir, err)
-			return
+		if err := unix.Mount("tracefs", tracefsDir, "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("private tracefs: mount tracefs on %s: %w", tracefsDir, err)
 		}
-		if id, err = readEventID(filepath.Join(tracefsDir, rel)); err != nil {
+		return nil
+	}()
+	ready <- err
+	if err != nil {
+		select {}
+	}
+	for req := range tracefsReqs {
+		id, err := readEventID(filepath.Join(tracefsDir, req.rel))
+		if err != nil {
 			err = fmt.Errorf("private tracefs: %w", err)
 		}
-	}()
-	<-done
-	return id, err
+		req.reply <- tracefsReply{id, err}
+	}
 }
 
 // AttachTraceEvent attaches prog (a tracepoint program) to the trace event
