@@ -12,7 +12,8 @@ GENERATED := internal/datapath/shortcut/shortcut_bpfel.go internal/datapath/shor
              internal/datapath/bypass/bypass_bpfel.go internal/datapath/bypass/bypass_bpfel.o \
              internal/datapath/services/services_bpfel.go internal/datapath/services/services_bpfel.o \
              internal/tracer/tracer_bpfel.go internal/tracer/tracer_bpfel.o \
-             internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o
+             internal/bpftest/units_bpfel.go internal/bpftest/units_bpfel.o \
+             lab/naivesockmap/naive_bpfel.go lab/naivesockmap/naive_bpfel.o
 
 .PHONY: k8s-bin test-k8s bench-k8s bench-services test-kernels test-kernels-programs kernel-bp test-kernel-bp test-kernel-bp-selftests
 .PHONY: all build generate check-generated depcheck test test-unit test-e2e test-crash test-stress demo bench-quick bench-bypass bench-mesh-matrix bench-trace-paths bench-memory clean deps helm image release test-release manifests check-manifests reference
@@ -33,20 +34,22 @@ $(LAB_BIN): $(GENERATED) $(shell find lab internal -name '*.go' -not -name '*_te
 
 # Every generated object depends on every eBPF source, so a stale tracer or
 # datapath object is never embedded.
-$(GENERATED) &: $(BPF_SRC) internal/datapath/shortcut/gen.go internal/datapath/bypass/gen.go internal/datapath/services/gen.go internal/tracer/gen.go internal/bpftest/gen.go
+$(GENERATED) &: $(BPF_SRC) internal/datapath/shortcut/gen.go internal/datapath/bypass/gen.go internal/datapath/services/gen.go internal/tracer/gen.go internal/bpftest/gen.go lab/naivesockmap/gen.go
 	$(MAKE) generate
 
-# bpf2go for the datapath families (shortcut, bypass, services), the tracer and the eBPF unit-test programs.
+# bpf2go for the datapath families (shortcut, bypass, services), the tracer, the eBPF unit-test programs
+# and the lab's naive sockmap (bench hops).
 generate:
 	cd internal/datapath && $(GO) generate ./...
 	cd internal/tracer && $(GO) generate ./...
 	cd internal/bpftest && $(GO) generate ./...
+	cd lab/naivesockmap && $(GO) generate ./...
 	cd internal/kubeapi && $(GO) generate ./...
 
 # Regenerates the bpf2go output with the pinned clang, and the Kubernetes
 # objects' deep copies, and fails on any diff.
 check-generated: generate
-	git diff --exit-code -- internal/datapath/ internal/tracer/ internal/bpftest/ internal/kubeapi/ || \
+	git diff --exit-code -- internal/datapath/ internal/tracer/ internal/bpftest/ internal/kubeapi/ lab/naivesockmap/ || \
 	  (echo "generated files differ from their sources: run 'make generate' and commit" >&2; exit 1)
 
 # Every program the code and the tests run is provided by a package

@@ -47,7 +47,28 @@ type Progs struct {
 // OpenProgs opens every loaded program whose name starts with prefix (the
 // bench's agents': a bench runs alone). Names are the kernel's (at most 15
 // characters).
-func OpenProgs(prefix string) (*Progs, error) {
+func OpenProgs(prefix string) (*Progs, error) { return OpenNewProgs(prefix, nil) }
+
+// ProgramIDs are the ids of every loaded BPF program.
+func ProgramIDs() (map[ebpf.ProgramID]bool, error) {
+	ids := map[ebpf.ProgramID]bool{}
+	var id ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return ids, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("BPF programs: %w", err)
+		}
+		id, ids[next] = next, true
+	}
+}
+
+// OpenNewProgs is OpenProgs without the programs of old (ProgramIDs before
+// the bench loaded its own): another datapath's programs on the machine
+// are not the bench's.
+func OpenNewProgs(prefix string, old map[ebpf.ProgramID]bool) (*Progs, error) {
 	p := &Progs{}
 	var id ebpf.ProgramID
 	for {
@@ -60,6 +81,9 @@ func OpenProgs(prefix string) (*Progs, error) {
 			return nil, fmt.Errorf("BPF programs: %w", err)
 		}
 		id = next
+		if old[id] {
+			continue
+		}
 		prog, err := ebpf.NewProgramFromID(id)
 		if err != nil {
 			continue // gone meanwhile

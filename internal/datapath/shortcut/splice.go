@@ -20,9 +20,11 @@ import (
 // where the host allows fentry), the syscall events syscalls:
 // sys_enter_splice and sys_enter_sendfile64 (their programs run for those
 // syscalls only, but enabling any syscall event sends every syscall of the
-// node through the tracing entry; perf needs their ids from tracefs), else
-// the raw tracepoint sys_enter (no tracefs; its program runs for every
-// syscall).
+// node through the tracing entry; perf needs their ids, which only tracefs
+// tells: the host's mount, else a private one, bpfsys.TraceEventID), else
+// the raw tracepoint sys_enter (its program runs for every syscall, and
+// costs the node's every syscall several times what the events do:
+// docs/measurements/benchmarks.md, "The splice guard's cost").
 var spliceEvents = []struct{ prog, event string }{
 	{shortcutProgEzScSpliceTp, "sys_enter_splice"},
 	{shortcutProgEzScSendfileTp, "sys_enter_sendfile64"},
@@ -65,10 +67,10 @@ func spliceGroup() bpfsys.Group {
 }
 
 // spliceEventsAttachable checks prog attaches to each syscall event
-// (tracefs mounted, CONFIG_FTRACE_SYSCALLS) and detaches it.
+// (their ids from tracefs, CONFIG_FTRACE_SYSCALLS) and detaches it.
 func spliceEventsAttachable(prog *ebpf.Program) error {
 	for _, h := range spliceEvents {
-		l, err := link.Tracepoint("syscalls", h.event, prog, nil)
+		l, err := bpfsys.AttachTraceEvent("syscalls", h.event, prog)
 		if err != nil {
 			return fmt.Errorf("attach to syscalls:%s: %w", h.event, err)
 		}
@@ -104,7 +106,7 @@ func (s *Shortcut) attachSplice(tx *bpfsys.Tx) error {
 	}}}
 	for _, h := range spliceEvents {
 		hooks = append(hooks, hook{h.prog, map[string]*ebpf.Program{shortcutProgEzScSpliceTp: s.objs.EzScSpliceTp, shortcutProgEzScSendfileTp: s.objs.EzScSendfileTp}[h.prog],
-			func(p *ebpf.Program) (link.Link, error) { return link.Tracepoint("syscalls", h.event, p, nil) }})
+			func(p *ebpf.Program) (link.Link, error) { return bpfsys.AttachTraceEvent("syscalls", h.event, p) }})
 	}
 	for _, h := range hooks {
 		pin := bpfsys.LinkPin(s.dir, bpfsys.KindTracing, h.name)

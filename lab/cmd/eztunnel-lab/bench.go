@@ -20,7 +20,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
-	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd(), benchBypassCmd(), benchMeshMatrixCmd(), benchServicesCmd(), benchTracePathsCmd(), benchScaleCmd())
+	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd(), benchBypassCmd(), benchMeshMatrixCmd(), benchServicesCmd(), benchTracePathsCmd(), benchScaleCmd(), benchHopsCmd())
 	return cmd
 }
 
