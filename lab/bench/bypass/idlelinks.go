@@ -169,7 +169,9 @@ func reattacher(info *link.Info, pt ebpf.ProgramType, root, ns string) (func(*eb
 		if !strings.HasPrefix(name, "sys_enter_") && !strings.HasPrefix(name, "sys_exit_") {
 			return nil, fmt.Errorf("tracepoint %s: not a syscalls tracepoint", name)
 		}
-		return func(p *ebpf.Program) (link.Link, error) { return link.Tracepoint("syscalls", name, p, nil) }, nil
+		// The event id through the host's tracefs or a private mount, as the
+		// agent attached it (this host mounts no tracefs).
+		return func(p *ebpf.Program) (link.Link, error) { return bpfsys.AttachTraceEvent("syscalls", name, p) }, nil
 	}
 	return nil, fmt.Errorf("link type %v: not one --pair idle can attach again", info.Type)
 }
