@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/datapath/bypass"
 	"github.com/eztunnel/eztunnel/internal/netprobe"
 	"github.com/eztunnel/eztunnel/internal/stats"
@@ -155,28 +154,11 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 // runPaired measures the paired rows of one mode with the bypass agents
 // running; the switches are the agents' (one per node).
 func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers map[string]*multinode.Pod, a *agents, progs *bench.Progs, w io.Writer) ([]pairedRow, error) {
-	var sws []*bypass.Switch
-	defer func() {
-		for _, s := range sws {
-			s.Close()
-		}
-	}()
-	for _, pin := range a.pins {
-		s, err := bypass.OpenSwitch(datapath.Config{PinRoot: pin}.Dir())
-		if err != nil {
-			return nil, err
-		}
-		sws = append(sws, s)
+	flip, closeSwitches, err := a.OpenSwitches()
+	if err != nil {
+		return nil, err
 	}
-	flip := func(paused bool) error {
-		for _, s := range sws {
-			if err := s.Pause(paused); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	defer flip(false)
+	defer closeSwitches() // the bypass on again, then closed
 	var rows []pairedRow
 	for _, path := range paths {
 		for _, kind := range pairedKinds(path) {
