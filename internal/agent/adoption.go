@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
+	"github.com/eztunnel/eztunnel/internal/metrics"
 	"github.com/eztunnel/eztunnel/internal/parts"
 )
 
@@ -41,16 +42,6 @@ func (a *adopter) due(why string, now time.Time) bool {
 	return why != "interval" || now.Sub(a.lastEnd) >= roundCPUShare*a.lastCPU
 }
 
-// processCPU is the agent's CPU time so far, user and system (0 where
-// getrusage fails).
-func processCPU() time.Duration {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func newAdopter(cfg Config, dp *datapath.Datapath, rep parts.Report) *adopter {
 	a := &adopter{cfg: cfg, dp: dp, idle: make(chan struct{}, 1)}
 	a.part, _ = rep.Get(parts.Adoption)
@@ -80,9 +71,9 @@ func (a *adopter) round(why string) {
 	}
 	go func() {
 		defer func() { a.idle <- struct{}{} }()
-		cpu0 := processCPU()
+		cpu0 := metrics.CPUTime(unix.RUSAGE_SELF)
 		rep, err := a.dp.Adopt(a.cfg.Cgroups)
-		cpu := processCPU() - cpu0
+		cpu := metrics.CPUTime(unix.RUSAGE_SELF) - cpu0
 		a.lastCPU, a.lastEnd = cpu, time.Now()
 		if err != nil {
 			slog.Warn("adoption round", "err", err)

@@ -51,18 +51,20 @@ func NewFillCache(read func() (map[string]datapath.MapFill, error), interval tim
 func (c *FillCache) Refresh() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	start, cpu0 := time.Now(), threadCPU()
+	start, cpu0 := time.Now(), CPUTime(unix.RUSAGE_THREAD)
 	fill, err := c.read()
-	cpu := threadCPU() - cpu0
+	cpu := CPUTime(unix.RUSAGE_THREAD) - cpu0
 	c.mu.Lock()
 	c.fill, c.err, c.at, c.walk, c.cpu = fill, err, time.Now(), time.Since(start), cpu
 	c.mu.Unlock()
 }
 
-// threadCPU is the calling thread's CPU time (0 where getrusage fails).
-func threadCPU() time.Duration {
+// CPUTime is the CPU time, user and system, of who (unix.RUSAGE_THREAD:
+// the calling thread; unix.RUSAGE_SELF: the process), 0 where getrusage
+// fails.
+func CPUTime(who int) time.Duration {
 	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
+	if unix.Getrusage(who, &ru) != nil {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())

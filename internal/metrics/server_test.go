@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/datapath"
 )
@@ -145,7 +146,7 @@ func TestFillWalkCPU(t *testing.T) {
 	var sink uint64
 	c := NewFillCache(func() (map[string]datapath.MapFill, error) {
 		// Burn CPU until this thread has used some.
-		for start := threadCPU(); threadCPU()-start < 20*time.Millisecond; {
+		for start := CPUTime(unix.RUSAGE_THREAD); CPUTime(unix.RUSAGE_THREAD)-start < 20*time.Millisecond; {
 			for i := range 100000 {
 				sink += uint64(i)
 			}
