@@ -36,7 +36,8 @@ type semCase struct {
 	backpressure   uint64 // connections expected to switch to the kernel path (fallback_backpressure)
 	resets         uint64 // FINs expected to go out as RST (close with redirected bytes unread)
 	// splices: the server reads its scenario line with recv, then splices
-	// (bpf/shortcut/splice.h): its connection switches at the splice, and
+	// (bpf/shortcut/splice.h): its connection switches at the splice (or
+	// at the client's half close, if that came first), and
 	// bytes redirected before it are stranded (splice_stranded) or not,
 	// as the client's first write and the splice race.
 	splices bool
@@ -248,7 +249,14 @@ func TestSemantics(t *testing.T) {
 					t.Logf("KNOWN KERNEL LIMIT (Linux %s): RST on close is off: %s", kernelRelease(t), resetOff.Reason)
 					return
 				}
-				if d["close_resets_armed"] != c.resets || d["close_resets_sent"] != c.resets {
+				if c.splices && d["splice_stranded"] == 1 {
+					// The stranded bytes stay in the server's psock (only
+					// recvmsg reads them): its close, after the client's,
+					// resets, and may come after the counters were read.
+					if d["close_resets_armed"] > 1 || d["close_resets_sent"] > d["close_resets_armed"] {
+						t.Errorf("want at most the stranding server's FIN sent as RST: %v", d)
+					}
+				} else if d["close_resets_armed"] != c.resets || d["close_resets_sent"] != c.resets {
 					t.Errorf("want %d FIN(s) sent as RST (closed with redirected bytes unread): %v", c.resets, d)
 				}
 				want, ok := baseline[c.name]
@@ -256,8 +264,17 @@ func TestSemantics(t *testing.T) {
 					t.Fatal("no baseline observation")
 				}
 				if c.splices {
-					if d["fallback_splice"] != 1 {
-						t.Errorf("want the splicing server's connection switched (fallback_splice 1): %v", d)
+					// The connection switches once: at the splice, or, when
+					// the client's 1 MiB and shutdown(SHUT_WR) both ran
+					// before the server's splice (a loaded CPU), at the
+					// half close (sockops.h on_half_close), and the splice
+					// then finds its bytes stranded.
+					switch {
+					case d["fallback_splice"] == 1 && d["fallback_half_close"] == 0:
+					case d["fallback_splice"] == 0 && d["fallback_half_close"] == 1 && d["splice_stranded"] == 1:
+						t.Logf("MEASURED the client's half close switched the connection before the server's splice")
+					default:
+						t.Errorf("want the connection switched once, at the splice (fallback_splice 1) or at the client's half close before a splice that found its bytes stranded: %v", d)
 					}
 					if d["splice_stranded"] == 0 && !reflect.DeepEqual(obs, want) {
 						t.Errorf("nothing stranded, yet observations differ from plain TCP:\n%s", diffObs(want, obs))
