@@ -17,7 +17,7 @@ import (
 )
 
 // Bench runs the benchmark lab: for each mesh mode a fresh node, a warm-up
-// pass, then o.Reps rounds of four runs of every workload (roundModes: an
+// pass, the paired ping-echo (o.PairQuads, paired.go), then o.Reps rounds of four runs of every workload (roundModes: an
 // A/A pair of baseline runs and an A/B pair of baseline and eztunnel). Raw
 // results go to o.Out/raw as they are measured; at the end summary.md,
 // runs.csv and the plots are rendered from them and the main table is
@@ -35,6 +35,8 @@ func Bench(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	}
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = o.PinRoot
+	// The paired ping-echo's kernel path; no other workload uses these ports.
+	cfg.Select.ExcludePorts = meshlab.KernelPathPorts
 	if err := bench.Sweep(cfg, o.Log); err != nil {
 		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
 	}
@@ -53,7 +55,11 @@ func Bench(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	if err := bench.WriteJSON(filepath.Join(o.Out, "machine.json"), facts); err != nil {
 		return err
 	}
-	prog := newProgress(o.Log, len(o.Meshes)*o.Reps*4*len(o.Workloads))
+	runs := len(o.Meshes) * o.Reps * 4 * len(o.Workloads)
+	if o.PairQuads > 0 {
+		runs += len(o.Meshes)
+	}
+	prog := newProgress(o.Log, runs)
 	for _, name := range o.Meshes {
 		mesh, _ := meshlab.ParseMesh(name)
 		if err := benchMesh(ctx, o, cfg, mesh, prog); err != nil {
@@ -110,7 +116,12 @@ func benchMesh(ctx context.Context, o Options, cfg datapath.Config, mesh meshlab
 			return fmt.Errorf("warm-up %s: %w", w, err)
 		}
 	}
-	for rep := 1; rep <= o.Reps; rep++ {
+	if o.PairQuads > 0 {
+		if err := m.pairedB2B(cfg, prog); err != nil {
+			return fmt.Errorf("paired ping-echo: %w", err)
+		}
+	}
+	for rep := 1; rep <= o.Reps && len(o.Workloads) > 0; rep++ {
 		for _, mode := range roundModes(rep) {
 			if err := m.mode(cfg, mode, rep, prog); err != nil {
 				return err
