@@ -77,7 +77,7 @@ func DefaultOptions() Options {
 		Subnet:       40,
 		PinRoot:      "/sys/fs/bpf/ezbench-lab",
 		PairPhase:    100 * time.Millisecond,
-		PairConns:    4,
+		PairConns:    16,
 	}
 }
 
@@ -94,7 +94,7 @@ const QuickPairQuads = 52
 
 // ApplyQuick shortens a run to under a minute per mesh that still
 // repeats: the back-to-back ping-echo paired (QuickPairQuads quads of
-// 100 ms phases, each phase on 4 fresh connections, as the round trip of
+// 100 ms phases, each phase on 16 fresh connections, as the round trip of
 // a connection through the proxies varies from connection to connection);
 // file-transfer and redis in six rounds of four short runs per mesh (an
 // A/A pair of baseline runs and an A/B pair, see roundModes); every
@@ -105,7 +105,7 @@ func (o *Options) ApplyQuick() {
 	o.Quick = true
 	o.Reps = 6
 	o.Workloads = QuickWorkloads
-	o.PairQuads, o.PairPhase, o.PairConns = QuickPairQuads, 100*time.Millisecond, 4
+	o.PairQuads, o.PairPhase, o.PairConns = QuickPairQuads, 100*time.Millisecond, 16
 	o.PingN = 100
 	o.PingConns = 20
 	o.TransferMiB = 128

@@ -79,7 +79,7 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, fmt.Sprintf("short run that repeats: back-to-back ping-echo paired (%d quads of 100 ms phases, 4 fresh connections each), 6 rounds of four short file-transfer and redis runs (latency, FCT; no throughput), pinned to one CPU at nice -10; under a minute per mesh mode", mesh.QuickPairQuads))
+	f.BoolVar(&quick, "quick", false, fmt.Sprintf("short run that repeats: back-to-back ping-echo paired (%d quads of 100 ms phases, 16 fresh connections each), 6 rounds of four short file-transfer and redis runs (latency, FCT; no throughput), pinned to one CPU at nice -10; under a minute per mesh mode", mesh.QuickPairQuads))
 	f.StringVar(&report, "report", "", "render summary.md, runs.csv and plots again from a results directory and exit")
 	f.StringSliceVar(&o.Meshes, "mesh", o.Meshes, fmt.Sprintf("mesh modes, in order (%v)", meshlab.Meshes))
 	f.StringSliceVar(&o.Workloads, "workload", o.Workloads, fmt.Sprintf("workloads (%v)", mesh.Workloads))
