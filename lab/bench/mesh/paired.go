@@ -118,7 +118,7 @@ func (m *meter) pairedB2B(cfg datapath.Config, prog *progress) (err error) {
 	}
 	res := PairedB2B{Mesh: m.mesh, Quads: o.PairQuads, Phase: o.PairPhase, Conns: o.PairConns, Size: size,
 		Excl: cfg.Select.ExcludePorts, Counters: [4]map[string]uint64{{}, {}, {}, {}}}
-	prog.start(fmt.Sprintf("%s paired ping-echo b2b, %d quads of %s phases", m.mesh, o.PairQuads, o.PairPhase))
+	prog.startPaired(fmt.Sprintf("%s paired ping-echo b2b, %d quads of %s phases", m.mesh, o.PairQuads, o.PairPhase))
 	start := time.Now()
 	quads, err := bench.RunQuads(o.PairQuads, bench.SideA, func(bench.Side) error { return nil }, func(s bench.Side) (workload.EchoPhase, error) {
 		path := s

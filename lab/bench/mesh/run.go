@@ -55,11 +55,11 @@ func Bench(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	if err := bench.WriteJSON(filepath.Join(o.Out, "machine.json"), facts); err != nil {
 		return err
 	}
-	runs := len(o.Meshes) * o.Reps * 4 * len(o.Workloads)
+	runs, paired := len(o.Meshes)*o.Reps*4*len(o.Workloads), 0
 	if o.PairQuads > 0 {
-		runs += len(o.Meshes)
+		paired = len(o.Meshes)
 	}
-	prog := newProgress(o.Log, runs)
+	prog := newProgress(o.Log, runs+paired, paired)
 	for _, name := range o.Meshes {
 		mesh, _ := meshlab.ParseMesh(name)
 		if err := benchMesh(ctx, o, cfg, mesh, prog); err != nil {
@@ -248,18 +248,25 @@ func headline(r Run) string {
 	return s
 }
 
-// progress prints one line per finished run with completion and ETA.
+// progress prints one line per finished run with completion and ETA. The
+// paired ping-echo steps (one per mesh) take far longer than a run: the
+// ETA adds the mean duration of each kind times the steps of it left.
 type progress struct {
 	w      io.Writer
-	total  int
+	total  int // runs and paired steps
+	paired int // of total, paired steps
 	n      int
 	begin  time.Time
 	label  string
 	runBeg time.Time
+	isPair bool
+	// Durations and counts of the finished runs and paired steps.
+	runSum, pairSum time.Duration
+	runs, pairs     int
 }
 
-func newProgress(w io.Writer, total int) *progress {
-	return &progress{w: w, total: total, begin: time.Now()}
+func newProgress(w io.Writer, total, paired int) *progress {
+	return &progress{w: w, total: total, paired: paired, begin: time.Now()}
 }
 
 func (p *progress) elapsed() time.Duration { return time.Since(p.begin).Round(time.Second) }
@@ -268,15 +275,38 @@ func (p *progress) note(format string, args ...any) {
 	fmt.Fprintf(p.w, "[%s] %s\n", p.elapsed(), fmt.Sprintf(format, args...))
 }
 
-func (p *progress) start(label string) { p.label, p.runBeg = label, time.Now() }
+func (p *progress) start(label string) { p.label, p.runBeg, p.isPair = label, time.Now(), false }
+
+// startPaired starts a paired ping-echo step.
+func (p *progress) startPaired(label string) { p.start(label); p.isPair = true }
 
 func (p *progress) done(result string) {
 	p.n++
-	eta := "?"
-	if p.n > 0 {
-		per := time.Since(p.begin) / time.Duration(p.n)
-		eta = (per * time.Duration(p.total-p.n)).Round(time.Second).String()
+	took := time.Since(p.runBeg)
+	if p.isPair {
+		p.pairSum += took
+		p.pairs++
+	} else {
+		p.runSum += took
+		p.runs++
+	}
+	eta, known := time.Duration(0), true
+	for _, k := range []struct {
+		sum        time.Duration
+		done, left int
+	}{{p.runSum, p.runs, p.total - p.paired - p.runs}, {p.pairSum, p.pairs, p.paired - p.pairs}} {
+		switch {
+		case k.left == 0:
+		case k.done == 0:
+			known = false
+		default:
+			eta += k.sum / time.Duration(k.done) * time.Duration(k.left)
+		}
+	}
+	etas := "?"
+	if known {
+		etas = eta.Round(time.Second).String()
 	}
 	fmt.Fprintf(p.w, "[%3d/%d %3.0f%% ETA %s] %s: %s (%.1fs)\n", p.n, p.total,
-		100*float64(p.n)/float64(p.total), eta, p.label, result, time.Since(p.runBeg).Seconds())
+		100*float64(p.n)/float64(p.total), etas, p.label, result, took.Seconds())
 }
