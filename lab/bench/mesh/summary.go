@@ -160,6 +160,10 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	o := f.Options
 	fmt.Fprintf(&b, "\nOptions: meshes %s, %d round(s) of four runs (an A/A pair of baseline runs, an A/B pair of baseline and eztunnel; order alternating); paced ping-echo %d x 24 B every %s, back-to-back %d connection(s) x %d x 24 B, file-transfer %d MiB, redis %d requests per test (SET, GET) with %d clients, http %s with %d connections, CPUs %q, nice %d.\n",
 		strings.Join(o.Meshes, ", "), o.Reps, o.PacedN, o.Interval, max(o.PingConns, 1), o.PingN, o.TransferMiB, o.RedisN, o.RedisClients, o.HTTPDuration, o.HTTPConns, o.CPUs, o.Nice)
+	if o.PairQuads > 0 {
+		fmt.Fprintf(&b, "Back-to-back ping-echo paired: %d quads of %s phases, %d fresh connections per phase; workloads in rounds: %s.\n",
+			o.PairQuads, o.PairPhase, o.PairConns, strings.Join(o.Workloads, ", "))
+	}
 	b.WriteString("\n## Main results\n\n" + mainLegend + "\n\n")
 	b.WriteString(r.mainTable())
 	b.WriteString("\n## Targets\n\n")
