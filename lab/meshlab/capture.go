@@ -16,13 +16,19 @@ import (
 // goes to 15001, loopback traffic of the app stays local. Istio returns its
 // own ports (15008, 15090, 15021, 15020) in ISTIO_INBOUND; 15090 stands for
 // them. The rules live in the pod's netns and go away with it.
+//
+// Connections to PortEchoKernel go to the sidecars' second listeners
+// (PortOutboundKernel, PortInboundKernel) instead: the same proxies, on
+// ports the paired ping-echo's datapath excludes.
 func SidecarCapture() string {
 	uid := strconv.Itoa(ProxyUID)
+	kernel := strconv.Itoa(PortEchoKernel)
 	return natBatch(
 		[]string{"ISTIO_INBOUND", "ISTIO_IN_REDIRECT", "ISTIO_OUTPUT", "ISTIO_REDIRECT"},
 		"-A PREROUTING -p tcp -j ISTIO_INBOUND",
 		"-A ISTIO_INBOUND -p tcp --dport 15090 -j RETURN",
 		"-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT",
+		"-A ISTIO_IN_REDIRECT -p tcp --dport "+kernel+" -j REDIRECT --to-ports "+strconv.Itoa(PortInboundKernel),
 		"-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports "+strconv.Itoa(PortInbound),
 		"-A OUTPUT -p tcp -j ISTIO_OUTPUT",
 		"-A ISTIO_OUTPUT -s 127.0.0.6/32 -o lo -j RETURN",
@@ -31,6 +37,7 @@ func SidecarCapture() string {
 		"-A ISTIO_OUTPUT -m owner --uid-owner "+uid+" -j RETURN",
 		"-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN",
 		"-A ISTIO_OUTPUT -j ISTIO_REDIRECT",
+		"-A ISTIO_REDIRECT -p tcp --dport "+kernel+" -j REDIRECT --to-ports "+strconv.Itoa(PortOutboundKernel),
 		"-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports "+strconv.Itoa(PortOutbound),
 	)
 }

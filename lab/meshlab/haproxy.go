@@ -20,14 +20,16 @@ defaults
 
 // SidecarConfig is one pod's sidecar.
 //
-// Outbound on 15001: `server orig 0.0.0.0:0` forwards to the connection's
+// Outbound on 15001 (and 15002, where the capture sends PortEchoKernel):
+// `server orig 0.0.0.0:0` forwards to the connection's
 // original destination. HAProxy built with USE_LINUX_TPROXY reads
 // SO_ORIGINAL_DST before getsockname, so a REDIRECTed connection reports
 // where the app meant to go, as Envoy's original_dst filter does.
 //
-// Inbound on 15006: `server app 127.0.0.1` without a port forwards to the
-// original destination port on loopback, as Istio's inbound passthrough did
-// before it moved to the pod IP with source 127.0.0.6.
+// Inbound on 15006 (and 15007): `server app 127.0.0.1` without a port
+// forwards to the original destination port on loopback, as Istio's
+// inbound passthrough did before it moved to the pod IP with source
+// 127.0.0.6.
 //
 // The proxy starts as root to bind, then runs as ProxyUID; its outbound
 // sockets are created after that, so the capture's owner match sees it.
@@ -44,6 +46,7 @@ func SidecarConfig(tls bool, cert, statsSock string) string {
 	fmt.Fprintf(&b, `
 frontend outbound
     bind 0.0.0.0:%d
+    bind 0.0.0.0:%d
     default_backend original_dst
 
 backend original_dst
@@ -51,11 +54,12 @@ backend original_dst
 
 frontend inbound
     bind 0.0.0.0:%d%s
+    bind 0.0.0.0:%d%s
     default_backend local_app
 
 backend local_app
     server app 127.0.0.1
-`, PortOutbound, outSSL, PortInbound, inSSL)
+`, PortOutbound, PortOutboundKernel, outSSL, PortInbound, inSSL, PortInboundKernel, inSSL)
 	return b.String()
 }
 

@@ -45,10 +45,16 @@ const (
 	PortRedis  = 6379
 	PortHTTP   = 8080
 	PortPool   = 7300 // echo of pool clients (Go netpoller): connections opened before the agent
+	// PortEchoKernel is the echo server's second port: the same process and,
+	// in every mesh mode, the same proxies and hops as PortEcho, each hop
+	// on a port of its own (KernelPathPorts). The paired ping-echo of
+	// `bench lab` excludes those ports from the shortcut: a connection to
+	// it is the kernel path, one to PortEcho the shortcut.
+	PortEchoKernel = 7002
 )
 
 // servicePorts are every port the workloads connect to.
-var servicePorts = []int{PortStream, PortEcho, PortRedis, PortHTTP, PortPool}
+var servicePorts = []int{PortStream, PortEcho, PortRedis, PortHTTP, PortPool, PortEchoKernel}
 
 // Istio's sidecar ports and proxy uid (istio-proxy is uid 1337).
 const (
@@ -59,4 +65,16 @@ const (
 	// port p is 127.0.0.1:p+offset (ztunnel uses one port, 15008, and HBONE
 	// CONNECT to name the destination; HAProxy in tcp mode needs one each).
 	ambientInboundOffset = 20000
+	// The sidecars' listeners for connections to PortEchoKernel: the same
+	// frontends as PortOutbound and PortInbound, on ports of their own
+	// (the capture sends PortEchoKernel there).
+	PortOutboundKernel = 15002
+	PortInboundKernel  = 15007
 )
+
+// KernelPathPorts are the server ports of every leg of a connection to
+// PortEchoKernel, in every mesh mode: the echo server's, the sidecars'
+// and the node proxy's inbound listener. A datapath that excludes them
+// (Selection.ExcludePorts) leaves such connections on the kernel path,
+// every other one as it was.
+var KernelPathPorts = []uint16{PortEchoKernel, PortOutboundKernel, PortInboundKernel, PortEchoKernel + ambientInboundOffset}

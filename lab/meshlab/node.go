@@ -111,8 +111,9 @@ func (n *Node) Close() error {
 
 func (n *Node) startServers() error {
 	s := n.Server
-	if _, err := n.start("echo", s, []int{PortStream, PortEcho, PortPool}, n.cfg.Exe, "workload", "serve",
-		"--stream", ":"+strconv.Itoa(PortStream), "--echo", ":"+strconv.Itoa(PortEcho), "--pool", ":"+strconv.Itoa(PortPool)); err != nil {
+	if _, err := n.start("echo", s, []int{PortStream, PortEcho, PortEchoKernel, PortPool}, n.cfg.Exe, "workload", "serve",
+		"--stream", ":"+strconv.Itoa(PortStream), "--echo", ":"+strconv.Itoa(PortEcho), "--echo", ":"+strconv.Itoa(PortEchoKernel),
+		"--pool", ":"+strconv.Itoa(PortPool)); err != nil {
 		return err
 	}
 	if _, err := n.start("redis-server", s, []int{PortRedis}, "redis-server", "--port", strconv.Itoa(PortRedis),
@@ -156,7 +157,7 @@ func (n *Node) startMesh() error {
 			return err
 		}
 		for _, p := range []*netlab.Pod{n.Client, n.Server} {
-			if _, err := n.start("haproxy-"+p.Name, p, []int{PortOutbound, PortInbound}, "haproxy", "-f", cfg, "-db"); err != nil {
+			if _, err := n.start("haproxy-"+p.Name, p, []int{PortOutbound, PortOutboundKernel, PortInbound, PortInboundKernel}, "haproxy", "-f", cfg, "-db"); err != nil {
 				return err
 			}
 			if err := InstallCapture(n.ctx, p, SidecarCapture()); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/eztunnel/eztunnel/internal/cgroupv2"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/bench/mesh"
 	"github.com/eztunnel/eztunnel/lab/logbuf"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
@@ -121,7 +122,7 @@ func TestLabTopology(t *testing.T) {
 }
 
 // tinyLab is the smallest complete `bench lab` run: every workload, one
-// round of four runs (--quick alone measures six rounds of fewer
+// round of four runs, no paired ping-echo (TestLabPairedB2B) (--quick alone measures six rounds of fewer
 // workloads; one round has no interval and judges nothing). Its pin path is recorded by a holder of this process, so a
 // killed run's pins are swept.
 func tinyLab(t *testing.T, name string, subnet int, out string, meshes string) *exec.Cmd {
@@ -140,7 +141,7 @@ func tinyLab(t *testing.T, name string, subnet int, out string, meshes string) *
 	}
 	return sysexec.Command(context.Background(), labBin, "bench", "lab", "--quick", "--lab-name", name, "--subnet", strconv.Itoa(subnet),
 		"--pin-path", "/sys/fs/bpf/ez"+name, "--mesh", meshes, "--reps", "1", "--workload", strings.Join(mesh.Workloads, ","), "--paced-n", "3", "--interval", "20ms",
-		"--ping-n", "300", "--transfer-mib", "8", "--redis-n", "1000", "--http-duration", "1s", "--out", out)
+		"--ping-n", "300", "--transfer-mib", "8", "--redis-n", "1000", "--http-duration", "1s", "--b2b-pairs", "0", "--out", out)
 }
 
 // TestLabWorkloads runs every workload once per mode in three mesh modes
@@ -196,6 +197,66 @@ func TestLabWorkloads(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+// TestLabPairedB2B runs the demo's paired ping-echo alone, a few quads of
+// short phases per mesh mode, and checks the report: a paired b2b row with
+// its A/A, and counters that prove every B phase accelerated (connections
+// paired, messages redirected) and no A or A/A phase (none paired, none
+// redirected, connections excluded).
+func TestLabPairedB2B(t *testing.T) {
+	out := t.TempDir()
+	h, err := netlab.Holder("plb4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Close(); err != nil {
+			t.Errorf("pin holder: %v", err)
+		}
+	})
+	if _, err := h.Record(netlab.RecPin, "/sys/fs/bpf/ezlb4"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := sysexec.Command(context.Background(), labBin, "bench", "lab", "--quick", "--lab-name", "lb4", "--subnet", "54",
+		"--pin-path", "/sys/fs/bpf/ezlb4", "--mesh", "none,sidecar,ambient", "--workload", "", "--b2b-pairs", "6", "--b2b-phase", "20ms",
+		"--b2b-conns", "2", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench lab: %v\n%s\n%s", err, stderr.String(), stdout.String())
+	}
+	assertClean(t, "lb4", "/sys/fs/bpf/ezlb4")
+	paired, err := mesh.LoadPaired(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"none", "sidecar", "ambient"} {
+		if !strings.Contains(stdout.String(), "| "+m+" ") {
+			t.Errorf("no %s row:\n%s", m, stdout.String())
+		}
+		p, ok := paired[m]
+		if !ok {
+			t.Errorf("%s: no paired result", m)
+			continue
+		}
+		if p.AA().Pairs != 6 || p.AB().Pairs != 6 {
+			t.Errorf("%s: A/A %v, A/B %v: want 6 pairs each", m, p.AA(), p.AB())
+		}
+		b := p.Counters[bench.SideB]
+		if !p.Verified() || b["pairs"] < 6*2 || b["messages_redirected"] < uint64(p.N[bench.SideB]) {
+			t.Errorf("%s: B phases not accelerated: %v (%d round trips), verified %v", m, b, p.N[bench.SideB], p.Verified())
+		}
+		for _, s := range []bench.Side{bench.SideA, bench.SideAA1, bench.SideAA2} {
+			if c := p.Counters[s]; c["pairs"] != 0 || c["messages_redirected"] != 0 || c["fallback_excluded"] < 6*2 || p.N[s] == 0 {
+				t.Errorf("%s: side %d (kernel path) counters %v, %d round trips", m, s, c, p.N[s])
+			}
+		}
+	}
+	if !strings.Contains(stdout.String(), "ping-echo b2b p50 (us), paired phases") || !strings.Contains(stdout.String(), "ping-echo-b2b p50 (paired phases)") ||
+		strings.Count(stdout.String(), ": B accelerated, A not") != 3 {
+		t.Errorf("paired rows, targets or counter notes missing:\n%s", stdout.String())
 	}
 }
 

@@ -31,6 +31,11 @@ type Options struct {
 	Nice         int           `json:"nice"`       // niceness of every lab process; 0 unchanged
 	PingConns    int           `json:"ping_conns"` // back-to-back ping-echo: connections per run, one after the other
 	Quick        bool          `json:"quick"`
+	// The paired ping-echo (paired.go): quads of phases on fresh
+	// connections, A the kernel path, B the shortcut; PairQuads 0: none.
+	PairQuads int           `json:"pair_quads"`
+	PairPhase time.Duration `json:"pair_phase"`
+	PairConns int           `json:"pair_conns"` // fresh connections per phase
 
 	Out     string    `json:"-"` // results directory
 	LabName string    `json:"-"`
@@ -71,27 +76,36 @@ func DefaultOptions() Options {
 		LabName:      "lab",
 		Subnet:       40,
 		PinRoot:      "/sys/fs/bpf/ezbench-lab",
+		PairPhase:    100 * time.Millisecond,
+		PairConns:    16,
 	}
 }
 
-// QuickWorkloads are what a quick run measures. The paced ping-echo needs
-// minutes of 100 ms rounds to say anything; http needs wrk, whose shortest
-// run is a second, so it would take half of the minute. Both are left to
-// full runs.
-var QuickWorkloads = []string{WB2B, WTransfer, WRedis}
+// QuickWorkloads are what a quick run measures in rounds (its
+// back-to-back ping-echo is the paired one, PairQuads). The paced
+// ping-echo needs minutes of 100 ms rounds to say anything; http needs
+// wrk, whose shortest run is a second, so it would take half of the
+// minute. Both are left to full runs.
+var QuickWorkloads = []string{WTransfer, WRedis}
 
-// ApplyQuick shortens a run to about a minute per mesh that still
-// repeats: six rounds of four short runs per mesh (an A/A pair of baseline
-// runs and an A/B pair, see roundModes);
-// back-to-back ping-echo over 20 connections one after the other, as the
-// round trip of a connection through the proxies varies from connection
-// to connection; every process pinned to one CPU, so placement does not
-// vary between runs, at niceness -10, so other load on that CPU takes
-// little of its time. Flags the user set explicitly are applied after it.
+// QuickPairQuads are a quick run's paired ping-echo quads per mesh: 208
+// phases of 100 ms, at least the 200 alternations issue 37 asks for.
+const QuickPairQuads = 52
+
+// ApplyQuick shortens a run to under a minute per mesh that still
+// repeats: the back-to-back ping-echo paired (QuickPairQuads quads of
+// 100 ms phases, each phase on 16 fresh connections, as the round trip of
+// a connection through the proxies varies from connection to connection);
+// file-transfer and redis in six rounds of four short runs per mesh (an
+// A/A pair of baseline runs and an A/B pair, see roundModes); every
+// process pinned to one CPU, so placement does not vary between runs, at
+// niceness -10, so other load on that CPU takes little of its time. Flags
+// the user set explicitly are applied after it.
 func (o *Options) ApplyQuick() {
 	o.Quick = true
 	o.Reps = 6
 	o.Workloads = QuickWorkloads
+	o.PairQuads, o.PairPhase, o.PairConns = QuickPairQuads, 100*time.Millisecond, 16
 	o.PingN = 100
 	o.PingConns = 20
 	o.TransferMiB = 128
@@ -113,8 +127,10 @@ func (o Options) validate() error {
 		}
 	}
 	switch {
-	case len(o.Meshes) == 0 || len(o.Workloads) == 0:
+	case len(o.Meshes) == 0 || len(o.Workloads) == 0 && o.PairQuads == 0:
 		return errors.New("nothing to run: give at least one mesh and one workload")
+	case o.PairQuads < 0 || o.PairQuads == 1 || o.PairQuads > 0 && (o.PairPhase < 10*time.Millisecond || o.PairConns < 1):
+		return errors.New("--b2b-pairs must be 0 or at least 2, --b2b-phase at least 10ms, --b2b-conns at least 1")
 	case o.PingConns < 1 || o.Nice < -20 || o.Nice > 19:
 		return errors.New("--ping-conns must be at least 1 and --nice within -20..19")
 	case o.Reps < 1:

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -20,7 +21,10 @@ type Report struct {
 	Runs     []Run
 	Meshes   []string
 	Targets  []Target
-	Verified bool // every eztunnel run paired at least one connection
+	Verified bool // every eztunnel run paired at least one connection; every paired phase's counters match its side
+	// Paired ping-echo by mesh (paired.go); its b2b p50 rows and target
+	// come from it.
+	Paired map[string]PairedB2B
 }
 
 // Target is one goal of the issue, evaluated for one mesh mode: Value is
@@ -38,6 +42,10 @@ type Target struct {
 	Reason  string // why bench.NotJudged
 }
 
+// errNoRuns: a results directory without raw runs (a run that measured
+// only the paired ping-echo has none).
+var errNoRuns = errors.New("no raw results")
+
 // Load reads machine.json and every raw/*.json of a results directory.
 func Load(dir string) ([]Run, Facts, error) {
 	var facts Facts
@@ -51,7 +59,7 @@ func Load(dir string) ([]Run, Facts, error) {
 		return nil, facts, err
 	}
 	if len(files) == 0 {
-		return nil, facts, fmt.Errorf("no raw results in %s", filepath.Join(dir, "raw"))
+		return nil, facts, fmt.Errorf("%w in %s", errNoRuns, filepath.Join(dir, "raw"))
 	}
 	sort.Strings(files)
 	var runs []Run
@@ -73,10 +81,14 @@ func Load(dir string) ([]Run, Facts, error) {
 // runs.csv and the plots into it.
 func RenderReport(dir string) (*Report, error) {
 	runs, facts, err := Load(dir)
+	if err != nil && !errors.Is(err, errNoRuns) {
+		return nil, err
+	}
+	paired, err := LoadPaired(dir)
 	if err != nil {
 		return nil, err
 	}
-	rep := NewReport(runs, facts)
+	rep := NewReport(runs, facts, paired)
 	if err := writeFile(filepath.Join(dir, "summary.md"), rep.WriteSummary); err != nil {
 		return nil, err
 	}
@@ -89,12 +101,19 @@ func RenderReport(dir string) (*Report, error) {
 	return rep, nil
 }
 
-// NewReport orders the meshes and evaluates the targets.
-func NewReport(runs []Run, facts Facts) *Report {
-	r := &Report{Facts: facts, Runs: runs, Verified: true}
+// NewReport orders the meshes and evaluates the targets; paired are the
+// paired ping-echo results by mesh (nil: none).
+func NewReport(runs []Run, facts Facts, paired map[string]PairedB2B) *Report {
+	r := &Report{Facts: facts, Runs: runs, Verified: true, Paired: paired}
 	seen := map[string]bool{}
+	for _, p := range paired {
+		if !p.Verified() {
+			r.Verified = false
+		}
+	}
 	for _, m := range facts.Options.Meshes {
-		if !seen[m] && r.has(m) {
+		_, ok := paired[m]
+		if !seen[m] && (ok || r.has(m)) {
 			seen[m] = true
 			r.Meshes = append(r.Meshes, m)
 		}
@@ -309,6 +328,18 @@ func (r *Report) targets(mesh string) []Target {
 	pingGoal := map[string]float64{"none": -45, "sidecar": -40, "sidecar-tls": -40}
 	if goal, ok := pingGoal[mesh]; ok {
 		add(WPaced+" p50", WPaced, p50, goal, false, !quick)
+	}
+	// Issue 39 adds ambient's back-to-back goal.
+	b2bGoal := map[string]float64{"none": -45, "sidecar": -40, "sidecar-tls": -40, "ambient": -40, "ambient-tls": -40}
+	if p, ok := r.Paired[mesh]; ok {
+		t := Target{Mesh: mesh, Name: WB2B + " p50 (paired phases)", Unit: "%", Goal: fmt.Sprintf("upper end <= %+.0f%%", b2bGoal[mesh]),
+			Value: p.AB(), AA: p.AA()}
+		t.Verdict, t.Reason = bench.Judge(t.Value, t.AA, b2bGoal[mesh], false)
+		if _, ok := b2bGoal[mesh]; !ok {
+			t.Goal, t.Verdict = "-", "no goal"
+		}
+		ts = append(ts, t)
+	} else if goal, ok := b2bGoal[mesh]; ok {
 		add(WB2B+" p50", WB2B, p50, goal, false, true)
 	}
 	// Back-to-back RPS is the inverse of the mean round trip: a quick run

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/lab/bench"
+	"github.com/eztunnel/eztunnel/lab/meshlab"
 )
 
 // The fixture (testdata/lab) holds two rounds of mesh "none" (the A/A
@@ -23,7 +25,7 @@ func TestLabReportFromFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := NewReport(runs, facts)
+	rep := NewReport(runs, facts, nil)
 	if len(rep.Meshes) != 1 || rep.Meshes[0] != "none" || !rep.Verified {
 		t.Fatalf("meshes %v verified %v", rep.Meshes, rep.Verified)
 	}
@@ -130,7 +132,7 @@ func TestPairedChanges(t *testing.T) {
 			Run{Mesh: "none", Mode: ModeEztunnel, Rep: rep + 1, Workload: WRedis, Rate: v[1], Latency: stats.Summary{P50: v[1]}})
 	}
 	runs = append(runs, Run{Mesh: "none", Mode: ModeEztunnel, Rep: 5, Workload: WRedis, Rate: 1, Latency: stats.Summary{P50: 1}}) // no partner
-	rep := NewReport(runs, Facts{Options: Options{Quick: true, Reps: 4}})
+	rep := NewReport(runs, Facts{Options: Options{Quick: true, Reps: 4}}, nil)
 	c := rep.change("none", WRedis, func(r Run) float64 { return r.Rate })
 	// per-round changes -50, -55, -40, -60: median -52.5
 	if c.Pairs != 4 || c.Median != -52.5 || c.Lo < -60 || c.Hi > -40 || c.Lo > c.Median || c.Hi < c.Median {
@@ -176,7 +178,7 @@ func abRuns(ez, aa []float64) []Run {
 // the interval's upper end, and only when the A/A holds 0 within ±2%.
 func TestTargetsOnIntervals(t *testing.T) {
 	b2b := func(runs []Run) Target {
-		for _, tg := range NewReport(runs, Facts{Options: Options{Quick: true, Meshes: []string{"none"}}}).Targets {
+		for _, tg := range NewReport(runs, Facts{Options: Options{Quick: true, Meshes: []string{"none"}}}, nil).Targets {
 			if tg.Name == WB2B+" p50" {
 				return tg
 			}
@@ -202,10 +204,69 @@ func TestTargetsOnIntervals(t *testing.T) {
 	if tg := b2b(abRuns(half, wide)); tg.Verdict != bench.NotJudged || !strings.Contains(tg.Reason, "wider than") {
 		t.Errorf("A/A ±4%%: %s (%q), want NOT JUDGED", tg.Verdict, tg.Reason)
 	}
-	rep := NewReport(abRuns(half, offset), Facts{Options: Options{Quick: true}})
+	rep := NewReport(abRuns(half, offset), Facts{Options: Options{Quick: true}}, nil)
 	var b bytes.Buffer
 	rep.WriteMain(&b)
 	if !strings.Contains(b.String(), `NOT JUDGED none "ping-echo-b2b p50": the A/A interval +3.0% [+3.0, +3.0] does not hold 0`) || !rep.Verified {
 		t.Errorf("verified %v, output:\n%s", rep.Verified, b.String())
+	}
+}
+
+// pairedFixture is a paired ping-echo of mesh none: 8 quads, B half of A,
+// the A/A pair's phases within 0.5% of each other; the counters as the
+// datapath reports them, contradicting a side when spoiled.
+func pairedFixture(spoiled bool) PairedB2B {
+	p := PairedB2B{Mesh: "none", Quads: 8, Phase: 100 * time.Millisecond, Conns: 4, Size: 24, Excl: meshlab.KernelPathPorts,
+		Counters: [4]map[string]uint64{{"fallback_excluded": 32}, {"fallback_excluded": 32}, {"fallback_excluded": 32}, {"pairs": 32, "messages_redirected": 9000}}}
+	for i := range p.Quads {
+		a := 20 + float64(i%3)
+		p.Medians[bench.SideA] = append(p.Medians[bench.SideA], a)
+		p.Medians[bench.SideB] = append(p.Medians[bench.SideB], a/2)
+		p.Medians[bench.SideAA1] = append(p.Medians[bench.SideAA1], a)
+		p.Medians[bench.SideAA2] = append(p.Medians[bench.SideAA2], a*(1+0.005*float64(i%3-1)))
+	}
+	if spoiled {
+		p.Accelerated = 1
+	}
+	return p
+}
+
+// TestPairedReport: a mesh's paired ping-echo gives its b2b p50 row (A and
+// B phase medians, the change and the A/A with intervals) and its target,
+// labels the other rows as rounds, and says what the counters prove; a
+// phase whose counters contradict its side makes the report unverified.
+func TestPairedReport(t *testing.T) {
+	runs := abRuns([]float64{0.5, 0.5, 0.5, 0.5, 0.5, 0.5}, []float64{1, 1, 1, 1, 1, 1})
+	for i := range runs {
+		runs[i].Workload = WRedis
+	}
+	facts := Facts{Options: Options{Quick: true, Reps: 6, PairQuads: 8, Meshes: []string{"none"}}}
+	rep := NewReport(runs, facts, map[string]PairedB2B{"none": pairedFixture(false)})
+	var b bytes.Buffer
+	if err := rep.WriteMain(&b); err != nil {
+		t.Fatal(err)
+	}
+	p := rep.Paired["none"]
+	s := strings.Join(strings.Fields(b.String()), " ")
+	for _, frag := range []string{
+		"| none | ping-echo b2b p50 (us), paired phases | 21.0 | 10.5 | -50.0% [-50.0, -50.0] | " + p.AA().String() + " |",
+		"| redis p50 (us), 6 rounds |",
+		"| none | ping-echo-b2b p50 (paired phases) | -50.0% [-50.0, -50.0] | " + p.AA().String() + " | upper end <= -45% | PASS |",
+		"none: 0 s; B phases: 32 connections paired, 9000 messages redirected",
+		"A and A/A phases: 0 paired, 0 redirected, 96 excluded",
+		": B accelerated, A not",
+	} {
+		if !strings.Contains(s, frag) {
+			t.Errorf("main output lacks %q:\n%s", frag, b.String())
+		}
+	}
+	if !rep.Verified {
+		t.Error("not verified")
+	}
+	rep = NewReport(runs, facts, map[string]PairedB2B{"none": pairedFixture(true)})
+	b.Reset()
+	rep.WriteMain(&b)
+	if rep.Verified || !strings.Contains(b.String(), "ACCELERATION NOT VERIFIED: 0 B phase(s) not accelerated, 1 A phase(s) accelerated") {
+		t.Errorf("an accelerated A phase: verified %v:\n%s", rep.Verified, b.String())
 	}
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // Bench runs the benchmark lab: for each mesh mode a fresh node, a warm-up
-// pass, then o.Reps rounds of four runs of every workload (roundModes: an
+// pass, the paired ping-echo (o.PairQuads, paired.go), then o.Reps rounds of four runs of every workload (roundModes: an
 // A/A pair of baseline runs and an A/B pair of baseline and eztunnel). Raw
 // results go to o.Out/raw as they are measured; at the end summary.md,
 // runs.csv and the plots are rendered from them and the main table is
@@ -35,6 +35,8 @@ func Bench(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	}
 	cfg := datapath.DefaultConfig()
 	cfg.PinRoot = o.PinRoot
+	// The paired ping-echo's kernel path; no other workload uses these ports.
+	cfg.Select.ExcludePorts = meshlab.KernelPathPorts
 	if err := bench.Sweep(cfg, o.Log); err != nil {
 		return fmt.Errorf("remove leftovers of an earlier run: %w", err)
 	}
@@ -53,7 +55,11 @@ func Bench(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	if err := bench.WriteJSON(filepath.Join(o.Out, "machine.json"), facts); err != nil {
 		return err
 	}
-	prog := newProgress(o.Log, len(o.Meshes)*o.Reps*4*len(o.Workloads))
+	runs, paired := len(o.Meshes)*o.Reps*4*len(o.Workloads), 0
+	if o.PairQuads > 0 {
+		paired = len(o.Meshes)
+	}
+	prog := newProgress(o.Log, runs+paired, paired)
 	for _, name := range o.Meshes {
 		mesh, _ := meshlab.ParseMesh(name)
 		if err := benchMesh(ctx, o, cfg, mesh, prog); err != nil {
@@ -110,7 +116,12 @@ func benchMesh(ctx context.Context, o Options, cfg datapath.Config, mesh meshlab
 			return fmt.Errorf("warm-up %s: %w", w, err)
 		}
 	}
-	for rep := 1; rep <= o.Reps; rep++ {
+	if o.PairQuads > 0 {
+		if err := m.pairedB2B(cfg, prog); err != nil {
+			return fmt.Errorf("paired ping-echo: %w", err)
+		}
+	}
+	for rep := 1; rep <= o.Reps && len(o.Workloads) > 0; rep++ {
 		for _, mode := range roundModes(rep) {
 			if err := m.mode(cfg, mode, rep, prog); err != nil {
 				return err
@@ -237,18 +248,25 @@ func headline(r Run) string {
 	return s
 }
 
-// progress prints one line per finished run with completion and ETA.
+// progress prints one line per finished run with completion and ETA. The
+// paired ping-echo steps (one per mesh) take far longer than a run: the
+// ETA adds the mean duration of each kind times the steps of it left.
 type progress struct {
 	w      io.Writer
-	total  int
+	total  int // runs and paired steps
+	paired int // of total, paired steps
 	n      int
 	begin  time.Time
 	label  string
 	runBeg time.Time
+	isPair bool
+	// Durations and counts of the finished runs and paired steps.
+	runSum, pairSum time.Duration
+	runs, pairs     int
 }
 
-func newProgress(w io.Writer, total int) *progress {
-	return &progress{w: w, total: total, begin: time.Now()}
+func newProgress(w io.Writer, total, paired int) *progress {
+	return &progress{w: w, total: total, paired: paired, begin: time.Now()}
 }
 
 func (p *progress) elapsed() time.Duration { return time.Since(p.begin).Round(time.Second) }
@@ -257,15 +275,38 @@ func (p *progress) note(format string, args ...any) {
 	fmt.Fprintf(p.w, "[%s] %s\n", p.elapsed(), fmt.Sprintf(format, args...))
 }
 
-func (p *progress) start(label string) { p.label, p.runBeg = label, time.Now() }
+func (p *progress) start(label string) { p.label, p.runBeg, p.isPair = label, time.Now(), false }
+
+// startPaired starts a paired ping-echo step.
+func (p *progress) startPaired(label string) { p.start(label); p.isPair = true }
 
 func (p *progress) done(result string) {
 	p.n++
-	eta := "?"
-	if p.n > 0 {
-		per := time.Since(p.begin) / time.Duration(p.n)
-		eta = (per * time.Duration(p.total-p.n)).Round(time.Second).String()
+	took := time.Since(p.runBeg)
+	if p.isPair {
+		p.pairSum += took
+		p.pairs++
+	} else {
+		p.runSum += took
+		p.runs++
+	}
+	eta, known := time.Duration(0), true
+	for _, k := range []struct {
+		sum        time.Duration
+		done, left int
+	}{{p.runSum, p.runs, p.total - p.paired - p.runs}, {p.pairSum, p.pairs, p.paired - p.pairs}} {
+		switch {
+		case k.left == 0:
+		case k.done == 0:
+			known = false
+		default:
+			eta += k.sum / time.Duration(k.done) * time.Duration(k.left)
+		}
+	}
+	etas := "?"
+	if known {
+		etas = eta.Round(time.Second).String()
 	}
 	fmt.Fprintf(p.w, "[%3d/%d %3.0f%% ETA %s] %s: %s (%.1fs)\n", p.n, p.total,
-		100*float64(p.n)/float64(p.total), eta, p.label, result, time.Since(p.runBeg).Seconds())
+		100*float64(p.n)/float64(p.total), etas, p.label, result, took.Seconds())
 }

@@ -160,6 +160,10 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	o := f.Options
 	fmt.Fprintf(&b, "\nOptions: meshes %s, %d round(s) of four runs (an A/A pair of baseline runs, an A/B pair of baseline and eztunnel; order alternating); paced ping-echo %d x 24 B every %s, back-to-back %d connection(s) x %d x 24 B, file-transfer %d MiB, redis %d requests per test (SET, GET) with %d clients, http %s with %d connections, CPUs %q, nice %d.\n",
 		strings.Join(o.Meshes, ", "), o.Reps, o.PacedN, o.Interval, max(o.PingConns, 1), o.PingN, o.TransferMiB, o.RedisN, o.RedisClients, o.HTTPDuration, o.HTTPConns, o.CPUs, o.Nice)
+	if o.PairQuads > 0 {
+		fmt.Fprintf(&b, "Back-to-back ping-echo paired: %d quads of %s phases, %d fresh connections per phase; workloads in rounds: %s.\n",
+			o.PairQuads, o.PairPhase, o.PairConns, strings.Join(o.Workloads, ", "))
+	}
 	b.WriteString("\n## Main results\n\n" + mainLegend + "\n\n")
 	b.WriteString(r.mainTable())
 	b.WriteString("\n## Targets\n\n")
@@ -230,22 +234,72 @@ func (r *Report) mainTable() string {
 			if quick && !m.quick {
 				continue
 			}
-			b, e := r.estimate(mesh, ModeBaseline, m.workload, m.f), r.estimate(mesh, ModeEztunnel, m.workload, m.f)
-			if math.IsNaN(b) && math.IsNaN(e) {
+			row := r.mainRow(mesh, m.name, m.workload, m.digits, m.f)
+			if row == nil {
 				continue
 			}
-			name := ""
 			if first {
-				name, first = mesh, false
+				row[0], first = mesh, false
 			}
-			rows = append(rows, []string{name, m.name, bench.Num(b, m.digits), bench.Num(e, m.digits),
-				r.change(mesh, m.workload, m.f).Cell(), r.aa(mesh, m.workload, m.f).Cell()})
+			rows = append(rows, row)
 		}
 	}
 	var b strings.Builder
 	bench.WriteTable(&b, []string{"mesh", "metric", "baseline", "eztunnel", "change [95% CI]", "A/A [95% CI]"}, rows)
+	b.WriteString(r.pairedNotes())
 	if quick {
 		b.WriteString(r.transferSwitches())
+	}
+	return b.String()
+}
+
+// mainRow is one metric's row of the main table (its mesh cell empty), nil
+// when the mesh has no runs of it. The b2b p50 of a mesh with a paired
+// ping-echo comes from its phases (baseline: A, the kernel path;
+// eztunnel: B, the shortcut); every other row from rounds of runs.
+func (r *Report) mainRow(mesh, name, workload string, digits int, f func(Run) float64) []string {
+	if p, ok := r.Paired[mesh]; ok && workload == WB2B && f == nil {
+		return []string{"", name + ", paired phases", bench.Num(p.Median(bench.SideA), digits), bench.Num(p.Median(bench.SideB), digits),
+			p.AB().Cell(), p.AA().Cell()}
+	}
+	b, e := r.estimate(mesh, ModeBaseline, workload, f), r.estimate(mesh, ModeEztunnel, workload, f)
+	if math.IsNaN(b) && math.IsNaN(e) {
+		return nil
+	}
+	if len(r.Paired) > 0 {
+		name += fmt.Sprintf(", %d rounds", r.Facts.Options.Reps)
+	}
+	return []string{"", name, bench.Num(b, digits), bench.Num(e, digits), r.change(mesh, workload, f).Cell(), r.aa(mesh, workload, f).Cell()}
+}
+
+// pairedNotes describe the paired ping-echo of each mesh and what its
+// counters prove: B phases accelerated, A phases not.
+func (r *Report) pairedNotes() string {
+	var b strings.Builder
+	for i, mesh := range r.Meshes {
+		p, ok := r.Paired[mesh]
+		if !ok {
+			continue
+		}
+		if i == 0 || b.Len() == 0 {
+			fmt.Fprintf(&b, "ping-echo b2b, paired phases: %s\n", pairedLegend(p))
+		}
+		sum := func(k string, sides ...bench.Side) uint64 {
+			var n uint64
+			for _, s := range sides {
+				n += p.Counters[s][k]
+			}
+			return n
+		}
+		as := []bench.Side{bench.SideA, bench.SideAA1, bench.SideAA2}
+		verdict := "B accelerated, A not"
+		if !p.Verified() {
+			verdict = fmt.Sprintf("ACCELERATION NOT VERIFIED: %d B phase(s) not accelerated, %d A phase(s) accelerated", p.Unaccelerated, p.Accelerated)
+		}
+		fmt.Fprintf(&b, "  %s: %.0f s; B phases: %d connections paired, %d messages redirected (%d round trips); A and A/A phases: %d paired, %d redirected, %d excluded (%d round trips): %s\n",
+			mesh, p.Second, sum("pairs", bench.SideB), sum("messages_redirected", bench.SideB), p.N[bench.SideB],
+			sum("pairs", as...), sum("messages_redirected", as...), sum("fallback_excluded", as...),
+			p.N[bench.SideA]+p.N[bench.SideAA1]+p.N[bench.SideAA2], verdict)
 	}
 	return b.String()
 }
@@ -394,9 +448,13 @@ func (r *Report) WriteMain(w io.Writer) error {
 	if o.Quick {
 		kind = "quick run"
 	}
-	_, err := fmt.Fprintf(w, "\neztunnel bench lab (%s): %d mesh mode(s) x %d round(s) of four runs (an A/A pair of baseline runs, an A/B pair of baseline and eztunnel; order alternating), %s\n"+
+	paired := ""
+	if len(r.Paired) > 0 {
+		paired = fmt.Sprintf("; ping-echo b2b instead in %d quads of paired phases per mesh (below)", o.PairQuads)
+	}
+	_, err := fmt.Fprintf(w, "\neztunnel bench lab (%s): %d mesh mode(s) x %d round(s) of four runs (an A/A pair of baseline runs, an A/B pair of baseline and eztunnel; order alternating)%s, %s\n"+
 		"%s\n\n%s\n%s\n%s",
-		kind, len(r.Meshes), o.Reps, place, mainLegend, r.mainTable(), r.targetTable(), r.memoryTable())
+		kind, len(r.Meshes), o.Reps, paired, place, mainLegend, r.mainTable(), r.targetTable(), r.memoryTable())
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,7 +28,11 @@ in --reps rounds of four runs: an A/A pair (baseline twice) and an A/B pair
 (baseline, eztunnel), in an order that cycles over four rounds. Prints per
 metric the median of the per-round paired differences with its 95%
 bootstrap interval, and the A/A's: a target is judged on the interval's far
-end, and only when its A/A holds 0 within ±2%. Writes raw results,
+end, and only when its A/A holds 0 within ±2%. With --b2b-pairs (--quick)
+the back-to-back ping-echo is paired instead: one datapath, and phases on
+fresh connections alternating between a port it excludes (A, the kernel
+path) and one it takes (B), through the same proxies and hops; every
+phase's counters must show B accelerated and A not. Writes raw results,
 summary.md, runs.csv and plots to --out and prints the main table.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -54,6 +59,9 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 					"cpu":           func() { q.CPUs = o.CPUs },
 					"nice":          func() { q.Nice = o.Nice },
 					"ping-conns":    func() { q.PingConns = o.PingConns },
+					"b2b-pairs":     func() { q.PairQuads = o.PairQuads },
+					"b2b-phase":     func() { q.PairPhase = o.PairPhase },
+					"b2b-conns":     func() { q.PairConns = o.PairConns },
 				} {
 					if f.Changed(name) {
 						apply()
@@ -71,7 +79,7 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "short run that repeats: 6 rounds of four short b2b ping-echo, file-transfer and redis runs (latency, FCT; no throughput), pinned to one CPU at nice -10; about a minute per mesh mode")
+	f.BoolVar(&quick, "quick", false, fmt.Sprintf("short run that repeats: back-to-back ping-echo paired (%d quads of 100 ms phases, 16 fresh connections each), 6 rounds of four short file-transfer and redis runs (latency, FCT; no throughput), pinned to one CPU at nice -10; under a minute per mesh mode", mesh.QuickPairQuads))
 	f.StringVar(&report, "report", "", "render summary.md, runs.csv and plots again from a results directory and exit")
 	f.StringSliceVar(&o.Meshes, "mesh", o.Meshes, fmt.Sprintf("mesh modes, in order (%v)", meshlab.Meshes))
 	f.StringSliceVar(&o.Workloads, "workload", o.Workloads, fmt.Sprintf("workloads (%v)", mesh.Workloads))
@@ -80,6 +88,9 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 	f.DurationVar(&o.Interval, "interval", o.Interval, "interval of the paced ping-echo")
 	f.IntVar(&o.PingN, "ping-n", o.PingN, "back-to-back ping-echo messages per connection")
 	f.IntVar(&o.PingConns, "ping-conns", o.PingConns, "back-to-back ping-echo connections per run, one after the other (--quick: 20)")
+	f.IntVar(&o.PairQuads, "b2b-pairs", o.PairQuads, "paired back-to-back ping-echo: quads of phases (an A/A pair, an A/B pair) per mesh, each phase on fresh connections, A to a port the datapath excludes (the kernel path), B to the echo port (the shortcut), through the same proxies; 0: none (--quick: "+strconv.Itoa(mesh.QuickPairQuads)+")")
+	f.DurationVar(&o.PairPhase, "b2b-phase", o.PairPhase, "length of a paired ping-echo phase")
+	f.IntVar(&o.PairConns, "b2b-conns", o.PairConns, "fresh connections per paired ping-echo phase, used in turn")
 	f.IntVar(&o.Nice, "nice", 0, "niceness of every lab process (--quick: -10)")
 	f.IntVar(&o.TransferMiB, "transfer-mib", o.TransferMiB, "file-transfer size in MiB (one connection)")
 	f.IntVar(&o.RedisN, "redis-n", o.RedisN, "redis-benchmark requests per test (SET and GET)")

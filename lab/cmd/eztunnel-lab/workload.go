@@ -23,7 +23,7 @@ import (
 func workloadCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "workload", Short: "Traffic generators for tests and benchmarks", Hidden: true}
 	cmds := []*cobra.Command{workloadServeCmd(), workloadPeerCmd(), workloadStreamCmd(), workloadPingPongCmd(), workloadHoldCmd(), workloadUDPCmd(), workloadEarlyCmd(), workloadOrigProxyCmd()}
-	for _, more := range [][]*cobra.Command{workloadProbeCmds(), workloadStuckCmds(), workloadPoolCmds(), workloadConnectCmds(), workloadHalfCloseCmds(), workloadTenantCmds(), workloadScaleCmds(), {workloadFionreadFirstCmd(), workloadHTTPPhasesCmd()}} {
+	for _, more := range [][]*cobra.Command{workloadProbeCmds(), workloadStuckCmds(), workloadPoolCmds(), workloadConnectCmds(), workloadHalfCloseCmds(), workloadTenantCmds(), workloadScaleCmds(), {workloadFionreadFirstCmd(), workloadHTTPPhasesCmd(), workloadEchoPhasesCmd()}} {
 		cmds = append(cmds, more...)
 	}
 	cmd.AddCommand(cmds...)

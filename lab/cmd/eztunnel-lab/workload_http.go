@@ -23,3 +23,17 @@ func workloadHTTPPhasesCmd() *cobra.Command {
 	cmd.Flags().StringVar(&path, "path", "index.html", "the page asked for")
 	return cmd
 }
+
+// workloadEchoPhasesCmd is bench lab's paired ping-echo client in the
+// client pod: phases of back-to-back round trips on fresh connections, as
+// stdin asks.
+func workloadEchoPhasesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "echo-phases",
+		Short: "Phases of back-to-back ping-echo on fresh connections: per stdin line 'ADDR DURATION CONNS SIZE', one JSON line (median round trip, round trips)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return workload.ServeEchoPhases(os.Stdin, os.Stdout)
+		},
+	}
+}
