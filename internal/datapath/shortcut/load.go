@@ -97,6 +97,11 @@ type Shortcut struct {
 	// adoptPasses: step passes per round (3; fewer only through
 	// InterruptAdoptionAfter, for tests).
 	adoptPasses int
+	// adoptSettled: the last round ran its passes over every namespace
+	// and left no end mid-adoption, so a round with no candidate needs
+	// none (false until this process's first round has run them: a
+	// killed agent's round may have left ends to hand back).
+	adoptSettled bool
 	// What the last ReleaseSwitched pass left: the backpressure counter it
 	// saw and the switched sockets it found still waiting. A pass with no
 	// new switch and none waiting would walk the sockhash for nothing.
