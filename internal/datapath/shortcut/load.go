@@ -102,6 +102,9 @@ type Shortcut struct {
 	// none (false until this process's first round has run them: a
 	// killed agent's round may have left ends to hand back).
 	adoptSettled bool
+	// indexPruned: when AgePairs last walked the connection index
+	// (CLOCK_MONOTONIC ns; 0: never).
+	indexPruned uint64
 	// What the last ReleaseSwitched pass left: the backpressure counter it
 	// saw and the switched sockets it found still waiting. A pass with no
 	// new switch and none waiting would walk the sockhash for nothing.

@@ -13,7 +13,8 @@ import (
 // AgePairs deletes pairing records that can no longer complete: handshakes
 // never claimed and ambiguous records, unclaimed aliases, and SYN index
 // entries (a handshake that never completed: a scan), and connection index
-// entries of ends that never paired, older than maxAge.
+// entries of ends that never paired, older than maxAge (those at most once
+// every maxAge).
 // Claimed and paired records belong to live connections and are removed by
 // the datapath itself.
 func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
@@ -82,7 +83,17 @@ func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
 	if err != nil {
 		return n + m + k, err
 	}
+	// The index holds every end (two a connection): it is walked once
+	// every maxAge, not at every call (the agent calls every maxAge/4),
+	// so an unpaired end's entry goes between maxAge and twice that after
+	// it was written.
+	if d.indexPruned != 0 && now-d.indexPruned < uint64(maxAge) {
+		return n + m + k, nil
+	}
 	j, err := d.pruneConnIndex(now, maxAge)
+	if err == nil {
+		d.indexPruned = now
+	}
 	return n + m + k + j, err
 }
 
