@@ -97,6 +97,14 @@ type Shortcut struct {
 	// adoptPasses: step passes per round (3; fewer only through
 	// InterruptAdoptionAfter, for tests).
 	adoptPasses int
+	// adoptSettled: the last round ran its passes over every namespace
+	// and left no end mid-adoption, so a round with no candidate needs
+	// none (false until this process's first round has run them: a
+	// killed agent's round may have left ends to hand back).
+	adoptSettled bool
+	// indexPruned: when AgePairs last walked the connection index
+	// (CLOCK_MONOTONIC ns; 0: never).
+	indexPruned uint64
 	// What the last ReleaseSwitched pass left: the backpressure counter it
 	// saw and the switched sockets it found still waiting. A pass with no
 	// new switch and none waiting would walk the sockhash for nothing.

@@ -3,6 +3,7 @@ package shortcut
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -12,7 +13,8 @@ import (
 // AgePairs deletes pairing records that can no longer complete: handshakes
 // never claimed and ambiguous records, unclaimed aliases, and SYN index
 // entries (a handshake that never completed: a scan), and connection index
-// entries of ends that never paired, older than maxAge.
+// entries of ends that never paired, older than maxAge (those at most once
+// every maxAge).
 // Claimed and paired records belong to live connections and are removed by
 // the datapath itself.
 func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
@@ -81,7 +83,17 @@ func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
 	if err != nil {
 		return n + m + k, err
 	}
+	// The index holds every end (two a connection): it is walked once
+	// every maxAge, not at every call (the agent calls every maxAge/4),
+	// so an unpaired end's entry goes between maxAge and twice that after
+	// it was written.
+	if d.indexPruned != 0 && now-d.indexPruned < uint64(maxAge) {
+		return n + m + k, nil
+	}
 	j, err := d.pruneConnIndex(now, maxAge)
+	if err == nil {
+		d.indexPruned = now
+	}
 	return n + m + k + j, err
 }
 
@@ -89,28 +101,60 @@ func (d *Shortcut) AgePairs(maxAge time.Duration) (int, error) {
 // (an adoption aborted where no callback runs again): no unread record,
 // older than maxAge. The datapath deletes every other entry itself.
 func (d *Shortcut) pruneConnIndex(now uint64, maxAge time.Duration) (int, error) {
-	var (
-		cookie, ukey uint64
-		ix           shortcutEzConnIndex
-		u            shortcutEzUnread
-		stale        []uint64
-	)
-	it := d.objs.EzScIndex.Iterate()
-	for it.Next(&cookie, &ix) {
+	return pruneIndex(d.objs.EzScIndex, d.objs.EzScUnreads, now, maxAge)
+}
+
+// pruneIndex is pruneConnIndex on the maps index and unreads. Both are
+// read in batches (BPF_MAP_LOOKUP_BATCH, entryBatch entries a syscall):
+// first the keys of every unread record, sorted, then the index, each old
+// entry's record looked for among those keys. A walk of one key and one
+// lookup a syscall, and a lookup of the record for every old entry (three
+// syscalls an end, each tick of the pair aging) was most of an idle
+// agent's CPU at 300k connections (docs/measurements/benchmarks.md,
+// "Scale"). An entry whose record is not among the keys read first is
+// looked up again, entry and record, before it is deleted: an entry written
+// again or a record created meanwhile keeps it.
+func pruneIndex(index, unreads *ebpf.Map, now uint64, maxAge time.Duration) (int, error) {
+	paired := make([]uint64, 0, unreads.MaxEntries()/8)
+	if err := batchWalk(unreads, func(k *uint64, _ *shortcutEzUnread) { paired = append(paired, *k) }); err != nil {
+		return 0, fmt.Errorf("read ez_sc_unreads: %w", err)
+	}
+	slices.Sort(paired)
+	var stale []uint64
+	err := batchWalk(index, func(cookie *uint64, ix *shortcutEzConnIndex) {
 		if now <= ix.CreatedNs || now-ix.CreatedNs <= uint64(maxAge) {
-			continue
+			return
 		}
-		ukey, _ = ix.unreadKey(cookie)
-		if err := d.objs.EzScUnreads.Lookup(&ukey, &u); errors.Is(err, ebpf.ErrKeyNotExist) {
-			stale = append(stale, cookie)
+		ukey, _ := ix.unreadKey(*cookie)
+		if _, ok := slices.BinarySearch(paired, ukey); !ok {
+			stale = append(stale, *cookie)
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("walk connection index: %w", err)
+	}
+	var (
+		u    shortcutEzUnread
+		ix   shortcutEzConnIndex
+		gone []uint64
+	)
+	for _, cookie := range stale {
+		if err := index.Lookup(&cookie, &ix); errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue // the end closed meanwhile
+		} else if err != nil {
+			return 0, fmt.Errorf("read ez_sc_index: %w", err)
+		}
+		if now <= ix.CreatedNs || now-ix.CreatedNs <= uint64(maxAge) {
+			continue // written again meanwhile
+		}
+		ukey, _ := ix.unreadKey(cookie)
+		if err := unreads.Lookup(&ukey, &u); errors.Is(err, ebpf.ErrKeyNotExist) {
+			gone = append(gone, cookie)
 		} else if err != nil {
 			return 0, fmt.Errorf("read ez_sc_unreads: %w", err)
 		}
 	}
-	if err := it.Err(); err != nil {
-		return 0, fmt.Errorf("walk connection index: %w", err)
-	}
-	return deleteKeys(d.objs.EzScIndex, stale)
+	return deleteKeys(index, gone)
 }
 
 func deleteKeys[K any](m *ebpf.Map, keys []K) (int, error) {
