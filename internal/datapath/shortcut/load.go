@@ -299,18 +299,20 @@ func conntrackKfuncs() error {
 // Linux 6.4), tp_btf/net_dev_queue (every transmit). Where the fentry
 // cannot run, the hook used names why. tc: natTC's answer.
 func natGroup(tc error) bpfsys.Group {
-	g := natHookGroup()
 	if tc == nil {
 		return bpfsys.Group{Part: parts.ShortcutNAT, Via: fmt.Sprintf("%s (%v)", natTCVia, natHook())}
 	}
-	return g
+	return natHookGroup(tc)
 }
 
-// natHookGroup is natGroup with a NAT hook of its own.
-func natHookGroup() bpfsys.Group {
+// natHookGroup is natGroup with a NAT hook of its own; tc is why the close
+// reset's tc program does not learn (natTC), named in the Via where the
+// fentry cannot run either.
+func natHookGroup(tc error) bpfsys.Group {
 	dev := bpfsys.Group{Progs: []string{shortcutProgEzScNatDev}, Via: "tp_btf/net_dev_queue of the node's devices (runs for every transmit)"}
 	nf := bpfsys.Group{Progs: []string{shortcutProgEzScNat}, Via: "netfilter link at POST_ROUTING (runs for every packet the node forwards or sends)", Fallback: &dev}
 	if err := natHook(); err != nil {
+		err = fmt.Errorf("%w; SYN-ACKs: %v", err, tc)
 		nf.Via = fmt.Sprintf("%s (%v)", nf.Via, err)
 		dev.Via = fmt.Sprintf("%s (%v)", dev.Via, err)
 		g := nf
@@ -409,7 +411,7 @@ func (s *Shortcut) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions)
 	// The close reset's tc program learns the node's NAT (natTC): without
 	// it a NAT hook does.
 	if natTC() == nil && loaded[shortcutProgEzScCloseReset] == nil {
-		more, err := ps.LoadGroups([]bpfsys.Group{natHookGroup()}, &s.parts)
+		more, err := ps.LoadGroups([]bpfsys.Group{natHookGroup(errors.New("the close reset did not load"))}, &s.parts)
 		if err != nil {
 			bpfsys.CloseAll(loaded)
 			return fmt.Errorf("datapath: %w", err)
@@ -481,7 +483,7 @@ func Probe() parts.Report {
 	loaded, _ := ps.LoadGroups(groups, &rep)
 	defer bpfsys.CloseAll(loaded)
 	if natTC() == nil && !rep.Runs(parts.CloseReset) {
-		more, _ := ps.LoadGroups([]bpfsys.Group{natHookGroup()}, &rep) // as load does
+		more, _ := ps.LoadGroups([]bpfsys.Group{natHookGroup(errors.New("the close reset did not load"))}, &rep) // as load does
 		defer bpfsys.CloseAll(more)
 	}
 	for _, p := range required[1:] {
