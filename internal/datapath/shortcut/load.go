@@ -141,6 +141,8 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	}
 	if natTC() == nil {
 		flags |= uint32(shortcutEzCfgFlagEZ_CFG_NAT_TC)
+	} else {
+		withoutConntrackKfuncs(spec.Programs[shortcutProgEzScCloseReset])
 	}
 	specs.EzScRxSocks.MaxEntries = cfg.MaxSockets
 	specs.EzScRx.MaxEntries = cfg.MaxSockets
@@ -290,6 +292,35 @@ func conntrackKfuncs() error {
 		return fmt.Errorf("no %s in nf_conntrack's BTF: %w", fn, err)
 	}
 	return nil
+}
+
+// withoutConntrackKfuncs replaces the conntrack kfunc calls of ps (the
+// close reset's SYN-ACK learning, bpf/shortcut/nat.h) by r0 = 0 and their
+// address loads by 0: without EZ_CFG_NAT_TC that code is dead, and a
+// program without kfunc calls loads where they cannot be resolved or a
+// JIT cannot call them, as the close reset did before it learnt.
+func withoutConntrackKfuncs(ps *ebpf.ProgramSpec) {
+	if ps == nil {
+		return
+	}
+	for i, ins := range ps.Instructions {
+		var n asm.Instruction
+		switch ref := ins.Reference(); {
+		case ref != "bpf_skb_ct_lookup" && ref != "bpf_ct_release":
+			continue
+		case ins.IsKfuncCall():
+			n = asm.Mov.Imm(asm.R0, 0)
+		case ins.OpCode.IsDWordLoad():
+			n = asm.LoadImm(ins.Dst, 0, asm.DWord)
+		default:
+			continue
+		}
+		n = n.WithSymbol(ins.Symbol())
+		if src := ins.Source(); src != nil {
+			n = n.WithSource(src)
+		}
+		ps.Instructions[i] = n
+	}
 }
 
 // natGroup is the shortcut-nat part (bpf/shortcut/nat.h), its hook best
@@ -451,6 +482,9 @@ func Probe() parts.Report {
 	gauge := rxGauge()
 	if err == nil && gauge {
 		err = spec.Variables[shortcutVarEzCfgFlags].Set(uint32(shortcutEzCfgFlagEZ_CFG_RX_GAUGE))
+	}
+	if err == nil {
+		withoutConntrackKfuncs(spec.Programs[shortcutProgEzScCloseReset]) // EZ_CFG_NAT_TC is off here
 	}
 	if err == nil {
 		for _, m := range spec.Maps {
