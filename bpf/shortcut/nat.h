@@ -8,7 +8,7 @@
  * the first packet of a DST-NATed TCP connection write
  * ez_sc_aliases[client's key] -> the key the server will register.
  * Netfilter programs get no conntrack kfuncs; skb->_nfct is read directly.
- * The same learning runs from one of three hooks, best first:
+ * The same learning runs from one of four places, best first:
  *  - fentry/__nf_conntrack_confirm (ez_sc_nat_ct): conntrack confirms a
  *    connection's entry once, at its first packet's last netfilter hook
  *    (nf_confirm at POST_ROUTING or LOCAL_IN, priority INT_MAX, after every
@@ -19,6 +19,11 @@
  *    kernel refuses tracing programs on functions (hardened hosts; some
  *    refuse them to any process but PID 1) or nf_conntrack is not loaded
  *    when the agent starts:
+ *  - the close reset's tc program (ez_sc_close_reset, EZ_CFG_NAT_TC: below)
+ *    at a pod server's SYN-ACK, from a conntrack lookup: no hook of its
+ *    own, once per connection, where the conntrack kfuncs are there. It
+ *    does not see connections delivered to this namespace's own sockets.
+ *    Without the kfuncs (nf_conntrack not loaded), or the close reset:
  *  - the netfilter link at POST_ROUTING (ez_sc_nat, Linux 6.4): every packet
  *    the namespace forwards or sends;
  *  - tp_btf/net_dev_queue (ez_sc_nat_dev), before 6.4: a forwarded SYN is
