@@ -21,6 +21,9 @@
  *     socket the RST closed, answers it with RST.
  * A FIN that crosses no such device (the loopback of a pod's own namespace)
  * stays a FIN; the entry ages out (EZ_RESET_TTL_NS, LRU).
+ * Where the fentry NAT learner is refused, the same tc program also learns
+ * the node's NAT at SYN-ACKs (EZ_CFG_NAT_TC, nat.h), so that no NAT hook
+ * runs for every packet.
  */
 #ifndef EZ_SHORTCUT_CLOSERESET_H
 #define EZ_SHORTCUT_CLOSERESET_H

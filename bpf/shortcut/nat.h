@@ -8,7 +8,7 @@
  * the first packet of a DST-NATed TCP connection write
  * ez_sc_aliases[client's key] -> the key the server will register.
  * Netfilter programs get no conntrack kfuncs; skb->_nfct is read directly.
- * The same learning runs from one of three hooks, best first:
+ * The same learning runs from one of four places, best first:
  *  - fentry/__nf_conntrack_confirm (ez_sc_nat_ct): conntrack confirms a
  *    connection's entry once, at its first packet's last netfilter hook
  *    (nf_confirm at POST_ROUTING or LOCAL_IN, priority INT_MAX, after every
@@ -19,6 +19,11 @@
  *    kernel refuses tracing programs on functions (hardened hosts; some
  *    refuse them to any process but PID 1) or nf_conntrack is not loaded
  *    when the agent starts:
+ *  - the close reset's tc program (ez_sc_close_reset, EZ_CFG_NAT_TC: below)
+ *    at a pod server's SYN-ACK, from a conntrack lookup: no hook of its
+ *    own, once per connection, where the conntrack kfuncs are there. It
+ *    does not see connections delivered to this namespace's own sockets.
+ *    Without the kfuncs (nf_conntrack not loaded), or the close reset:
  *  - the netfilter link at POST_ROUTING (ez_sc_nat, Linux 6.4): every packet
  *    the namespace forwards or sends;
  *  - tp_btf/net_dev_queue (ez_sc_nat_dev), before 6.4: a forwarded SYN is
@@ -63,27 +68,16 @@ static __always_inline bool key_from_ct_tuple(struct ez_conn_key *k, const struc
 	return true;
 }
 
-/* Learns the alias of skb's connection: its first packet, DST-NATed. */
-static __always_inline void nat_learn(struct sk_buff *skb)
+/* Learns the alias of the connection of conntrack entry ct if it is
+ * DST-NATed: its client's key -> the key its server registers. */
+static __always_inline void nat_learn_ct(struct nf_conn *ct)
 {
 	struct ez_conn_key wire = {}, post = {};
 	struct nf_conntrack_tuple orig, reply;
 	struct ez_alias alias = {};
 	struct ez_alias *old;
-	unsigned long nfct;
-	struct nf_conn *ct;
 	long err;
 
-	/* Runs for every packet through POST_ROUTING (or every transmit, or once
- * per new connection):
-	 * skb is a trusted BTF pointer in both callers, so _nfct is one
-	 * direct load, not a bpf_probe_read_kernel call (which more than
-	 * doubled the program's run time). Only a connection's first packet
-	 * goes on. */
-	nfct = skb->_nfct;
-	if ((nfct & ~EZ_NFCT_PTRMASK) != IP_CT_NEW)
-		return;
-	ct = (struct nf_conn *)(nfct & EZ_NFCT_PTRMASK);
 	if (!ct || !(BPF_CORE_READ(ct, status) & IPS_DST_NAT))
 		return;
 	if (bpf_core_read(&orig, sizeof(orig), &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple) ||
@@ -115,10 +109,87 @@ static __always_inline void nat_learn(struct sk_buff *skb)
 	}
 }
 
+/* Learns the alias of skb's connection: its first packet, DST-NATed. */
+static __always_inline void nat_learn(struct sk_buff *skb)
+{
+	unsigned long nfct;
+
+	/* Runs for every packet through POST_ROUTING (or every transmit, or once
+	 * per new connection): skb is a trusted BTF pointer in these callers,
+	 * so _nfct is one direct load, not a bpf_probe_read_kernel call (which
+	 * more than doubled the program's run time). Only a connection's first
+	 * packet goes on. */
+	nfct = skb->_nfct;
+	if ((nfct & ~EZ_NFCT_PTRMASK) != IP_CT_NEW)
+		return;
+	nat_learn_ct((struct nf_conn *)(nfct & EZ_NFCT_PTRMASK));
+}
+
 static __always_inline void nat_learn_here(struct sk_buff *skb)
 {
 	if (BPF_CORE_READ(skb, dev, nd_net.net, net_cookie) == ez_cfg_nat_netns)
 		nat_learn(skb);
+}
+
+/*
+ * The close reset's tc program (ez_sc_close_reset) learns the same at a
+ * connection's SYN-ACK where the fentry is refused (EZ_CFG_NAT_TC, set by
+ * the agent), so that no hook runs for the NAT learner on other packets:
+ * the tc program runs for every packet of the pods' veths anyway and
+ * leaves after one flags byte. A pod server's SYN-ACK enters the agent's
+ * namespace at its veth's ingress before conntrack undoes the DNAT: its
+ * tuple is the entry's reply tuple, and the client has not seen the
+ * SYN-ACK yet (it claims at its ESTABLISHED, pair.h), so the alias is
+ * there in time, younger than the client's SYN as the claim requires.
+ * The conntrack kfuncs are weak: where nf_conntrack is not loaded (the
+ * agent then uses a NAT hook instead) the program loads without them.
+ */
+extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
+					 struct bpf_ct_opts *opts, __u32 opts__sz) __ksym __weak;
+extern void bpf_ct_release(struct nf_conn *ct) __ksym __weak;
+
+#define EZ_NAT_CT_OPTS_SZ 12 /* before ct_zone_id: what 6.1 takes (lib/ct.h) */
+
+/* SYN and ACK, neither RST nor FIN: a SYN-ACK the tc program learns from. */
+static __always_inline bool nat_synack_flags(__u8 flags)
+{
+	return (ez_cfg_flags & EZ_CFG_NAT_TC) &&
+	       (flags & (EZ_TCP_SYN | EZ_TCP_ACK | EZ_TCP_RST | EZ_TCP_FIN)) == (EZ_TCP_SYN | EZ_TCP_ACK);
+}
+
+static __always_inline void nat_learn_synack(struct __sk_buff *skb, const struct ez_flow *f)
+{
+	struct bpf_sock_tuple tuple = {};
+	struct bpf_ct_opts opts = {};
+	struct nf_conn *ct;
+	__u32 tuple_sz;
+
+	if (!bpf_skb_ct_lookup || !bpf_ct_release)
+		return; /* weak: nf_conntrack not loaded when the program loaded */
+	if (f->family == 4) {
+		tuple.ipv4.saddr = f->saddr[0];
+		tuple.ipv4.daddr = f->daddr[0];
+		tuple.ipv4.sport = bpf_htons(f->sport);
+		tuple.ipv4.dport = bpf_htons(f->dport);
+		tuple_sz = sizeof(tuple.ipv4);
+	} else {
+		__builtin_memcpy(tuple.ipv6.saddr, f->saddr, 16);
+		__builtin_memcpy(tuple.ipv6.daddr, f->daddr, 16);
+		tuple.ipv6.sport = bpf_htons(f->sport);
+		tuple.ipv6.dport = bpf_htons(f->dport);
+		tuple_sz = sizeof(tuple.ipv6);
+	}
+	opts.netns_id = BPF_F_CURRENT_NETNS;
+	opts.l4proto = EZ_IPPROTO_TCP;
+	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, EZ_NAT_CT_OPTS_SZ);
+	if (!ct)
+		return;
+	/* The reply direction (the server's SYN-ACK before un-DNAT), and only
+	 * the agent's namespace's conntrack (the program also runs on pods'
+	 * own loopback devices). */
+	if (opts.dir == IP_CT_DIR_REPLY && BPF_CORE_READ(ct, ct_net.net, net_cookie) == ez_cfg_nat_netns)
+		nat_learn_ct(ct);
+	bpf_ct_release(ct);
 }
 
 #endif

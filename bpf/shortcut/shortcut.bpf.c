@@ -316,12 +316,19 @@ int ez_sc_close_reset(struct __sk_buff *skb)
 	__u32 off;
 	int q;
 
-	/* Runs on every packet of the devices: anything but a plain FIN
-	 * leaves after reading one byte (ez_tcp_flags_quick). */
+	/* Runs on every packet of the devices: anything but a plain FIN (or,
+	 * learning the node's NAT here, a SYN-ACK) leaves after reading one
+	 * byte (ez_tcp_flags_quick). */
 	q = ez_tcp_flags_quick(skb, EZ_RESET_ETH_HLEN);
-	if (q == EZ_QUICK_NOT_TCP || (q >= 0 && !plain_fin_flags(q)))
+	if (q == EZ_QUICK_NOT_TCP || (q >= 0 && !plain_fin_flags(q) && !nat_synack_flags(q)))
 		return TCX_NEXT;
-	if (ez_parse(&p, false, &f) || !is_plain_fin(&f))
+	if (ez_parse(&p, false, &f) || f.proto != EZ_IPPROTO_TCP)
+		return TCX_NEXT;
+	if ((f.flags & (EZ_FLOW_FRAG | EZ_FLOW_TCP)) == EZ_FLOW_TCP && nat_synack_flags(f.tcp_flags)) {
+		nat_learn_synack(skb, &f);
+		return TCX_NEXT;
+	}
+	if (!is_plain_fin(&f))
 		return TCX_NEXT;
 	if (ez_pkt_read(&p, false, f.l4off + 4, &seq, sizeof(seq)))
 		return TCX_NEXT;

@@ -195,6 +195,7 @@ enum ez_cfg_flag {
 	EZ_CFG_CGROUP_FILTER = 8,	/* only sockets of cgroups in ez_sc_cgroups (Kubernetes mode) */
 	EZ_CFG_RX_GAUGE = 16,		/* reads are not counted (neither read counter, recv.h): the bound gauges the receiver (unread.h) */
 	EZ_CFG_KERNEL_BP = 32,		/* the kernel makes an ingress redirect's sender wait (kernel/patches): the bound gets EZ_KERNEL_BP_SLACK */
+	EZ_CFG_NAT_TC = 64,		/* ez_sc_close_reset learns the node's NAT at SYN-ACKs (nat.h): no NAT hook is attached */
 };
 
 /*

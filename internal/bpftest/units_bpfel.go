@@ -41,6 +41,7 @@ const (
 	unitsEzCfgFlagEZ_CFG_CGROUP_FILTER  unitsEzCfgFlag = 8
 	unitsEzCfgFlagEZ_CFG_RX_GAUGE       unitsEzCfgFlag = 16
 	unitsEzCfgFlagEZ_CFG_KERNEL_BP      unitsEzCfgFlag = 32
+	unitsEzCfgFlagEZ_CFG_NAT_TC         unitsEzCfgFlag = 64
 )
 
 type unitsEzCidrKey struct {

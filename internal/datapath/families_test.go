@@ -88,9 +88,11 @@ func TestInstallAllFamiliesRollsBack(t *testing.T) {
 		count[familyOf(pin)]++
 	}
 	// bypass: ingress and egress of the veth; services: 2 cgroups x its
-	// hooks, and NodePort on the veth; shortcut: 10, and the splice guard's
-	// one or two (the fentry or raw tracepoint, or the two syscall events).
-	if n := spliceLinks(before); count["bypass"] != 2 || count["services"] < 2*8+1 || n < 1 || count["shortcut"] != 10+n {
+	// hooks, and NodePort on the veth; shortcut: 8, the NAT learner's
+	// (none where the close reset's tc program learns) and the splice
+	// guard's one or two (the fentry or raw tracepoint, or the two syscall
+	// events).
+	if n := spliceLinks(before); count["bypass"] != 2 || count["services"] < 2*8+1 || n < 1 || count["shortcut"] != 8+natLinks(before)+n {
 		t.Fatalf("pinned links per family after install: %v\n%v", count, before)
 	}
 	msgBefore := skMsgProgram(t, dir)

@@ -102,24 +102,36 @@ func (e *env) runStreamCase(t *testing.T, p *netlab.Pod, c streamCase, addr stri
 // TestDNAT covers ClusterIP-style DNAT: (a) in the client pod's own netns,
 // which the egress program learns exactly; (b) kube-proxy's, in the host
 // netns, which the host's NAT learner (bpf/shortcut/nat.h: the fentry on
-// __nf_conntrack_confirm where it loads, else the netfilter link at
-// POST_ROUTING) learns from the host's conntrack; (c) one source ip:port to
+// __nf_conntrack_confirm where it loads, else the close reset's tc program
+// at the server's SYN-ACK, else the netfilter link at POST_ROUTING) learns
+// from the host's conntrack; (c) one source ip:port to
 // two destinations at once, with and without NAT.
 func TestDNAT(t *testing.T) { dnat(t) }
 
-// TestDNATNetfilter is TestDNAT with the fentry refused, as on hosts that
-// refuse tracing programs on functions: ez_sc_nat (netfilter link) learns
-// the host's DNAT (ez_sc_nat_dev before Linux 6.4).
-func TestDNATNetfilter(t *testing.T) {
+// TestDNATSynAck is TestDNAT with the fentry refused, as on hosts that
+// refuse tracing programs on functions (this project's own machine kind):
+// the close reset's tc program learns the host's DNAT at the server's
+// SYN-ACK, from conntrack (no NAT hook).
+func TestDNATSynAck(t *testing.T) {
 	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_nat_ct")
 	dnat(t)
 }
 
-// TestDNATDevQueue is TestDNAT with the fentry and ez_sc_nat refused, as on
-// kernels without BPF netfilter links (before 6.4) that refuse the fentry:
-// ez_sc_nat_dev learns the host's DNAT at tp_btf/net_dev_queue.
+// TestDNATNetfilter is TestDNAT with the fentry and the SYN-ACK learning
+// refused, as on hosts that refuse tracing programs on functions and have
+// no conntrack kfuncs: ez_sc_nat (netfilter link) learns the host's DNAT
+// (ez_sc_nat_dev before Linux 6.4).
+func TestDNATNetfilter(t *testing.T) {
+	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_nat_ct,ez_sc_nat_tc")
+	dnat(t)
+}
+
+// TestDNATDevQueue is TestDNAT with the fentry, the SYN-ACK learning and
+// ez_sc_nat refused, as on kernels without BPF netfilter links (before 6.4)
+// that refuse the fentry: ez_sc_nat_dev learns the host's DNAT at
+// tp_btf/net_dev_queue.
 func TestDNATDevQueue(t *testing.T) {
-	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_nat_ct,ez_sc_nat")
+	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_nat_ct,ez_sc_nat_tc,ez_sc_nat")
 	dnat(t)
 }
 

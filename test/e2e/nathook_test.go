@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/parts"
 	"github.com/eztunnel/eztunnel/lab/netlab"
@@ -16,6 +17,7 @@ import (
 // shortcut-nat part's Via (bpf/shortcut/nat.h), best first.
 var natLearners = []struct{ via, prog string }{
 	{"fentry/__nf_conntrack_confirm", "ez_sc_nat_ct"},
+	{"ez_sc_close_reset's tc links", "ez_sc_close_reset"},
 	{"netfilter link", "ez_sc_nat"},
 	{"tp_btf/net_dev_queue", "ez_sc_nat_dev"},
 }
@@ -28,6 +30,9 @@ func natLearner(t *testing.T, st parts.Status, dir string) (prog string, pins []
 		if !strings.HasPrefix(st.Via, l.via) {
 			continue
 		}
+		if l.prog == "ez_sc_close_reset" {
+			return l.prog, nil // no link of its own: the close reset's (closereset_test.go)
+		}
 		if l.prog == "ez_sc_nat" {
 			return l.prog, []string{bpfsys.LinkPin(dir, bpfsys.KindNetfilter, "ez_sc_nat_ipv4"), bpfsys.LinkPin(dir, bpfsys.KindNetfilter, "ez_sc_nat_ipv6")}
 		}
@@ -38,17 +43,35 @@ func natLearner(t *testing.T, st parts.Status, dir string) (prog string, pins []
 }
 
 // wantNATLearner is the learner this host should use with refused (a
-// TestRefuseEnv list) refused: the fentry where it loads, else the
-// netfilter link where the kernel has them, else net_dev_queue.
+// TestRefuseEnv list) refused: the fentry where it loads, else the close
+// reset's tc program where the conntrack kfuncs are there (ez_sc_nat_tc
+// names it), else the netfilter link where the kernel has them, else
+// net_dev_queue.
 func wantNATLearner(refused string) string {
 	no := func(p string) bool { return strings.Contains(","+refused+",", ","+p+",") }
 	switch {
 	case !no("ez_sc_nat_ct") && bpfsys.Fentry("__nf_conntrack_confirm")() == nil:
 		return "ez_sc_nat_ct"
+	case !no("ez_sc_nat_tc") && !no("ez_sc_close_reset") && conntrackKfuncs() == nil:
+		return "ez_sc_close_reset"
 	case !no("ez_sc_nat") && bpfsys.ProgType(ebpf.Netfilter)() == nil:
 		return "ez_sc_nat"
 	}
 	return "ez_sc_nat_dev"
+}
+
+// conntrackKfuncs: the kernel has the conntrack kfuncs (nf_conntrack built
+// in, or loaded: the lab's DNAT loads it).
+func conntrackKfuncs() error {
+	if bpfsys.KernelFunc("bpf_skb_ct_lookup")() == nil {
+		return nil
+	}
+	spec, err := btf.LoadKernelModuleSpec("nf_conntrack")
+	if err != nil {
+		return err
+	}
+	var f *btf.Func
+	return spec.TypeByName("bpf_skb_ct_lookup", &f)
 }
 
 // hostVIPPair is a client pod a and a server k behind the host's VIP
@@ -82,6 +105,19 @@ func TestNATHookScope(t *testing.T) {
 	if want := wantNATLearner(os.Getenv(bpfsys.TestRefuseEnv)); name != want {
 		t.Fatalf("shortcut-nat %+v, want %s", st, want)
 	}
+	if name == "ez_sc_close_reset" {
+		// Its program runs for every packet of the pods' veths, for the
+		// close reset: no NAT hook of its own runs (the pins are gone).
+		for _, l := range natLearners {
+			_, lpins := natLearner(t, parts.Status{Via: l.via}, e.cfg.Dir())
+			for _, p := range lpins {
+				if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s is pinned (%v) while %s learns", p, err, name)
+				}
+			}
+		}
+		return
+	}
 	runs := linkRuns(t, pins[0])
 	const trips = 200
 	before := runs()
@@ -114,7 +150,7 @@ func TestNATHookChange(t *testing.T) {
 	pin := e.cfg.PinRoot
 	dir := e.cfg.Dir()
 	t.Cleanup(func() { eztunnelOut("uninstall", "--pin-path", pin, "--drain-timeout", "5s") })
-	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_nat_ct,ez_sc_nat")
+	t.Setenv(bpfsys.TestRefuseEnv, "ez_sc_nat_ct,ez_sc_nat_tc,ez_sc_nat")
 	old := startAgent(t, bin, e.lab.Managed, pin)
 	if name, _ := natLearner(t, partOf(t, statusParts(t, pin).Parts, parts.ShortcutNAT), dir); name != "ez_sc_nat_dev" {
 		t.Fatalf("the first agent learns NAT by %s, want ez_sc_nat_dev", name)

@@ -117,7 +117,7 @@ func TestParts(t *testing.T) {
 		metricsAddr := freeAddr(t)
 		ready := filepath.Join(t.TempDir(), "ready")
 		refused := map[parts.Name]string{parts.ShortcutNAT: "ez_sc_nat", parts.CloseReset: "ez_sc_close_reset", parts.Adoption: "ez_sc_adopt_step"}
-		names := []string{"ez_sc_nat_ct", "ez_sc_nat_dev"} // shortcut-nat's other learners, refused too
+		names := []string{"ez_sc_nat_ct", "ez_sc_nat_tc", "ez_sc_nat_dev"} // shortcut-nat's other learners, refused too
 		for _, n := range refused {
 			names = append(names, n)
 		}

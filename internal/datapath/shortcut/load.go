@@ -3,6 +3,7 @@ package shortcut
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -145,6 +147,11 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	if KernelBackpressure() == nil {
 		flags |= uint32(shortcutEzCfgFlagEZ_CFG_KERNEL_BP)
 	}
+	if natTC() == nil {
+		flags |= uint32(shortcutEzCfgFlagEZ_CFG_NAT_TC)
+	} else {
+		withoutConntrackKfuncs(spec.Programs[shortcutProgEzScCloseReset])
+	}
 	specs.EzScRxSocks.MaxEntries = cfg.MaxSockets
 	specs.EzScRx.MaxEntries = cfg.MaxSockets
 	specs.EzScIndex.MaxEntries = cfg.MaxSockets
@@ -229,7 +236,7 @@ func programGroups(gauge bool) []bpfsys.Group {
 		kbp,
 		{Part: parts.Release, Required: true, Progs: []string{shortcutProgEzScReleaseSwitched, shortcutProgEzScRelease},
 			Via: "tc programs run by BPF_PROG_TEST_RUN"},
-		natGroup(),
+		natGroup(natTC()),
 		reset,
 		adopt,
 		{Part: parts.Connections, Progs: []string{shortcutProgEzScConnsAll}, Via: connsAllVia, Fallback: &bpfsys.Group{
@@ -252,15 +259,99 @@ func natHook() error {
 	return bpfsys.Fentry(confirmFunc)()
 }
 
+// natTCName is what a test names in bpfsys.TestRefuseEnv to refuse the
+// learning at SYN-ACKs by the close reset's tc program (natTC).
+const natTCName = "ez_sc_nat_tc"
+
+// natTCVia is the shortcut-nat part's Via when the close reset's tc program
+// learns the node's NAT (natTC).
+const natTCVia = "ez_sc_close_reset's tc links, at SYN-ACKs from pods (a conntrack lookup once per connection; no NAT hook)"
+
+// natTC reports, nil or why not, whether the close reset's tc program
+// learns the node's NAT at SYN-ACKs (EZ_CFG_NAT_TC, bpf/shortcut/nat.h)
+// instead of a NAT hook: where the fentry cannot run, and the conntrack
+// kfuncs are there (nf_conntrack built in or loaded). The tc program runs
+// for every packet of the pods' veths anyway; the netfilter link would run
+// once more per packet. The close reset must load too (load checks).
+func natTC() error {
+	if natHook() == nil {
+		return errors.New("the fentry learns")
+	}
+	if err := bpfsys.TestRefusal(natTCName); err != nil {
+		return err
+	}
+	return conntrackKfuncs()
+}
+
+// conntrackKfuncs reports, nil or why not, whether the kernel has the
+// conntrack kfuncs (net/netfilter/nf_conntrack_bpf.c): in vmlinux's BTF
+// (built in) or nf_conntrack's (a loaded module).
+func conntrackKfuncs() error {
+	const fn = "bpf_skb_ct_lookup"
+	if bpfsys.KernelFunc(fn)() == nil {
+		return nil
+	}
+	spec, err := btf.LoadKernelModuleSpec("nf_conntrack")
+	if err != nil {
+		return fmt.Errorf("no conntrack kfuncs (nf_conntrack not loaded?): %w", err)
+	}
+	var f *btf.Func
+	if err := spec.TypeByName(fn, &f); err != nil {
+		return fmt.Errorf("no %s in nf_conntrack's BTF: %w", fn, err)
+	}
+	return nil
+}
+
+// withoutConntrackKfuncs replaces the conntrack kfunc calls of ps (the
+// close reset's SYN-ACK learning, bpf/shortcut/nat.h) by r0 = 0 and their
+// address loads by 0: without EZ_CFG_NAT_TC that code is dead, and a
+// program without kfunc calls loads where they cannot be resolved or a
+// JIT cannot call them, as the close reset did before it learnt.
+func withoutConntrackKfuncs(ps *ebpf.ProgramSpec) {
+	if ps == nil {
+		return
+	}
+	for i, ins := range ps.Instructions {
+		var n asm.Instruction
+		switch ref := ins.Reference(); {
+		case ref != "bpf_skb_ct_lookup" && ref != "bpf_ct_release":
+			continue
+		case ins.IsKfuncCall():
+			n = asm.Mov.Imm(asm.R0, 0)
+		case ins.OpCode.IsDWordLoad():
+			n = asm.LoadImm(ins.Dst, 0, asm.DWord)
+		default:
+			continue
+		}
+		n = n.WithSymbol(ins.Symbol())
+		if src := ins.Source(); src != nil {
+			n = n.WithSource(src)
+		}
+		ps.Instructions[i] = n
+	}
+}
+
 // natGroup is the shortcut-nat part (bpf/shortcut/nat.h), its hook best
-// first: fentry on __nf_conntrack_confirm (once per new connection), the
-// netfilter link at POST_ROUTING (every packet; Linux 6.4), tp_btf/
-// net_dev_queue (every transmit). Where the fentry cannot run, the hook
-// used names why.
-func natGroup() bpfsys.Group {
+// first: fentry on __nf_conntrack_confirm (once per new connection); where
+// it cannot run, the close reset's tc program at SYN-ACKs (natTC: no
+// program of its own); the netfilter link at POST_ROUTING (every packet;
+// Linux 6.4), tp_btf/net_dev_queue (every transmit). Where the fentry
+// cannot run, the hook used names why. tc: natTC's answer.
+func natGroup(tc error) bpfsys.Group {
+	if tc == nil {
+		return bpfsys.Group{Part: parts.ShortcutNAT, Via: fmt.Sprintf("%s (%v)", natTCVia, natHook())}
+	}
+	return natHookGroup(tc)
+}
+
+// natHookGroup is natGroup with a NAT hook of its own; tc is why the close
+// reset's tc program does not learn (natTC), named in the Via where the
+// fentry cannot run either.
+func natHookGroup(tc error) bpfsys.Group {
 	dev := bpfsys.Group{Progs: []string{shortcutProgEzScNatDev}, Via: "tp_btf/net_dev_queue of the node's devices (runs for every transmit)"}
 	nf := bpfsys.Group{Progs: []string{shortcutProgEzScNat}, Via: "netfilter link at POST_ROUTING (runs for every packet the node forwards or sends)", Fallback: &dev}
 	if err := natHook(); err != nil {
+		err = fmt.Errorf("%w; SYN-ACKs: %v", err, tc)
 		nf.Via = fmt.Sprintf("%s (%v)", nf.Via, err)
 		dev.Via = fmt.Sprintf("%s (%v)", dev.Via, err)
 		g := nf
@@ -356,6 +447,16 @@ func (s *Shortcut) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions)
 	if err != nil {
 		return fmt.Errorf("datapath: %w", err)
 	}
+	// The close reset's tc program learns the node's NAT (natTC): without
+	// it a NAT hook does.
+	if natTC() == nil && loaded[shortcutProgEzScCloseReset] == nil {
+		more, err := ps.LoadGroups([]bpfsys.Group{natHookGroup(errors.New("the close reset did not load"))}, &s.parts)
+		if err != nil {
+			bpfsys.CloseAll(loaded)
+			return fmt.Errorf("datapath: %w", err)
+		}
+		maps.Copy(loaded, more)
+	}
 	// ez_sc_release runs only at uninstall (drain.go), the listing's
 	// iterators only for `eztunnel connections`: loaded here to prove they
 	// load, then closed.
@@ -391,6 +492,9 @@ func Probe() parts.Report {
 		err = spec.Variables[shortcutVarEzCfgFlags].Set(uint32(shortcutEzCfgFlagEZ_CFG_RX_GAUGE))
 	}
 	if err == nil {
+		withoutConntrackKfuncs(spec.Programs[shortcutProgEzScCloseReset]) // EZ_CFG_NAT_TC is off here
+	}
+	if err == nil {
 		for _, m := range spec.Maps {
 			if m.MaxEntries > 64 && m.Type != ebpf.PerCPUArray && m.Type != ebpf.Array {
 				m.MaxEntries = 64
@@ -420,6 +524,10 @@ func Probe() parts.Report {
 	}
 	loaded, _ := ps.LoadGroups(groups, &rep)
 	defer bpfsys.CloseAll(loaded)
+	if natTC() == nil && !rep.Runs(parts.CloseReset) {
+		more, _ := ps.LoadGroups([]bpfsys.Group{natHookGroup(errors.New("the close reset did not load"))}, &rep) // as load does
+		defer bpfsys.CloseAll(more)
+	}
 	for _, p := range required[1:] {
 		if !rep.Runs(p) && rep.Runs(parts.Shortcut) {
 			rep.Off(parts.Shortcut, parts.CodeNeedsPart, fmt.Sprintf("needs %s: %s", p, reasonOf(rep, p)))

@@ -48,7 +48,11 @@ func (s *Shortcut) attachNAT(tx *bpfsys.Tx) error {
 		keep = []string{bpfsys.LinkPin(s.dir, bpfsys.KindTracing, shortcutProgEzScNatDev)}
 		return s.attachNATTracing(tx, s.objs.EzScNatDev, shortcutProgEzScNatDev, "tp_btf/net_dev_queue")
 	case s.objs.EzScNat == nil:
-		return nil // pairing under NAT is off on this kernel (s.parts): NAT-ed connections stay on the kernel path
+		// ez_sc_close_reset learns at SYN-ACKs (natTC: no NAT hook), or
+		// pairing under NAT is off on this kernel (s.parts): NAT-ed
+		// connections stay on the kernel path. An earlier install's NAT
+		// hook is detached at commit either way.
+		return nil
 	}
 	for _, f := range natFamilies {
 		pin := bpfsys.LinkPin(s.dir, bpfsys.KindNetfilter, shortcutProgEzScNat+"_"+f.name)

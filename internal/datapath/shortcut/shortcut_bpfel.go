@@ -101,6 +101,7 @@ const (
 	shortcutEzCfgFlagEZ_CFG_CGROUP_FILTER  shortcutEzCfgFlag = 8
 	shortcutEzCfgFlagEZ_CFG_RX_GAUGE       shortcutEzCfgFlag = 16
 	shortcutEzCfgFlagEZ_CFG_KERNEL_BP      shortcutEzCfgFlag = 32
+	shortcutEzCfgFlagEZ_CFG_NAT_TC         shortcutEzCfgFlag = 64
 )
 
 type shortcutEzCgroup struct {
