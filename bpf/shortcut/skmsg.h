@@ -99,7 +99,8 @@ static __always_inline bool tx_mem_pressure(struct bpf_sock *bsk, struct ez_sock
 	 * returns (exception-table loads: a fault reads 0, as a failed probe
 	 * read gave), not a bpf_probe_read_kernel call per field: the same
 	 * kernel words as before. memory_pressure and sysctl_mem point at
-	 * scalars, which the verifier lets no program load directly. */
+	 * scalars, and a BTF walk turns such a pointer into a plain number:
+	 * those two words still need a probe read. */
 	prot = tp->inet_conn.icsk_inet.sk.__sk_common.skc_prot;
 	if (!prot)
 		return false;
