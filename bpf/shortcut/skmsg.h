@@ -77,8 +77,10 @@ static __always_inline bool early_data_waits(const struct ez_sock *es)
  * global count (prot->memory_allocated) to, plus what the per-CPU caches
  * may still drain into it (sk_memory_allocated_add: each CPU holds less than
  * mem_pcpu_rsv pages; ez_cfg_mem_slack = possible CPUs x that, set by the
- * agent), must stay below tcp_mem[1]. Pages are counted as 4 KiB: on
- * larger pages the estimate only errs toward the kernel path.
+ * agent), must stay below tcp_mem[1] (and the flag must be clear), or
+ * below tcp_mem[0], where the charge succeeds whatever the flag says.
+ * Pages are counted as 4 KiB: on larger pages the estimate only errs
+ * toward the kernel path.
  * Not seen: a memory cgroup's socket pressure (cgroup v2 charges socket
  * memory to the receiver's memcg), nor other sockets charging more than the
  * slack between this check and the charge.
@@ -88,22 +90,38 @@ static __always_inline bool tx_mem_pressure(struct bpf_sock *bsk, struct ez_sock
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(bsk);
 	struct proto *prot;
 	unsigned long *mp, v = 0;
-	long *limits, lim = 0, allocated = 0;
+	long *limits, lim[2] = {}, est;
 	atomic_long_t *ma;
 
 	if (!tp)
 		return false;
-	prot = BPF_CORE_READ((struct sock *)tp, __sk_common.skc_prot);
-	mp = BPF_CORE_READ(prot, memory_pressure);
-	ma = BPF_CORE_READ(prot, memory_allocated);
-	limits = BPF_CORE_READ(prot, sysctl_mem);
+	/* Per message, so plain loads through the BTF pointer bpf_skc_to_tcp_sock
+	 * returns (exception-table loads: a fault reads 0, as a failed probe
+	 * read gave), not a bpf_probe_read_kernel call per field: the same
+	 * kernel words as before. memory_pressure and sysctl_mem point at
+	 * scalars, and a BTF walk turns such a pointer into a plain number:
+	 * those two words still need a probe read. */
+	prot = tp->inet_conn.icsk_inet.sk.__sk_common.skc_prot;
+	if (!prot)
+		return false;
+	mp = prot->memory_pressure;
+	ma = prot->memory_allocated;
+	limits = prot->sysctl_mem;
 	if (!mp || !ma || !limits)
 		return false; /* a protocol without accounting: no charge fails */
-	if (bpf_probe_read_kernel(&v, sizeof(v), mp) ||
-	    bpf_probe_read_kernel(&allocated, sizeof(allocated), &ma->counter) ||
-	    bpf_probe_read_kernel(&lim, sizeof(lim), &limits[1]))
+	est = ma->counter + (long)ez_cfg_mem_slack + (long)(size >> 12) + 1;
+	/* tcp_mem[0] and [1] in one probe read. A charge that leaves the count
+	 * at most tcp_mem[0] succeeds whatever the flag says
+	 * (__sk_mem_raise_allocated's "Under limit" test comes first, 6.1 to
+	 * 6.18), so below both lines the flag is not read: the steady state
+	 * costs one probe read, not two. */
+	if (bpf_probe_read_kernel(lim, sizeof(lim), limits))
 		return false;
-	if (!v && allocated + (long)ez_cfg_mem_slack + (long)(size >> 12) + 1 < lim)
+	if (est < lim[0] && est < lim[1])
+		return false;
+	if (bpf_probe_read_kernel(&v, sizeof(v), mp))
+		return false;
+	if (!v && est < lim[1])
 		return false;
 	if (rx_gauge()) {
 		if (__sync_val_compare_and_swap(&u->switched, 0, 1) == 0)

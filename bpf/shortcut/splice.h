@@ -97,8 +97,16 @@ static __always_inline __u32 rx_note_read(struct sock *sk, struct ez_sock *es, b
 {
 	__u64 cookie = es->self_cookie;
 	struct ez_rx *r = bpf_map_lookup_elem(&ez_sc_rx, &cookie);
-	__u32 now = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 	struct ez_rx nr = {};
+	__u32 now;
+
+	/* A plain load through the BTF pointer (one cheap helper call) where
+	 * a probe read cost a bpf_probe_read_kernel call per read. */
+	if (tp)
+		now = tp->copied_seq;
+	else
+		now = BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
 
 	if (!r) {
 		/* Until now no direction was open into this socket (no reader,
