@@ -3,27 +3,15 @@ package workload
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/eztunnel/eztunnel/internal/stats"
 )
-
-// EchoPhase is one phase of back-to-back ping-echo round trips: their
-// median and how many were timed.
-type EchoPhase struct {
-	MedianUs float64 `json:"median_us"`
-	N        int     `json:"n"`
-	Err      string  `json:"err,omitempty"`
-}
 
 // echoWarmup round trips per connection are not timed: the first ones of a
 // fresh connection pay for its proxies' and servers' first reads.
@@ -93,17 +81,9 @@ func echoPhase(addr string, d time.Duration, conns, size int) (EchoPhase, error)
 			}
 		}
 	}
-	var us []float64
-	for end := time.Now().Add(d); time.Now().Before(end); {
-		x, err := pps[len(us)%len(pps)].RoundTrip()
-		if err != nil {
-			return EchoPhase{}, err
-		}
-		us = append(us, float64(x.Nanoseconds())/1e3)
-	}
-	if len(us) == 0 {
-		return EchoPhase{}, errors.New("a phase without a single round trip")
-	}
-	slices.Sort(us)
-	return EchoPhase{MedianUs: stats.Quantile(us, 0.5), N: len(us)}, nil
+	n := 0
+	return timedPhase(d, "round trip", func() (time.Duration, error) {
+		n++
+		return pps[(n-1)%len(pps)].RoundTrip()
+	})
 }

@@ -7,14 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/eztunnel/eztunnel/internal/stats"
 )
 
 // HTTPGetter sends GET requests for one page on one keep-alive connection
@@ -72,6 +69,10 @@ func (g *HTTPGetter) fill() error {
 	if err == unix.EINTR {
 		return nil
 	}
+	if err == unix.EAGAIN { // the sockmap receive path's spurious EAGAIN: retried and counted, as readFull does
+		SpuriousEAGAIN.Add(1)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -96,14 +97,6 @@ func responseLen(head []byte) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("response without Content-Length: %q", head)
-}
-
-// HTTPPhase is one phase of requests: the median response time and how
-// many completed.
-type HTTPPhase struct {
-	MedianUs float64 `json:"median_us"`
-	N        int     `json:"n"`
-	Err      string  `json:"err,omitempty"`
 }
 
 // ServeHTTPPhases runs phases as r asks, one a line, answering each with a
@@ -155,17 +148,5 @@ func ServeHTTPPhases(r io.Reader, w io.Writer, path string) error {
 
 // phase runs requests for d.
 func (g *HTTPGetter) phase(d time.Duration) (HTTPPhase, error) {
-	var us []float64
-	for end := time.Now().Add(d); time.Now().Before(end); {
-		x, err := g.Get()
-		if err != nil {
-			return HTTPPhase{}, err
-		}
-		us = append(us, float64(x.Nanoseconds())/1e3)
-	}
-	if len(us) == 0 {
-		return HTTPPhase{}, errors.New("a phase without a single response")
-	}
-	slices.Sort(us)
-	return HTTPPhase{MedianUs: stats.Quantile(us, 0.5), N: len(us)}, nil
+	return timedPhase(d, "response", g.Get)
 }

@@ -243,21 +243,7 @@ func waitOrKill(cmd *exec.Cmd, cancel context.CancelFunc) {
 
 // phase asks the client for one phase.
 func (ph *echoPhaser) phase(addr string, d time.Duration, conns, size int) (workload.EchoPhase, error) {
-	var r workload.EchoPhase
-	if _, err := fmt.Fprintf(ph.in, "%s %s %d %d\n", addr, d, conns, size); err != nil {
-		return r, fmt.Errorf("echo-phases: %w: %s", err, ph.errb.String())
-	}
-	line, err := ph.out.ReadBytes('\n')
-	if err != nil {
-		return r, fmt.Errorf("echo-phases: %w: %s", err, ph.errb.String())
-	}
-	if err := json.Unmarshal(line, &r); err != nil {
-		return r, fmt.Errorf("echo-phases printed %q: %w", line, err)
-	}
-	if r.Err != "" {
-		return r, fmt.Errorf("echo-phases %s: %s", addr, r.Err)
-	}
-	return r, nil
+	return workload.AskPhase(ph.in, ph.out, "echo-phases", fmt.Sprintf("%s %s %d %d", addr, d, conns, size), &ph.errb)
 }
 
 // pairedLegend describes the paired rows.

@@ -26,7 +26,6 @@ package meshmatrix
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -304,21 +303,7 @@ func startPhaser(ctx context.Context, wl workload.Client, p *multinode.Pod) (*ph
 
 // phase asks the client for one phase.
 func (ph *phaser) phase(verb, addr string, d time.Duration) (workload.HTTPPhase, error) {
-	var r workload.HTTPPhase
-	if _, err := fmt.Fprintf(ph.in, "%s %s %s\n", verb, addr, d); err != nil {
-		return r, fmt.Errorf("http-phases: %w: %s", err, ph.errb.String())
-	}
-	line, err := ph.out.ReadBytes('\n')
-	if err != nil {
-		return r, fmt.Errorf("http-phases: %w: %s", err, ph.errb.String())
-	}
-	if err := json.Unmarshal(line, &r); err != nil {
-		return r, fmt.Errorf("http-phases printed %q: %w", line, err)
-	}
-	if r.Err != "" {
-		return r, fmt.Errorf("http-phases: %s", r.Err)
-	}
-	return r, nil
+	return workload.AskPhase(ph.in, ph.out, "http-phases", fmt.Sprintf("%s %s %s", verb, addr, d), &ph.errb)
 }
 
 // reportPaired prints the paired rows of every mode and their per-hook
