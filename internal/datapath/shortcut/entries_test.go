@@ -53,16 +53,7 @@ func TestEntries(t *testing.T) {
 // ends listed already and ends without an unread record do not.
 func TestFromIndex(t *testing.T) {
 	const conns = entryBatch // two ends each: two batches at least
-	index, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: uint32(binary.Size(shortcutEzConnIndex{})), MaxEntries: 2 * conns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer index.Close()
-	unreads, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: uint32(binary.Size(shortcutEzUnread{})), MaxEntries: conns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unreads.Close()
+	index, unreads := indexMaps(t, conns)
 	seen := map[uint64]bool{}
 	for i := range uint64(conns) {
 		client, server := 2*i+2, 2*i+3
@@ -101,4 +92,22 @@ func TestFromIndex(t *testing.T) {
 			t.Fatalf("end %+v", c)
 		}
 	}
+}
+
+// indexMaps makes an ez_sc_index and an ez_sc_unreads for conns
+// connections (two ends each), closed when the test ends.
+func indexMaps(t *testing.T, conns int) (index, unreads *ebpf.Map) {
+	t.Helper()
+	var err error
+	index, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: uint32(binary.Size(shortcutEzConnIndex{})), MaxEntries: uint32(2 * conns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { index.Close() })
+	unreads, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: uint32(binary.Size(shortcutEzUnread{})), MaxEntries: uint32(conns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unreads.Close() })
+	return index, unreads
 }

@@ -1,11 +1,8 @@
 package shortcut
 
 import (
-	"encoding/binary"
 	"testing"
 	"time"
-
-	"github.com/cilium/ebpf"
 )
 
 // TestPruneIndex: the index entries older than the age whose connection
@@ -18,16 +15,7 @@ func TestPruneIndex(t *testing.T) {
 		maxAge = time.Minute
 		now    = uint64(10 * time.Hour)
 	)
-	index, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: uint32(binary.Size(shortcutEzConnIndex{})), MaxEntries: 2 * conns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer index.Close()
-	unreads, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: uint32(binary.Size(shortcutEzUnread{})), MaxEntries: conns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unreads.Close()
+	index, unreads := indexMaps(t, conns)
 	old, young := now-uint64(2*maxAge), now-uint64(maxAge/2)
 	want := map[uint64]bool{} // the entries that stay
 	for i := range uint64(conns) {

@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -223,22 +222,9 @@ func startEchoPhaser(ctx context.Context, wl workload.Client, p workload.Pod) (*
 	ph.in, ph.out = in, bufio.NewReader(out)
 	ph.close = func() {
 		in.Close()
-		waitOrKill(cmd, cancel)
+		bench.WaitOrKill(cmd, cancel)
 	}
 	return ph, nil
-}
-
-// waitOrKill waits up to 5 s for cmd to exit, then cancels its context.
-func waitOrKill(cmd *exec.Cmd, cancel context.CancelFunc) {
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		cancel()
-		<-done
-	}
-	cancel()
 }
 
 // phase asks the client for one phase.

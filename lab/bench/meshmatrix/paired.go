@@ -288,15 +288,7 @@ func startPhaser(ctx context.Context, wl workload.Client, p *multinode.Pod) (*ph
 	ph.in, ph.out = in, bufio.NewReader(out)
 	ph.close = func() {
 		in.Close()
-		done := make(chan struct{})
-		go func() { ph.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cancel()
-			<-done
-		}
-		cancel()
+		bench.WaitOrKill(ph.cmd, cancel)
 	}
 	return ph, nil
 }
