@@ -17,10 +17,24 @@
  */
 #define EZ_CT_OPTS_SZ 12
 
+/*
+ * A program that must also load where nf_conntrack is not (the shortcut's
+ * close reset) defines EZ_CT_WEAK before including this file: the kfuncs are
+ * then weak (NULL there) and it tests them before a call. Otherwise a
+ * program that calls one does not load without them. Quirk: a weak
+ * redeclaration after a strong one does not make the symbol weak (clang
+ * emits it GLOBAL), hence the switch rather than a second declaration.
+ */
+#ifdef EZ_CT_WEAK
+#define EZ_CT_KFUNC __ksym __weak
+#else
+#define EZ_CT_KFUNC __ksym
+#endif
+
 extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
-					 struct bpf_ct_opts *opts, __u32 opts__sz) __ksym;
-extern void bpf_ct_release(struct nf_conn *ct) __ksym;
-extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout_ms) __ksym;
+					 struct bpf_ct_opts *opts, __u32 opts__sz) EZ_CT_KFUNC;
+extern void bpf_ct_release(struct nf_conn *ct) EZ_CT_KFUNC;
+extern int bpf_ct_change_timeout(struct nf_conn *ct, __u32 timeout_ms) EZ_CT_KFUNC;
 
 /* The conntrack tuple of f as its packet has it; returns its size. */
 static __always_inline __u32 ez_ct_tuple(const struct ez_flow *f, struct bpf_sock_tuple *tuple)

@@ -40,6 +40,8 @@
 #include <bpf/bpf_tracing.h>
 #include "lib/addr.h"
 #include "lib/parse.h"
+#define EZ_CT_WEAK /* the conntrack kfuncs weak (lib/ct.h, nat_learn_synack) */
+#include "lib/ct.h"
 #include "shortcut/key.h"
 #include "shortcut/control.h"
 
@@ -144,11 +146,6 @@ static __always_inline void nat_learn_here(struct sk_buff *skb)
  * The conntrack kfuncs are weak: where nf_conntrack is not loaded (the
  * agent then uses a NAT hook instead) the program loads without them.
  */
-extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple__sz,
-					 struct bpf_ct_opts *opts, __u32 opts__sz) __ksym __weak;
-extern void bpf_ct_release(struct nf_conn *ct) __ksym __weak;
-
-#define EZ_NAT_CT_OPTS_SZ 12 /* before ct_zone_id: what 6.1 takes (lib/ct.h) */
 
 /* SYN and ACK, neither RST nor FIN: a SYN-ACK the tc program learns from. */
 static __always_inline bool nat_synack_flags(__u8 flags)
@@ -166,22 +163,10 @@ static __always_inline void nat_learn_synack(struct __sk_buff *skb, const struct
 
 	if (!bpf_skb_ct_lookup || !bpf_ct_release)
 		return; /* weak: nf_conntrack not loaded when the program loaded */
-	if (f->family == 4) {
-		tuple.ipv4.saddr = f->saddr[0];
-		tuple.ipv4.daddr = f->daddr[0];
-		tuple.ipv4.sport = bpf_htons(f->sport);
-		tuple.ipv4.dport = bpf_htons(f->dport);
-		tuple_sz = sizeof(tuple.ipv4);
-	} else {
-		__builtin_memcpy(tuple.ipv6.saddr, f->saddr, 16);
-		__builtin_memcpy(tuple.ipv6.daddr, f->daddr, 16);
-		tuple.ipv6.sport = bpf_htons(f->sport);
-		tuple.ipv6.dport = bpf_htons(f->dport);
-		tuple_sz = sizeof(tuple.ipv6);
-	}
+	tuple_sz = ez_ct_tuple(f, &tuple);
 	opts.netns_id = BPF_F_CURRENT_NETNS;
 	opts.l4proto = EZ_IPPROTO_TCP;
-	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, EZ_NAT_CT_OPTS_SZ);
+	ct = bpf_skb_ct_lookup(skb, &tuple, tuple_sz, &opts, EZ_CT_OPTS_SZ);
 	if (!ct)
 		return;
 	/* The reply direction (the server's SYN-ACK before un-DNAT), and only
