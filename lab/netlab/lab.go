@@ -84,6 +84,11 @@ func New(name string, subnet int) (_ *Lab, err error) {
 	if err := claim(name); err != nil {
 		return nil, err
 	}
+	for _, p := range []string{fmt.Sprintf("10.77.%d.0/24", subnet), fmt.Sprintf("fd77:%d::/64", subnet)} {
+		if _, err := l.Record(RecConntrack, p); err != nil {
+			return nil, err
+		}
+	}
 	if err := sharedNetnsDir(); err != nil {
 		return nil, err
 	}
@@ -279,7 +284,7 @@ func (l *Lab) Pods() []*Pod {
 }
 
 // Close kills every process left in the lab's cgroups and removes pods,
-// bridge and cgroups. It keeps going after errors and returns them joined.
+// bridge and cgroups, and the host's conntrack entries of its subnets. It keeps going after errors and returns them joined.
 func (l *Lab) Close() error {
 	var errs []error
 	killCgroupTree(l.cgRoot)
@@ -301,6 +306,11 @@ func (l *Lab) Close() error {
 	if err := removeCgroupTree(l.cgRoot); err != nil {
 		errs = append(errs, err)
 	}
+	// The lab's conntrack entries go before its records restore a smaller
+	// nf_conntrack_max (bench scale), so the table is never over it.
+	if err := undoConntrack(l.Name); err != nil {
+		errs = append(errs, err)
+	}
 	if err := undoRecords(l.Name); err != nil {
 		errs = append(errs, err)
 	}
@@ -315,7 +325,7 @@ func (l *Lab) Close() error {
 func Sweep() error {
 	var errs []error
 	for _, name := range staleLabs() {
-		if err := errors.Join(undoRecords(name), sweepLab(name)); err != nil {
+		if err := errors.Join(undoRecords(name), sweepLab(name), undoConntrack(name)); err != nil {
 			errs = append(errs, err)
 		}
 		release(name)

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
@@ -32,7 +35,18 @@ const (
 	RecSysctl = "sysctl"
 	// RecMount path: a mount on a directory under the temp dir; unmounted.
 	RecMount = "mount"
+	// RecConntrack prefix: the host netns's conntrack entries whose
+	// original source or destination is in prefix (a lab's own subnet,
+	// inside 10.77.0.0/16 or fd77::/16) are deleted. Bridged and routed
+	// pod traffic leaves entries there (br_netfilter, the host's NAT), and
+	// a connection whose FIN died with its veth stays ESTABLISHED for
+	// nf_conntrack_tcp_timeout_established (5 days): a million of them
+	// fill the table and the host drops every new flow.
+	RecConntrack = "conntrack"
 )
+
+// labRanges hold every subnet a lab may record for RecConntrack.
+var labRanges = []netip.Prefix{netip.MustParsePrefix("10.77.0.0/16"), netip.MustParsePrefix("fd77::/16")}
 
 // Record notes a resource the lab created outside its namespaces, in the
 // owner record, before the caller creates it: if the process dies, Sweep
@@ -96,6 +110,22 @@ func readRecords(name string) (pid string, recs []string) {
 	return pid, recs
 }
 
+// undoConntrack deletes the conntrack entries of a lab's RecConntrack
+// records: again once its namespaces are gone, since traffic may have
+// refreshed or created entries until then.
+func undoConntrack(name string) error {
+	_, recs := readRecords(name)
+	var errs []error
+	for _, line := range recs {
+		if strings.HasPrefix(line, RecConntrack+"\t") {
+			if err := undoRecord(line); err != nil {
+				errs = append(errs, fmt.Errorf("lab %s: undo %q: %w", name, line, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // undoRecords undoes a lab's recorded resources, newest first.
 func undoRecords(name string) error {
 	_, recs := readRecords(name)
@@ -110,7 +140,7 @@ func undoRecords(name string) error {
 
 func parseRecord(line string) ([]string, error) {
 	f := strings.Split(line, "\t")
-	want := map[string]int{RecPin: 2, RecNFChain: 4, RecNFTable: 3, RecSysctl: 3, RecMount: 2}[f[0]]
+	want := map[string]int{RecPin: 2, RecNFChain: 4, RecNFTable: 3, RecSysctl: 3, RecMount: 2, RecConntrack: 2}[f[0]]
 	if want == 0 || len(f) != want {
 		return nil, fmt.Errorf("netlab: bad resource record %q", line)
 	}
@@ -123,7 +153,52 @@ func parseRecord(line string) ([]string, error) {
 	if f[0] == RecSysctl && !strings.HasPrefix(filepath.Clean(f[1]), "/proc/sys/") {
 		return nil, fmt.Errorf("netlab: sysctl record %q outside /proc/sys", f[1])
 	}
+	if f[0] == RecConntrack {
+		if _, err := labPrefix(f[1]); err != nil {
+			return nil, err
+		}
+	}
 	return f, nil
+}
+
+// labPrefix parses a RecConntrack prefix, which must lie inside labRanges.
+func labPrefix(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return p, fmt.Errorf("netlab: conntrack record %q: %w", s, err)
+	}
+	for _, r := range labRanges {
+		if r.Bits() <= p.Bits() && r.Contains(p.Addr()) {
+			return p.Masked(), nil
+		}
+	}
+	return p, fmt.Errorf("netlab: conntrack record %q outside the labs' ranges %v", s, labRanges)
+}
+
+// FlushConntrack deletes the host netns's conntrack entries whose original
+// source or destination lies in prefix (RecConntrack), and returns how many.
+func FlushConntrack(prefix netip.Prefix) (uint, error) {
+	if _, err := os.Stat("/proc/sys/net/netfilter/nf_conntrack_count"); errors.Is(err, os.ErrNotExist) {
+		return 0, nil // nf_conntrack is not loaded: no entry (and no module loaded by asking)
+	}
+	fam := netlink.InetFamily(unix.AF_INET)
+	if prefix.Addr().Is6() {
+		fam = unix.AF_INET6
+	}
+	ipNet := &net.IPNet{IP: prefix.Addr().AsSlice(), Mask: net.CIDRMask(prefix.Bits(), prefix.Addr().BitLen())}
+	var filters []netlink.CustomConntrackFilter
+	for _, tp := range []netlink.ConntrackFilterType{netlink.ConntrackOrigSrcIP, netlink.ConntrackOrigDstIP} {
+		f := &netlink.ConntrackFilter{}
+		if err := f.AddIPNet(tp, ipNet); err != nil {
+			return 0, err
+		}
+		filters = append(filters, f)
+	}
+	n, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, fam, filters...)
+	if err != nil {
+		return n, fmt.Errorf("netlab: delete conntrack entries of %s: %w", prefix, err)
+	}
+	return n, nil
 }
 
 func undoRecord(line string) error {
@@ -150,6 +225,12 @@ func undoRecord(line string) error {
 		return deleteNFChain(f[1], f[2], f[3])
 	case RecNFTable:
 		return deleteEmptyNFTable(f[1], f[2])
+	case RecConntrack:
+		p, err := labPrefix(f[1])
+		if err == nil {
+			_, err = FlushConntrack(p)
+		}
+		return err
 	case RecMount:
 		err := unix.Unmount(f[1], unix.MNT_DETACH)
 		if err == unix.EINVAL || err == unix.ENOENT { // not mounted (any more)
