@@ -340,6 +340,12 @@ func TestAdoptThroughDNAT(t *testing.T) {
 	if d := e.adoptUntil(before, want); d["adopted"] != want || d["adopt_skipped_nat_unknown"] != 0 {
 		t.Fatalf("adopted %d of %d NAT-ed idle connections: %+v", d["adopted"], want, d)
 	}
+	// Every connection is in: a round has no socket to match, so it reads
+	// no conntrack table (a node's can hold a million flows); a round with
+	// sockets to match read them above (no nat_unknown skip).
+	if rep := e.adopt(); rep.NATRead || rep.Sockets != 0 || rep.Candidates != 0 {
+		t.Fatalf("a round with every connection adopted: %+v, want no socket, no candidate, no NAT read", rep)
+	}
 	for i, pl := range pools {
 		if res := pl.finish(); res.SHA256Up != plain[i].SHA256Up || res.SHA256Bk != plain[i].SHA256Bk {
 			t.Errorf("%s: adopted streams differ from plain TCP's", targets[i])

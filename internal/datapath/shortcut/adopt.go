@@ -35,7 +35,10 @@ type AdoptReport struct {
 	// Busy counts the scanned sockets by what made them busy (a socket may
 	// count under several causes): unacked, unread, queued, sleeper, closing, unsupported.
 	Busy map[string]int `json:"busy,omitempty"`
-	Took time.Duration  `json:"took_ns"`
+	// NATRead: the round read the namespaces' conntrack tables, which it
+	// does only with an established adoptable socket to match.
+	NATRead bool          `json:"nat_read"`
+	Took    time.Duration `json:"took_ns"`
 }
 
 // adoptCounters names enum ez_adopt_counter.
@@ -219,13 +222,16 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	if err := purge(s.objs.EzScAdoptSocks); err != nil {
 		return rep, err
 	}
-	socks, flows, errs := s.scanAll(namespaces)
+	socks, cookies, errs := s.scanAll(namespaces)
 	rep.Sockets, rep.Busy = countBusy(socks)
 	var (
 		cands []adoptCandidate
 		sk    adoptSkips
 	)
 	if rep.Sockets > 0 { // none established and adoptable: no candidate, no skip
+		flows, ctErrs := conntrackAll(namespaces, cookies)
+		errs = append(errs, ctErrs...)
+		rep.NATRead = true
 		cands, sk = matchAdoption(socks, flows)
 	}
 	// Agent-decided skips are counted now; BPF counts the rest.
@@ -300,9 +306,11 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	return rep, errors.Join(errs...)
 }
 
-// scanAll lists the sockets and the conntrack flows of every namespace;
-// a namespace that cannot be read is an error, the others are scanned.
-func (s *Shortcut) scanAll(namespaces []string) (socks []scanSock, flows []ctFlow, errs []error) {
+// scanAll lists the sockets of every namespace, and the cookie of each
+// namespace it scanned (conntrackAll); a namespace that cannot be read is
+// an error, the others are scanned.
+func (s *Shortcut) scanAll(namespaces []string) (socks []scanSock, cookies map[string]uint64, errs []error) {
+	cookies = map[string]uint64{}
 	for _, p := range namespaces {
 		ss, err := scanIn(s.adoptScan, p)
 		if err != nil {
@@ -310,12 +318,26 @@ func (s *Shortcut) scanAll(namespaces []string) (socks []scanSock, flows []ctFlo
 			continue
 		}
 		socks = append(socks, ss...)
-		// Every namespace's NAT counts, also where no managed socket lives
-		// (the node's: kube-proxy). Loopback entries matter only where
-		// sockets are, and carry that namespace's cookie.
-		var cookie uint64
+		// Loopback NAT entries matter only where sockets are, and carry
+		// that namespace's cookie (0: none there).
+		cookies[p] = 0
 		if len(ss) > 0 {
-			cookie = ss[0].rec.NetnsCookie
+			cookies[p] = ss[0].rec.NetnsCookie
+		}
+	}
+	return socks, cookies, errs
+}
+
+// conntrackAll reads the NAT-ed TCP entries of every scanned namespace,
+// also where no managed socket lives (the node's: kube-proxy). Only for a
+// round with an established adoptable socket: a node's table holds every
+// bridged flow, and the dump is materialized (1M flows took about 900 MB
+// of the agent's heap in `bench scale`, every idle round).
+func conntrackAll(namespaces []string, cookies map[string]uint64) (flows []ctFlow, errs []error) {
+	for _, p := range namespaces {
+		cookie, scanned := cookies[p]
+		if !scanned {
+			continue
 		}
 		ct, err := conntrackIn(p, cookie)
 		if err != nil {
@@ -323,7 +345,7 @@ func (s *Shortcut) scanAll(namespaces []string) (socks []scanSock, flows []ctFlo
 		}
 		flows = append(flows, ct...)
 	}
-	return socks, flows, errs
+	return flows, errs
 }
 
 // busyNames name the reasons an established socket cannot be adopted now.
