@@ -136,19 +136,14 @@ func runIn(it *link.Iter, path string, out func(io.Reader) error) error {
 	return out(rd)
 }
 
-func scanIn(it *link.Iter, path string) ([]scanSock, error) {
-	var socks []scanSock
-	err := runIn(it, path, func(r io.Reader) error {
-		err := readRecords(bufio.NewReader(r), func(rec *shortcutEzAdoptSock) error {
-			socks = append(socks, newScanSock(*rec))
-			return nil
-		})
-		if err != nil {
+// scanIn hands every record of the namespace's adoption scan to fn.
+func scanIn(it *link.Iter, path string, fn func(*shortcutEzAdoptSock) error) error {
+	return runIn(it, path, func(r io.Reader) error {
+		if err := readRecords(bufio.NewReader(r), fn); err != nil {
 			return fmt.Errorf("read adoption scan: %w", err)
 		}
 		return nil
 	})
-	return socks, err
 }
 
 // conntrackIn lists the NAT-ed TCP entries of the namespace at path.
@@ -222,13 +217,31 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	if err := purge(s.objs.EzScAdoptSocks); err != nil {
 		return rep, err
 	}
-	socks, cookies, errs := s.scanAll(namespaces)
-	rep.Sockets, rep.Busy = countBusy(socks)
+	// A first scan counts and keeps nothing: a round with no established
+	// adoptable socket (every idle round of a node whose connections are
+	// accelerated) stops there. Only a round with one keeps every scanned
+	// socket (its peer and any look-alike must be seen) and reads the NAT.
 	var (
 		cands []adoptCandidate
 		sk    adoptSkips
 	)
+	var counter busyCounter
+	errs := s.scanAll(namespaces, func(_ string, rec *shortcutEzAdoptSock) { counter.add(rec) })
+	rep.Sockets, rep.Busy = counter.sockets, counter.busy
 	if rep.Sockets > 0 { // none established and adoptable: no candidate, no skip
+		var socks []scanSock
+		cookies := map[string]uint64{} // the namespaces scanned, and their cookies
+		errs = s.scanAll(namespaces, func(p string, rec *shortcutEzAdoptSock) {
+			if _, ok := cookies[p]; !ok {
+				cookies[p] = rec.NetnsCookie
+			}
+			socks = append(socks, newScanSock(*rec))
+		})
+		for _, p := range namespaces {
+			if _, ok := cookies[p]; !ok && !failed(errs, p) {
+				cookies[p] = 0 // scanned, no socket: its NAT still counts
+			}
+		}
 		flows, ctErrs := conntrackAll(namespaces, cookies)
 		errs = append(errs, ctErrs...)
 		rep.NATRead = true
@@ -306,26 +319,40 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	return rep, errors.Join(errs...)
 }
 
-// scanAll lists the sockets of every namespace, and the cookie of each
-// namespace it scanned (conntrackAll); a namespace that cannot be read is
-// an error, the others are scanned.
-func (s *Shortcut) scanAll(namespaces []string) (socks []scanSock, cookies map[string]uint64, errs []error) {
-	cookies = map[string]uint64{}
+// scanAll runs the adoption scan in every namespace, handing each record
+// and its namespace to fn; a namespace that cannot be read is an error
+// (naming it), the others are scanned.
+func (s *Shortcut) scanAll(namespaces []string, fn func(ns string, rec *shortcutEzAdoptSock)) (errs []error) {
 	for _, p := range namespaces {
-		ss, err := scanIn(s.adoptScan, p)
+		err := scanIn(s.adoptScan, p, func(rec *shortcutEzAdoptSock) error {
+			fn(p, rec)
+			return nil
+		})
 		if err != nil {
-			errs = append(errs, fmt.Errorf("scan %s: %w", p, err))
-			continue
-		}
-		socks = append(socks, ss...)
-		// Loopback NAT entries matter only where sockets are, and carry
-		// that namespace's cookie (0: none there).
-		cookies[p] = 0
-		if len(ss) > 0 {
-			cookies[p] = ss[0].rec.NetnsCookie
+			errs = append(errs, &scanError{ns: p, err: err})
 		}
 	}
-	return socks, cookies, errs
+	return errs
+}
+
+// scanError is a namespace whose scan failed.
+type scanError struct {
+	ns  string
+	err error
+}
+
+func (e *scanError) Error() string { return fmt.Sprintf("scan %s: %v", e.ns, e.err) }
+func (e *scanError) Unwrap() error { return e.err }
+
+// failed reports whether errs hold the scan failure of namespace p.
+func failed(errs []error, p string) bool {
+	for _, err := range errs {
+		var se *scanError
+		if errors.As(err, &se) && se.ns == p {
+			return true
+		}
+	}
+	return false
 }
 
 // conntrackAll reads the NAT-ed TCP entries of every scanned namespace,
@@ -356,24 +383,26 @@ var busyNames = map[shortcutEzAdoptBusy]string{
 	shortcutEzAdoptBusyEZ_AB_SACK: "sack",
 }
 
-// countBusy counts the established adoptable sockets and, by reason, those
-// busy (nil: none).
-func countBusy(socks []scanSock) (sockets int, busy map[string]int) {
-	for i := range socks {
-		if !socks[i].established() || !adoptable(&socks[i]) {
-			continue
-		}
-		sockets++
-		for bit, name := range busyNames {
-			if socks[i].rec.Busy&uint32(bit) != 0 {
-				if busy == nil {
-					busy = map[string]int{}
-				}
-				busy[name]++
+// busyCounter counts the established adoptable sockets and, by reason,
+// those busy (busy nil: none).
+type busyCounter struct {
+	sockets int
+	busy    map[string]int
+}
+
+func (c *busyCounter) add(rec *shortcutEzAdoptSock) {
+	if s := (scanSock{rec: *rec}); !s.established() || !adoptable(&s) {
+		return
+	}
+	c.sockets++
+	for bit, name := range busyNames {
+		if rec.Busy&uint32(bit) != 0 {
+			if c.busy == nil {
+				c.busy = map[string]int{}
 			}
+			c.busy[name]++
 		}
 	}
-	return sockets, busy
 }
 
 // stepAll runs ez_sc_adopt_step once over every namespace; finish aborts and
