@@ -283,7 +283,7 @@ func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
 		if err != nil {
 			return err
 		}
-		res, u, err := r.wl.PingPong(ctx, r.client, workload.PingPongArgs{Addr: hostPort(r.server.IPv4, probePort), Size: 24, N: r.o.ProbeN, Warmup: probeWarmup})
+		res, u, err := r.probeWL.PingPong(ctx, r.client, workload.PingPongArgs{Addr: hostPort(r.server.IPv4, probePort), Size: 24, N: r.o.ProbeN, Warmup: probeWarmup})
 		if err != nil {
 			return fmt.Errorf("probe: %w", err)
 		}
