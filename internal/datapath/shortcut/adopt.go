@@ -217,36 +217,7 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	if err := purge(s.objs.EzScAdoptSocks); err != nil {
 		return rep, err
 	}
-	// A first scan counts and keeps nothing: a round with no established
-	// adoptable socket (every idle round of a node whose connections are
-	// accelerated) stops there. Only a round with one keeps every scanned
-	// socket (its peer and any look-alike must be seen) and reads the NAT.
-	var (
-		cands []adoptCandidate
-		sk    adoptSkips
-	)
-	var counter busyCounter
-	errs := s.scanAll(namespaces, func(_ string, rec *shortcutEzAdoptSock) { counter.add(rec) })
-	rep.Sockets, rep.Busy = counter.sockets, counter.busy
-	if rep.Sockets > 0 { // none established and adoptable: no candidate, no skip
-		var socks []scanSock
-		cookies := map[string]uint64{} // the namespaces scanned, and their cookies
-		errs = s.scanAll(namespaces, func(p string, rec *shortcutEzAdoptSock) {
-			if _, ok := cookies[p]; !ok {
-				cookies[p] = rec.NetnsCookie
-			}
-			socks = append(socks, newScanSock(*rec))
-		})
-		for _, p := range namespaces {
-			if _, ok := cookies[p]; !ok && !failed(errs, p) {
-				cookies[p] = 0 // scanned, no socket: its NAT still counts
-			}
-		}
-		flows, ctErrs := conntrackAll(namespaces, cookies)
-		errs = append(errs, ctErrs...)
-		rep.NATRead = true
-		cands, sk = matchAdoption(socks, flows)
-	}
+	cands, sk, errs := s.candidates(namespaces, &rep)
 	// Agent-decided skips are counted now; BPF counts the rest.
 	for c, n := range map[shortcutEzAdoptCounter]uint64{
 		shortcutEzAdoptCounterEZ_A_SKIP_BUSY:        sk.busy,
@@ -317,6 +288,38 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 	}
 	rep.Took = time.Since(start)
 	return rep, errors.Join(errs...)
+}
+
+// candidates scans every namespace and matches the pairs a round tries,
+// recording the scan's counts in rep. A first scan counts and keeps
+// nothing: a round with no established adoptable socket (every idle round
+// of a node whose connections are accelerated) stops there. Only a round
+// with one keeps every scanned socket (its peer and any look-alike must be
+// seen) and reads the NAT.
+func (s *Shortcut) candidates(namespaces []string, rep *AdoptReport) ([]adoptCandidate, adoptSkips, []error) {
+	var counter busyCounter
+	errs := s.scanAll(namespaces, func(_ string, rec *shortcutEzAdoptSock) { counter.add(rec) })
+	rep.Sockets, rep.Busy = counter.sockets, counter.busy
+	if rep.Sockets == 0 { // none established and adoptable: no candidate, no skip
+		return nil, adoptSkips{}, errs
+	}
+	var socks []scanSock
+	cookies := map[string]uint64{} // the namespaces scanned, and their cookies
+	errs = s.scanAll(namespaces, func(p string, rec *shortcutEzAdoptSock) {
+		if _, ok := cookies[p]; !ok {
+			cookies[p] = rec.NetnsCookie
+		}
+		socks = append(socks, newScanSock(*rec))
+	})
+	for _, p := range namespaces {
+		if _, ok := cookies[p]; !ok && !failed(errs, p) {
+			cookies[p] = 0 // scanned, no socket: its NAT still counts
+		}
+	}
+	flows, ctErrs := conntrackAll(namespaces, cookies)
+	rep.NATRead = true
+	cands, sk := matchAdoption(socks, flows)
+	return cands, sk, append(errs, ctErrs...)
 }
 
 // scanAll runs the adoption scan in every namespace, handing each record
