@@ -70,6 +70,20 @@ func ProcRSS(pid int) (uint64, error) {
 	return uint64(st.ResidentMemory()), nil
 }
 
+// ProcRSSPeak is the largest resident set the process has had, in bytes
+// (VmHWM of /proc/<pid>/status).
+func ProcRSSPeak(pid int) (uint64, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, err
+	}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, err
+	}
+	return st.VmHWM, nil
+}
+
 // MemAvailable is the machine's MemAvailable (/proc/meminfo) in bytes.
 func MemAvailable() (uint64, error) {
 	fs, err := procfs.NewDefaultFS()

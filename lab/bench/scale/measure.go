@@ -258,12 +258,15 @@ func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
 	if err != nil {
 		return err
 	}
-	time.Sleep(agentIdleWindow)
+	time.Sleep(r.o.IdleWindow)
 	agentEnd, err := cpuSeconds(ag.cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
-	row.AgentIdleCPU = (agentEnd - agentStart) / agentIdleWindow.Seconds()
+	row.AgentIdleCPU = (agentEnd - agentStart) / r.o.IdleWindow.Seconds()
+	if row.AgentRSSPeak, err = bench.ProcRSSPeak(ag.cmd.Process.Pid); err != nil {
+		return err
+	}
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return err
@@ -307,16 +310,10 @@ func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
 	row.RTT = rttStats{P50: median(p50s), P99: median(p99s)}
 	row.CPUPerMsg, row.MachineCPUPerMsg, row.ProbeCPUPerMsg = median(cpus), median(machine), median(own)
 	row.CPUPerMsgRuns, row.AgentCPUPerMsgRuns = cpus, agentCPU
-	fmt.Fprintf(r.o.Log, "  probe (after %.1f s settling): RTT p50 %.1f µs, %.2f µs CPU a message %.2f (the client's own %.2f, the agent's %.2f, the machine's %.2f); the agent idle: %.1f%% of a CPU\n",
-		settled.Seconds(), row.RTT.P50, row.CPUPerMsg, cpus, row.ProbeCPUPerMsg, agentCPU, row.MachineCPUPerMsg, 100*row.AgentIdleCPU)
+	fmt.Fprintf(r.o.Log, "  probe (after %.1f s settling): RTT p50 %.1f µs, %.2f µs CPU a message %.2f (the client's own %.2f, the agent's %.2f, the machine's %.2f); the agent idle: %.1f%% of a CPU, its RSS at most %.1f MB so far\n",
+		settled.Seconds(), row.RTT.P50, row.CPUPerMsg, cpus, row.ProbeCPUPerMsg, agentCPU, row.MachineCPUPerMsg, 100*row.AgentIdleCPU, mb(row.AgentRSSPeak))
 	return nil
 }
-
-// agentIdleWindow is how long the agent's CPU time is taken with the
-// connections idle (its periodic work: the map fill walk and the adoption
-// scan, each every 30 s or 20 times its last CPU time, pair ageing): long
-// enough to hold a walk and a scan however they fall.
-const agentIdleWindow = 60 * time.Second
 
 // cpuSeconds is the user+system CPU time the processes used so far.
 func cpuSeconds(pids ...int) (float64, error) {

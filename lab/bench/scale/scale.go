@@ -51,6 +51,11 @@ type Options struct {
 	// ReaderStop is how long the servers stay stopped after the uninstall
 	// began, so that unread messages wait for the drain.
 	ReaderStop time.Duration
+	// IdleWindow is how long the agent's CPU time is taken with the
+	// connections idle (its periodic work: the map fill walk and the
+	// adoption scan, each every 30 s or 20 times its last CPU time, pair
+	// ageing): the default, 60 s, holds a walk and a scan however they fall.
+	IdleWindow time.Duration
 	Out        string // JSON report file; "" for none
 	Log        io.Writer
 }
@@ -58,7 +63,7 @@ type Options struct {
 // DefaultOptions are the flags' defaults.
 func DefaultOptions() Options {
 	return Options{Steps: []int{1000, 10000, 100000, 1000000}, Parallel: 512, ProbeN: 20000, InFlight: 100000,
-		MinAvailable: 3 << 30, MinSetupRate: 1000, DrainTimeout: 5 * time.Minute, ReaderStop: time.Second}
+		MinAvailable: 3 << 30, MinSetupRate: 1000, DrainTimeout: 5 * time.Minute, ReaderStop: time.Second, IdleWindow: time.Minute}
 }
 
 // Report is the JSON report.
@@ -164,6 +169,8 @@ func (o *Options) check() error {
 		return errors.New("--parallel, --probe-n, --in-flight and --min-setup-rate must be at least 1")
 	case o.DrainTimeout <= 0:
 		return errors.New("--drain-timeout must be positive")
+	case o.IdleWindow < time.Second:
+		return fmt.Errorf("--idle-window %v: at least 1s", o.IdleWindow)
 	}
 	return nil
 }

@@ -49,12 +49,16 @@ type Row struct {
 	// AgentCPUPerMsgRuns: the agent's CPU time in each run, per message
 	// (its periodic work, not on the message path).
 	AgentCPUPerMsgRuns []float64 `json:"agent_cpu_us_per_message_runs"`
-	// AgentIdleCPU: the agent's CPU time over 60 s with the connections
-	// idle, in CPUs (0.05: 5% of one).
+	// AgentIdleCPU: the agent's CPU time over the idle window (60 s) with
+	// the connections idle, in CPUs (0.05: 5% of one).
 	AgentIdleCPU float64 `json:"agent_idle_cpus"`
 	AgentRSS     uint64  `json:"agent_rss_bytes"`
-	MapBytes     uint64  `json:"bpf_map_bytes"`
-	ProgBytes    uint64  `json:"bpf_prog_bytes"`
+	// AgentRSSPeak: the agent's largest RSS from its start to the end of
+	// the idle window (VmHWM), before the listing: its adoption rounds and
+	// walks included.
+	AgentRSSPeak uint64 `json:"agent_rss_peak_bytes"`
+	MapBytes     uint64 `json:"bpf_map_bytes"`
+	ProgBytes    uint64 `json:"bpf_prog_bytes"`
 	// MapBytesByMap: the agent's maps by name, with the connections held.
 	MapBytesByMap map[string]uint64 `json:"bpf_map_bytes_by_map"`
 	// AgentBytesPerConn: (agent RSS + BPF maps) / connections.

@@ -258,6 +258,7 @@ func benchScaleCmd() *cobra.Command {
 	f.IntVar(&o.MinSetupRate, "min-setup-rate", o.MinSetupRate, "connections/s: a step whose connections are not all open after a minute plus conns/rate seconds ends the run")
 	f.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "eztunnel uninstall --drain-timeout")
 	f.DurationVar(&o.ReaderStop, "reader-stop", o.ReaderStop, "how long the servers stay stopped after the uninstall began, leaving messages unread while it drains")
+	f.DurationVar(&o.IdleWindow, "idle-window", o.IdleWindow, "how long the agent's CPU is measured with the connections idle, at each step")
 	f.StringVar(&o.Agent, "agent", "", "the eztunnel agent binary (default: eztunnel next to this binary)")
 	f.StringVar(&o.Out, "out", "", "file to write the JSON report to")
 	return cmd

@@ -1,0 +1,72 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/bench/scale"
+)
+
+// TestBenchScale runs one small step of `bench scale` end to end: every
+// message of its four rounds comes back exactly, its uninstall finishes,
+// and the host is as before: no pin, namespace or link of its lab, and no
+// conntrack entry of its subnet (the bench once left 1M ESTABLISHED ones,
+// 5 days to live, and wrote nf_conntrack_max back below their count: the
+// host dropped every new flow).
+func TestBenchScale(t *testing.T) {
+	const subnet = "10.77.33." // the bench's lab, "scale" (lab/bench/scale)
+	out := filepath.Join(t.TempDir(), "scale.json")
+	cmd := sysexec.Command(context.Background(), labBin, "bench", "scale", "--steps", "300", "--probe-n", "300",
+		"--in-flight", "30", "--idle-window", "1s", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench scale: %v\n%s\n%s", err, stderr.String(), stdout.String())
+	}
+	assertClean(t, "scale", "/sys/fs/bpf/ezbench-scale")
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep scale.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Steps) != 1 || rep.EndedBy != "" {
+		t.Fatalf("want one step, none ended: %+v\n%s", rep, stderr.String())
+	}
+	s := rep.Steps[0]
+	if s.Conns != 300 || !s.Exact || s.Pairs < 300 || len(s.Rounds) != 4 || s.UninstallError != "" || s.ListedEnds < 600 {
+		t.Errorf("step: conns %d, exact %v, pairs %d, rounds %d, uninstall error %q, listed %d ends\n%s",
+			s.Conns, s.Exact, s.Pairs, len(s.Rounds), s.UninstallError, s.ListedEnds, stderr.String())
+	}
+	if s.AgentRSS == 0 || s.AgentRSSPeak < s.AgentRSS || s.RTT.P50 <= 0 {
+		t.Errorf("agent RSS %d, peak %d, probe p50 %v", s.AgentRSS, s.AgentRSSPeak, s.RTT.P50)
+	}
+	if !strings.Contains(stdout.String(), "| 300 ") {
+		t.Errorf("no row of 300 connections:\n%s", stdout.String())
+	}
+	ct, err := os.ReadFile("/proc/net/nf_conntrack")
+	if os.IsNotExist(err) {
+		t.Log("nf_conntrack is not loaded: the bench left no entry")
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	for _, line := range strings.Split(string(ct), "\n") {
+		if strings.Contains(line, "src="+subnet) || strings.Contains(line, "dst="+subnet) {
+			left++
+		}
+	}
+	if left > 0 {
+		t.Errorf("%d conntrack entries of %s0/24 left in the host's table", left, subnet)
+	}
+}
