@@ -49,6 +49,11 @@ func TestBenchScale(t *testing.T) {
 	if s.AgentRSS == 0 || s.AgentRSSPeak < s.AgentRSS || s.RTT.P50 <= 0 {
 		t.Errorf("agent RSS %d, peak %d, probe p50 %v", s.AgentRSS, s.AgentRSSPeak, s.RTT.P50)
 	}
+	// The probe's messages are redirected: the agent's sk_msg program runs
+	// for them (its run time per message, from the statistics run).
+	if s.ProgNs["ez_sc_msg"] <= 0 || s.ProgNsPerMsg < s.ProgNs["ez_sc_msg"] {
+		t.Errorf("programs' ns a message %v (total %v): want ez_sc_msg's", s.ProgNs, s.ProgNsPerMsg)
+	}
 	if !strings.Contains(stdout.String(), "| 300 ") {
 		t.Errorf("no row of 300 connections:\n%s", stdout.String())
 	}

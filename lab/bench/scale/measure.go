@@ -1,15 +1,18 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -307,11 +310,14 @@ func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
 		cpus = append(cpus, (u.CPU+procsAfter-procsBefore)*1e6/msgs)
 		machine, own = append(machine, (after-before)*1e6/msgs), append(own, u.CPU*1e6/msgs)
 	}
+	if err := r.progCost(ctx, row, ag, msgs); err != nil {
+		return err
+	}
 	row.RTT = rttStats{P50: median(p50s), P99: median(p99s)}
 	row.CPUPerMsg, row.MachineCPUPerMsg, row.ProbeCPUPerMsg = median(cpus), median(machine), median(own)
 	row.CPUPerMsgRuns, row.AgentCPUPerMsgRuns = cpus, agentCPU
-	fmt.Fprintf(r.o.Log, "  probe (after %.1f s settling): RTT p50 %.1f µs, %.2f µs CPU a message %.2f (the client's own %.2f, the agent's %.2f, the machine's %.2f); the agent idle: %.1f%% of a CPU, its RSS at most %.1f MB so far\n",
-		settled.Seconds(), row.RTT.P50, row.CPUPerMsg, cpus, row.ProbeCPUPerMsg, agentCPU, row.MachineCPUPerMsg, 100*row.AgentIdleCPU, mb(row.AgentRSSPeak))
+	fmt.Fprintf(r.o.Log, "  probe (after %.1f s settling): RTT p50 %.1f µs, %.2f µs CPU a message %.2f (the client's own %.2f, the agent's %.2f, the machine's %.2f); its programs %.0f ns a message %s; the agent idle: %.1f%% of a CPU, its RSS at most %.1f MB so far\n",
+		settled.Seconds(), row.RTT.P50, row.CPUPerMsg, cpus, row.ProbeCPUPerMsg, agentCPU, row.MachineCPUPerMsg, row.ProgNsPerMsg, progNames(row.ProgNs), 100*row.AgentIdleCPU, mb(row.AgentRSSPeak))
 	return nil
 }
 
@@ -330,6 +336,57 @@ func cpuSeconds(pids ...int) (float64, error) {
 		sum += st.CPUTime()
 	}
 	return sum, nil
+}
+
+// progCost runs the probe once more with the kernel's BPF run-time
+// statistics on (their clock reads cost every program a little, so not in
+// the timed runs) and records the agent's programs' run time per message:
+// the datapath's own cost per message, which the CPU time of the probe's
+// processes holds among much else.
+func (r *run) progCost(ctx context.Context, row *Row, ag *agent, msgs float64) error {
+	progs, err := bench.OpenNewProgs("ez_", ag.before)
+	if err != nil {
+		return err
+	}
+	defer progs.Close()
+	on, err := bench.EnableProgStats()
+	if err != nil {
+		return err
+	}
+	defer on.Close()
+	s0, err := progs.Read()
+	if err != nil {
+		return err
+	}
+	if _, _, err := r.probeWL.PingPong(ctx, r.client, workload.PingPongArgs{Addr: hostPort(r.server.IPv4, probePort), Size: 24, N: r.o.ProbeN, Warmup: probeWarmup}); err != nil {
+		return fmt.Errorf("probe with BPF statistics: %w", err)
+	}
+	s1, err := progs.Read()
+	if err != nil {
+		return err
+	}
+	row.ProgNs, row.ProgNsPerMsg = map[string]float64{}, 0
+	for name, st := range s1 {
+		d := st.Sub(s0[name])
+		if d.Runs == 0 {
+			continue
+		}
+		ns := float64(d.Runtime.Nanoseconds()) / msgs
+		row.ProgNs[name] = ns
+		row.ProgNsPerMsg += ns
+	}
+	return nil
+}
+
+// progNames lists ns a message by program, largest first.
+func progNames(ns map[string]float64) string {
+	names := slices.Collect(maps.Keys(ns))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(ns[b], ns[a]) })
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.0f", n, ns[n]))
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
 }
 
 // median is the median of the probe runs (internal/stats; its input is not

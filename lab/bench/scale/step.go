@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/eztunnel/eztunnel/internal/datapath"
 	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/bench"
@@ -53,6 +54,12 @@ type Row struct {
 	// the connections idle, in CPUs (0.05: 5% of one).
 	AgentIdleCPU float64 `json:"agent_idle_cpus"`
 	AgentRSS     uint64  `json:"agent_rss_bytes"`
+	// ProgNsPerMsg: the shortcut programs' run time per probe message
+	// (ez_sc_msg, ez_sc_recv and the rest of the agent's, summed), from
+	// one more probe run with BPF run-time statistics on; ProgNs by
+	// program.
+	ProgNsPerMsg float64            `json:"prog_ns_per_message"`
+	ProgNs       map[string]float64 `json:"prog_ns_per_message_by_program"`
 	// AgentRSSPeak: the agent's largest RSS from its start to the end of
 	// the idle window (VmHWM), before the listing: its adoption rounds and
 	// walks included.
@@ -216,6 +223,8 @@ type agent struct {
 	*proc
 	cfg     datapath.Config
 	metrics string // host:port of /metrics
+	// before: the programs loaded before it started (not its own).
+	before map[ebpf.ProgramID]bool
 }
 
 // startAgent starts an agent with maps sized for the step. Its pins are
@@ -254,6 +263,10 @@ func (r *run) startAgent(ctx context.Context, row *Row, plan Plan) (*agent, func
 		ag.stopAgent()
 		datapath.Uninstall(ag.cfg, 10*time.Second)
 		undoPin()
+	}
+	if ag.before, err = bench.ProgramIDs(); err != nil {
+		undoPin()
+		return nil, nil, err
 	}
 	if err := ag.cmd.Start(); err != nil {
 		undoPin()
