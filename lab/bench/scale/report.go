@@ -15,7 +15,7 @@ func Table(rep Report) string {
 	if rep.CPUs > 0 {
 		fmt.Fprintf(&b, "%d CPUs, %s; RLIMIT_NOFILE %d (fs.nr_open %d); MemTotal %.1f GiB\n\n", rep.CPUs, rep.CPUPlacement, rep.Nofile, rep.NrOpen, gib(rep.MemTotal))
 	}
-	header := []string{"connections", "processes/side", "setup/s", "probe RTT p50 µs", "CPU µs/msg", "agent idle CPU %", "agent RSS MB", "BPF maps MB",
+	header := []string{"connections", "processes/side", "setup/s", "probe RTT p50 µs", "CPU µs/msg", "programs ns/msg", "agent idle CPU %", "agent RSS MB", "BPF maps MB",
 		"agent B/conn", "node KB/conn", "listing s", "scrape s", "uninstall s", "exact"}
 	var rows [][]string
 	for _, s := range rep.Steps {
@@ -27,15 +27,15 @@ func Table(rep Report) string {
 			exact = "no"
 		}
 		rows = append(rows, []string{strconv.Itoa(s.Conns), strconv.Itoa(s.Procs), bench.Num(s.SetupRate, 0), bench.Num(s.RTT.P50, 1),
-			bench.Num(s.CPUPerMsg, 2), bench.Num(100*s.AgentIdleCPU, 1), bench.Num(mb(s.AgentRSS), 1), bench.Num(mb(s.MapBytes), 1), bench.Num(s.AgentBytesPerConn, 0),
+			bench.Num(s.CPUPerMsg, 2), bench.Num(s.ProgNsPerMsg, 0), bench.Num(100*s.AgentIdleCPU, 1), bench.Num(mb(s.AgentRSS), 1), bench.Num(mb(s.MapBytes), 1), bench.Num(s.AgentBytesPerConn, 0),
 			bench.Num(s.NodeBytesPerConn/1000, 1), listing, bench.Num(s.ScrapeSeconds, 3), bench.Num(s.UninstallSeconds, 2), exact})
 	}
 	bench.WriteTable(&b, header, rows)
 	if len(rep.Steps) > 1 {
 		first, last := rep.Steps[0], rep.Steps[len(rep.Steps)-1]
-		fmt.Fprintf(&b, "\nat %d connections against %d: setup rate %s, CPU per message %s, probe RTT p50 %s\n", last.Conns, first.Conns,
+		fmt.Fprintf(&b, "\nat %d connections against %d: setup rate %s, CPU per message %s, the programs' time per message %s, probe RTT p50 %s\n", last.Conns, first.Conns,
 			bench.WithUnit(100*(bench.Ratio(last.SetupRate, first.SetupRate)-1), "%"), bench.WithUnit(100*(bench.Ratio(last.CPUPerMsg, first.CPUPerMsg)-1), "%"),
-			bench.WithUnit(100*(bench.Ratio(last.RTT.P50, first.RTT.P50)-1), "%"))
+			bench.WithUnit(100*(bench.Ratio(last.ProgNsPerMsg, first.ProgNsPerMsg)-1), "%"), bench.WithUnit(100*(bench.Ratio(last.RTT.P50, first.RTT.P50)-1), "%"))
 	}
 	for _, s := range rep.Steps {
 		if s.ListingError != "" {
