@@ -110,6 +110,33 @@ func (p *Progs) Read() (map[string]ProgStat, error) {
 	return out, nil
 }
 
+// During runs run with the kernel's BPF run-time statistics on (off again
+// after: they cost every program run a little) and returns what each
+// program ran meanwhile, by name.
+func (p *Progs) During(run func() error) (map[string]ProgStat, error) {
+	on, err := EnableProgStats()
+	if err != nil {
+		return nil, err
+	}
+	defer on.Close()
+	s0, err := p.Read()
+	if err != nil {
+		return nil, err
+	}
+	if err := run(); err != nil {
+		return nil, err
+	}
+	s1, err := p.Read()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]ProgStat{}
+	for name, s := range s1 {
+		out[name] = s.Sub(s0[name])
+	}
+	return out, nil
+}
+
 // Close releases the programs.
 func (p *Progs) Close() {
 	for _, prog := range p.progs {

@@ -68,27 +68,10 @@ func (h *hop) run(dp string) (r Run, err error) {
 		return r, err
 	}
 	defer progs.Close()
-	statsOn, err := bench.EnableProgStats()
-	if err != nil {
-		return r, err
-	}
-	defer statsOn.Close()
-	s0, err := progs.Read()
-	if err != nil {
-		return r, err
-	}
-	if _, err = h.ping(); err != nil {
-		return r, err
-	}
-	s1, err := progs.Read()
-	if err != nil {
+	if r.Progs, err = progs.During(func() error { _, err := h.ping(); return err }); err != nil {
 		return r, err
 	}
 	r.RoundTrips = h.o.PingN + warmup
-	r.Progs = map[string]bench.ProgStat{}
-	for name, s := range s1 {
-		r.Progs[name] = s.Sub(s0[name])
-	}
 	c1, err := a.counters()
 	if err != nil {
 		return r, err

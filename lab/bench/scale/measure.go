@@ -349,25 +349,18 @@ func (r *run) progCost(ctx context.Context, row *Row, ag *agent, msgs float64) e
 		return err
 	}
 	defer progs.Close()
-	on, err := bench.EnableProgStats()
-	if err != nil {
-		return err
-	}
-	defer on.Close()
-	s0, err := progs.Read()
-	if err != nil {
-		return err
-	}
-	if _, _, err := r.probeWL.PingPong(ctx, r.client, workload.PingPongArgs{Addr: hostPort(r.server.IPv4, probePort), Size: 24, N: r.o.ProbeN, Warmup: probeWarmup}); err != nil {
-		return fmt.Errorf("probe with BPF statistics: %w", err)
-	}
-	s1, err := progs.Read()
+	ran, err := progs.During(func() error {
+		_, _, err := r.probeWL.PingPong(ctx, r.client, workload.PingPongArgs{Addr: hostPort(r.server.IPv4, probePort), Size: 24, N: r.o.ProbeN, Warmup: probeWarmup})
+		if err != nil {
+			return fmt.Errorf("probe with BPF statistics: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	row.ProgNs, row.ProgNsPerMsg = map[string]float64{}, 0
-	for name, st := range s1 {
-		d := st.Sub(s0[name])
+	for name, d := range ran {
 		if d.Runs == 0 {
 			continue
 		}
