@@ -298,78 +298,52 @@ func (s *Shortcut) Adopt(namespaces []string) (AdoptReport, error) {
 // seen) and reads the NAT.
 func (s *Shortcut) candidates(namespaces []string, rep *AdoptReport) ([]adoptCandidate, adoptSkips, []error) {
 	var counter busyCounter
-	errs := s.scanAll(namespaces, func(_ string, rec *shortcutEzAdoptSock) { counter.add(rec) })
+	_, errs := s.scanAll(namespaces, func(_ string, rec *shortcutEzAdoptSock) { counter.add(rec) })
 	rep.Sockets, rep.Busy = counter.sockets, counter.busy
 	if rep.Sockets == 0 { // none established and adoptable: no candidate, no skip
 		return nil, adoptSkips{}, errs
 	}
 	var socks []scanSock
-	cookies := map[string]uint64{} // the namespaces scanned, and their cookies
-	errs = s.scanAll(namespaces, func(p string, rec *shortcutEzAdoptSock) {
+	cookies := map[string]uint64{} // each namespace's, from its first socket
+	scanned, errs := s.scanAll(namespaces, func(p string, rec *shortcutEzAdoptSock) {
 		if _, ok := cookies[p]; !ok {
 			cookies[p] = rec.NetnsCookie
 		}
 		socks = append(socks, newScanSock(*rec))
 	})
-	for _, p := range namespaces {
-		if _, ok := cookies[p]; !ok && !failed(errs, p) {
-			cookies[p] = 0 // scanned, no socket: its NAT still counts
-		}
-	}
-	flows, ctErrs := conntrackAll(namespaces, cookies)
+	flows, ctErrs := conntrackAll(scanned, cookies)
 	rep.NATRead = true
 	cands, sk := matchAdoption(socks, flows)
 	return cands, sk, append(errs, ctErrs...)
 }
 
 // scanAll runs the adoption scan in every namespace, handing each record
-// and its namespace to fn; a namespace that cannot be read is an error
-// (naming it), the others are scanned.
-func (s *Shortcut) scanAll(namespaces []string, fn func(ns string, rec *shortcutEzAdoptSock)) (errs []error) {
+// and its namespace to fn, and returns the namespaces it scanned; a
+// namespace that cannot be read is an error, the others are scanned.
+func (s *Shortcut) scanAll(namespaces []string, fn func(ns string, rec *shortcutEzAdoptSock)) (scanned []string, errs []error) {
 	for _, p := range namespaces {
 		err := scanIn(s.adoptScan, p, func(rec *shortcutEzAdoptSock) error {
 			fn(p, rec)
 			return nil
 		})
 		if err != nil {
-			errs = append(errs, &scanError{ns: p, err: err})
-		}
-	}
-	return errs
-}
-
-// scanError is a namespace whose scan failed.
-type scanError struct {
-	ns  string
-	err error
-}
-
-func (e *scanError) Error() string { return fmt.Sprintf("scan %s: %v", e.ns, e.err) }
-func (e *scanError) Unwrap() error { return e.err }
-
-// failed reports whether errs hold the scan failure of namespace p.
-func failed(errs []error, p string) bool {
-	for _, err := range errs {
-		var se *scanError
-		if errors.As(err, &se) && se.ns == p {
-			return true
-		}
-	}
-	return false
-}
-
-// conntrackAll reads the NAT-ed TCP entries of every scanned namespace,
-// also where no managed socket lives (the node's: kube-proxy). Only for a
-// round with an established adoptable socket: a node's table holds every
-// bridged flow, and the dump is materialized (1M flows took about 900 MB
-// of the agent's heap in `bench scale`, every idle round).
-func conntrackAll(namespaces []string, cookies map[string]uint64) (flows []ctFlow, errs []error) {
-	for _, p := range namespaces {
-		cookie, scanned := cookies[p]
-		if !scanned {
+			errs = append(errs, fmt.Errorf("scan %s: %w", p, err))
 			continue
 		}
-		ct, err := conntrackIn(p, cookie)
+		scanned = append(scanned, p)
+	}
+	return scanned, errs
+}
+
+// conntrackAll reads the NAT-ed TCP entries of the scanned namespaces,
+// also where no managed socket lives (the node's: kube-proxy). Loopback
+// entries matter only where sockets are, and carry that namespace's cookie
+// (0 where it has none). Only for a round with an established adoptable
+// socket: a node's table holds every bridged flow, and the dump is
+// materialized.
+func conntrackAll(scanned []string, cookies map[string]uint64) (flows []ctFlow, errs []error) {
+	for _, p := range scanned {
+		ct, err := conntrackIn(p, cookies[p])
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
 		}
