@@ -1,11 +1,13 @@
 package workload
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -265,4 +267,80 @@ func WaitReady(ctx context.Context, path string, timeout time.Duration, exited <
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// Phases is a running `workload pingpong --phases`: one process that runs
+// a ping-pong phase on a fresh connection each time Run asks, so that the
+// phases of a paired bench do not each pay a process's start.
+type Phases struct {
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	stderr bytes.Buffer
+	pp     PingPongArgs
+}
+
+// StartPhases starts `workload pingpong --phases` in p with pp's address,
+// size, round trips and warm-up (one connection a phase, back to back).
+func (c Client) StartPhases(ctx context.Context, p Pod, pp PingPongArgs) (*Phases, error) {
+	if pp.Interval > 0 || pp.Raw || pp.Conns > 1 {
+		return nil, errors.New("pingpong phases: one connection a phase, back to back, summaries only")
+	}
+	ph := &Phases{pp: pp}
+	var pctx context.Context
+	pctx, ph.cancel = context.WithCancel(ctx)
+	ph.cmd = p.Cmd(pctx, c.Exe, "workload", "pingpong", "--phases", "--addr", pp.Addr, "--size", strconv.Itoa(pp.Size),
+		"--n", strconv.Itoa(pp.N), "--warmup", strconv.Itoa(pp.Warmup))
+	ph.cmd.Stderr = &ph.stderr
+	var err error
+	if ph.in, err = ph.cmd.StdinPipe(); err != nil {
+		ph.cancel()
+		return nil, err
+	}
+	out, err := ph.cmd.StdoutPipe()
+	if err != nil {
+		ph.cancel()
+		return nil, err
+	}
+	ph.out = bufio.NewScanner(out)
+	if err := c.Start(p, ph.cmd); err != nil {
+		ph.cancel()
+		return nil, err
+	}
+	return ph, nil
+}
+
+// Run runs one phase and returns its result (CPUSeconds: the client's).
+func (ph *Phases) Run() (PingPongResult, error) {
+	var res PingPongResult
+	if _, err := io.WriteString(ph.in, "run\n"); err != nil {
+		return res, ph.fail(err)
+	}
+	if !ph.out.Scan() {
+		return res, ph.fail(fmt.Errorf("no result (%v)", ph.out.Err()))
+	}
+	if err := json.Unmarshal(ph.out.Bytes(), &res); err != nil {
+		return res, ph.fail(fmt.Errorf("%q: %w", ph.out.Bytes(), err))
+	}
+	return res, nil
+}
+
+// fail ends the process, then names it with what it wrote to stderr (read
+// once it is gone: exec's copier writes the buffer until then).
+func (ph *Phases) fail(err error) error {
+	ph.cancel()
+	ph.cmd.Wait()
+	return fmt.Errorf("pingpong phases to %s: %w: %s", ph.pp.Addr, err, strings.TrimSpace(ph.stderr.String()))
+}
+
+// Close ends the process (stdin closed) and waits for it.
+func (ph *Phases) Close() error {
+	ph.in.Close()
+	err := ph.cmd.Wait()
+	ph.cancel()
+	if err != nil {
+		return fmt.Errorf("pingpong phases to %s: %w: %s", ph.pp.Addr, err, ph.stderr.String())
+	}
+	return nil
 }

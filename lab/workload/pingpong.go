@@ -1,15 +1,19 @@
 package workload
 
 import (
+	"bufio"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/stats"
 	"golang.org/x/sys/unix"
 )
 
@@ -247,4 +251,43 @@ func (p *PingPonger) RoundTrip() (time.Duration, error) {
 		return 0, errors.New("the echo carried another timestamp")
 	}
 	return d, nil
+}
+
+// PingPongPhases runs one ping-pong phase for each line read from in: a
+// fresh connection to addr (RawDial), warmup and n round trips of size
+// bytes, closed; and writes its result as a JSON line to out, with the
+// process's CPU time from the dial to the close (RUSAGE_SELF: the phase's
+// own, without the process's start, which a process per phase paid again
+// each time). It returns when in ends, or at the first failed phase.
+func PingPongPhases(in io.Reader, out io.Writer, addr string, size, n, warmup int) error {
+	sc := bufio.NewScanner(in)
+	enc := json.NewEncoder(out)
+	for sc.Scan() {
+		var before, after unix.Rusage
+		if err := unix.Getrusage(unix.RUSAGE_SELF, &before); err != nil {
+			return err
+		}
+		fd, err := RawDial(addr)
+		if err != nil {
+			return err
+		}
+		rtts, err := PingPong(fd, size, n, warmup)
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		if err := unix.Getrusage(unix.RUSAGE_SELF, &after); err != nil {
+			return err
+		}
+		res := PingPongResult{Size: size, Micros: stats.Summarize(stats.Micros(rtts)), SpuriousEAGAIN: SpuriousEAGAIN.Load(),
+			CPUSeconds: rusageSeconds(after) - rusageSeconds(before)}
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+func rusageSeconds(r unix.Rusage) float64 {
+	return float64(r.Utime.Sec+r.Stime.Sec) + float64(r.Utime.Usec+r.Stime.Usec)/1e6
 }

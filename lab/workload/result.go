@@ -10,6 +10,10 @@ type PingPongResult struct {
 	// SpuriousEAGAIN counts EAGAINs the blocking reads had to retry (see
 	// SpuriousEAGAIN); always 0 on plain TCP.
 	SpuriousEAGAIN int64 `json:"spurious_eagain"`
+	// CPUSeconds: with --phases, the client's user+system CPU time from
+	// its dial to its close (getrusage): the phase's own, without the
+	// process's start.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 }
 
 // UDPResult is what `workload udp --addr` prints.

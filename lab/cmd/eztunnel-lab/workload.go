@@ -188,13 +188,16 @@ func workloadStreamCmd() *cobra.Command {
 func workloadPingPongCmd() *cobra.Command {
 	var addr string
 	var size, n, warmup, conns int
-	var raw, sequential bool
+	var raw, sequential, phases bool
 	var interval time.Duration
 	var warmUntil string
 	cmd := &cobra.Command{
 		Use:   "pingpong",
 		Short: "Round-trip times of size-byte messages echoed back",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if phases {
+				return workload.PingPongPhases(os.Stdin, os.Stdout, addr, size, n, warmup)
+			}
 			var mu sync.Mutex
 			var all []float64
 			var wg sync.WaitGroup
@@ -251,6 +254,7 @@ func workloadPingPongCmd() *cobra.Command {
 	f.BoolVar(&raw, "raw", false, "include every sample")
 	f.DurationVar(&interval, "interval", 0, "send one message per interval instead of back-to-back (e.g. 100ms)")
 	f.StringVar(&warmUntil, "warmup-until", "", "go on with the warm-up (at least --warmup round trips) until this file exists")
+	f.BoolVar(&phases, "phases", false, "for each line read on stdin, one phase on a fresh connection (warm-up and --n round trips), its result and CPU time a JSON line on stdout; until stdin closes")
 	return cmd
 }
 
