@@ -54,6 +54,37 @@ func ComparePaired(a, b []float64, seed uint64) (Paired, error) {
 	return p, nil
 }
 
+// CompareMedians compares two samples taken apart (not paired: each
+// step of bench scale is minutes from the other): Median is
+// 100 * (median(b) - median(a)) / median(a), Lo and Hi its 95% bootstrap
+// interval from resampling a and b each on its own, and Pairs the smaller
+// sample. It does not cancel a drift of the host between the two: a
+// report gives it next to a comparison that does.
+func CompareMedians(a, b []float64, seed uint64) (Paired, error) {
+	if len(a) < 2 || len(b) < 2 {
+		return Paired{}, fmt.Errorf("comparison of medians: %d and %d values, want at least 2 each", len(a), len(b))
+	}
+	ma := medianOf(slices.Clone(a))
+	if ma <= 0 || math.IsNaN(ma) {
+		return Paired{}, fmt.Errorf("comparison of medians: median of A %v", ma)
+	}
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	ra, rb := make([]float64, len(a)), make([]float64, len(b))
+	d := make([]float64, PairedResamples)
+	for i := range d {
+		for j := range ra {
+			ra[j] = a[r.IntN(len(a))]
+		}
+		for j := range rb {
+			rb[j] = b[r.IntN(len(b))]
+		}
+		d[i] = 100 * (medianOf(rb)/medianOf(ra) - 1)
+	}
+	slices.Sort(d)
+	return Paired{Pairs: min(len(a), len(b)), Median: 100 * (medianOf(slices.Clone(b))/ma - 1),
+		Lo: stats.Quantile(d, 0.025), Hi: stats.Quantile(d, 0.975)}, nil
+}
+
 // bootstrapMedian is the 95% percentile interval of the median of d over
 // n resamples with replacement.
 func bootstrapMedian(d []float64, n int, seed uint64) (lo, hi float64) {

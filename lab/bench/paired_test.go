@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -24,6 +25,33 @@ func TestComparePairedByHand(t *testing.T) {
 	}
 	if _, err := ComparePaired([]float64{0, 1}, []float64{1, 2}, 1); err == nil {
 		t.Fatal("a zero A phase accepted")
+	}
+}
+
+// TestCompareMedians: medians 10 and 12 (+20%); the interval holds the
+// change and lies within what resampling can give; the inputs keep their
+// order; too few values or a zero median are refused.
+func TestCompareMedians(t *testing.T) {
+	a, b := []float64{11, 9, 10, 10.5, 9.5}, []float64{12, 12.5, 11.5, 13, 11}
+	p, err := CompareMedians(a, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Pairs != 5 || math.Abs(p.Median-20) > 1e-9 {
+		t.Fatalf("got %+v, want 5 values, median +20", p)
+	}
+	// Resampled medians of a lie in [9, 11], of b in [11, 13].
+	if p.Lo < 100*(11.0/11-1) || p.Hi > 100*(13.0/9-1) || !p.Contains(20) {
+		t.Fatalf("interval [%v, %v] outside what resampling gives or not around +20", p.Lo, p.Hi)
+	}
+	if !slices.Equal(a, []float64{11, 9, 10, 10.5, 9.5}) {
+		t.Fatal("the input was reordered")
+	}
+	if _, err := CompareMedians([]float64{1}, b, 1); err == nil {
+		t.Fatal("one value accepted")
+	}
+	if _, err := CompareMedians([]float64{0, 0, 1}, b, 1); err == nil {
+		t.Fatal("a zero median accepted")
 	}
 }
 

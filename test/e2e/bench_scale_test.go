@@ -23,7 +23,7 @@ func TestBenchScale(t *testing.T) {
 	const subnet = "10.77.33." // the bench's lab, "scale" (lab/bench/scale)
 	out := filepath.Join(t.TempDir(), "scale.json")
 	cmd := sysexec.Command(context.Background(), labBin, "bench", "scale", "--steps", "300", "--probe-n", "300",
-		"--in-flight", "30", "--idle-window", "1s", "--out", out)
+		"--probe-quads", "4", "--in-flight", "30", "--idle-window", "1s", "--out", out)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -53,6 +53,15 @@ func TestBenchScale(t *testing.T) {
 	// for them (its run time per message, from the statistics run).
 	if s.ProgNs["ez_sc_msg"] <= 0 || s.ProgNsPerMsg < s.ProgNs["ez_sc_msg"] {
 		t.Errorf("programs' ns a message %v (total %v): want ez_sc_msg's", s.ProgNs, s.ProgNsPerMsg)
+	}
+	// The probe's quads: plain TCP against the shortcut and the A/A pair,
+	// each with four pairs, and a gauge run beside each plain one (the
+	// bench itself fails if a plain or gauge run was redirected, or a
+	// shortcut run was not).
+	if s.CPUVsPlain.Pairs != 4 || s.CPUAA.Pairs != 4 || len(s.CPUOverGauge) != 4 || len(s.PlainOverGauge) != 4 ||
+		s.PlainCPUPerMsg <= 0 || s.GaugeCPUPerMsg <= 0 || len(s.CPUPerMsgRuns) != 12 {
+		t.Errorf("probe quads: vs plain %+v, A/A %+v, over gauge %v, plain over gauge %v, plain %v, gauge %v, shortcut runs %d",
+			s.CPUVsPlain, s.CPUAA, s.CPUOverGauge, s.PlainOverGauge, s.PlainCPUPerMsg, s.GaugeCPUPerMsg, len(s.CPUPerMsgRuns))
 	}
 	if !strings.Contains(stdout.String(), "| 300 ") {
 		t.Errorf("no row of 300 connections:\n%s", stdout.String())

@@ -1,18 +1,15 @@
 package scale
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -234,153 +231,6 @@ func (r *run) loaded(ctx context.Context, row *Row, ag *agent, availBefore uint6
 }
 
 func mb(b uint64) float64 { return float64(b) / (1 << 20) }
-
-// probeWarmup: unrecorded round trips before the probe's.
-const probeWarmup = 1000
-
-// probeRuns: the probe runs this many times at each step; the medians
-// are reported, so that one run that met the agent's periodic work (the
-// adoption scan, pair ageing) does not stand for the step.
-const probeRuns = 3
-
-// probe runs 24 B ping-pongs on a fresh connection, probeRuns times,
-// once the machine is quiet after the setup (or 10 s passed). CPU per
-// message is the CPU time of the processes on the message path, the probe
-// client (rusage) and its echo server (procfs): the redirect runs in their
-// sendmsg calls, and other work on the machine does not count. The agent's
-// CPU time in the same runs and the whole machine's busy time (/proc/stat)
-// are recorded beside it, and the agent's CPU with the connections idle
-// before the probe.
-func (r *run) probe(ctx context.Context, row *Row, ag *agent) error {
-	settled, err := bench.Settle(10*time.Second, 0.1)
-	if err != nil {
-		return err
-	}
-	// The agent's own work with the connections idle: its periodic scans.
-	agentStart, err := cpuSeconds(ag.cmd.Process.Pid)
-	if err != nil {
-		return err
-	}
-	time.Sleep(r.o.IdleWindow)
-	agentEnd, err := cpuSeconds(ag.cmd.Process.Pid)
-	if err != nil {
-		return err
-	}
-	row.AgentIdleCPU = (agentEnd - agentStart) / r.o.IdleWindow.Seconds()
-	if row.AgentRSSPeak, err = bench.ProcRSSPeak(ag.cmd.Process.Pid); err != nil {
-		return err
-	}
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return err
-	}
-	msgs := float64(2 * (r.o.ProbeN + probeWarmup))
-	var p50s, p99s, cpus, machine, own, agentCPU []float64
-	for range probeRuns {
-		before, err := bench.SystemBusy(fs)
-		if err != nil {
-			return err
-		}
-		procsBefore, err := cpuSeconds(r.probeServer)
-		if err != nil {
-			return err
-		}
-		agentBefore, err := cpuSeconds(ag.cmd.Process.Pid)
-		if err != nil {
-			return err
-		}
-		res, u, err := r.probeWL.PingPong(ctx, r.client, workload.PingPongArgs{Addr: hostPort(r.server.IPv4, probePort), Size: 24, N: r.o.ProbeN, Warmup: probeWarmup})
-		if err != nil {
-			return fmt.Errorf("probe: %w", err)
-		}
-		procsAfter, err := cpuSeconds(r.probeServer)
-		if err != nil {
-			return err
-		}
-		agentAfter, err := cpuSeconds(ag.cmd.Process.Pid)
-		if err != nil {
-			return err
-		}
-		agentCPU = append(agentCPU, (agentAfter-agentBefore)*1e6/msgs)
-		after, err := bench.SystemBusy(fs)
-		if err != nil {
-			return err
-		}
-		p50s, p99s = append(p50s, res.Micros.P50), append(p99s, res.Micros.P99)
-		cpus = append(cpus, (u.CPU+procsAfter-procsBefore)*1e6/msgs)
-		machine, own = append(machine, (after-before)*1e6/msgs), append(own, u.CPU*1e6/msgs)
-	}
-	if err := r.progCost(ctx, row, ag, msgs); err != nil {
-		return err
-	}
-	row.RTT = rttStats{P50: median(p50s), P99: median(p99s)}
-	row.CPUPerMsg, row.MachineCPUPerMsg, row.ProbeCPUPerMsg = median(cpus), median(machine), median(own)
-	row.CPUPerMsgRuns, row.AgentCPUPerMsgRuns = cpus, agentCPU
-	fmt.Fprintf(r.o.Log, "  probe (after %.1f s settling): RTT p50 %.1f µs, %.2f µs CPU a message %.2f (the client's own %.2f, the agent's %.2f, the machine's %.2f); its programs %.0f ns a message %s; the agent idle: %.1f%% of a CPU, its RSS at most %.1f MB so far\n",
-		settled.Seconds(), row.RTT.P50, row.CPUPerMsg, cpus, row.ProbeCPUPerMsg, agentCPU, row.MachineCPUPerMsg, row.ProgNsPerMsg, progNames(row.ProgNs), 100*row.AgentIdleCPU, mb(row.AgentRSSPeak))
-	return nil
-}
-
-// cpuSeconds is the user+system CPU time the processes used so far.
-func cpuSeconds(pids ...int) (float64, error) {
-	var sum float64
-	for _, pid := range pids {
-		p, err := procfs.NewProc(pid)
-		if err != nil {
-			return 0, err
-		}
-		st, err := p.Stat()
-		if err != nil {
-			return 0, err
-		}
-		sum += st.CPUTime()
-	}
-	return sum, nil
-}
-
-// progCost runs the probe once more with the kernel's BPF run-time
-// statistics on (their clock reads cost every program a little, so not in
-// the timed runs) and records the agent's programs' run time per message:
-// the datapath's own cost per message, which the CPU time of the probe's
-// processes holds among much else.
-func (r *run) progCost(ctx context.Context, row *Row, ag *agent, msgs float64) error {
-	progs, err := bench.OpenNewProgs("ez_", ag.before)
-	if err != nil {
-		return err
-	}
-	defer progs.Close()
-	ran, err := progs.During(func() error {
-		_, _, err := r.probeWL.PingPong(ctx, r.client, workload.PingPongArgs{Addr: hostPort(r.server.IPv4, probePort), Size: 24, N: r.o.ProbeN, Warmup: probeWarmup})
-		if err != nil {
-			return fmt.Errorf("probe with BPF statistics: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	row.ProgNs, row.ProgNsPerMsg = map[string]float64{}, 0
-	for name, d := range ran {
-		if d.Runs == 0 {
-			continue
-		}
-		ns := float64(d.Runtime.Nanoseconds()) / msgs
-		row.ProgNs[name] = ns
-		row.ProgNsPerMsg += ns
-	}
-	return nil
-}
-
-// progNames lists ns a message by program, largest first.
-func progNames(ns map[string]float64) string {
-	names := slices.Collect(maps.Keys(ns))
-	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(ns[b], ns[a]) })
-	var parts []string
-	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %.0f", n, ns[n]))
-	}
-	return "(" + strings.Join(parts, ", ") + ")"
-}
 
 // median is the median of the probe runs (internal/stats; its input is not
 // changed).

@@ -15,8 +15,8 @@ func Table(rep Report) string {
 	if rep.CPUs > 0 {
 		fmt.Fprintf(&b, "%d CPUs, %s; RLIMIT_NOFILE %d (fs.nr_open %d); MemTotal %.1f GiB\n\n", rep.CPUs, rep.CPUPlacement, rep.Nofile, rep.NrOpen, gib(rep.MemTotal))
 	}
-	header := []string{"connections", "processes/side", "setup/s", "probe RTT p50 µs", "CPU µs/msg", "programs ns/msg", "agent idle CPU %", "agent RSS MB", "BPF maps MB",
-		"agent B/conn", "node KB/conn", "listing s", "scrape s", "uninstall s", "exact"}
+	header := []string{"connections", "processes/side", "setup/s", "probe RTT p50 µs", "CPU µs/msg", "plain CPU µs/msg", "gauge CPU µs/msg", "CPU vs plain [95% CI]", "CPU A/A [95% CI]", "programs ns/msg",
+		"agent idle CPU %", "agent RSS MB", "BPF maps MB", "agent B/conn", "node KB/conn", "listing s", "scrape s", "uninstall s", "exact"}
 	var rows [][]string
 	for _, s := range rep.Steps {
 		exact, listing := "yes", bench.Num(s.ListingSeconds, 2)
@@ -27,7 +27,7 @@ func Table(rep Report) string {
 			exact = "no"
 		}
 		rows = append(rows, []string{strconv.Itoa(s.Conns), strconv.Itoa(s.Procs), bench.Num(s.SetupRate, 0), bench.Num(s.RTT.P50, 1),
-			bench.Num(s.CPUPerMsg, 2), bench.Num(s.ProgNsPerMsg, 0), bench.Num(100*s.AgentIdleCPU, 1), bench.Num(mb(s.AgentRSS), 1), bench.Num(mb(s.MapBytes), 1), bench.Num(s.AgentBytesPerConn, 0),
+			bench.Num(s.CPUPerMsg, 2), bench.Num(s.PlainCPUPerMsg, 2), bench.Num(s.GaugeCPUPerMsg, 2), s.CPUVsPlain.Cell(), s.CPUAA.Cell(), bench.Num(s.ProgNsPerMsg, 0), bench.Num(100*s.AgentIdleCPU, 1), bench.Num(mb(s.AgentRSS), 1), bench.Num(mb(s.MapBytes), 1), bench.Num(s.AgentBytesPerConn, 0),
 			bench.Num(s.NodeBytesPerConn/1000, 1), listing, bench.Num(s.ScrapeSeconds, 3), bench.Num(s.UninstallSeconds, 2), exact})
 	}
 	bench.WriteTable(&b, header, rows)
@@ -36,6 +36,7 @@ func Table(rep Report) string {
 		fmt.Fprintf(&b, "\nat %d connections against %d: setup rate %s, CPU per message %s, the programs' time per message %s, probe RTT p50 %s\n", last.Conns, first.Conns,
 			bench.WithUnit(100*(bench.Ratio(last.SetupRate, first.SetupRate)-1), "%"), bench.WithUnit(100*(bench.Ratio(last.CPUPerMsg, first.CPUPerMsg)-1), "%"),
 			bench.WithUnit(100*(bench.Ratio(last.ProgNsPerMsg, first.ProgNsPerMsg)-1), "%"), bench.WithUnit(100*(bench.Ratio(last.RTT.P50, first.RTT.P50)-1), "%"))
+		b.WriteString(cpuGoal(first, last))
 	}
 	for _, s := range rep.Steps {
 		if s.ListingError != "" {
@@ -55,3 +56,43 @@ func Table(rep Report) string {
 	}
 	return b.String()
 }
+
+// cpuGoal judges the goal "CPU per message at the last step within 10% of
+// the first": the shortcut's runs over their gauge runs (probe.go: the
+// host's drift divided out) of both steps, compared by their medians
+// (bench.CompareMedians: the steps are minutes apart, so not paired), met
+// when the interval's upper end is at most +10%. Judged only when both
+// steps' A/A intervals are valid. Beside it: the same for plain TCP, and
+// the shortcut's CPU per message undivided (which the drift moves).
+func cpuGoal(first, last Row) string {
+	seed := uint64(last.Conns)
+	ch, err := bench.CompareMedians(first.CPUOverGauge, last.CPUOverGauge, seed)
+	if err != nil {
+		return fmt.Sprintf("CPU per message within %.0f%%: %s (%v)\n", cpuLimit, bench.NotJudged, err)
+	}
+	cell := func(a, b []float64, seed uint64) string {
+		p, err := bench.CompareMedians(a, b, seed)
+		if err != nil {
+			return "-"
+		}
+		return p.String()
+	}
+	verdict, why := bench.Judge(ch, first.CPUAA, cpuLimit, false)
+	if verdict == bench.NotJudged {
+		why = fmt.Sprintf("at %d connections: %s", first.Conns, why)
+	} else if v, w := bench.Judge(ch, last.CPUAA, cpuLimit, false); v == bench.NotJudged {
+		verdict, why = v, fmt.Sprintf("at %d connections: %s", last.Conns, w)
+	}
+	line := fmt.Sprintf("CPU per message over the gauge's, at %d connections against %d: shortcut %s, plain TCP %s (undivided: shortcut %s, plain %s, gauge %s); within %+.0f%%: %s",
+		last.Conns, first.Conns, ch, cell(first.PlainOverGauge, last.PlainOverGauge, seed+1),
+		cell(first.CPUPerMsgRuns, last.CPUPerMsgRuns, seed+2), cell(first.PlainCPUPerMsgRuns, last.PlainCPUPerMsgRuns, seed+3),
+		bench.WithUnit(100*(bench.Ratio(last.GaugeCPUPerMsg, first.GaugeCPUPerMsg)-1), "%"), cpuLimit, verdict)
+	if why != "" {
+		line += " (" + why + ")"
+	}
+	return line + "\n"
+}
+
+// cpuLimit: the goal for CPU per message at a million connections, in
+// percent of the first step's.
+const cpuLimit = 10.0

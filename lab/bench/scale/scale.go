@@ -37,8 +37,12 @@ type Options struct {
 	// once, all together: each holder takes its part (at least one), so
 	// that every step sets up with the same concurrency.
 	Parallel int
-	// ProbeN is the probe connection's recorded 24 B round trips.
+	// ProbeN is the probe connection's recorded 24 B round trips, in
+	// each of the probe's runs.
 	ProbeN int
+	// ProbeQuads is the probe's quads of runs at each step (probe.go):
+	// plain TCP against the shortcut, and the shortcut against itself.
+	ProbeQuads int
 	// InFlight bounds the connections that carry an unread message while
 	// the uninstall drains (every k-th connection of the step).
 	InFlight int
@@ -56,13 +60,18 @@ type Options struct {
 	// adoption scan, each every 30 s or 20 times its last CPU time, pair
 	// ageing): the default, 60 s, holds a walk and a scan however they fall.
 	IdleWindow time.Duration
+	// MaxSockets, when set, is the least --max-sockets (and so map
+	// sizing) of every step's agent: a small step then runs with the
+	// maps of a large one, which tells what the maps' size costs a
+	// message from what the connections held cost it.
+	MaxSockets uint32
 	Out        string // JSON report file; "" for none
 	Log        io.Writer
 }
 
 // DefaultOptions are the flags' defaults.
 func DefaultOptions() Options {
-	return Options{Steps: []int{1000, 10000, 100000, 1000000}, Parallel: 512, ProbeN: 20000, InFlight: 100000,
+	return Options{Steps: []int{1000, 10000, 100000, 1000000}, Parallel: 512, ProbeN: 5000, ProbeQuads: 160, InFlight: 100000,
 		MinAvailable: 3 << 30, MinSetupRate: 1000, DrainTimeout: 5 * time.Minute, ReaderStop: time.Second, IdleWindow: time.Minute}
 }
 
@@ -92,8 +101,13 @@ type run struct {
 	probeWL workload.Client
 	tmp     string
 	nofile  uint64
-	// probeServer is the pid of the probe's echo server.
-	probeServer int
+	// probeServer, plainServer: the pids of the probe's echo servers
+	// (probePort, probePlainPort).
+	probeServer, plainServer int
+	// gauge is the loopback pod of the probe's gauge; gaugeServer the pid
+	// of its echo server (probeGaugePort).
+	gauge       *netlab.Pod
+	gaugeServer int
 	rep         Report
 }
 
@@ -135,7 +149,17 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 		return err
 	}
 	defer srv.Stop()
-	r.probeServer = srv.Pid()
+	plain, err := r.probeWL.Serve(ctx, r.server, r.tmp, "--echo", ":"+strconv.Itoa(probePlainPort))
+	if err != nil {
+		return err
+	}
+	defer plain.Stop()
+	gauge, err := r.probeWL.Serve(ctx, r.gauge, r.tmp, "--echo", hostPort(r.gauge.IPv4, probeGaugePort))
+	if err != nil {
+		return err
+	}
+	defer gauge.Stop()
+	r.probeServer, r.plainServer, r.gaugeServer = srv.Pid(), plain.Pid(), gauge.Pid()
 	for _, n := range o.Steps {
 		row, ended, err := r.step(ctx, n)
 		if err != nil {
@@ -154,19 +178,14 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	return r.finish(stdout)
 }
 
-// probePort is the probe's echo server in the server pod; the scale
-// servers listen from firstPort on.
-const (
-	probePort = 7099
-	firstPort = 7100
-)
-
 func (o *Options) check() error {
 	switch {
 	case len(o.Steps) == 0:
 		return errors.New("--steps: give at least one step")
 	case o.Parallel < 1 || o.ProbeN < 1 || o.InFlight < 1 || o.MinSetupRate < 1:
 		return errors.New("--parallel, --probe-n, --in-flight and --min-setup-rate must be at least 1")
+	case o.ProbeQuads < 2:
+		return errors.New("--probe-quads must be at least 2 (a paired comparison needs two pairs)")
 	case o.DrainTimeout <= 0:
 		return errors.New("--drain-timeout must be positive")
 	case o.IdleWindow < time.Second:
@@ -192,6 +211,9 @@ func (r *run) setup(ctx context.Context) (err error) {
 		return err
 	}
 	if r.server, err = r.lab.AddPod("s", true); err != nil {
+		return err
+	}
+	if r.gauge, err = r.lab.AddLoopbackPod("g", gaugeEhash); err != nil {
 		return err
 	}
 	if r.tmp, err = os.MkdirTemp("", "ezscale-"); err != nil {
@@ -281,3 +303,7 @@ func (r *run) progress() {
 func hostPort(ip fmt.Stringer, port int) string {
 	return net.JoinHostPort(ip.String(), strconv.Itoa(port))
 }
+
+// gaugeEhash: the gauge pod's TCP hash buckets (it holds two sockets at a
+// time).
+const gaugeEhash = 1024

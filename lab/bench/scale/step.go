@@ -45,8 +45,29 @@ type Row struct {
 	CPUPerMsg        float64 `json:"cpu_us_per_message"`
 	MachineCPUPerMsg float64 `json:"machine_cpu_us_per_message"`
 	ProbeCPUPerMsg   float64 `json:"probe_client_cpu_us_per_message"`
-	// CPUPerMsgRuns: CPUPerMsg of each probe run (the median is reported).
+	// CPUPerMsgRuns: CPUPerMsg of each shortcut run of the probe (the
+	// median is reported).
 	CPUPerMsgRuns []float64 `json:"cpu_us_per_message_runs"`
+	// The same probe over plain TCP between the same pods (its port
+	// excluded from acceleration), in alternation with the shortcut's
+	// runs (probe.go): CPU per message, each run's and the median, and
+	// the round trip's p50.
+	PlainCPUPerMsg     float64   `json:"plain_cpu_us_per_message"`
+	PlainCPUPerMsgRuns []float64 `json:"plain_cpu_us_per_message_runs"`
+	PlainRTTP50        float64   `json:"plain_rtt_p50_us"`
+	// CPUVsPlain: the shortcut's CPU per message against plain TCP's,
+	// paired run by run; CPUAA: the shortcut's against itself (the A/A
+	// control: its interval must hold 0 and be within ±2%).
+	CPUVsPlain bench.Paired `json:"cpu_shortcut_vs_plain"`
+	CPUAA      bench.Paired `json:"cpu_aa"`
+	// The gauge (probe.go): the same probe over the loopback of a pod
+	// with its own TCP hash, run next to each plain TCP run. GaugeCPUPerMsg:
+	// its median CPU per message; CPUOverGauge, PlainOverGauge: each
+	// quad's shortcut and plain TCP run over its gauge run, the costs with
+	// the host's drift divided out.
+	GaugeCPUPerMsg float64   `json:"gauge_cpu_us_per_message"`
+	CPUOverGauge   []float64 `json:"cpu_over_gauge_runs"`
+	PlainOverGauge []float64 `json:"plain_cpu_over_gauge_runs"`
 	// AgentCPUPerMsgRuns: the agent's CPU time in each run, per message
 	// (its periodic work, not on the message path).
 	AgentCPUPerMsgRuns []float64 `json:"agent_cpu_us_per_message_runs"`
@@ -241,7 +262,7 @@ func (r *run) startAgent(ctx context.Context, row *Row, plan Plan) (*agent, func
 	}
 	// Two sockhash entries a connection (the probe's too); pairs in setup
 	// at once: the holders' parallel connects, twice over.
-	row.MaxSockets = max(ag.cfg.MaxSockets, uint32(2*plan.Conns+4096))
+	row.MaxSockets = max(ag.cfg.MaxSockets, r.o.MaxSockets, uint32(2*plan.Conns+4096))
 	row.MaxPairs = max(ag.cfg.MaxPairs, uint32(2*plan.Procs()*plan.PerHolder(r.o.Parallel)))
 	if ag.metrics, err = freePort(); err != nil {
 		undoPin()
@@ -254,7 +275,8 @@ func (r *run) startAgent(ctx context.Context, row *Row, plan Plan) (*agent, func
 	ready := filepath.Join(ag.dir, "ready")
 	ag.cmd = sysexec.Command(ctx, r.o.Agent, "run", "--cgroup", r.lab.Managed, "--pin-path", ag.cfg.PinRoot,
 		"--ready-file", ready, "--metrics-addr", ag.metrics,
-		"--max-sockets", strconv.FormatUint(uint64(row.MaxSockets), 10), "--max-pairs", strconv.FormatUint(uint64(row.MaxPairs), 10))
+		"--max-sockets", strconv.FormatUint(uint64(row.MaxSockets), 10), "--max-pairs", strconv.FormatUint(uint64(row.MaxPairs), 10),
+		"--exclude-ports", strconv.Itoa(probePlainPort))
 	ag.cmd.Stderr = &ag.out
 	// A killed bench takes its agent along; the next run's sweep undoes
 	// its pins (recorded above).
