@@ -51,8 +51,9 @@ func TestBenchScale(t *testing.T) {
 	}
 	// The probe's messages are redirected: the agent's sk_msg program runs
 	// for them (its run time per message, from the statistics run).
-	if s.ProgNs["ez_sc_msg"] <= 0 || s.ProgNsPerMsg < s.ProgNs["ez_sc_msg"] {
-		t.Errorf("programs' ns a message %v (total %v): want ez_sc_msg's", s.ProgNs, s.ProgNsPerMsg)
+	if s.ProgNs["ez_sc_msg"] <= 0 || s.ProgNsPerMsg <= 0 || len(s.ProgNsRuns) != 40 || len(s.ProgOverGauge) != 40 {
+		t.Errorf("programs' ns a message %v (median %v, %d runs, %d over the gauge): want ez_sc_msg's, 40 runs",
+			s.ProgNs, s.ProgNsPerMsg, len(s.ProgNsRuns), len(s.ProgOverGauge))
 	}
 	// The probe's quads: plain TCP against the shortcut and the A/A pair,
 	// each with four pairs, and a gauge run beside each plain one (the

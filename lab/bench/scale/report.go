@@ -37,6 +37,7 @@ func Table(rep Report) string {
 			bench.WithUnit(100*(bench.Ratio(last.SetupRate, first.SetupRate)-1), "%"), bench.WithUnit(100*(bench.Ratio(last.CPUPerMsg, first.CPUPerMsg)-1), "%"),
 			bench.WithUnit(100*(bench.Ratio(last.ProgNsPerMsg, first.ProgNsPerMsg)-1), "%"), bench.WithUnit(100*(bench.Ratio(last.RTT.P50, first.RTT.P50)-1), "%"))
 		b.WriteString(cpuGoal(first, last))
+		b.WriteString(progGoal(first, last))
 	}
 	for _, s := range rep.Steps {
 		if s.ListingError != "" {
@@ -77,22 +78,46 @@ func cpuGoal(first, last Row) string {
 		}
 		return p.String()
 	}
-	verdict, why := bench.Judge(ch, first.CPUAA, cpuLimit, false)
-	if verdict == bench.NotJudged {
-		why = fmt.Sprintf("at %d connections: %s", first.Conns, why)
-	} else if v, w := bench.Judge(ch, last.CPUAA, cpuLimit, false); v == bench.NotJudged {
-		verdict, why = v, fmt.Sprintf("at %d connections: %s", last.Conns, w)
-	}
-	line := fmt.Sprintf("CPU per message over the gauge's, at %d connections against %d: shortcut %s, plain TCP %s (undivided: shortcut %s, plain %s, gauge %s); within %+.0f%%: %s",
+	verdict := judgeSteps(ch, first, last)
+	return fmt.Sprintf("CPU per message over the gauge's, at %d connections against %d: shortcut %s, plain TCP %s (undivided: shortcut %s, plain %s, gauge %s); within %+.0f%%: %s\n",
 		last.Conns, first.Conns, ch, cell(first.PlainOverGauge, last.PlainOverGauge, seed+1),
 		cell(first.CPUPerMsgRuns, last.CPUPerMsgRuns, seed+2), cell(first.PlainCPUPerMsgRuns, last.PlainCPUPerMsgRuns, seed+3),
 		bench.WithUnit(100*(bench.Ratio(last.GaugeCPUPerMsg, first.GaugeCPUPerMsg)-1), "%"), cpuLimit, verdict)
-	if why != "" {
-		line += " (" + why + ")"
-	}
-	return line + "\n"
 }
 
 // cpuLimit: the goal for CPU per message at a million connections, in
 // percent of the first step's.
 const cpuLimit = 10.0
+
+// progGoal compares the programs' time per message at the last step with
+// the first's, over the gauge (the host's drift divided out) and undivided,
+// by medians with bootstrap intervals, against the same 10%. The
+// statistics runs have no A/A pair of their own: judged only when both
+// steps' probe A/A intervals are valid.
+func progGoal(first, last Row) string {
+	seed := uint64(last.Conns) + 7
+	ch, err := bench.CompareMedians(first.ProgOverGauge, last.ProgOverGauge, seed)
+	if err != nil {
+		return fmt.Sprintf("programs' time per message within %.0f%%: %s (%v)\n", cpuLimit, bench.NotJudged, err)
+	}
+	undivided := "-"
+	if p, err := bench.CompareMedians(first.ProgNsRuns, last.ProgNsRuns, seed+1); err == nil {
+		undivided = p.String()
+	}
+	verdict := judgeSteps(ch, first, last)
+	return fmt.Sprintf("programs' time per message over the gauge's CPU, at %d connections against %d: %s (undivided %s); within %+.0f%%: %s\n",
+		last.Conns, first.Conns, ch, undivided, cpuLimit, verdict)
+}
+
+// judgeSteps judges a change between the first and the last step against
+// cpuLimit, on its interval's upper end, only when both steps' A/A
+// intervals are valid: the verdict, with the reason when not judged.
+func judgeSteps(ch bench.Paired, first, last Row) string {
+	for _, st := range []Row{first, last} {
+		if v, why := bench.Judge(ch, st.CPUAA, cpuLimit, false); v == bench.NotJudged {
+			return fmt.Sprintf("%s (at %d connections: %s)", v, st.Conns, why)
+		}
+	}
+	v, _ := bench.Judge(ch, first.CPUAA, cpuLimit, false)
+	return v
+}

@@ -40,6 +40,19 @@ func TestCPUGoal(t *testing.T) {
 			t.Errorf("%s: %q, want %q in it", c.name, got, c.want)
 		}
 	}
+	// The programs' time over the gauge, judged the same way.
+	first, last := row(1000, 4, 0.8, valid), row(1000000, 4, 0.8, valid)
+	first.ProgNsRuns, first.ProgOverGauge = first.CPUPerMsgRuns, first.CPUOverGauge
+	last.ProgNsRuns, last.ProgOverGauge = last.CPUPerMsgRuns, last.CPUOverGauge
+	if got := progGoal(first, last); !strings.Contains(got, "within +10%: "+bench.Pass) {
+		t.Errorf("programs, flat: %q", got)
+	}
+	for i := range last.ProgOverGauge {
+		last.ProgOverGauge[i] *= 1.2
+	}
+	if got := progGoal(first, last); !strings.Contains(got, "within +10%: "+bench.Miss) {
+		t.Errorf("programs, up 20%%: %q", got)
+	}
 	if got := cpuGoal(Row{Conns: 1000}, Row{Conns: 1000000}); !strings.Contains(got, bench.NotJudged) {
 		t.Errorf("rows without gauge runs: %q, want %s", got, bench.NotJudged)
 	}

@@ -71,7 +71,7 @@ type Options struct {
 
 // DefaultOptions are the flags' defaults.
 func DefaultOptions() Options {
-	return Options{Steps: []int{1000, 10000, 100000, 1000000}, Parallel: 512, ProbeN: 5000, ProbeQuads: 160, InFlight: 100000,
+	return Options{Steps: []int{1000, 10000, 100000, 1000000}, Parallel: 512, ProbeN: 2000, ProbeQuads: 400, InFlight: 100000,
 		MinAvailable: 3 << 30, MinSetupRate: 1000, DrainTimeout: 5 * time.Minute, ReaderStop: time.Second, IdleWindow: time.Minute}
 }
 

@@ -77,10 +77,17 @@ type Row struct {
 	AgentRSS     uint64  `json:"agent_rss_bytes"`
 	// ProgNsPerMsg: the shortcut programs' run time per probe message
 	// (ez_sc_msg, ez_sc_recv and the rest of the agent's, summed), from
-	// one more probe run with BPF run-time statistics on; ProgNs by
-	// program.
+	// more probe runs with BPF run-time statistics on (progCost); ProgNs
+	// by program.
 	ProgNsPerMsg float64            `json:"prog_ns_per_message"`
 	ProgNs       map[string]float64 `json:"prog_ns_per_message_by_program"`
+	// ProgNsRuns: the programs' ns a message in each shortcut run with
+	// the statistics on (ProgNsPerMsg is their median; ProgNs by program
+	// is over all of them); ProgOverGauge: each over its neighbouring
+	// gauge run's CPU per message (ns over ns), the host's drift divided
+	// out.
+	ProgNsRuns    []float64 `json:"prog_ns_per_message_runs"`
+	ProgOverGauge []float64 `json:"prog_over_gauge_runs"`
 	// AgentRSSPeak: the agent's largest RSS from its start to the end of
 	// the idle window (VmHWM), before the listing: its adoption rounds and
 	// walks included.
