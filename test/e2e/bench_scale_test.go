@@ -38,6 +38,9 @@ func TestBenchScale(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
+	if rep.Agent == "" || rep.Lab == "" {
+		t.Errorf("report without the versions measured: agent %q, bench %q", rep.Agent, rep.Lab)
+	}
 	if len(rep.Steps) != 1 || rep.EndedBy != "" {
 		t.Fatalf("want one step, none ended: %+v\n%s", rep, stderr.String())
 	}

@@ -13,7 +13,8 @@ import (
 func Table(rep Report) string {
 	var b strings.Builder
 	if rep.CPUs > 0 {
-		fmt.Fprintf(&b, "%d CPUs, %s; RLIMIT_NOFILE %d (fs.nr_open %d); MemTotal %.1f GiB\n\n", rep.CPUs, rep.CPUPlacement, rep.Nofile, rep.NrOpen, gib(rep.MemTotal))
+		fmt.Fprintf(&b, "agent %s, bench %s; %d CPUs, %s; RLIMIT_NOFILE %d (fs.nr_open %d); MemTotal %.1f GiB\n\n",
+			rep.Agent, rep.Lab, rep.CPUs, rep.CPUPlacement, rep.Nofile, rep.NrOpen, gib(rep.MemTotal))
 	}
 	header := []string{"connections", "processes/side", "setup/s", "probe RTT p50 µs", "CPU µs/msg", "plain CPU µs/msg", "gauge CPU µs/msg", "CPU vs plain [95% CI]", "CPU A/A [95% CI]", "programs ns/msg",
 		"agent idle CPU %", "agent RSS MB", "BPF maps MB", "agent B/conn", "node KB/conn", "listing s", "scrape s", "uninstall s", "exact"}

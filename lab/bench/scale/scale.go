@@ -12,7 +12,9 @@
 package scale
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/netlab"
 	"github.com/eztunnel/eztunnel/lab/workload"
@@ -66,6 +69,7 @@ type Options struct {
 	// message from what the connections held cost it.
 	MaxSockets uint32
 	Out        string // JSON report file; "" for none
+	LabVersion string // this bench's version, for the report
 	Log        io.Writer
 }
 
@@ -77,7 +81,11 @@ func DefaultOptions() Options {
 
 // Report is the JSON report.
 type Report struct {
-	Date         string `json:"date"`
+	Date string `json:"date"`
+	// Agent and Lab: the versions (with their commits) of the agent binary
+	// measured and of this bench.
+	Agent        string `json:"agent_version"`
+	Lab          string `json:"lab_version"`
 	CPUs         int    `json:"cpus"`
 	CPUPlacement string `json:"cpu_placement"`
 	MemTotal     uint64 `json:"mem_total_bytes"`
@@ -127,6 +135,10 @@ func Run(ctx context.Context, o Options, stdout io.Writer) (err error) {
 	r := &run{o: o, wl: workload.Client{Exe: o.Exe},
 		probeWL: workload.Client{Exe: o.Exe, Placement: workload.Placement{CPUs: []int{probeCPU}}}}
 	r.rep.Date = time.Now().UTC().Format(time.RFC3339)
+	r.rep.Lab = o.LabVersion
+	if r.rep.Agent, err = agentVersion(ctx, o.Agent); err != nil {
+		return err
+	}
 	r.rep.CPUs = runtime.NumCPU()
 	r.rep.CPUPlacement = fmt.Sprintf("the probe's client and echo server pinned to CPU %d; the agent, every server and holder unpinned", probeCPU)
 	if r.rep.NrOpen, err = bench.NrOpen(); err != nil {
@@ -307,3 +319,19 @@ func hostPort(ip fmt.Stringer, port int) string {
 // gaugeEhash: the gauge pod's TCP hash buckets (it holds two sockets at a
 // time).
 const gaugeEhash = 1024
+
+// agentVersion is `agent version -o json`'s version and commit.
+func agentVersion(ctx context.Context, agent string) (string, error) {
+	out, err := sysexec.Command(ctx, agent, "version", "-o", "json").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s version: %w", agent, err)
+	}
+	var v struct{ Version, Commit string }
+	if err := json.Unmarshal(out, &v); err != nil {
+		return "", fmt.Errorf("%s version -o json: %w", agent, err)
+	}
+	if v.Commit != "" && !strings.HasPrefix(v.Commit, v.Version) {
+		return v.Version + " (" + v.Commit + ")", nil
+	}
+	return cmp.Or(v.Commit, v.Version), nil
+}

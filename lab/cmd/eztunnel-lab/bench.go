@@ -241,7 +241,7 @@ func benchScaleCmd() *cobra.Command {
 			}
 			o.MinAvailable = uint64(minAvailGiB * (1 << 30))
 			return withSelf(cmd, func(ctx context.Context, exe string) error {
-				o.Exe, o.Log = exe, os.Stderr
+				o.Exe, o.Log, o.LabVersion = exe, os.Stderr, version
 				if o.Agent == "" {
 					o.Agent = filepath.Join(filepath.Dir(exe), "eztunnel")
 				}
