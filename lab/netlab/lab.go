@@ -242,18 +242,11 @@ func (p *Pod) create() error {
 		return err
 	}
 
-	h, err := netlink.NewHandleAt(ns)
+	h, err := loopbackUp(ns)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return err
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		return err
-	}
 	eth, err := h.LinkByName("eth0")
 	if err != nil {
 		return err

@@ -93,16 +93,29 @@ func createLoopback(name string, ehashEntries int) error {
 		return errors.New("netlab: could not return to the host's namespace")
 	}
 	defer ns.Close()
+	h, err := loopbackUp(ns)
+	if err != nil {
+		return err
+	}
+	h.Close()
+	return nil
+}
+
+// loopbackUp sets ns's loopback up and returns a handle in ns.
+func loopbackUp(ns netns.NsHandle) (*netlink.Handle, error) {
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer h.Close()
 	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return err
+	if err == nil {
+		err = h.LinkSetUp(lo)
 	}
-	return h.LinkSetUp(lo)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
 }
 
 // ehashEntries is net.ipv4.tcp_ehash_entries in the pod: its established

@@ -151,7 +151,12 @@ func ServeEcho(lfd int) error {
 }
 
 func echoConn(fd int) {
+	// Unlocked at the end, so that the thread goes back to the runtime's
+	// pool: a goroutine that exits locked ends its thread, whose run time
+	// then leaves /proc/<pid>/task, where bench scale sums the server's
+	// CPU time (the handler of each phase's connection vanished with it).
 	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	defer unix.Close(fd)
 	var hb [4]byte
 	if readFull(fd, hb[:]) != nil {

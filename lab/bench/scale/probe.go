@@ -180,23 +180,22 @@ func (r *run) idle(row *Row, ag *agent) error {
 // msgs messages in all.
 func (r *run) probeOnce(fs procfs.FS, pinned *datapath.Pinned, ag *agent, c *workload.Phases, server int, msgs float64) (phase, error) {
 	var ph phase
-	redirected := func() (uint64, error) {
+	// The counters around the phase: the machine's busy time, the echo
+	// server's and the agent's CPU, the messages redirected.
+	read := func() (busy, srv, agent float64, red uint64, err error) {
+		if busy, err = bench.SystemBusy(fs); err != nil {
+			return
+		}
+		if srv, err = cpuSeconds(server); err != nil {
+			return
+		}
+		if agent, err = cpuSeconds(ag.cmd.Process.Pid); err != nil {
+			return
+		}
 		c, err := datapath.ReadCounters(pinned.Counters)
-		return c["messages_redirected"], err
+		return busy, srv, agent, c["messages_redirected"], err
 	}
-	busy0, err := bench.SystemBusy(fs)
-	if err != nil {
-		return ph, err
-	}
-	srv0, err := cpuSeconds(server)
-	if err != nil {
-		return ph, err
-	}
-	agent0, err := cpuSeconds(ag.cmd.Process.Pid)
-	if err != nil {
-		return ph, err
-	}
-	red0, err := redirected()
+	busy0, srv0, agent0, red0, err := read()
 	if err != nil {
 		return ph, err
 	}
@@ -204,21 +203,14 @@ func (r *run) probeOnce(fs procfs.FS, pinned *datapath.Pinned, ag *agent, c *wor
 	if err != nil {
 		return ph, fmt.Errorf("probe: %w", err)
 	}
-	red1, err := redirected()
+	busy1, srv1, agent1, red1, err := read()
 	if err != nil {
 		return ph, err
 	}
-	srv1, err := cpuSeconds(server)
-	if err != nil {
-		return ph, err
-	}
-	agent1, err := cpuSeconds(ag.cmd.Process.Pid)
-	if err != nil {
-		return ph, err
-	}
-	busy1, err := bench.SystemBusy(fs)
-	if err != nil {
-		return ph, err
+	// Threads that exit take their run time out of the sums (cpuSeconds):
+	// the server's must grow, or its part is not measured.
+	if srv1 <= srv0 || res.CPUSeconds <= 0 {
+		return ph, fmt.Errorf("probe: CPU time did not grow over a phase (echo server pid %d: %v to %v s; client %v s)", server, srv0, srv1, res.CPUSeconds)
 	}
 	ph.cpu, ph.own = (res.CPUSeconds+srv1-srv0)*1e6/msgs, res.CPUSeconds*1e6/msgs
 	ph.machine, ph.agent = (busy1-busy0)*1e6/msgs, (agent1-agent0)*1e6/msgs
@@ -262,8 +254,9 @@ func (r *run) summarize(row *Row, q bench.Quads[phase]) {
 }
 
 // cpuSeconds is the run time of every thread of the processes so far
-// (/proc/<pid>/task/*/schedstat, ns; a thread that exited is not
-// counted, and the probe's servers and the agent keep theirs).
+// (/proc/<pid>/task/*/schedstat, ns). A thread that exited is not counted:
+// the probe's echo servers keep their threads (workload's echoConn
+// unlocks its thread before it ends), as the agent does.
 func cpuSeconds(pids ...int) (float64, error) {
 	var ns uint64
 	for _, pid := range pids {
