@@ -286,9 +286,9 @@ func cpuSeconds(pids ...int) (float64, error) {
 	return float64(ns) / 1e9, nil
 }
 
-// progCost runs progPairs more pairs of phases with the kernel's BPF
-// run-time statistics on (their clock reads cost every program a little,
-// so not in the timed quads): a shortcut run, whose programs' run time per
+// progCost runs progPairs more pairs of phases: a shortcut run with the
+// kernel's BPF run-time statistics on (their clock reads cost every program
+// a little, so not in the timed quads; bench.Progs.During), whose programs' run time per
 // message is the datapath's own cost per message (which the CPU time of
 // the probe's processes holds among much else), and a gauge run, by turns
 // first; each pair's programs' time over its gauge's CPU per message is
@@ -302,51 +302,43 @@ func (r *run) progCost(row *Row, ag *agent, fs procfs.FS, pinned *datapath.Pinne
 	defer progs.Close()
 	byName := map[string]bench.ProgStat{}
 	row.ProgNsRuns, row.ProgOverGauge = nil, nil
-	_, err = progs.During(func() error {
-		for i := range progPairs {
-			var g phase
-			var err error
-			if i%2 == 0 {
-				if g, err = r.probeOnce(fs, pinned, ag, clients[probeGaugePort], r.gaugeServer, msgs); err != nil {
-					return err
-				}
-			}
-			s0, err := progs.Read()
-			if err != nil {
+	gauge := func() (phase, error) {
+		return r.probeOnce(fs, pinned, ag, clients[probeGaugePort], r.gaugeServer, msgs)
+	}
+	for i := range progPairs {
+		var g, ph phase
+		if i%2 == 0 {
+			if g, err = gauge(); err != nil {
 				return err
 			}
-			ph, err := r.probeOnce(fs, pinned, ag, clients[probePort], r.probeServer, msgs)
-			if err != nil {
-				return fmt.Errorf("probe with BPF statistics: %w", err)
-			}
-			if float64(ph.redirected) < 0.99*msgs {
-				return fmt.Errorf("probe with BPF statistics: %d of %.0f messages redirected", ph.redirected, msgs)
-			}
-			s1, err := progs.Read()
-			if err != nil {
-				return err
-			}
-			if i%2 == 1 {
-				if g, err = r.probeOnce(fs, pinned, ag, clients[probeGaugePort], r.gaugeServer, msgs); err != nil {
-					return err
-				}
-			}
-			var ns float64
-			for name, st := range s1 {
-				if agentRuns[name] {
-					continue
-				}
-				d := st.Sub(s0[name])
-				byName[name] = byName[name].Add(d)
-				ns += float64(d.Runtime.Nanoseconds()) / msgs
-			}
-			row.ProgNsRuns = append(row.ProgNsRuns, ns)
-			row.ProgOverGauge = append(row.ProgOverGauge, ns/(1000*g.cpu))
 		}
-		return nil
-	})
-	if err != nil {
-		return err
+		// Statistics on for the shortcut's run only, as in the quads'
+		// gauge runs.
+		ran, err := progs.During(func() (err error) {
+			ph, err = r.probeOnce(fs, pinned, ag, clients[probePort], r.probeServer, msgs)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("probe with BPF statistics: %w", err)
+		}
+		if float64(ph.redirected) < 0.99*msgs {
+			return fmt.Errorf("probe with BPF statistics: %d of %.0f messages redirected", ph.redirected, msgs)
+		}
+		if i%2 == 1 {
+			if g, err = gauge(); err != nil {
+				return err
+			}
+		}
+		var ns float64
+		for name, d := range ran {
+			if agentRuns[name] {
+				continue
+			}
+			byName[name] = byName[name].Add(d)
+			ns += float64(d.Runtime.Nanoseconds()) / msgs
+		}
+		row.ProgNsRuns = append(row.ProgNsRuns, ns)
+		row.ProgOverGauge = append(row.ProgOverGauge, ns/(1000*g.cpu))
 	}
 	row.ProgNs = map[string]float64{}
 	for name, d := range byName {
