@@ -79,11 +79,34 @@ struct {
 	__type(value, __u64);
 } ez_naive_counters SEC(".maps");
 
+/*
+ * Ports whose sockets stay out of the sockhashes, and so on the kernel
+ * path (set before load; 0 ends the list): a socket is left out when
+ * either of its ports is one. The paired demo (bench lab --b2b-datapath
+ * naive) takes its A phases through them, as the agent's --exclude-ports.
+ * Per connection only: sk_msg is as before.
+ */
+volatile const __u16 ez_naive_skip_ports[EZ_NAIVE_SKIP_MAX] = {};
+
 /* Helpers (headers): they use the maps above. */
 
 static __always_inline void count(__u32 c)
 {
 	ez_counter_add(&ez_naive_counters, c, 1);
+}
+
+static __always_inline bool skipped(__u32 lport, __u32 rport)
+{
+#pragma unroll
+	for (int i = 0; i < EZ_NAIVE_SKIP_MAX; i++) {
+		__u16 p = ez_naive_skip_ports[i];
+
+		if (!p)
+			break;
+		if (p == lport || p == rport)
+			return true;
+	}
+	return false;
 }
 
 SEC("sockops")
@@ -100,6 +123,10 @@ int ez_naive_sockops(struct bpf_sock_ops *s)
 	t.local_port = EZ_CTX_U32(s, struct bpf_sock_ops, local_port);
 	/* network-order port in the upper 16 bits on little endian */
 	t.remote_port = bpf_ntohl(EZ_CTX_U32(s, struct bpf_sock_ops, remote_port));
+	if (skipped(t.local_port, t.remote_port)) {
+		count(EZ_NAIVE_C_SKIPPED);
+		return 1;
+	}
 	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB) {
 		e.ip4 = t.local_ip4;
 		e.port = t.local_port;

@@ -35,6 +35,9 @@ enum ez_naive_role {
 	EZ_NAIVE_PASSIVE = 2, /* accept()ed: the end is its remote one */
 };
 
+/* How many ports ez_naive_skip_ports holds. */
+#define EZ_NAIVE_SKIP_MAX 8
+
 /* Counters (a per-CPU array indexed by these). */
 enum ez_naive_counter {
 	EZ_NAIVE_C_INSERTED = 0,   /* sockets put into the sockhashes */
@@ -42,6 +45,7 @@ enum ez_naive_counter {
 	EZ_NAIVE_C_BY_TUPLE,       /* messages redirected to the reversed tuple's socket */
 	EZ_NAIVE_C_BY_CLIENT,      /* messages redirected to the peer found by the client end */
 	EZ_NAIVE_C_PASS,           /* messages without a peer: the kernel path */
+	EZ_NAIVE_C_SKIPPED,        /* sockets left out: a port in ez_naive_skip_ports */
 	EZ_NAIVE_C_MAX,
 };
 

@@ -21,7 +21,8 @@ const (
 	naiveEzNaiveCounterEZ_NAIVE_C_BY_TUPLE    naiveEzNaiveCounter = 2
 	naiveEzNaiveCounterEZ_NAIVE_C_BY_CLIENT   naiveEzNaiveCounter = 3
 	naiveEzNaiveCounterEZ_NAIVE_C_PASS        naiveEzNaiveCounter = 4
-	naiveEzNaiveCounterEZ_NAIVE_C_MAX         naiveEzNaiveCounter = 5
+	naiveEzNaiveCounterEZ_NAIVE_C_SKIPPED     naiveEzNaiveCounter = 5
+	naiveEzNaiveCounterEZ_NAIVE_C_MAX         naiveEzNaiveCounter = 6
 )
 
 type naiveEzNaiveEnd struct {
@@ -49,6 +50,7 @@ const (
 	naiveProgEzNaiveMsg        = "ez_naive_msg"
 	naiveProgEzNaiveSockops    = "ez_naive_sockops"
 	naiveVarEzNaiveCounterEnum = "ez_naive_counter_enum"
+	naiveVarEzNaiveSkipPorts   = "ez_naive_skip_ports"
 )
 
 // loadNaive returns the embedded CollectionSpec for naive.
@@ -111,6 +113,7 @@ type naiveMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type naiveVariableSpecs struct {
 	EzNaiveCounterEnum *ebpf.VariableSpec `ebpf:"ez_naive_counter_enum"`
+	EzNaiveSkipPorts   *ebpf.VariableSpec `ebpf:"ez_naive_skip_ports"`
 }
 
 // naiveObjects contains all objects after they have been loaded into the kernel.
@@ -151,6 +154,7 @@ func (m *naiveMaps) Close() error {
 // It can be passed to loadNaiveObjects or ebpf.CollectionSpec.LoadAndAssign.
 type naiveVariables struct {
 	EzNaiveCounterEnum *ebpf.Variable `ebpf:"ez_naive_counter_enum"`
+	EzNaiveSkipPorts   *ebpf.Variable `ebpf:"ez_naive_skip_ports"`
 }
 
 // naivePrograms contains all programs after they have been loaded into the kernel.

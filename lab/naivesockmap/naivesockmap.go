@@ -3,6 +3,7 @@ package naivesockmap
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -21,14 +22,33 @@ type Naive struct {
 	links []link.Link
 }
 
+// SkipMax is how many ports Load can leave out.
+const SkipMax = 8 // EZ_NAIVE_SKIP_MAX
+
 // Load loads the naive sockmap and attaches it to the cgroup v2 directory
-// cgroup. Close detaches it.
-func Load(cgroup string) (_ *Naive, err error) {
+// cgroup. Sockets with either port in skip stay on the kernel path. Close
+// detaches it.
+func Load(cgroup string, skip ...uint16) (_ *Naive, err error) {
+	if len(skip) > SkipMax {
+		return nil, fmt.Errorf("the naive sockmap skips at most %d ports, not %d", SkipMax, len(skip))
+	}
+	if slices.Contains(skip, 0) {
+		return nil, errors.New("the naive sockmap cannot skip port 0")
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, err
 	}
+	spec, err := loadNaive()
+	if err != nil {
+		return nil, err
+	}
+	var ports [SkipMax]uint16
+	copy(ports[:], skip)
+	if err := spec.Variables["ez_naive_skip_ports"].Set(ports); err != nil {
+		return nil, fmt.Errorf("set the skipped ports: %w", err)
+	}
 	n := &Naive{}
-	if err := loadNaiveObjects(&n.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&n.objs, nil); err != nil {
 		return nil, fmt.Errorf("load the naive sockmap: %+v", err)
 	}
 	defer func() {
@@ -71,6 +91,7 @@ var counterNames = map[naiveEzNaiveCounter]string{
 	naiveEzNaiveCounterEZ_NAIVE_C_BY_TUPLE:    "redirect_by_tuple",
 	naiveEzNaiveCounterEZ_NAIVE_C_BY_CLIENT:   "redirect_by_client",
 	naiveEzNaiveCounterEZ_NAIVE_C_PASS:        "pass",
+	naiveEzNaiveCounterEZ_NAIVE_C_SKIPPED:     "skipped",
 }
 
 // Counters are the counters summed over CPUs, by name.

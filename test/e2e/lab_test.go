@@ -260,6 +260,47 @@ func TestLabPairedB2B(t *testing.T) {
 	}
 }
 
+// TestLabPairedB2BNaive runs the paired ping-echo with its B phases on
+// the lab's naive sockmap (--b2b-datapath naive, the bound eztunnel is
+// compared with): B must be redirected by it and A left out of it by the
+// excluded ports, and the rows must say B was not eztunnel.
+func TestLabPairedB2BNaive(t *testing.T) {
+	out := t.TempDir()
+	cmd := sysexec.Command(context.Background(), labBin, "bench", "lab", "--quick", "--lab-name", "lb5", "--subnet", "55",
+		"--pin-path", "/sys/fs/bpf/ezlb5", "--mesh", "sidecar", "--workload", "", "--b2b-pairs", "6", "--b2b-phase", "20ms",
+		"--b2b-conns", "2", "--b2b-datapath", "naive", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench lab: %v\n%s\n%s", err, stderr.String(), stdout.String())
+	}
+	assertClean(t, "lb5", "/sys/fs/bpf/ezlb5")
+	paired, err := mesh.LoadPaired(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := paired["sidecar"]
+	if !ok || !p.Naive() {
+		t.Fatalf("no paired sidecar result on the naive sockmap: %+v", paired)
+	}
+	if p.AA().Pairs != 6 || p.AB().Pairs != 6 {
+		t.Errorf("A/A %v, A/B %v: want 6 pairs each", p.AA(), p.AB())
+	}
+	// Three legs a connection, two sockets a leg; six redirects a round trip.
+	b := p.Counters[bench.SideB]
+	if !p.Verified() || b["inserted"] < 6*2*6 || b["redirect_by_tuple"]+b["redirect_by_client"] < 6*uint64(p.N[bench.SideB]) || b["skipped"] != 0 {
+		t.Errorf("B phases not all redirected by the naive sockmap: %v (%d round trips), verified %v", b, p.N[bench.SideB], p.Verified())
+	}
+	for _, s := range []bench.Side{bench.SideA, bench.SideAA1, bench.SideAA2} {
+		if c := p.Counters[s]; c["inserted"] != 0 || c["redirect_by_tuple"]+c["redirect_by_client"] != 0 || c["skipped"] < 6*2*6 || p.N[s] == 0 {
+			t.Errorf("side %d (kernel path) counters %v, %d round trips", s, c, p.N[s])
+		}
+	}
+	if !strings.Contains(stdout.String(), "ping-echo-b2b p50 (paired phases, B: naive sockmap)") {
+		t.Errorf("the target row does not say B took the naive sockmap:\n%s", stdout.String())
+	}
+}
+
 // TestLabInterrupt sends SIGINT to a running `bench lab` and checks it
 // exits and leaves nothing behind: no namespaces, links, cgroups,
 // processes (haproxy, nginx, redis-server) or pins.

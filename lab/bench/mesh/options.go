@@ -36,6 +36,8 @@ type Options struct {
 	PairQuads int           `json:"pair_quads"`
 	PairPhase time.Duration `json:"pair_phase"`
 	PairConns int           `json:"pair_conns"` // fresh connections per phase
+	// What B takes: PairEztunnel or PairNaive.
+	PairDatapath string `json:"pair_datapath"`
 
 	Out     string    `json:"-"` // results directory
 	LabName string    `json:"-"`
@@ -78,6 +80,7 @@ func DefaultOptions() Options {
 		PinRoot:      "/sys/fs/bpf/ezbench-lab",
 		PairPhase:    100 * time.Millisecond,
 		PairConns:    16,
+		PairDatapath: PairEztunnel,
 	}
 }
 
@@ -131,6 +134,8 @@ func (o Options) validate() error {
 		return errors.New("nothing to run: give at least one mesh and one workload")
 	case o.PairQuads < 0 || o.PairQuads == 1 || o.PairQuads > 0 && (o.PairPhase < 10*time.Millisecond || o.PairConns < 1):
 		return errors.New("--b2b-pairs must be 0 or at least 2, --b2b-phase at least 10ms, --b2b-conns at least 1")
+	case !contains(PairDatapaths, o.PairDatapath):
+		return fmt.Errorf("--b2b-datapath %q: one of %v", o.PairDatapath, PairDatapaths)
 	case o.PingConns < 1 || o.Nice < -20 || o.Nice > 19:
 		return errors.New("--ping-conns must be at least 1 and --nice within -20..19")
 	case o.Reps < 1:

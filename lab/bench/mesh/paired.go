@@ -39,18 +39,22 @@ import (
 	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/meshlab"
+	"github.com/eztunnel/eztunnel/lab/naivesockmap"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
 
 // PairedB2B is one mesh's paired ping-echo: paired/<mesh>.json.
 type PairedB2B struct {
-	Mesh   string        `json:"mesh"`
-	Quads  int           `json:"quads"`
-	Phase  time.Duration `json:"phase_ns"`
-	Conns  int           `json:"conns"` // fresh connections per phase
-	Size   int           `json:"size"`
-	Excl   []uint16      `json:"excluded_ports"`
-	Second float64       `json:"seconds"` // wall time of the quads
+	Mesh string `json:"mesh"`
+	// What B took: PairEztunnel ("" in results of before the choice) or
+	// PairNaive.
+	Datapath string        `json:"datapath,omitempty"`
+	Quads    int           `json:"quads"`
+	Phase    time.Duration `json:"phase_ns"`
+	Conns    int           `json:"conns"` // fresh connections per phase
+	Size     int           `json:"size"`
+	Excl     []uint16      `json:"excluded_ports"`
+	Second   float64       `json:"seconds"` // wall time of the quads
 	// Phase medians (us) by side, in quad order: Medians[bench.SideA][i]
 	// and Medians[bench.SideB][i] are quad i's A/B pair.
 	Medians [4][]float64 `json:"medians_us"`
@@ -87,19 +91,75 @@ func (p PairedB2B) Median(s bench.Side) float64 {
 // pairedDir holds the paired results of a results directory.
 const pairedDir = "paired"
 
+// The datapaths a paired ping-echo can take its B phases through.
+const (
+	PairEztunnel = "eztunnel"
+	// PairNaive is the lab's naive sockmap (lab/naivesockmap): the peers'
+	// model, without any of eztunnel's invariants, as a bound on what a
+	// sk_msg redirect can take off this chain here.
+	PairNaive = "naive"
+)
+
+// PairDatapaths lists them.
+var PairDatapaths = []string{PairEztunnel, PairNaive}
+
+// pairPath is a paired ping-echo's datapath: its counters under the names
+// the phase checks read, "pairs" (connection legs paired) and
+// "messages_redirected".
+type pairPath interface {
+	Counters() (map[string]uint64, error)
+}
+
+// naivePath gives the naive sockmap's counters those names.
+type naivePath struct{ nv *naivesockmap.Naive }
+
+func (n naivePath) Counters() (map[string]uint64, error) {
+	c, err := n.nv.Counters()
+	if err != nil {
+		return nil, err
+	}
+	// Two sockets inserted per leg.
+	c["pairs"], c["messages_redirected"] = c["inserted"]/2, naivesockmap.Redirected(c)
+	return c, nil
+}
+
+// eztunnelPath is the agent's datapath.
+type eztunnelPath struct{ dp *datapath.Datapath }
+
+func (e eztunnelPath) Counters() (map[string]uint64, error) { return e.dp.Counters() }
+
+// installPairPath installs o.PairDatapath for the paired ping-echo, with
+// cfg's excluded ports left on the kernel path; done removes it.
+func (m *meter) installPairPath(cfg datapath.Config) (_ pairPath, done func() error, err error) {
+	if m.o.PairDatapath == PairNaive {
+		nv, err := naivesockmap.Load(m.node.Lab.Managed, cfg.Select.ExcludePorts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return naivePath{nv}, nv.Close, nil
+	}
+	dp, err := datapath.Install(cfg, []string{m.node.Lab.Managed})
+	if err != nil {
+		return nil, nil, fmt.Errorf("install datapath: %w", err)
+	}
+	return eztunnelPath{dp}, func() error {
+		dp.Close()
+		return datapath.Uninstall(cfg, bench.Drain)
+	}, nil
+}
+
 // pairedB2B runs the paired ping-echo of one mesh on a datapath installed
 // for it (with cfg's selection, which must exclude meshlab.KernelPathPorts)
 // and writes its result.
 func (m *meter) pairedB2B(cfg datapath.Config, prog *progress) (err error) {
 	o := m.o
-	dp, err := datapath.Install(cfg, []string{m.node.Lab.Managed})
+	dp, done, err := m.installPairPath(cfg)
 	if err != nil {
-		return fmt.Errorf("install datapath: %w", err)
+		return err
 	}
 	defer func() {
-		dp.Close()
-		if uerr := datapath.Uninstall(cfg, bench.Drain); uerr != nil && err == nil {
-			err = fmt.Errorf("uninstall datapath: %w", uerr)
+		if uerr := done(); uerr != nil && err == nil {
+			err = fmt.Errorf("remove datapath %s: %w", o.PairDatapath, uerr)
 		}
 	}()
 	cl, err := startEchoPhaser(m.ctx, m.wl, m.node.Client)
@@ -115,7 +175,7 @@ func (m *meter) pairedB2B(cfg datapath.Config, prog *progress) (err error) {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	res := PairedB2B{Mesh: m.mesh, Quads: o.PairQuads, Phase: o.PairPhase, Conns: o.PairConns, Size: size,
+	res := PairedB2B{Mesh: m.mesh, Datapath: o.PairDatapath, Quads: o.PairQuads, Phase: o.PairPhase, Conns: o.PairConns, Size: size,
 		Excl: cfg.Select.ExcludePorts, Counters: [4]map[string]uint64{{}, {}, {}, {}}}
 	prog.startPaired(fmt.Sprintf("%s paired ping-echo b2b, %d quads of %s phases", m.mesh, o.PairQuads, o.PairPhase))
 	start := time.Now()
@@ -235,8 +295,8 @@ func (ph *echoPhaser) phase(addr string, d time.Duration, conns, size int) (work
 // pairedLegend describes the paired rows.
 func pairedLegend(p PairedB2B) string {
 	return fmt.Sprintf("%d quads of %s phases (an A/A pair, both phases A, and an A/B pair; bench.QuadOrder), %d fresh connections per phase, %d B messages one at a time, the connections in turn; "+
-		"A: to port %s (every leg's port excluded from the shortcut: %s), B: to port %d, the same processes and hops",
-		p.Quads, p.Phase, p.Conns, p.Size, strconv.Itoa(meshlab.PortEchoKernel), portList(p.Excl), meshlab.PortEcho)
+		"A: to port %s (every leg's port excluded from the shortcut: %s), B: to port %d, the same processes and hops%s",
+		p.Quads, p.Phase, p.Conns, p.Size, strconv.Itoa(meshlab.PortEchoKernel), portList(p.Excl), meshlab.PortEcho, p.naiveNote())
 }
 
 func portList(ps []uint16) string {
@@ -245,4 +305,22 @@ func portList(ps []uint16) string {
 		s = append(s, strconv.Itoa(int(p)))
 	}
 	return strings.Join(s, ", ")
+}
+
+// Naive says whether B took the naive sockmap, not eztunnel.
+func (p PairedB2B) Naive() bool { return p.Datapath == PairNaive }
+
+func (p PairedB2B) naiveNote() string {
+	if !p.Naive() {
+		return ""
+	}
+	return "; B on the lab's naive sockmap (lab/naivesockmap: no pairing proof, no read accounting, no unread bound), not eztunnel"
+}
+
+// naiveLabel marks a row whose B took the naive sockmap.
+func (p PairedB2B) naiveLabel() string {
+	if !p.Naive() {
+		return ""
+	}
+	return ", B: naive sockmap"
 }

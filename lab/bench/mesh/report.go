@@ -332,7 +332,7 @@ func (r *Report) targets(mesh string) []Target {
 	// Issue 39 adds ambient's back-to-back goal.
 	b2bGoal := map[string]float64{"none": -45, "sidecar": -40, "sidecar-tls": -40, "ambient": -40, "ambient-tls": -40}
 	if p, ok := r.Paired[mesh]; ok {
-		t := Target{Mesh: mesh, Name: WB2B + " p50 (paired phases)", Unit: "%", Goal: fmt.Sprintf("upper end <= %+.0f%%", b2bGoal[mesh]),
+		t := Target{Mesh: mesh, Name: WB2B + " p50 (paired phases" + p.naiveLabel() + ")", Unit: "%", Goal: fmt.Sprintf("upper end <= %+.0f%%", b2bGoal[mesh]),
 			Value: p.AB(), AA: p.AA()}
 		t.Verdict, t.Reason = bench.Judge(t.Value, t.AA, b2bGoal[mesh], false)
 		if _, ok := b2bGoal[mesh]; !ok {

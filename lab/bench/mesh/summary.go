@@ -259,7 +259,7 @@ func (r *Report) mainTable() string {
 // eztunnel: B, the shortcut); every other row from rounds of runs.
 func (r *Report) mainRow(mesh, name, workload string, digits int, f func(Run) float64) []string {
 	if p, ok := r.Paired[mesh]; ok && workload == WB2B && f == nil {
-		return []string{"", name + ", paired phases", bench.Num(p.Median(bench.SideA), digits), bench.Num(p.Median(bench.SideB), digits),
+		return []string{"", name + ", paired phases" + p.naiveLabel(), bench.Num(p.Median(bench.SideA), digits), bench.Num(p.Median(bench.SideB), digits),
 			p.AB().Cell(), p.AA().Cell()}
 	}
 	b, e := r.estimate(mesh, ModeBaseline, workload, f), r.estimate(mesh, ModeEztunnel, workload, f)

@@ -91,6 +91,7 @@ summary.md, runs.csv and plots to --out and prints the main table.`,
 	f.IntVar(&o.PairQuads, "b2b-pairs", o.PairQuads, "paired back-to-back ping-echo: quads of phases (an A/A pair, an A/B pair) per mesh, each phase on fresh connections, A to a port the datapath excludes (the kernel path), B to the echo port (the shortcut), through the same proxies; 0: none (--quick: "+strconv.Itoa(mesh.QuickPairQuads)+")")
 	f.DurationVar(&o.PairPhase, "b2b-phase", o.PairPhase, "length of a paired ping-echo phase")
 	f.IntVar(&o.PairConns, "b2b-conns", o.PairConns, "fresh connections per paired ping-echo phase, used in turn")
+	f.StringVar(&o.PairDatapath, "b2b-datapath", o.PairDatapath, fmt.Sprintf("what the paired ping-echo's B phases take (%v): eztunnel, or the lab's naive sockmap (the peers' model, no invariants: a bound on what a socket redirect gains on the same chain); the rounds always take eztunnel", mesh.PairDatapaths))
 	f.IntVar(&o.Nice, "nice", 0, "niceness of every lab process (--quick: -10)")
 	f.IntVar(&o.TransferMiB, "transfer-mib", o.TransferMiB, "file-transfer size in MiB (one connection)")
 	f.IntVar(&o.RedisN, "redis-n", o.RedisN, "redis-benchmark requests per test (SET and GET)")
