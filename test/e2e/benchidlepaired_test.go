@@ -25,15 +25,33 @@ import (
 // A/A interval, per-hook rows whose runs with the links detached are 0 and
 // with them attached not all 0, and say the links are as they were. A
 // second run is interrupted once it holds the links, in its first row: it
-// too must leave the links as they were. Nothing is left behind. No timing
-// is asserted.
+// too must leave the links as they were. Then the same with --pair
+// idle-psock (the read tracepoint refused): ez_sc_recv must not run.
+// Nothing is left behind. No timing is asserted.
 func TestBenchBypassIdlePaired(t *testing.T) {
-	args := []string{"bench", "bypass", "--pairs", "20", "--phase", "10ms", "--modes", "host-gw", "--pair", "idle", "--paths", "same-node"}
+	args := idlePairedRun(t, "idle")
+	assertClean(t, "bbp", "")
+	interrupted(t, args)
+	assertClean(t, "bbp", "")
+	// What the idle agent costs where the host allows fexit: the read
+	// tracepoint refused, so it must not be among the hooks that ran.
+	idlePairedRun(t, "idle-psock")
+	assertClean(t, "bbp", "")
+	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
+		t.Errorf("pins left behind: %s", strings.Join(left, " "))
+	}
+}
+
+// idlePairedRun runs the smallest paired run of --pair pair, checks its
+// report, and returns its arguments.
+func idlePairedRun(t *testing.T, pair string) []string {
+	t.Helper()
+	args := []string{"bench", "bypass", "--pairs", "20", "--phase", "10ms", "--modes", "host-gw", "--pair", pair, "--paths", "same-node"}
 	var stdout, stderr bytes.Buffer
 	cmd := sysexec.Command(context.Background(), labBin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("bench bypass --pairs --pair idle: %v\n%s\n%s", err, stderr.String(), stdout.String())
+		t.Fatalf("bench bypass --pairs --pair %s: %v\n%s\n%s", pair, err, stderr.String(), stdout.String())
 	}
 	out := stdout.String()
 	held := regexp.MustCompile(`(?m)^n\d: the bench holds the stopped agent's (\d+) links`).FindAllStringSubmatch(out, -1)
@@ -48,13 +66,14 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 	}
 	hook := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +` + metric + ` \| +(ez_\w+) +\| +([0-9.]+) \| +([0-9.]+) \|`)
 	hooks := hook.FindAllStringSubmatch(out, -1)
-	ran := map[string]float64{}
+	ran, progs := map[string]float64{}, map[string]bool{}
 	for _, h := range hooks {
 		if h[5] != "0.00" {
 			t.Errorf("%s ran with the links detached: %q", h[4], h[0])
 		}
 		v, _ := strconv.ParseFloat(h[6], 64)
 		ran[h[1]+h[2]] += v
+		progs[h[4]] = true
 	}
 	if len(ran) != 2 {
 		t.Errorf("per-hook rows for %d of the 2 rows:\n%s", len(ran), out)
@@ -70,12 +89,11 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 	if !strings.Contains(out, "the agents' links are as they were") {
 		t.Errorf("no word that the links are as they were:\n%s", out)
 	}
-	assertClean(t, "bbp", "")
-	interrupted(t, args)
-	assertClean(t, "bbp", "")
-	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
-		t.Errorf("pins left behind: %s", strings.Join(left, " "))
+	// (With --pair idle it runs only where fexit is refused, as here.)
+	if pair == "idle-psock" && (progs["ez_sc_recv"] || !strings.Contains(out, "B is the idle agent with ez_sc_recv refused")) {
+		t.Errorf("--pair idle-psock: the read tracepoint ez_sc_recv ran, or the report does not say it was refused:\n%s", out)
 	}
+	return args
 }
 
 // interrupted runs the bench with args and interrupts it once it holds
