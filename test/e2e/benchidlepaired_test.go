@@ -26,16 +26,17 @@ import (
 // with them attached not all 0, and say the links are as they were. A
 // second run is interrupted once it holds the links, in its first row: it
 // too must leave the links as they were. Then the same with --pair
-// idle-psock (the read tracepoint refused): ez_sc_recv must not run.
+// idle-narrow (the node-wide hooks refused): neither the read tracepoint
+// nor a splice-guard program may run.
 // Nothing is left behind. No timing is asserted.
 func TestBenchBypassIdlePaired(t *testing.T) {
 	args := idlePairedRun(t, "idle")
 	assertClean(t, "bbp", "")
 	interrupted(t, args)
 	assertClean(t, "bbp", "")
-	// What the idle agent costs where the host allows fexit: the read
-	// tracepoint refused, so it must not be among the hooks that ran.
-	idlePairedRun(t, "idle-psock")
+	// What the idle agent costs where the host allows fentry and fexit:
+	// the node-wide hooks refused, so none may be among the hooks.
+	idlePairedRun(t, "idle-narrow")
 	assertClean(t, "bbp", "")
 	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
 		t.Errorf("pins left behind: %s", strings.Join(left, " "))
@@ -90,8 +91,9 @@ func idlePairedRun(t *testing.T, pair string) []string {
 		t.Errorf("no word that the links are as they were:\n%s", out)
 	}
 	// (With --pair idle it runs only where fexit is refused, as here.)
-	if pair == "idle-psock" && (progs["ez_sc_recv"] || !strings.Contains(out, "B is the idle agent with ez_sc_recv refused")) {
-		t.Errorf("--pair idle-psock: the read tracepoint ez_sc_recv ran, or the report does not say it was refused:\n%s", out)
+	if pair == "idle-narrow" && (progs["ez_sc_recv"] || progs["ez_sc_splice_tp"] || progs["ez_sc_sendfile_tp"] || progs["ez_sc_splice"] ||
+		!strings.Contains(out, "B is the idle agent with ez_sc_recv, ez_sc_splice_tp, ez_sc_splice refused")) {
+		t.Errorf("--pair idle-narrow: a node-wide hook ran, or the report does not say they were refused:\n%s", out)
 	}
 	return args
 }

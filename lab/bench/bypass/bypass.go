@@ -80,6 +80,9 @@ const (
 	// IdlePsock is Idle with reads counted where only sockets with a psock
 	// pay (NoReadTracepoint).
 	IdlePsock = "agent idle, no read tracepoint"
+	// IdleNarrow is Idle without the hooks that run for the whole node on
+	// this host (NoNodeWideHooks), only --pair idle-narrow.
+	IdleNarrow = "agent idle, no node-wide hooks"
 )
 
 // NoReadTracepoint is what an agent refuses to count reads where only
@@ -89,6 +92,17 @@ const (
 // What an idle agent costs on a host that allows fexit, measured on one
 // that does not.
 var NoReadTracepoint = []string{"ez_sc_recv"}
+
+// NoNodeWideHooks are what an agent refuses to run none of its hooks for
+// the whole node: the read tracepoint (NoReadTracepoint) and the splice
+// guard's syscall hooks (ez_sc_splice_tp refused takes the events'
+// group, ez_sc_sendfile_tp with it; ez_sc_splice is the raw tracepoint
+// after them), whose events send every syscall of the node through the
+// slow entry path. Where the host allows fentry and fexit the agent uses
+// hooks that run for psock sockets and TCP splices only (fexit on
+// tcp_bpf_recvmsg, fentry on tcp_splice_read), so this is what an idle
+// agent costs the paths it does not accelerate there, measured here.
+var NoNodeWideHooks = []string{"ez_sc_recv", "ez_sc_splice_tp", "ez_sc_splice"}
 
 // IdleArgs are the flags of an agent that accelerates nothing (Idle,
 // IdlePsock; bench mesh-matrix's idle configurations too).
@@ -439,10 +453,13 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 	case Bypass:
 		// Every connection excluded from the shortcut: tc only.
 		spec.Args = append(spec.Args, "--exclude-cidrs", "0.0.0.0/0,::/0")
-	case Idle, IdlePsock:
+	case Idle, IdlePsock, IdleNarrow:
 		spec = AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: IdleArgs, IPv6: o.IPv6}
-		if dp == IdlePsock {
+		switch dp {
+		case IdlePsock:
 			spec.Refused = NoReadTracepoint
+		case IdleNarrow:
+			spec.Refused = NoNodeWideHooks
 		}
 	}
 	return runAgents(ctx, spec, tmp, nodes...)

@@ -43,9 +43,10 @@ import (
 const (
 	PairBypass = "bypass" // the bypass against its kernel path (paired.go)
 	PairIdle   = "idle"   // the idle agent against no agent (this file)
-	// PairIdlePsock is PairIdle with the read tracepoint refused
-	// (IdlePsock): what the idle agent costs on a host that allows fexit.
-	PairIdlePsock = "idle-psock"
+	// PairIdleNarrow is PairIdle with the node-wide hooks refused
+	// (IdleNarrow): what the idle agent costs on a host that allows
+	// fentry and fexit.
+	PairIdleNarrow = "idle-narrow"
 )
 
 // Issue 37's target: the idle agent costs the paths it does not
@@ -62,8 +63,8 @@ type idleRow struct {
 // idle agents installed and stopped, every path and protocol paired.
 func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 	dp := Idle
-	if o.Pair == PairIdlePsock {
-		dp = IdlePsock
+	if o.Pair == PairIdleNarrow {
+		dp = IdleNarrow
 	}
 	fmt.Fprintf(w, "eztunnel bench bypass --pairs %d --pair %s --phase %s: %d mode(s); client on CPU %s (the measuring thread), servers on CPU %s; IPv6 %v; B: %s\n",
 		o.Pairs, o.Pair, o.Phase, len(o.Modes), cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6, dp)
@@ -336,8 +337,8 @@ func netDevPackets() (uint64, error) {
 // reportIdlePaired prints the idle agent's paired rows of every mode and
 // where its programs spend their time.
 func reportIdlePaired(w io.Writer, o Options, rows map[multinode.Mode][]idleRow) {
-	if o.Pair == PairIdlePsock {
-		fmt.Fprintf(w, "\nB is the idle agent with %s refused, as on a host that allows fexit (reads counted at tcp_bpf_recvmsg, for sockets with a psock only)", strings.Join(NoReadTracepoint, ", "))
+	if o.Pair == PairIdleNarrow {
+		fmt.Fprintf(w, "\nB is the idle agent with %s refused: no hook of it runs for the whole node, as where the host allows fentry and fexit (reads counted at tcp_bpf_recvmsg for sockets with a psock, splices seen at tcp_splice_read)", strings.Join(NoNodeWideHooks, ", "))
 	}
 	fmt.Fprintf(w, "\nPaired: the idle agent (B: its links attached, nothing selected) vs no agent (A: every link of both nodes' agents detached) on the same flows; %d quads of %s phases (an A/A pair, the agent attached on both sides, and an A/B pair); median of the per-pair differences of the phases' median round trip, with its 95%% bootstrap interval; a row judges only if its A/A interval holds 0 and is within ±%.0f%%; target: the idle agent at most %+.0f%% on the round trips (the interval's upper end)\n",
 		o.Pairs, o.Phase, bench.AAMaxHalfWidth, idleTarget)

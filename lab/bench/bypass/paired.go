@@ -107,11 +107,11 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 		return errors.New("bench bypass: no routing mode")
 	}
 	switch o.Pair {
-	case PairIdle, PairIdlePsock:
+	case PairIdle, PairIdleNarrow:
 		return runIdlePairedModes(ctx, o, w)
 	case "", PairBypass:
 	default:
-		return fmt.Errorf("bench bypass --pair %q: not %s, %s or %s", o.Pair, PairBypass, PairIdle, PairIdlePsock)
+		return fmt.Errorf("bench bypass --pair %q: not %s, %s or %s", o.Pair, PairBypass, PairIdle, PairIdleNarrow)
 	}
 	fmt.Fprintf(w, "eztunnel bench bypass --pairs %d --phase %s: %d mode(s); client on CPU %s (the measuring thread), servers on CPU %s; IPv6 %v\n",
 		o.Pairs, o.Phase, len(o.Modes), cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6)
