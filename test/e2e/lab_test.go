@@ -219,22 +219,17 @@ func TestLabPairedB2B(t *testing.T) {
 	if _, err := h.Record(netlab.RecPin, "/sys/fs/bpf/ezlb4"); err != nil {
 		t.Fatal(err)
 	}
-	cmd := sysexec.Command(context.Background(), labBin, "bench", "lab", "--quick", "--lab-name", "lb4", "--subnet", "54",
+	stdout := runLab(t, "bench", "lab", "--quick", "--lab-name", "lb4", "--subnet", "54",
 		"--pin-path", "/sys/fs/bpf/ezlb4", "--mesh", "none,sidecar,ambient", "--workload", "", "--b2b-pairs", "6", "--b2b-phase", "20ms",
 		"--b2b-conns", "2", "--out", out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("bench lab: %v\n%s\n%s", err, stderr.String(), stdout.String())
-	}
 	assertClean(t, "lb4", "/sys/fs/bpf/ezlb4")
 	paired, err := mesh.LoadPaired(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []string{"none", "sidecar", "ambient"} {
-		if !strings.Contains(stdout.String(), "| "+m+" ") {
-			t.Errorf("no %s row:\n%s", m, stdout.String())
+		if !strings.Contains(stdout, "| "+m+" ") {
+			t.Errorf("no %s row:\n%s", m, stdout)
 		}
 		p, ok := paired[m]
 		if !ok {
@@ -254,9 +249,9 @@ func TestLabPairedB2B(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(stdout.String(), "ping-echo b2b p50 (us), paired phases") || !strings.Contains(stdout.String(), "ping-echo-b2b p50 (paired phases)") ||
-		strings.Count(stdout.String(), ": B accelerated, A not") != 3 {
-		t.Errorf("paired rows, targets or counter notes missing:\n%s", stdout.String())
+	if !strings.Contains(stdout, "ping-echo b2b p50 (us), paired phases") || !strings.Contains(stdout, "ping-echo-b2b p50 (paired phases)") ||
+		strings.Count(stdout, ": B accelerated, A not") != 3 {
+		t.Errorf("paired rows, targets or counter notes missing:\n%s", stdout)
 	}
 }
 
@@ -266,14 +261,9 @@ func TestLabPairedB2B(t *testing.T) {
 // excluded ports, and the rows must say B was not eztunnel.
 func TestLabPairedB2BNaive(t *testing.T) {
 	out := t.TempDir()
-	cmd := sysexec.Command(context.Background(), labBin, "bench", "lab", "--quick", "--lab-name", "lb5", "--subnet", "55",
+	stdout := runLab(t, "bench", "lab", "--quick", "--lab-name", "lb5", "--subnet", "55",
 		"--pin-path", "/sys/fs/bpf/ezlb5", "--mesh", "sidecar", "--workload", "", "--b2b-pairs", "6", "--b2b-phase", "20ms",
 		"--b2b-conns", "2", "--b2b-datapath", "naive", "--out", out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("bench lab: %v\n%s\n%s", err, stderr.String(), stdout.String())
-	}
 	assertClean(t, "lb5", "/sys/fs/bpf/ezlb5")
 	paired, err := mesh.LoadPaired(out)
 	if err != nil {
@@ -296,8 +286,8 @@ func TestLabPairedB2BNaive(t *testing.T) {
 			t.Errorf("side %d (kernel path) counters %v, %d round trips", s, c, p.N[s])
 		}
 	}
-	if !strings.Contains(stdout.String(), "ping-echo-b2b p50 (paired phases, B: naive sockmap)") {
-		t.Errorf("the target row does not say B took the naive sockmap:\n%s", stdout.String())
+	if !strings.Contains(stdout, "ping-echo-b2b p50 (paired phases, B: naive sockmap)") {
+		t.Errorf("the target row does not say B took the naive sockmap:\n%s", stdout)
 	}
 }
 
@@ -342,4 +332,17 @@ func TestLabInterrupt(t *testing.T) {
 		t.Fatalf("did not exit after SIGINT:\n%s", stderr.String())
 	}
 	assertClean(t, "lb2", pin)
+}
+
+// runLab runs the lab binary with args, fails the test if it fails, and
+// returns its standard output.
+func runLab(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := sysexec.Command(context.Background(), labBin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("eztunnel-lab %s: %v\n%s\n%s", strings.Join(args[:min(2, len(args))], " "), err, stderr.String(), stdout.String())
+	}
+	return stdout.String()
 }
