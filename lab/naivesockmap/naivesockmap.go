@@ -22,16 +22,10 @@ type Naive struct {
 	links []link.Link
 }
 
-// SkipMax is how many ports Load can leave out.
-const SkipMax = 8 // EZ_NAIVE_SKIP_MAX
-
 // Load loads the naive sockmap and attaches it to the cgroup v2 directory
 // cgroup. Sockets with either port in skip stay on the kernel path. Close
 // detaches it.
 func Load(cgroup string, skip ...uint16) (_ *Naive, err error) {
-	if len(skip) > SkipMax {
-		return nil, fmt.Errorf("the naive sockmap skips at most %d ports, not %d", SkipMax, len(skip))
-	}
 	if slices.Contains(skip, 0) {
 		return nil, errors.New("the naive sockmap cannot skip port 0")
 	}
@@ -42,9 +36,14 @@ func Load(cgroup string, skip ...uint16) (_ *Naive, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var ports [SkipMax]uint16
-	copy(ports[:], skip)
-	if err := spec.Variables["ez_naive_skip_ports"].Set(ports); err != nil {
+	// EZ_NAIVE_SKIP_MAX ports, 0 ending the list.
+	v := spec.Variables["ez_naive_skip_ports"]
+	ports := make([]uint16, v.Size()/2)
+	if len(skip) > len(ports) {
+		return nil, fmt.Errorf("the naive sockmap skips at most %d ports, not %d", len(ports), len(skip))
+	}
+	copy(ports, skip)
+	if err := v.Set(ports); err != nil {
 		return nil, fmt.Errorf("set the skipped ports: %w", err)
 	}
 	n := &Naive{}

@@ -93,19 +93,34 @@ const (
 // that does not.
 var NoReadTracepoint = []string{"ez_sc_recv"}
 
-// NoNodeWideHooks are what an agent refuses to run none of its hooks for
-// the whole node: the read tracepoint (NoReadTracepoint) and the splice
-// guard's syscall hooks (ez_sc_splice_tp refused takes the events'
-// group, ez_sc_sendfile_tp with it; ez_sc_splice is the raw tracepoint
-// after them), whose events send every syscall of the node through the
-// slow entry path. Where the host allows fentry and fexit the agent uses
-// hooks that run for psock sockets and TCP splices only (fexit on
-// tcp_bpf_recvmsg, fentry on tcp_splice_read), so this is what an idle
+// NoNodeWideHooks are the programs an agent refuses so that none of its
+// hooks runs for the whole node: the read tracepoint (NoReadTracepoint)
+// and the splice guard's syscall hooks (ez_sc_splice_tp refused takes the
+// events' group, ez_sc_sendfile_tp with it; ez_sc_splice is the raw
+// tracepoint after them), whose events send every syscall of the node
+// through the slow entry path. Where the host allows fentry and fexit the
+// agent uses hooks that run for psock sockets and TCP splices only (fexit
+// on tcp_bpf_recvmsg, fentry on tcp_splice_read), so this is what an idle
 // agent costs the paths it does not accelerate there, measured here.
 var NoNodeWideHooks = []string{"ez_sc_recv", "ez_sc_splice_tp", "ez_sc_splice"}
 
+// nodeWideHooks are those of NoNodeWideHooks this host would run: where
+// fexit on tcp_bpf_recvmsg loads (or the read tracepoint is missing) the
+// agent does not use ez_sc_recv, and where fentry on tcp_splice_read loads
+// it does not use the syscall hooks, so there is nothing to refuse.
+func nodeWideHooks() []string {
+	var out []string
+	if bpfsys.Fexit("tcp_bpf_recvmsg")() != nil && bpfsys.Tracepoint("sock_recv_length")() == nil {
+		out = append(out, NoNodeWideHooks[0])
+	}
+	if bpfsys.Fentry("tcp_splice_read")() != nil {
+		out = append(out, NoNodeWideHooks[1:]...)
+	}
+	return out
+}
+
 // IdleArgs are the flags of an agent that accelerates nothing (Idle,
-// IdlePsock; bench mesh-matrix's idle configurations too).
+// IdlePsock, IdleNarrow; bench mesh-matrix's idle configurations too).
 var IdleArgs = []string{"--bypass=false", "--exclude-cidrs", "0.0.0.0/0,::/0"}
 
 var datapaths = []string{Bridge, Bypass, Shortcut}
@@ -457,9 +472,10 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 		spec = AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: IdleArgs, IPv6: o.IPv6}
 		switch dp {
 		case IdlePsock:
-			spec.Refused = NoReadTracepoint
+			// Only where this host would run it (nodeWideHooks).
+			spec.Refused = slices.DeleteFunc(nodeWideHooks(), func(p string) bool { return !slices.Contains(NoReadTracepoint, p) })
 		case IdleNarrow:
-			spec.Refused = NoNodeWideHooks
+			spec.Refused = nodeWideHooks()
 		}
 	}
 	return runAgents(ctx, spec, tmp, nodes...)

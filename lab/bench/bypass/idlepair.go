@@ -338,7 +338,11 @@ func netDevPackets() (uint64, error) {
 // where its programs spend their time.
 func reportIdlePaired(w io.Writer, o Options, rows map[multinode.Mode][]idleRow) {
 	if o.Pair == PairIdleNarrow {
-		fmt.Fprintf(w, "\nB is the idle agent with %s refused: no hook of it runs for the whole node, as where the host allows fentry and fexit (reads counted at tcp_bpf_recvmsg for sockets with a psock, splices seen at tcp_splice_read)", strings.Join(NoNodeWideHooks, ", "))
+		refused := "nothing refused (this host allows fentry and fexit)"
+		if r := nodeWideHooks(); len(r) > 0 {
+			refused = strings.Join(r, ", ") + " refused"
+		}
+		fmt.Fprintf(w, "\nB is the idle agent with %s: no hook of it runs for the whole node, as where the host allows fentry and fexit (reads counted at tcp_bpf_recvmsg for sockets with a psock, splices seen at tcp_splice_read)", refused)
 	}
 	fmt.Fprintf(w, "\nPaired: the idle agent (B: its links attached, nothing selected) vs no agent (A: every link of both nodes' agents detached) on the same flows; %d quads of %s phases (an A/A pair, the agent attached on both sides, and an A/B pair); median of the per-pair differences of the phases' median round trip, with its 95%% bootstrap interval; a row judges only if its A/A interval holds 0 and is within ±%.0f%%; target: the idle agent at most %+.0f%% on the round trips (the interval's upper end)\n",
 		o.Pairs, o.Phase, bench.AAMaxHalfWidth, idleTarget)
