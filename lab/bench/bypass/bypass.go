@@ -25,6 +25,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -108,7 +109,9 @@ var NoNodeWideHooks = []string{"ez_sc_recv", "ez_sc_splice_tp", "ez_sc_splice"}
 // fexit on tcp_bpf_recvmsg loads (or the read tracepoint is missing) the
 // agent does not use ez_sc_recv, and where fentry on tcp_splice_read loads
 // it does not use the syscall hooks, so there is nothing to refuse.
-func nodeWideHooks() []string {
+// Probed once per process (each probe loads a program); callers clone
+// before changing it.
+var nodeWideHooks = sync.OnceValue(func() []string {
 	var out []string
 	if bpfsys.Fexit("tcp_bpf_recvmsg")() != nil && bpfsys.Tracepoint("sock_recv_length")() == nil {
 		out = append(out, NoNodeWideHooks[0])
@@ -117,7 +120,7 @@ func nodeWideHooks() []string {
 		out = append(out, NoNodeWideHooks[1:]...)
 	}
 	return out
-}
+})
 
 // IdleArgs are the flags of an agent that accelerates nothing (Idle,
 // IdlePsock, IdleNarrow; bench mesh-matrix's idle configurations too).
@@ -473,9 +476,9 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 		switch dp {
 		case IdlePsock:
 			// Only where this host would run it (nodeWideHooks).
-			spec.Refused = slices.DeleteFunc(nodeWideHooks(), func(p string) bool { return !slices.Contains(NoReadTracepoint, p) })
+			spec.Refused = slices.DeleteFunc(slices.Clone(nodeWideHooks()), func(p string) bool { return !slices.Contains(NoReadTracepoint, p) })
 		case IdleNarrow:
-			spec.Refused = nodeWideHooks()
+			spec.Refused = slices.Clone(nodeWideHooks())
 		}
 	}
 	return runAgents(ctx, spec, tmp, nodes...)
