@@ -122,6 +122,13 @@ var nodeWideHooks = sync.OnceValue(func() []string {
 	return out
 })
 
+// PsockRefusals are the programs an IdlePsock agent refuses on this host:
+// the read tracepoint, only where this host would run it (nodeWideHooks);
+// none where fexit on tcp_bpf_recvmsg loads. A new slice each call.
+func PsockRefusals() []string {
+	return slices.DeleteFunc(slices.Clone(nodeWideHooks()), func(p string) bool { return !slices.Contains(NoReadTracepoint, p) })
+}
+
 // IdleArgs are the flags of an agent that accelerates nothing (Idle,
 // IdlePsock, IdleNarrow; bench mesh-matrix's idle configurations too).
 var IdleArgs = []string{"--bypass=false", "--exclude-cidrs", "0.0.0.0/0,::/0"}
@@ -475,8 +482,7 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 		spec = AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: IdleArgs, IPv6: o.IPv6}
 		switch dp {
 		case IdlePsock:
-			// Only where this host would run it (nodeWideHooks).
-			spec.Refused = slices.DeleteFunc(slices.Clone(nodeWideHooks()), func(p string) bool { return !slices.Contains(NoReadTracepoint, p) })
+			spec.Refused = PsockRefusals()
 		case IdleNarrow:
 			spec.Refused = slices.Clone(nodeWideHooks())
 		}

@@ -22,10 +22,10 @@ func agentArgs(cfg string) []string {
 		return []string{"--bypass", "--exclude-cidrs", "0.0.0.0/0,::/0"}
 	case Both:
 		return []string{"--bypass"}
-	case Idle:
+	case Idle, IdlePsock:
 		return bypass.IdleArgs
 	}
-	if refusedPrograms(cfg) != nil {
+	if strings.HasPrefix(cfg, idleRefusePrefix) {
 		return bypass.IdleArgs
 	}
 	return nil

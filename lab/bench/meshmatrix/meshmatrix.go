@@ -68,10 +68,12 @@ const (
 func IdleRefusing(progs ...string) string { return idleRefusePrefix + strings.Join(progs, "+") }
 
 // refusedPrograms are the programs configuration cfg refuses (nil: none):
-// IdlePsock's read tracepoint, an IdleRefusing configuration's list.
+// IdlePsock's read tracepoint where this host would run it (none where
+// fexit on tcp_bpf_recvmsg loads: the agent counts reads there already
+// only for psock sockets), an IdleRefusing configuration's list.
 func refusedPrograms(cfg string) []string {
 	if cfg == IdlePsock {
-		return bypass.NoReadTracepoint
+		return bypass.PsockRefusals()
 	}
 	list, ok := strings.CutPrefix(cfg, idleRefusePrefix)
 	if !ok {

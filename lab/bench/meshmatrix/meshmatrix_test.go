@@ -221,8 +221,12 @@ func TestParseConfigs(t *testing.T) {
 	if err != nil || !slices.Equal(got, []string{Baseline, Idle, nat, recv, Both}) {
 		t.Errorf("got %v, %v", got, err)
 	}
-	if !slices.Equal(refusedPrograms(nat), []string{"ez_sc_nat", "ez_sc_nat_dev"}) || refusedPrograms(Idle) != nil || !slices.Equal(refusedPrograms(IdlePsock), bypass.NoReadTracepoint) {
+	if !slices.Equal(refusedPrograms(nat), []string{"ez_sc_nat", "ez_sc_nat_dev"}) || refusedPrograms(Idle) != nil || !slices.Equal(refusedPrograms(IdlePsock), bypass.PsockRefusals()) {
 		t.Errorf("refused programs %v, %v, %v", refusedPrograms(nat), refusedPrograms(Idle), refusedPrograms(IdlePsock))
+	}
+	// Idle also where the host leaves IdlePsock nothing to refuse.
+	if !slices.Equal(agentArgs(IdlePsock), agentArgs(Idle)) {
+		t.Errorf("idle-psock agent flags %v, want idle's %v", agentArgs(IdlePsock), agentArgs(Idle))
 	}
 	if !slices.Equal(agentArgs(nat), agentArgs(Idle)) {
 		t.Errorf("idle-refuse agent flags %v, want idle's %v", agentArgs(nat), agentArgs(Idle))
