@@ -81,6 +81,14 @@ GUEST_MODULES=${GUEST_MODULES:-"veth bridge br_netfilter vxlan nf_conntrack nf_n
 VM_MEMORY=${VM_MEMORY:-3G}
 VM_CPUS=${VM_CPUS:-2}
 VM_TIMEOUT=${VM_TIMEOUT:-1500}
+# One host thread runs every vCPU in turn (qemu's -accel tcg,thread=single).
+# With a thread per vCPU (multi-threaded TCG), a vCPU can still run code it
+# translated before another vCPU patched it: Debian's 6.12 died twice of an
+# "Oops: int3" at a static key's site, the int3 that text_poke_bp had already
+# replaced (at boot in sched_clock_cpu, and in sock_recvmsg while the read
+# tracepoint was attached and detached under load). multi keeps the old mode.
+VM_TCG_THREAD=${VM_TCG_THREAD:-single}
+case $VM_TCG_THREAD in single | multi) ;; *) echo "VM_TCG_THREAD=$VM_TCG_THREAD: want single or multi" >&2; exit 2 ;; esac
 RODIRS=${RODIRS:-}
 VNG_VERSION=${VNG_VERSION:-1.42} # virtme-ng from PyPI, the version tried
 CACHE=/var/cache/eztunnel
@@ -298,7 +306,7 @@ for series in $KERNELS; do
 	mkdir -p "$OUT"
 	write_steps "$OUT/steps" "$series"
 	echo "$GUEST_MODULES" >"$OUT/guest-modules"
-	log "$kver: booting (qemu TCG, $VM_CPUS CPUs, $VM_MEMORY); console in $OUT/console.log"
+	log "$kver: booting (qemu TCG thread=$VM_TCG_THREAD, $VM_CPUS CPUs, $VM_MEMORY); console in $OUT/console.log"
 	KROOT=$KCACHE/$kver
 	rodirs=()
 	for d in $RODIRS; do rodirs+=(--rodir "$d"); done
@@ -312,7 +320,7 @@ for series in $KERNELS; do
 	# console is kept as console.boot1.log; a second panic fails the kernel.
 	for boot in 1 2; do
 		(cd "$WORK" && exec timeout -k 10 "$VM_TIMEOUT" vng --verbose --disable-kvm \
-			--cpus "$VM_CPUS" --memory "$VM_MEMORY" --run "$KROOT/boot/vmlinuz-$kver" \
+			--qemu-opts="-accel tcg,thread=$VM_TCG_THREAD" --cpus "$VM_CPUS" --memory "$VM_MEMORY" --run "$KROOT/boot/vmlinuz-$kver" \
 			--rodir "$KROOT" --rodir "$WORK" "${rodirs[@]}" --rwdir "$OUT" --overlay-rwdir /root \
 			--exec "$WORK/guest.sh $OUT $KROOT $BIN") >"$OUT/console.log" 2>&1 </dev/null &
 		VMPID=$!
