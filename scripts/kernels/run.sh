@@ -30,7 +30,8 @@
 #                br_netfilter vxlan nf_conntrack nf_nat", as on a Kubernetes
 #                node (nf_nat holds the kfunc bpf_ct_set_nat_info NodePort
 #                needs; the bypass's multi-node lab needs br_netfilter)
-#   VM_MEMORY (3G), VM_CPUS (2), VM_TIMEOUT (seconds per kernel, 1500)
+#   VM_MEMORY (3G), VM_CPUS (2), VM_TIMEOUT (seconds per kernel, 1500),
+#   VM_TCG_THREAD (single: every vCPU on one host thread; multi)
 #   RODIRS       host directories passed read-only into each guest at their
 #                host paths (space-separated), for EXTRA steps that need
 #                them (/var/cache and /var/tmp are the guest's own tmpfs)
