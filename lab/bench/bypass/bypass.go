@@ -109,9 +109,11 @@ var NoNodeWideHooks = []string{"ez_sc_recv", "ez_sc_splice_tp", "ez_sc_splice"}
 // fexit on tcp_bpf_recvmsg loads (or the read tracepoint is missing) the
 // agent does not use ez_sc_recv, and where fentry on tcp_splice_read loads
 // it does not use the syscall hooks, so there is nothing to refuse.
-// Probed once per process (each probe loads a program); callers clone
-// before changing it.
-var nodeWideHooks = sync.OnceValue(func() []string {
+// Probed once per process (each probe loads a program); each call returns
+// a new slice.
+func nodeWideHooks() []string { return slices.Clone(probedNodeWideHooks()) }
+
+var probedNodeWideHooks = sync.OnceValue(func() []string {
 	var out []string
 	if bpfsys.Fexit("tcp_bpf_recvmsg")() != nil && bpfsys.Tracepoint("sock_recv_length")() == nil {
 		out = append(out, NoNodeWideHooks[0])
@@ -126,7 +128,7 @@ var nodeWideHooks = sync.OnceValue(func() []string {
 // the read tracepoint, only where this host would run it (nodeWideHooks);
 // none where fexit on tcp_bpf_recvmsg loads. A new slice each call.
 func PsockRefusals() []string {
-	return slices.DeleteFunc(slices.Clone(nodeWideHooks()), func(p string) bool { return !slices.Contains(NoReadTracepoint, p) })
+	return slices.DeleteFunc(nodeWideHooks(), func(p string) bool { return !slices.Contains(NoReadTracepoint, p) })
 }
 
 // IdleArgs are the flags of an agent that accelerates nothing (Idle,
@@ -484,7 +486,7 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 		case IdlePsock:
 			spec.Refused = PsockRefusals()
 		case IdleNarrow:
-			spec.Refused = slices.Clone(nodeWideHooks())
+			spec.Refused = nodeWideHooks()
 		}
 	}
 	return runAgents(ctx, spec, tmp, nodes...)
