@@ -205,6 +205,24 @@ struct {
 	__type(value, __u64);
 } ez_sc_reset_counters SEC(".maps");
 
+/* Network namespaces whose loopback carries ez_sc_close_reset (the agent
+ * keeps it, shortcut/coverage.h); not pinned: every load fills its own. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);   /* netns cookie */
+	__type(value, __u64); /* 1 */
+} ez_sc_netns_covered SEC(".maps");
+
+/* Namespaces seen at a handshake and not in ez_sc_netns_covered: the
+ * agent's request queue (LRU: a flood of namespaces evicts, never grows). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);   /* netns cookie */
+	__type(value, __u64); /* when first asked (ns) */
+} ez_sc_netns_wanted SEC(".maps");
+
 /* The agent's network namespace (set before load): the tracing programs
  * below run for every namespace and learn only from packets its devices
  * carry, as ez_sc_nat's link sees only its hooks. */
@@ -253,6 +271,10 @@ volatile const __u32 ez_cfg_mem_slack = 0;
  * PAIRED is aborted and handed back (a .bss variable, not pinned). */
 volatile __u32 ez_adopt_finish = 0;
 
+/* Set by the agent once ez_sc_netns_covered holds what it attached (a .bss
+ * variable, not pinned): until then nothing is counted or asked. */
+volatile __u32 ez_netns_coverage = 0;
+
 /* Helpers (headers): they use the maps above. */
 #include "shortcut/control.h"
 #include "shortcut/index.h"
@@ -260,6 +282,7 @@ volatile __u32 ez_adopt_finish = 0;
 #include "shortcut/nat.h"
 #include "shortcut/unread.h"
 #include "shortcut/splice.h"
+#include "shortcut/coverage.h"
 #include "shortcut/sockops.h"
 #include "shortcut/skmsg.h"
 #include "shortcut/release.h"
@@ -615,6 +638,7 @@ int ez_sc_sockops(struct bpf_sock_ops *skops)
 		/* Called in tcp_openreq_init_rwin for every request socket, also
 		 * with syncookies (TIMEOUT_INIT is not), before the SYN-ACK is
 		 * sent; and for the client's own socket in tcp_connect_init. */
+		coverage_ask(skops);
 		if (!skops->is_fullsock)
 			on_syn(skops);
 		break;

@@ -418,6 +418,7 @@ enum ez_reset_counter {
 	EZ_R_ARMED = 0,		/* FINs of sockets closed with redirected bytes unread */
 	EZ_R_SENT,		/* of those, rewritten to RST on a device */
 	EZ_R_EXPIRED,		/* armed entries found too old to use */
+	EZ_R_UNCOVERED,		/* sockets enrolled while their network namespace's loopback did not carry the program (shortcut/coverage.h) */
 	EZ_R_MAX,
 };
 

@@ -29,6 +29,7 @@
 #include "shortcut/unread.h"
 #include "shortcut/splice.h"
 #include "shortcut/adopt.h"
+#include "shortcut/coverage.h"
 #include "shortcut/index.h"
 
 /* Callbacks an enrolled socket asks for: its state changes, and every
@@ -197,6 +198,7 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 	index_add_sk(sk, es, cookie, 0); /* the server's entry names its peer */
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | EZ_ENROLLED_CB_FLAGS);
 	count(EZ_C_SOCKETS_ENROLLED);
+	coverage_count(skops);
 	scope_count(scope);
 	return;
 ambiguous:
@@ -328,6 +330,7 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | EZ_ENROLLED_CB_FLAGS);
 	/* The record stays until the client reads the outcome. */
 	count(EZ_C_SOCKETS_ENROLLED);
+	coverage_count(skops);
 	count(EZ_C_PAIRS);
 	scope_count(scope);
 	return;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -18,7 +19,74 @@ import (
 const (
 	podsResync    = 5 * time.Second
 	loopbackEvery = 10 * time.Second
+	// coveragePoll is how often the namespaces sockops asked for are read
+	// (shortcut.CoverageWanted): a pod's loopback gets the RST on close
+	// within about this much after its first handshake.
+	coveragePoll = 100 * time.Millisecond
 )
+
+// loopbackScanEnv sets the full scan's period (a Go duration) instead of
+// loopbackEvery: tests set it long to prove that a namespace's first
+// handshake alone gets its loopback attached. Never set it in production.
+const loopbackScanEnv = "EZTUNNEL_TEST_LOOPBACK_SCAN"
+
+// loopbackScan is the full scan's period: loopbackEvery, or what
+// loopbackScanEnv says.
+func loopbackScan() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(loopbackScanEnv)); err == nil && d > 0 {
+		return d
+	}
+	return loopbackEvery
+}
+
+// loopbacks attaches the RST on close to the pods' loopbacks: at every full
+// scan of the managed cgroups' processes (every), and between scans as soon
+// as sockops asks for a namespace (its first handshake found it
+// uncovered). A namespace asked for that a scan did not cover (its
+// processes gone, or one the agent may not enter) is not scanned for again
+// until the next full scan: a workload cannot make the agent scan in a loop.
+type loopbacks struct {
+	dp      *datapath.Datapath
+	cgroups []string
+	every   time.Duration
+	last    time.Time       // the last full scan
+	failed  map[uint64]bool // asked for since the last full scan
+	warned  bool
+}
+
+// tick runs a full scan when it is due, else one for the namespaces asked
+// for that are not in failed.
+func (l *loopbacks) tick() {
+	var asked []uint64
+	if time.Since(l.last) >= l.every {
+		l.last = time.Now()
+		clear(l.failed)
+	} else {
+		wanted, err := l.dp.CoverageWanted()
+		if err != nil {
+			slog.Warn("RST on close: namespaces asked for (retried)", "err", err)
+		}
+		for _, c := range wanted {
+			if !l.failed[c] {
+				asked = append(asked, c)
+			}
+		}
+		if len(asked) == 0 {
+			return
+		}
+	}
+	for _, c := range asked {
+		l.failed[c] = true // covered now, or not to be scanned for again before the next full scan
+	}
+	denied, err := l.dp.SyncLoopbacks(l.cgroups)
+	if err != nil {
+		slog.Warn("RST on close: pod loopbacks (retried)", "err", err)
+	}
+	if denied > 0 && !l.warned {
+		l.warned = true
+		slog.Warn("RST on close: cannot open the network namespace of some processes of the managed cgroups (it needs CAP_SYS_ADMIN, CAP_SYS_PTRACE and the host PID namespace): a FIN over their pod's own loopback stays a FIN", "processes", denied)
+	}
+}
 
 // watchPods keeps what follows the node's pods converged with one podnet
 // watch until the returned stop is called: the RST-on-close device links
@@ -51,10 +119,10 @@ func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb 
 	}
 	// The pods' own loopback devices: their namespaces come from the
 	// managed cgroups' processes (netlink does not announce them).
+	lb := &loopbacks{dp: dp, cgroups: cgroups, every: loopbackScan(), last: time.Now(), failed: map[uint64]bool{}}
 	go func() {
-		t := time.NewTicker(loopbackEvery)
+		t := time.NewTicker(coveragePoll)
 		defer t.Stop()
-		warned := false
 		for {
 			select {
 			case <-ctx.Done():
@@ -63,14 +131,7 @@ func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb 
 			}
 			mu.Lock()
 			if !stopped {
-				denied, err := dp.SyncLoopbacks(cgroups)
-				if err != nil {
-					slog.Warn("RST on close: pod loopbacks (retried)", "err", err)
-				}
-				if denied > 0 && !warned {
-					warned = true
-					slog.Warn("RST on close: cannot open the network namespace of some processes of the managed cgroups (it needs CAP_SYS_ADMIN, CAP_SYS_PTRACE and the host PID namespace): a FIN over their pod's own loopback stays a FIN", "processes", denied)
-				}
+				lb.tick()
 			}
 			mu.Unlock()
 		}

@@ -73,11 +73,20 @@ func (d *Datapath) SyncDevices(st podnet.State) error {
 	}); err != nil {
 		return err
 	}
+	if err := d.sc.SyncCoverage(); err != nil {
+		return err
+	}
 	if len(attached)+len(pruned)+len(skipped) > 0 {
 		slog.Info("RST-on-close devices converged", "attached", len(attached), "detached", len(pruned), "gone", skipped, "devices", len(d.sc.Devices()))
 	}
 	return nil
 }
+
+// CoverageWanted are the network namespaces whose first handshakes found
+// their loopback without the RST on close since the last call
+// (shortcut.CoverageWanted): SyncLoopbacks covers them, if the managed
+// cgroups' processes still live there.
+func (d *Datapath) CoverageWanted() ([]uint64, error) { return d.sc.CoverageWanted() }
 
 // SyncLoopbacks attaches the RST on close to the loopback device of every
 // network namespace a process of the cgroups lives in (an application and
@@ -97,6 +106,9 @@ func (d *Datapath) SyncLoopbacks(cgroups []string) (denied int, err error) {
 		return err
 	})
 	if err != nil {
+		return denied, err
+	}
+	if err := d.sc.SyncCoverage(); err != nil {
 		return denied, err
 	}
 	if len(attached)+len(pruned) > 0 {

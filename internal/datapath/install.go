@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
@@ -74,6 +75,10 @@ func Install(cfg Config, cgroups []string) (_ *Datapath, err error) {
 	if err := tx.Commit(); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("commit install: %w", err)
+	}
+	// The loopbacks just attached are what sockops checks from now on.
+	if err := d.sc.SyncCoverage(); err != nil {
+		slog.Warn("RST on close: coverage of the network namespaces (retried at the next device change)", "err", err)
 	}
 	return d, nil
 }

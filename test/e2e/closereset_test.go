@@ -105,6 +105,10 @@ func resetPin(dir string, cookie uint64, ifx int, direction string) string {
 }
 
 func closeResetAgent(t *testing.T, name string) {
+	// No full scan of the managed cgroups' processes after the start: a
+	// pod's loopback gets the program only because its first handshakes
+	// asked for its namespace (bpf/shortcut/coverage.h).
+	t.Setenv("EZTUNNEL_TEST_LOOPBACK_SCAN", "1h")
 	l := newMultinode(t, multinode.Options{Name: name, Nodes: 1})
 	n := l.Node(1)
 	pin := "/sys/fs/bpf/eztunnel-e2e-" + name
@@ -232,8 +236,9 @@ func closeResetAgent(t *testing.T, name string) {
 
 	t.Run("pod-loopback", func(t *testing.T) {
 		// An application and its sidecar: both ends in one pod, over its
-		// own loopback. The agent finds the pod's namespace from the
-		// managed cgroups' processes (every 10 s).
+		// own loopback. The agent attached a's loopback when a's first
+		// handshakes (close-unread's) asked for its namespace: it scans
+		// the managed cgroups' processes only then in this test.
 		probeServe(t, a, probePort)
 		cookie, err := bpfsys.NetNSCookie(a.NetNS)
 		if err != nil {
@@ -259,8 +264,8 @@ func closeResetAgent(t *testing.T, name string) {
 		accel, raw := runProbe(t, a, hostport(lo, probePort), "close_unread")
 		d := delta(before, counters())
 		t.Logf("accelerated (a, loopback): %s", raw)
-		if d["pairs"] != 1 || d["close_resets_armed"] != 1 || d["close_resets_sent"] != 1 {
-			t.Errorf("want one pair and its FIN armed and sent as RST: %v", d)
+		if d["pairs"] != 1 || d["close_resets_armed"] != 1 || d["close_resets_sent"] != 1 || d["close_reset_uncovered_sockets"] != 0 {
+			t.Errorf("want one pair of a covered namespace and its FIN armed and sent as RST: %v", d)
 		}
 		if !reflect.DeepEqual(plain, accel) {
 			t.Errorf("accelerated observations differ from plain TCP:\n%s", diffObs(plain, accel))
@@ -318,6 +323,49 @@ func closeResetAgent(t *testing.T, name string) {
 		}
 	})
 
+	t.Run("first-handshake", func(t *testing.T) {
+		// A pod made while the agent runs: its first connection over its
+		// loopback asks for its namespace, and the agent attaches there.
+		d := mnPod(t, n, "d")
+		probeServe(t, d, probePort)
+		cookie, err := bpfsys.NetNSCookie(d.NetNS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo := hostport(netip.MustParseAddr("127.0.0.1"), probePort)
+		before := counters()
+		start := time.Now()
+		runProbe(t, d, lo, "close_unread")
+		waitPinned(t, resetPin(cfg.Dir(), cookie, 1, "egress"), ag.logs.String)
+		t.Logf("d's loopback attached %v after its first connection began; that connection's sockets enrolled uncovered: %d", time.Since(start).Round(time.Millisecond), delta(before, counters())["close_reset_uncovered_sockets"])
+		before = counters()
+		obs, raw := runProbe(t, d, lo, "close_unread")
+		dl := delta(before, counters())
+		t.Logf("accelerated (d, loopback): %s", raw)
+		if dl["pairs"] != 1 || dl["close_resets_sent"] != 1 || dl["close_reset_uncovered_sockets"] != 0 || obs["3_read"] != "ECONNRESET" {
+			t.Errorf("want one pair of a covered namespace, its FIN sent as RST, ECONNRESET: %v, %v", dl, obs)
+		}
+	})
+
+	t.Run("pod-of-a-stopped-agent", func(t *testing.T) {
+		ag.stop(t)
+		c := stoppedAgentPod(t, n, cfg, counters)
+		ag = startNodeAgent(t, parent, n, args...)
+		// The new agent's start scans the managed cgroups' processes.
+		cookie, err := bpfsys.NetNSCookie(c.NetNS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitPinned(t, resetPin(cfg.Dir(), cookie, 1, "egress"), ag.logs.String)
+		before := counters()
+		_, raw := runProbe(t, c, hostport(netip.MustParseAddr("127.0.0.1"), probePort), "close_unread")
+		d := delta(before, counters())
+		t.Logf("accelerated (c, loopback, agent running): %s", raw)
+		if d["pairs"] != 1 || d["close_resets_sent"] != 1 || d["close_reset_uncovered_sockets"] != 0 {
+			t.Errorf("c's namespace covered again: want one pair, its FIN sent as RST, nothing uncovered: %v", d)
+		}
+	})
+
 	t.Run("uninstall", func(t *testing.T) {
 		ag.stop(t)
 		uninstall(t)
@@ -328,4 +376,43 @@ func closeResetAgent(t *testing.T, name string) {
 			t.Errorf("after uninstall, in pod a: %v", on)
 		}
 	})
+}
+
+// stoppedAgentPod: with the agent stopped its programs still run, and a pod
+// made meanwhile (c, in the managed cgroups) has connections accelerated
+// over its own loopback, which nobody attaches: both ends are counted
+// enrolled in an uncovered namespace (close_reset_uncovered_sockets), and a
+// close with unread bytes sends FIN, not RST: the gap the counter names.
+func stoppedAgentPod(t *testing.T, n *multinode.Node, cfg datapath.Config, counters func() datapath.Counters) *multinode.Pod {
+	t.Helper()
+	c := mnPod(t, n, "c")
+	probeServe(t, c, probePort)
+	before := counters()
+	obs, raw := runProbe(t, c, hostport(netip.MustParseAddr("127.0.0.1"), probePort), "close_unread")
+	d := delta(before, counters())
+	t.Logf("accelerated (c, loopback, agent stopped): %s", raw)
+	if d["pairs"] != 1 || d["close_reset_uncovered_sockets"] != 2 || d["close_resets_sent"] != 0 {
+		t.Errorf("want one pair, both ends counted uncovered, no RST sent: %v", d)
+	}
+	if obs["3_read"] == "ECONNRESET" {
+		t.Errorf("c's loopback carries no program, yet the close was a reset: %v", obs)
+	}
+	cookie, err := bpfsys.NetNSCookie(c.NetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bpfsys.Exists(resetPin(cfg.Dir(), cookie, 1, "egress")) {
+		t.Errorf("c's loopback attached with the agent stopped")
+	}
+	return c
+}
+
+// waitPinned waits until pin exists (logs: the agent's, for the failure).
+func waitPinned(t *testing.T, pin string, logs func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(scaled(30 * time.Second)); !bpfsys.Exists(pin); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not pinned\n%s", pin, logs())
+		}
+	}
 }

@@ -54,9 +54,10 @@ func CounterNames() []string {
 
 // resetCounters names enum ez_reset_counter (bpf/shortcut/closereset.h).
 var resetCounters = bpfsys.CounterSet[shortcutEzResetCounter]{Max: shortcutEzResetCounterEZ_R_MAX, Names: map[shortcutEzResetCounter]string{
-	shortcutEzResetCounterEZ_R_ARMED:   "close_resets_armed",
-	shortcutEzResetCounterEZ_R_SENT:    "close_resets_sent",
-	shortcutEzResetCounterEZ_R_EXPIRED: "close_resets_expired",
+	shortcutEzResetCounterEZ_R_ARMED:     "close_resets_armed",
+	shortcutEzResetCounterEZ_R_SENT:      "close_resets_sent",
+	shortcutEzResetCounterEZ_R_EXPIRED:   "close_resets_expired",
+	shortcutEzResetCounterEZ_R_UNCOVERED: "close_reset_uncovered_sockets",
 }}
 
 // readResetCounters adds the close-reset counters of m to c.

@@ -256,10 +256,11 @@ const (
 type shortcutEzResetCounter uint32
 
 const (
-	shortcutEzResetCounterEZ_R_ARMED   shortcutEzResetCounter = 0
-	shortcutEzResetCounterEZ_R_SENT    shortcutEzResetCounter = 1
-	shortcutEzResetCounterEZ_R_EXPIRED shortcutEzResetCounter = 2
-	shortcutEzResetCounterEZ_R_MAX     shortcutEzResetCounter = 3
+	shortcutEzResetCounterEZ_R_ARMED     shortcutEzResetCounter = 0
+	shortcutEzResetCounterEZ_R_SENT      shortcutEzResetCounter = 1
+	shortcutEzResetCounterEZ_R_EXPIRED   shortcutEzResetCounter = 2
+	shortcutEzResetCounterEZ_R_UNCOVERED shortcutEzResetCounter = 3
+	shortcutEzResetCounterEZ_R_MAX       shortcutEzResetCounter = 4
 )
 
 type shortcutEzResetKey struct {
@@ -362,6 +363,8 @@ const (
 	shortcutMapEzScControl          = "ez_sc_control"
 	shortcutMapEzScCounters         = "ez_sc_counters"
 	shortcutMapEzScIndex            = "ez_sc_index"
+	shortcutMapEzScNetnsCovered     = "ez_sc_netns_covered"
+	shortcutMapEzScNetnsWanted      = "ez_sc_netns_wanted"
 	shortcutMapEzScPairs            = "ez_sc_pairs"
 	shortcutMapEzScPortRules        = "ez_sc_port_rules"
 	shortcutMapEzScProofs           = "ez_sc_proofs"
@@ -410,6 +413,7 @@ const (
 	shortcutVarEzConnRecordType     = "ez_conn_record_type"
 	shortcutVarEzControlEnum        = "ez_control_enum"
 	shortcutVarEzCounterEnum        = "ez_counter_enum"
+	shortcutVarEzNetnsCoverage      = "ez_netns_coverage"
 	shortcutVarEzPairStateEnum      = "ez_pair_state_enum"
 	shortcutVarEzReleaseInputEnum   = "ez_release_input_enum"
 	shortcutVarEzReleaseResultEnum  = "ez_release_result_enum"
@@ -498,6 +502,8 @@ type shortcutMapSpecs struct {
 	EzScControl       *ebpf.MapSpec `ebpf:"ez_sc_control"`
 	EzScCounters      *ebpf.MapSpec `ebpf:"ez_sc_counters"`
 	EzScIndex         *ebpf.MapSpec `ebpf:"ez_sc_index"`
+	EzScNetnsCovered  *ebpf.MapSpec `ebpf:"ez_sc_netns_covered"`
+	EzScNetnsWanted   *ebpf.MapSpec `ebpf:"ez_sc_netns_wanted"`
 	EzScPairs         *ebpf.MapSpec `ebpf:"ez_sc_pairs"`
 	EzScPortRules     *ebpf.MapSpec `ebpf:"ez_sc_port_rules"`
 	EzScProofs        *ebpf.MapSpec `ebpf:"ez_sc_proofs"`
@@ -532,6 +538,7 @@ type shortcutVariableSpecs struct {
 	EzConnRecordType    *ebpf.VariableSpec `ebpf:"ez_conn_record_type"`
 	EzControlEnum       *ebpf.VariableSpec `ebpf:"ez_control_enum"`
 	EzCounterEnum       *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
+	EzNetnsCoverage     *ebpf.VariableSpec `ebpf:"ez_netns_coverage"`
 	EzPairStateEnum     *ebpf.VariableSpec `ebpf:"ez_pair_state_enum"`
 	EzReleaseInputEnum  *ebpf.VariableSpec `ebpf:"ez_release_input_enum"`
 	EzReleaseResultEnum *ebpf.VariableSpec `ebpf:"ez_release_result_enum"`
@@ -572,6 +579,8 @@ type shortcutMaps struct {
 	EzScControl       *ebpf.Map `ebpf:"ez_sc_control"`
 	EzScCounters      *ebpf.Map `ebpf:"ez_sc_counters"`
 	EzScIndex         *ebpf.Map `ebpf:"ez_sc_index"`
+	EzScNetnsCovered  *ebpf.Map `ebpf:"ez_sc_netns_covered"`
+	EzScNetnsWanted   *ebpf.Map `ebpf:"ez_sc_netns_wanted"`
 	EzScPairs         *ebpf.Map `ebpf:"ez_sc_pairs"`
 	EzScPortRules     *ebpf.Map `ebpf:"ez_sc_port_rules"`
 	EzScProofs        *ebpf.Map `ebpf:"ez_sc_proofs"`
@@ -598,6 +607,8 @@ func (m *shortcutMaps) Close() error {
 		m.EzScControl,
 		m.EzScCounters,
 		m.EzScIndex,
+		m.EzScNetnsCovered,
+		m.EzScNetnsWanted,
 		m.EzScPairs,
 		m.EzScPortRules,
 		m.EzScProofs,
@@ -633,6 +644,7 @@ type shortcutVariables struct {
 	EzConnRecordType    *ebpf.Variable `ebpf:"ez_conn_record_type"`
 	EzControlEnum       *ebpf.Variable `ebpf:"ez_control_enum"`
 	EzCounterEnum       *ebpf.Variable `ebpf:"ez_counter_enum"`
+	EzNetnsCoverage     *ebpf.Variable `ebpf:"ez_netns_coverage"`
 	EzPairStateEnum     *ebpf.Variable `ebpf:"ez_pair_state_enum"`
 	EzReleaseInputEnum  *ebpf.Variable `ebpf:"ez_release_input_enum"`
 	EzReleaseResultEnum *ebpf.Variable `ebpf:"ez_release_result_enum"`
