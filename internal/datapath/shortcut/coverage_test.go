@@ -17,11 +17,11 @@ func TestCoveredNetNS(t *testing.T) {
 	s := &Shortcut{dir: dir, devLinks: map[string]link.Link{}, devFilters: map[string]bool{}}
 	tcx := func(parts ...string) string { return bpfsys.LinkPin(dir, bpfsys.KindTCX, parts...) }
 	for _, pin := range []string{
-		tcx("11", "1", resetProg+"_egress"),                           // covered
-		tcx("12", "7", resetProg+"_ingress"),                          // a veth: no
-		tcx("13", "1", resetProg+"_ingress"),                          // lo, ingress: no
-		tcx("14", "1", "ez_other_egress"),                             // another program: no
-		tcx("x", "1", resetProg+"_egress"),                            // not a cookie: no
+		tcx("11", "1", resetProg+"_egress"),                                    // covered
+		tcx("12", "7", resetProg+"_ingress"),                                   // a veth: no
+		tcx("13", "1", resetProg+"_ingress"),                                   // lo, ingress: no
+		tcx("14", "1", "ez_other_egress"),                                      // another program: no
+		tcx("x", "1", resetProg+"_egress"),                                     // not a cookie: no
 		bpfsys.LinkPin(dir, bpfsys.KindCgroup, "15", "1", resetProg+"_egress"), // not tcx: no
 	} {
 		s.devLinks[pin] = nil
