@@ -44,24 +44,39 @@ func loopbackScan() time.Duration {
 // as sockops asks for a namespace (its first handshake found it
 // uncovered). A namespace asked for that a scan did not cover (its
 // processes gone, or one the agent may not enter) is not scanned for again
-// until the next full scan: a workload cannot make the agent scan in a loop.
+// until the next full scan, and scans asked for start at least nine
+// times the last scan's duration after it ended: a workload that makes new
+// namespaces cannot make the agent scan in a loop, nor spend more than
+// about a tenth of a CPU on it.
 type loopbacks struct {
-	dp      *datapath.Datapath
+	dp      loopbackSyncer
 	cgroups []string
 	every   time.Duration
 	last    time.Time       // the last full scan
 	failed  map[uint64]bool // asked for since the last full scan
+	ended   time.Time       // the end of the last scan
+	took    time.Duration   // how long it took
 	warned  bool
+	now     func() time.Time // time.Now; tests set their own clock
+}
+
+// loopbackSyncer is what loopbacks needs of the datapath.
+type loopbackSyncer interface {
+	CoverageWanted() ([]uint64, error)
+	SyncLoopbacks(cgroups []string) (denied int, err error)
 }
 
 // tick runs a full scan when it is due, else one for the namespaces asked
 // for that are not in failed.
 func (l *loopbacks) tick() {
 	var asked []uint64
-	if time.Since(l.last) >= l.every {
-		l.last = time.Now()
+	if l.now().Sub(l.last) >= l.every {
+		l.last = l.now()
 		clear(l.failed)
 	} else {
+		if l.now().Sub(l.ended) < 9*l.took {
+			return // the requests wait in ez_sc_netns_wanted
+		}
 		wanted, err := l.dp.CoverageWanted()
 		if err != nil {
 			slog.Warn("RST on close: namespaces asked for (retried)", "err", err)
@@ -78,7 +93,10 @@ func (l *loopbacks) tick() {
 	for _, c := range asked {
 		l.failed[c] = true // covered now, or not to be scanned for again before the next full scan
 	}
+	start := l.now()
 	denied, err := l.dp.SyncLoopbacks(l.cgroups)
+	l.ended = l.now()
+	l.took = l.ended.Sub(start)
 	if err != nil {
 		slog.Warn("RST on close: pod loopbacks (retried)", "err", err)
 	}
@@ -119,7 +137,7 @@ func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb 
 	}
 	// The pods' own loopback devices: their namespaces come from the
 	// managed cgroups' processes (netlink does not announce them).
-	lb := &loopbacks{dp: dp, cgroups: cgroups, every: loopbackScan(), last: time.Now(), failed: map[uint64]bool{}}
+	lb := &loopbacks{dp: dp, cgroups: cgroups, every: loopbackScan(), last: time.Now(), failed: map[uint64]bool{}, now: time.Now}
 	go func() {
 		t := time.NewTicker(coveragePoll)
 		defer t.Stop()
