@@ -326,44 +326,22 @@ func closeResetAgent(t *testing.T, name string) {
 	t.Run("first-handshake", func(t *testing.T) {
 		// A pod made while the agent runs: its first connection over its
 		// loopback asks for its namespace, and the agent attaches there.
-		d := mnPod(t, n, "d")
-		probeServe(t, d, probePort)
-		cookie, err := bpfsys.NetNSCookie(d.NetNS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lo := hostport(netip.MustParseAddr("127.0.0.1"), probePort)
+		d, lo, pin := loopbackPod(t, n, cfg, "d")
 		before := counters()
 		start := time.Now()
 		runProbe(t, d, lo, "close_unread")
-		waitPinned(t, resetPin(cfg.Dir(), cookie, 1, "egress"), ag.logs.String)
+		waitPinned(t, pin, ag.logs.String)
 		t.Logf("d's loopback attached %v after its first connection began; that connection's sockets enrolled uncovered: %d", time.Since(start).Round(time.Millisecond), delta(before, counters())["close_reset_uncovered_sockets"])
-		before = counters()
-		obs, raw := runProbe(t, d, lo, "close_unread")
-		dl := delta(before, counters())
-		t.Logf("accelerated (d, loopback): %s", raw)
-		if dl["pairs"] != 1 || dl["close_resets_sent"] != 1 || dl["close_reset_uncovered_sockets"] != 0 || obs["3_read"] != "ECONNRESET" {
-			t.Errorf("want one pair of a covered namespace, its FIN sent as RST, ECONNRESET: %v, %v", dl, obs)
-		}
+		coveredCloseUnread(t, d, lo, counters)
 	})
 
 	t.Run("pod-of-a-stopped-agent", func(t *testing.T) {
 		ag.stop(t)
-		c := stoppedAgentPod(t, n, cfg, counters)
+		c, lo, pin := stoppedAgentPod(t, n, cfg, counters)
 		ag = startNodeAgent(t, parent, n, args...)
 		// The new agent's start scans the managed cgroups' processes.
-		cookie, err := bpfsys.NetNSCookie(c.NetNS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitPinned(t, resetPin(cfg.Dir(), cookie, 1, "egress"), ag.logs.String)
-		before := counters()
-		_, raw := runProbe(t, c, hostport(netip.MustParseAddr("127.0.0.1"), probePort), "close_unread")
-		d := delta(before, counters())
-		t.Logf("accelerated (c, loopback, agent running): %s", raw)
-		if d["pairs"] != 1 || d["close_resets_sent"] != 1 || d["close_reset_uncovered_sockets"] != 0 {
-			t.Errorf("c's namespace covered again: want one pair, its FIN sent as RST, nothing uncovered: %v", d)
-		}
+		waitPinned(t, pin, ag.logs.String)
+		coveredCloseUnread(t, c, lo, counters)
 	})
 
 	t.Run("uninstall", func(t *testing.T) {
@@ -383,12 +361,11 @@ func closeResetAgent(t *testing.T, name string) {
 // over its own loopback, which nobody attaches: both ends are counted
 // enrolled in an uncovered namespace (close_reset_uncovered_sockets), and a
 // close with unread bytes sends FIN, not RST: the gap the counter names.
-func stoppedAgentPod(t *testing.T, n *multinode.Node, cfg datapath.Config, counters func() datapath.Counters) *multinode.Pod {
+func stoppedAgentPod(t *testing.T, n *multinode.Node, cfg datapath.Config, counters func() datapath.Counters) (c *multinode.Pod, lo, pin string) {
 	t.Helper()
-	c := mnPod(t, n, "c")
-	probeServe(t, c, probePort)
+	c, lo, pin = loopbackPod(t, n, cfg, "c")
 	before := counters()
-	obs, raw := runProbe(t, c, hostport(netip.MustParseAddr("127.0.0.1"), probePort), "close_unread")
+	obs, raw := runProbe(t, c, lo, "close_unread")
 	d := delta(before, counters())
 	t.Logf("accelerated (c, loopback, agent stopped): %s", raw)
 	if d["pairs"] != 1 || d["close_reset_uncovered_sockets"] != 2 || d["close_resets_sent"] != 0 {
@@ -397,14 +374,38 @@ func stoppedAgentPod(t *testing.T, n *multinode.Node, cfg datapath.Config, count
 	if obs["3_read"] == "ECONNRESET" {
 		t.Errorf("c's loopback carries no program, yet the close was a reset: %v", obs)
 	}
-	cookie, err := bpfsys.NetNSCookie(c.NetNS)
+	if bpfsys.Exists(pin) {
+		t.Errorf("c's loopback attached with the agent stopped")
+	}
+	return c, lo, pin
+}
+
+// loopbackPod makes pod name on n with the probe server on its own
+// loopback: the pod, the server's address, and where the close reset's
+// attachment at the pod's loopback is pinned.
+func loopbackPod(t *testing.T, n *multinode.Node, cfg datapath.Config, name string) (p *multinode.Pod, lo, pin string) {
+	t.Helper()
+	p = mnPod(t, n, name)
+	probeServe(t, p, probePort)
+	cookie, err := bpfsys.NetNSCookie(p.NetNS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bpfsys.Exists(resetPin(cfg.Dir(), cookie, 1, "egress")) {
-		t.Errorf("c's loopback attached with the agent stopped")
+	return p, hostport(netip.MustParseAddr("127.0.0.1"), probePort), resetPin(cfg.Dir(), cookie, 1, "egress")
+}
+
+// coveredCloseUnread runs close_unread from p to lo, its own loopback,
+// which the agent covers: one pair, its FIN sent as RST, the peer reads
+// ECONNRESET, nothing counted uncovered.
+func coveredCloseUnread(t *testing.T, p *multinode.Pod, lo string, counters func() datapath.Counters) {
+	t.Helper()
+	before := counters()
+	obs, raw := runProbe(t, p, lo, "close_unread")
+	d := delta(before, counters())
+	t.Logf("accelerated (%s, loopback, covered): %s", p.Name, raw)
+	if d["pairs"] != 1 || d["close_resets_sent"] != 1 || d["close_reset_uncovered_sockets"] != 0 || obs["3_read"] != "ECONNRESET" {
+		t.Errorf("want one pair of a covered namespace, its FIN sent as RST, ECONNRESET: %v, %v", d, obs)
 	}
-	return c
 }
 
 // waitPinned waits until pin exists (logs: the agent's, for the failure).
