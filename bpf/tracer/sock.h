@@ -67,30 +67,48 @@ static __always_inline void trc_recvmsg(__u64 *a, bool btf) { trc_sock(a, EZ_TRC
 
 /*
  * sk_data_ready(sk): data was queued to sk (sock_def_readable, for TCP and
- * UDP). It carries no sk_buff: the one queued is the one netif_receive_skb
- * saw last on this CPU (the receive path runs from there to the socket
- * without another netif_receive_skb; bpf_redirect_peer continues the same
- * receive without a new one), or, for TCP, the one tcp_probe saw last (a
- * segment processed from the socket's backlog; see trc_probe). It is
- * accepted only when its lifetime is on the receiving side, not queued yet,
- * and its protocol and destination port are the socket's. A lifetime never starts here.
+ * UDP). It carries no sk_buff: for TCP, the one tcp_probe saw last for this
+ * socket (trc_probe_skb: tcp_rcv_established starts there, in the softirq or
+ * from the socket's backlog); otherwise the one netif_receive_skb saw last on
+ * this CPU (the receive path runs from there to the socket without another
+ * netif_receive_skb; bpf_redirect_peer continues the same receive without a
+ * new one). It is accepted only when its lifetime is on the receiving side,
+ * not queued yet, and its protocol and destination port are the socket's. A
+ * lifetime never starts here.
  */
+static __always_inline struct ez_trc_pkt *trc_ready_pkt(struct sock *sk, __u64 key, bool btf)
+{
+	struct ez_trc_pkt *r = bpf_map_lookup_elem(&trc_pkts, &key);
+
+	if (!r || r->last < EZ_TRC_H_RX || r->last >= EZ_TRC_SOCK)
+		return NULL;
+	if (r->dport != TRC_SK(btf, sk, skc_num) || r->proto != (btf ? sk->sk_protocol : BPF_CORE_READ(sk, sk_protocol)))
+		return NULL;
+	return r;
+}
+
 static __always_inline void trc_ready(__u64 *a, bool btf)
 {
 	struct sock *sk = (void *)a[0];
+	__u64 skk = (__u64)sk, *probed, *last, key = 0;
+	struct ez_trc_pkt *r = NULL;
 	__u32 zero = 0;
-	__u64 *last = bpf_map_lookup_elem(&trc_last_rx, &zero);
-	struct ez_trc_pkt *r;
-	__u64 key, now;
+	__u64 now;
 
-	if (!last || !*last)
-		return;
-	key = *last;
-	r = bpf_map_lookup_elem(&trc_pkts, &key);
-	if (!r || r->last < EZ_TRC_H_RX || r->last >= EZ_TRC_SOCK)
-		return;
-	if (r->dport != TRC_SK(btf, sk, skc_num) || r->proto != (btf ? sk->sk_protocol : BPF_CORE_READ(sk, sk_protocol)))
-		return;
+	probed = bpf_map_lookup_elem(&trc_probe_skb, &skk);
+	if (probed) {
+		key = *probed;
+		bpf_map_delete_elem(&trc_probe_skb, &skk);
+		r = trc_ready_pkt(sk, key, btf);
+	}
+	if (!r) {
+		last = bpf_map_lookup_elem(&trc_last_rx, &zero);
+		if (!last || !*last || *last == key)
+			return;
+		r = trc_ready_pkt(sk, *last, btf);
+		if (!r)
+			return;
+	}
 	now = bpf_ktime_get_ns();
 	r->ts[EZ_TRC_SOCK] = now;
 	r->last = EZ_TRC_SOCK;
@@ -99,20 +117,22 @@ static __always_inline void trc_ready(__u64 *a, bool btf)
 }
 
 /*
- * tcp_probe(sk, skb): tcp_rcv_established starts on skb. A segment that
- * arrived while the application held the socket lock was put on the
- * backlog; release_sock processes it later in the application's context,
- * where the last netif_receive_skb of the CPU is another packet. Pointing
- * trc_last_rx at the segment TCP is about to queue makes the sk_data_ready
- * that follows name it in both cases.
+ * tcp_probe(sk, skb): tcp_rcv_established starts on skb, in the softirq or,
+ * for a segment that arrived while the application held the socket lock,
+ * from release_sock in the application's context, where the last
+ * netif_receive_skb of the CPU is another packet. Recording a traced
+ * segment by its socket makes the sk_data_ready that follows name it in
+ * both cases; an untraced one removes what an earlier segment left, so
+ * that sk_data_ready does not name that one.
  */
 static __always_inline void trc_probe(__u64 *a, bool btf)
 {
-	__u32 zero = 0;
-	__u64 *last = bpf_map_lookup_elem(&trc_last_rx, &zero);
+	__u64 sk = a[0], skb = a[1];
 
-	if (last)
-		*last = a[1];
+	if (bpf_map_lookup_elem(&trc_pkts, &skb))
+		bpf_map_update_elem(&trc_probe_skb, &sk, &skb, BPF_ANY);
+	else if (bpf_map_lookup_elem(&trc_probe_skb, &sk))
+		bpf_map_delete_elem(&trc_probe_skb, &sk);
 }
 
 #endif

@@ -35,9 +35,8 @@ struct {
 	__type(value, struct ez_trc_pkt);
 } trc_scratch SEC(".maps");
 
-/* The sk_buff netif_receive_skb (or tcp_probe, for a TCP segment TCP
- * processes later from the socket's backlog) saw last on this CPU:
- * sk_data_ready, which carries only the socket, follows it synchronously
+/* The sk_buff netif_receive_skb saw last on this CPU: sk_data_ready,
+ * which carries only the socket, follows it synchronously in the softirq
  * (sock.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -45,6 +44,18 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } trc_last_rx SEC(".maps");
+
+/* The traced sk_buff tcp_rcv_established (tcp_probe) started on last, by
+ * socket address: sk_data_ready names it before trc_last_rx. Keyed by the
+ * socket, not per CPU: release_sock runs a socket's backlog with bottom
+ * halves on and may reschedule (__release_sock), so another packet's
+ * receive can run between the two on the same CPU, and the task can move. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u64);
+} trc_probe_skb SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

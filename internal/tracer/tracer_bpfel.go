@@ -182,6 +182,7 @@ const (
 	tracerMapTrcEvents                   = "trc_events"
 	tracerMapTrcLastRx                   = "trc_last_rx"
 	tracerMapTrcPkts                     = "trc_pkts"
+	tracerMapTrcProbeSkb                 = "trc_probe_skb"
 	tracerMapTrcScratch                  = "trc_scratch"
 	tracerProgTrcBtfConsumeSkb           = "trc_btf_consume_skb"
 	tracerProgTrcBtfKfreeSkb             = "trc_btf_kfree_skb"
@@ -329,6 +330,7 @@ type tracerMapSpecs struct {
 	TrcEvents   *ebpf.MapSpec `ebpf:"trc_events"`
 	TrcLastRx   *ebpf.MapSpec `ebpf:"trc_last_rx"`
 	TrcPkts     *ebpf.MapSpec `ebpf:"trc_pkts"`
+	TrcProbeSkb *ebpf.MapSpec `ebpf:"trc_probe_skb"`
 	TrcScratch  *ebpf.MapSpec `ebpf:"trc_scratch"`
 }
 
@@ -370,6 +372,7 @@ type tracerMaps struct {
 	TrcEvents   *ebpf.Map `ebpf:"trc_events"`
 	TrcLastRx   *ebpf.Map `ebpf:"trc_last_rx"`
 	TrcPkts     *ebpf.Map `ebpf:"trc_pkts"`
+	TrcProbeSkb *ebpf.Map `ebpf:"trc_probe_skb"`
 	TrcScratch  *ebpf.Map `ebpf:"trc_scratch"`
 }
 
@@ -379,6 +382,7 @@ func (m *tracerMaps) Close() error {
 		m.TrcEvents,
 		m.TrcLastRx,
 		m.TrcPkts,
+		m.TrcProbeSkb,
 		m.TrcScratch,
 	)
 }
