@@ -162,6 +162,13 @@ func TestFexit(t *testing.T) {
 // yet is made inside /sys/fs/bpf, not on a second bpffs mounted over the
 // parent (which uninstall could not remove).
 func TestEnsureDirMissingParent(t *testing.T) {
+	// A host booted without systemd's bpffs mount (CI's) gets one here, as
+	// the agent's first EnsureDir gives it; the test needs it below.
+	probe := filepath.Join(filepath.Dir(nodelayout.DefaultPinRoot), fmt.Sprintf("eztest-bpffs-%d", os.Getpid()))
+	if err := EnsureDir(probe); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(probe)
 	if !IsBPFFS(nodelayout.DefaultPinRoot) && !IsBPFFS(filepath.Dir(nodelayout.DefaultPinRoot)) {
 		t.Fatalf("%s is not on a BPF filesystem", filepath.Dir(nodelayout.DefaultPinRoot))
 	}
