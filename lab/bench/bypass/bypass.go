@@ -67,6 +67,10 @@ type Options struct {
 	// Paths are the paths --pair idle measures (same-node, cross-node);
 	// nil: both.
 	Paths []string
+	// SwitchLinks, with --pair idle: only the links whose name matches
+	// this regular expression are detached in A (idlelinks.go, linkName);
+	// the others stay attached on both sides. "": all.
+	SwitchLinks string
 }
 
 // Datapaths, in the order of the report.

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +36,7 @@ import (
 // heldLink is one pinned link of an agent.
 type heldLink struct {
 	pin    string
+	name   string  // the pin with a tcx link's namespace and device named (linkName)
 	id     link.ID // the agent's (the order it attached its links in)
 	prog   *ebpf.Program
 	attach func(*ebpf.Program) (link.Link, error)
@@ -55,8 +58,10 @@ type nodeLinks struct {
 
 // takeOver holds the links pinned under the stopped agent's pin root on
 // node n; namespaces are the lab's network namespaces, where its tcx links
-// may be (a pod's loopback has one too).
-func takeOver(n *multinode.Node, pinRoot string, namespaces []string) (nl *nodeLinks, err error) {
+// may be (a pod's loopback has one too). With only set, it holds only the
+// links whose name (linkName) only matches: the others stay attached by
+// their pins throughout.
+func takeOver(n *multinode.Node, pinRoot string, namespaces []string, only *regexp.Regexp) (nl *nodeLinks, err error) {
 	nl = &nodeLinks{node: n, root: pinRoot, dir: datapath.Config{PinRoot: pinRoot}.Dir(), nsByCookie: map[uint64]string{}}
 	defer func() {
 		if err != nil {
@@ -78,7 +83,17 @@ func takeOver(n *multinode.Node, pinRoot string, namespaces []string) (nl *nodeL
 		if p.ID == 0 {
 			return nil, fmt.Errorf("%s: a legacy tc filter (no tcx on this kernel): --pair idle detaches links only", p.Pin)
 		}
+		ns, err := nl.netnsOf(p.Pin)
+		if err != nil {
+			return nil, err
+		}
 		h := &heldLink{pin: filepath.Join(nl.dir, p.Pin)}
+		if h.name, err = linkName(p.Pin, ns); err != nil {
+			return nil, err
+		}
+		if only != nil && !only.MatchString(h.name) {
+			continue
+		}
 		nl.links = append(nl.links, h)
 		if h.l, err = link.LoadPinnedLink(h.pin, nil); err != nil {
 			return nil, fmt.Errorf("open pinned link %s: %w", h.pin, err)
@@ -91,13 +106,12 @@ func takeOver(n *multinode.Node, pinRoot string, namespaces []string) (nl *nodeL
 		if h.prog, err = ebpf.NewProgramFromID(info.Program); err != nil {
 			return nil, fmt.Errorf("program %d of %s: %w", info.Program, h.pin, err)
 		}
-		ns, err := nl.netnsOf(p.Pin)
-		if err != nil {
-			return nil, err
-		}
 		if h.attach, err = reattacher(info, h.prog.Type(), n.Managed, ns); err != nil {
 			return nil, fmt.Errorf("%s: %w", h.pin, err)
 		}
+	}
+	if only != nil && len(nl.links) == 0 {
+		return nil, fmt.Errorf("--switch-links %s: none of the %d links of the agent on %s matches", only, len(pinned), n.Name)
 	}
 	// The agent's attach order: detach in reverse (the shortcut's egress
 	// program last), attach again in it (the tcx hooks' order kept).
@@ -125,6 +139,31 @@ func (nl *nodeLinks) netnsOf(rel string) (string, error) {
 		return "", fmt.Errorf("%s: netns cookie %d is none of the lab's namespaces", rel, c)
 	}
 	return ns, nil
+}
+
+// linkName is the pin rel (relative to the datapath's pins) of a link, with
+// a tcx link's netns cookie and ifindex replaced by the namespace ns and
+// the device's name: links/tcx/<netns>/<device>/<program>_<direction>.
+func linkName(rel, ns string) (string, error) {
+	parts := strings.Split(filepath.ToSlash(rel), "/")
+	i := slices.Index(parts, bpfsys.LinksDir)
+	if ns == "" || i < 0 || len(parts) < i+5 {
+		return rel, nil
+	}
+	ifindex, err := strconv.Atoi(parts[i+3])
+	if err != nil {
+		return "", fmt.Errorf("%s: no ifindex: %w", rel, err)
+	}
+	var dev *net.Interface
+	err = bpfsys.InNetNS(ns, func() (err error) {
+		dev, err = net.InterfaceByIndex(ifindex)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("%s: the device: %w", rel, err)
+	}
+	parts[i+2], parts[i+3] = ns, dev.Name
+	return strings.Join(parts, "/"), nil
 }
 
 // reattacher is how a link like info's, of a program of type pt, is

@@ -3,6 +3,8 @@ package bypass
 import (
 	"strings"
 	"testing"
+
+	"github.com/eztunnel/eztunnel/lab/bench"
 )
 
 func TestSameLinks(t *testing.T) {
@@ -20,5 +22,35 @@ func TestSameLinks(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name) && name != "reordered" {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+func TestCheckIdleRuns(t *testing.T) {
+	row := func(a, b uint64) pairedRow {
+		var r pairedRow
+		r.hooks[0] = map[string]bench.ProgStat{"ez_sc_close_reset": {Runs: a}}
+		r.hooks[1] = map[string]bench.ProgStat{"ez_sc_close_reset": {Runs: b}}
+		return r
+	}
+	for _, c := range []struct {
+		a, b   uint64
+		subset bool
+		ok     bool
+	}{
+		{0, 10, false, true},
+		{1, 10, false, false}, // a program ran with every link detached
+		{0, 0, false, false},  // none ran attached
+		{5, 10, true, true},   // the links that stay run in A too
+		{10, 10, true, false}, // the switch changed nothing
+	} {
+		if err := checkIdleRuns(row(c.a, c.b), c.subset); (err == nil) != c.ok {
+			t.Errorf("A %d runs, B %d, subset %v: %v, want ok %v", c.a, c.b, c.subset, err, c.ok)
+		}
+	}
+}
+
+func TestLinkNameNotTCX(t *testing.T) {
+	if n, err := linkName("links/cgroup/ez_sc_egress", ""); err != nil || n != "links/cgroup/ez_sc_egress" {
+		t.Errorf("a cgroup link: %q, %v", n, err)
 	}
 }

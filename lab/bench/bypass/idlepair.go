@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +69,12 @@ func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "eztunnel bench bypass --pairs %d --pair %s --phase %s: %d mode(s); client on CPU %s (the measuring thread), servers on CPU %s; IPv6 %v; B: %s\n",
 		o.Pairs, o.Pair, o.Phase, len(o.Modes), cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6, dp)
+	if o.SwitchLinks != "" {
+		fmt.Fprintf(w, "--switch-links %s: A detaches only the links that match; the others stay attached on both sides\n", o.SwitchLinks)
+	}
+	if _, err := regexp.Compile(o.SwitchLinks); err != nil {
+		return fmt.Errorf("bench bypass --switch-links: %w", err)
+	}
 	for _, p := range o.Paths {
 		if !slices.Contains(paths, p) {
 			return fmt.Errorf("bench bypass --paths %s: not one of %s", p, strings.Join(paths, ", "))
@@ -139,6 +146,12 @@ func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, w io.
 		}
 		err = errors.Join(err, rerr)
 	}()
+	var only *regexp.Regexp
+	if o.SwitchLinks != "" {
+		if only, err = regexp.Compile(o.SwitchLinks); err != nil {
+			return nil, fmt.Errorf("--switch-links: %w", err)
+		}
+	}
 	var ids []ebpf.ProgramID
 	namespaces := []string{b.n1.NetNS, b.n2.NetNS}
 	for _, n := range []*multinode.Node{b.n1, b.n2} {
@@ -147,13 +160,18 @@ func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, w io.
 		}
 	}
 	for i, n := range a.nodes {
-		nl, err := takeOver(n, a.pins[i], namespaces)
+		nl, err := takeOver(n, a.pins[i], namespaces, only)
 		if err != nil {
 			return nil, fmt.Errorf("the links of the agent on %s: %w", n.Name, err)
 		}
 		sw.held = append(sw.held, nl)
 		ids = append(ids, nl.programs()...)
 		fmt.Fprintf(w, "%s: the bench holds the stopped agent's %d links (%s)\n", n.Name, len(nl.links), linkKinds(nl))
+		if only != nil {
+			for _, h := range nl.links {
+				fmt.Fprintf(w, "  switched (--switch-links %s): %s\n", only, h.name)
+			}
+		}
 	}
 	progs, err := bench.OpenProgIDs(ids)
 	if err != nil {
@@ -165,7 +183,7 @@ func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, w io.
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			row, err := idleOne(o, b, path, kind, sw, progs)
+			row, err := idleOne(o, b, path, kind, sw, progs, only != nil)
 			if err != nil {
 				return nil, fmt.Errorf("%s, %s: %w", path, kind, err)
 			}
@@ -196,7 +214,7 @@ const hookQuads = 4
 // programs), then hookQuads quads with them on for the per-hook costs
 // (which must show the links detached in A and attached in B), and the
 // client's packets per round trip.
-func idleOne(o Options, b *benchLab, path string, kind pairedKind, sw *switcher, progs *bench.Progs) (idleRow, error) {
+func idleOne(o Options, b *benchLab, path string, kind pairedKind, sw *switcher, progs *bench.Progs, subset bool) (idleRow, error) {
 	st0, err := progs.Read()
 	if err != nil {
 		return idleRow{}, err
@@ -225,7 +243,7 @@ func idleOne(o Options, b *benchLab, path string, kind pairedKind, sw *switcher,
 	if err != nil {
 		return idleRow{}, fmt.Errorf("per-hook pass: %w", err)
 	}
-	if err := checkIdleRuns(h); err != nil {
+	if err := checkIdleRuns(h, subset); err != nil {
 		return idleRow{}, err
 	}
 	r.hooks, r.rts = h.hooks, h.rts
@@ -236,11 +254,14 @@ func idleOne(o Options, b *benchLab, path string, kind pairedKind, sw *switcher,
 }
 
 // checkIdleRuns fails unless the links were detached in the A phases (no
-// program ran) and attached in the B phases (some did).
-func checkIdleRuns(r pairedRow) error {
+// program ran) and attached in the B phases (some did). With subset
+// (--switch-links), the programs of the links switched may run in A through
+// the links that stay: they must run more in B.
+func checkIdleRuns(r pairedRow, subset bool) error {
 	var ran []string
-	var attached uint64
+	var detached, attached uint64
 	for name, h := range r.hooks[0] {
+		detached += h.Runs
 		if h.Runs > 0 {
 			ran = append(ran, fmt.Sprintf("%s %d times", name, h.Runs))
 		}
@@ -249,6 +270,9 @@ func checkIdleRuns(r pairedRow) error {
 		attached += h.Runs
 	}
 	switch {
+	case subset && attached <= detached:
+		return fmt.Errorf("the programs of the links switched ran %d times attached, %d detached: the switch changed nothing", attached, detached)
+	case subset:
 	case len(ran) > 0:
 		return fmt.Errorf("programs ran with the links detached: %s", strings.Join(ran, ", "))
 	case attached == 0:

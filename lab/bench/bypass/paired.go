@@ -110,6 +110,9 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 	case PairIdle, PairIdleNarrow:
 		return runIdlePairedModes(ctx, o, w)
 	case "", PairBypass:
+		if o.SwitchLinks != "" {
+			return fmt.Errorf("bench bypass --switch-links: only with --pair %s or %s", PairIdle, PairIdleNarrow)
+		}
 	default:
 		return fmt.Errorf("bench bypass --pair %q: not %s, %s or %s", o.Pair, PairBypass, PairIdle, PairIdleNarrow)
 	}

@@ -169,6 +169,7 @@ func benchBypassCmd() *cobra.Command {
 	f.DurationVar(&o.Phase, "phase", 100*time.Millisecond, "with --pairs: the length of each phase")
 	f.StringVar(&o.Pair, "pair", bypass.PairBypass, "with --pairs: what is paired: bypass (the bypass against its kernel path), idle (an agent that accelerates nothing against no agent: both nodes' agents' links detached and attached again in place) or idle-narrow (idle with the hooks that run for the whole node here refused, the read tracepoint and the splice guard's syscall hooks: what the idle agent costs where the host allows fentry and fexit)")
 	f.StringSliceVar(&o.Paths, "paths", nil, "with --pairs --pair idle or idle-narrow: the paths measured, same-node and/or cross-node (default both)")
+	f.StringVar(&o.SwitchLinks, "switch-links", "", "with --pairs --pair idle or idle-narrow: detach in A only the links whose name matches this regular expression (links/tcx/<netns>/<device>/<program>_<direction>, or the pin); the others stay attached on both sides (what one link costs)")
 	return cmd
 }
 
