@@ -696,6 +696,16 @@ func services(t *testing.T) {
 			after := scrape(t, metricsAddr)
 			if got.Orig != vip || got.Upstream != vip || got.Peer != vip || !got.Exact || !slices.Contains(web, got.Backend) {
 				t.Errorf("%s: %+v, want SO_ORIGINAL_DST, the proxy's and the application's peers all %s, exact bytes from a web backend", when, got, vip)
+				// What the services datapath counted meanwhile (a miss of
+				// ez_svc_origdst: orig_full, or no orig_dst answer).
+				var d []string
+				for k, v := range after {
+					if strings.HasPrefix(k, "eztunnel_services_") && v != before[k] {
+						d = append(d, fmt.Sprintf("%s %+g", k, v-before[k]))
+					}
+				}
+				slices.Sort(d)
+				t.Logf("%s: services metrics that changed: %s", when, strings.Join(d, ", "))
 			}
 			// Default: both connects translated, the answer the hook's.
 			// Left to the proxy: the proxy's only, the answer conntrack's.
