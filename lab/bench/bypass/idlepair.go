@@ -247,6 +247,11 @@ func idleOne(o Options, b *benchLab, path string, kind pairedKind, sw *switcher,
 		return idleRow{}, err
 	}
 	r.hooks, r.rts = h.hooks, h.rts
+	// The softirq threads over both passes' A/B phases.
+	for k := range 2 {
+		r.softirqd[k] = r.softirqd[k].Add(h.softirqd[k])
+		r.softRTs[k] += h.softRTs[k]
+	}
 	row := idleRow{pairedRow: r}
 	row.path = path
 	row.pktsPerRT, err = packetsPerRoundTrip(o, b, path, kind)
@@ -389,8 +394,24 @@ func reportIdlePaired(w io.Writer, o Options, rows map[multinode.Mode][]idleRow)
 		bench.WriteTable(&b, []string{"path", "metric", "no agent", "agent idle", "agent idle vs no agent", "A/A", "judged", fmt.Sprintf("at most %+.0f%%", idleTarget)}, out)
 		fmt.Fprintf(&b, "\nPer hook (BPF run-time statistics, on only in %d more quads per row, not in the A/B's: both nodes' programs in the A/B phases; every run passes: nothing is selected; node-wide hooks (tracepoints) run once per agent, and this lab's two nodes share one kernel; all programs: ns per client packet, and the change the row measured in ns per round trip):\n", hookQuads)
 		bench.WriteTable(&b, []string{"path", "metric", "program", "runs per round trip, detached", "runs per round trip, attached", "ns per run", "ns per round trip"}, hooks)
+		fmt.Fprintf(&b, "\nThe softirq threads (ksoftirqd/N: receive work a CPU left unfinished, because a task needed the CPU or 2 ms passed, costs a wake-up and a context switch), in every A/B phase:\n")
+		bench.WriteTable(&b, []string{"path", "metric", "timeslices per 1000 round trips, detached", "attached", "CPU ns per round trip, detached", "attached"}, softirqdRows(rows[mode]))
 		io.WriteString(w, b.String())
 	}
+}
+
+// softirqdRows are the rows' softirq thread lines.
+func softirqdRows(rs []idleRow) [][]string {
+	var out [][]string
+	for _, r := range rs {
+		cell := func(k int, per func(bench.ProgStat) float64) string {
+			return strconv.FormatFloat(per(r.softirqd[k])/float64(max(r.softRTs[k], 1)), 'f', 1, 64)
+		}
+		per1000 := func(s bench.ProgStat) float64 { return 1000 * float64(s.Runs) }
+		ns := func(s bench.ProgStat) float64 { return float64(s.Runtime.Nanoseconds()) }
+		out = append(out, []string{r.path, r.metric, cell(0, per1000), cell(1, per1000), cell(0, ns), cell(1, ns)})
+	}
+	return out
 }
 
 // idleHookRows are a row's per-program lines and its total.

@@ -82,6 +82,10 @@ type pairedRow struct {
 	// program name; rts the round trips completed in those phases.
 	hooks [2]map[string]bench.ProgStat
 	rts   [2]int
+	// softirqd: the softirq threads' timeslices and CPU time in the A/B
+	// phases ([0] A, [1] B), softRTs their round trips.
+	softirqd [2]bench.ProgStat
+	softRTs  [2]int
 }
 
 // phaseStat is one phase's median round trip (us) and how many it had;
@@ -202,6 +206,10 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 	// A/A phases the bypass.
 	var quads bench.Quads[phaseStat]
 	row.hooks = [2]map[string]bench.ProgStat{{}, {}}
+	sirq, err := bench.OpenSoftirqd()
+	if err != nil {
+		return row, err
+	}
 	err = client.Do(func() error {
 		if o.ClientCPU >= 0 {
 			restore, err := netprobe.PinThread(o.ClientCPU)
@@ -224,13 +232,21 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 		quads, err = bench.RunQuads(o.Pairs, bench.SideB, set, func(side bench.Side) (phaseStat, error) {
 			ab := side == bench.SideA || side == bench.SideB // an A/B phase: its programs' runs are counted
 			var st0 map[string]bench.ProgStat
+			var sq0 bench.ProgStat
 			if ab {
 				if st0, err = progs.Read(); err != nil {
+					return phaseStat{}, err
+				}
+				if sq0, err = sirq.Read(); err != nil {
 					return phaseStat{}, err
 				}
 			}
 			s, err := measure(o.Phase, &row)
 			if err != nil || !ab {
+				return s, err
+			}
+			sq1, err := sirq.Read()
+			if err != nil {
 				return s, err
 			}
 			st1, err := progs.Read()
@@ -241,6 +257,8 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 			if side == bench.SideA {
 				k = 0
 			}
+			row.softirqd[k] = row.softirqd[k].Add(sq1.Sub(sq0))
+			row.softRTs[k] += s.n
 			for name, v := range st1 {
 				row.hooks[k][name] = row.hooks[k][name].Add(v.Sub(st0[name]))
 			}
