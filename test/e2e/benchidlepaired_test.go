@@ -27,7 +27,10 @@ import (
 // second run is interrupted once it holds the links, in its first row: it
 // too must leave the links as they were. Then the same with --pair
 // idle-narrow (the node-wide hooks refused): neither the read tracepoint
-// nor a splice-guard program may run.
+// nor a splice-guard program may run. Last --pair idle-narrow
+// --switch-links close_reset: only the close reset's links are switched,
+// so it runs in B only, while cgroup egress, attached on both sides, runs
+// in A too.
 // Nothing is left behind. No timing is asserted.
 func TestBenchBypassIdlePaired(t *testing.T) {
 	args := idlePairedRun(t, "idle")
@@ -38,16 +41,20 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 	// the node-wide hooks refused, so none may be among the hooks.
 	idlePairedRun(t, "idle-narrow")
 	assertClean(t, "bbp", "")
+	idlePairedRun(t, "idle-narrow", "--switch-links", "close_reset")
+	assertClean(t, "bbp", "")
 	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
 		t.Errorf("pins left behind: %s", strings.Join(left, " "))
 	}
 }
 
-// idlePairedRun runs the smallest paired run of --pair pair, checks its
+// idlePairedRun runs the smallest paired run of --pair pair (and extra
+// options: with --switch-links, only the close reset's links), checks its
 // report, and returns its arguments.
-func idlePairedRun(t *testing.T, pair string) []string {
+func idlePairedRun(t *testing.T, pair string, extra ...string) []string {
 	t.Helper()
-	args := []string{"bench", "bypass", "--pairs", "20", "--phase", "10ms", "--modes", "host-gw", "--pair", pair, "--paths", "same-node"}
+	args := append([]string{"bench", "bypass", "--pairs", "20", "--phase", "10ms", "--modes", "host-gw", "--pair", pair, "--paths", "same-node"}, extra...)
+	subset := len(extra) > 0
 	var stdout, stderr bytes.Buffer
 	cmd := sysexec.Command(context.Background(), labBin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -69,7 +76,10 @@ func idlePairedRun(t *testing.T, pair string) []string {
 	hooks := hook.FindAllStringSubmatch(out, -1)
 	ran, progs := map[string]float64{}, map[string]bool{}
 	for _, h := range hooks {
-		if h[5] != "0.00" {
+		switch {
+		case subset && h[4] == "ez_sc_egress" && h[5] == "0.00":
+			t.Errorf("--switch-links close_reset: cgroup egress, attached on both sides, did not run in A: %q", h[0])
+		case (!subset || h[4] == "ez_sc_close_reset") && h[5] != "0.00":
 			t.Errorf("%s ran with the links detached: %q", h[4], h[0])
 		}
 		v, _ := strconv.ParseFloat(h[6], 64)
@@ -89,6 +99,21 @@ func idlePairedRun(t *testing.T, pair string) []string {
 	}
 	if !strings.Contains(out, "the agents' links are as they were") {
 		t.Errorf("no word that the links are as they were:\n%s", out)
+	}
+	if n := regexp.MustCompile(`(?m)^\| same-node +\| +`+metric+` \| +[0-9.]+ \| +[0-9.]+ \| +[0-9.]+ \| +[0-9.]+ \|$`).FindAllString(out, -1); len(n) != 2 {
+		t.Errorf("%d rows of the softirq threads, want 2:\n%s", len(n), out)
+	}
+	if subset {
+		sw := regexp.MustCompile(`(?m)^  switched \(--switch-links close_reset\): (\S+)$`).FindAllStringSubmatch(out, -1)
+		if len(sw) == 0 || !progs["ez_sc_close_reset"] || !progs["ez_sc_egress"] {
+			t.Errorf("--switch-links close_reset: switched %q, hooks %v:\n%s", sw, progs, out)
+		}
+		for _, l := range sw {
+			if !strings.Contains(l[1], "ez_sc_close_reset_") {
+				t.Errorf("--switch-links close_reset switched %s", l[1])
+			}
+		}
+		return args
 	}
 	// (With --pair idle it runs only where fexit is refused, as here.)
 	if pair == "idle-narrow" && (progs["ez_sc_recv"] || progs["ez_sc_splice_tp"] || progs["ez_sc_sendfile_tp"] || progs["ez_sc_splice"] ||

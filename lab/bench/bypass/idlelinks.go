@@ -49,6 +49,9 @@ type nodeLinks struct {
 	root  string // the agent's --pin-path
 	dir   string // the datapath's pins (datapath.Config.Dir)
 	links []*heldLink
+	// kept: the programs of the links not held (--switch-links), attached
+	// on both sides.
+	kept []ebpf.ProgramID
 	// before: the links as the agent left them (linkState).
 	before map[string]string
 	// nsByCookie: the lab's network namespaces by cookie (a tcx link's
@@ -92,6 +95,17 @@ func takeOver(n *multinode.Node, pinRoot string, namespaces []string, only *rege
 			return nil, err
 		}
 		if only != nil && !only.MatchString(h.name) {
+			// Not held, but its program is timed too (it runs in A and B).
+			l, err := link.LoadPinnedLink(h.pin, nil)
+			if err != nil {
+				return nil, fmt.Errorf("open pinned link %s: %w", h.pin, err)
+			}
+			info, err := l.Info()
+			l.Close()
+			if err != nil {
+				return nil, fmt.Errorf("link info of %s: %w", h.pin, err)
+			}
+			nl.kept = append(nl.kept, info.Program)
 			continue
 		}
 		nl.links = append(nl.links, h)
@@ -303,9 +317,14 @@ func (nl *nodeLinks) release() {
 	}
 }
 
-// programs are the IDs of the links' programs, each once.
+// programs are the IDs of the links' programs (held or kept), each once.
 func (nl *nodeLinks) programs() []ebpf.ProgramID {
 	var ids []ebpf.ProgramID
+	for _, id := range nl.kept {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
 	for _, h := range nl.links {
 		info, err := h.prog.Info()
 		if err != nil {

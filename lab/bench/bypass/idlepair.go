@@ -392,7 +392,7 @@ func reportIdlePaired(w io.Writer, o Options, rows map[multinode.Mode][]idleRow)
 		}
 		var b strings.Builder
 		bench.WriteTable(&b, []string{"path", "metric", "no agent", "agent idle", "agent idle vs no agent", "A/A", "judged", fmt.Sprintf("at most %+.0f%%", idleTarget)}, out)
-		fmt.Fprintf(&b, "\nPer hook (BPF run-time statistics, on only in %d more quads per row, not in the A/B's: both nodes' programs in the A/B phases; every run passes: nothing is selected; node-wide hooks (tracepoints) run once per agent, and this lab's two nodes share one kernel; all programs: ns per client packet, and the change the row measured in ns per round trip):\n", hookQuads)
+		fmt.Fprintf(&b, "\nPer hook (BPF run-time statistics, on only in %d more quads per row, not in the A/B's: both nodes' programs in the A/B phases; every run passes: nothing is selected; node-wide hooks (tracepoints) run once per agent, and this lab's two nodes share one kernel; all programs: their time per round trip attached minus detached, per client packet, and the change the row measured in ns per round trip):\n", hookQuads)
 		bench.WriteTable(&b, []string{"path", "metric", "program", "runs per round trip, detached", "runs per round trip, attached", "ns per run", "ns per round trip"}, hooks)
 		fmt.Fprintf(&b, "\nThe softirq threads (ksoftirqd/N: receive work a CPU left unfinished, because a task needed the CPU or 2 ms passed, costs a wake-up and a context switch), in every A/B phase:\n")
 		bench.WriteTable(&b, []string{"path", "metric", "timeslices per 1000 round trips, detached", "attached", "CPU ns per round trip, detached", "attached"}, softirqdRows(rows[mode]))
@@ -418,15 +418,16 @@ func softirqdRows(rs []idleRow) [][]string {
 func idleHookRows(r idleRow) [][]string {
 	var out [][]string
 	rts := float64(max(r.rts[1], 1))
-	var total time.Duration
+	// What the programs add: attached minus detached (a program of a link
+	// --switch-links keeps runs on both sides).
+	var perRT float64
 	for _, name := range slices.Sorted(maps.Keys(r.hooks[1])) {
 		h := r.hooks[1][name]
-		total += h.Runtime
+		perRT += float64(h.Runtime.Nanoseconds())/rts - float64(r.hooks[0][name].Runtime.Nanoseconds())/float64(max(r.rts[0], 1))
 		out = append(out, []string{r.path, r.metric, name, strconv.FormatFloat(float64(r.hooks[0][name].Runs)/float64(max(r.rts[0], 1)), 'f', 2, 64),
 			strconv.FormatFloat(float64(h.Runs)/rts, 'f', 2, 64), strconv.FormatFloat(h.NsPerRun(), 'f', 0, 64),
 			strconv.FormatFloat(float64(h.Runtime.Nanoseconds())/rts, 'f', 0, 64)})
 	}
-	perRT := float64(total.Nanoseconds()) / rts
 	measured := r.ab.Median / 100 * r.kernelUs * 1e3
 	cell := fmt.Sprintf("%.0f (%.0f per packet, %.1f packets per round trip; measured %+.0f)", perRT, perRT/max(r.pktsPerRT, 1e-9), r.pktsPerRT, measured)
 	if r.metric == tcpStream.String() {
