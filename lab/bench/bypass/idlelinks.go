@@ -96,14 +96,9 @@ func takeOver(n *multinode.Node, pinRoot string, namespaces []string, only *rege
 		}
 		if only != nil && !only.MatchString(h.name) {
 			// Not held, but its program is timed too (it runs in A and B).
-			l, err := link.LoadPinnedLink(h.pin, nil)
+			info, err := pinnedLinkInfo(h.pin)
 			if err != nil {
-				return nil, fmt.Errorf("open pinned link %s: %w", h.pin, err)
-			}
-			info, err := l.Info()
-			l.Close()
-			if err != nil {
-				return nil, fmt.Errorf("link info of %s: %w", h.pin, err)
+				return nil, err
 			}
 			nl.kept = append(nl.kept, info.Program)
 			continue
@@ -358,14 +353,9 @@ func linkState(pinRoot string, netnsOf func(rel string) (string, error)) (map[st
 	}
 	out := map[string]string{}
 	for _, p := range pinned {
-		l, err := link.LoadPinnedLink(filepath.Join(dir, p.Pin), nil)
+		info, err := pinnedLinkInfo(filepath.Join(dir, p.Pin))
 		if err != nil {
-			return nil, fmt.Errorf("open pinned link %s: %w", p.Pin, err)
-		}
-		info, err := l.Info()
-		l.Close()
-		if err != nil {
-			return nil, fmt.Errorf("link info of %s: %w", p.Pin, err)
+			return nil, err
 		}
 		s := fmt.Sprintf("type %v, program %d", info.Type, info.Program)
 		switch {
@@ -402,6 +392,20 @@ func linkState(pinRoot string, netnsOf func(rel string) (string, error)) (map[st
 		out[p.Pin] = s
 	}
 	return out, nil
+}
+
+// pinnedLinkInfo is the info of the link pinned at pin.
+func pinnedLinkInfo(pin string) (*link.Info, error) {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		return nil, fmt.Errorf("link info of %s: %w", pin, err)
+	}
+	return info, nil
 }
 
 // sameLinks fails unless before and after describe the same links.
