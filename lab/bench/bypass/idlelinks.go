@@ -36,7 +36,7 @@ import (
 // heldLink is one pinned link of an agent.
 type heldLink struct {
 	pin    string
-	name   string  // the pin with a tcx link's namespace and device named (linkName)
+	name   string  // with --switch-links: the pin with a tcx link's namespace and device named (linkName)
 	id     link.ID // the agent's (the order it attached its links in)
 	prog   *ebpf.Program
 	attach func(*ebpf.Program) (link.Link, error)
@@ -91,8 +91,10 @@ func takeOver(n *multinode.Node, pinRoot string, namespaces []string, only *rege
 			return nil, err
 		}
 		h := &heldLink{pin: filepath.Join(nl.dir, p.Pin)}
-		if h.name, err = linkName(p.Pin, ns); err != nil {
-			return nil, err
+		if only != nil {
+			if h.name, err = linkName(p.Pin, ns); err != nil {
+				return nil, err
+			}
 		}
 		if only != nil && !only.MatchString(h.name) {
 			// Not held, but its program is timed too (it runs in A and B).

@@ -69,11 +69,13 @@ func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "eztunnel bench bypass --pairs %d --pair %s --phase %s: %d mode(s); client on CPU %s (the measuring thread), servers on CPU %s; IPv6 %v; B: %s\n",
 		o.Pairs, o.Pair, o.Phase, len(o.Modes), cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6, dp)
+	var only *regexp.Regexp // --switch-links: the links switched; nil: all
 	if o.SwitchLinks != "" {
+		var err error
+		if only, err = regexp.Compile(o.SwitchLinks); err != nil {
+			return fmt.Errorf("bench bypass --switch-links: %w", err)
+		}
 		fmt.Fprintf(w, "--switch-links %s: A detaches only the links that match; the others stay attached on both sides\n", o.SwitchLinks)
-	}
-	if _, err := regexp.Compile(o.SwitchLinks); err != nil {
-		return fmt.Errorf("bench bypass --switch-links: %w", err)
 	}
 	for _, p := range o.Paths {
 		if !slices.Contains(paths, p) {
@@ -90,7 +92,7 @@ func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 			if err := a.stopProcs(); err != nil {
 				return errors.Join(err, a.uninstall())
 			}
-			r, err := runIdlePaired(ctx, o, b, a, w)
+			r, err := runIdlePaired(ctx, o, b, a, only, w)
 			rows[mode] = r
 			return errors.Join(err, a.uninstall())
 		})
@@ -131,10 +133,10 @@ func (s *switcher) flip(paused bool) error {
 	return nil
 }
 
-// runIdlePaired takes over the stopped agents' links and measures the
-// paired rows of one mode; the links are as the agents left them at the
-// end, also on failure.
-func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, w io.Writer) (rows []idleRow, err error) {
+// runIdlePaired takes over the stopped agents' links (only those matching
+// only, when set) and measures the paired rows of one mode; the links are
+// as the agents left them at the end, also on failure.
+func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, only *regexp.Regexp, w io.Writer) (rows []idleRow, err error) {
 	sw := &switcher{attached: true}
 	defer func() {
 		var rerr error
@@ -146,12 +148,6 @@ func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, w io.
 		}
 		err = errors.Join(err, rerr)
 	}()
-	var only *regexp.Regexp
-	if o.SwitchLinks != "" {
-		if only, err = regexp.Compile(o.SwitchLinks); err != nil {
-			return nil, fmt.Errorf("--switch-links: %w", err)
-		}
-	}
 	var ids []ebpf.ProgramID
 	namespaces := []string{b.n1.NetNS, b.n2.NetNS}
 	for _, n := range []*multinode.Node{b.n1, b.n2} {
