@@ -114,7 +114,10 @@ func sockopsProgramID(t *testing.T, pin string) ebpf.ProgramID {
 // a busy host may not allow within the transfer. The client reads while it
 // writes (--duplex): a pipelined client would leave the whole downstream
 // unread in its psock (bulkUnread allows 1 GiB), and the node's TCP memory
-// limit (tcp_mem) then fails writes with ENOMEM.
+// limit (tcp_mem) then fails writes with ENOMEM. The client holds the
+// second half of its upstream until during() has returned (--pause,
+// --resume-file), so bytes are still to be redirected after it on a host
+// of any speed.
 func (e *env) transferDuring(pin string, during func()) {
 	t := e.t
 	t.Helper()
@@ -123,7 +126,12 @@ func (e *env) transferDuring(pin string, during func()) {
 	before := c0["bytes_redirected"]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := a.Cmd(ctx, labBin, streamCase{conns: 1, parallel: 1, up: 1 << 30, down: 1 << 30, chunk: 256 << 10, handshake: true, duplex: true}.args(hostport(b.IPv4, 7000), 9)...)
+	// The client pauses halfway through its upstream until resume exists,
+	// made only after the event: the last 512 MiB go after it whatever
+	// the host's speed (a fast host could finish all 2 GiB during it).
+	resume := filepath.Join(t.TempDir(), "resume")
+	args := streamCase{conns: 1, parallel: 1, up: 1 << 30, down: 1 << 30, chunk: 256 << 10, handshake: true, duplex: true}.args(hostport(b.IPv4, 7000), 9)
+	cmd := a.Cmd(ctx, labBin, append(args, "--pause", "4m", "--resume-file", resume)...)
 	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := a.Start(cmd); err != nil {
@@ -137,6 +145,9 @@ func (e *env) transferDuring(pin string, during func()) {
 	}
 	during()
 	mid := pinnedCounters(t, pin)["bytes_redirected"]
+	if err := os.WriteFile(resume, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("transfer: %v\n%s", err, out.String())
 	}
