@@ -744,6 +744,15 @@ func checkDropEstablished(t *testing.T, bp *bypass.Bypass, n *multinode.Node, sr
 	if err := filter.AddPort(netlink.ConntrackOrigSrcPort, local.Port()); err != nil {
 		t.Fatal(err)
 	}
+	// And its destination: an earlier flow from the same address and port
+	// to another peer may still have an entry (CI saw 2 deleted once).
+	remote := netip.MustParseAddrPort(c.RemoteAddr().String())
+	if err := filter.AddIP(netlink.ConntrackOrigDstIP, remote.Addr().AsSlice()); err != nil {
+		t.Fatal(err)
+	}
+	if err := filter.AddPort(netlink.ConntrackOrigDstPort, remote.Port()); err != nil {
+		t.Fatal(err)
+	}
 	if k, err := h.ConntrackDeleteFilters(netlink.ConntrackTable, fam, filter); err != nil || k != 1 {
 		t.Fatalf("%s: deleted %d conntrack entries (%v), want 1", what, k, err)
 	}
