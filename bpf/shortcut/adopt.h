@@ -43,6 +43,7 @@
 #include "shortcut/select.h"
 #include "shortcut/unread.h"
 #include "shortcut/index.h"
+#include "shortcut/coverage.h"
 
 #define EZ_ADOPT_TCP_ESTABLISHED 1
 #define EZ_ADOPT_TCP_LISTEN 10
@@ -285,6 +286,10 @@ static __always_inline void adopt_confirm(struct tcp_sock *tp, struct ez_adopt *
 	}
 	if (!key_selected(&a->key) || !scope_selected_tp(tp, &scope)) {
 		adopt_abort(a, EZ_A_SKIP_EXCLUDED);
+		return;
+	}
+	if (!coverage_gate_sk(sk)) {
+		adopt_abort(a, EZ_A_SKIP_UNCOVERED);
 		return;
 	}
 	busy = adopt_busy(tp);

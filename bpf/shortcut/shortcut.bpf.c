@@ -275,6 +275,11 @@ volatile __u32 ez_adopt_finish = 0;
  * variable, not pinned): until then nothing is counted or asked. */
 volatile __u32 ez_netns_coverage = 0;
 
+/* Set by the agent right after load with --close-reset-devices=covered,
+ * where the close reset runs: a socket enrols only in a covered namespace
+ * (shortcut/coverage.h coverage_gate; not pinned, so each load sets it). */
+volatile __u32 ez_covered_only = 0;
+
 /* Helpers (headers): they use the maps above. */
 #include "shortcut/control.h"
 #include "shortcut/index.h"

@@ -339,6 +339,7 @@ enum ez_adopt_counter {
 	EZ_A_SKIP_AMBIGUOUS,	/* two candidates for one end, or neither end is a listener's (agent) */
 	EZ_A_SKIP_UNSUPPORTED,	/* another sockmap/ULP user, repair, MD5, closing, or a failed insert */
 	EZ_A_LATE_STACK,	/* adopted connections switched to the kernel path: a send that raced the insert took the stack */
+	EZ_A_SKIP_UNCOVERED,	/* an end's network namespace does not carry the RST on close yet (ez_covered_only) */
 	EZ_A_MAX,
 };
 
@@ -397,6 +398,7 @@ enum ez_counter {
 	EZ_C_SPLICE_STRANDED,		/* splices of a socket that held redirected bytes unread (only recvmsg reads them) */
 	EZ_C_FB_EVICTED,		/* a pairing record evicted (LRU) or reused while its handshake was in flight */
 	EZ_C_RX_REGATED,		/* directions back on the kernel path under node TCP memory pressure (skmsg.h tx_mem_pressure) */
+	EZ_C_FB_UNCOVERED,		/* an end's network namespace did not carry the RST on close yet (ez_covered_only, coverage.h) */
 	EZ_C_MAX,
 };
 

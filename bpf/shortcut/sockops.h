@@ -157,6 +157,8 @@ static __always_inline void on_client_established(struct bpf_sock_ops *skops)
 		count(EZ_C_FB_EXCLUDED);
 		return;
 	}
+	if (!coverage_gate(skops))
+		return;
 	if (!p) {
 		count(EZ_C_FB_NO_LOCAL_PEER);
 		return;
@@ -272,6 +274,8 @@ static __always_inline void on_server_established(struct bpf_sock_ops *skops)
 		count(EZ_C_FB_EXCLUDED); /* a selected client, a server outside the scope */
 		goto decide_kernel;
 	}
+	if (!coverage_gate(skops))
+		goto decide_kernel;
 	if (skops->bytes_received) {
 		count(EZ_C_FB_SYN_DATA);
 		goto decide_kernel;

@@ -35,6 +35,7 @@ type runConfig struct {
 	adoptIvl  time.Duration
 	cfg       agent.Config // the families' options (Datapath.Families, Services)
 	dryRun    bool
+	resetDevs string // --close-reset-devices
 }
 
 func runCmd() *cobra.Command {
@@ -58,6 +59,7 @@ func runCmd() *cobra.Command {
 	f.StringVar(&rc.readyFile, "ready-file", "", "file created once everything is attached (for scripts and tests)")
 	f.DurationVar(&rc.pairAge, "pair-max-age", 60*time.Second, "age after which unclaimed or ambiguous pairing records are removed")
 	rc.selection.register(f)
+	f.StringVar(&rc.resetDevs, "close-reset-devices", "all", "devices that carry the RST on close (the tc program that turns an accelerated socket's FIN into the RST plain TCP sends): all (the node's loopback, bridges and every pod's veth, and the loopbacks of the managed pods) or covered (only those of the network namespaces where processes of the managed cgroups live, in Kubernetes mode of the selected pods: other pods' packets meet no eztunnel tc program; a socket enrols only once its namespace is covered, so a new pod's first connections, until the agent has attached there within about 100 ms, stay on the kernel path, counted as fallback uncovered)")
 	f.StringVar(&rc.metrics, "metrics-addr", "", "serve Prometheus metrics on this host:port at /metrics (default off)")
 	f.StringVar(&rc.health, "health-addr", "", "serve /healthz and /readyz on this host:port (default off)")
 	f.BoolVar(&rc.takeover, "takeover", false, "if another agent runs, ask it to hand over (it stands by until stopped) instead of refusing")
@@ -79,6 +81,13 @@ func run(ctx context.Context, flags *pflag.FlagSet, rc runConfig) error {
 		return err
 	}
 	rc.cfg.Datapath.Select = sel
+	switch rc.resetDevs {
+	case "all":
+	case "covered":
+		rc.cfg.Datapath.CoveredOnly = true
+	default:
+		return fmt.Errorf("--close-reset-devices %q: want all or covered", rc.resetDevs)
+	}
 	for _, o := range rc.cfg.FamilyOptions() {
 		if err := o.Parse(flags); err != nil {
 			return err

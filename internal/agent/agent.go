@@ -367,7 +367,14 @@ func (a *agent) converge(ctx context.Context) error {
 	if a.bb != nil {
 		a.bb.SetReporter(bypassReporter(a.rep, a.cfg.Datapath.Layout().Report()))
 	}
-	stopPods, err := watchPods(ctx, a.dp, a.cfg.Cgroups, a.bb)
+	// The namespaces whose devices carry the RST on close: those of the
+	// managed cgroups' processes, or with --close-reset-devices=covered in
+	// Kubernetes mode, of the selected pods' (each selection rescans).
+	cover := func() []string { return a.cfg.Cgroups }
+	if a.pods != nil && a.dp.CoveredOnly() {
+		cover = a.pods.cgroupPaths
+	}
+	stopPods, rescan, err := watchPods(ctx, a.dp, cover, a.bb)
 	if err != nil {
 		if a.bb != nil {
 			err = fmt.Errorf("--bypass: %w", err)
@@ -375,6 +382,12 @@ func (a *agent) converge(ctx context.Context) error {
 		return err
 	}
 	a.stopPods = a.parts.addFunc(stopPods)
+	if a.pods != nil && a.dp.CoveredOnly() {
+		a.pods.applied = rescan
+	}
+	if a.cfg.Datapath.CoveredOnly && !a.dp.CoveredOnly() {
+		slog.Warn("--close-reset-devices=covered is off: the close reset does not run here, so no device carries it and sockets enrol without waiting for it (see the close-reset part)")
+	}
 	if a.bb != nil {
 		a.bb.Prune() // what an earlier agent pinned and the first convergence did not want
 		a.bb.LogAttached()

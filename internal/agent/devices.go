@@ -50,13 +50,14 @@ func loopbackScan() time.Duration {
 // about a tenth of a CPU on it.
 type loopbacks struct {
 	dp      loopbackSyncer
-	cgroups []string
+	cgroups func() []string // whose processes' namespaces are covered
 	every   time.Duration
 	last    time.Time       // the last full scan
 	failed  map[uint64]bool // asked for since the last full scan
 	ended   time.Time       // the end of the last scan
 	took    time.Duration   // how long it took
 	warned  bool
+	rescan  bool             // a full scan is due (the cgroups changed), within the pace of asked scans
 	now     func() time.Time // time.Now; tests set their own clock
 }
 
@@ -70,7 +71,8 @@ type loopbackSyncer interface {
 // for that are not in failed.
 func (l *loopbacks) tick() {
 	var asked []uint64
-	if l.now().Sub(l.last) >= l.every {
+	if l.now().Sub(l.last) >= l.every || (l.rescan && l.now().Sub(l.ended) >= 9*l.took) {
+		l.rescan = false
 		l.last = l.now()
 		clear(l.failed)
 	} else {
@@ -94,7 +96,7 @@ func (l *loopbacks) tick() {
 		l.failed[c] = true // covered now, or not to be scanned for again before the next full scan
 	}
 	start := l.now()
-	denied, err := l.dp.SyncLoopbacks(l.cgroups)
+	denied, err := l.dp.SyncLoopbacks(l.cgroups())
 	l.ended = l.now()
 	l.took = l.ended.Sub(start)
 	if err != nil {
@@ -109,11 +111,13 @@ func (l *loopbacks) tick() {
 // watchPods keeps what follows the node's pods converged with one podnet
 // watch until the returned stop is called: the RST-on-close device links
 // (the loopback device and the pods' veths of the agent's network
-// namespace, then the pods' own loopbacks) and, with --bypass (bb not nil),
-// the bypass's veths, uplinks and endpoints. stop waits for a sync in
-// progress, so the datapath may be closed after it; the bypass is closed on
-// its own (bb.Close), after which its Apply does nothing.
-func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb *bypass.Node) (stop func(), err error) {
+// namespace, then the pods' own loopbacks, of the namespaces where the
+// processes of cover's cgroups live) and, with --bypass (bb not nil), the
+// bypass's veths, uplinks and endpoints. stop waits for a sync in progress,
+// so the datapath may be closed after it; the bypass is closed on its own
+// (bb.Close), after which its Apply does nothing. rescan makes the next
+// poll a full scan (what cover returns changed).
+func watchPods(ctx context.Context, dp *datapath.Datapath, cover func() []string, bb *bypass.Node) (stop, rescan func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	stopped := false
@@ -133,11 +137,11 @@ func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb 
 	})
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("discover the pods' devices: %w", err)
+		return nil, nil, fmt.Errorf("discover the pods' devices: %w", err)
 	}
 	// The pods' own loopback devices: their namespaces come from the
 	// managed cgroups' processes (netlink does not announce them).
-	lb := &loopbacks{dp: dp, cgroups: cgroups, every: loopbackScan(), last: time.Now(), failed: map[uint64]bool{}, now: time.Now}
+	lb := &loopbacks{dp: dp, cgroups: cover, every: loopbackScan(), last: time.Now(), failed: map[uint64]bool{}, now: time.Now}
 	go func() {
 		t := time.NewTicker(coveragePoll)
 		defer t.Stop()
@@ -154,10 +158,16 @@ func watchPods(ctx context.Context, dp *datapath.Datapath, cgroups []string, bb 
 			mu.Unlock()
 		}
 	}()
-	return func() {
+	stop = func() {
 		cancel()
 		mu.Lock()
 		stopped = true
 		mu.Unlock()
-	}, nil
+	}
+	rescan = func() {
+		mu.Lock()
+		lb.rescan = true
+		mu.Unlock()
+	}
+	return stop, rescan, nil
 }

@@ -29,11 +29,12 @@ func (f *fakeSyncer) SyncLoopbacks([]string) (int, error) {
 // TestLoopbacksTick: a namespace asked for gets a scan at once; asked again
 // (the scan did not cover it) it waits for the next full scan; a new one
 // waits until nine times the last scan's duration have passed; the full
-// scan runs when due and forgets what failed.
+// scan runs when due and forgets what failed, and so does a rescan (a new
+// selection), at the pace of asked scans.
 func TestLoopbacksTick(t *testing.T) {
 	clock := time.Unix(1000, 0)
 	f := &fakeSyncer{took: time.Millisecond, clock: &clock}
-	l := &loopbacks{dp: f, every: time.Hour, last: clock, failed: map[uint64]bool{}, now: func() time.Time { return clock }}
+	l := &loopbacks{dp: f, cgroups: func() []string { return nil }, every: time.Hour, last: clock, failed: map[uint64]bool{}, now: func() time.Time { return clock }}
 	step := func(d time.Duration, wanted ...uint64) {
 		clock = clock.Add(d)
 		f.wanted = wanted
@@ -68,4 +69,13 @@ func TestLoopbacksTick(t *testing.T) {
 	}
 	step(time.Second, 7)
 	check("7 asked for after the full scan", 5)
+	// A new selection (rescan): a full scan, at the pace of asked ones.
+	l.rescan = true
+	step(coveragePoll)
+	check("rescan within nine times the last scan", 5)
+	step(coveragePoll)
+	check("rescan after nine times the last scan", 6)
+	if len(l.failed) != 0 || l.rescan {
+		t.Errorf("after the rescan: failed %v, rescan %v; want none, false", l.failed, l.rescan)
+	}
 }

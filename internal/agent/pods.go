@@ -34,6 +34,20 @@ type podScope struct {
 
 	mu   sync.Mutex
 	pods []metrics.Pod // last applied selection, for the per-pod metrics
+	// applied is called after each selection applied (nil: nothing is);
+	// set before start.
+	applied func()
+}
+
+// cgroupPaths are the cgroups of the last applied selection.
+func (p *podScope) cgroupPaths() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.pods))
+	for _, pod := range p.pods {
+		out = append(out, pod.CgroupPath)
+	}
+	return out
 }
 
 // check validates kc without the cluster or the node.
@@ -110,6 +124,9 @@ func (p *podScope) start(ctx context.Context, dp *datapath.Datapath) (kubeEvents
 		p.mu.Unlock()
 		if added+removed > 0 {
 			slog.Info("pod selection applied", "selected", len(ids), "added", added, "removed", removed)
+		}
+		if p.applied != nil {
+			p.applied() // also when unchanged: a restarted agent covers the selection at once
 		}
 		return nil
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 	"github.com/eztunnel/eztunnel/internal/nodelayout"
 	"github.com/eztunnel/eztunnel/internal/parts"
+	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
 // Schema and DefaultPinRoot: internal/nodelayout.
@@ -108,6 +109,12 @@ type Datapath struct {
 	sc       *shortcut.Shortcut // families[0]
 	off      map[string]error   // wanted families the kernel refused: why
 	removed  map[string]int     // families an earlier agent pinned, removed: their links
+	// The close reset's devices (devices.go): the pods' devices SyncDevices
+	// was last told, and with --close-reset-devices=covered the coverage
+	// SyncLoopbacks last found (or Install).
+	pods     podnet.State
+	havePods bool
+	cov      *coverage
 }
 
 // Close releases this process's handles of every family, in reverse

@@ -1,9 +1,11 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 
 	"github.com/vishvananda/netlink"
@@ -25,44 +27,124 @@ import (
 // from port to port (br_forward) and never passes the bridge device's
 // egress, so pod-to-pod traffic meets the program once, at the sender's
 // veth, instead of at both veths.
-func closeResetDevices(st podnet.State) ([]shortcut.Device, error) {
+//
+// With cov (--close-reset-devices=covered) only the devices a covered
+// namespace's packets leave it by: loopback and bridges when this
+// namespace is covered, a pod's veth when its namespace is. Coverage is
+// kept while the device lives (pinned): a socket enrolled while its
+// namespace was covered keeps its RST on close after the namespace's
+// processes left the cgroups, or its pod was deselected.
+func closeResetDevices(st podnet.State, cov *coverage) ([]shortcut.Device, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
 	bridges := st.Bridges()
+	self := cov == nil || cov.self || cov.pinned(loopbackIfindex, false)
 	var devs []shortcut.Device
 	for _, l := range links {
 		a := l.Attrs()
-		if a.Flags&net.FlagLoopback != 0 || bridges[a.Index] {
+		if self && (a.Flags&net.FlagLoopback != 0 || bridges[a.Index]) {
 			devs = append(devs, shortcut.Device{Ifindex: a.Index, Name: a.Name, Egress: true})
 		}
 	}
 	for _, p := range st.Ports {
-		devs = append(devs, shortcut.Device{Ifindex: p.Ifindex, Name: p.Name, Ingress: true})
+		if cov == nil || cov.nsids[p.NetNsID] || cov.pinned(p.Ifindex, true) {
+			devs = append(devs, shortcut.Device{Ifindex: p.Ifindex, Name: p.Name, Ingress: true})
+		}
 	}
 	slices.SortFunc(devs, func(a, b shortcut.Device) int { return a.Ifindex - b.Ifindex })
 	return devs, nil
 }
 
-// scanDevices is closeResetDevices of a fresh podnet scan.
-func scanDevices() ([]shortcut.Device, error) {
-	h, err := rtnl.Route()
-	if err != nil {
-		return nil, fmt.Errorf("netlink: %w", err)
-	}
-	defer h.Close()
-	st, err := podnet.Scan(h)
+// loopbackIfindex is the loopback device's ifindex in every network
+// namespace (LOOPBACK_IFINDEX, net/core/dev.c).
+const loopbackIfindex = 1
+
+// coverage is what --close-reset-devices=covered attaches the close reset
+// for (closeResetDevices): the namespaces that processes of the coverage
+// cgroups live in (plain mode: the managed cgroups; Kubernetes mode: the
+// selected pods'), this one (self) and the pods' by the id this namespace
+// has for them (podnet.Port.NetNsID).
+type coverage struct {
+	self   bool
+	nsids  map[int]bool
+	pinned func(ifindex int, ingress bool) bool // the close reset is pinned there already
+}
+
+// coverageOf is the coverage of the namespaces found (podnet.CgroupNetNamespaces).
+func coverageOf(sc *shortcut.Shortcut, ns podnet.Namespaces) (*coverage, error) {
+	cookie, err := bpfsys.NetNSCookie("")
 	if err != nil {
 		return nil, err
 	}
-	return closeResetDevices(st)
+	cov := &coverage{self: ns.Self, nsids: map[int]bool{}, pinned: func(ifindex int, ingress bool) bool {
+		return sc.PinnedDevice(cookie, ifindex, ingress)
+	}}
+	for _, p := range ns.Others {
+		id, err := podnet.NetNsID(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // its process exited
+		}
+		if err != nil {
+			return nil, err
+		}
+		if id >= 0 {
+			cov.nsids[id] = true
+		}
+	}
+	return cov, nil
+}
+
+// resetPlan is what the close reset converges to for the processes of
+// cgroups: the namespaces whose loopback it attaches to (nsfs paths, this
+// one first) and, from st, this namespace's devices (closeResetDevices).
+func resetPlan(sc *shortcut.Shortcut, st podnet.State, cgroups []string) (p plan, err error) {
+	ns, err := podnet.CgroupNetNamespaces(cgroups)
+	if err != nil {
+		return p, err
+	}
+	if sc.CoveredOnly() {
+		if p.cov, err = coverageOf(sc, ns); err != nil {
+			return p, err
+		}
+	}
+	p.devs, err = closeResetDevices(st, p.cov)
+	p.nss, p.denied = append([]string{"/proc/self/ns/net"}, ns.Others...), ns.Denied
+	return p, err
+}
+
+// plan is resetPlan's result.
+type plan struct {
+	devs   []shortcut.Device
+	nss    []string  // nsfs paths, this namespace's first
+	cov    *coverage // nil: every device (not --close-reset-devices=covered)
+	denied int       // processes whose namespace the agent may not open
+}
+
+// scanState is a fresh podnet scan.
+func scanState() (podnet.State, error) {
+	h, err := rtnl.Route()
+	if err != nil {
+		return podnet.State{}, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	return podnet.Scan(h)
 }
 
 // SyncDevices converges the RST-on-close device links to the loopback device,
 // the pods' veths and their bridges of st (the agent's podnet watch), as one transaction.
 func (d *Datapath) SyncDevices(st podnet.State) error {
-	devs, err := closeResetDevices(st)
+	d.pods, d.havePods = st, true
+	if d.sc.CoveredOnly() && d.cov == nil {
+		// Before the first SyncLoopbacks: what Install covered is pinned.
+		cov, err := coverageOf(d.sc, podnet.Namespaces{})
+		if err != nil {
+			return err
+		}
+		d.cov = cov
+	}
+	devs, err := closeResetDevices(st, d.cov)
 	if err != nil {
 		return err
 	}
@@ -91,17 +173,30 @@ func (d *Datapath) CoverageWanted() ([]uint64, error) { return d.sc.CoverageWant
 // SyncLoopbacks attaches the RST on close to the loopback device of every
 // network namespace a process of the cgroups lives in (an application and
 // its sidecar talk over it), and detaches it from namespaces that went away,
-// as one transaction. denied counts processes whose namespace the agent may
-// not open (Kubernetes without hostPID).
+// as one transaction. With --close-reset-devices=covered the cgroups also
+// say which of this namespace's devices carry it (closeResetDevices), in the
+// same transaction, once SyncDevices has told the pods' devices. denied
+// counts processes whose namespace the agent may not open (Kubernetes
+// without hostPID).
 func (d *Datapath) SyncLoopbacks(cgroups []string) (denied int, err error) {
-	nss, denied, err := podnet.NetNamespaces(cgroups)
+	p, err := resetPlan(d.sc, d.pods, cgroups)
 	if err != nil {
-		return denied, err
+		return p.denied, err
 	}
-	var attached, pruned []string
+	denied = p.denied
+	if p.cov != nil {
+		d.cov = p.cov
+	}
+	syncDevs := d.sc.CoveredOnly() && d.havePods
+	var attached, pruned, devAttached, devPruned []string
 	err = bpfsys.RunTx(func(tx *bpfsys.Tx) (err error) {
+		if syncDevs {
+			if devAttached, devPruned, _, err = d.sc.SyncDevices(tx, p.devs); err != nil {
+				return err
+			}
+		}
 		var n int
-		attached, pruned, n, err = d.sc.SyncLoopbacks(tx, nss)
+		attached, pruned, n, err = d.sc.SyncLoopbacks(tx, p.nss)
 		denied += n
 		return err
 	})
@@ -114,5 +209,13 @@ func (d *Datapath) SyncLoopbacks(cgroups []string) (denied int, err error) {
 	if len(attached)+len(pruned) > 0 {
 		slog.Info("RST-on-close pod loopbacks converged", "attached", len(attached), "detached", len(pruned))
 	}
+	if len(devAttached)+len(devPruned) > 0 {
+		slog.Info("RST-on-close devices of the covered namespaces converged", "attached", len(devAttached), "detached", len(devPruned))
+	}
 	return denied, nil
 }
+
+// CoveredOnly tells whether sockets enrol only in network namespaces whose
+// devices carry the close reset (--close-reset-devices=covered, where the
+// close reset runs).
+func (d *Datapath) CoveredOnly() bool { return d.sc.CoveredOnly() }

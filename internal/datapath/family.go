@@ -10,7 +10,6 @@ import (
 	lb "github.com/eztunnel/eztunnel/internal/datapath/services"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
 	"github.com/eztunnel/eztunnel/internal/parts"
-	"github.com/eztunnel/eztunnel/internal/podnet"
 )
 
 // A Family is one loaded datapath family: its programs, loaded against its
@@ -202,17 +201,28 @@ func (f shortcutFamily) Install(tx *bpfsys.Tx, cgroups []string) error {
 	if err := f.Attach(tx, cgroups); err != nil {
 		return err
 	}
-	devs, err := scanDevices()
+	st, err := scanState()
 	if err != nil {
 		return fmt.Errorf("devices for the RST on close: %w", err)
 	}
-	if _, _, _, err := f.SyncDevices(tx, devs); err != nil {
+	p, err := resetPlan(f.Shortcut, st, f.coverCgroups(cgroups))
+	if err != nil {
+		return fmt.Errorf("devices and namespaces for the RST on close: %w", err)
+	}
+	if _, _, _, err := f.SyncDevices(tx, p.devs); err != nil {
 		return err
 	}
-	nss, _, err := podnet.NetNamespaces(cgroups)
-	if err != nil {
-		return fmt.Errorf("namespaces for the RST on close: %w", err)
-	}
-	_, _, _, err = f.SyncLoopbacks(tx, nss)
+	_, _, _, err = f.SyncLoopbacks(tx, p.nss)
 	return err
+}
+
+// coverCgroups are the cgroups whose processes' namespaces the install
+// covers: the managed ones, none with the cgroup filter and
+// --close-reset-devices=covered (Kubernetes mode: the selection, not known
+// yet, comes with the agent's SyncLoopbacks; what is pinned stays).
+func (f shortcutFamily) coverCgroups(cgroups []string) []string {
+	if f.CoveredOnly() && f.CgroupFilter() {
+		return nil
+	}
+	return cgroups
 }

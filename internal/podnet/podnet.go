@@ -42,6 +42,9 @@ type Port struct {
 	Name      string
 	Bridge    int // the bridge's ifindex
 	BridgeMAC net.HardwareAddr
+	// NetNsID is the id the agent's namespace has for the pod's namespace
+	// (the veth peer's IFLA_LINK_NETNSID): podnet.NetNsID of its nsfs path.
+	NetNsID int
 	// Control: another owner's qdisc, tc filter or tcx program on it that
 	// the bypass would skip (Controls; filled in by Watch's scans only).
 	Control Control
@@ -98,7 +101,7 @@ func Scan(h *netlink.Handle) (State, error) {
 		if _, veth := lk.(*netlink.Veth); !veth || !ok || a.NetNsID < 0 {
 			continue
 		}
-		st.Ports[a.Index] = Port{Ifindex: a.Index, Name: a.Name, Bridge: a.MasterIndex, BridgeMAC: mac}
+		st.Ports[a.Index] = Port{Ifindex: a.Index, Name: a.Name, Bridge: a.MasterIndex, BridgeMAC: mac, NetNsID: a.NetNsID}
 	}
 	if err := scanUplinks(h, links, bridges, &st); err != nil {
 		return st, err

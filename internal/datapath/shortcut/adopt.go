@@ -52,6 +52,7 @@ var adoptCounters = bpfsys.CounterSet[shortcutEzAdoptCounter]{Max: shortcutEzAdo
 	shortcutEzAdoptCounterEZ_A_SKIP_AMBIGUOUS:   "adopt_skipped_ambiguous",
 	shortcutEzAdoptCounterEZ_A_SKIP_UNSUPPORTED: "adopt_skipped_unsupported",
 	shortcutEzAdoptCounterEZ_A_LATE_STACK:       "adopt_late_stack",
+	shortcutEzAdoptCounterEZ_A_SKIP_UNCOVERED:   "adopt_skipped_uncovered",
 }}
 
 // AdoptCounterNames lists the adoption counters in enum order.

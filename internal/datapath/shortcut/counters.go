@@ -42,6 +42,7 @@ var counters = bpfsys.CounterSet[shortcutEzCounter]{Max: shortcutEzCounterEZ_C_M
 	shortcutEzCounterEZ_C_SPLICE_STRANDED:  "splice_stranded",
 	shortcutEzCounterEZ_C_FB_EVICTED:       "fallback_evicted",
 	shortcutEzCounterEZ_C_RX_REGATED:       "rx_regated",
+	shortcutEzCounterEZ_C_FB_UNCOVERED:     "fallback_uncovered",
 }}
 
 // CounterNames lists every counter name in enum order, then adoption's and

@@ -110,3 +110,24 @@ func (s *Shortcut) CoverageWanted() ([]uint64, error) {
 	}
 	return out, nil
 }
+
+// CoveredOnly tells whether sockets enrol only in covered namespaces:
+// Config.CoveredOnly where the close reset runs.
+func (s *Shortcut) CoveredOnly() bool { return s.coveredOnly }
+
+// CgroupFilter tells whether only the cgroups SetScope selected enrol (Config.CgroupFilter).
+func (s *Shortcut) CgroupFilter() bool { return s.cgroupFilter }
+
+// PinnedDevice tells whether the close reset is pinned on the device with
+// ifindex of the network namespace with cookie, in that direction (by this
+// agent or an earlier one).
+func (s *Shortcut) PinnedDevice(cookie uint64, ifindex int, ingress bool) bool {
+	dir := devAttaches[1]
+	if ingress {
+		dir = devAttaches[0]
+	}
+	if !bpfsys.UseTCX() {
+		return bpfsys.Exists(bpfsys.TCRecord(s.dir, cookie, resetFilter(Device{Ifindex: ifindex}, dir)))
+	}
+	return bpfsys.Exists(bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(cookie, 10), strconv.Itoa(ifindex), resetProg+"_"+dir.dir))
+}

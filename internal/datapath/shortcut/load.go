@@ -52,6 +52,11 @@ type Config struct {
 	// (and their descendants); without it every socket of an attached
 	// cgroup subtree may enrol.
 	CgroupFilter bool
+	// CoveredOnly enrols a socket only once its network namespace is
+	// covered (bpf/shortcut/coverage.h): where the close reset runs, its
+	// devices are then only those of covered namespaces (datapath's
+	// --close-reset-devices=covered).
+	CoveredOnly bool
 }
 
 // MaxUnread limits: below one socket page-frag refill every write would
@@ -114,6 +119,8 @@ type Shortcut struct {
 	waiting      int64
 	parts        parts.Report // which parts loaded (load)
 	gauge        bool         // reads are not counted: the bound gauges the receiver (rxGauge)
+	coveredOnly  bool         // sockets enrol only in covered namespaces (Config.CoveredOnly, with the close reset)
+	cgroupFilter bool         // Config.CgroupFilter
 }
 
 // Load loads the programs, reusing the maps pinned in dir by an installed
@@ -192,13 +199,21 @@ func Load(cfg Config, dir string) (*Shortcut, error) {
 	if err := bpfsys.GrowPinnedCounters(dir, spec, shortcutMapEzScCounters, shortcutMapEzScAdoptCounters, shortcutMapEzScResetCounters); err != nil {
 		return nil, fmt.Errorf("datapath: %w", err)
 	}
-	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, devFilters: map[string]bool{}, adoptPasses: 3, gauge: gauge}
+	s := &Shortcut{dir: dir, instance: instance, cgLinks: map[uint64][]link.Link{}, devLinks: map[string]link.Link{}, devFilters: map[string]bool{}, adoptPasses: 3, gauge: gauge, cgroupFilter: cfg.CgroupFilter}
 	if err := s.load(spec, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
 		return nil, err
 	}
 	if err := s.writeSelection(cfg.Select); err != nil {
 		s.objs.Close()
 		return nil, fmt.Errorf("datapath: %w", err)
+	}
+	// Before any program is attached: until SyncCoverage, nothing is covered.
+	if cfg.CoveredOnly && s.objs.EzScCloseReset != nil {
+		if err := s.objs.EzCoveredOnly.Set(uint32(1)); err != nil {
+			s.objs.Close()
+			return nil, fmt.Errorf("datapath: %w", err)
+		}
+		s.coveredOnly = true
 	}
 	return s, nil
 }

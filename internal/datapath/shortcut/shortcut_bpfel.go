@@ -48,7 +48,8 @@ const (
 	shortcutEzAdoptCounterEZ_A_SKIP_AMBIGUOUS   shortcutEzAdoptCounter = 6
 	shortcutEzAdoptCounterEZ_A_SKIP_UNSUPPORTED shortcutEzAdoptCounter = 7
 	shortcutEzAdoptCounterEZ_A_LATE_STACK       shortcutEzAdoptCounter = 8
-	shortcutEzAdoptCounterEZ_A_MAX              shortcutEzAdoptCounter = 9
+	shortcutEzAdoptCounterEZ_A_SKIP_UNCOVERED   shortcutEzAdoptCounter = 9
+	shortcutEzAdoptCounterEZ_A_MAX              shortcutEzAdoptCounter = 10
 )
 
 type shortcutEzAdoptRef struct {
@@ -203,7 +204,8 @@ const (
 	shortcutEzCounterEZ_C_SPLICE_STRANDED  shortcutEzCounter = 25
 	shortcutEzCounterEZ_C_FB_EVICTED       shortcutEzCounter = 26
 	shortcutEzCounterEZ_C_RX_REGATED       shortcutEzCounter = 27
-	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 28
+	shortcutEzCounterEZ_C_FB_UNCOVERED     shortcutEzCounter = 28
+	shortcutEzCounterEZ_C_MAX              shortcutEzCounter = 29
 )
 
 type shortcutEzPair struct {
@@ -413,6 +415,7 @@ const (
 	shortcutVarEzConnRecordType     = "ez_conn_record_type"
 	shortcutVarEzControlEnum        = "ez_control_enum"
 	shortcutVarEzCounterEnum        = "ez_counter_enum"
+	shortcutVarEzCoveredOnly        = "ez_covered_only"
 	shortcutVarEzNetnsCoverage      = "ez_netns_coverage"
 	shortcutVarEzPairStateEnum      = "ez_pair_state_enum"
 	shortcutVarEzReleaseInputEnum   = "ez_release_input_enum"
@@ -538,6 +541,7 @@ type shortcutVariableSpecs struct {
 	EzConnRecordType    *ebpf.VariableSpec `ebpf:"ez_conn_record_type"`
 	EzControlEnum       *ebpf.VariableSpec `ebpf:"ez_control_enum"`
 	EzCounterEnum       *ebpf.VariableSpec `ebpf:"ez_counter_enum"`
+	EzCoveredOnly       *ebpf.VariableSpec `ebpf:"ez_covered_only"`
 	EzNetnsCoverage     *ebpf.VariableSpec `ebpf:"ez_netns_coverage"`
 	EzPairStateEnum     *ebpf.VariableSpec `ebpf:"ez_pair_state_enum"`
 	EzReleaseInputEnum  *ebpf.VariableSpec `ebpf:"ez_release_input_enum"`
@@ -644,6 +648,7 @@ type shortcutVariables struct {
 	EzConnRecordType    *ebpf.Variable `ebpf:"ez_conn_record_type"`
 	EzControlEnum       *ebpf.Variable `ebpf:"ez_control_enum"`
 	EzCounterEnum       *ebpf.Variable `ebpf:"ez_counter_enum"`
+	EzCoveredOnly       *ebpf.Variable `ebpf:"ez_covered_only"`
 	EzNetnsCoverage     *ebpf.Variable `ebpf:"ez_netns_coverage"`
 	EzPairStateEnum     *ebpf.Variable `ebpf:"ez_pair_state_enum"`
 	EzReleaseInputEnum  *ebpf.Variable `ebpf:"ez_release_input_enum"`
