@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -156,7 +157,15 @@ type agent struct {
 	// Stops the loop calls before the datapath is closed or uninstalled
 	// (a handover, the DaemonSet's removal); nil: not started.
 	stopPods func() error
+	// testScope: plain mode with a fixed pod selection (testScopeEnv).
+	testScope []string
 }
+
+// testScopeEnv makes plain mode select pods as Kubernetes mode does, with a
+// fixed selection: the cgroups it names (comma-separated paths inside
+// --cgroup). The benches measure the paths of pods that are not selected
+// with it, without a cluster. Never set it in production.
+const testScopeEnv = "EZTUNNEL_TEST_SCOPE"
 
 // ValidateConfig checks what needs neither the node nor the cluster: the
 // values and how they combine (`eztunnel run --dry-run`; Run checks them
@@ -224,6 +233,10 @@ func check(cfg Config) (*agent, error) {
 			return nil, err
 		}
 		cfg.Cgroups = []string{a.pods.root}
+		cfg.Datapath.CgroupFilter = true
+	}
+	if v := os.Getenv(testScopeEnv); v != "" && cfg.Kubernetes == nil {
+		a.testScope = strings.Split(v, ",")
 		cfg.Datapath.CgroupFilter = true
 	}
 	if len(cfg.Cgroups) == 0 {
@@ -341,7 +354,11 @@ func (a *agent) families(context.Context) error {
 	if a.pods == nil {
 		// Plain mode selects whole subtrees: a selection left by a
 		// Kubernetes-mode agent means nothing now.
-		if _, n, err := a.dp.SetScope(nil); err != nil {
+		ids, err := cgroupIDs(a.testScope)
+		if err != nil {
+			return fmt.Errorf("%s: %w", testScopeEnv, err)
+		}
+		if _, n, err := a.dp.SetScope(ids); err != nil {
 			return err
 		} else if n > 0 {
 			slog.Info("cleared the pod selection of an earlier Kubernetes-mode agent", "cgroups", n)
@@ -374,6 +391,9 @@ func (a *agent) converge(ctx context.Context) error {
 	if a.pods != nil && a.dp.CoveredOnly() {
 		cover = a.pods.cgroupPaths
 	}
+	if a.testScope != nil && a.dp.CoveredOnly() {
+		cover = func() []string { return a.testScope }
+	}
 	stopPods, rescan, err := watchPods(ctx, a.dp, cover, a.bb)
 	if err != nil {
 		if a.bb != nil {
@@ -384,6 +404,9 @@ func (a *agent) converge(ctx context.Context) error {
 	a.stopPods = a.parts.addFunc(stopPods)
 	if a.pods != nil && a.dp.CoveredOnly() {
 		a.pods.applied = rescan
+	}
+	if a.testScope != nil {
+		rescan() // the fixed selection, at the first poll
 	}
 	if a.cfg.Datapath.CoveredOnly && !a.dp.CoveredOnly() {
 		slog.Warn("--close-reset-devices=covered is off: the close reset does not run here, so no device carries it and sockets enrol without waiting for it (see the close-reset part)")
@@ -679,4 +702,17 @@ func removalConfirmed(rm *kube.Removal, lock *agentlock.Lock, after string) (gon
 	case <-t.C:
 	}
 	return check(), ""
+}
+
+// cgroupIDs are the ids of the cgroups at paths.
+func cgroupIDs(paths []string) ([]uint64, error) {
+	var ids []uint64
+	for _, p := range paths {
+		id, err := cgroupv2.ID(p)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }

@@ -88,6 +88,12 @@ const (
 	// IdleNarrow is Idle without the hooks that run for the whole node on
 	// this host (NoNodeWideHooks), only --pair idle-narrow.
 	IdleNarrow = "agent idle, no node-wide hooks"
+	// IdleUnselected is IdleNarrow for pods the agent does not select: it
+	// selects one other pod per node (as Kubernetes mode does, without a
+	// cluster) and attaches the close reset only to the devices of the
+	// selected pods' namespaces (--close-reset-devices=covered); only
+	// --pair idle-unselected.
+	IdleUnselected = "agent idle, pods not selected, close reset on covered devices"
 )
 
 // NoReadTracepoint is what an agent refuses to count reads where only
@@ -492,6 +498,9 @@ func startAgents(ctx context.Context, o Options, dp string, tmp string, nodes ..
 		case IdleNarrow:
 			spec.Refused = nodeWideHooks()
 		}
+	case IdleUnselected:
+		spec = AgentSpec{Exe: o.Agent, PinPrefix: pinPrefix, Args: []string{"--bypass=false", "--close-reset-devices", "covered"}, IPv6: o.IPv6,
+			Refused: nodeWideHooks(), Selected: selectedPods}
 	}
 	return runAgents(ctx, spec, tmp, nodes...)
 }
@@ -511,7 +520,29 @@ type AgentSpec struct {
 	// parts report, so a misspelt name fails the run instead of measuring
 	// the agent with nothing refused.
 	Refused []string
+	// Selected, when set, gives the cgroups the agent on a node selects,
+	// as Kubernetes mode would (the agent's EZTUNNEL_TEST_SCOPE).
+	Selected func(n *multinode.Node) []string
 }
+
+// selectedPods are a node's bystander pods (IdleUnselected).
+func selectedPods(n *multinode.Node) []string {
+	var out []string
+	for _, p := range n.Pods() {
+		if p.Name == bystanderPod+n.Name {
+			out = append(out, p.Cgroup)
+		}
+	}
+	return out
+}
+
+// testScopeEnv is the agent's fixed pod selection in plain mode
+// (internal/agent: for benches only).
+const testScopeEnv = "EZTUNNEL_TEST_SCOPE"
+
+// bystanderPod and the node's name name the pod of each node that --pair idle-unselected's
+// agents select: it runs a process, and carries no measured flow.
+const bystanderPod = "y"
 
 // checkRefused fails unless the parts report of the agent pinned at pin
 // names each of refused as what turned a part off or made it fall back.
@@ -551,6 +582,18 @@ func runAgents(ctx context.Context, spec AgentSpec, tmp string, nodes ...*multin
 		cmd := n.Cmd(cctx, spec.Exe, args...)
 		if len(spec.Refused) > 0 {
 			cmd.Env = append(os.Environ(), bpfsys.TestRefuseEnv+"="+strings.Join(spec.Refused, ","))
+		}
+		if spec.Selected != nil {
+			sel := spec.Selected(n)
+			if len(sel) == 0 {
+				cancel()
+				a.stop()
+				return nil, fmt.Errorf("agent on %s: no pod to select", n.Name)
+			}
+			if cmd.Env == nil {
+				cmd.Env = os.Environ()
+			}
+			cmd.Env = append(cmd.Env, testScopeEnv+"="+strings.Join(sel, ","))
 		}
 		logs := &bytes.Buffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs

@@ -48,6 +48,10 @@ const (
 	// (IdleNarrow): what the idle agent costs on a host that allows
 	// fentry and fexit.
 	PairIdleNarrow = "idle-narrow"
+	// PairIdleUnselected is PairIdleNarrow for pods the agent does not
+	// select (IdleUnselected): what the idle agent costs the other pods of
+	// a node where it accelerates some.
+	PairIdleUnselected = "idle-unselected"
 )
 
 // Issue 37's target: the idle agent costs the paths it does not
@@ -64,8 +68,11 @@ type idleRow struct {
 // idle agents installed and stopped, every path and protocol paired.
 func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 	dp := Idle
-	if o.Pair == PairIdleNarrow {
+	switch o.Pair {
+	case PairIdleNarrow:
 		dp = IdleNarrow
+	case PairIdleUnselected:
+		dp = IdleUnselected
 	}
 	fmt.Fprintf(w, "eztunnel bench bypass --pairs %d --pair %s --phase %s: %d mode(s); client on CPU %s (the measuring thread), servers on CPU %s; IPv6 %v; B: %s\n",
 		o.Pairs, o.Pair, o.Phase, len(o.Modes), cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6, dp)
@@ -85,6 +92,11 @@ func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 	rows := map[multinode.Mode][]idleRow{}
 	for _, mode := range o.Modes {
 		err := withLab(ctx, o, mode, w, func(b *benchLab) error {
+			if dp == IdleUnselected {
+				if err := addBystanders(ctx, o, b, w); err != nil {
+					return err
+				}
+			}
 			a, err := startAgents(ctx, o, dp, b.tmp, b.n1, b.n2)
 			if err != nil {
 				return err
@@ -362,7 +374,10 @@ func netDevPackets() (uint64, error) {
 // reportIdlePaired prints the idle agent's paired rows of every mode and
 // where its programs spend their time.
 func reportIdlePaired(w io.Writer, o Options, rows map[multinode.Mode][]idleRow) {
-	if o.Pair == PairIdleNarrow {
+	if o.Pair == PairIdleUnselected {
+		fmt.Fprintf(w, "\nB is the idle agent of a node where it selects another pod than the measured ones (%s), with the close reset on covered devices only; node-wide hooks refused as with idle-narrow", IdleUnselected)
+	}
+	if o.Pair == PairIdleNarrow || o.Pair == PairIdleUnselected {
 		refused := "nothing refused (this host allows fentry and fexit)"
 		if r := nodeWideHooks(); len(r) > 0 {
 			refused = strings.Join(r, ", ") + " refused"
@@ -433,3 +448,22 @@ func idleHookRows(r idleRow) [][]string {
 }
 
 func f1(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
+
+// addBystanders adds the pod each node's agent selects with --pair
+// idle-unselected, running a server until the lab closes (it kills its
+// cgroups' processes): the agent covers its namespace.
+func addBystanders(ctx context.Context, o Options, b *benchLab, w io.Writer) error {
+	for _, n := range []*multinode.Node{b.n1, b.n2} {
+		p, err := n.AddPod(bystanderPod+n.Name, true)
+		if err != nil {
+			return err
+		}
+		cmd := p.Cmd(ctx, o.Lab, "workload", "probe-server", "--addr", ":7999")
+		if err := p.Start(cmd); err != nil {
+			return fmt.Errorf("bystander pod on %s: %w", n.Name, err)
+		}
+		go cmd.Wait()
+		fmt.Fprintf(w, "%s: the agent selects pod %s (%s, cgroup %s), which carries no measured flow\n", n.Name, p.Name, p.Addr(o.IPv6), p.Cgroup)
+	}
+	return nil
+}

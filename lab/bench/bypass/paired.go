@@ -111,14 +111,14 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 		return errors.New("bench bypass: no routing mode")
 	}
 	switch o.Pair {
-	case PairIdle, PairIdleNarrow:
+	case PairIdle, PairIdleNarrow, PairIdleUnselected:
 		return runIdlePairedModes(ctx, o, w)
 	case "", PairBypass:
 		if o.SwitchLinks != "" {
-			return fmt.Errorf("bench bypass --switch-links: only with --pair %s or %s", PairIdle, PairIdleNarrow)
+			return fmt.Errorf("bench bypass --switch-links: only with --pair %s, %s or %s", PairIdle, PairIdleNarrow, PairIdleUnselected)
 		}
 	default:
-		return fmt.Errorf("bench bypass --pair %q: not %s, %s or %s", o.Pair, PairBypass, PairIdle, PairIdleNarrow)
+		return fmt.Errorf("bench bypass --pair %q: not %s, %s, %s or %s", o.Pair, PairBypass, PairIdle, PairIdleNarrow, PairIdleUnselected)
 	}
 	fmt.Fprintf(w, "eztunnel bench bypass --pairs %d --phase %s: %d mode(s); client on CPU %s (the measuring thread), servers on CPU %s; IPv6 %v\n",
 		o.Pairs, o.Phase, len(o.Modes), cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6)

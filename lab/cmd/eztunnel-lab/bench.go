@@ -167,9 +167,9 @@ func benchBypassCmd() *cobra.Command {
 	f.IntVar(&o.ServerCPU, "server-cpu", o.ServerCPU, "CPU of every server (-1: any)")
 	f.IntVar(&o.Pairs, "pairs", 0, "paired mode instead of rounds: the bypass against its own kernel path (paused, programs attached) on the same flows, this many quads of phases (an A/A pair and an A/B pair each), TCP and UDP round trips, with 95% bootstrap intervals (at least 20; 200 for the A/A row to resolve 2%)")
 	f.DurationVar(&o.Phase, "phase", 100*time.Millisecond, "with --pairs: the length of each phase")
-	f.StringVar(&o.Pair, "pair", bypass.PairBypass, "with --pairs: what is paired: bypass (the bypass against its kernel path), idle (an agent that accelerates nothing against no agent: both nodes' agents' links detached and attached again in place) or idle-narrow (idle with the hooks that run for the whole node here refused, the read tracepoint and the splice guard's syscall hooks: what the idle agent costs where the host allows fentry and fexit)")
-	f.StringSliceVar(&o.Paths, "paths", nil, "with --pairs --pair idle or idle-narrow: the paths measured, same-node and/or cross-node (default both)")
-	f.StringVar(&o.SwitchLinks, "switch-links", "", "with --pairs --pair idle or idle-narrow: detach in A only the links whose name matches this regular expression (links/tcx/<netns>/<device>/<program>_<direction>, or the pin); the others stay attached on both sides (what one link costs)")
+	f.StringVar(&o.Pair, "pair", bypass.PairBypass, "with --pairs: what is paired: bypass (the bypass against its kernel path), idle (an agent that accelerates nothing against no agent: both nodes' agents' links detached and attached again in place) idle-narrow (idle with the hooks that run for the whole node here refused, the read tracepoint and the splice guard's syscall hooks: what the idle agent costs where the host allows fentry and fexit) or idle-unselected (idle-narrow for pods the agent does not select: it selects another pod of each node, as Kubernetes mode does, with --close-reset-devices=covered)")
+	f.StringSliceVar(&o.Paths, "paths", nil, "with --pairs --pair idle, idle-narrow or idle-unselected: the paths measured, same-node and/or cross-node (default both)")
+	f.StringVar(&o.SwitchLinks, "switch-links", "", "with --pairs --pair idle, idle-narrow or idle-unselected: detach in A only the links whose name matches this regular expression (links/tcx/<netns>/<device>/<program>_<direction>, or the pin); the others stay attached on both sides (what one link costs)")
 	return cmd
 }
 
