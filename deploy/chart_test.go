@@ -273,8 +273,10 @@ func TestChartLeastPrivilege(t *testing.T) {
 		t.Errorf("default args %v lack --adopt=false", c["args"])
 	}
 	// The Service LB's socket destroy enters the pods' namespaces too: the
-	// same three with services.enabled.
-	for _, set := range []string{"adoption.enabled=true", "services.enabled=true"} {
+	// same three with services.enabled, and so does the close reset on the
+	// covered namespaces' devices only (their loopbacks, found through their
+	// processes).
+	for _, set := range []string{"adoption.enabled=true", "services.enabled=true", "closeResetDevices=covered"} {
 		docs = render(t, set)
 		sc = container(t, docs)["securityContext"].(obj)
 		if got := strs(get(sc, "capabilities", "add")); !reflect.DeepEqual(got, []string{"BPF", "NET_ADMIN", "PERFMON", "SYS_ADMIN", "SYS_PTRACE"}) {
@@ -514,6 +516,7 @@ var valueFlags = []struct{ value, set, arg string }{
 	{"bypass", "bypass=auto", "--bypass=auto"},
 	{"bypassUDP", "bypassUDP=false", "--bypass-udp=false"},
 	{"bypassIPv6", "bypassIPv6=false", "--bypass-ipv6=false"},
+	{"closeResetDevices", "closeResetDevices=covered", "--close-reset-devices=covered"},
 	{"services.enabled", "services.enabled=true", "--services"},
 	{"services.nodePort.enabled", "services.enabled=true,services.nodePort.enabled=true", "--nodeport"},
 	{"services.nodePort.devices", "services.enabled=true,services.nodePort.enabled=true,services.nodePort.devices={eth0,eth1}", "--nodeport-devices=eth0,eth1"},
