@@ -30,7 +30,9 @@ import (
 // nor a splice-guard program may run. Last --pair idle-narrow
 // --switch-links close_reset: only the close reset's links are switched,
 // so it runs in B only, while cgroup egress, attached on both sides, runs
-// in A too.
+// in A too. Last --pair idle-unselected: the agents select a bystander
+// pod each and attach the close reset only to covered devices, so on the
+// measured pods' paths cgroup egress runs and the close reset never does.
 // Nothing is left behind. No timing is asserted.
 func TestBenchBypassIdlePaired(t *testing.T) {
 	args := idlePairedRun(t, "idle")
@@ -42,6 +44,10 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 	idlePairedRun(t, "idle-narrow")
 	assertClean(t, "bbp", "")
 	idlePairedRun(t, "idle-narrow", "--switch-links", "close_reset")
+	assertClean(t, "bbp", "")
+	// The pods of the paths are not selected: the close reset is on the
+	// selected bystander pods' devices only, so it never runs on them.
+	idlePairedRun(t, "idle-unselected")
 	assertClean(t, "bbp", "")
 	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
 		t.Errorf("pins left behind: %s", strings.Join(left, " "))
@@ -74,7 +80,7 @@ func idlePairedRun(t *testing.T, pair string, extra ...string) []string {
 	}
 	hook := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +` + metric + ` \| +(ez_\w+) +\| +([0-9.]+) \| +([0-9.]+) \|`)
 	hooks := hook.FindAllStringSubmatch(out, -1)
-	ran, progs := map[string]float64{}, map[string]bool{}
+	ran, progs, attached := map[string]float64{}, map[string]bool{}, map[string]float64{}
 	for _, h := range hooks {
 		switch {
 		case subset && h[4] == "ez_sc_egress" && h[5] == "0.00":
@@ -85,6 +91,7 @@ func idlePairedRun(t *testing.T, pair string, extra ...string) []string {
 		v, _ := strconv.ParseFloat(h[6], 64)
 		ran[h[1]+h[2]] += v
 		progs[h[4]] = true
+		attached[h[4]] += v
 	}
 	if len(ran) != 2 {
 		t.Errorf("per-hook rows for %d of the 2 rows:\n%s", len(ran), out)
@@ -115,8 +122,12 @@ func idlePairedRun(t *testing.T, pair string, extra ...string) []string {
 		}
 		return args
 	}
+	if pair == "idle-unselected" && (attached["ez_sc_close_reset"] != 0 || attached["ez_sc_egress"] == 0 ||
+		len(regexp.MustCompile(`(?m)^n\d: the agent selects pod yn\d `).FindAllString(out, -1)) != 2) {
+		t.Errorf("--pair idle-unselected: want the close reset never run on the measured paths, cgroup egress run, and a bystander pod selected on each node:\n%s", out)
+	}
 	// (With --pair idle it runs only where fexit is refused, as here.)
-	if pair == "idle-narrow" && (progs["ez_sc_recv"] || progs["ez_sc_splice_tp"] || progs["ez_sc_sendfile_tp"] || progs["ez_sc_splice"] ||
+	if (pair == "idle-narrow" || pair == "idle-unselected") && (progs["ez_sc_recv"] || progs["ez_sc_splice_tp"] || progs["ez_sc_sendfile_tp"] || progs["ez_sc_splice"] ||
 		!strings.Contains(out, "B is the idle agent with ") || !strings.Contains(out, "no hook of it runs for the whole node")) {
 		t.Errorf("--pair idle-narrow: a node-wide hook ran, or the report does not say they were refused:\n%s", out)
 	}
