@@ -405,8 +405,8 @@ func (a *agent) converge(ctx context.Context) error {
 	if a.pods != nil && a.dp.CoveredOnly() {
 		a.pods.applied = rescan
 	}
-	if a.testScope != nil {
-		rescan() // the fixed selection, at the first poll
+	if a.dp.CoveredOnly() {
+		rescan() // at the first poll: until then what the install attached stays
 	}
 	if a.cfg.Datapath.CoveredOnly && !a.dp.CoveredOnly() {
 		slog.Warn("--close-reset-devices=covered is off: the close reset does not run here, so no device carries it and sockets enrol without waiting for it (see the close-reset part)")

@@ -115,6 +115,7 @@ type Datapath struct {
 	pods     podnet.State
 	havePods bool
 	cov      *coverage
+	managed  []string // the cgroups Install attached to
 }
 
 // Close releases this process's handles of every family, in reverse

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/datapath/shortcut"
@@ -30,17 +31,18 @@ import (
 //
 // With cov (--close-reset-devices=covered) only the devices a covered
 // namespace's packets leave it by: loopback and bridges when this
-// namespace is covered, a pod's veth when its namespace is. Coverage is
-// kept while the device lives (pinned): a socket enrolled while its
-// namespace was covered keeps its RST on close after the namespace's
-// processes left the cgroups, or its pod was deselected.
+// namespace is covered, a pod's veth when its namespace is; and, where the
+// program is pinned already, those of a namespace that still has an end in
+// the sockhash (its processes left the cgroups, or its pod was
+// deselected): such a connection keeps its RST on close, and the device
+// goes at the first sync after its last one closed.
 func closeResetDevices(st podnet.State, cov *coverage) ([]shortcut.Device, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
 	bridges := st.Bridges()
-	self := cov == nil || cov.self || cov.pinned(loopbackIfindex, false)
+	self := cov == nil || cov.self || (cov.keepSelf && cov.pinned(loopbackIfindex, false))
 	var devs []shortcut.Device
 	for _, l := range links {
 		a := l.Attrs()
@@ -49,7 +51,7 @@ func closeResetDevices(st podnet.State, cov *coverage) ([]shortcut.Device, error
 		}
 	}
 	for _, p := range st.Ports {
-		if cov == nil || cov.nsids[p.NetNsID] || cov.pinned(p.Ifindex, true) {
+		if cov == nil || cov.nsids[p.NetNsID] || ((cov.sticky || cov.keep[p.NetNsID]) && cov.pinned(p.Ifindex, true)) {
 			devs = append(devs, shortcut.Device{Ifindex: p.Ifindex, Name: p.Name, Ingress: true})
 		}
 	}
@@ -65,47 +67,82 @@ const loopbackIfindex = 1
 // for (closeResetDevices): the namespaces that processes of the coverage
 // cgroups live in (plain mode: the managed cgroups; Kubernetes mode: the
 // selected pods'), this one (self) and the pods' by the id this namespace
-// has for them (podnet.Port.NetNsID).
+// has for them (podnet.Port.NetNsID); and, among the managed cgroups'
+// other namespaces, those with an end in the sockhash (keep, keepSelf).
 type coverage struct {
-	self   bool
-	nsids  map[int]bool
+	self, keepSelf bool
+	nsids, keep    map[int]bool
+	// sticky keeps every pinned device: before the agent's first scan,
+	// which it makes at once (the install's attachments stay until then).
+	sticky bool
 	pinned func(ifindex int, ingress bool) bool // the close reset is pinned there already
 }
 
-// coverageOf is the coverage of the namespaces found (podnet.CgroupNetNamespaces).
-func coverageOf(sc *shortcut.Shortcut, ns podnet.Namespaces) (*coverage, error) {
+// coverageOf is the coverage of the namespaces of the coverage cgroups'
+// processes (covered) among those of the managed cgroups' (managed).
+func coverageOf(sc *shortcut.Shortcut, covered, managed podnet.Namespaces) (*coverage, error) {
 	cookie, err := bpfsys.NetNSCookie("")
 	if err != nil {
 		return nil, err
 	}
-	cov := &coverage{self: ns.Self, nsids: map[int]bool{}, pinned: func(ifindex int, ingress bool) bool {
-		return sc.PinnedDevice(cookie, ifindex, ingress)
-	}}
-	for _, p := range ns.Others {
-		id, err := podnet.NetNsID(p)
-		if errors.Is(err, os.ErrNotExist) {
-			continue // its process exited
-		}
-		if err != nil {
+	enrolled, err := sc.EnrolledNetNS()
+	if err != nil {
+		return nil, err
+	}
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &self); err != nil {
+		return nil, fmt.Errorf("own network namespace: %w", err)
+	}
+	cov := &coverage{self: covered.Self, keepSelf: enrolled[uint32(self.Ino)], nsids: map[int]bool{}, keep: map[int]bool{},
+		pinned: func(ifindex int, ingress bool) bool { return sc.PinnedDevice(cookie, ifindex, ingress) }}
+	for _, p := range covered.Others {
+		if id, err := netNsID(p); err != nil {
 			return nil, err
-		}
-		if id >= 0 {
+		} else if id >= 0 {
 			cov.nsids[id] = true
+		}
+	}
+	for _, p := range managed.Others {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil || !enrolled[uint32(st.Ino)] {
+			continue // gone, or no end in the sockhash
+		}
+		if id, err := netNsID(p); err != nil {
+			return nil, err
+		} else if id >= 0 {
+			cov.keep[id] = true
 		}
 	}
 	return cov, nil
 }
 
-// resetPlan is what the close reset converges to for the processes of
-// cgroups: the namespaces whose loopback it attaches to (nsfs paths, this
-// one first) and, from st, this namespace's devices (closeResetDevices).
-func resetPlan(sc *shortcut.Shortcut, st podnet.State, cgroups []string) (p plan, err error) {
-	ns, err := podnet.CgroupNetNamespaces(cgroups)
+// netNsID is podnet.NetNsID, -1 for a namespace whose process exited.
+func netNsID(p string) (int, error) {
+	id, err := podnet.NetNsID(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return -1, nil
+	}
+	return id, err
+}
+
+// resetPlan is what the close reset converges to: the namespaces whose
+// loopback it attaches to (nsfs paths, this one first: those of the
+// processes of cover) and, from st, this namespace's devices
+// (closeResetDevices; with --close-reset-devices=covered, managed are the
+// cgroups whose namespaces may still hold enrolled ends).
+func resetPlan(sc *shortcut.Shortcut, st podnet.State, cover, managed []string) (p plan, err error) {
+	ns, err := podnet.CgroupNetNamespaces(cover)
 	if err != nil {
 		return p, err
 	}
 	if sc.CoveredOnly() {
-		if p.cov, err = coverageOf(sc, ns); err != nil {
+		m := ns
+		if !slices.Equal(cover, managed) {
+			if m, err = podnet.CgroupNetNamespaces(managed); err != nil {
+				return p, err
+			}
+		}
+		if p.cov, err = coverageOf(sc, ns, m); err != nil {
 			return p, err
 		}
 	}
@@ -138,10 +175,11 @@ func (d *Datapath) SyncDevices(st podnet.State) error {
 	d.pods, d.havePods = st, true
 	if d.sc.CoveredOnly() && d.cov == nil {
 		// Before the first SyncLoopbacks: what Install covered is pinned.
-		cov, err := coverageOf(d.sc, podnet.Namespaces{})
+		cov, err := coverageOf(d.sc, podnet.Namespaces{}, podnet.Namespaces{})
 		if err != nil {
 			return err
 		}
+		cov.sticky = true
 		d.cov = cov
 	}
 	devs, err := closeResetDevices(st, d.cov)
@@ -174,12 +212,13 @@ func (d *Datapath) CoverageWanted() ([]uint64, error) { return d.sc.CoverageWant
 // network namespace a process of the cgroups lives in (an application and
 // its sidecar talk over it), and detaches it from namespaces that went away,
 // as one transaction. With --close-reset-devices=covered the cgroups also
-// say which of this namespace's devices carry it (closeResetDevices), in the
-// same transaction, once SyncDevices has told the pods' devices. denied
+// say which of this namespace's devices carry it (closeResetDevices, with
+// the ends the managed cgroups' namespaces still have in the sockhash), in
+// the same transaction, once SyncDevices has told the pods' devices. denied
 // counts processes whose namespace the agent may not open (Kubernetes
 // without hostPID).
 func (d *Datapath) SyncLoopbacks(cgroups []string) (denied int, err error) {
-	p, err := resetPlan(d.sc, d.pods, cgroups)
+	p, err := resetPlan(d.sc, d.pods, cgroups, d.managed)
 	if err != nil {
 		return p.denied, err
 	}

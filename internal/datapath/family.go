@@ -205,7 +205,7 @@ func (f shortcutFamily) Install(tx *bpfsys.Tx, cgroups []string) error {
 	if err != nil {
 		return fmt.Errorf("devices for the RST on close: %w", err)
 	}
-	p, err := resetPlan(f.Shortcut, st, f.coverCgroups(cgroups))
+	p, err := resetPlan(f.Shortcut, st, f.coverCgroups(cgroups), cgroups)
 	if err != nil {
 		return fmt.Errorf("devices and namespaces for the RST on close: %w", err)
 	}

@@ -51,7 +51,7 @@ func Install(cfg Config, cgroups []string) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("adopt datapath in %s: %w", dir, err)
 	}
 
-	d := &Datapath{cfg: cfg, off: map[string]error{}, removed: map[string]int{}}
+	d := &Datapath{cfg: cfg, off: map[string]error{}, removed: map[string]int{}, managed: cgroups}
 	tx := &bpfsys.Tx{Fault: installFault}
 	fail := func(err error) (*Datapath, error) {
 		if rerr := tx.Rollback(); rerr != nil {

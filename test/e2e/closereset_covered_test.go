@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 	"github.com/eztunnel/eztunnel/lab/multinode"
 )
 
-// TestCloseResetCovered: with --close-reset-devices=covered the close reset
-// is attached only where the managed cgroups' processes live (a pod's veth
+// TestCloseResetCovered: with --close-reset-devices=covered (after an agent
+// with the default, all: what it attached goes) the close reset is attached
+// only where the managed cgroups' processes live (a pod's veth
 // at ingress and its loopback; the node's loopback and bridge once a
 // managed process lives in the node's namespace), never to an unmanaged
 // pod's veth; and a socket enrols only in a covered namespace, so every
@@ -48,7 +50,10 @@ func TestCloseResetCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ag := startNodeAgent(t, t, n, args...)
+	// An agent with the default, all, attaches every pod's veth, the bridge
+	// and lo; the next, told covered, converges to the covered devices.
+	allArgs := append(slices.Clone(args[:len(args)-2]), "--close-reset-devices", "all")
+	var ag *nodeAgent
 	counters := func() datapath.Counters { return pinnedCounters(t, pin) }
 	tcx := func() map[string][]string {
 		got := map[string][]string{}
@@ -67,6 +72,14 @@ func TestCloseResetCovered(t *testing.T) {
 		}
 		t.Fatalf("%s: ez_sc_close_reset on %v, want %v\nagent:\n%s", what, got, want, ag.logs.String())
 	}
+	ag = startNodeAgent(t, t, n, allArgs...)
+	all := map[string][]string{"lo": {"egress"}, n.Bridge: {"egress"}}
+	for _, p := range []*multinode.Pod{a, b, u} {
+		all[p.HostVeth] = []string{"ingress"}
+	}
+	waitTCX(t, "--close-reset-devices all", all)
+	ag.stop(t)
+	ag = startNodeAgent(t, t, n, args...)
 	loPin := func(p *multinode.Pod) string {
 		cookie, err := bpfsys.NetNSCookie(p.NetNS)
 		if err != nil {
@@ -102,7 +115,8 @@ func TestCloseResetCovered(t *testing.T) {
 
 	var c *multinode.Pod // a pod made while the agent runs
 	parent := t
-	// No managed process runs anywhere yet: no device carries the program.
+	// No managed process runs anywhere yet, and no end is in the sockhash:
+	// no device carries the program any more.
 	waitTCX(t, "no managed process", map[string][]string{})
 	probeServe(t, b, probePort) // listening asks for nothing
 	probeServe(t, u, probePort)
@@ -117,7 +131,7 @@ func TestCloseResetCovered(t *testing.T) {
 	})
 
 	t.Run("install-covers-running-pods", func(t *testing.T) {
-		probeServe(t, a, probePort) // a process in a's namespace
+		probeServe(parent, a, probePort) // a process in a's namespace, to the end
 		ag = startNodeAgent(t, parent, n, args...)
 		waitTCX(t, "a and b run managed processes", map[string][]string{a.HostVeth: {"ingress"}, b.HostVeth: {"ingress"}})
 		for _, p := range []*multinode.Pod{a, b} {
@@ -133,6 +147,7 @@ func TestCloseResetCovered(t *testing.T) {
 
 	t.Run("first-handshake-covers-a-new-pod", func(t *testing.T) {
 		c = mnPod(t, n, "c")
+		probeServe(parent, c, probePort) // listening asks for nothing
 		// Its first connection asks for its namespace; whichever path it
 		// took, it ends as plain TCP's.
 		closeUnread(t, c, at(u), at(b))

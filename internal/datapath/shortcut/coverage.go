@@ -131,3 +131,13 @@ func (s *Shortcut) PinnedDevice(cookie uint64, ifindex int, ingress bool) bool {
 	}
 	return bpfsys.Exists(bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(cookie, 10), strconv.Itoa(ifindex), resetProg+"_"+dir.dir))
 }
+
+// EnrolledNetNS are the inode numbers of the network namespaces that have an
+// end in the sockhash, from the connection index (bpf/shortcut/index.h).
+func (s *Shortcut) EnrolledNetNS() (map[uint32]bool, error) {
+	out := map[uint32]bool{}
+	if err := batchWalk(s.objs.EzScIndex, func(_ *uint64, ix *shortcutEzConnIndex) { out[ix.NetnsIno] = true }); err != nil {
+		return nil, fmt.Errorf("read %s: %w", shortcutMapEzScIndex, err)
+	}
+	return out, nil
+}
