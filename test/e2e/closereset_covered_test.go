@@ -162,13 +162,7 @@ func TestCloseResetCovered(t *testing.T) {
 		}
 		// A managed process of the node's namespace (a hostNetwork pod):
 		// its first handshake covers the node's loopback and bridge.
-		host := &nodeProc{n: n, cgroup: filepath.Join(n.Managed, "host")}
-		if err := os.Mkdir(host.cgroup, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.Remove(host.cgroup) })
-		probeServe(t, host, probePort+2)
-		probeServe(t, &nodeProc{n: n, cgroup: n.System}, probePort+3)
+		nodeServers(t, n)
 		gw := hostport(n.GatewayV4, probePort+3)
 		managed := hostport(n.GatewayV4, probePort+2)
 		closeUnread(t, a, gw, managed)

@@ -216,13 +216,7 @@ func closeResetAgent(t *testing.T, name string) {
 		// bridge device and a's veth, and is rewritten at the bridge's
 		// egress. The plain run: the same server outside the managed
 		// cgroups.
-		host := &nodeProc{n: n, cgroup: filepath.Join(n.Managed, "host")}
-		if err := os.Mkdir(host.cgroup, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.Remove(host.cgroup) })
-		probeServe(t, host, probePort+2)
-		probeServe(t, &nodeProc{n: n, cgroup: n.System}, probePort+3)
+		nodeServers(t, n)
 		gw := func(v6 bool) netip.Addr {
 			if v6 {
 				return n.GatewayV6
@@ -354,6 +348,20 @@ func closeResetAgent(t *testing.T, name string) {
 			t.Errorf("after uninstall, in pod a: %v", on)
 		}
 	})
+}
+
+// nodeServers starts probe servers in n's own namespace: a managed one (a
+// hostNetwork pod's process) at probePort+2, an unmanaged one at
+// probePort+3.
+func nodeServers(t *testing.T, n *multinode.Node) {
+	t.Helper()
+	host := &nodeProc{n: n, cgroup: filepath.Join(n.Managed, "host")}
+	if err := os.Mkdir(host.cgroup, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(host.cgroup) })
+	probeServe(t, host, probePort+2)
+	probeServe(t, &nodeProc{n: n, cgroup: n.System}, probePort+3)
 }
 
 // stoppedAgentPod: with the agent stopped its programs still run, and a pod
