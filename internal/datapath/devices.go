@@ -81,7 +81,7 @@ type coverage struct {
 // coverageOf is the coverage of the namespaces of the coverage cgroups'
 // processes (covered) among those of the managed cgroups' (managed).
 func coverageOf(sc *shortcut.Shortcut, covered, managed podnet.Namespaces) (*coverage, error) {
-	cookie, err := bpfsys.NetNSCookie("")
+	pinned, err := pinnedHere(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -93,8 +93,7 @@ func coverageOf(sc *shortcut.Shortcut, covered, managed podnet.Namespaces) (*cov
 	if err := unix.Stat("/proc/self/ns/net", &self); err != nil {
 		return nil, fmt.Errorf("own network namespace: %w", err)
 	}
-	cov := &coverage{self: covered.Self, keepSelf: enrolled[uint32(self.Ino)], nsids: map[int]bool{}, keep: map[int]bool{},
-		pinned: func(ifindex int, ingress bool) bool { return sc.PinnedDevice(cookie, ifindex, ingress) }}
+	cov := &coverage{self: covered.Self, keepSelf: enrolled[uint32(self.Ino)], nsids: map[int]bool{}, keep: map[int]bool{}, pinned: pinned}
 	for _, p := range covered.Others {
 		if id, err := netNsID(p); err != nil {
 			return nil, err
@@ -114,6 +113,26 @@ func coverageOf(sc *shortcut.Shortcut, covered, managed podnet.Namespaces) (*cov
 		}
 	}
 	return cov, nil
+}
+
+// stickyCoverage covers nothing and keeps every pinned device: the
+// coverage before the agent's first scan.
+func stickyCoverage(sc *shortcut.Shortcut) (*coverage, error) {
+	pinned, err := pinnedHere(sc)
+	if err != nil {
+		return nil, err
+	}
+	return &coverage{sticky: true, pinned: pinned}, nil
+}
+
+// pinnedHere tells whether the close reset is pinned on a device of this
+// network namespace (shortcut.PinnedDevice).
+func pinnedHere(sc *shortcut.Shortcut) (func(ifindex int, ingress bool) bool, error) {
+	cookie, err := bpfsys.NetNSCookie("")
+	if err != nil {
+		return nil, err
+	}
+	return func(ifindex int, ingress bool) bool { return sc.PinnedDevice(cookie, ifindex, ingress) }, nil
 }
 
 // netNsID is podnet.NetNsID, -1 for a namespace whose process exited.
@@ -175,11 +194,10 @@ func (d *Datapath) SyncDevices(st podnet.State) error {
 	d.pods, d.havePods = st, true
 	if d.sc.CoveredOnly() && d.cov == nil {
 		// Before the first SyncLoopbacks: what Install covered is pinned.
-		cov, err := coverageOf(d.sc, podnet.Namespaces{}, podnet.Namespaces{})
+		cov, err := stickyCoverage(d.sc)
 		if err != nil {
 			return err
 		}
-		cov.sticky = true
 		d.cov = cov
 	}
 	devs, err := closeResetDevices(st, d.cov)

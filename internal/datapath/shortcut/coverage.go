@@ -129,7 +129,7 @@ func (s *Shortcut) PinnedDevice(cookie uint64, ifindex int, ingress bool) bool {
 	if !bpfsys.UseTCX() {
 		return bpfsys.Exists(bpfsys.TCRecord(s.dir, cookie, resetFilter(Device{Ifindex: ifindex}, dir)))
 	}
-	return bpfsys.Exists(bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(cookie, 10), strconv.Itoa(ifindex), resetProg+"_"+dir.dir))
+	return bpfsys.Exists(s.resetLinkPin(cookie, ifindex, dir))
 }
 
 // EnrolledNetNS are the inode numbers of the network namespaces that have an

@@ -44,6 +44,12 @@ type devAttach struct {
 
 var devAttaches = []devAttach{{"ingress", ebpf.AttachTCXIngress}, {"egress", ebpf.AttachTCXEgress}}
 
+// resetLinkPin is the pin of the close reset's tcx link on the device with
+// ifindex of the network namespace with cookie, in direction a.
+func (s *Shortcut) resetLinkPin(cookie uint64, ifindex int, a devAttach) string {
+	return bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(cookie, 10), strconv.Itoa(ifindex), resetProg+"_"+a.dir)
+}
+
 // SyncDevices converges the close-reset links of this network namespace to
 // devs within tx: links pinned by an earlier agent get this load's program
 // in place, missing ones are attached and pinned, and those of devices not
@@ -68,7 +74,7 @@ func (s *Shortcut) SyncDevices(tx *bpfsys.Tx, devs []Device) (attached, pruned, 
 			if (a.dir == "ingress" && !d.Ingress) || (a.dir == "egress" && !d.Egress) {
 				continue
 			}
-			pin := filepath.Join(base, strconv.Itoa(d.Ifindex), resetProg+"_"+a.dir)
+			pin := s.resetLinkPin(cookie, d.Ifindex, a)
 			want[pin] = true
 			if _, ok := s.devLinks[pin]; ok {
 				continue // this process attached or updated it
@@ -321,7 +327,7 @@ func (s *Shortcut) SyncLoopbacks(tx *bpfsys.Tx, nsPaths []string) (attached, pru
 				attached = append(attached, pin)
 				return nil
 			}
-			pin = bpfsys.LinkPin(s.dir, bpfsys.KindTCX, strconv.FormatUint(cookie, 10), strconv.Itoa(loopbackIfindex), resetProg+"_egress")
+			pin = s.resetLinkPin(cookie, loopbackIfindex, devAttaches[1])
 			if _, ok := s.devLinks[pin]; ok {
 				return nil
 			}

@@ -580,8 +580,9 @@ func runAgents(ctx context.Context, spec AgentSpec, tmp string, nodes ...*multin
 		args = append(args, spec.Args...)
 		cctx, cancel := context.WithCancel(ctx)
 		cmd := n.Cmd(cctx, spec.Exe, args...)
+		var env []string
 		if len(spec.Refused) > 0 {
-			cmd.Env = append(os.Environ(), bpfsys.TestRefuseEnv+"="+strings.Join(spec.Refused, ","))
+			env = append(env, bpfsys.TestRefuseEnv+"="+strings.Join(spec.Refused, ","))
 		}
 		if spec.Selected != nil {
 			sel := spec.Selected(n)
@@ -590,10 +591,10 @@ func runAgents(ctx context.Context, spec AgentSpec, tmp string, nodes ...*multin
 				a.stop()
 				return nil, fmt.Errorf("agent on %s: no pod to select", n.Name)
 			}
-			if cmd.Env == nil {
-				cmd.Env = os.Environ()
-			}
-			cmd.Env = append(cmd.Env, testScopeEnv+"="+strings.Join(sel, ","))
+			env = append(env, testScopeEnv+"="+strings.Join(sel, ","))
+		}
+		if env != nil {
+			cmd.Env = append(os.Environ(), env...)
 		}
 		logs := &bytes.Buffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
