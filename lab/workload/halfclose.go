@@ -141,6 +141,9 @@ func halfCloseExchange(c *pconn, mode string, up, down []byte, delay time.Durati
 	if err := c.writeAll(fmt.Appendf(nil, "%s %d %d %d %d\n", mode, len(up), len(down), delay.Milliseconds(), banner)); err != nil {
 		return "", err
 	}
+	if line, err := c.readLine(); err != nil || line != "ok" {
+		return "", fmt.Errorf("header's answer %q: %v", line, err)
+	}
 	var f []string
 	add := func(k string, v any) { f = append(f, fmt.Sprintf("%s=%v", k, v)) }
 	if mode == "c" {
@@ -208,6 +211,9 @@ func serveHalfClose(c *pconn) error {
 	var up, down, delayMs, banner int
 	if _, err := fmt.Sscanf(line, "%s %d %d %d %d", &mode, &up, &down, &delayMs, &banner); err != nil {
 		return fmt.Errorf("header %q: %w", line, err)
+	}
+	if err := c.writeAll([]byte("ok\n")); err != nil {
+		return err
 	}
 	delay := time.Duration(delayMs) * time.Millisecond
 	h := sha256.New()
