@@ -5,10 +5,23 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"runtime"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// ServeUDPEcho echoes every datagram back to its sender until the socket fails.
+// The measuring UDP ends (`workload udp`, bench bypass's paired UDP round
+// trips) use blocking sockets on a locked thread, as the TCP ping-pong does
+// (RawDial, ServeEcho). Through Go's netpoller a read that finds nothing
+// parks the goroutine, and its thread spins for work, then sleeps in
+// epoll_wait and is woken; whether an echo arrives within the spin changes
+// the round trip's wake-ups and context switches, so a path a few hundred ns
+// longer could measure microseconds longer (docs/measurements/benchmarks.md,
+// "The idle agent on the paths of pods it does not select").
+
+// ServeUDPEcho echoes every datagram back to its sender until the socket
+// fails (tests that serve from a goroutine; the benches use ServeUDPEchoRaw).
 func ServeUDPEcho(pc net.PacketConn) error {
 	buf := make([]byte, 65536)
 	for {
@@ -22,16 +35,74 @@ func ServeUDPEcho(pc net.PacketConn) error {
 	}
 }
 
+// RawUDPListen opens a blocking UDP socket bound to addr (ip:port).
+func RawUDPListen(addr string) (int, error) {
+	return rawUDP(addr, unix.Bind)
+}
+
+// RawUDPDial opens a blocking UDP socket connected to addr (ip:port).
+func RawUDPDial(addr string) (int, error) {
+	return rawUDP(addr, unix.Connect)
+}
+
+func rawUDP(addr string, op func(int, unix.Sockaddr) error) (int, error) {
+	family, sa, err := parseSockaddr(addr)
+	if err != nil {
+		return -1, err
+	}
+	if family == unix.AF_UNIX {
+		return -1, fmt.Errorf("udp %s: want ip:port", addr)
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := op(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("udp %s: %w", addr, err)
+	}
+	return fd, nil
+}
+
+// ServeUDPEchoRaw echoes every datagram on the blocking socket fd back to
+// its sender, on the calling goroutine's thread (locked), until the socket
+// fails.
+func ServeUDPEchoRaw(fd int) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := unix.Recvfrom(fd, buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for err = unix.EINTR; err == unix.EINTR; {
+			err = unix.Sendto(fd, buf[:n], 0, from)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
 // UDPPingPong sends n datagrams of size bytes to addr, each after the echo
 // of the previous one (or a timeout), and returns how many came back and the
 // round-trip time of each that did.
 func UDPPingPong(addr string, size, n int, timeout time.Duration) (int, []time.Duration, error) {
-	c, err := net.Dial("udp", addr)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	fd, err := RawUDPDial(addr)
 	if err != nil {
 		return 0, nil, err
 	}
-	defer c.Close()
-	u := NewUDPPinger(c, size, timeout)
+	defer unix.Close(fd)
+	u, err := NewUDPPinger(fd, size, timeout)
+	if err != nil {
+		return 0, nil, err
+	}
 	got := 0
 	rtts := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
@@ -47,20 +118,24 @@ func UDPPingPong(addr string, size, n int, timeout time.Duration) (int, []time.D
 	return got, rtts, nil
 }
 
-// UDPPinger sends datagrams to a UDP echo server on a connected socket,
-// one round trip at a time (the paired benchmarks change the datapath
-// between two).
+// UDPPinger sends datagrams to a UDP echo server on a connected blocking
+// socket (RawUDPDial), one round trip at a time (the paired benchmarks
+// change the datapath between two), from the calling thread.
 type UDPPinger struct {
-	c         net.Conn
+	fd        int
 	msg, back []byte
 	seq       uint64
-	timeout   time.Duration
 }
 
-// NewUDPPinger sends size-byte datagrams on c, each waiting up to timeout
-// for its echo.
-func NewUDPPinger(c net.Conn, size int, timeout time.Duration) *UDPPinger {
-	return &UDPPinger{c: c, msg: make([]byte, size), back: make([]byte, size+1), timeout: timeout}
+// NewUDPPinger sends size-byte datagrams on fd, each waiting up to timeout
+// for its echo (SO_RCVTIMEO, set once: a late echo of an earlier datagram
+// starts the wait again).
+func NewUDPPinger(fd, size int, timeout time.Duration) (*UDPPinger, error) {
+	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return nil, fmt.Errorf("SO_RCVTIMEO: %w", err)
+	}
+	return &UDPPinger{fd: fd, msg: make([]byte, size), back: make([]byte, size+1)}, nil
 }
 
 // RoundTrip sends one datagram and waits for its echo: ok false when none
@@ -73,14 +148,25 @@ func (u *UDPPinger) RoundTrip() (time.Duration, bool, error) {
 		binary.BigEndian.PutUint64(u.msg, u.seq)
 	}
 	t0 := time.Now()
-	if _, err := u.c.Write(u.msg); err != nil {
+	var err error = unix.EINTR
+	for err == unix.EINTR {
+		_, err = unix.Write(u.fd, u.msg)
+	}
+	if err != nil {
 		return 0, false, err
 	}
-	u.c.SetReadDeadline(t0.Add(u.timeout))
 	for {
-		m, err := u.c.Read(u.back)
-		if err != nil {
+		m, err := unix.Read(u.fd, u.back)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
 			return 0, false, nil // timed out: lost
+		case err == unix.ECONNREFUSED:
+			// An ICMP port unreachable of an earlier datagram: wait on.
+			continue
+		case err != nil:
+			return 0, false, err
 		}
 		if m == len(u.msg) && bytes.Equal(u.back[:m], u.msg) {
 			return time.Since(t0), true, nil

@@ -255,10 +255,12 @@ func idleOne(o Options, b *benchLab, path string, kind pairedKind, sw *switcher,
 		return idleRow{}, err
 	}
 	r.hooks, r.rts = h.hooks, h.rts
-	// The softirq threads over both passes' A/B phases.
+	// The path's tasks over both passes' A/B phases.
 	for k := range 2 {
-		r.softirqd[k] = r.softirqd[k].Add(h.softirqd[k])
-		r.softRTs[k] += h.softRTs[k]
+		for name, v := range h.tasks[k] {
+			r.tasks[k][name] = r.tasks[k][name].Add(v)
+		}
+		r.taskRTs[k] += h.taskRTs[k]
 	}
 	row := idleRow{pairedRow: r}
 	row.path = path
@@ -405,22 +407,25 @@ func reportIdlePaired(w io.Writer, o Options, rows map[multinode.Mode][]idleRow)
 		bench.WriteTable(&b, []string{"path", "metric", "no agent", "agent idle", "agent idle vs no agent", "A/A", "judged", fmt.Sprintf("at most %+.0f%%", idleTarget)}, out)
 		fmt.Fprintf(&b, "\nPer hook (BPF run-time statistics, on only in %d more quads per row, not in the A/B's: both nodes' programs in the A/B phases; every run passes: nothing is selected; node-wide hooks (tracepoints) run once per agent, and this lab's two nodes share one kernel; all programs: their time per round trip attached minus detached, per client packet, and the change the row measured in ns per round trip):\n", hookQuads)
 		bench.WriteTable(&b, []string{"path", "metric", "program", "runs per round trip, detached", "runs per round trip, attached", "ns per run", "ns per round trip"}, hooks)
-		fmt.Fprintf(&b, "\nThe softirq threads (ksoftirqd/N: receive work a CPU left unfinished, because a task needed the CPU or 2 ms passed, costs a wake-up and a context switch), in every A/B phase:\n")
-		bench.WriteTable(&b, []string{"path", "metric", "timeslices per 1000 round trips, detached", "attached", "CPU ns per round trip, detached", "attached"}, softirqdRows(rows[mode]))
+		fmt.Fprintf(&b, "\nThe tasks on the path, in every A/B phase (/proc/TID/schedstat: a timeslice is a wake-up or the return from a preemption; wait is time runnable on a run queue; the softirq threads run receive work a CPU left unfinished, because a task needed the CPU or 2 ms passed):\n")
+		bench.WriteTable(&b, []string{"path", "metric", "task", "timeslices per 1000 round trips, detached", "attached", "CPU ns per round trip, detached", "attached", "wait ns per round trip, detached", "attached"}, taskRows(rows[mode]))
 		io.WriteString(w, b.String())
 	}
 }
 
-// softirqdRows are the rows' softirq thread lines.
-func softirqdRows(rs []idleRow) [][]string {
+// taskRows are the rows' lines of the tasks on their path.
+func taskRows(rs []idleRow) [][]string {
 	var out [][]string
 	for _, r := range rs {
-		cell := func(k int, per func(bench.ProgStat) float64) string {
-			return strconv.FormatFloat(per(r.softirqd[k])/float64(max(r.softRTs[k], 1)), 'f', 1, 64)
+		for _, name := range []string{taskClient, taskServer, taskSoftirqd} {
+			cell := func(k int, v func(bench.TaskStat) float64) string {
+				return strconv.FormatFloat(v(r.tasks[k][name])/float64(max(r.taskRTs[k], 1)), 'f', 1, 64)
+			}
+			slices1000 := func(s bench.TaskStat) float64 { return 1000 * float64(s.Slices) }
+			cpu := func(s bench.TaskStat) float64 { return float64(s.CPU.Nanoseconds()) }
+			wait := func(s bench.TaskStat) float64 { return float64(s.Wait.Nanoseconds()) }
+			out = append(out, []string{r.path, r.metric, name, cell(0, slices1000), cell(1, slices1000), cell(0, cpu), cell(1, cpu), cell(0, wait), cell(1, wait)})
 		}
-		per1000 := func(s bench.ProgStat) float64 { return 1000 * float64(s.Runs) }
-		ns := func(s bench.ProgStat) float64 { return float64(s.Runtime.Nanoseconds()) }
-		out = append(out, []string{r.path, r.metric, cell(0, per1000), cell(1, per1000), cell(0, ns), cell(1, ns)})
 	}
 	return out
 }

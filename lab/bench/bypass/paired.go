@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -82,10 +81,10 @@ type pairedRow struct {
 	// program name; rts the round trips completed in those phases.
 	hooks [2]map[string]bench.ProgStat
 	rts   [2]int
-	// softirqd: the softirq threads' timeslices and CPU time in the A/B
-	// phases ([0] A, [1] B), softRTs their round trips.
-	softirqd [2]bench.ProgStat
-	softRTs  [2]int
+	// tasks: what the tasks on the path ran in the A/B phases ([0] A, [1]
+	// B), by pathTasks's names; taskRTs their round trips.
+	tasks   [2]map[string]bench.TaskStat
+	taskRTs [2]int
 }
 
 // phaseStat is one phase's median round trip (us) and how many it had;
@@ -206,10 +205,7 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 	// A/A phases the bypass.
 	var quads bench.Quads[phaseStat]
 	row.hooks = [2]map[string]bench.ProgStat{{}, {}}
-	sirq, err := bench.OpenSoftirqd()
-	if err != nil {
-		return row, err
-	}
+	row.tasks = [2]map[string]bench.TaskStat{{}, {}}
 	err = client.Do(func() error {
 		if o.ClientCPU >= 0 {
 			restore, err := netprobe.PinThread(o.ClientCPU)
@@ -217,6 +213,10 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 				return err
 			}
 			defer restore()
+		}
+		tasks, err := pathTasks(unix.Gettid(), server)
+		if err != nil {
+			return err
 		}
 		measure, closePh, err := dialPhaser(server.Addr(o.IPv6), kind)
 		if err != nil {
@@ -232,12 +232,12 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 		quads, err = bench.RunQuads(o.Pairs, bench.SideB, set, func(side bench.Side) (phaseStat, error) {
 			ab := side == bench.SideA || side == bench.SideB // an A/B phase: its programs' runs are counted
 			var st0 map[string]bench.ProgStat
-			var sq0 bench.ProgStat
+			var tk0 map[string]bench.TaskStat
 			if ab {
 				if st0, err = progs.Read(); err != nil {
 					return phaseStat{}, err
 				}
-				if sq0, err = sirq.Read(); err != nil {
+				if tk0, err = tasks.read(); err != nil {
 					return phaseStat{}, err
 				}
 			}
@@ -245,7 +245,7 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 			if err != nil || !ab {
 				return s, err
 			}
-			sq1, err := sirq.Read()
+			tk1, err := tasks.read()
 			if err != nil {
 				return s, err
 			}
@@ -257,8 +257,10 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 			if side == bench.SideA {
 				k = 0
 			}
-			row.softirqd[k] = row.softirqd[k].Add(sq1.Sub(sq0))
-			row.softRTs[k] += s.n
+			for name, v := range tk1 {
+				row.tasks[k][name] = row.tasks[k][name].Add(v.Sub(tk0[name]))
+			}
+			row.taskRTs[k] += s.n
 			for name, v := range st1 {
 				row.hooks[k][name] = row.hooks[k][name].Add(v.Sub(st0[name]))
 			}
@@ -350,12 +352,16 @@ func dialPhaser(addr netip.Addr, kind pairedKind) (phaser, func(), error) {
 // server: TCP (workload serve --echo) or UDP (workload udp --serve).
 func dialRoundTripper(to netip.AddrPort, udp bool) (roundTripper, func(), error) {
 	if udp {
-		c, err := net.Dial("udp", to.String())
+		fd, err := workload.RawUDPDial(to.String())
 		if err != nil {
 			return nil, nil, err
 		}
-		u := workload.NewUDPPinger(c, 24, udpTimeout)
-		return u.RoundTrip, func() { c.Close() }, nil
+		u, err := workload.NewUDPPinger(fd, 24, udpTimeout)
+		if err != nil {
+			unix.Close(fd)
+			return nil, nil, err
+		}
+		return u.RoundTrip, func() { unix.Close(fd) }, nil
 	}
 	fd, err := workload.RawDial(to.String())
 	if err != nil {
@@ -410,4 +416,41 @@ func hookRows(rows []pairedRow) [][]string {
 		}
 	}
 	return out
+}
+
+// The tasks on a measured path, by name (the client and the servers share
+// a CPU by default: how they are scheduled is part of the round trip).
+const (
+	taskClient   = "client (the measuring thread)"
+	taskServer   = "server pod (its threads)"
+	taskSoftirqd = "softirq threads (ksoftirqd/N)"
+)
+
+// taskSet reads the tasks on a path together.
+type taskSet map[string]*bench.Tasks
+
+// pathTasks are the measuring thread tid, the server pod's threads and the
+// softirq threads.
+func pathTasks(tid int, server *multinode.Pod) (taskSet, error) {
+	sirq, err := bench.OpenSoftirqd()
+	if err != nil {
+		return nil, err
+	}
+	srv, err := bench.CgroupTasks(server.Cgroup)
+	if err != nil {
+		return nil, err
+	}
+	return taskSet{taskClient: bench.Thread(tid), taskServer: srv, taskSoftirqd: sirq}, nil
+}
+
+func (ts taskSet) read() (map[string]bench.TaskStat, error) {
+	out := make(map[string]bench.TaskStat, len(ts))
+	for name, t := range ts {
+		st, err := t.Read()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out[name] = st
+	}
+	return out, nil
 }

@@ -23,7 +23,7 @@ func workloadUDPCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case serve != "":
-				pc, err := net.ListenPacket("udp", serve)
+				fd, err := workload.RawUDPListen(serve)
 				if err != nil {
 					return err
 				}
@@ -32,7 +32,7 @@ func workloadUDPCmd() *cobra.Command {
 						return err
 					}
 				}
-				return workload.ServeUDPEcho(pc)
+				return workload.ServeUDPEchoRaw(fd)
 			case addr != "":
 				got, rtts, err := workload.UDPPingPong(addr, size, n, timeout)
 				if err != nil {

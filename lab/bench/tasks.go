@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Tasks reads what a set of tasks (threads) ran, from /proc/<tid>/schedstat
+// (CONFIG_SCHED_INFO, kernel/sched/stats.h): CPU time, time spent runnable
+// but waiting on a run queue, and timeslices (each a wake-up, or the
+// return from a preemption). On a CPU that runs both ends of a round trip,
+// these tell a path that got slower from one that got scheduled
+// differently: more timeslices or more wait per round trip with the same
+// CPU time.
+type Tasks struct {
+	files []string
+	// gone: a task may exit between two reads (a thread of a server);
+	// else a missing file is an error.
+	gone bool
+}
+
+// TaskStat is what Tasks ran.
+type TaskStat struct {
+	CPU, Wait time.Duration
+	Slices    uint64
+}
+
+// Sub is s - o.
+func (s TaskStat) Sub(o TaskStat) TaskStat {
+	return TaskStat{CPU: s.CPU - o.CPU, Wait: s.Wait - o.Wait, Slices: s.Slices - o.Slices}
+}
+
+// Add is s + o.
+func (s TaskStat) Add(o TaskStat) TaskStat {
+	return TaskStat{CPU: s.CPU + o.CPU, Wait: s.Wait + o.Wait, Slices: s.Slices + o.Slices}
+}
+
+// OpenSoftirqd finds the softirq threads (ksoftirqd/N). The network receive
+// work a CPU could not finish in the interrupted context (__do_softirq
+// stops restarting when a task needs the CPU or after 2 ms) is left to
+// them, and costs a wake-up and a context switch.
+func OpenSoftirqd() (*Tasks, error) {
+	comms, err := filepath.Glob("/proc/[0-9]*/comm")
+	if err != nil {
+		return nil, err
+	}
+	t := &Tasks{}
+	for _, c := range comms {
+		b, err := os.ReadFile(c)
+		if err == nil && strings.HasPrefix(string(b), "ksoftirqd/") {
+			t.files = append(t.files, filepath.Join(filepath.Dir(c), "schedstat"))
+		}
+	}
+	if len(t.files) == 0 {
+		return nil, fmt.Errorf("no ksoftirqd thread in /proc")
+	}
+	return t, nil
+}
+
+// Thread is one thread (a thread ID).
+func Thread(tid int) *Tasks {
+	return &Tasks{files: []string{"/proc/" + strconv.Itoa(tid) + "/schedstat"}}
+}
+
+// CgroupTasks are the threads of cgroup v2 directory dir and of the cgroups
+// under it, as they are now (cgroup.threads).
+func CgroupTasks(dir string) (*Tasks, error) {
+	t := &Tasks{gone: true}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.threads"))
+		if err != nil {
+			return err
+		}
+		for _, tid := range strings.Fields(string(b)) {
+			t.files = append(t.files, "/proc/"+tid+"/schedstat")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(t.files) == 0 {
+		return nil, fmt.Errorf("no thread in cgroup %s", dir)
+	}
+	return t, nil
+}
+
+// Read sums the tasks' schedstat.
+func (t *Tasks) Read() (TaskStat, error) {
+	var st TaskStat
+	for _, f := range t.files {
+		b, err := os.ReadFile(f)
+		if t.gone && errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return st, err
+		}
+		v := strings.Fields(string(b))
+		if len(v) < 3 {
+			return st, fmt.Errorf("%s: %q", f, b)
+		}
+		cpu, err1 := strconv.ParseUint(v[0], 10, 64)
+		wait, err2 := strconv.ParseUint(v[1], 10, 64)
+		n, err3 := strconv.ParseUint(v[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			return st, fmt.Errorf("%s: %q", f, b)
+		}
+		st.CPU += time.Duration(cpu)
+		st.Wait += time.Duration(wait)
+		st.Slices += n
+	}
+	return st, nil
+}
