@@ -13,7 +13,7 @@ import (
 
 // The measuring UDP ends (`workload udp`, bench bypass's paired UDP round
 // trips) use blocking sockets on a locked thread, as the TCP ping-pong does
-// (RawDial, ServeEcho). Through Go's netpoller a read that finds nothing
+// (RawDial, ServeEcho): UDPPinger here, netprobe.Echo the server. Through Go's netpoller a read that finds nothing
 // parks the goroutine, and its thread spins for work, then sleeps in
 // epoll_wait and is woken; whether an echo arrives within the spin changes
 // the round trip's wake-ups and context switches, so a path a few hundred ns
@@ -21,7 +21,7 @@ import (
 // "The idle agent on the paths of pods it does not select").
 
 // ServeUDPEcho echoes every datagram back to its sender until the socket
-// fails (tests that serve from a goroutine; the benches use ServeUDPEchoRaw).
+// fails (tests that serve from a goroutine; the benches use netprobe.Echo).
 func ServeUDPEcho(pc net.PacketConn) error {
 	buf := make([]byte, 65536)
 	for {
@@ -35,17 +35,8 @@ func ServeUDPEcho(pc net.PacketConn) error {
 	}
 }
 
-// RawUDPListen opens a blocking UDP socket bound to addr (ip:port).
-func RawUDPListen(addr string) (int, error) {
-	return rawUDP(addr, unix.Bind)
-}
-
 // RawUDPDial opens a blocking UDP socket connected to addr (ip:port).
 func RawUDPDial(addr string) (int, error) {
-	return rawUDP(addr, unix.Connect)
-}
-
-func rawUDP(addr string, op func(int, unix.Sockaddr) error) (int, error) {
 	family, sa, err := parseSockaddr(addr)
 	if err != nil {
 		return -1, err
@@ -57,35 +48,11 @@ func rawUDP(addr string, op func(int, unix.Sockaddr) error) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	if err := op(fd, sa); err != nil {
+	if err := unix.Connect(fd, sa); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("udp %s: %w", addr, err)
 	}
 	return fd, nil
-}
-
-// ServeUDPEchoRaw echoes every datagram on the blocking socket fd back to
-// its sender, on the calling goroutine's thread (locked), until the socket
-// fails.
-func ServeUDPEchoRaw(fd int) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	buf := make([]byte, 65536)
-	for {
-		n, from, err := unix.Recvfrom(fd, buf, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		for err = unix.EINTR; err == unix.EINTR; {
-			err = unix.Sendto(fd, buf[:n], 0, from)
-		}
-		if err != nil {
-			return err
-		}
-	}
 }
 
 // UDPPingPong sends n datagrams of size bytes to addr, each after the echo

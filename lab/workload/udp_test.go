@@ -7,34 +7,25 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/netprobe"
 )
 
-// TestUDPPingPongRaw runs the raw UDP echo server and client over loopback,
+// TestUDPPingPongRaw runs the blocking UDP client against netprobe.Echo over loopback,
 // IPv4 and IPv6: every datagram comes back, and a port without a server
 // loses every datagram (its ICMP errors are not echoes).
 func TestUDPPingPongRaw(t *testing.T) {
 	for _, host := range []string{"127.0.0.1", "::1"} {
 		t.Run(host, func(t *testing.T) {
-			fd, err := RawUDPListen(netip.AddrPortFrom(netip.MustParseAddr(host), 0).String())
+			fd, bound, err := netprobe.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr(host), 0))
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { unix.Close(fd) })
-			sa, err := unix.Getsockname(fd)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var port int
-			switch a := sa.(type) {
-			case *unix.SockaddrInet4:
-				port = a.Port
-			case *unix.SockaddrInet6:
-				port = a.Port
-			}
-			done := make(chan error, 1)
-			go func() { done <- ServeUDPEchoRaw(fd) }()
-			// A shutdown wakes the server's blocking recvfrom; it then fails.
-			t.Cleanup(func() { unix.Shutdown(fd, unix.SHUT_RDWR); <-done })
+			done := make(chan struct{})
+			go func() { netprobe.Echo(fd, -1); close(done) }()
+			// A shutdown wakes the server's blocking recvfrom; it then returns.
+			t.Cleanup(func() { unix.Shutdown(fd, unix.SHUT_RDWR); <-done; unix.Close(fd) })
+			port := int(bound.Port())
 			addr := netip.AddrPortFrom(netip.MustParseAddr(host), uint16(port)).String()
 			got, rtts, err := UDPPingPong(addr, 100, 200, 5*time.Second)
 			if err != nil || got != 200 || len(rtts) != 200 {

@@ -3,12 +3,16 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/eztunnel/eztunnel/internal/netprobe"
 	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/lab/workload"
 )
@@ -23,7 +27,16 @@ func workloadUDPCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case serve != "":
-				fd, err := workload.RawUDPListen(serve)
+				ap, err := netip.ParseAddrPort(serve)
+				if strings.HasPrefix(serve, ":") {
+					// Every address of both families (an IPv6 socket
+					// that takes IPv4 too, as net.ListenPacket's).
+					ap, err = netip.ParseAddrPort("[::]" + serve)
+				}
+				if err != nil {
+					return fmt.Errorf("--serve %q: want ip:port or :port", serve)
+				}
+				fd, _, err := netprobe.ListenUDP(ap)
 				if err != nil {
 					return err
 				}
@@ -32,7 +45,8 @@ func workloadUDPCmd() *cobra.Command {
 						return err
 					}
 				}
-				return workload.ServeUDPEchoRaw(fd)
+				netprobe.Echo(fd, -1) // blocking, on a locked thread: until the process ends
+				return nil
 			case addr != "":
 				got, rtts, err := workload.UDPPingPong(addr, size, n, timeout)
 				if err != nil {
