@@ -107,8 +107,16 @@ func idlePairedRun(t *testing.T, pair string, extra ...string) []string {
 	if !strings.Contains(out, "the agents' links are as they were") {
 		t.Errorf("no word that the links are as they were:\n%s", out)
 	}
-	if n := regexp.MustCompile(`(?m)^\| same-node +\| +`+metric+` \| +[0-9.]+ \| +[0-9.]+ \| +[0-9.]+ \| +[0-9.]+ \|$`).FindAllString(out, -1); len(n) != 2 {
-		t.Errorf("%d rows of the softirq threads, want 2:\n%s", len(n), out)
+	// The path's tasks: per row the client thread, the server pod and the
+	// softirq threads; the first two ran in every phase.
+	tasks := regexp.MustCompile(`(?m)^\| same-node +\| +`+metric+` \| +(client \(the measuring thread\)|server pod \(its threads\)|softirq threads \(ksoftirqd/N\)) \| +([0-9.]+) \| +([0-9.]+) \|( +[0-9.]+ \|){4}$`).FindAllStringSubmatch(out, -1)
+	if len(tasks) != 6 {
+		t.Errorf("%d rows of the path's tasks, want 6:\n%s", len(tasks), out)
+	}
+	for _, r := range tasks {
+		if !strings.HasPrefix(r[3], "softirq") && (r[4] == "0.0" || r[5] == "0.0") {
+			t.Errorf("%s had no timeslice in a kind of phase: %q", r[3], r[0])
+		}
 	}
 	if subset {
 		sw := regexp.MustCompile(`(?m)^  switched \(--switch-links close_reset\): (\S+)$`).FindAllStringSubmatch(out, -1)
