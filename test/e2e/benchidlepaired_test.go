@@ -107,17 +107,7 @@ func idlePairedRun(t *testing.T, pair string, extra ...string) []string {
 	if !strings.Contains(out, "the agents' links are as they were") {
 		t.Errorf("no word that the links are as they were:\n%s", out)
 	}
-	// The path's tasks: per row the client thread, the server pod and the
-	// softirq threads; the first two ran in every phase.
-	tasks := regexp.MustCompile(`(?m)^\| same-node +\| +`+metric+` \| +(client \(the measuring thread\)|server pod \(its threads\)|softirq threads \(ksoftirqd/N\)) \| +([0-9.]+) \| +([0-9.]+) \|( +[0-9.]+ \|){4}$`).FindAllStringSubmatch(out, -1)
-	if len(tasks) != 6 {
-		t.Errorf("%d rows of the path's tasks, want 6:\n%s", len(tasks), out)
-	}
-	for _, r := range tasks {
-		if !strings.HasPrefix(r[3], "softirq") && (r[4] == "0.0" || r[5] == "0.0") {
-			t.Errorf("%s had no timeslice in a kind of phase: %q", r[3], r[0])
-		}
-	}
+	checkPathTasks(t, out, metric, 2)
 	if subset {
 		sw := regexp.MustCompile(`(?m)^  switched \(--switch-links close_reset\): (\S+)$`).FindAllStringSubmatch(out, -1)
 		if len(sw) == 0 || !progs["ez_sc_close_reset"] || !progs["ez_sc_egress"] {
@@ -176,5 +166,23 @@ func interrupted(t *testing.T, args []string) {
 	}
 	if !strings.Contains(out.String(), "the agents' links are as they were") {
 		t.Errorf("interrupted: no word that the links are as they were:\n%s\n%s", out.String(), stderr.String())
+	}
+}
+
+// checkPathTasks checks the report's table of the tasks on the path: per
+// row (there are rows of metric) the client thread, the server pod and the
+// softirq threads, each with six numbers; the first two ran in both kinds
+// of phase.
+func checkPathTasks(t *testing.T, out, metric string, rows int) {
+	t.Helper()
+	tasks := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +`+metric+` \| +(client \(the measuring thread\)|server pod \(its threads\)|softirq threads \(ksoftirqd/N\)) \| +([0-9.]+) \| +([0-9.]+) \|( +[0-9.]+ \|){4}$`).FindAllStringSubmatch(out, -1)
+	if len(tasks) != 3*rows {
+		t.Errorf("%d rows of the path's tasks, want %d:\n%s", len(tasks), 3*rows, out)
+	}
+	for _, r := range tasks {
+		task, a, b := r[len(r)-4], r[len(r)-3], r[len(r)-2]
+		if !strings.HasPrefix(task, "softirq") && (a == "0.0" || b == "0.0") {
+			t.Errorf("%s had no timeslice in a kind of phase: %q", task, r[0])
+		}
 	}
 }

@@ -16,8 +16,8 @@ import (
 // both paths (nothing bypassed, or nothing paused); here its report must
 // have the five rows (same-node and cross-node, TCP and UDP round trips,
 // and a cross-node TCP stream), each with a paired interval and an A/A
-// interval, and per-hook rows of the bypass's
-// programs run in both kinds of phase; nothing is left behind. No timing
+// interval, per-hook rows of the bypass's programs run in both kinds of
+// phase, and the rows of the tasks on the path; nothing is left behind. No timing
 // is asserted.
 func TestBenchBypassPaired(t *testing.T) {
 	var stdout, stderr bytes.Buffer
@@ -43,6 +43,7 @@ func TestBenchBypassPaired(t *testing.T) {
 			t.Errorf("ez_bypass did not run in both kinds of phase: %q", h[0])
 		}
 	}
+	checkPathTasks(t, out, metric, 5)
 	assertClean(t, "bbp", "")
 	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
 		t.Errorf("pins left behind: %s", strings.Join(left, " "))

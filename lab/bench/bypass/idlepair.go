@@ -407,27 +407,13 @@ func reportIdlePaired(w io.Writer, o Options, rows map[multinode.Mode][]idleRow)
 		bench.WriteTable(&b, []string{"path", "metric", "no agent", "agent idle", "agent idle vs no agent", "A/A", "judged", fmt.Sprintf("at most %+.0f%%", idleTarget)}, out)
 		fmt.Fprintf(&b, "\nPer hook (BPF run-time statistics, on only in %d more quads per row, not in the A/B's: both nodes' programs in the A/B phases; every run passes: nothing is selected; node-wide hooks (tracepoints) run once per agent, and this lab's two nodes share one kernel; all programs: their time per round trip attached minus detached, per client packet, and the change the row measured in ns per round trip):\n", hookQuads)
 		bench.WriteTable(&b, []string{"path", "metric", "program", "runs per round trip, detached", "runs per round trip, attached", "ns per run", "ns per round trip"}, hooks)
-		fmt.Fprintf(&b, "\nThe tasks on the path, in every A/B phase (/proc/TID/schedstat: a timeslice is a wake-up or the return from a preemption; wait is time runnable on a run queue; the softirq threads run receive work a CPU left unfinished, because a task needed the CPU or 2 ms passed):\n")
-		bench.WriteTable(&b, []string{"path", "metric", "task", "timeslices per 1000 round trips, detached", "attached", "CPU ns per round trip, detached", "attached", "wait ns per round trip, detached", "attached"}, taskRows(rows[mode]))
+		prs := make([]pairedRow, len(rows[mode]))
+		for i, r := range rows[mode] {
+			prs[i] = r.pairedRow
+		}
+		writeTasks(&b, prs, "detached", "attached")
 		io.WriteString(w, b.String())
 	}
-}
-
-// taskRows are the rows' lines of the tasks on their path.
-func taskRows(rs []idleRow) [][]string {
-	var out [][]string
-	for _, r := range rs {
-		for _, name := range []string{taskClient, taskServer, taskSoftirqd} {
-			cell := func(k int, v func(bench.TaskStat) float64) string {
-				return strconv.FormatFloat(v(r.tasks[k][name])/float64(max(r.taskRTs[k], 1)), 'f', 1, 64)
-			}
-			slices1000 := func(s bench.TaskStat) float64 { return 1000 * float64(s.Slices) }
-			cpu := func(s bench.TaskStat) float64 { return float64(s.CPU.Nanoseconds()) }
-			wait := func(s bench.TaskStat) float64 { return float64(s.Wait.Nanoseconds()) }
-			out = append(out, []string{r.path, r.metric, name, cell(0, slices1000), cell(1, slices1000), cell(0, cpu), cell(1, cpu), cell(0, wait), cell(1, wait)})
-		}
-	}
-	return out
 }
 
 // idleHookRows are a row's per-program lines and its total.

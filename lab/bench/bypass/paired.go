@@ -394,6 +394,7 @@ func reportPaired(w io.Writer, o Options, rows map[multinode.Mode][]pairedRow) {
 		bench.WriteTable(&b, []string{"path", "metric", "kernel path", "bypass", "bypass vs kernel path", "A/A", "judged"}, out)
 		fmt.Fprintf(&b, "\nPer hook (BPF run-time statistics, both nodes' programs; kernel path: every run passes, bypass: runs act or pass; a stream's \"round trip\" is a segment sent):\n")
 		bench.WriteTable(&b, []string{"path", "metric", "program", "runs per round trip, kernel path", "ns per run, kernel path", "runs per round trip, bypass", "ns per run, bypass", "ns per round trip, bypass"}, hookRows(rows[mode]))
+		writeTasks(&b, rows[mode], "kernel path", "bypass")
 		io.WriteString(w, b.String())
 	}
 }
@@ -453,4 +454,23 @@ func (ts taskSet) read() (map[string]bench.TaskStat, error) {
 		out[name] = st
 	}
 	return out, nil
+}
+
+// writeTasks prints the tasks on each row's path in its A/B phases, the A
+// phases labelled a and the B phases b.
+func writeTasks(w *strings.Builder, rows []pairedRow, a, b string) {
+	fmt.Fprintf(w, "\nThe tasks on the path, in every A/B phase (/proc/TID/schedstat: a timeslice is a wake-up or the return from a preemption; wait is time runnable on a run queue; the softirq threads run receive work a CPU left unfinished, because a task needed the CPU or 2 ms passed):\n")
+	var out [][]string
+	for _, r := range rows {
+		for _, name := range []string{taskClient, taskServer, taskSoftirqd} {
+			cell := func(k int, v func(bench.TaskStat) float64) string {
+				return strconv.FormatFloat(v(r.tasks[k][name])/float64(max(r.taskRTs[k], 1)), 'f', 1, 64)
+			}
+			slices1000 := func(s bench.TaskStat) float64 { return 1000 * float64(s.Slices) }
+			cpu := func(s bench.TaskStat) float64 { return float64(s.CPU.Nanoseconds()) }
+			wait := func(s bench.TaskStat) float64 { return float64(s.Wait.Nanoseconds()) }
+			out = append(out, []string{r.path, r.metric, name, cell(0, slices1000), cell(1, slices1000), cell(0, cpu), cell(1, cpu), cell(0, wait), cell(1, wait)})
+		}
+	}
+	bench.WriteTable(w, []string{"path", "metric", "task", "timeslices per 1000 round trips, " + a, b, "CPU ns per round trip, " + a, b, "wait ns per round trip, " + a, b}, out)
 }
