@@ -214,10 +214,6 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 			}
 			defer restore()
 		}
-		tasks, err := pathTasks(unix.Gettid(), server)
-		if err != nil {
-			return err
-		}
 		measure, closePh, err := dialPhaser(server.Addr(o.IPv6), kind)
 		if err != nil {
 			return err
@@ -228,6 +224,12 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 			return err
 		}
 		row.roundTrips, row.lost = 0, 0
+		// After the warm-up: the server's thread of this connection may
+		// be one it started for it.
+		tasks, err := pathTasks(unix.Gettid(), server)
+		if err != nil {
+			return err
+		}
 		set := func(dp bench.Side) error { return flip(dp == bench.SideA) }
 		quads, err = bench.RunQuads(o.Pairs, bench.SideB, set, func(side bench.Side) (phaseStat, error) {
 			ab := side == bench.SideA || side == bench.SideB // an A/B phase: its programs' runs are counted
