@@ -20,9 +20,10 @@ import (
 // CPU time.
 type Tasks struct {
 	files []string
-	// gone: a task may exit between two reads (a thread of a server);
-	// else a missing file is an error.
-	gone bool
+	// cgroup: the threads are those of this cgroup v2 directory and the
+	// cgroups under it, listed again at each Snap (a server may start a
+	// thread for a connection); a thread may exit between two snapshots.
+	cgroup string
 }
 
 // TaskStat is what Tasks ran.
@@ -69,10 +70,21 @@ func Thread(tid int) *Tasks {
 }
 
 // CgroupTasks are the threads of cgroup v2 directory dir and of the cgroups
-// under it, as they are now (cgroup.threads).
+// under it (cgroup.threads), listed at each Snap.
 func CgroupTasks(dir string) (*Tasks, error) {
-	t := &Tasks{gone: true}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	t := &Tasks{cgroup: dir}
+	if _, err := t.list(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Tasks) list() ([]string, error) {
+	if t.cgroup == "" {
+		return t.files, nil
+	}
+	var files []string
+	err := filepath.WalkDir(t.cgroup, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return err
 		}
@@ -81,43 +93,58 @@ func CgroupTasks(dir string) (*Tasks, error) {
 			return err
 		}
 		for _, tid := range strings.Fields(string(b)) {
-			t.files = append(t.files, "/proc/"+tid+"/schedstat")
+			files = append(files, "/proc/"+tid+"/schedstat")
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(t.files) == 0 {
-		return nil, fmt.Errorf("no thread in cgroup %s", dir)
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no thread in cgroup %s", t.cgroup)
 	}
-	return t, nil
+	return files, nil
 }
 
-// Read sums the tasks' schedstat.
-func (t *Tasks) Read() (TaskStat, error) {
-	var st TaskStat
-	for _, f := range t.files {
+// Snapshot is what each task had run at one time, by task.
+type Snapshot map[string]TaskStat
+
+// Snap reads every task's schedstat.
+func (t *Tasks) Snap() (Snapshot, error) {
+	files, err := t.list()
+	if err != nil {
+		return nil, err
+	}
+	out := make(Snapshot, len(files))
+	for _, f := range files {
 		b, err := os.ReadFile(f)
-		if t.gone && errors.Is(err, fs.ErrNotExist) {
-			continue
+		if t.cgroup != "" && errors.Is(err, fs.ErrNotExist) {
+			continue // exited since the listing
 		}
 		if err != nil {
-			return st, err
+			return nil, err
 		}
 		v := strings.Fields(string(b))
 		if len(v) < 3 {
-			return st, fmt.Errorf("%s: %q", f, b)
+			return nil, fmt.Errorf("%s: %q", f, b)
 		}
 		cpu, err1 := strconv.ParseUint(v[0], 10, 64)
 		wait, err2 := strconv.ParseUint(v[1], 10, 64)
 		n, err3 := strconv.ParseUint(v[2], 10, 64)
 		if err1 != nil || err2 != nil || err3 != nil {
-			return st, fmt.Errorf("%s: %q", f, b)
+			return nil, fmt.Errorf("%s: %q", f, b)
 		}
-		st.CPU += time.Duration(cpu)
-		st.Wait += time.Duration(wait)
-		st.Slices += n
+		out[f] = TaskStat{CPU: time.Duration(cpu), Wait: time.Duration(wait), Slices: n}
 	}
-	return st, nil
+	return out, nil
+}
+
+// Since is what the tasks of s ran since old: a task new since old counts
+// whole (it started in between), one that exited in between not at all.
+func (s Snapshot) Since(old Snapshot) TaskStat {
+	var d TaskStat
+	for f, v := range s {
+		d = d.Add(v.Sub(old[f]))
+	}
+	return d
 }

@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,7 +19,7 @@ func TestTasksThread(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	th := Thread(unix.Gettid())
-	s0, err := th.Read()
+	s0, err := th.Snap()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,16 +28,16 @@ func TestTasksThread(t *testing.T) {
 		x += i
 	}
 	unix.Nanosleep(&unix.Timespec{Nsec: 1_000_000}, nil) // blocks: the wake-up is a new timeslice
-	s1, err := th.Read()
+	s1, err := th.Snap()
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := s1.Sub(s0)
+	d := s1.Since(s0)
 	if d.CPU <= 0 || d.Slices < 1 || d.Wait < 0 {
 		t.Errorf("after a busy loop (%d) and a sleep: %+v", x, d)
 	}
-	if got := d.Add(s0); got != s1 {
-		t.Errorf("Add(Sub) = %+v, want %+v", got, s1)
+	if got, want := d.Add(s0.Since(nil)), s1.Since(nil); got != want {
+		t.Errorf("Add(Since) = %+v, want %+v", got, want)
 	}
 }
 
@@ -47,9 +50,66 @@ func TestTasksSoftirqd(t *testing.T) {
 	if len(s.files) < runtime.NumCPU() {
 		t.Errorf("%d softirq threads for %d CPUs", len(s.files), runtime.NumCPU())
 	}
-	if _, err := s.Read(); err != nil {
+	if _, err := s.Snap(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCgroupTasks lists a cgroup's threads again at each snapshot: a
+// thread started after the first counts whole in the difference.
+func TestCgroupTasks(t *testing.T) {
+	root, err := unifiedCgroup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(root, "ez-tasks-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	sleeper := func() *exec.Cmd {
+		cmd := exec.Command("sleep", "30")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	sleeper()
+	tk, err := CgroupTasks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0, err := tk.Snap()
+	if err != nil || len(s0) != 1 {
+		t.Fatalf("one process: %v %v", s0, err)
+	}
+	second := sleeper()
+	s1, err := tk.Snap()
+	if err != nil || len(s1) != 2 {
+		t.Fatalf("two processes: %v %v", s1, err)
+	}
+	f := "/proc/" + strconv.Itoa(second.Process.Pid) + "/schedstat"
+	if d := s1.Since(s0); d.Slices < s1[f].Slices {
+		t.Errorf("the new thread did not count whole: %+v, its own %+v", d, s1[f])
+	}
+}
+
+// unifiedCgroup is the cgroup v2 mount (/proc/mounts).
+func unifiedCgroup() (string, error) {
+	b, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[2] == "cgroup2" {
+			return f[1], nil
+		}
+	}
+	return "", fmt.Errorf("no cgroup2 mount in /proc/mounts")
 }
 
 // TestCgroupTasksBadInput names the cgroup it could not read.

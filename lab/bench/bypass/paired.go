@@ -234,7 +234,7 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 		quads, err = bench.RunQuads(o.Pairs, bench.SideB, set, func(side bench.Side) (phaseStat, error) {
 			ab := side == bench.SideA || side == bench.SideB // an A/B phase: its programs' runs are counted
 			var st0 map[string]bench.ProgStat
-			var tk0 map[string]bench.TaskStat
+			var tk0 map[string]bench.Snapshot
 			if ab {
 				if st0, err = progs.Read(); err != nil {
 					return phaseStat{}, err
@@ -260,7 +260,7 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 				k = 0
 			}
 			for name, v := range tk1 {
-				row.tasks[k][name] = row.tasks[k][name].Add(v.Sub(tk0[name]))
+				row.tasks[k][name] = row.tasks[k][name].Add(v.Since(tk0[name]))
 			}
 			row.taskRTs[k] += s.n
 			for name, v := range st1 {
@@ -446,10 +446,10 @@ func pathTasks(tid int, server *multinode.Pod) (taskSet, error) {
 	return taskSet{taskClient: bench.Thread(tid), taskServer: srv, taskSoftirqd: sirq}, nil
 }
 
-func (ts taskSet) read() (map[string]bench.TaskStat, error) {
-	out := make(map[string]bench.TaskStat, len(ts))
+func (ts taskSet) read() (map[string]bench.Snapshot, error) {
+	out := make(map[string]bench.Snapshot, len(ts))
 	for name, t := range ts {
-		st, err := t.Read()
+		st, err := t.Snap()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
