@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"fmt"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/eztunnel/eztunnel/internal/cgroupv2"
+	"github.com/eztunnel/eztunnel/internal/sysexec"
 )
 
 // TestTasksThread reads this thread's schedstat before and after it ran and
@@ -58,7 +61,7 @@ func TestTasksSoftirqd(t *testing.T) {
 // TestCgroupTasks lists a cgroup's threads again at each snapshot: a
 // thread started after the first counts whole in the difference.
 func TestCgroupTasks(t *testing.T) {
-	root, err := unifiedCgroup()
+	root, err := cgroupv2.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +71,18 @@ func TestCgroupTasks(t *testing.T) {
 	}
 	t.Cleanup(func() { os.Remove(dir) })
 	sleeper := func() *exec.Cmd {
-		cmd := exec.Command("sleep", "30")
+		// A shell that blocks reading a pipe this test holds open.
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := sysexec.Command(context.Background(), "sh", "-c", "read x")
+		cmd.Stdin = pr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		pr.Close()
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); pw.Close() })
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -96,20 +106,6 @@ func TestCgroupTasks(t *testing.T) {
 	if d := s1.Since(s0); d.Slices < s1[f].Slices {
 		t.Errorf("the new thread did not count whole: %+v, its own %+v", d, s1[f])
 	}
-}
-
-// unifiedCgroup is the cgroup v2 mount (/proc/mounts).
-func unifiedCgroup() (string, error) {
-	b, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		return "", err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 3 && f[2] == "cgroup2" {
-			return f[1], nil
-		}
-	}
-	return "", fmt.Errorf("no cgroup2 mount in /proc/mounts")
 }
 
 // TestCgroupTasksBadInput names the cgroup it could not read.
