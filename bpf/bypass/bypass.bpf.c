@@ -63,6 +63,40 @@ struct {
 	__type(value, struct ez_bp_ctl);
 } ez_bp_switch SEC(".maps");
 
+/*
+ * The same-node flow cache: a flow direction's checks (endpoint, source,
+ * conntrack admission) made by one packet stand for the next packets of
+ * the direction for ez_bp_recheck_ns, unless an endpoint or device changes
+ * meanwhile (userspace bumps ez_bp_flows_gen after each write). Per CPU and
+ * direct-mapped: a slot is written only by the program running on its CPU,
+ * and tc programs do not nest on a CPU (they run with bottom halves off),
+ * so a slot is never read half-written. A flow whose slot another flow took
+ * is checked in full again: slower, never on the wrong path. Not pinned:
+ * every load starts empty.
+ */
+#define EZ_BP_FLOW_SLOTS 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EZ_BP_FLOW_SLOTS);
+	__type(key, __u32);
+	__type(value, struct ez_bp_flow);
+} ez_bp_flows SEC(".maps");
+
+/* The endpoints' generation the cached checks must carry (one __u32),
+ * bumped by userspace after every change of ez_bp_endpoints or ez_bp_devices. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} ez_bp_flows_gen SEC(".maps");
+
+/* How long cached checks stand (ns); 0: every packet is checked in full
+ * (--bypass-recheck). Set before load, as is the slot hash's seed. */
+volatile const __u64 ez_bp_recheck_ns = 0;
+volatile const __u32 ez_bp_flows_seed = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, EZ_BP_C_MAX);
@@ -583,32 +617,114 @@ static __always_inline int to_remote(struct __sk_buff *skb, const struct ez_flow
 	return bpf_redirect(ifx, 0);
 }
 
+/* The flow cache's key of f as it entered skb's device. */
+static __always_inline void flow_key(struct __sk_buff *skb, const struct ez_flow *f, struct ez_bp_flow_key *k)
+{
+	__builtin_memcpy(k->saddr, f->saddr, 16);
+	__builtin_memcpy(k->daddr, f->daddr, 16);
+	k->ifindex = skb->ifindex;
+	k->sport = f->sport;
+	k->dport = f->dport;
+	k->family = f->family;
+	k->proto = f->proto;
+}
+
+#define EZ_BP_FLOW_KEY_WORDS (sizeof(struct ez_bp_flow_key) / 4)
+
+/* k's slot in ez_bp_flows on this CPU: murmur3's mixing, seeded. */
+static __always_inline struct ez_bp_flow *flow_slot(const struct ez_bp_flow_key *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u32 h = ez_bp_flows_seed, idx;
+
+#pragma unroll
+	for (int i = 0; i < EZ_BP_FLOW_KEY_WORDS; i++) {
+		__u32 x = w[i] * 0xcc9e2d51;
+
+		x = (x << 15) | (x >> 17);
+		h ^= x * 0x1b873593;
+		h = ((h << 13) | (h >> 19)) * 5 + 0xe6546b64;
+	}
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	idx = h & (EZ_BP_FLOW_SLOTS - 1);
+	return bpf_map_lookup_elem(&ez_bp_flows, &idx);
+}
+
+static __always_inline bool flow_key_eq(const struct ez_bp_flow_key *a, const struct ez_bp_flow_key *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	__u32 d = 0;
+
+#pragma unroll
+	for (int i = 0; i < EZ_BP_FLOW_KEY_WORDS; i++)
+		d |= x[i] ^ y[i];
+	return !d;
+}
+
 /*
  * tcx ingress of each pod's host-side veth (packets leaving the pod): to a
  * local pod straight into it, to another node's pod to the uplink or VXLAN
  * device (to_remote).
+ *
+ * To a local pod, the endpoint, source and admission checks of a flow
+ * direction are made in full once per ez_bp_recheck_ns and CPU (the flow
+ * cache); every packet is still classified, its source MAC, destination
+ * MAC, TTL and length checked. So a conntrack entry deleted or changed
+ * (by conntrack -D, a policy agent, a FIN) holds for the bypass within
+ * ez_bp_recheck_ns, an endpoint change at once.
  */
 SEC("tcx/ingress")
 int ez_bypass(struct __sk_buff *skb)
 {
 	struct ez_flow f = {};
 	struct ez_bp_ep_key key = {};
+	struct ez_bp_flow_key fk = {};
 	struct ez_bp_endpoint *ep;
+	struct ez_bp_flow *slot = NULL;
 	struct ethhdr eth;
-	__u32 mtu = 0, len = skb->len, reason;
-	bool routed = false;
+	__u32 mtu = 0, len = skb->len, reason, to, gen = 0, zero = 0, *genp;
+	const __u8 *pod_mac, *bridge_mac;
+	__u64 now = 0;
+	bool routed = false, cached = false;
 
 	reason = classify(skb, &f);
 	if (reason)
 		return fallback(reason);
 	if (ez_skb_read(skb, 0, &eth, sizeof(eth)))
 		return fallback(EZ_BP_C_FB_OTHER);
-	ep_key(&f, &key);
-	ep = bpf_map_lookup_elem(&ez_bp_endpoints, &key);
-	if (!ep)
-		return to_remote(skb, &f, &eth);
-	if (ep->ifindex == skb->ifindex)
-		return fallback(EZ_BP_C_FB_OTHER);
+	if (ez_bp_recheck_ns) {
+		/* The generation is read before the endpoints: checks made
+		 * against an endpoint userspace changes after this read carry
+		 * a generation it has moved past. */
+		genp = bpf_map_lookup_elem(&ez_bp_flows_gen, &zero);
+		if (genp)
+			gen = *(volatile __u32 *)genp;
+		now = bpf_ktime_get_ns();
+		flow_key(skb, &f, &fk);
+		slot = flow_slot(&fk);
+		cached = slot && genp && slot->expires > now && slot->gen == gen && flow_key_eq(&slot->key, &fk);
+	}
+	if (cached) {
+		/* The source address is the veth's pod's (checked in full);
+		 * the MAC is checked on every packet. */
+		if (!mac_eq(eth.h_source, slot->src_mac))
+			return fallback(EZ_BP_C_FB_SPOOFED);
+		to = slot->to_ifindex;
+		pod_mac = slot->pod_mac;
+		bridge_mac = slot->bridge_mac;
+	} else {
+		ep_key(&f, &key);
+		ep = bpf_map_lookup_elem(&ez_bp_endpoints, &key);
+		if (!ep)
+			return to_remote(skb, &f, &eth);
+		if (ep->ifindex == skb->ifindex)
+			return fallback(EZ_BP_C_FB_OTHER);
+		to = ep->ifindex;
+		pod_mac = ep->pod_mac;
+		bridge_mac = ep->bridge_mac;
+	}
 
 	/*
 	 * Pods of one node share the bridge's L2: a frame to a local pod
@@ -618,8 +734,8 @@ int ez_bypass(struct __sk_buff *skb)
 	 * bridge's MAC as source, the pod's as destination, and TTL or hop
 	 * limit one less: the bypass does the same.
 	 */
-	if (!mac_eq(eth.h_dest, ep->pod_mac)) {
-		if (!mac_eq(eth.h_dest, ep->bridge_mac))
+	if (!mac_eq(eth.h_dest, pod_mac)) {
+		if (!mac_eq(eth.h_dest, bridge_mac))
 			return fallback(EZ_BP_C_FB_MAC_MISMATCH);
 		reason = routable(skb, &f);
 		if (reason)
@@ -630,7 +746,7 @@ int ez_bypass(struct __sk_buff *skb)
 	/* The host-side veth's MTU stands for the pod's eth0 (a CNI sets both
 	 * alike); GSO packets by segment. < 0: no such device. */
 	{
-		long r = bpf_check_mtu(skb, ep->ifindex, &mtu, 0, BPF_MTU_CHK_SEGS);
+		long r = bpf_check_mtu(skb, to, &mtu, 0, BPF_MTU_CHK_SEGS);
 
 		if (r < 0)
 			return fallback(EZ_BP_C_FB_OTHER);
@@ -638,23 +754,44 @@ int ez_bypass(struct __sk_buff *skb)
 			return fallback(EZ_BP_C_FB_TOO_BIG);
 	}
 
-	if (!own_source(skb, &f, &eth))
-		return fallback(EZ_BP_C_FB_SPOOFED);
-	reason = admitted(skb, &f);
-	if (reason)
-		return fallback(reason);
+	if (!cached) {
+		if (!own_source(skb, &f, &eth))
+			return fallback(EZ_BP_C_FB_SPOOFED);
+		reason = admitted(skb, &f);
+		if (reason)
+			return fallback(reason);
+		if (slot) {
+			slot->key = fk;
+			slot->gen = gen;
+			slot->to_ifindex = to;
+			__builtin_memcpy(slot->src_mac, eth.h_source, 6);
+			__builtin_memcpy(slot->pod_mac, pod_mac, 6);
+			__builtin_memcpy(slot->bridge_mac, bridge_mac, 6);
+			slot->expires = now + ez_bp_recheck_ns;
+		}
+	}
 
 	/* bpf_redirect_peer is allowed from tc/tcx ingress only, and only to a
 	 * device whose peer is in another netns (a veth into its pod). The
 	 * peer receives the frame as if from the wire (skb_scrub_packet:
 	 * PACKET_HOST, no dst). */
-	if (routed && (ttl_decrement(skb, &f) || mac_store(skb, ep->pod_mac, ep->bridge_mac)))
-		return fallback(EZ_BP_C_FB_OTHER);
+	if (routed) {
+		__u8 pm[6], bm[6];
+
+		/* Copied first: pod_mac may point into the slot, which
+		 * nothing else writes on this CPU, or the endpoint. */
+		__builtin_memcpy(pm, pod_mac, 6);
+		__builtin_memcpy(bm, bridge_mac, 6);
+		if (ttl_decrement(skb, &f) || mac_store(skb, pm, bm))
+			return fallback(EZ_BP_C_FB_OTHER);
+	}
 	count_add(EZ_BP_C_PACKETS, 1);
 	count_add(EZ_BP_C_BYTES, len);
 	if (routed)
 		count_add(EZ_BP_C_ROUTED, 1);
-	return bpf_redirect_peer(ep->ifindex, 0);
+	if (cached)
+		count_add(EZ_BP_C_CACHED, 1);
+	return bpf_redirect_peer(to, 0);
 }
 
 /*

@@ -90,7 +90,42 @@ enum ez_bp_counter {
 	EZ_BP_C_FB_UDP_OFF,		/* UDP while the bypass takes TCP only (--bypass-udp=false) */
 	EZ_BP_C_FB_IPV6_OFF,		/* IPv6 while the bypass takes IPv4 only (--bypass-ipv6=false) */
 	EZ_BP_C_FB_PAUSED,		/* the bypass paused (struct ez_bp_ctl) */
+	EZ_BP_C_CACHED,			/* of EZ_BP_C_PACKETS, those whose endpoint, source and admission
+					 * checks a recent packet of the flow made (ez_bp_flows) */
 	EZ_BP_C_MAX,
+};
+
+/*
+ * One direction of a same-node flow as it entered a pod veth: the key of
+ * the flow cache (ez_bp_flows). Addresses as struct ez_flow has them.
+ */
+struct ez_bp_flow_key {
+	__u32 saddr[4];
+	__u32 daddr[4];
+	__u32 ifindex;		/* the pod veth it entered on */
+	__u16 sport;		/* host order */
+	__u16 dport;
+	__u8 family;		/* 4 or 6 */
+	__u8 proto;
+	__u8 pad[2];
+};
+
+/*
+ * What the full checks of ez_bypass found for a flow direction to a local
+ * pod: the destination endpoint, the sending pod's MAC (its address is
+ * the veth's own) and the conntrack admission. Valid while expires
+ * (bpf_ktime_get_ns) is ahead and gen is the endpoints' generation
+ * (ez_bp_flows_gen); 0 expires: empty.
+ */
+struct ez_bp_flow {
+	__u64 expires;
+	struct ez_bp_flow_key key;
+	__u32 gen;
+	__u32 to_ifindex;	/* the destination pod's host-side veth */
+	__u8 src_mac[6];	/* the sending pod's eth0 */
+	__u8 pod_mac[6];	/* the destination pod's eth0 */
+	__u8 bridge_mac[6];	/* the destination's bridge */
+	__u8 pad[2];
 };
 
 #endif

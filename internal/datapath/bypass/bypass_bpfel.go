@@ -52,7 +52,8 @@ const (
 	bypassEzBpCounterEZ_BP_C_FB_UDP_OFF         bypassEzBpCounter = 33
 	bypassEzBpCounterEZ_BP_C_FB_IPV6OFF         bypassEzBpCounter = 34
 	bypassEzBpCounterEZ_BP_C_FB_PAUSED          bypassEzBpCounter = 35
-	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 36
+	bypassEzBpCounterEZ_BP_C_CACHED             bypassEzBpCounter = 36
+	bypassEzBpCounterEZ_BP_C_MAX                bypassEzBpCounter = 37
 )
 
 type bypassEzBpCtl struct {
@@ -88,6 +89,30 @@ type bypassEzBpEpKey struct {
 	Ip [16]uint8
 }
 
+type bypassEzBpFlow struct {
+	_         structs.HostLayout
+	Expires   uint64
+	Key       bypassEzBpFlowKey
+	Gen       uint32
+	ToIfindex uint32
+	SrcMac    [6]uint8
+	PodMac    [6]uint8
+	BridgeMac [6]uint8
+	Pad       [2]uint8
+}
+
+type bypassEzBpFlowKey struct {
+	_       structs.HostLayout
+	Saddr   [4]uint32
+	Daddr   [4]uint32
+	Ifindex uint32
+	Sport   uint16
+	Dport   uint16
+	Family  uint8
+	Proto   uint8
+	Pad     [2]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -95,6 +120,8 @@ const (
 	bypassMapEzBpCounters       = "ez_bp_counters"
 	bypassMapEzBpDevices        = "ez_bp_devices"
 	bypassMapEzBpEndpoints      = "ez_bp_endpoints"
+	bypassMapEzBpFlows          = "ez_bp_flows"
+	bypassMapEzBpFlowsGen       = "ez_bp_flows_gen"
 	bypassMapEzBpSwitch         = "ez_bp_switch"
 	bypassProgEzBypass          = "ez_bypass"
 	bypassProgEzBypassAdmit     = "ez_bypass_admit"
@@ -102,8 +129,10 @@ const (
 	bypassVarEzBpAdmitMark      = "ez_bp_admit_mark"
 	bypassVarEzBpCounterEnum    = "ez_bp_counter_enum"
 	bypassVarEzBpDevKindEnum    = "ez_bp_dev_kind_enum"
+	bypassVarEzBpFlowsSeed      = "ez_bp_flows_seed"
 	bypassVarEzBpNoIpv6         = "ez_bp_no_ipv6"
 	bypassVarEzBpNoUdp          = "ez_bp_no_udp"
+	bypassVarEzBpRecheckNs      = "ez_bp_recheck_ns"
 	bypassVarEzBpTcpTimeoutMs   = "ez_bp_tcp_timeout_ms"
 	bypassVarEzBpTimeoutJiffies = "ez_bp_timeout_jiffies"
 	bypassVarEzBpUdpTimeoutMs   = "ez_bp_udp_timeout_ms"
@@ -163,6 +192,8 @@ type bypassMapSpecs struct {
 	EzBpCounters  *ebpf.MapSpec `ebpf:"ez_bp_counters"`
 	EzBpDevices   *ebpf.MapSpec `ebpf:"ez_bp_devices"`
 	EzBpEndpoints *ebpf.MapSpec `ebpf:"ez_bp_endpoints"`
+	EzBpFlows     *ebpf.MapSpec `ebpf:"ez_bp_flows"`
+	EzBpFlowsGen  *ebpf.MapSpec `ebpf:"ez_bp_flows_gen"`
 	EzBpSwitch    *ebpf.MapSpec `ebpf:"ez_bp_switch"`
 }
 
@@ -173,8 +204,10 @@ type bypassVariableSpecs struct {
 	EzBpAdmitMark      *ebpf.VariableSpec `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.VariableSpec `ebpf:"ez_bp_counter_enum"`
 	EzBpDevKindEnum    *ebpf.VariableSpec `ebpf:"ez_bp_dev_kind_enum"`
+	EzBpFlowsSeed      *ebpf.VariableSpec `ebpf:"ez_bp_flows_seed"`
 	EzBpNoIpv6         *ebpf.VariableSpec `ebpf:"ez_bp_no_ipv6"`
 	EzBpNoUdp          *ebpf.VariableSpec `ebpf:"ez_bp_no_udp"`
+	EzBpRecheckNs      *ebpf.VariableSpec `ebpf:"ez_bp_recheck_ns"`
 	EzBpTcpTimeoutMs   *ebpf.VariableSpec `ebpf:"ez_bp_tcp_timeout_ms"`
 	EzBpTimeoutJiffies *ebpf.VariableSpec `ebpf:"ez_bp_timeout_jiffies"`
 	EzBpUdpTimeoutMs   *ebpf.VariableSpec `ebpf:"ez_bp_udp_timeout_ms"`
@@ -203,6 +236,8 @@ type bypassMaps struct {
 	EzBpCounters  *ebpf.Map `ebpf:"ez_bp_counters"`
 	EzBpDevices   *ebpf.Map `ebpf:"ez_bp_devices"`
 	EzBpEndpoints *ebpf.Map `ebpf:"ez_bp_endpoints"`
+	EzBpFlows     *ebpf.Map `ebpf:"ez_bp_flows"`
+	EzBpFlowsGen  *ebpf.Map `ebpf:"ez_bp_flows_gen"`
 	EzBpSwitch    *ebpf.Map `ebpf:"ez_bp_switch"`
 }
 
@@ -211,6 +246,8 @@ func (m *bypassMaps) Close() error {
 		m.EzBpCounters,
 		m.EzBpDevices,
 		m.EzBpEndpoints,
+		m.EzBpFlows,
+		m.EzBpFlowsGen,
 		m.EzBpSwitch,
 	)
 }
@@ -222,8 +259,10 @@ type bypassVariables struct {
 	EzBpAdmitMark      *ebpf.Variable `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.Variable `ebpf:"ez_bp_counter_enum"`
 	EzBpDevKindEnum    *ebpf.Variable `ebpf:"ez_bp_dev_kind_enum"`
+	EzBpFlowsSeed      *ebpf.Variable `ebpf:"ez_bp_flows_seed"`
 	EzBpNoIpv6         *ebpf.Variable `ebpf:"ez_bp_no_ipv6"`
 	EzBpNoUdp          *ebpf.Variable `ebpf:"ez_bp_no_udp"`
+	EzBpRecheckNs      *ebpf.Variable `ebpf:"ez_bp_recheck_ns"`
 	EzBpTcpTimeoutMs   *ebpf.Variable `ebpf:"ez_bp_tcp_timeout_ms"`
 	EzBpTimeoutJiffies *ebpf.Variable `ebpf:"ez_bp_timeout_jiffies"`
 	EzBpUdpTimeoutMs   *ebpf.Variable `ebpf:"ez_bp_udp_timeout_ms"`

@@ -48,6 +48,7 @@ var counters = bpfsys.CounterSet[bypassEzBpCounter]{Max: bypassEzBpCounterEZ_BP_
 	bypassEzBpCounterEZ_BP_C_FB_UDP_OFF:         "fallback_udp_off",
 	bypassEzBpCounterEZ_BP_C_FB_IPV6OFF:         "fallback_ipv6_off",
 	bypassEzBpCounterEZ_BP_C_FB_PAUSED:          "fallback_paused",
+	bypassEzBpCounterEZ_BP_C_CACHED:             "bypassed_cached_packets",
 }}
 
 // CounterNames lists every counter name in enum order.

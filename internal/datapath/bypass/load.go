@@ -1,6 +1,8 @@
 package bypass
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -62,7 +65,13 @@ type Bypass struct {
 	cookie uint64 // netns cookie (pinned links' directory)
 	objs   bypassObjects
 	links  map[int]attachment // by ifindex
+	gen    atomic.Uint32      // ez_bp_flows_gen's value
+	// recheck is Config.Recheck: how long the flow cache's checks stand.
+	recheck time.Duration
 }
+
+// Recheck is how long a same-node flow's cached checks stand (Config.Recheck).
+func (b *Bypass) Recheck() time.Duration { return b.recheck }
 
 // attachment is the tcx ingress program (ez_bypass on a pod veth,
 // ez_bypass_in on an uplink) and egress ez_bypass_admit on one device.
@@ -110,7 +119,7 @@ func Load(cfg Config) (_ *Bypass, err error) {
 	if err := setVariables(spec, cfg); err != nil {
 		return nil, fmt.Errorf("bypass: %w", err)
 	}
-	b := &Bypass{netns: cfg.NetNS, links: map[int]attachment{}}
+	b := &Bypass{netns: cfg.NetNS, links: map[int]attachment{}, recheck: cfg.Recheck}
 	if cfg.PinDir != "" {
 		b.pinDir = mapDir(cfg.PinDir)
 	}
@@ -124,7 +133,9 @@ func Load(cfg Config) (_ *Bypass, err error) {
 		}
 		// The counters too: a restart keeps counting.
 		for _, m := range spec.Maps {
-			if strings.HasPrefix(m.Name, "ez_bp_") {
+			// Not the flow cache: a load starts with it empty and its
+			// generation at 0.
+			if strings.HasPrefix(m.Name, "ez_bp_") && m.Name != bypassMapEzBpFlows && m.Name != bypassMapEzBpFlowsGen {
 				m.Pinning = ebpf.PinByName
 			}
 		}
@@ -151,6 +162,16 @@ func Load(cfg Config) (_ *Bypass, err error) {
 // admission mark bits, the conntrack refresh timeouts, the options.
 func setVariables(spec *ebpf.CollectionSpec, cfg Config) error {
 	lo := cfg.AdmitMark & -cfg.AdmitMark
+	if cfg.Recheck < 0 || cfg.Recheck > MaxRecheck {
+		return fmt.Errorf("recheck %s: want 0 to %s", cfg.Recheck, MaxRecheck)
+	}
+	// The flow cache's slots are picked by a seeded hash: a pod cannot
+	// aim its flows at another pod's slots.
+	var sb [4]byte
+	if _, err := rand.Read(sb[:]); err != nil {
+		return fmt.Errorf("flow cache seed: %w", err)
+	}
+	seed := binary.LittleEndian.Uint32(sb[:])
 	flag := func(b bool) uint32 {
 		if b {
 			return 1
@@ -163,6 +184,8 @@ func setVariables(spec *ebpf.CollectionSpec, cfg Config) error {
 		bypassVarEzBpUdpTimeoutMs: uint32(cfg.UDPTimeout.Milliseconds()),
 		bypassVarEzBpNoUdp:        flag(cfg.NoUDP),
 		bypassVarEzBpNoIpv6:       flag(cfg.NoIPv6),
+		bypassVarEzBpRecheckNs:    uint64(cfg.Recheck),
+		bypassVarEzBpFlowsSeed:    seed,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -439,7 +462,7 @@ func (b *Bypass) Detach(ifindex int) error {
 	if derr := b.objs.EzBpDevices.Delete(uint32(ifindex)); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
 		err = errors.Join(err, derr)
 	}
-	return err
+	return errors.Join(err, b.flowsChanged())
 }
 
 // Attached lists the pod veths (ifindexes) the programs are attached to,
@@ -518,6 +541,15 @@ func (b *Bypass) SetEndpoint(ip netip.Addr, ep Endpoint) error {
 	if err := b.objs.EzBpEndpoints.Put(key, v); err != nil {
 		return fmt.Errorf("bypass: endpoint %s: %w", ip, err)
 	}
+	return b.flowsChanged()
+}
+
+// flowsChanged bumps the flow cache's generation after an endpoint or
+// device changed: no packet takes the bypass on checks made before.
+func (b *Bypass) flowsChanged() error {
+	if err := b.objs.EzBpFlowsGen.Update(uint32(0), b.gen.Add(1), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("bypass: %s: %w", bypassMapEzBpFlowsGen, err)
+	}
 	return nil
 }
 
@@ -530,7 +562,7 @@ func (b *Bypass) DeleteEndpoint(ip netip.Addr) error {
 	if err := b.objs.EzBpEndpoints.Delete(key); err != nil {
 		return fmt.Errorf("bypass: delete endpoint %s: %w", ip, err)
 	}
-	return nil
+	return b.flowsChanged()
 }
 
 func (b *Bypass) handle() (*netlink.Handle, error) {

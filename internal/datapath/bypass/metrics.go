@@ -91,6 +91,7 @@ var bypassMetric = map[string]struct{ name, help string }{
 	"bypassed_packets":           {"packets", "Packets the bridge bypass redirected into their destination pod."},
 	"bypassed_bytes":             {"bytes", "Bytes (frames) the bridge bypass redirected into their destination pod."},
 	"bypassed_routed_packets":    {"routed_packets", "Bypassed packets sent to the bridge's MAC (routed), rewritten as the node's routing would."},
+	"bypassed_cached_packets":    {"cached_packets", "Packets bypassed into a local pod on the checks a recent packet of their flow passed on the same CPU (--bypass-recheck)."},
 	"bypassed_out_packets":       {"out_packets", "Packets the bridge bypass sent from a pod to another node (uplink or VXLAN device) without the node's stack."},
 	"bypassed_out_bytes":         {"out_bytes", "Bytes (frames) the bridge bypass sent from a pod to another node."},
 	"bypassed_out_neigh_packets": {"out_neigh_packets", "Of the packets to another node, those sent with bpf_redirect_neigh (next hop without neighbour entry)."},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -33,11 +34,24 @@ type Options struct {
 	// NoIPv6 leaves IPv6 on the kernel path (--bypass-ipv6=false): the
 	// bypass takes IPv4 only.
 	NoIPv6 bool
+	// Recheck is how long the full checks one packet of a same-node flow
+	// direction passed (the destination pod, the sending pod's address,
+	// the conntrack admission) stand for the direction's next packets on
+	// that CPU (--bypass-recheck): a conntrack entry deleted or changed
+	// holds for bypassed packets within it, an endpoint change at once.
+	// 0 checks every packet in full.
+	Recheck time.Duration
 
 	mode mode // --bypass
 	udp  bool // --bypass-udp
 	ipv6 bool // --bypass-ipv6
 }
+
+// DefaultRecheck is --bypass-recheck's default and MaxRecheck its bound.
+const (
+	DefaultRecheck = time.Millisecond
+	MaxRecheck     = time.Second
+)
 
 // mode is --bypass: auto (the default: on where the node allows it), on
 // (required: a node or kernel that cannot run it is an error), off (not
@@ -73,6 +87,7 @@ func (o *Options) Register(f *pflag.FlagSet) {
 	f.Var(&o.mode, "bypass", "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; pinned with the datapath). It needs net.netfilter.nf_conntrack_tcp_be_liberal=1. auto: on where the node allows it, else off with the reason logged; on: a node or kernel that cannot run it is an error; off: not attached, a pinned one removed (true and false: on and off)")
 	f.Lookup("bypass").NoOptDefVal = string(modeOn)
 	f.BoolVar(&o.udp, "bypass-udp", true, "the bridge bypass takes established UDP flows too; false leaves every UDP packet on the node's stack (counted as fallback reason udp_off)")
+	f.DurationVar(&o.Recheck, "bypass-recheck", DefaultRecheck, "how long the checks a packet of a same-node flow passed (destination pod, sending pod, conntrack admission) stand for the flow's next packets on that CPU: a conntrack entry deleted or changed (conntrack -D, a policy agent) holds for bypassed packets within this time, an endpoint change at once; 0 checks every packet in full (at most 1s)")
 	f.BoolVar(&o.ipv6, "bypass-ipv6", true, "the bridge bypass takes IPv6 flows too; false leaves every IPv6 packet on the node's stack (counted as fallback reason ipv6_off), for nodes whose IPv6 policy the operator wants the stack to apply to every packet")
 }
 
@@ -80,6 +95,9 @@ func (o *Options) Register(f *pflag.FlagSet) {
 func (o *Options) Parse(*pflag.FlagSet) error {
 	o.On, o.Required = o.mode != modeOff, o.mode == modeOn
 	o.NoUDP, o.NoIPv6 = !o.udp, !o.ipv6
+	if o.Recheck < 0 || o.Recheck > MaxRecheck {
+		return fmt.Errorf("--bypass-recheck=%s: want 0 (every packet checked in full) to %s", o.Recheck, MaxRecheck)
+	}
 	if !o.On {
 		o.Off, o.OffCode = "off (--bypass=off)", parts.CodeDisabledByFlag
 	}

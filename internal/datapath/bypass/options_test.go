@@ -1,7 +1,9 @@
 package bypass
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -45,3 +47,42 @@ func TestOptionsFlag(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestOptionsRecheck: --bypass-recheck defaults to DefaultRecheck, takes 0
+// (every packet checked in full) up to MaxRecheck, and refuses the rest,
+// naming the flag.
+func TestOptionsRecheck(t *testing.T) {
+	for _, c := range []struct {
+		arg  string
+		want time.Duration
+		err  bool
+	}{
+		{"", DefaultRecheck, false},
+		{"--bypass-recheck=0", 0, false},
+		{"--bypass-recheck=250us", 250 * time.Microsecond, false},
+		{"--bypass-recheck=1s", time.Second, false},
+		{"--bypass-recheck=1001ms", 0, true},
+		{"--bypass-recheck=-1ms", 0, true},
+	} {
+		var o Options
+		f := pflag.NewFlagSet("run", pflag.ContinueOnError)
+		o.Register(f)
+		var args []string
+		if c.arg != "" {
+			args = []string{c.arg}
+		}
+		if err := f.Parse(args); err != nil {
+			t.Fatalf("%s: %v", c.arg, err)
+		}
+		err := o.Parse(f)
+		if c.err {
+			if err == nil || !strings.Contains(err.Error(), "--bypass-recheck") {
+				t.Errorf("%s: error %v, want one naming --bypass-recheck", c.arg, err)
+			}
+			continue
+		}
+		if err != nil || o.Recheck != c.want {
+			t.Errorf("%s: recheck %s, error %v; want %s", c.arg, o.Recheck, err, c.want)
+		}
+	}
+}

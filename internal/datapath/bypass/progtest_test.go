@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -116,9 +117,11 @@ type skbCtx struct {
 //	10.244.4/24 via .2 with MTU 1000; 10.244.5/24 the same, MTU locked; 10.244.9/24, fd00:244:9::/64 blackhole;
 //	fwmark 0x10 looks up table 100: a blackhole default.
 type lab struct {
-	ns   netns.NsHandle
-	objs bypassObjects
-	ifx  map[string]int
+	ns      netns.NsHandle
+	objs    bypassObjects
+	ifx     map[string]int
+	recheck time.Duration // Options.Recheck: the flow cache is on
+	gen     uint32        // ez_bp_flows_gen
 }
 
 func newLab(t *testing.T, opts ...Options) *lab {
@@ -137,9 +140,14 @@ func newLab(t *testing.T, opts ...Options) *lab {
 	if len(opts) > 0 {
 		cfg.Options = opts[0]
 	}
+	l.recheck = cfg.Recheck
+	cfg.Recheck = min(cfg.Recheck, MaxRecheck)
 	if err := setVariables(spec, cfg); err != nil { // as Load sets them
 		t.Fatal(err)
 	}
+	// Beyond what the flag allows: the cache's tests must not depend on
+	// how fast this machine runs two packets.
+	must(t, "recheck", spec.Variables[bypassVarEzBpRecheckNs].Set(uint64(l.recheck)))
 	if err := spec.LoadAndAssign(&l.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -506,6 +514,15 @@ func (l *lab) reset(t testing.TB) {
 	if n := len(l.ctFlows(t)); n != 0 {
 		t.Fatalf("%d conntrack entries after flush", n)
 	}
+	l.flowsChanged(t)
+}
+
+// flowsChanged bumps the flow cache's generation, as SetEndpoint,
+// DeleteEndpoint and Detach do: every cached check is made again.
+func (l *lab) flowsChanged(t testing.TB) {
+	t.Helper()
+	l.gen++
+	must(t, "flow cache generation", l.objs.EzBpFlowsGen.Update(uint32(0), l.gen, ebpf.UpdateAny))
 }
 
 // --- running -------------------------------------------------------------
@@ -541,7 +558,19 @@ func (l *lab) run(t testing.TB, prog *ebpf.Program, pkt []byte, ctx skbCtx) (uin
 	opts := &ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+512), Context: ctx}
 	var ret uint32
 	var err error
-	l.do(t, func() { ret, err = prog.Run(opts) })
+	l.do(t, func() {
+		// One CPU for every run: the flow cache is per CPU.
+		var was, one unix.CPUSet
+		if err = unix.SchedGetaffinity(0, &was); err != nil {
+			return
+		}
+		one.Set(firstCPU(&was))
+		if err = unix.SchedSetaffinity(0, &one); err != nil {
+			return
+		}
+		defer unix.SchedSetaffinity(0, &was)
+		ret, err = prog.Run(opts)
+	})
 	if err != nil {
 		t.Fatalf("test run: %v", err)
 	}
@@ -553,6 +582,15 @@ func (l *lab) run(t testing.TB, prog *ebpf.Program, pkt []byte, ctx skbCtx) (uin
 		}
 	}
 	return ret, opts.DataOut, delta
+}
+
+// firstCPU is the lowest CPU in s.
+func firstCPU(s *unix.CPUSet) int {
+	for c := 0; ; c++ {
+		if s.IsSet(c) {
+			return c
+		}
+	}
 }
 
 func checkCounts(t testing.TB, got, want counts) {
@@ -632,6 +670,18 @@ func (l *lab) runCases(t *testing.T, prog *ebpf.Program, dev string, cases []pro
 			checkPacket(t, out, want)
 			checkIPv4(t, out)
 			checkCounts(t, delta, c.count)
+			if l.recheck > 0 && prog == l.objs.EzBypass {
+				// The same packet again, on what the first run
+				// cached (if it was bypassed to a local pod): the
+				// same verdict and packet; the cached run neither
+				// looks up nor refreshes the entry.
+				ret2, out2, delta2 := l.run(t, prog, in, ctx)
+				if ret2 != c.ret {
+					t.Errorf("second run: verdict %#x, want %#x", ret2, c.ret)
+				}
+				checkPacket(t, out2, want)
+				checkCounts(t, delta2, cachedRun(c.count))
+			}
 			if c.refreshed != 0 {
 				f := l.ctFlow(t, c.refreshed)
 				want := uint32(tcpTimeoutMs / 1000)
@@ -671,6 +721,24 @@ func routed(pkt []byte, dst, src net.HardwareAddr) []byte {
 
 func c1(c bypassEzBpCounter) counts { return counts{c: 1} }
 
+// cachedRun is what a packet's counters become when it runs again on the
+// flow cache: bypassed to a local pod (want counted bypassed_packets, not
+// bypassed_out or _in) it counts as cached and refreshes nothing; any
+// other packet counts as before.
+func cachedRun(want counts) counts {
+	if want[bypassEzBpCounterEZ_BP_C_PACKETS] == 0 {
+		return want
+	}
+	c := counts{}
+	for k, v := range want {
+		if k != bypassEzBpCounterEZ_BP_C_CT_REFRESHES {
+			c[k] = v
+		}
+	}
+	c[bypassEzBpCounterEZ_BP_C_CACHED] = want[bypassEzBpCounterEZ_BP_C_PACKETS]
+	return c
+}
+
 // bypassed is the counters of a packet of n bytes redirected into a local
 // pod, refreshing its entry's timeout.
 func bypassed(n int, routedToo bool) counts {
@@ -683,9 +751,25 @@ func bypassed(n int, routedToo bool) counts {
 
 // TestProgBypassLocal: ez_bypass at a pod veth's ingress (vethA, pod
 // 10.244.1.4) to local pods: what it redirects, how it rewrites routed
-// frames, and each reason it leaves a packet to the kernel path.
+// frames, and each reason it leaves a packet to the kernel path. Every
+// packet is checked in full (--bypass-recheck=0).
 func TestProgBypassLocal(t *testing.T) {
 	l := newLab(t)
+	l.runCases(t, l.objs.EzBypass, "vethA", localCases(l))
+}
+
+// TestProgBypassLocalCached: the same cases with the flow cache on: each
+// packet runs twice, the second time on what the first cached (if it was
+// bypassed): the same verdict, packet and counters, plus cached_packets,
+// less the conntrack refresh. A packet the full checks left on the kernel
+// path caches nothing, so runs the same checks again.
+func TestProgBypassLocalCached(t *testing.T) {
+	l := newLab(t, Options{Recheck: time.Hour})
+	l.runCases(t, l.objs.EzBypass, "vethA", localCases(l))
+}
+
+// localCases are TestProgBypassLocal's cases.
+func localCases(l *lab) []progCase {
 	const A, B = "10.244.1.4", "10.244.1.5"
 	const A6, B6 = "fd00:244:1::4", "fd00:244:1::5"
 	tcpAB := func(ttl uint8, flags uint8, n int) []byte {
@@ -829,7 +913,7 @@ func TestProgBypassLocal(t *testing.T) {
 		{name: "ipv6 source of a pod on another veth", pkt: l2v6(ip6(B6, B6, 64, unix.IPPROTO_TCP, tcp(40000, 8080, tACK, 10))), ctx: skbCtx{Ifindex: uint32(l.ifx["vethC"])},
 			ct: []ctEntry{est(unix.IPPROTO_TCP, B6, B6, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
 	}
-	l.runCases(t, l.objs.EzBypass, "vethA", cases)
+	return cases
 }
 
 // TestProgBypassUDPOff: with --bypass-udp=false (Options.NoUDP, set on the
@@ -894,6 +978,138 @@ func TestProgBypassPaused(t *testing.T) {
 		}
 		l.runCases(t, l.objs.EzBypass, "vethA", []progCase{c})
 	}
+}
+
+// step is one packet of a sequence on the flow cache (TestProgBypassCache):
+// what happens to the node before it, then the packet on dev.
+type step struct {
+	name   string
+	before func()
+	pkt    []byte
+	dev    string
+	ret    uint32
+	count  counts
+}
+
+func (l *lab) steps(t *testing.T, steps []step) {
+	t.Helper()
+	for _, s := range steps {
+		if s.before != nil {
+			s.before()
+		}
+		ret, _, delta := l.run(t, l.objs.EzBypass, s.pkt, skbCtx{Ifindex: uint32(l.ifx[s.dev])})
+		if ret != s.ret {
+			t.Errorf("%s: verdict %#x, want %#x", s.name, ret, s.ret)
+		}
+		if !maps.Equal(delta, s.count) {
+			t.Errorf("%s: counters changed by %v, want %v", s.name, delta, s.count)
+		}
+	}
+}
+
+// TestProgBypassCache: what the flow cache keeps and what it checks on
+// every packet. A cached flow direction's conntrack entry is not looked up
+// again within the recheck time (the documented window: a deleted entry
+// holds for bypassed packets within --bypass-recheck); an endpoint change
+// (the generation bump SetEndpoint and DeleteEndpoint make) and the time
+// running out end it at once. A packet another pod forges for a cached
+// flow, from its own veth or with another MAC, takes the kernel path; so
+// do a FIN, a packet over the MTU, a routed TTL 1 and a paused bypass.
+func TestProgBypassCache(t *testing.T) {
+	const A, B, C = "10.244.1.4", "10.244.1.5", "10.244.1.10"
+	tcpAB := func(flags uint8, n int) []byte {
+		return ip4(A, B, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, flags, n))
+	}
+	l2 := func(l3 []byte) []byte { return ether(podBMAC, podAMAC, 0x0800, l3) }
+	l3 := func(ttl uint8) []byte {
+		return ether(brMAC, podAMAC, 0x0800, ip4(A, B, ttl, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 0)))
+	}
+	ctAB := est(unix.IPPROTO_TCP, A, B, 40000, 8080, admitOrig)
+	data := l2(tcpAB(tACK, 100))
+	full, cached := bypassed(154, false), cachedRun(bypassed(154, false))
+	spoofed := c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)
+
+	l := newLab(t, Options{Recheck: time.Hour})
+	fresh := func() { l.reset(t); l.addCT(t, ctAB) }
+	delCT := func() {
+		l.do(t, func() { must(t, "conntrack flush", netlink.ConntrackTableFlush(netlink.ConntrackTable)) })
+	}
+	t.Run("conntrack", func(t *testing.T) {
+		l.steps(t, []step{
+			{name: "first packet: checked in full", before: fresh, pkt: data, dev: "vethA", ret: tcActRedirect, count: full},
+			{name: "second: cached", pkt: data, dev: "vethA", ret: tcActRedirect, count: cached},
+			{name: "entry deleted: still cached", before: delCT, pkt: data, dev: "vethA", ret: tcActRedirect, count: cached},
+			{name: "endpoints changed: checked in full", before: func() { l.flowsChanged(t) }, pkt: data, dev: "vethA",
+				ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK)},
+			{name: "entry back: checked in full", before: func() { l.addCT(t, ctAB) }, pkt: data, dev: "vethA", ret: tcActRedirect, count: full},
+		})
+	})
+	t.Run("endpoint", func(t *testing.T) {
+		epB, err := epKey(netip.MustParseAddr(B))
+		must(t, "key", err)
+		var old bypassEzBpEndpoint
+		must(t, "endpoint", l.objs.EzBpEndpoints.Lookup(epB, &old))
+		moved := old
+		copy(moved.PodMac[:], podEMAC) // B's address now another pod's
+		l.steps(t, []step{
+			{name: "cached", before: fresh, pkt: data, dev: "vethA", ret: tcActRedirect, count: full},
+			{name: "B's address moved to another pod", before: func() {
+				must(t, "endpoint", l.objs.EzBpEndpoints.Put(epB, moved))
+				l.flowsChanged(t)
+			}, pkt: data, dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_MAC_MISMATCH)},
+			{name: "B's address deleted", before: func() {
+				must(t, "endpoint", l.objs.EzBpEndpoints.Delete(epB))
+				l.flowsChanged(t)
+			}, pkt: data, dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_NO_ENDPOINT)},
+			// Checked in full, with the entry refreshed already.
+			{name: "B back", before: func() {
+				must(t, "endpoint", l.objs.EzBpEndpoints.Put(epB, old))
+				l.flowsChanged(t)
+			}, pkt: data, dev: "vethA", ret: tcActRedirect, count: counts{bypassEzBpCounterEZ_BP_C_PACKETS: 1, bypassEzBpCounterEZ_BP_C_BYTES: 154}},
+		})
+	})
+	t.Run("forged", func(t *testing.T) {
+		l.steps(t, []step{
+			{name: "cached", before: fresh, pkt: data, dev: "vethA", ret: tcActRedirect, count: full},
+			// The pod behind vethC sends A's packet, A's MAC and all:
+			// another veth is another key, checked in full.
+			{name: "A's packet from vethC", pkt: data, dev: "vethC", ret: tcxNext, count: spoofed},
+			{name: "A's address, another MAC, from vethA", pkt: ether(podBMAC, podCMAC, 0x0800, tcpAB(tACK, 100)), dev: "vethA", ret: tcxNext, count: spoofed},
+			{name: "A's own packet: still cached", pkt: data, dev: "vethA", ret: tcActRedirect, count: cached},
+		})
+	})
+	t.Run("per packet", func(t *testing.T) {
+		ctAC := est(unix.IPPROTO_TCP, A, C, 40000, 8080, admitOrig)
+		toC := func(n int) []byte {
+			return ether(podCMAC, podAMAC, 0x0800, ip4(A, C, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, n)))
+		}
+		sw := &Switch{m: l.objs.EzBpSwitch}
+		l.steps(t, []step{
+			{name: "cached", before: fresh, pkt: data, dev: "vethA", ret: tcActRedirect, count: full},
+			{name: "fin", pkt: l2(tcpAB(tFIN|tACK, 0)), dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_TCP_CONTROL)},
+			{name: "routed, TTL 1", pkt: l3(1), dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_TTL)},
+			{name: "routed, TTL 64: cached", pkt: l3(64), dev: "vethA", ret: tcActRedirect, count: cachedRun(bypassed(54, true))},
+			{name: "paused", before: func() { must(t, "pause", sw.Pause(true)) }, pkt: data, dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_PAUSED)},
+			{name: "resumed: cached", before: func() { must(t, "resume", sw.Pause(false)) }, pkt: data, dev: "vethA", ret: tcActRedirect, count: cached},
+			{name: "to C at its MTU", before: func() { l.addCT(t, ctAC) }, pkt: toC(1000 - 40), dev: "vethA", ret: tcActRedirect, count: bypassed(1014, false)},
+			{name: "to C over its MTU", pkt: toC(1001 - 40), dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_TOO_BIG)},
+		})
+	})
+	t.Run("expiry", func(t *testing.T) {
+		const recheck = 20 * time.Millisecond
+		l := newLab(t, Options{Recheck: recheck})
+		l.reset(t)
+		l.addCT(t, ctAB)
+		l.steps(t, []step{
+			{name: "first packet", pkt: data, dev: "vethA", ret: tcActRedirect, count: full},
+			// Monotonic time: after the sleep the cached checks are
+			// over, however slow the machine.
+			{name: "entry deleted, recheck time over", before: func() {
+				l.do(t, func() { must(t, "conntrack flush", netlink.ConntrackTableFlush(netlink.ConntrackTable)) })
+				time.Sleep(2 * recheck)
+			}, pkt: data, dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK)},
+		})
+	})
 }
 
 // TestProgBypassRemote: ez_bypass at a pod veth's ingress to another node's
