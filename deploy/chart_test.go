@@ -516,6 +516,7 @@ var valueFlags = []struct{ value, set, arg string }{
 	{"bypass", "bypass=auto", "--bypass=auto"},
 	{"bypassUDP", "bypassUDP=false", "--bypass-udp=false"},
 	{"bypassIPv6", "bypassIPv6=false", "--bypass-ipv6=false"},
+	{"bypassRecheck", "bypassRecheck=0", "--bypass-recheck=0"},
 	{"closeResetDevices", "closeResetDevices=covered", "--close-reset-devices=covered"},
 	{"services.enabled", "services.enabled=true", "--services"},
 	{"services.nodePort.enabled", "services.enabled=true,services.nodePort.enabled=true", "--nodeport"},

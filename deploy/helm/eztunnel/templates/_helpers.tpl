@@ -131,6 +131,9 @@ annotations:
 {{- if not .Values.bypassIPv6 }}
 - --bypass-ipv6=false
 {{- end }}
+{{- if ne (toString .Values.bypassRecheck) "1ms" }}
+- --bypass-recheck={{ .Values.bypassRecheck }}
+{{- end }}
 {{- if ne .Values.closeResetDevices "all" }}
 - --close-reset-devices={{ .Values.closeResetDevices }}
 {{- end }}
