@@ -8,11 +8,15 @@
 # Variables (environment or make):
 #   KERNELS      series to boot, default "6.1 6.12"; 6.12-bp is Debian's 6.12
 #                with kernel/patches, built by scripts/kernels/build.sh
-#   STEPS        step groups in order, default "preflight e2e rtt extra":
+#   STEPS        step groups in order, default "preflight prog e2e rtt extra":
 #                  smoke      uname -r, modprobe of the modules the tests use,
 #                             /sys/kernel/btf/vmlinux, eztunnel --help
 #                  preflight  eztunnel preflight -o json > preflight.json, and
 #                             the table in preflight.log
+#                  prog       the program-level tests (TestProg*: the bypass's
+#                             and the services' tc programs run through
+#                             BPF_PROG_TEST_RUN against this kernel's helpers,
+#                             FIB and conntrack)
 #                  e2e        the e2e test binary, -test.run "$E2E_RUN", -test.v
 #                  rtt        eztunnel-lab bench quick, small: the ping-pong
 #                             RTT ratio, shortcut vs plain (TCG-distorted)
@@ -44,7 +48,7 @@ set -euo pipefail
 { # read to the closing brace before running: an edit to this file mid-run cannot break the run
 
 KERNELS=${KERNELS:-"6.1 6.12"}
-STEPS=${STEPS:-"preflight e2e rtt extra"}
+STEPS=${STEPS:-"preflight prog e2e rtt extra"}
 # The VM set: the parts table (preflight), a connection accelerated
 # byte-exact with counters moving and uninstall leaving nothing
 # (TestAgentLifecycle, TestParts), EOF and RST on close against plain TCP
@@ -150,6 +154,8 @@ ld="-s -w -X main.version=e2e-build" # the version test/e2e expects
 CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$BIN/eztunnel" ./cmd/eztunnel
 CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$BIN/eztunnel-lab" ./lab/cmd/eztunnel-lab
 go test -c -o "$BIN/e2e.test" ./test/e2e
+go test -c -o "$BIN/bypass.test" ./internal/datapath/bypass
+go test -c -o "$BIN/services.test" ./internal/datapath/services
 # The Go programs the e2e tests run in pods (the guest has no go command):
 # the io.Copy proxy of TestSpliceProxy and the net package's tests.
 go build -o "$BIN/goproxy" ./test/e2e/testdata/goproxy
@@ -253,6 +259,10 @@ write_steps() { # file series
 			preflight)
 				printf 'preflight\t%s/eztunnel preflight -o json >preflight.json; rc=$?; %s/eztunnel preflight; exit $rc\n' "$BIN" "$BIN"
 				;;
+			prog)
+				printf 'prog-bypass\t%s/bypass.test -test.v -test.count=1 -test.run TestProg\n' "$BIN"
+				printf 'prog-services\t%s/services.test -test.v -test.count=1 -test.run TestProg\n' "$BIN"
+				;;
 			e2e)
 				# Kernels after 6.1 leave out what only 6.1 needs, each run
 				# natively by make test with the kernel's way refused: the
@@ -281,7 +291,7 @@ write_steps() { # file series
 					printf 'extra%d\t%s\n' "$n" "$line"
 				done <<<"$EXTRA"
 				;;
-			*) echo "unknown step group $g (smoke preflight e2e rtt extra)" >&2; return 1 ;;
+			*) echo "unknown step group $g (smoke preflight prog e2e rtt extra)" >&2; return 1 ;;
 			esac
 		done
 	} >"$1"
