@@ -24,6 +24,9 @@ type Tasks struct {
 	// cgroups under it, listed again at each Snap (a server may start a
 	// thread for a connection); a thread may exit between two snapshots.
 	cgroup string
+	// pid: the threads are those of this process, listed again at each
+	// Snap.
+	pid int
 }
 
 // TaskStat is what Tasks ran.
@@ -79,7 +82,25 @@ func CgroupTasks(dir string) (*Tasks, error) {
 	return t, nil
 }
 
+// ProcessTasks are the threads of process pid (/proc/<pid>/task), listed
+// at each Snap.
+func ProcessTasks(pid int) *Tasks { return &Tasks{pid: pid} }
+
+// dynamic: the tasks are listed at each Snap, so one may exit between the
+// listing and its read.
+func (t *Tasks) dynamic() bool { return t.cgroup != "" || t.pid != 0 }
+
 func (t *Tasks) list() ([]string, error) {
+	if t.pid != 0 {
+		files, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(t.pid), "task", "*", "schedstat"))
+		if err != nil {
+			return nil, err
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("process %d: no threads in /proc", t.pid)
+		}
+		return files, nil
+	}
 	if t.cgroup == "" {
 		return t.files, nil
 	}
@@ -118,7 +139,7 @@ func (t *Tasks) Snap() (Snapshot, error) {
 	out := make(Snapshot, len(files))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
-		if t.cgroup != "" && errors.Is(err, fs.ErrNotExist) {
+		if t.dynamic() && errors.Is(err, fs.ErrNotExist) {
 			continue // exited since the listing
 		}
 		if err != nil {
@@ -137,6 +158,15 @@ func (t *Tasks) Snap() (Snapshot, error) {
 		out[f] = TaskStat{CPU: time.Duration(cpu), Wait: time.Duration(wait), Slices: n}
 	}
 	return out, nil
+}
+
+// Total is what the tasks of s had run.
+func (s Snapshot) Total() TaskStat {
+	var d TaskStat
+	for _, v := range s {
+		d = d.Add(v)
+	}
+	return d
 }
 
 // Since is what the tasks of s ran since old: a task new since old counts

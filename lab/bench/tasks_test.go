@@ -119,3 +119,33 @@ func TestCgroupTasksBadInput(t *testing.T) {
 		t.Errorf("CgroupTasks(%s): %v, want an error naming it", dir, err)
 	}
 }
+
+// TestProcessTasks: this process's threads, listed at each Snap, include
+// the calling thread, and their total CPU time grows with a busy loop; a
+// process that does not exist is an error naming it.
+func TestProcessTasks(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	p := ProcessTasks(os.Getpid())
+	s0, err := p.Snap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s0["/proc/"+strconv.Itoa(os.Getpid())+"/task/"+strconv.Itoa(unix.Gettid())+"/schedstat"]; !ok {
+		t.Errorf("the calling thread is not among %d tasks", len(s0))
+	}
+	x := 0
+	for i := range 10_000_000 {
+		x += i
+	}
+	s1, err := p.Snap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := s1.Total().CPU - s0.Total().CPU; d <= 0 {
+		t.Errorf("after a busy loop (%d) the process's CPU time grew by %s", x, d)
+	}
+	if _, err := ProcessTasks(1 << 30).Snap(); err == nil || !strings.Contains(err.Error(), strconv.Itoa(1<<30)) {
+		t.Errorf("a process that does not exist: %v, want an error naming it", err)
+	}
+}

@@ -5,10 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -258,32 +255,15 @@ func (r *run) summarize(row *Row, q bench.Quads[phase]) {
 // the probe's echo servers keep their threads (workload's echoConn
 // unlocks its thread before it ends), as the agent does.
 func cpuSeconds(pids ...int) (float64, error) {
-	var ns uint64
+	var cpu time.Duration
 	for _, pid := range pids {
-		tasks, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "schedstat"))
+		s, err := bench.ProcessTasks(pid).Snap()
 		if err != nil {
 			return 0, err
 		}
-		if len(tasks) == 0 {
-			return 0, fmt.Errorf("process %d: no threads in /proc", pid)
-		}
-		for _, t := range tasks {
-			b, err := os.ReadFile(t)
-			if err != nil {
-				continue // the thread exited meanwhile
-			}
-			f := strings.Fields(string(b))
-			if len(f) < 1 {
-				return 0, fmt.Errorf("%s: %q", t, b)
-			}
-			v, err := strconv.ParseUint(f[0], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s: %w", t, err)
-			}
-			ns += v
-		}
+		cpu += s.Total().CPU
 	}
-	return float64(ns) / 1e9, nil
+	return cpu.Seconds(), nil
 }
 
 // progCost runs progPairs more pairs of phases: a shortcut run with the
