@@ -67,7 +67,7 @@ struct {
  * The same-node flow cache: a flow direction's checks (endpoint, source,
  * conntrack admission) made by one packet stand for the next packets of
  * the direction for ez_bp_recheck_ns, unless an endpoint or device changes
- * meanwhile (userspace bumps ez_bp_flows_gen after each write). Per CPU and
+ * meanwhile (userspace bumps ez_bp_flows_gen after each change). Per CPU and
  * direct-mapped: a slot is written only by the program running on its CPU,
  * and tc programs do not nest on a CPU (they run with bottom halves off),
  * so a slot is never read half-written. A flow whose slot another flow took
@@ -84,7 +84,8 @@ struct {
 } ez_bp_flows SEC(".maps");
 
 /* The endpoints' generation the cached checks must carry (one __u32),
- * bumped by userspace after every change of ez_bp_endpoints or ez_bp_devices. */
+ * bumped by userspace after every change of ez_bp_endpoints and every
+ * detach (SetEndpoint, DeleteEndpoint, Detach). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
