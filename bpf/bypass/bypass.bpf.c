@@ -66,8 +66,8 @@ struct {
 /*
  * The same-node flow cache: a flow direction's checks (endpoint, source,
  * conntrack admission) made by one packet stand for the next packets of
- * the direction for ez_bp_recheck_ns, unless an endpoint or device changes
- * meanwhile (userspace bumps ez_bp_flows_gen after each change). Per CPU and
+ * the direction for ez_bp_recheck_ns, unless an endpoint changes or a device
+ * is detached meanwhile (userspace bumps ez_bp_flows_gen). Per CPU and
  * direct-mapped: a slot is written only by the program running on its CPU,
  * and tc programs do not nest on a CPU (they run with bottom halves off),
  * so a slot is never read half-written. A flow whose slot another flow took
