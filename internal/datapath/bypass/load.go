@@ -162,8 +162,8 @@ func Load(cfg Config) (_ *Bypass, err error) {
 // admission mark bits, the conntrack refresh timeouts, the options.
 func setVariables(spec *ebpf.CollectionSpec, cfg Config) error {
 	lo := cfg.AdmitMark & -cfg.AdmitMark
-	if cfg.Recheck < 0 || cfg.Recheck > MaxRecheck {
-		return fmt.Errorf("recheck %s: want 0 to %s", cfg.Recheck, MaxRecheck)
+	if err := checkRecheck(cfg.Recheck); err != nil {
+		return fmt.Errorf("recheck %w", err)
 	}
 	// The flow cache's slots are picked by a seeded hash: a pod cannot
 	// aim its flows at another pod's slots.

@@ -53,6 +53,14 @@ const (
 	MaxRecheck     = time.Second
 )
 
+// checkRecheck refuses a recheck time outside 0 to MaxRecheck, naming it.
+func checkRecheck(d time.Duration) error {
+	if d < 0 || d > MaxRecheck {
+		return fmt.Errorf("%s: want 0 (every packet checked in full) to %s", d, MaxRecheck)
+	}
+	return nil
+}
+
 // mode is --bypass: auto (the default: on where the node allows it), on
 // (required: a node or kernel that cannot run it is an error), off (not
 // attached; a pinned one removed). true and false are on and off; the flag
@@ -95,8 +103,8 @@ func (o *Options) Register(f *pflag.FlagSet) {
 func (o *Options) Parse(*pflag.FlagSet) error {
 	o.On, o.Required = o.mode != modeOff, o.mode == modeOn
 	o.NoUDP, o.NoIPv6 = !o.udp, !o.ipv6
-	if o.Recheck < 0 || o.Recheck > MaxRecheck {
-		return fmt.Errorf("--bypass-recheck=%s: want 0 (every packet checked in full) to %s", o.Recheck, MaxRecheck)
+	if err := checkRecheck(o.Recheck); err != nil {
+		return fmt.Errorf("--bypass-recheck=%w", err)
 	}
 	if !o.On {
 		o.Off, o.OffCode = "off (--bypass=off)", parts.CodeDisabledByFlag
