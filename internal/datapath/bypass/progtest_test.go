@@ -121,7 +121,7 @@ type lab struct {
 	objs    bypassObjects
 	ifx     map[string]int
 	recheck time.Duration // Options.Recheck: the flow cache is on
-	gen     uint32        // ez_bp_flows_gen
+	bp      *Bypass       // the loaded objects as a Bypass, for its flowsChanged
 }
 
 func newLab(t *testing.T, opts ...Options) *lab {
@@ -156,6 +156,7 @@ func newLab(t *testing.T, opts ...Options) *lab {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.objs.Close() })
+	l.bp = &Bypass{objs: l.objs}
 
 	if l.ns, err = bpfsys.NewNetNS(); err != nil {
 		t.Fatal(err)
@@ -517,12 +518,11 @@ func (l *lab) reset(t testing.TB) {
 	l.flowsChanged(t)
 }
 
-// flowsChanged bumps the flow cache's generation, as SetEndpoint,
+// flowsChanged bumps the flow cache's generation with Bypass.flowsChanged, as SetEndpoint,
 // DeleteEndpoint and Detach do: every cached check is made again.
 func (l *lab) flowsChanged(t testing.TB) {
 	t.Helper()
-	l.gen++
-	must(t, "flow cache generation", l.objs.EzBpFlowsGen.Update(uint32(0), l.gen, ebpf.UpdateAny))
+	must(t, "flow cache generation", l.bp.flowsChanged())
 }
 
 // --- running -------------------------------------------------------------
