@@ -34,6 +34,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Referenced so that BTF, and so bpf2go, carries the enum Go names. */
 const enum ez_bp_counter ez_bp_counter_enum __attribute__((unused));
 const enum ez_bp_dev_kind ez_bp_dev_kind_enum __attribute__((unused));
+const enum ez_bp_flow_kind ez_bp_flow_kind_enum __attribute__((unused));
 
 
 /* Local pods by address, written by userspace. */
@@ -64,10 +65,11 @@ struct {
 } ez_bp_switch SEC(".maps");
 
 /*
- * The same-node flow cache: a flow direction's checks (endpoint, source,
+ * The flow cache: a flow direction's checks (endpoint or FIB route, source,
  * conntrack admission) made by one packet stand for the next packets of
- * the direction for ez_bp_recheck_ns, unless an endpoint changes or a device
- * is detached meanwhile (userspace bumps ez_bp_flows_gen). Per CPU and
+ * the direction for ez_bp_recheck_ns, unless an endpoint or device changes,
+ * or the node's links, addresses, routes, rules or neighbours, meanwhile
+ * (userspace bumps ez_bp_flows_gen). Per CPU and
  * direct-mapped: a slot is written only by the program running on its CPU,
  * and tc programs do not nest on a CPU (they run with bottom halves off),
  * so a slot is never read half-written. A flow whose slot another flow took
@@ -83,9 +85,11 @@ struct {
 	__type(value, struct ez_bp_flow);
 } ez_bp_flows SEC(".maps");
 
-/* The endpoints' generation the cached checks must carry (one __u32),
- * bumped by userspace after every change of ez_bp_endpoints and every
- * detach (SetEndpoint, DeleteEndpoint, Detach). */
+/* The generation the cached checks must carry (one __u32), bumped by
+ * userspace after every change of ez_bp_endpoints or ez_bp_devices
+ * (SetEndpoint, DeleteEndpoint, SetBridge, Detach) and on every rtnetlink
+ * notification of the node's links, addresses, routes, rules and
+ * neighbours (routing.go). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -267,6 +271,31 @@ static __always_inline __u32 l3_seg_len(struct __sk_buff *skb, const struct ez_f
 #define EZ_AF_INET 2
 #define EZ_AF_INET6 10
 
+/*
+ * The TOS input of f's FIB lookup: the IPv4 TOS byte, or the IPv6 traffic
+ * class and flow label (network order, as bpf_fib_lookup.flowinfo). 0 or
+ * -1 (header cut).
+ */
+static __always_inline int fib_tos(struct __sk_buff *skb, const struct ez_flow *f, __u32 *tos)
+{
+	if (f->family == 4) {
+		__u8 t;
+
+		if (ez_skb_read(skb, EZ_ETH_HLEN + 1, &t, 1))
+			return -1;
+		*tos = t;
+		return 0;
+	}
+	{
+		__be32 w0;
+
+		if (ez_skb_read(skb, EZ_ETH_HLEN, &w0, 4))
+			return -1;
+		*tos = w0 & bpf_htonl(0x0fffffff);
+		return 0;
+	}
+}
+
 /* fib_forward's answer for a packet it cannot look up exactly. */
 #define EZ_FIB_MARKED 100
 
@@ -278,7 +307,7 @@ static __always_inline __u32 l3_seg_len(struct __sk_buff *skb, const struct ez_f
  * egress ifindex, MACs (SUCCESS) or next hop (NO_NEIGH).
  */
 static __always_inline long fib_forward(struct __sk_buff *skb, const struct ez_flow *f, __u32 ifindex, __u32 l3len,
-					struct bpf_fib_lookup *fib)
+					__u32 tos, struct bpf_fib_lookup *fib)
 {
 	if (!l3len || l3len > 0xffff)
 		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
@@ -288,21 +317,13 @@ static __always_inline long fib_forward(struct __sk_buff *skb, const struct ez_f
 	fib->tot_len = l3len;
 	fib->ifindex = ifindex;
 	if (f->family == 4) {
-		__u8 tos;
-
-		if (ez_skb_read(skb, EZ_ETH_HLEN + 1, &tos, 1))
-			return -1;
 		fib->family = EZ_AF_INET;
 		fib->tos = tos;
 		fib->ipv4_src = f->saddr[0];
 		fib->ipv4_dst = f->daddr[0];
 	} else {
-		__be32 w0;
-
-		if (ez_skb_read(skb, EZ_ETH_HLEN, &w0, 4))
-			return -1;
 		fib->family = EZ_AF_INET6;
-		fib->flowinfo = w0 & bpf_htonl(0x0fffffff);
+		fib->flowinfo = tos;
 		__builtin_memcpy(fib->ipv6_src, f->saddr, 16);
 		__builtin_memcpy(fib->ipv6_dst, f->daddr, 16);
 	}
@@ -557,67 +578,6 @@ int ez_bypass_admit(struct __sk_buff *skb)
 	return TCX_NEXT;
 }
 
-/*
- * To another node: a frame to the bridge's MAC (the pod routes via its
- * gateway) is forwarded as the node's routing would, by a FIB lookup as
- * the packet arriving on the bridge: to the uplink or VXLAN device with the
- * looked-up MACs and TTL - 1 (bpf_redirect, or bpf_redirect_neigh when the
- * next hop has no neighbour entry yet). Only to devices the bypass is
- * attached to as uplinks, whose egress program learns the admission.
- */
-static __always_inline int to_remote(struct __sk_buff *skb, const struct ez_flow *f, const struct ethhdr *eth)
-{
-	struct bpf_fib_lookup fib = {};
-	struct ez_bp_device *port, *out;
-	__u32 ifx = skb->ifindex, len = skb->len, reason;
-	long rc;
-
-	port = bpf_map_lookup_elem(&ez_bp_devices, &ifx);
-	if (!port || port->kind != EZ_BP_DEV_POD)
-		return fallback(EZ_BP_C_FB_NO_ENDPOINT);
-	if (!mac_eq(eth->h_dest, port->bridge_mac))
-		return fallback(EZ_BP_C_FB_NO_ENDPOINT);
-	reason = routable(skb, f);
-	if (reason)
-		return fallback(reason);
-	rc = fib_forward(skb, f, port->bridge_ifindex, l3_seg_len(skb, f), &fib);
-	if (rc < 0)
-		return fallback(EZ_BP_C_FB_FIB_OTHER);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return fallback(fib_reason(rc));
-	ifx = fib.ifindex;
-	out = bpf_map_lookup_elem(&ez_bp_devices, &ifx);
-	if (!out || out->kind != EZ_BP_DEV_UPLINK)
-		return fallback(EZ_BP_C_FB_UNKNOWN_DEVICE);
-	if (!own_source(skb, f, eth))
-		return fallback(EZ_BP_C_FB_SPOOFED);
-	reason = admitted(skb, f);
-	if (reason)
-		return fallback(reason);
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		/* The lookup left the next hop (gateway or destination) in
-		 * ipv4_dst/ipv6_dst and its family in family. */
-		struct bpf_redir_neigh nh = {};
-
-		nh.nh_family = fib.family;
-		if (fib.family == EZ_AF_INET)
-			nh.ipv4_nh = fib.ipv4_dst;
-		else
-			__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
-		if (ttl_decrement(skb, f))
-			return fallback(EZ_BP_C_FB_OTHER);
-		count_add(EZ_BP_C_OUT_PACKETS, 1);
-		count_add(EZ_BP_C_OUT_BYTES, len);
-		count_add(EZ_BP_C_OUT_NEIGH, 1);
-		return bpf_redirect_neigh(ifx, &nh, sizeof(nh), 0);
-	}
-	if (ttl_decrement(skb, f) || mac_store(skb, fib.dmac, fib.smac))
-		return fallback(EZ_BP_C_FB_OTHER);
-	count_add(EZ_BP_C_OUT_PACKETS, 1);
-	count_add(EZ_BP_C_OUT_BYTES, len);
-	return bpf_redirect(ifx, 0);
-}
-
 /* The flow cache's key of f as it entered skb's device. */
 static __always_inline void flow_key(struct __sk_buff *skb, const struct ez_flow *f, struct ez_bp_flow_key *k)
 {
@@ -664,30 +624,194 @@ static __always_inline bool flow_key_eq(const struct ez_bp_flow_key *a, const st
 	return !d;
 }
 
+/* A packet's place in the flow cache. */
+struct flow_ref {
+	struct ez_bp_flow *slot;	/* its slot on this CPU; NULL: no cache */
+	struct ez_bp_flow_key key;
+	__u64 now;
+	__u32 gen;			/* ez_bp_flows_gen, read before any check */
+	bool valid;			/* slot holds key's record, current */
+};
+
+static __always_inline void flow_find(struct __sk_buff *skb, const struct ez_flow *f, struct flow_ref *r)
+{
+	__u32 zero = 0, *genp;
+
+	if (!ez_bp_recheck_ns)
+		return;
+	/* The generation is read before the endpoints, devices and FIB:
+	 * checks made against a state userspace learns of after this read
+	 * carry a generation it has moved past. */
+	genp = bpf_map_lookup_elem(&ez_bp_flows_gen, &zero);
+	if (!genp)
+		return;
+	r->gen = *(volatile __u32 *)genp;
+	r->now = bpf_ktime_get_ns();
+	flow_key(skb, f, &r->key);
+	r->slot = flow_slot(&r->key);
+	r->valid = r->slot && r->slot->expires > r->now && r->slot->gen == r->gen && flow_key_eq(&r->slot->key, &r->key);
+}
+
+/* Records that r's packet passed every check, on the way of kind to
+ * ifindex to; the caller fills in the rest. NULL: no cache. */
+static __always_inline struct ez_bp_flow *flow_record(struct flow_ref *r, __u32 kind, __u32 to)
+{
+	struct ez_bp_flow *s = r->slot;
+
+	if (!s)
+		return NULL;
+	s->key = r->key;
+	s->gen = r->gen;
+	s->kind = kind;
+	s->to_ifindex = to;
+	s->expires = r->now + ez_bp_recheck_ns;
+	return s;
+}
+
+/*
+ * Whether the FIB lookup a cross-node record stands on answers this packet
+ * the same: the same inputs beyond the key (mark, TOS or traffic class and
+ * flow label) and a network-layer length within the one it checked the
+ * route MTU for (the check is tot_len > mtu).
+ */
+static __always_inline bool fib_same(struct __sk_buff *skb, const struct ez_flow *f, const struct ez_bp_flow *s)
+{
+	__u32 tos, l3len = l3_seg_len(skb, f);
+
+	return !fib_tos(skb, f, &tos) && tos == s->tos && skb->mark == s->mark && l3len && l3len <= s->max_len;
+}
+
+/* Records the FIB lookup's inputs beyond the key in s. */
+static __always_inline void flow_record_fib(struct ez_bp_flow *s, struct __sk_buff *skb, __u32 tos, __u32 l3len)
+{
+	s->mark = skb->mark;
+	s->tos = tos;
+	s->max_len = l3len;
+}
+
+/*
+ * To another node: a frame to the bridge's MAC (the pod routes via its
+ * gateway) is forwarded as the node's routing would, by a FIB lookup as
+ * the packet arriving on the bridge: to the uplink or VXLAN device with the
+ * looked-up MACs and TTL - 1 (bpf_redirect, or bpf_redirect_neigh when the
+ * next hop has no neighbour entry yet). Only to devices the bypass is
+ * attached to as uplinks, whose egress program learns the admission. A
+ * bpf_redirect is recorded in the flow cache (r), a bpf_redirect_neigh is
+ * not.
+ */
+static __always_inline int to_remote(struct __sk_buff *skb, const struct ez_flow *f, const struct ethhdr *eth,
+				     struct flow_ref *r)
+{
+	struct bpf_fib_lookup fib = {};
+	struct ez_bp_device *port, *out;
+	struct ez_bp_flow *s;
+	__u32 ifx = skb->ifindex, len = skb->len, reason, tos, l3len;
+	long rc;
+
+	port = bpf_map_lookup_elem(&ez_bp_devices, &ifx);
+	if (!port || port->kind != EZ_BP_DEV_POD)
+		return fallback(EZ_BP_C_FB_NO_ENDPOINT);
+	if (!mac_eq(eth->h_dest, port->bridge_mac))
+		return fallback(EZ_BP_C_FB_NO_ENDPOINT);
+	reason = routable(skb, f);
+	if (reason)
+		return fallback(reason);
+	if (fib_tos(skb, f, &tos))
+		return fallback(EZ_BP_C_FB_FIB_OTHER);
+	l3len = l3_seg_len(skb, f);
+	rc = fib_forward(skb, f, port->bridge_ifindex, l3len, tos, &fib);
+	if (rc < 0)
+		return fallback(EZ_BP_C_FB_FIB_OTHER);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return fallback(fib_reason(rc));
+	ifx = fib.ifindex;
+	out = bpf_map_lookup_elem(&ez_bp_devices, &ifx);
+	if (!out || out->kind != EZ_BP_DEV_UPLINK)
+		return fallback(EZ_BP_C_FB_UNKNOWN_DEVICE);
+	if (!own_source(skb, f, eth))
+		return fallback(EZ_BP_C_FB_SPOOFED);
+	reason = admitted(skb, f);
+	if (reason)
+		return fallback(reason);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		/* The lookup left the next hop (gateway or destination) in
+		 * ipv4_dst/ipv6_dst and its family in family. */
+		struct bpf_redir_neigh nh = {};
+
+		nh.nh_family = fib.family;
+		if (fib.family == EZ_AF_INET)
+			nh.ipv4_nh = fib.ipv4_dst;
+		else
+			__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
+		if (ttl_decrement(skb, f))
+			return fallback(EZ_BP_C_FB_OTHER);
+		count_add(EZ_BP_C_OUT_PACKETS, 1);
+		count_add(EZ_BP_C_OUT_BYTES, len);
+		count_add(EZ_BP_C_OUT_NEIGH, 1);
+		return bpf_redirect_neigh(ifx, &nh, sizeof(nh), 0);
+	}
+	s = flow_record(r, EZ_BP_FLOW_OUT, ifx);
+	if (s) {
+		flow_record_fib(s, skb, tos, l3len);
+		__builtin_memcpy(s->src_mac, eth->h_source, 6);
+		__builtin_memcpy(s->bridge_mac, port->bridge_mac, 6);
+		__builtin_memcpy(s->out_dmac, fib.dmac, 6);
+		__builtin_memcpy(s->out_smac, fib.smac, 6);
+	}
+	if (ttl_decrement(skb, f) || mac_store(skb, fib.dmac, fib.smac))
+		return fallback(EZ_BP_C_FB_OTHER);
+	count_add(EZ_BP_C_OUT_PACKETS, 1);
+	count_add(EZ_BP_C_OUT_BYTES, len);
+	return bpf_redirect(ifx, 0);
+}
+
+/* To another node on a cached record (fib_same held): what every packet
+ * is still checked for (to_remote's order), then the recorded MACs. */
+static __always_inline int to_remote_cached(struct __sk_buff *skb, const struct ez_flow *f, const struct ethhdr *eth,
+					    const struct ez_bp_flow *s)
+{
+	__u32 len = skb->len, reason;
+
+	if (!mac_eq(eth->h_dest, s->bridge_mac))
+		return fallback(EZ_BP_C_FB_NO_ENDPOINT);
+	reason = routable(skb, f);
+	if (reason)
+		return fallback(reason);
+	if (!mac_eq(eth->h_source, s->src_mac))
+		return fallback(EZ_BP_C_FB_SPOOFED);
+	if (ttl_decrement(skb, f) || mac_store(skb, s->out_dmac, s->out_smac))
+		return fallback(EZ_BP_C_FB_OTHER);
+	count_add(EZ_BP_C_OUT_PACKETS, 1);
+	count_add(EZ_BP_C_OUT_BYTES, len);
+	count_add(EZ_BP_C_CACHED, 1);
+	return bpf_redirect(s->to_ifindex, 0);
+}
+
 /*
  * tcx ingress of each pod's host-side veth (packets leaving the pod): to a
  * local pod straight into it, to another node's pod to the uplink or VXLAN
  * device (to_remote).
  *
- * To a local pod, the endpoint, source and admission checks of a flow
+ * The endpoint or FIB route, source and admission checks of a flow
  * direction are made in full once per ez_bp_recheck_ns and CPU (the flow
  * cache); every packet is still classified, its source MAC, destination
- * MAC, TTL and length checked. So a conntrack entry deleted or changed
- * (by conntrack -D, a policy agent, a FIN) holds for the bypass within
- * ez_bp_recheck_ns, an endpoint change at once.
+ * MAC, TTL and length checked (cross-node: its FIB inputs, fib_same). So a
+ * conntrack entry deleted or changed (by conntrack -D, a policy agent, a
+ * FIN) holds for the bypass within ez_bp_recheck_ns; an endpoint change at
+ * once, a route or neighbour change once userspace has read its
+ * notification (within ez_bp_recheck_ns at the latest).
  */
 SEC("tcx/ingress")
 int ez_bypass(struct __sk_buff *skb)
 {
 	struct ez_flow f = {};
 	struct ez_bp_ep_key key = {};
-	struct ez_bp_flow_key fk = {};
+	struct flow_ref fr = {};
 	struct ez_bp_endpoint *ep;
-	struct ez_bp_flow *slot = NULL;
+	struct ez_bp_flow *slot;
 	struct ethhdr eth;
-	__u32 mtu = 0, len = skb->len, reason, to, gen = 0, zero = 0, *genp;
+	__u32 mtu = 0, len = skb->len, reason, to;
 	const __u8 *pod_mac, *bridge_mac;
-	__u64 now = 0;
 	bool routed = false, cached = false;
 
 	reason = classify(skb, &f);
@@ -695,17 +819,12 @@ int ez_bypass(struct __sk_buff *skb)
 		return fallback(reason);
 	if (ez_skb_read(skb, 0, &eth, sizeof(eth)))
 		return fallback(EZ_BP_C_FB_OTHER);
-	if (ez_bp_recheck_ns) {
-		/* The generation is read before the endpoints: checks made
-		 * against an endpoint userspace changes after this read carry
-		 * a generation it has moved past. */
-		genp = bpf_map_lookup_elem(&ez_bp_flows_gen, &zero);
-		if (genp)
-			gen = *(volatile __u32 *)genp;
-		now = bpf_ktime_get_ns();
-		flow_key(skb, &f, &fk);
-		slot = flow_slot(&fk);
-		cached = slot && genp && slot->expires > now && slot->gen == gen && flow_key_eq(&slot->key, &fk);
+	flow_find(skb, &f, &fr);
+	slot = fr.slot;
+	if (fr.valid && slot) {
+		if (slot->kind == EZ_BP_FLOW_OUT && fib_same(skb, &f, slot))
+			return to_remote_cached(skb, &f, &eth, slot);
+		cached = slot->kind == EZ_BP_FLOW_LOCAL;
 	}
 	if (cached) {
 		/* The source address is the veth's pod's (checked in full);
@@ -719,7 +838,7 @@ int ez_bypass(struct __sk_buff *skb)
 		ep_key(&f, &key);
 		ep = bpf_map_lookup_elem(&ez_bp_endpoints, &key);
 		if (!ep)
-			return to_remote(skb, &f, &eth);
+			return to_remote(skb, &f, &eth, &fr);
 		if (ep->ifindex == skb->ifindex)
 			return fallback(EZ_BP_C_FB_OTHER);
 		to = ep->ifindex;
@@ -761,14 +880,11 @@ int ez_bypass(struct __sk_buff *skb)
 		reason = admitted(skb, &f);
 		if (reason)
 			return fallback(reason);
+		slot = flow_record(&fr, EZ_BP_FLOW_LOCAL, to);
 		if (slot) {
-			slot->key = fk;
-			slot->gen = gen;
-			slot->to_ifindex = to;
 			__builtin_memcpy(slot->src_mac, eth.h_source, 6);
 			__builtin_memcpy(slot->pod_mac, pod_mac, 6);
 			__builtin_memcpy(slot->bridge_mac, bridge_mac, 6);
-			slot->expires = now + ez_bp_recheck_ns;
 		}
 	}
 
@@ -800,16 +916,23 @@ int ez_bypass(struct __sk_buff *skb)
  * the decapsulated frame): a packet from another node to a local pod goes
  * straight into the pod, as routing would deliver it (FIB lookup as the
  * packet arriving here: the route must lead to the pod's bridge and the
- * neighbour to its MAC), MACs bridge -> pod, TTL - 1.
+ * neighbour to its MAC), MACs bridge -> pod, TTL - 1. The endpoint, FIB,
+ * source and admission checks are cached as ez_bypass's are (the key has
+ * the uplink); every packet is still classified and checked for its MAC,
+ * FIB inputs (fib_same), TTL and the pod veth's MTU.
  */
 SEC("tcx/ingress")
 int ez_bypass_in(struct __sk_buff *skb)
 {
 	struct ez_flow f = {};
 	struct ez_bp_ep_key key = {};
+	struct flow_ref fr = {};
 	struct ez_bp_endpoint *ep;
+	struct ez_bp_flow *s;
 	struct bpf_fib_lookup fib = {};
-	__u32 mtu = 0, len = skb->len, reason;
+	__u32 mtu = 0, len = skb->len, reason, tos = 0, l3len = 0, to;
+	__u8 dmac[6], smac[6];
+	bool cached = false;
 	long rc;
 
 	reason = classify(skb, &f);
@@ -818,38 +941,66 @@ int ez_bypass_in(struct __sk_buff *skb)
 	/* Not to this device's MAC: the node would not route it. */
 	if (skb->pkt_type != 0 /* PACKET_HOST */)
 		return fallback(EZ_BP_C_FB_MAC_MISMATCH);
-	ep_key(&f, &key);
-	ep = bpf_map_lookup_elem(&ez_bp_endpoints, &key);
-	if (!ep)
-		return fallback(EZ_BP_C_FB_NO_ENDPOINT);
-	reason = routable(skb, &f);
-	if (reason)
-		return fallback(reason);
-	rc = fib_forward(skb, &f, skb->ifindex, l3_seg_len(skb, &f), &fib);
-	if (rc < 0)
-		return fallback(EZ_BP_C_FB_FIB_OTHER);
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return fallback(EZ_BP_C_FB_ROUTE_MISMATCH);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return fallback(fib_reason(rc));
-	if (fib.ifindex != ep->bridge_ifindex || !mac_eq(fib.dmac, ep->pod_mac))
-		return fallback(EZ_BP_C_FB_ROUTE_MISMATCH);
+	flow_find(skb, &f, &fr);
+	s = fr.slot;
+	if (fr.valid && s && s->kind == EZ_BP_FLOW_IN && fib_same(skb, &f, s)) {
+		reason = routable(skb, &f);
+		if (reason)
+			return fallback(reason);
+		to = s->to_ifindex;
+		__builtin_memcpy(dmac, s->out_dmac, 6);
+		__builtin_memcpy(smac, s->out_smac, 6);
+		cached = true;
+	} else {
+		ep_key(&f, &key);
+		ep = bpf_map_lookup_elem(&ez_bp_endpoints, &key);
+		if (!ep)
+			return fallback(EZ_BP_C_FB_NO_ENDPOINT);
+		reason = routable(skb, &f);
+		if (reason)
+			return fallback(reason);
+		if (fib_tos(skb, &f, &tos))
+			return fallback(EZ_BP_C_FB_FIB_OTHER);
+		l3len = l3_seg_len(skb, &f);
+		rc = fib_forward(skb, &f, skb->ifindex, l3len, tos, &fib);
+		if (rc < 0)
+			return fallback(EZ_BP_C_FB_FIB_OTHER);
+		if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+			return fallback(EZ_BP_C_FB_ROUTE_MISMATCH);
+		if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+			return fallback(fib_reason(rc));
+		if (fib.ifindex != ep->bridge_ifindex || !mac_eq(fib.dmac, ep->pod_mac))
+			return fallback(EZ_BP_C_FB_ROUTE_MISMATCH);
+		to = ep->ifindex;
+		__builtin_memcpy(dmac, ep->pod_mac, 6);
+		__builtin_memcpy(smac, fib.smac, 6);
+	}
 	{
-		long r = bpf_check_mtu(skb, ep->ifindex, &mtu, 0, BPF_MTU_CHK_SEGS);
+		long r = bpf_check_mtu(skb, to, &mtu, 0, BPF_MTU_CHK_SEGS);
 
 		if (r < 0)
 			return fallback(EZ_BP_C_FB_OTHER);
 		if (r != EZ_BP_MTU_OK)
 			return fallback(EZ_BP_C_FB_TOO_BIG);
 	}
-	if (!source_routes_back(skb, &f))
-		return fallback(EZ_BP_C_FB_SPOOFED);
-	reason = admitted(skb, &f);
-	if (reason)
-		return fallback(reason);
-	if (ttl_decrement(skb, &f) || mac_store(skb, ep->pod_mac, fib.smac))
+	if (!cached) {
+		if (!source_routes_back(skb, &f))
+			return fallback(EZ_BP_C_FB_SPOOFED);
+		reason = admitted(skb, &f);
+		if (reason)
+			return fallback(reason);
+		s = flow_record(&fr, EZ_BP_FLOW_IN, to);
+		if (s) {
+			flow_record_fib(s, skb, tos, l3len);
+			__builtin_memcpy(s->out_dmac, dmac, 6);
+			__builtin_memcpy(s->out_smac, smac, 6);
+		}
+	}
+	if (ttl_decrement(skb, &f) || mac_store(skb, dmac, smac))
 		return fallback(EZ_BP_C_FB_OTHER);
 	count_add(EZ_BP_C_IN_PACKETS, 1);
 	count_add(EZ_BP_C_IN_BYTES, len);
-	return bpf_redirect_peer(ep->ifindex, 0);
+	if (cached)
+		count_add(EZ_BP_C_CACHED, 1);
+	return bpf_redirect_peer(to, 0);
 }

@@ -90,19 +90,21 @@ enum ez_bp_counter {
 	EZ_BP_C_FB_UDP_OFF,		/* UDP while the bypass takes TCP only (--bypass-udp=false) */
 	EZ_BP_C_FB_IPV6_OFF,		/* IPv6 while the bypass takes IPv4 only (--bypass-ipv6=false) */
 	EZ_BP_C_FB_PAUSED,		/* the bypass paused (struct ez_bp_ctl) */
-	EZ_BP_C_CACHED,			/* of EZ_BP_C_PACKETS, those whose endpoint, source and admission
-					 * checks a recent packet of the flow made (ez_bp_flows) */
+	EZ_BP_C_CACHED,			/* of EZ_BP_C_PACKETS, _OUT_PACKETS and _IN_PACKETS, those whose
+					 * endpoint or route, source and admission checks a recent packet
+					 * of the flow made (ez_bp_flows) */
 	EZ_BP_C_MAX,
 };
 
 /*
- * One direction of a same-node flow as it entered a pod veth: the key of
- * the flow cache (ez_bp_flows). Addresses as struct ez_flow has them.
+ * One direction of a flow as it entered a pod veth (ez_bypass) or an
+ * uplink (ez_bypass_in): the key of the flow cache (ez_bp_flows).
+ * Addresses as struct ez_flow has them.
  */
 struct ez_bp_flow_key {
 	__u32 saddr[4];
 	__u32 daddr[4];
-	__u32 ifindex;		/* the pod veth it entered on */
+	__u32 ifindex;		/* the device it entered on */
 	__u16 sport;		/* host order */
 	__u16 dport;
 	__u8 family;		/* 4 or 6 */
@@ -110,22 +112,38 @@ struct ez_bp_flow_key {
 	__u8 pad[2];
 };
 
+/* Where a cached flow direction goes (struct ez_bp_flow.kind). */
+enum ez_bp_flow_kind {
+	EZ_BP_FLOW_LOCAL = 1,	/* pod veth -> a local pod (bpf_redirect_peer) */
+	EZ_BP_FLOW_OUT = 2,	/* pod veth -> another node, by the uplink (bpf_redirect) */
+	EZ_BP_FLOW_IN = 3,	/* uplink -> a local pod (bpf_redirect_peer) */
+};
+
 /*
- * What the full checks of ez_bypass found for a flow direction to a local
- * pod: the destination endpoint, the sending pod's MAC (its address is
- * the veth's own) and the conntrack admission. Valid while expires
- * (bpf_ktime_get_ns) is ahead and gen is the endpoints' generation
- * (ez_bp_flows_gen); 0 expires: empty.
+ * What the full checks found for a flow direction: the destination
+ * endpoint or route, the sender's MAC (its address is the veth's own pod's,
+ * or routes back by the uplink) and the conntrack admission. Valid while
+ * expires (bpf_ktime_get_ns) is ahead and gen is ez_bp_flows_gen's
+ * (endpoints, devices, and the node's links, addresses, routes, rules and
+ * neighbours); 0 expires: empty. A cross-node record holds only for packets
+ * whose FIB lookup would take the same inputs (mark, tos) and pass the
+ * route MTU as the recorded one did (network-layer length <= max_len).
  */
 struct ez_bp_flow {
 	__u64 expires;
 	struct ez_bp_flow_key key;
 	__u32 gen;
-	__u32 to_ifindex;	/* the destination pod's host-side veth */
-	__u8 src_mac[6];	/* the sending pod's eth0 */
-	__u8 pod_mac[6];	/* the destination pod's eth0 */
-	__u8 bridge_mac[6];	/* the destination's bridge */
-	__u8 pad[2];
+	__u32 kind;		/* enum ez_bp_flow_kind */
+	__u32 to_ifindex;	/* LOCAL, IN: the destination pod's host-side veth; OUT: the uplink */
+	__u32 mark;		/* OUT, IN: the skb mark and */
+	__u32 tos;		/* IPv4 TOS or IPv6 traffic class and flow label the FIB lookup had */
+	__u32 max_len;		/* OUT, IN: the network-layer length the route MTU was checked for */
+	__u8 src_mac[6];	/* LOCAL, OUT: the sending pod's eth0 */
+	__u8 pod_mac[6];	/* LOCAL: the destination pod's eth0 */
+	__u8 bridge_mac[6];	/* LOCAL: the destination's bridge; OUT: the sender's (its gateway) */
+	__u8 out_dmac[6];	/* OUT, IN: the MACs the packet leaves with (the FIB lookup's; IN: */
+	__u8 out_smac[6];	/* the destination pod's and its bridge's) */
+	__u8 pad[6];
 };
 
 #endif

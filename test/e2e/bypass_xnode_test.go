@@ -161,6 +161,10 @@ func TestBypassCrossNode(t *testing.T) {
 						if dDst["bypassed_out_packets"] == 0 || dSrc["bypassed_in_packets"] == 0 {
 							t.Errorf("%s: the reverse direction was not bypassed: out %d, in %d packets", what, dDst["bypassed_out_packets"], dSrc["bypassed_in_packets"])
 						}
+						// On the flow cache's checks (recheck testRecheck).
+						if dSrc["bypassed_cached_packets"] == 0 || dDst["bypassed_cached_packets"] == 0 {
+							t.Errorf("%s: no packet went on the flow cache: source node %d, destination node %d", what, dSrc["bypassed_cached_packets"], dDst["bypassed_cached_packets"])
+						}
 						if via.srcBridgeRx >= mnTransfer/2 || via.dstVethTx >= mnTransfer/2 {
 							t.Errorf("%s: the stacks still carried %+v bytes", what, via)
 						}

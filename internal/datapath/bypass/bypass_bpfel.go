@@ -94,11 +94,17 @@ type bypassEzBpFlow struct {
 	Expires   uint64
 	Key       bypassEzBpFlowKey
 	Gen       uint32
+	Kind      uint32
 	ToIfindex uint32
+	Mark      uint32
+	Tos       uint32
+	MaxLen    uint32
 	SrcMac    [6]uint8
 	PodMac    [6]uint8
 	BridgeMac [6]uint8
-	Pad       [2]uint8
+	OutDmac   [6]uint8
+	OutSmac   [6]uint8
+	Pad       [6]uint8
 }
 
 type bypassEzBpFlowKey struct {
@@ -112,6 +118,14 @@ type bypassEzBpFlowKey struct {
 	Proto   uint8
 	Pad     [2]uint8
 }
+
+type bypassEzBpFlowKind uint32
+
+const (
+	bypassEzBpFlowKindEZ_BP_FLOW_LOCAL bypassEzBpFlowKind = 1
+	bypassEzBpFlowKindEZ_BP_FLOW_OUT   bypassEzBpFlowKind = 2
+	bypassEzBpFlowKindEZ_BP_FLOW_IN    bypassEzBpFlowKind = 3
+)
 
 // Names of all BPF objects in the ELF.
 //
@@ -129,6 +143,7 @@ const (
 	bypassVarEzBpAdmitMark      = "ez_bp_admit_mark"
 	bypassVarEzBpCounterEnum    = "ez_bp_counter_enum"
 	bypassVarEzBpDevKindEnum    = "ez_bp_dev_kind_enum"
+	bypassVarEzBpFlowKindEnum   = "ez_bp_flow_kind_enum"
 	bypassVarEzBpFlowsSeed      = "ez_bp_flows_seed"
 	bypassVarEzBpNoIpv6         = "ez_bp_no_ipv6"
 	bypassVarEzBpNoUdp          = "ez_bp_no_udp"
@@ -204,6 +219,7 @@ type bypassVariableSpecs struct {
 	EzBpAdmitMark      *ebpf.VariableSpec `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.VariableSpec `ebpf:"ez_bp_counter_enum"`
 	EzBpDevKindEnum    *ebpf.VariableSpec `ebpf:"ez_bp_dev_kind_enum"`
+	EzBpFlowKindEnum   *ebpf.VariableSpec `ebpf:"ez_bp_flow_kind_enum"`
 	EzBpFlowsSeed      *ebpf.VariableSpec `ebpf:"ez_bp_flows_seed"`
 	EzBpNoIpv6         *ebpf.VariableSpec `ebpf:"ez_bp_no_ipv6"`
 	EzBpNoUdp          *ebpf.VariableSpec `ebpf:"ez_bp_no_udp"`
@@ -259,6 +275,7 @@ type bypassVariables struct {
 	EzBpAdmitMark      *ebpf.Variable `ebpf:"ez_bp_admit_mark"`
 	EzBpCounterEnum    *ebpf.Variable `ebpf:"ez_bp_counter_enum"`
 	EzBpDevKindEnum    *ebpf.Variable `ebpf:"ez_bp_dev_kind_enum"`
+	EzBpFlowKindEnum   *ebpf.Variable `ebpf:"ez_bp_flow_kind_enum"`
 	EzBpFlowsSeed      *ebpf.Variable `ebpf:"ez_bp_flows_seed"`
 	EzBpNoIpv6         *ebpf.Variable `ebpf:"ez_bp_no_ipv6"`
 	EzBpNoUdp          *ebpf.Variable `ebpf:"ez_bp_no_udp"`

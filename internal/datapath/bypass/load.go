@@ -13,7 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -65,7 +65,10 @@ type Bypass struct {
 	cookie uint64 // netns cookie (pinned links' directory)
 	objs   bypassObjects
 	links  map[int]attachment // by ifindex
-	gen    atomic.Uint32      // ez_bp_flows_gen's value
+	genMu  sync.Mutex         // orders the generation's writes
+	gen    uint32             // ez_bp_flows_gen's value
+	// stopRouting ends watchRouting (nil: not watching).
+	stopRouting func()
 	// recheck is Config.Recheck: how long the flow cache's checks stand.
 	recheck time.Duration
 }
@@ -155,7 +158,33 @@ func Load(cfg Config) (_ *Bypass, err error) {
 		b.objs.Close()
 		return nil, fmt.Errorf("bypass: reset %s: %w", bypassMapEzBpSwitch, err)
 	}
+	if cfg.Recheck > 0 {
+		if err := b.watchRouting(); err != nil {
+			b.objs.Close()
+			return nil, err
+		}
+	}
 	return b, nil
+}
+
+// watchRouting starts bumping the flow cache's generation on the routing
+// changes of the bypass's netns (routing.go).
+func (b *Bypass) watchRouting() error {
+	ns := netns.None()
+	if b.netns != "" {
+		h, err := netns.GetFromName(b.netns)
+		if err != nil {
+			return fmt.Errorf("bypass: netns %s: %w", b.netns, err)
+		}
+		defer h.Close()
+		ns = h
+	}
+	stop, err := watchRouting(ns, b.flowsChanged)
+	if err != nil {
+		return fmt.Errorf("bypass: rtnetlink notifications in netns %q (the flow cache needs them; --bypass-recheck=0 turns it off): %w", b.netns, err)
+	}
+	b.stopRouting = stop
+	return nil
 }
 
 // setVariables sets the programs' constants from cfg (checked): the
@@ -414,7 +443,7 @@ func (b *Bypass) SetBridge(ifindex, bridge int, mac net.HardwareAddr) error {
 	}
 	a.dev = dev
 	b.links[ifindex] = a
-	return nil
+	return b.flowsChanged()
 }
 
 // device is the ez_bp_devices entry of ifx: a pod veth must be a veth port
@@ -545,9 +574,15 @@ func (b *Bypass) SetEndpoint(ip netip.Addr, ep Endpoint) error {
 }
 
 // flowsChanged bumps the flow cache's generation after an endpoint or
-// device changed: no packet takes the bypass on checks made before.
+// device changed, or the node's routing (watchRouting): no packet takes
+// the bypass on checks made before.
 func (b *Bypass) flowsChanged() error {
-	if err := b.objs.EzBpFlowsGen.Update(uint32(0), b.gen.Add(1), ebpf.UpdateAny); err != nil {
+	// Under the lock: two writers out of order could bring back an older
+	// generation, and with it records made before the newer one.
+	b.genMu.Lock()
+	defer b.genMu.Unlock()
+	b.gen++
+	if err := b.objs.EzBpFlowsGen.Update(uint32(0), b.gen, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("bypass: %s: %w", bypassMapEzBpFlowsGen, err)
 	}
 	return nil
@@ -586,6 +621,10 @@ func (b *Bypass) handle() (*netlink.Handle, error) {
 // pinned, for the next agent to update in place.
 func (b *Bypass) Close() error {
 	var errs []error
+	if b.stopRouting != nil {
+		b.stopRouting()
+		b.stopRouting = nil
+	}
 	for ifx, a := range b.links {
 		for _, l := range a.links {
 			if err := b.release(l, false); err != nil {

@@ -670,11 +670,12 @@ func (l *lab) runCases(t *testing.T, prog *ebpf.Program, dev string, cases []pro
 			checkPacket(t, out, want)
 			checkIPv4(t, out)
 			checkCounts(t, delta, c.count)
-			if l.recheck > 0 && prog == l.objs.EzBypass {
+			if l.recheck > 0 && (prog == l.objs.EzBypass || prog == l.objs.EzBypassIn) {
 				// The same packet again, on what the first run
-				// cached (if it was bypassed to a local pod): the
-				// same verdict and packet; the cached run neither
-				// looks up nor refreshes the entry.
+				// cached (if it was bypassed, but by
+				// bpf_redirect_neigh): the same verdict and packet;
+				// the cached run neither looks up nor refreshes the
+				// entry.
 				ret2, out2, delta2 := l.run(t, prog, in, ctx)
 				if ret2 != c.ret {
 					t.Errorf("second run: verdict %#x, want %#x", ret2, c.ret)
@@ -721,12 +722,15 @@ func routed(pkt []byte, dst, src net.HardwareAddr) []byte {
 
 func c1(c bypassEzBpCounter) counts { return counts{c: 1} }
 
-// cachedRun is what a packet's counters become when it runs again on the
-// flow cache: bypassed to a local pod (want counted bypassed_packets, not
-// bypassed_out or _in) it counts as cached and refreshes nothing; any
-// other packet counts as before.
+// cachedRun is what a packet's counters become when it runs again after
+// the flow cache recorded its checks: bypassed (to a local pod, to another
+// node but by bpf_redirect_neigh, or from another node) it counts as
+// cached and refreshes nothing; by bpf_redirect_neigh it is checked in
+// full again, and the entry refreshed already; any other packet counts as
+// before.
 func cachedRun(want counts) counts {
-	if want[bypassEzBpCounterEZ_BP_C_PACKETS] == 0 {
+	n := want[bypassEzBpCounterEZ_BP_C_PACKETS] + want[bypassEzBpCounterEZ_BP_C_OUT_PACKETS] + want[bypassEzBpCounterEZ_BP_C_IN_PACKETS]
+	if n == 0 {
 		return want
 	}
 	c := counts{}
@@ -735,7 +739,9 @@ func cachedRun(want counts) counts {
 			c[k] = v
 		}
 	}
-	c[bypassEzBpCounterEZ_BP_C_CACHED] = want[bypassEzBpCounterEZ_BP_C_PACKETS]
+	if want[bypassEzBpCounterEZ_BP_C_OUT_NEIGH] == 0 {
+		c[bypassEzBpCounterEZ_BP_C_CACHED] = n
+	}
 	return c
 }
 
@@ -987,7 +993,10 @@ type step struct {
 	before func()
 	pkt    []byte
 	dev    string
+	prog   *ebpf.Program // nil: ez_bypass
+	ctx    skbCtx        // Ifindex set from dev
 	ret    uint32
+	want   []byte // the packet after the run; nil: not checked
 	count  counts
 }
 
@@ -997,9 +1006,17 @@ func (l *lab) steps(t *testing.T, steps []step) {
 		if s.before != nil {
 			s.before()
 		}
-		ret, _, delta := l.run(t, l.objs.EzBypass, s.pkt, skbCtx{Ifindex: uint32(l.ifx[s.dev])})
+		prog, ctx := s.prog, s.ctx
+		if prog == nil {
+			prog = l.objs.EzBypass
+		}
+		ctx.Ifindex = uint32(l.ifx[s.dev])
+		ret, out, delta := l.run(t, prog, s.pkt, ctx)
 		if ret != s.ret {
 			t.Errorf("%s: verdict %#x, want %#x", s.name, ret, s.ret)
+		}
+		if s.want != nil && string(out[:len(s.want)]) != string(s.want) {
+			t.Errorf("%s: packet\n%x\nwant\n%x", s.name, out[:len(s.want)], s.want)
 		}
 		if !maps.Equal(delta, s.count) {
 			t.Errorf("%s: counters changed by %v, want %v", s.name, delta, s.count)
@@ -1112,6 +1129,184 @@ func TestProgBypassCache(t *testing.T) {
 	})
 }
 
+// TestProgBypassCacheCrossNode: the flow cache on packets to and from
+// other nodes. A record holds only for packets whose FIB lookup would take
+// the same inputs: another mark or TOS, or a longer packet than the route
+// MTU was checked for, is looked up in full. A pod forging a cached flow's
+// packet from another veth, or another MAC, takes the kernel path. Every
+// packet is still checked for its TTL.
+func TestProgBypassCacheCrossNode(t *testing.T) {
+	const A, R, RL, S, B = "10.244.1.4", "10.244.2.9", "10.244.5.9", "10.244.2.9", "10.244.1.5"
+	toR := func(dst string, ttl uint8, n int) []byte {
+		return ether(brMAC, podAMAC, 0x0800, ip4(A, dst, ttl, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, n)))
+	}
+	fromS := func(ttl uint8, n int) []byte {
+		return ether(up0MAC, gwMAC, 0x0800, ip4(S, B, ttl, unix.IPPROTO_TCP, 0, nil, tcp(50000, 8080, tACK, n)))
+	}
+	out := func(n int) counts {
+		return counts{bypassEzBpCounterEZ_BP_C_OUT_PACKETS: 1, bypassEzBpCounterEZ_BP_C_OUT_BYTES: uint64(n)}
+	}
+	in := func(n int) counts {
+		return counts{bypassEzBpCounterEZ_BP_C_IN_PACKETS: 1, bypassEzBpCounterEZ_BP_C_IN_BYTES: uint64(n)}
+	}
+	withRefresh := func(c counts) counts { c[bypassEzBpCounterEZ_BP_C_CT_REFRESHES] = 1; return c }
+	cached := func(c counts) counts { c[bypassEzBpCounterEZ_BP_C_CACHED] = 1; return c }
+	markedFallback := c1(bypassEzBpCounterEZ_BP_C_FB_FIB_UNREACHABLE) // fwmark 0x10: table 100's blackhole
+	if !fibLookupHasMark() {
+		markedFallback = c1(bypassEzBpCounterEZ_BP_C_FB_MARK)
+	}
+
+	l := newLab(t, Options{Recheck: time.Hour})
+	t.Run("to another node", func(t *testing.T) {
+		l.reset(t)
+		l.addCT(t, est(unix.IPPROTO_TCP, A, R, 40000, 8080, admitOrig))
+		l.addCT(t, est(unix.IPPROTO_TCP, A, RL, 40000, 8080, admitOrig))
+		l.steps(t, []step{
+			{name: "first packet: checked in full", pkt: toR(R, 64, 100), dev: "vethA", ret: tcActRedirect,
+				want: routed(toR(R, 64, 100), gwMAC, up0MAC), count: withRefresh(out(154))},
+			{name: "second: cached, the FIB's MACs", pkt: toR(R, 64, 100), dev: "vethA", ret: tcActRedirect,
+				want: routed(toR(R, 64, 100), gwMAC, up0MAC), count: cached(out(154))},
+			{name: "shorter: cached", pkt: toR(R, 64, 10), dev: "vethA", ret: tcActRedirect, count: cached(out(64))},
+			// A's packet, A's MAC and all, from the pod behind vethB.
+			{name: "A's packet from vethB", pkt: toR(R, 64, 100), dev: "vethB", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+			{name: "TTL 1: kernel path", pkt: toR(R, 1, 100), dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_TTL)},
+			{name: "marked: looked up in full", pkt: toR(R, 64, 100), ctx: skbCtx{Mark: 0x10}, dev: "vethA", ret: tcxNext, count: markedFallback},
+			{name: "another TOS: looked up in full", pkt: withTOS(toR(R, 64, 100), 0x10), dev: "vethA", ret: tcActRedirect, count: out(154)},
+			{name: "A's address, another MAC", pkt: ether(brMAC, podCMAC, 0x0800, ip4(A, R, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 100))),
+				dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+			{name: "route MTU 1000 (locked), short packet", pkt: toR(RL, 64, 100), dev: "vethA", ret: tcActRedirect, count: withRefresh(out(154))},
+			{name: "longer than checked, within the MTU: looked up in full", pkt: toR(RL, 64, 1000-40), dev: "vethA", ret: tcActRedirect, count: out(1014)},
+			{name: "over the route MTU: looked up in full", pkt: toR(RL, 64, 1001-40), dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_TOO_BIG)},
+			{name: "at the checked length: cached", pkt: toR(RL, 64, 1000-40), dev: "vethA", ret: tcActRedirect, count: cached(out(1014))},
+		})
+	})
+	t.Run("from another node", func(t *testing.T) {
+		l.reset(t)
+		l.addCT(t, est(unix.IPPROTO_TCP, S, B, 50000, 8080, admitOrig))
+		inProg := l.objs.EzBypassIn
+		var otherMAC net.HardwareAddr
+		l.do(t, func() {
+			lk, err := netlink.LinkByName("other0")
+			must(t, "other0", err)
+			otherMAC = lk.Attrs().HardwareAddr
+		})
+		l.steps(t, []step{
+			{name: "first packet: checked in full", pkt: fromS(64, 100), dev: "up0", prog: inProg, ret: tcActRedirect,
+				want: routed(fromS(64, 100), podBMAC, brMAC), count: withRefresh(in(154))},
+			{name: "second: cached", pkt: fromS(64, 100), dev: "up0", prog: inProg, ret: tcActRedirect,
+				want: routed(fromS(64, 100), podBMAC, brMAC), count: cached(in(154))},
+			{name: "TTL 1: kernel path", pkt: fromS(1, 100), dev: "up0", prog: inProg, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_TTL)},
+			{name: "not to the uplink's MAC", pkt: ether(podAMAC, gwMAC, 0x0800, ip4(S, B, 64, unix.IPPROTO_TCP, 0, nil, tcp(50000, 8080, tACK, 100))),
+				dev: "up0", prog: inProg, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_MAC_MISMATCH)},
+			// The same packet on another device is another key: its
+			// source does not route back by other0.
+			{name: "the flow's packet on another device", pkt: append(append(net.HardwareAddr(nil), otherMAC...), fromS(64, 100)[6:]...), dev: "other0", prog: inProg, ret: tcxNext,
+				count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
+			{name: "marked: looked up in full", pkt: fromS(64, 100), ctx: skbCtx{Mark: 0x10}, dev: "up0", prog: inProg, ret: tcxNext, count: markedFallback},
+			{name: "still cached", pkt: fromS(64, 100), dev: "up0", prog: inProg, ret: tcActRedirect, count: cached(in(154))},
+		})
+	})
+}
+
+// withTOS is an IPv4 frame with its TOS set, the header checksum
+// recomputed.
+func withTOS(pkt []byte, tos uint8) []byte {
+	b := append([]byte(nil), pkt...)
+	hl := int(b[14]&0xf) * 4
+	b[15] = tos
+	b[14+10], b[14+11] = 0, 0
+	binary.BigEndian.PutUint16(b[14+10:], csum(b[14:14+hl]))
+	return b
+}
+
+// TestProgBypassCacheRouting: the agent's rtnetlink watch (watchRouting)
+// ends cross-node records when the node's routing changes. A next hop's MAC
+// changes: the next packet leaves with the new one. The route becomes a
+// blackhole: the next packet takes the kernel path. A local pod's
+// neighbour entry changes MAC: packets from other nodes take the kernel
+// path. Each step waits for the generation to move (the notification
+// read), not for a time.
+func TestProgBypassCacheRouting(t *testing.T) {
+	const A, R, S, B = "10.244.1.4", "10.244.2.9", "10.244.2.9", "10.244.1.5"
+	newGw := mustMAC("02:00:00:00:01:99")
+	toR := ether(brMAC, podAMAC, 0x0800, ip4(A, R, 64, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, tACK, 100)))
+	fromS := ether(up0MAC, gwMAC, 0x0800, ip4(S, B, 64, unix.IPPROTO_TCP, 0, nil, tcp(50000, 8080, tACK, 100)))
+	out := counts{bypassEzBpCounterEZ_BP_C_OUT_PACKETS: 1, bypassEzBpCounterEZ_BP_C_OUT_BYTES: 154}
+	outCached := counts{bypassEzBpCounterEZ_BP_C_OUT_PACKETS: 1, bypassEzBpCounterEZ_BP_C_OUT_BYTES: 154, bypassEzBpCounterEZ_BP_C_CACHED: 1}
+	in := counts{bypassEzBpCounterEZ_BP_C_IN_PACKETS: 1, bypassEzBpCounterEZ_BP_C_IN_BYTES: 154}
+
+	l := newLab(t, Options{Recheck: time.Hour})
+	stop, err := watchRouting(l.ns, l.bp.flowsChanged)
+	must(t, "watch routing", err)
+	t.Cleanup(stop)
+	// changed runs fn in the lab netns and waits for the generation to
+	// move past the one before it.
+	changed := func(what string, fn func() error) func() {
+		return func() {
+			var before uint32
+			must(t, "generation", l.objs.EzBpFlowsGen.Lookup(uint32(0), &before))
+			l.do(t, func() { must(t, what, fn()) })
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				var now uint32
+				must(t, "generation", l.objs.EzBpFlowsGen.Lookup(uint32(0), &now))
+				if now != before {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: the flow cache's generation did not move in 10 s (no rtnetlink notification read)", what)
+				}
+			}
+		}
+	}
+	up := func() netlink.Link {
+		var lk netlink.Link
+		l.do(t, func() {
+			var err error
+			lk, err = netlink.LinkByName("up0")
+			must(t, "up0", err)
+		})
+		return lk
+	}()
+	br := func() netlink.Link {
+		var lk netlink.Link
+		l.do(t, func() {
+			var err error
+			lk, err = netlink.LinkByName("br0")
+			must(t, "br0", err)
+		})
+		return lk
+	}()
+	neigh := func(lk netlink.Link, a string, mac net.HardwareAddr) func() error {
+		return func() error {
+			return netlink.NeighSet(&netlink.Neigh{LinkIndex: lk.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT, IP: ip(a), HardwareAddr: mac})
+		}
+	}
+	routeR := &netlink.Route{Dst: pfx("10.244.2.0/24"), Gw: ip("192.168.50.2"), LinkIndex: up.Attrs().Index}
+	blackholeR := &netlink.Route{Dst: pfx("10.244.2.0/24"), Type: unix.RTN_BLACKHOLE}
+
+	l.reset(t)
+	l.addCT(t, est(unix.IPPROTO_TCP, A, R, 40000, 8080, admitOrig))
+	l.addCT(t, est(unix.IPPROTO_TCP, S, B, 50000, 8080, admitOrig))
+	l.steps(t, []step{
+		{name: "to another node: checked in full", pkt: toR, dev: "vethA", ret: tcActRedirect,
+			want: routed(toR, gwMAC, up0MAC), count: counts{bypassEzBpCounterEZ_BP_C_OUT_PACKETS: 1, bypassEzBpCounterEZ_BP_C_OUT_BYTES: 154, bypassEzBpCounterEZ_BP_C_CT_REFRESHES: 1}},
+		{name: "next hop's MAC changed: the new one", before: changed("neighbour", neigh(up, "192.168.50.2", newGw)), pkt: toR, dev: "vethA", ret: tcActRedirect,
+			want: routed(toR, newGw, up0MAC), count: out},
+		{name: "then cached, with the new one", pkt: toR, dev: "vethA", ret: tcActRedirect, want: routed(toR, newGw, up0MAC), count: outCached},
+		{name: "route now a blackhole: kernel path", before: changed("route", func() error { return netlink.RouteReplace(blackholeR) }),
+			pkt: toR, dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_FIB_UNREACHABLE)},
+		{name: "route back", before: changed("route", func() error { return netlink.RouteReplace(routeR) }),
+			pkt: toR, dev: "vethA", ret: tcActRedirect, want: routed(toR, newGw, up0MAC), count: out},
+
+		{name: "from another node: checked in full", pkt: fromS, dev: "up0", prog: l.objs.EzBypassIn, ret: tcActRedirect,
+			want: routed(fromS, podBMAC, brMAC), count: counts{bypassEzBpCounterEZ_BP_C_IN_PACKETS: 1, bypassEzBpCounterEZ_BP_C_IN_BYTES: 154, bypassEzBpCounterEZ_BP_C_CT_REFRESHES: 1}},
+		{name: "the pod's neighbour entry another MAC: kernel path", before: changed("neighbour", neigh(br, B, podEMAC)),
+			pkt: fromS, dev: "up0", prog: l.objs.EzBypassIn, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_ROUTE_MISMATCH)},
+		{name: "back", before: changed("neighbour", neigh(br, B, podBMAC)),
+			pkt: fromS, dev: "up0", prog: l.objs.EzBypassIn, ret: tcActRedirect, want: routed(fromS, podBMAC, brMAC), count: in},
+	})
+}
+
 // marked is c on a kernel whose FIB lookup takes the packet's mark
 // (struct bpf_fib_lookup.mark, Linux 6.10); before it a marked packet
 // takes the kernel path as mark, unchanged.
@@ -1160,9 +1355,20 @@ func hasMember(ms []btf.Member, name string) bool {
 
 // TestProgBypassRemote: ez_bypass at a pod veth's ingress to another node's
 // pod (no endpoint): routed by a FIB lookup as if arriving on the bridge,
-// out the uplink.
+// out the uplink. Every packet is checked in full.
 func TestProgBypassRemote(t *testing.T) {
 	l := newLab(t)
+	l.runCases(t, l.objs.EzBypass, "vethA", remoteCases(l))
+}
+
+// TestProgBypassRemoteCached: TestProgBypassRemote's cases with the flow
+// cache on, each packet twice (runCases).
+func TestProgBypassRemoteCached(t *testing.T) {
+	l := newLab(t, Options{Recheck: time.Hour})
+	l.runCases(t, l.objs.EzBypass, "vethA", remoteCases(l))
+}
+
+func remoteCases(l *lab) []progCase {
 	const A, A6 = "10.244.1.4", "fd00:244:1::4"
 	pkt := func(dst string, ttl, flags uint8, n int) []byte {
 		return ether(brMAC, podAMAC, 0x0800, ip4(A, dst, ttl, unix.IPPROTO_TCP, 0, nil, tcp(40000, 8080, flags, n)))
@@ -1241,7 +1447,7 @@ func TestProgBypassRemote(t *testing.T) {
 		{name: "ipv6 source of another pod", pkt: ether(brMAC, podAMAC, 0x86dd, ip6("fd00:244:1::5", R6, 64, unix.IPPROTO_TCP, tcp(40000, 8080, tACK, 0))),
 			ct: []ctEntry{est(unix.IPPROTO_TCP, "fd00:244:1::5", R6, 40000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
 	}
-	l.runCases(t, l.objs.EzBypass, "vethA", cases)
+	return cases
 }
 
 // TestProgBypassIn: ez_bypass_in at the uplink's ingress: packets from
@@ -1249,6 +1455,22 @@ func TestProgBypassRemote(t *testing.T) {
 // endpoint.
 func TestProgBypassIn(t *testing.T) {
 	l := newLab(t)
+	l.runCases(t, l.objs.EzBypassIn, "up0", inCases(l))
+
+	// Forwarding off on the uplink: the node would not route it.
+	t.Run("forwarding off", func(t *testing.T) {
+		forwardingOff(t, l)
+	})
+}
+
+// TestProgBypassInCached: TestProgBypassIn's cases with the flow cache on,
+// each packet twice (runCases).
+func TestProgBypassInCached(t *testing.T) {
+	l := newLab(t, Options{Recheck: time.Hour})
+	l.runCases(t, l.objs.EzBypassIn, "up0", inCases(l))
+}
+
+func inCases(l *lab) []progCase {
 	const S, S6 = "10.244.2.9", "fd00:244:2::9"
 	pkt := func(dmac net.HardwareAddr, dst string, ttl uint8, n int) []byte {
 		return ether(dmac, gwMAC, 0x0800, ip4(S, dst, ttl, unix.IPPROTO_TCP, 0, nil, tcp(50000, 8080, tACK, n)))
@@ -1311,23 +1533,25 @@ func TestProgBypassIn(t *testing.T) {
 		{name: "ipv6 source without route", pkt: ether(up0MAC, gwMAC, 0x86dd, ip6("2001:db8::7", B6, 64, unix.IPPROTO_TCP, tcp(50000, 8080, tACK, 0))),
 			ct: []ctEntry{est(unix.IPPROTO_TCP, "2001:db8::7", B6, 50000, 8080, admitOrig)}, ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_SPOOFED)},
 	}
-	l.runCases(t, l.objs.EzBypassIn, "up0", cases)
+	return cases
+}
 
-	// Forwarding off on the uplink: the node would not route it.
-	t.Run("forwarding off", func(t *testing.T) {
-		l.do(t, func() {
-			setSysctl(t, "ipv4/conf/up0/forwarding", "0")
-		})
-		defer l.do(t, func() { setSysctl(t, "ipv4/conf/up0/forwarding", "1") })
-		l.reset(t)
-		l.addCT(t, ct(B)[0])
-		p := pkt(up0MAC, B, 64, 0)
-		ret, out, delta := l.run(t, l.objs.EzBypassIn, p, skbCtx{Ifindex: uint32(l.ifx["up0"])})
-		if ret != tcxNext || string(out) != string(p) {
-			t.Errorf("verdict %#x, packet changed %v", ret, string(out) != string(p))
-		}
-		checkCounts(t, delta, c1(bypassEzBpCounterEZ_BP_C_FB_FIB_NOT_FWDED))
+// forwardingOff: with forwarding off on the uplink, ez_bypass_in leaves a
+// packet to the kernel path (the node would not route it).
+func forwardingOff(t *testing.T, l *lab) {
+	const S, B = "10.244.2.9", "10.244.1.5"
+	l.do(t, func() {
+		setSysctl(t, "ipv4/conf/up0/forwarding", "0")
 	})
+	defer l.do(t, func() { setSysctl(t, "ipv4/conf/up0/forwarding", "1") })
+	l.reset(t)
+	l.addCT(t, est(unix.IPPROTO_TCP, S, B, 50000, 8080, admitOrig))
+	p := ether(up0MAC, gwMAC, 0x0800, ip4(S, B, 64, unix.IPPROTO_TCP, 0, nil, tcp(50000, 8080, tACK, 0)))
+	ret, out, delta := l.run(t, l.objs.EzBypassIn, p, skbCtx{Ifindex: uint32(l.ifx["up0"])})
+	if ret != tcxNext || string(out) != string(p) {
+		t.Errorf("verdict %#x, packet changed %v", ret, string(out) != string(p))
+	}
+	checkCounts(t, delta, c1(bypassEzBpCounterEZ_BP_C_FB_FIB_NOT_FWDED))
 }
 
 // TestProgAdmit: ez_bypass_admit at tcx egress marks the packet's direction
