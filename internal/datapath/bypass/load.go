@@ -73,7 +73,7 @@ type Bypass struct {
 	recheck time.Duration
 }
 
-// Recheck is how long a same-node flow's cached checks stand (Config.Recheck).
+// Recheck is how long a flow's cached checks stand (Config.Recheck).
 func (b *Bypass) Recheck() time.Duration { return b.recheck }
 
 // attachment is the tcx ingress program (ez_bypass on a pod veth,

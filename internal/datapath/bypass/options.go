@@ -34,12 +34,13 @@ type Options struct {
 	// NoIPv6 leaves IPv6 on the kernel path (--bypass-ipv6=false): the
 	// bypass takes IPv4 only.
 	NoIPv6 bool
-	// Recheck is how long the full checks one packet of a same-node flow
-	// direction passed (the destination pod, the sending pod's address,
-	// the conntrack admission) stand for the direction's next packets on
-	// that CPU (--bypass-recheck): a conntrack entry deleted or changed
-	// holds for bypassed packets within it, an endpoint change at once.
-	// 0 checks every packet in full.
+	// Recheck is how long the full checks one packet of a flow direction
+	// passed (the destination pod or the FIB route to another node, the
+	// sender's address, the conntrack admission) stand for the direction's
+	// next packets on that CPU (--bypass-recheck): a conntrack entry
+	// deleted or changed holds for bypassed packets within it, an endpoint
+	// change at once, a route, rule or neighbour change once the agent read
+	// its rtnetlink notification. 0 checks every packet in full.
 	Recheck time.Duration
 
 	mode mode // --bypass
@@ -95,7 +96,7 @@ func (o *Options) Register(f *pflag.FlagSet) {
 	f.Var(&o.mode, "bypass", "bridge bypass: established pod-to-pod TCP/UDP skips the bridge and the node's stack, on one node and between nodes (tcx on the veth ports of the bridges and on the uplinks in the agent's network namespace; pinned with the datapath). It needs net.netfilter.nf_conntrack_tcp_be_liberal=1. auto: on where the node allows it, else off with the reason logged; on: a node or kernel that cannot run it is an error; off: not attached, a pinned one removed (true and false: on and off)")
 	f.Lookup("bypass").NoOptDefVal = string(modeOn)
 	f.BoolVar(&o.udp, "bypass-udp", true, "the bridge bypass takes established UDP flows too; false leaves every UDP packet on the node's stack (counted as fallback reason udp_off)")
-	f.DurationVar(&o.Recheck, "bypass-recheck", DefaultRecheck, "how long the checks a packet of a same-node flow passed (destination pod, sending pod, conntrack admission) stand for the flow's next packets on that CPU: a conntrack entry deleted or changed (conntrack -D, a policy agent) holds for bypassed packets within this time, an endpoint change at once; 0 checks every packet in full (at most 1s)")
+	f.DurationVar(&o.Recheck, "bypass-recheck", DefaultRecheck, "how long the checks a packet of a flow passed (destination pod or route to another node, sender, conntrack admission) stand for the flow's next packets on that CPU: a conntrack entry deleted or changed (conntrack -D, a policy agent) holds for bypassed packets within this time, an endpoint change at once, a route or neighbour change once the agent read its notification; 0 checks every packet in full (at most 1s)")
 	f.BoolVar(&o.ipv6, "bypass-ipv6", true, "the bridge bypass takes IPv6 flows too; false leaves every IPv6 packet on the node's stack (counted as fallback reason ipv6_off), for nodes whose IPv6 policy the operator wants the stack to apply to every packet")
 }
 
