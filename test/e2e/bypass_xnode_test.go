@@ -657,16 +657,30 @@ func checkNoNeighbour(t *testing.T, bp *bypass.Bypass, n, peer *multinode.Node, 
 	if v6 {
 		gw, fam = peer.UnderlayV6, unix.AF_INET6
 	}
-	if err := h.NeighDel(&netlink.Neigh{LinkIndex: up.Attrs().Index, Family: fam, IP: gw.AsSlice()}); err != nil {
-		t.Fatalf("delete neighbour %s on %s: %v", gw, n.Uplink, err)
+	// The next packet after the delete and its notification's read takes
+	// bpf_redirect_neigh. Not waited out beyond the read (awaitRoutingRead
+	// with settle): meanwhile the entry may come back (the peer's ARP or
+	// neighbour solicitation). Left: a notification read between the
+	// generation's read and the delete moves it too, and a packet recorded
+	// then goes on by the old MAC, still the right one; so up to three
+	// tries.
+	var d bypass.Counters
+	for try := 1; try <= 3; try++ {
+		gen := bp.FlowsGeneration()
+		err := h.NeighDel(&netlink.Neigh{LinkIndex: up.Attrs().Index, Family: fam, IP: gw.AsSlice()})
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			t.Fatalf("delete neighbour %s on %s: %v", gw, n.Uplink, err)
+		}
+		awaitRoutingRead(t, bp, gen, "neighbour deleted", false)
+		before := bpCounters(t, bp)
+		echo("after the neighbour was deleted")
+		d = bpDelta(before, bpCounters(t, bp))
+		t.Logf("%s, try %d: %v", family(v6), try, d)
+		if d["bypassed_out_neigh_packets"] != 0 {
+			return
+		}
 	}
-	before := bpCounters(t, bp)
-	echo("after the neighbour was deleted")
-	d := bpDelta(before, bpCounters(t, bp))
-	t.Logf("%s: %v", family(v6), d)
-	if d["bypassed_out_neigh_packets"] == 0 {
-		t.Errorf("%s: no packet went by bpf_redirect_neigh: %v", family(v6), d)
-	}
+	t.Errorf("%s: no packet went by bpf_redirect_neigh in 3 tries: %v", family(v6), d)
 }
 
 // checkPolicyRoute: an ip rule on the sender's node sends an established,
@@ -702,9 +716,11 @@ func checkPolicyRoute(t *testing.T, bp *bypass.Bypass, n *multinode.Node, src, d
 		t.Fatalf("unreachable route in table %d: %v", table, err)
 	}
 	defer h.RouteDel(rt)
+	gen := bp.FlowsGeneration()
 	if err := h.RuleAdd(rule); err != nil {
 		t.Fatalf("ip rule from %s lookup %d: %v", rule.Src, table, err)
 	}
+	awaitRoutingRead(t, bp, gen, "ip rule added", true)
 	ruleOn := true
 	defer func() {
 		if ruleOn {
@@ -738,6 +754,27 @@ func checkPolicyRoute(t *testing.T, bp *bypass.Bypass, n *multinode.Node, src, d
 	}
 	if d := bpDelta(before, bpCounters(t, bp)); d["bypassed_out_packets"] == 0 {
 		t.Errorf("%s: not bypassed again after the rule went: %v", what, d)
+	}
+}
+
+// awaitRoutingRead: after a change of the node's routing made when bp's
+// flow cache had generation gen, bp's rtnetlink watch read a notification
+// (the generation moved). With settle, also no record made before the
+// change is left: the move alone does not prove that, since a notification
+// read between the generation's read and the change (an earlier route's,
+// a neighbour's) moves it too, and a packet (a delayed ACK) could be
+// recorded then. Each record ends bp.Recheck() after it was made
+// (monotonic clock), so after twice that only records made after the
+// change remain. Not a timing assertion: 10 s bounds a broken watch.
+func awaitRoutingRead(t *testing.T, bp *bypass.Bypass, gen uint32, what string, settle bool) {
+	t.Helper()
+	for deadline := time.Now().Add(scaled(10 * time.Second)); bp.FlowsGeneration() == gen; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the bypass did not read the routing notification (flow cache generation still %d)", what, gen)
+		}
+	}
+	if settle {
+		time.Sleep(2 * bp.Recheck())
 	}
 }
 

@@ -588,6 +588,16 @@ func (b *Bypass) flowsChanged() error {
 	return nil
 }
 
+// FlowsGeneration is the flow cache's generation: how many times its
+// records were ended (an endpoint or device changed, a routing
+// notification read). A test that changes the node's routing under a
+// cached flow waits for it to move before it sends.
+func (b *Bypass) FlowsGeneration() uint32 {
+	b.genMu.Lock()
+	defer b.genMu.Unlock()
+	return b.gen
+}
+
 // DeleteEndpoint removes the local pod at ip.
 func (b *Bypass) DeleteEndpoint(ip netip.Addr) error {
 	key, err := epKey(ip)
