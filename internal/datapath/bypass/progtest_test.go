@@ -1258,24 +1258,16 @@ func TestProgBypassCacheRouting(t *testing.T) {
 			}
 		}
 	}
-	up := func() netlink.Link {
+	link := func(name string) netlink.Link {
 		var lk netlink.Link
 		l.do(t, func() {
 			var err error
-			lk, err = netlink.LinkByName("up0")
-			must(t, "up0", err)
+			lk, err = netlink.LinkByName(name)
+			must(t, name, err)
 		})
 		return lk
-	}()
-	br := func() netlink.Link {
-		var lk netlink.Link
-		l.do(t, func() {
-			var err error
-			lk, err = netlink.LinkByName("br0")
-			must(t, "br0", err)
-		})
-		return lk
-	}()
+	}
+	up, br := link("up0"), link("br0")
 	neigh := func(lk netlink.Link, a string, mac net.HardwareAddr) func() error {
 		return func() error {
 			return netlink.NeighSet(&netlink.Neigh{LinkIndex: lk.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT, IP: ip(a), HardwareAddr: mac})
