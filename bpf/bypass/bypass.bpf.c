@@ -578,6 +578,23 @@ int ez_bypass_admit(struct __sk_buff *skb)
 	return TCX_NEXT;
 }
 
+/*
+ * 0 when skb fits the pod behind host-side veth to: the veth's MTU stands
+ * for the pod's eth0 (a CNI sets both alike); GSO packets by segment. Else
+ * the fallback reason (< 0 from the helper: no such device).
+ */
+static __always_inline __u32 fits_pod(struct __sk_buff *skb, __u32 to)
+{
+	__u32 mtu = 0;
+	long r = bpf_check_mtu(skb, to, &mtu, 0, BPF_MTU_CHK_SEGS);
+
+	if (r < 0)
+		return EZ_BP_C_FB_OTHER;
+	if (r != EZ_BP_MTU_OK)
+		return EZ_BP_C_FB_TOO_BIG;
+	return 0;
+}
+
 /* The flow cache's key of f as it entered skb's device. */
 static __always_inline void flow_key(struct __sk_buff *skb, const struct ez_flow *f, struct ez_bp_flow_key *k)
 {
@@ -810,7 +827,7 @@ int ez_bypass(struct __sk_buff *skb)
 	struct ez_bp_endpoint *ep;
 	struct ez_bp_flow *slot;
 	struct ethhdr eth;
-	__u32 mtu = 0, len = skb->len, reason, to;
+	__u32 len = skb->len, reason, to;
 	const __u8 *pod_mac, *bridge_mac;
 	bool routed = false, cached = false;
 
@@ -863,16 +880,9 @@ int ez_bypass(struct __sk_buff *skb)
 		routed = true;
 	}
 
-	/* The host-side veth's MTU stands for the pod's eth0 (a CNI sets both
-	 * alike); GSO packets by segment. < 0: no such device. */
-	{
-		long r = bpf_check_mtu(skb, to, &mtu, 0, BPF_MTU_CHK_SEGS);
-
-		if (r < 0)
-			return fallback(EZ_BP_C_FB_OTHER);
-		if (r != EZ_BP_MTU_OK)
-			return fallback(EZ_BP_C_FB_TOO_BIG);
-	}
+	reason = fits_pod(skb, to);
+	if (reason)
+		return fallback(reason);
 
 	if (!cached) {
 		if (!own_source(skb, &f, &eth))
@@ -930,7 +940,7 @@ int ez_bypass_in(struct __sk_buff *skb)
 	struct ez_bp_endpoint *ep;
 	struct ez_bp_flow *s;
 	struct bpf_fib_lookup fib = {};
-	__u32 mtu = 0, len = skb->len, reason, tos = 0, l3len = 0, to;
+	__u32 len = skb->len, reason, tos = 0, l3len = 0, to;
 	__u8 dmac[6], smac[6];
 	bool cached = false;
 	long rc;
@@ -975,14 +985,9 @@ int ez_bypass_in(struct __sk_buff *skb)
 		__builtin_memcpy(dmac, ep->pod_mac, 6);
 		__builtin_memcpy(smac, fib.smac, 6);
 	}
-	{
-		long r = bpf_check_mtu(skb, to, &mtu, 0, BPF_MTU_CHK_SEGS);
-
-		if (r < 0)
-			return fallback(EZ_BP_C_FB_OTHER);
-		if (r != EZ_BP_MTU_OK)
-			return fallback(EZ_BP_C_FB_TOO_BIG);
-	}
+	reason = fits_pod(skb, to);
+	if (reason)
+		return fallback(reason);
 	if (!cached) {
 		if (!source_routes_back(skb, &f))
 			return fallback(EZ_BP_C_FB_SPOOFED);
