@@ -68,7 +68,7 @@ func TestReadHookScope(t *testing.T) {
 	runs := linkRuns(t, bpfsys.LinkPin(e.cfg.Dir(), bpfsys.KindTracing, name))
 	transfer := func(from *netlab.Pod, to string) uint64 {
 		before := runs()
-		if out, err := e.run(from, streamCase{conns: 1, parallel: 1, up: 1 << 20, down: 1 << 20, chunk: 4096}.args(to, 5)...); err != nil {
+		if out, err := e.run(from, streamCase{conns: 1, parallel: 1, up: 1 << 20, down: 1 << 20, chunk: 4096, handshake: true}.args(to, 5)...); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		return runs() - before
