@@ -779,7 +779,7 @@ func testBypassAgentCrossNode(t *testing.T, mode multinode.Mode) {
 		nodeTalksTo(t, a1)
 		// The agent converges after the link update (100 ms) or at its
 		// resync (5 s); nothing it exports names the bridge's MAC.
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		for deadline := time.Now().Add(scaled(15 * time.Second)); ; time.Sleep(200 * time.Millisecond) {
 			before := scrapeWith(t, clients[n1], bpMetricsAddr)["eztunnel_bypass_out_packets_total"]
 			transfer(t, a1, sinkServer(t, b1, false), 64<<10)
 			if scrapeWith(t, clients[n1], bpMetricsAddr)["eztunnel_bypass_out_packets_total"] > before {

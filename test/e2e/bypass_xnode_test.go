@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"slices"
@@ -198,7 +199,7 @@ func TestBypassCrossNode(t *testing.T) {
 						t.Errorf("the first datagram did not take the kernel path: %v", d1)
 					}
 					// A blast whose flow switches to the bypass mid-burst
-					// (when the first echo passes): no reordering.
+					// (when the echo passes): no reordering.
 					b1c = bpCounters(t, bp2)
 					if got, inv := udpBlast(t, a1, b1, v6, 5000); inv != 0 {
 						t.Errorf("blast: %d of 5000 datagrams arrived, %d out of order", got, inv)
@@ -411,38 +412,43 @@ func udpWindows(t *testing.T, from, to *multinode.Pod, v6 bool, windows, per int
 	}
 }
 
-// udpBlast sends n sequenced datagrams from pod from to pod to as fast as
-// it can on a new flow; to answers the first one only, which lets the flow
-// switch to the bypass while the burst goes on. It returns how many
-// arrived and how many arrived after a later one (losses are not counted:
-// a burst may overflow the receive buffer, with or without the bypass).
+// udpBlast sends sequenced datagrams from pod from to pod to as fast as it
+// can on a new flow, and to answers datagram blastEcho only: the flow's
+// first blastEcho+1 datagrams leave before any reply exists (the kernel
+// path: not established), and the sender goes on until it has read the
+// reply, then sends n more (established: the bypass), so the flow switches
+// mid-burst whatever the scheduling. It returns how many arrived and how
+// many arrived after a later one (losses are not counted: a burst may
+// overflow the receive buffer, with or without the bypass).
 func udpBlast(t *testing.T, from, to *multinode.Pod, v6 bool, n int) (got, inversions int) {
 	t.Helper()
+	const blastEcho, last = 100, math.MaxUint32
 	pc := listenUDPIn(t, to, v6)
 	defer pc.Close()
 	done := make(chan [2]int, 1)
 	go func() {
 		buf := make([]byte, 2048)
-		last, got, inv := -1, 0, 0
+		prev, got, inv := -1, 0, 0
 		for {
-			pc.SetReadDeadline(time.Now().Add(time.Second))
+			pc.SetReadDeadline(time.Now().Add(scaled(time.Second)))
 			k, a, err := pc.ReadFrom(buf)
 			if err != nil || k < 4 {
 				done <- [2]int{got, inv}
 				return
 			}
-			if got == 0 {
-				pc.WriteTo(buf[:k], a)
-			}
-			seq := int(binary.BigEndian.Uint32(buf))
-			if seq < last {
-				inv++
-			}
-			last = max(last, seq)
-			if got++; seq == n-1 {
+			seq := binary.BigEndian.Uint32(buf)
+			if seq == last {
 				done <- [2]int{got, inv}
 				return
 			}
+			if seq == blastEcho {
+				pc.WriteTo(buf[:k], a)
+			}
+			if int(seq) < prev {
+				inv++
+			}
+			prev = max(prev, int(seq))
+			got++
 		}
 	}()
 	c, err := dialFrom(from, "udp", netip.MustParseAddrPort(pc.LocalAddr().String()), time.Second)
@@ -450,13 +456,44 @@ func udpBlast(t *testing.T, from, to *multinode.Pod, v6 bool, n int) (got, inver
 		t.Fatal(err)
 	}
 	defer c.Close()
-	msg := make([]byte, 64)
-	for i := 0; i < n; i++ {
-		binary.BigEndian.PutUint32(msg, uint32(i))
+	raw, err := c.(*net.UDPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, echo := make([]byte, 64), make([]byte, 64)
+	// replied: a read that returns at once, the reply or nothing yet.
+	replied := func() bool {
+		var n int
+		raw.Read(func(fd uintptr) bool {
+			n, _, _ = unix.Recvfrom(int(fd), echo, unix.MSG_DONTWAIT)
+			return true
+		})
+		return n > 0
+	}
+	send := func(seq uint32) {
+		binary.BigEndian.PutUint32(msg, seq)
 		if _, err := c.Write(msg); err != nil {
 			t.Fatal(err)
 		}
 	}
+	seq := uint32(0)
+	for deadline := time.Now().Add(scaled(10 * time.Second)); ; seq++ {
+		send(seq)
+		if seq < blastEcho {
+			continue
+		}
+		if replied() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("udp blast: no reply to datagram %d after %d datagrams", blastEcho, seq+1)
+		}
+	}
+	for range n {
+		seq++
+		send(seq)
+	}
+	send(last)
 	r := <-done
 	return r[0], r[1]
 }

@@ -137,7 +137,7 @@ func (e *env) transferDuring(pin string, during func()) {
 	if err := a.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); pinnedCounters(t, pin)["bytes_redirected"]-before < 64<<20; {
+	for deadline := time.Now().Add(scaled(30 * time.Second)); pinnedCounters(t, pin)["bytes_redirected"]-before < 64<<20; {
 		if time.Now().After(deadline) {
 			t.Fatalf("transfer is not being accelerated: %s\ncounters: %v", out.String(), delta(c0, pinnedCounters(t, pin)))
 		}

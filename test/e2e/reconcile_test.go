@@ -52,6 +52,7 @@ func stopAgent(t *testing.T, a *agent) {
 
 func waitFor(t *testing.T, what string, within time.Duration, ok func() bool, diag func() string) {
 	t.Helper()
+	within = scaled(within)
 	for deadline := time.Now().Add(within); !ok(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %s\n%s", what, within, diag())
