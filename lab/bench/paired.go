@@ -22,6 +22,9 @@ import (
 // Paired is the result of a paired comparison.
 type Paired struct {
 	Pairs int
+	// Blocks > 1: the pairs came in that many blocks (ComparePairedBlocks)
+	// and the interval resampled whole blocks.
+	Blocks int
 	// Median of the paired differences, 100 * (B - A) / A per pair.
 	Median float64
 	// Lo, Hi: the 95% bootstrap interval of that median (percentile
@@ -52,6 +55,69 @@ func ComparePaired(a, b []float64, seed uint64) (Paired, error) {
 	p := Paired{Pairs: len(d), Median: medianOf(d)}
 	p.Lo, p.Hi = bootstrapMedian(d, PairedResamples, seed)
 	return p, nil
+}
+
+// ComparePairedBlocks is ComparePaired of pairs measured in blocks: a[k]
+// and b[k] are block k's pairs, each block on its own flows and at its own
+// time of the run (a bench interleaves its rows' blocks). Median is the
+// median of all the paired differences; the interval resamples whole
+// blocks with replacement (a cluster bootstrap), so it holds what differs
+// from block to block (a flow's placement, the host's drift over the run's
+// minutes) and not only the phase-to-phase noise within one flow, which
+// the pairs of one block share. With one block it is ComparePaired.
+func ComparePairedBlocks(a, b [][]float64, seed uint64) (Paired, error) {
+	if len(a) != len(b) || len(a) == 0 {
+		return Paired{}, fmt.Errorf("paired comparison: %d blocks of A phases, %d of B phases", len(a), len(b))
+	}
+	if len(a) == 1 {
+		return ComparePaired(a[0], b[0], seed)
+	}
+	blocks := make([][]float64, len(a))
+	var all []float64
+	for k := range a {
+		if len(a[k]) != len(b[k]) || len(a[k]) == 0 {
+			return Paired{}, fmt.Errorf("paired comparison: block %d: %d A phases, %d B phases", k, len(a[k]), len(b[k]))
+		}
+		for i := range a[k] {
+			if a[k][i] <= 0 || math.IsNaN(a[k][i]) || math.IsNaN(b[k][i]) {
+				return Paired{}, fmt.Errorf("paired comparison: block %d, pair %d: A %v, B %v", k, i, a[k][i], b[k][i])
+			}
+			blocks[k] = append(blocks[k], 100*(b[k][i]-a[k][i])/a[k][i])
+		}
+		all = append(all, blocks[k]...)
+	}
+	p := Paired{Pairs: len(all), Blocks: len(blocks), Median: medianOf(slices.Clone(all))}
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	meds := make([]float64, PairedResamples)
+	s := make([]float64, 0, len(all))
+	for i := range meds {
+		s = s[:0]
+		for range blocks {
+			s = append(s, blocks[r.IntN(len(blocks))]...)
+		}
+		meds[i] = medianOf(s)
+	}
+	slices.Sort(meds)
+	p.Lo, p.Hi = stats.Quantile(meds, 0.025), stats.Quantile(meds, 0.975)
+	return p, nil
+}
+
+// BlockMedians are the medians of each block's paired differences
+// (percent), in block order: how far the blocks of a run spread.
+func BlockMedians(a, b [][]float64) []float64 {
+	var out []float64
+	for k := range a {
+		var d []float64
+		for i := range min(len(a[k]), len(b[k])) {
+			if a[k][i] > 0 {
+				d = append(d, 100*(b[k][i]-a[k][i])/a[k][i])
+			}
+		}
+		if len(d) > 0 {
+			out = append(out, medianOf(d))
+		}
+	}
+	return out
 }
 
 // CompareMedians compares two samples taken apart (not paired: each

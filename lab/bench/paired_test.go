@@ -235,3 +235,60 @@ func TestRunQuads(t *testing.T) {
 		t.Fatal("an A/A pair on an A/A label accepted")
 	}
 }
+
+// TestComparePairedBlocks: blocks whose effects differ (-24, -25, -26,
+// -27 %: another flow, another minute) with little noise within each. The
+// interval over pairs (ComparePaired of all of them) is far narrower than
+// that spread; the interval over blocks holds the blocks' middle and
+// reaches towards both outer blocks, so runs that drew different blocks
+// agree within it. One block is ComparePaired; ragged or empty input is
+// refused.
+func TestComparePairedBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	effects := []float64{-24, -26, -25, -27, -24, -26, -25, -27}
+	var a, b [][]float64
+	var fa, fb []float64
+	for _, e := range effects {
+		var ka, kb []float64
+		for range 25 {
+			x := 20 * (1 + 0.2*r.Float64()) // the host's drift moves both
+			ka = append(ka, x)
+			kb = append(kb, x*(1+e/100)*(1+0.002*r.NormFloat64()))
+		}
+		a, b = append(a, ka), append(b, kb)
+		fa, fb = append(fa, ka...), append(fb, kb...)
+	}
+	flat, err := ComparePaired(fa, fb, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ComparePairedBlocks(a, b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("over pairs %s, over blocks %s (%d blocks), blocks' medians %v", flat, p, p.Blocks, BlockMedians(a, b))
+	if p.Pairs != 200 || p.Blocks != 8 || math.Abs(p.Median-flat.Median) > 1e-9 {
+		t.Fatalf("got %+v, want 200 pairs in 8 blocks and the median of all pairs %v", p, flat.Median)
+	}
+	if !p.Contains(-25.5) || p.Width() < 2*flat.Width() || p.Lo > -26 || p.Hi < -25 {
+		t.Fatalf("interval over blocks %s: want it around -25.5, reaching -26 and -25, wider than the one over pairs %s", p, flat)
+	}
+	if m := BlockMedians(a, b); len(m) != 8 || math.Abs(m[3]+27) > 0.1 {
+		t.Fatalf("blocks' medians %v: want 8, the fourth near -27", m)
+	}
+	one, err := ComparePairedBlocks(a[:1], b[:1], 1)
+	single, _ := ComparePaired(a[0], b[0], 1)
+	if err != nil || one != single {
+		t.Fatalf("one block: %+v (%v), want ComparePaired's %+v", one, err, single)
+	}
+	for _, bad := range [][2][][]float64{
+		{nil, nil},
+		{a, b[:7]},
+		{{{1, 2}, {1}}, {{1, 2}, {1, 2}}},
+		{{{0, 2}, {1, 2}}, {{1, 2}, {1, 2}}},
+	} {
+		if _, err := ComparePairedBlocks(bad[0], bad[1], 1); err == nil {
+			t.Errorf("accepted %v / %v", bad[0], bad[1])
+		}
+	}
+}

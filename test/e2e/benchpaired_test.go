@@ -12,7 +12,7 @@ import (
 )
 
 // TestBenchBypassPaired: the smallest `bench bypass --pairs` run (host-gw,
-// 20 quads of 20 ms phases). The bench itself fails when a row did not take
+// 20 quads of 20 ms phases in 5 blocks of 4, each on fresh flows). The bench itself fails when a row did not take
 // both paths (nothing bypassed, or nothing paused); here its report must
 // have the five rows (same-node and cross-node, TCP and UDP round trips,
 // and a cross-node TCP stream), each with a paired interval and an A/A
@@ -21,7 +21,7 @@ import (
 // is asserted.
 func TestBenchBypassPaired(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	cmd := sysexec.Command(context.Background(), labBin, "bench", "bypass", "--pairs", "20", "--phase", "20ms", "--modes", "host-gw")
+	cmd := sysexec.Command(context.Background(), labBin, "bench", "bypass", "--pairs", "20", "--blocks", "5", "--phase", "20ms", "--modes", "host-gw")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("bench bypass --pairs: %v\n%s\n%s", err, stderr.String(), stdout.String())
@@ -32,6 +32,11 @@ func TestBenchBypassPaired(t *testing.T) {
 	row := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +` + metric + ` \|.*\| +` + interval + ` \| +` + interval + ` \|`)
 	if n := len(row.FindAllString(out, -1)); n != 5 {
 		t.Errorf("%d paired rows with two intervals, want 5:\n%s", n, out)
+	}
+	// Each row's progress line gives its blocks' spread; the report, how
+	// the interval was made.
+	if n := len(regexp.MustCompile(`(?m)^paired .*; blocks' A/B medians [+-]\d+\.\d \.\. [+-]\d+\.\d\)$`).FindAllString(out, -1)); n != 5 || !strings.Contains(out, "in 5 blocks") {
+		t.Errorf("%d rows with their blocks' spread (want 5), or no \"in 5 blocks\":\n%s", n, out)
 	}
 	hook := regexp.MustCompile(`(?m)^\| (same|cross)-node +\| +` + metric + ` \| +ez_bypass \| +([0-9.]+) \| +\d+ \| +([0-9.]+) \|`)
 	hooks := hook.FindAllStringSubmatch(out, -1)

@@ -61,6 +61,11 @@ type Options struct {
 	// phases of Phase each.
 	Pairs int
 	Phase time.Duration
+	// Blocks: the quads of each row run in this many blocks, the rows'
+	// blocks interleaved, each block on fresh flows; the interval
+	// resamples blocks (bench.ComparePairedBlocks). 0: Pairs/20, at
+	// least 1 (bypass paired mode only).
+	Blocks int
 	// Pair is what paired mode compares: PairBypass ("" too) or PairIdle
 	// (idlepair.go: the idle agent against no agent, its links detached).
 	Pair string
@@ -226,6 +231,9 @@ type sample struct {
 func Run(ctx context.Context, o Options, w io.Writer) error {
 	if o.Pairs > 0 {
 		return runPairedModes(ctx, o, w)
+	}
+	if o.Blocks != 0 {
+		return fmt.Errorf("bench bypass --blocks %d: only with --pairs", o.Blocks)
 	}
 	if o.Rounds < 1 || o.RTTN < 100 || o.Seconds < 1 {
 		return fmt.Errorf("bench bypass: rounds %d (>= 1), rtt-n %d (>= 100), seconds %d (>= 1)", o.Rounds, o.RTTN, o.Seconds)

@@ -85,6 +85,8 @@ type pairedRow struct {
 	// B), by pathTasks's names; taskRTs their round trips.
 	tasks   [2]map[string]bench.TaskStat
 	taskRTs [2]int
+	// blockAB: each block's median A/B difference (percent).
+	blockAB []float64
 }
 
 // phaseStat is one phase's median round trip (us) and how many it had;
@@ -108,6 +110,12 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 	}
 	if len(o.Modes) == 0 {
 		return errors.New("bench bypass: no routing mode")
+	}
+	if o.Blocks != 0 && o.Pair != "" && o.Pair != PairBypass {
+		return fmt.Errorf("bench bypass --blocks: only with --pair %s", PairBypass)
+	}
+	if _, err := pairedBlocks(o); err != nil {
+		return err
 	}
 	switch o.Pair {
 	case PairIdle, PairIdleNarrow, PairIdleUnselected:
@@ -157,17 +165,55 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 	return nil
 }
 
+// pairedBlocks is how many blocks the quads of each row run in (Options.Blocks).
+func pairedBlocks(o Options) (int, error) {
+	k := o.Blocks
+	if k == 0 {
+		k = max(o.Pairs/20, 1)
+		for o.Pairs%k != 0 || o.Pairs/k < 4 {
+			k--
+		}
+	}
+	if k < 1 || o.Pairs%k != 0 || o.Pairs/k < 4 {
+		return 0, fmt.Errorf("bench bypass --blocks %d: must divide --pairs %d into blocks of at least 4 quads", o.Blocks, o.Pairs)
+	}
+	return k, nil
+}
+
+// pairedRun is one row under way: its blocks' phases, by side.
+type pairedRun struct {
+	row    pairedRow
+	kind   pairedKind
+	server *multinode.Pod
+	// quads[side][block]: the phases' statistics of that block.
+	quads            [4][][]float64
+	bypassed, paused float64
+}
+
 // runPaired measures the paired rows of one mode with the bypass agents
-// running; the switches are the agents' (one per node).
+// running; the switches are the agents' (one per node). The rows' blocks
+// are interleaved (block 1 of every row, then block 2, ...), so each row
+// is measured across the whole run and on as many flows as blocks.
 func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers map[string]*multinode.Pod, a *agents, progs *bench.Progs, w io.Writer) ([]pairedRow, error) {
+	blocks, err := pairedBlocks(o)
+	if err != nil {
+		return nil, err
+	}
 	flip, closeSwitches, err := a.OpenSwitches()
 	if err != nil {
 		return nil, err
 	}
 	defer closeSwitches() // the bypass on again, then closed
-	var rows []pairedRow
+	var runs []*pairedRun
 	for _, path := range paths {
 		for _, kind := range pairedKinds(path) {
+			r := newPairedRun(kind, servers[path])
+			r.row.path = path
+			runs = append(runs, r)
+		}
+	}
+	for blk := range blocks {
+		for _, r := range runs {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -175,38 +221,102 @@ func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers ma
 			if err != nil {
 				return nil, err
 			}
-			row, err := pairedOne(o, client, servers[path], kind, flip, progs)
-			if err != nil {
-				return nil, fmt.Errorf("%s, %s: %w", path, kind, err)
+			// The first block's flows warm up for longer: the first
+			// packets of a path (neighbours, routes) are its.
+			warm := o.Phase
+			if blk == 0 {
+				warm = 500 * time.Millisecond
+			}
+			if err := pairedBlock(o, client, r, o.Pairs/blocks, warm, flip, progs); err != nil {
+				return nil, fmt.Errorf("%s, %s, block %d: %w", r.row.path, r.kind, blk+1, err)
 			}
 			b1, _, f1, err := a.counters()
 			if err != nil {
 				return nil, err
 			}
-			// A comparison where nothing was bypassed, or nothing paused,
-			// compared nothing.
-			if b1-b0 == 0 || f1["paused"]-f0["paused"] == 0 {
-				return nil, fmt.Errorf("%s, %s: bypassed %v, paused %v packets: the two paths were not both taken", path, kind, b1-b0, f1["paused"]-f0["paused"])
-			}
-			row.path = path
-			rows = append(rows, row)
-			fmt.Fprintf(w, "paired %-10s %-19s A/B %s  A/A %s  (kernel path %.1f, bypass %.1f; %d round trips or streams, %d lost)\n",
-				path, row.metric, row.ab, row.aa, row.kernelUs, row.bypassUs, row.roundTrips, row.lost)
+			r.bypassed += b1 - b0
+			r.paused += f1["paused"] - f0["paused"]
 		}
+	}
+	var rows []pairedRow
+	for _, r := range runs {
+		if err := r.finish(); err != nil {
+			return nil, fmt.Errorf("%s, %s: %w", r.row.path, r.kind, err)
+		}
+		row := r.row
+		rows = append(rows, row)
+		fmt.Fprintf(w, "paired %-10s %-19s A/B %s  A/A %s  (kernel path %.1f, bypass %.1f; %d round trips or streams, %d lost; blocks' A/B medians %s)\n",
+			row.path, row.metric, row.ab, row.aa, row.kernelUs, row.bypassUs, row.roundTrips, row.lost, spread(row.blockAB))
 	}
 	return rows, nil
 }
 
-// pairedOne runs the quads of one path and protocol on one thread in the
-// client's namespace (pinned to the client CPU).
-func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip func(bool) error, progs *bench.Progs) (row pairedRow, err error) {
-	row.metric = kind.String()
+func newPairedRun(kind pairedKind, server *multinode.Pod) *pairedRun {
+	r := &pairedRun{kind: kind, server: server}
+	r.row.metric = kind.String()
+	r.row.hooks = [2]map[string]bench.ProgStat{{}, {}}
+	r.row.tasks = [2]map[string]bench.TaskStat{{}, {}}
+	return r
+}
+
+// pairedOne runs the quads of one path and protocol in one block, on one
+// flow (bench bypass --pair idle).
+func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip func(bool) error, progs *bench.Progs) (pairedRow, error) {
+	r := newPairedRun(kind, server)
+	if err := pairedBlock(o, client, r, o.Pairs, 500*time.Millisecond, flip, progs); err != nil {
+		return r.row, err
+	}
+	err := r.compare()
+	return r.row, err
+}
+
+// finish checks that both paths were taken and computes the row's
+// comparisons from its blocks.
+func (r *pairedRun) finish() error {
+	// A comparison where nothing was bypassed, or nothing paused,
+	// compared nothing.
+	if r.bypassed == 0 || r.paused == 0 {
+		return fmt.Errorf("bypassed %v, paused %v packets: the two paths were not both taken", r.bypassed, r.paused)
+	}
+	return r.compare()
+}
+
+// compare computes the row's comparisons from its blocks.
+func (r *pairedRun) compare() error {
+	q := r.quads
+	seed := uint64(len(slices.Concat(q[bench.SideAA1]...))) // recomputable from the report's data
+	var err error
+	if r.row.ab, err = bench.ComparePairedBlocks(q[bench.SideA], q[bench.SideB], seed); err != nil {
+		return err
+	}
+	if r.row.aa, err = bench.ComparePairedBlocks(q[bench.SideAA1], q[bench.SideAA2], seed); err != nil {
+		return err
+	}
+	r.row.blockAB = bench.BlockMedians(q[bench.SideA], q[bench.SideB])
+	k, b := slices.Concat(q[bench.SideA]...), slices.Concat(q[bench.SideB]...)
+	slices.Sort(k)
+	slices.Sort(b)
+	r.row.kernelUs, r.row.bypassUs = stats.Quantile(k, 0.5), stats.Quantile(b, 0.5)
+	return nil
+}
+
+// spread is "-26.1 .. -24.9" for the blocks' medians, "-" without any.
+func spread(xs []float64) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f .. %+.1f", slices.Min(xs), slices.Max(xs))
+}
+
+// pairedBlock runs one block of n quads of r's path and protocol on fresh
+// flows, on one thread in the client's namespace (pinned to the client
+// CPU), warmed up for warm.
+func pairedBlock(o Options, client *multinode.Pod, r *pairedRun, n int, warm time.Duration, flip func(bool) error, progs *bench.Progs) error {
+	row := &r.row
 	// Phases in bench.QuadOrder: A the kernel path (paused), B and both
 	// A/A phases the bypass.
 	var quads bench.Quads[phaseStat]
-	row.hooks = [2]map[string]bench.ProgStat{{}, {}}
-	row.tasks = [2]map[string]bench.TaskStat{{}, {}}
-	err = client.Do(func() error {
+	err := client.Do(func() error {
 		if o.ClientCPU >= 0 {
 			restore, err := netprobe.PinThread(o.ClientCPU)
 			if err != nil {
@@ -214,60 +324,26 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 			}
 			defer restore()
 		}
-		measure, closePh, err := dialPhaser(server.Addr(o.IPv6), kind)
+		measure, closePh, err := dialPhaser(r.server.Addr(o.IPv6), r.kind)
 		if err != nil {
 			return err
 		}
 		defer closePh()
 		// Warm-up on the bypass: the flow established and admitted.
-		if _, err := measure(500*time.Millisecond, &row); err != nil {
+		rts, lost := row.roundTrips, row.lost
+		if _, err := measure(warm, row); err != nil {
 			return err
 		}
-		row.roundTrips, row.lost = 0, 0
+		row.roundTrips, row.lost = rts, lost
 		// After the warm-up: the server's thread of this connection may
 		// be one it started for it.
-		tasks, err := pathTasks(unix.Gettid(), server)
+		tasks, err := pathTasks(unix.Gettid(), r.server)
 		if err != nil {
 			return err
 		}
 		set := func(dp bench.Side) error { return flip(dp == bench.SideA) }
-		quads, err = bench.RunQuads(o.Pairs, bench.SideB, set, func(side bench.Side) (phaseStat, error) {
-			ab := side == bench.SideA || side == bench.SideB // an A/B phase: its programs' runs are counted
-			var st0 map[string]bench.ProgStat
-			var tk0 map[string]bench.Snapshot
-			if ab {
-				if st0, err = progs.Read(); err != nil {
-					return phaseStat{}, err
-				}
-				if tk0, err = tasks.read(); err != nil {
-					return phaseStat{}, err
-				}
-			}
-			s, err := measure(o.Phase, &row)
-			if err != nil || !ab {
-				return s, err
-			}
-			tk1, err := tasks.read()
-			if err != nil {
-				return s, err
-			}
-			st1, err := progs.Read()
-			if err != nil {
-				return s, err
-			}
-			k := 1
-			if side == bench.SideA {
-				k = 0
-			}
-			for name, v := range tk1 {
-				row.tasks[k][name] = row.tasks[k][name].Add(v.Since(tk0[name]))
-			}
-			row.taskRTs[k] += s.n
-			for name, v := range st1 {
-				row.hooks[k][name] = row.hooks[k][name].Add(v.Sub(st0[name]))
-			}
-			row.rts[k] += s.n
-			return s, nil
+		quads, err = bench.RunQuads(n, bench.SideB, set, func(side bench.Side) (phaseStat, error) {
+			return measuredPhase(o, side, measure, row, tasks, progs)
 		})
 		if err != nil {
 			return err
@@ -275,28 +351,58 @@ func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip f
 		return flip(false)
 	})
 	if err != nil {
-		return row, err
+		return err
 	}
-	med := func(ps []phaseStat) []float64 {
-		out := make([]float64, len(ps))
+	for s, ps := range quads {
+		med := make([]float64, len(ps))
 		for i, p := range ps {
-			out[i] = p.median
+			med[i] = p.median
 		}
-		return out
+		r.quads[s] = append(r.quads[s], med)
 	}
-	aa1, aa2, kernel, byp := quads[bench.SideAA1], quads[bench.SideAA2], quads[bench.SideA], quads[bench.SideB]
-	seed := uint64(len(aa1)) // recomputable from the report's data
-	if row.ab, err = bench.ComparePaired(med(kernel), med(byp), seed); err != nil {
-		return row, err
+	return nil
+}
+
+// measuredPhase measures one phase of side; in an A/B phase it also adds
+// what its programs and the path's tasks ran to row.
+func measuredPhase(o Options, side bench.Side, measure phaser, row *pairedRow, tasks taskSet, progs *bench.Progs) (phaseStat, error) {
+	ab := side == bench.SideA || side == bench.SideB // an A/B phase: its programs' runs are counted
+	var st0 map[string]bench.ProgStat
+	var tk0 map[string]bench.Snapshot
+	var err error
+	if ab {
+		if st0, err = progs.Read(); err != nil {
+			return phaseStat{}, err
+		}
+		if tk0, err = tasks.read(); err != nil {
+			return phaseStat{}, err
+		}
 	}
-	if row.aa, err = bench.ComparePaired(med(aa1), med(aa2), seed); err != nil {
-		return row, err
+	s, err := measure(o.Phase, row)
+	if err != nil || !ab {
+		return s, err
 	}
-	k, b := med(kernel), med(byp)
-	slices.Sort(k)
-	slices.Sort(b)
-	row.kernelUs, row.bypassUs = stats.Quantile(k, 0.5), stats.Quantile(b, 0.5)
-	return row, nil
+	tk1, err := tasks.read()
+	if err != nil {
+		return s, err
+	}
+	st1, err := progs.Read()
+	if err != nil {
+		return s, err
+	}
+	k := 1
+	if side == bench.SideA {
+		k = 0
+	}
+	for name, v := range tk1 {
+		row.tasks[k][name] = row.tasks[k][name].Add(v.Since(tk0[name]))
+	}
+	row.taskRTs[k] += s.n
+	for name, v := range st1 {
+		row.hooks[k][name] = row.hooks[k][name].Add(v.Sub(st0[name]))
+	}
+	row.rts[k] += s.n
+	return s, nil
 }
 
 // phase runs round trips for d and returns their median; a phase without
@@ -382,8 +488,9 @@ func dialRoundTripper(to netip.AddrPort, udp bool) (roundTripper, func(), error)
 
 // reportPaired prints the paired rows of every mode.
 func reportPaired(w io.Writer, o Options, rows map[multinode.Mode][]pairedRow) {
-	fmt.Fprintf(w, "\nPaired: the bypass (B) vs its kernel path (A, the bypass paused with its programs attached) on the same flows; %d quads of %s phases (an A/A pair, the bypass on both sides, and an A/B pair); median of the per-pair differences of the phases' median round trip, with its 95%% bootstrap interval; a row judges only if its A/A interval holds 0 and is within ±%.0f%%\n",
-		o.Pairs, o.Phase, bench.AAMaxHalfWidth)
+	blocks, _ := pairedBlocks(o)
+	fmt.Fprintf(w, "\nPaired: the bypass (B) vs its kernel path (A, the bypass paused with its programs attached) on the same flows; %d quads of %s phases (an A/A pair, the bypass on both sides, and an A/B pair) in %d blocks, the rows' blocks interleaved over the run, each block on fresh flows; median of the per-pair differences of the phases' median round trip, with its 95%% bootstrap interval (resampling whole blocks: it holds the spread between blocks); a row judges only if its A/A interval holds 0 and is within ±%.0f%%\n",
+		o.Pairs, o.Phase, blocks, bench.AAMaxHalfWidth)
 	for _, mode := range o.Modes {
 		fmt.Fprintf(w, "\n%s (IPv6 %v):\n", mode, o.IPv6)
 		var out [][]string
