@@ -31,11 +31,14 @@ import (
 // alternate in quads: an A/A pair (the bypass in both phases) and an A/B
 // pair (paused, bypass), in bench.QuadOrder (a linear drift, and what a
 // flip leaves behind, fall on both sides alike), each phase summarised by
-// its median round trip. The
-// report gives, per path and protocol, the median of the paired
-// differences with its 95% bootstrap interval for the A/B pairs and for
-// the A/A pairs, which must hold 0 and be within ±bench.AAMaxHalfWidth, else the
-// row says it judges nothing.
+// its median round trip. Each row's quads run in blocks (--blocks), the
+// rows' blocks interleaved (block 1 of every row, then block 2, ...), each
+// block on flows opened for it: a row is measured over the whole run and
+// on as many flows as blocks. The report gives, per path and protocol,
+// the median of the paired differences with its 95% bootstrap interval
+// (resampling whole blocks: bench.ComparePairedBlocks) for the A/B pairs
+// and for the A/A pairs, which must hold 0 and be within
+// ±bench.AAMaxHalfWidth, else the row says it judges nothing.
 
 // udpTimeout is how long a paired UDP round trip waits for its echo.
 const udpTimeout = 20 * time.Millisecond
