@@ -42,12 +42,9 @@ func ComparePaired(a, b []float64, seed uint64) (Paired, error) {
 	if len(a) != len(b) {
 		return Paired{}, fmt.Errorf("paired comparison: %d A phases, %d B phases", len(a), len(b))
 	}
-	d := make([]float64, 0, len(a))
-	for i := range a {
-		if a[i] <= 0 || math.IsNaN(a[i]) || math.IsNaN(b[i]) {
-			return Paired{}, fmt.Errorf("paired comparison: pair %d: A %v, B %v", i, a[i], b[i])
-		}
-		d = append(d, 100*(b[i]-a[i])/a[i])
+	d, err := differences(a, b)
+	if err != nil {
+		return Paired{}, fmt.Errorf("paired comparison: %w", err)
 	}
 	if len(d) < 2 {
 		return Paired{}, fmt.Errorf("paired comparison: %d pairs, want at least 2", len(d))
@@ -78,13 +75,12 @@ func ComparePairedBlocks(a, b [][]float64, seed uint64) (Paired, error) {
 		if len(a[k]) != len(b[k]) || len(a[k]) == 0 {
 			return Paired{}, fmt.Errorf("paired comparison: block %d: %d A phases, %d B phases", k, len(a[k]), len(b[k]))
 		}
-		for i := range a[k] {
-			if a[k][i] <= 0 || math.IsNaN(a[k][i]) || math.IsNaN(b[k][i]) {
-				return Paired{}, fmt.Errorf("paired comparison: block %d, pair %d: A %v, B %v", k, i, a[k][i], b[k][i])
-			}
-			blocks[k] = append(blocks[k], 100*(b[k][i]-a[k][i])/a[k][i])
+		d, err := differences(a[k], b[k])
+		if err != nil {
+			return Paired{}, fmt.Errorf("paired comparison: block %d, %w", k, err)
 		}
-		all = append(all, blocks[k]...)
+		blocks[k] = d
+		all = append(all, d...)
 	}
 	p := Paired{Pairs: len(all), Blocks: len(blocks), Median: medianOf(slices.Clone(all))}
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
@@ -118,6 +114,19 @@ func BlockMedians(a, b [][]float64) []float64 {
 		}
 	}
 	return out
+}
+
+// differences are the per-pair differences 100 * (b[i] - a[i]) / a[i] of
+// equally long a and b; a pair with A not above 0, or NaN, is an error.
+func differences(a, b []float64) ([]float64, error) {
+	d := make([]float64, 0, len(a))
+	for i := range a {
+		if a[i] <= 0 || math.IsNaN(a[i]) || math.IsNaN(b[i]) {
+			return nil, fmt.Errorf("pair %d: A %v, B %v", i, a[i], b[i])
+		}
+		d = append(d, 100*(b[i]-a[i])/a[i])
+	}
+	return d, nil
 }
 
 // CompareMedians compares two samples taken apart (not paired: each
