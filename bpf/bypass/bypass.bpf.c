@@ -583,16 +583,40 @@ int ez_bypass_admit(struct __sk_buff *skb)
  * for the pod's eth0 (a CNI sets both alike); GSO packets by segment. Else
  * the fallback reason (< 0 from the helper: no such device).
  */
-static __always_inline __u32 fits_pod(struct __sk_buff *skb, __u32 to)
+static __always_inline __u32 fits_pod_mtu(struct __sk_buff *skb, __u32 to, __u32 *mtu)
 {
-	__u32 mtu = 0;
-	long r = bpf_check_mtu(skb, to, &mtu, 0, BPF_MTU_CHK_SEGS);
+	long r;
 
+	*mtu = 0;
+	r = bpf_check_mtu(skb, to, mtu, 0, BPF_MTU_CHK_SEGS);
 	if (r < 0)
 		return EZ_BP_C_FB_OTHER;
 	if (r != EZ_BP_MTU_OK)
 		return EZ_BP_C_FB_TOO_BIG;
 	return 0;
+}
+
+static __always_inline __u32 fits_pod(struct __sk_buff *skb, __u32 to)
+{
+	__u32 mtu;
+
+	return fits_pod_mtu(skb, to, &mtu);
+}
+
+/*
+ * fits_pod on a cached record: a frame within the recorded MTU plus
+ * Ethernet header fits, as the helper would answer (bpf_skb_check_mtu:
+ * skb->len <= mtu + hard_header_len passes, GSO or not); a longer one is
+ * checked by the helper. The veth's MTU is the record's: an MTU change
+ * notifies RTNLGRP_LINK, which bumps the generation (watchRouting), and
+ * the record expires within ez_bp_recheck_ns. Saves a helper call and
+ * its device lookup on the packets of a cached flow.
+ */
+static __always_inline __u32 fits_pod_cached(struct __sk_buff *skb, const struct ez_bp_flow *s)
+{
+	if (skb->len <= s->frame_max)
+		return 0;
+	return fits_pod(skb, s->to_ifindex);
 }
 
 /* The flow cache's key of f as it entered skb's device. */
@@ -827,7 +851,7 @@ int ez_bypass(struct __sk_buff *skb)
 	struct ez_bp_endpoint *ep;
 	struct ez_bp_flow *slot;
 	struct ethhdr eth;
-	__u32 len = skb->len, reason, to;
+	__u32 len = skb->len, reason, to, mtu = 0;
 	const __u8 *pod_mac, *bridge_mac;
 	bool routed = false, cached = false;
 
@@ -880,7 +904,10 @@ int ez_bypass(struct __sk_buff *skb)
 		routed = true;
 	}
 
-	reason = fits_pod(skb, to);
+	if (cached)
+		reason = fits_pod_cached(skb, slot);
+	else
+		reason = fits_pod_mtu(skb, to, &mtu);
 	if (reason)
 		return fallback(reason);
 
@@ -892,6 +919,7 @@ int ez_bypass(struct __sk_buff *skb)
 			return fallback(reason);
 		slot = flow_record(&fr, EZ_BP_FLOW_LOCAL, to);
 		if (slot) {
+			slot->frame_max = mtu + EZ_ETH_HLEN;
 			__builtin_memcpy(slot->src_mac, eth.h_source, 6);
 			__builtin_memcpy(slot->pod_mac, pod_mac, 6);
 			__builtin_memcpy(slot->bridge_mac, bridge_mac, 6);
@@ -940,7 +968,7 @@ int ez_bypass_in(struct __sk_buff *skb)
 	struct ez_bp_endpoint *ep;
 	struct ez_bp_flow *s;
 	struct bpf_fib_lookup fib = {};
-	__u32 len = skb->len, reason, tos = 0, l3len = 0, to;
+	__u32 len = skb->len, reason, tos = 0, l3len = 0, to, mtu = 0;
 	__u8 dmac[6], smac[6];
 	bool cached = false;
 	long rc;
@@ -985,7 +1013,10 @@ int ez_bypass_in(struct __sk_buff *skb)
 		__builtin_memcpy(dmac, ep->pod_mac, 6);
 		__builtin_memcpy(smac, fib.smac, 6);
 	}
-	reason = fits_pod(skb, to);
+	if (cached)
+		reason = fits_pod_cached(skb, s);
+	else
+		reason = fits_pod_mtu(skb, to, &mtu);
 	if (reason)
 		return fallback(reason);
 	if (!cached) {
@@ -997,6 +1028,7 @@ int ez_bypass_in(struct __sk_buff *skb)
 		s = flow_record(&fr, EZ_BP_FLOW_IN, to);
 		if (s) {
 			flow_record_fib(s, skb, tos, l3len);
+			s->frame_max = mtu + EZ_ETH_HLEN;
 			__builtin_memcpy(s->out_dmac, dmac, 6);
 			__builtin_memcpy(s->out_smac, smac, 6);
 		}

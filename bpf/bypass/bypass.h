@@ -143,7 +143,9 @@ struct ez_bp_flow {
 	__u8 bridge_mac[6];	/* LOCAL: the destination's bridge; OUT: the sender's (its gateway) */
 	__u8 out_dmac[6];	/* OUT, IN: the MACs the packet leaves with (the FIB lookup's; IN: */
 	__u8 out_smac[6];	/* the destination pod's and its bridge's) */
-	__u8 pad[6];
+	__u8 pad[2];
+	__u32 frame_max;	/* LOCAL, IN: the destination veth's MTU plus its Ethernet header:
+				 * a frame no longer fits without bpf_check_mtu (fits_pod_cached) */
 };
 
 #endif

@@ -104,7 +104,8 @@ type bypassEzBpFlow struct {
 	BridgeMac [6]uint8
 	OutDmac   [6]uint8
 	OutSmac   [6]uint8
-	Pad       [6]uint8
+	Pad       [2]uint8
+	FrameMax  uint32
 }
 
 type bypassEzBpFlowKey struct {

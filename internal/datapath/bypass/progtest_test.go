@@ -124,7 +124,7 @@ type lab struct {
 	bp      *Bypass       // the loaded objects as a Bypass, for its flowsChanged
 }
 
-func newLab(t *testing.T, opts ...Options) *lab {
+func newLab(t testing.TB, opts ...Options) *lab {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("program tests load eBPF programs and make a netns: run go test as root")
@@ -168,7 +168,7 @@ func newLab(t *testing.T, opts ...Options) *lab {
 }
 
 // checkSkbCtx: skbCtx has the kernel's struct __sk_buff layout.
-func checkSkbCtx(t *testing.T) {
+func checkSkbCtx(t testing.TB) {
 	t.Helper()
 	if n := binary.Size(skbCtx{}); n != 192 {
 		t.Fatalf("skbCtx is %d bytes", n)
@@ -223,7 +223,7 @@ func pfx(s string) *net.IPNet {
 func ip(s string) net.IP { return netip.MustParseAddr(s).AsSlice() }
 
 // setup builds the lab's devices, routes and neighbours (in the lab netns).
-func (l *lab) setup(t *testing.T) {
+func (l *lab) setup(t testing.TB) {
 	setSysctl(t, "ipv4/ip_forward", "1")
 	setSysctl(t, "ipv6/conf/all/forwarding", "1")
 	setSysctl(t, "ipv6/conf/default/forwarding", "1")
@@ -1110,7 +1110,21 @@ func TestProgBypassCache(t *testing.T) {
 			{name: "resumed: cached", before: func() { must(t, "resume", sw.Pause(false)) }, pkt: data, dev: "vethA", ret: tcActRedirect, count: cached},
 			{name: "to C at its MTU", before: func() { l.addCT(t, ctAC) }, pkt: toC(1000 - 40), dev: "vethA", ret: tcActRedirect, count: bypassed(1014, false)},
 			{name: "to C over its MTU", pkt: toC(1001 - 40), dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_TOO_BIG)},
+			// The record holds C's MTU: a frame within it takes no
+			// helper call.
+			{name: "to C at its MTU: cached", pkt: toC(1000 - 40), dev: "vethA", ret: tcActRedirect, count: cachedRun(bypassed(1014, false))},
+			// An MTU change holds for cached frames once the
+			// generation moves (the agent's watchRouting bumps it on
+			// RTNLGRP_LINK), within the recheck time at the latest.
+			{name: "C's MTU lowered, no bump yet: cached", before: func() { setMTU(t, l, "vethC", 900) }, pkt: toC(1000 - 40), dev: "vethA", ret: tcActRedirect, count: cachedRun(bypassed(1014, false))},
+			{name: "generation bumped: too big", before: func() { l.flowsChanged(t) }, pkt: toC(1000 - 40), dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_TOO_BIG)},
+			// Checked in full, the entry refreshed already.
+			{name: "within the lowered MTU", pkt: toC(900 - 40), dev: "vethA", ret: tcActRedirect, count: counts{bypassEzBpCounterEZ_BP_C_PACKETS: 1, bypassEzBpCounterEZ_BP_C_BYTES: 914}},
+			{name: "within it: cached", pkt: toC(900 - 40), dev: "vethA", ret: tcActRedirect, count: cachedRun(bypassed(914, false))},
+			{name: "over it, cached flow: too big", pkt: toC(901 - 40), dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_TOO_BIG)},
 		})
+		setMTU(t, l, "vethC", 1000)
+		l.flowsChanged(t)
 	})
 	t.Run("expiry", func(t *testing.T) {
 		const recheck = 20 * time.Millisecond
@@ -1126,6 +1140,16 @@ func TestProgBypassCache(t *testing.T) {
 				time.Sleep(2 * recheck)
 			}, pkt: data, dev: "vethA", ret: tcxNext, count: c1(bypassEzBpCounterEZ_BP_C_FB_NO_CONNTRACK)},
 		})
+	})
+}
+
+// setMTU sets the MTU of the lab's device dev.
+func setMTU(t testing.TB, l *lab, dev string, mtu int) {
+	t.Helper()
+	l.do(t, func() {
+		link, err := netlink.LinkByName(dev)
+		must(t, dev, err)
+		must(t, dev+" MTU", netlink.LinkSetMTU(link, mtu))
 	})
 }
 
