@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // A paired comparison: the two sides (A, B) measured in alternating
@@ -27,8 +28,8 @@ type Paired struct {
 	Blocks int
 	// Median of the paired differences, 100 * (B - A) / A per pair.
 	Median float64
-	// Lo, Hi: the 95% bootstrap interval of that median (percentile
-	// method, PairedResamples resamples).
+	// Lo, Hi: the 95% bootstrap interval of that median (expanded
+	// percentile method, ExpandedTail; PairedResamples resamples).
 	Lo, Hi float64
 }
 
@@ -63,6 +64,12 @@ func ComparePaired(a, b []float64, seed uint64) (Paired, error) {
 // minutes) and not only the phase-to-phase noise within one flow, which
 // the pairs of one block share. With one block it is ComparePaired.
 func ComparePairedBlocks(a, b [][]float64, seed uint64) (Paired, error) {
+	return comparePairedBlocks(a, b, seed, PairedResamples, ExpandedTail)
+}
+
+// comparePairedBlocks is ComparePairedBlocks with resamples resamples and
+// the interval's tail each end for a number of blocks.
+func comparePairedBlocks(a, b [][]float64, seed uint64, resamples int, tailOf func(int) float64) (Paired, error) {
 	if len(a) != len(b) || len(a) == 0 {
 		return Paired{}, fmt.Errorf("paired comparison: %d blocks of A phases, %d of B phases", len(a), len(b))
 	}
@@ -84,7 +91,7 @@ func ComparePairedBlocks(a, b [][]float64, seed uint64) (Paired, error) {
 	}
 	p := Paired{Pairs: len(all), Blocks: len(blocks), Median: medianOf(slices.Clone(all))}
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
-	meds := make([]float64, PairedResamples)
+	meds := make([]float64, resamples)
 	s := make([]float64, 0, len(all))
 	for i := range meds {
 		s = s[:0]
@@ -94,8 +101,30 @@ func ComparePairedBlocks(a, b [][]float64, seed uint64) (Paired, error) {
 		meds[i] = medianOf(s)
 	}
 	slices.Sort(meds)
-	p.Lo, p.Hi = stats.Quantile(meds, 0.025), stats.Quantile(meds, 0.975)
+	tail := tailOf(len(blocks))
+	p.Lo, p.Hi = stats.Quantile(meds, tail), stats.Quantile(meds, 1-tail)
 	return p, nil
+}
+
+// ExpandedTail is the tail each end of a 95% percentile bootstrap
+// interval leaves out when n units are resampled: the expanded percentile
+// interval (Hesterberg, "What Teachers Should Know About the Bootstrap",
+// 2015), whose tail is Φ(-sqrt(n/(n-1)) t(0.975, n-1)) instead of 2.5%.
+// The plain percentile interval is too narrow for few units: it is as
+// wide as a z interval with the divisor n where a t interval with n-1
+// degrees of freedom is due. In TestExpandedCoverage (a bench's shape: 10
+// blocks of 20 pairs, an effect per block and heavy-tailed pair noise) the
+// plain interval held the true difference in 89.7% of 600 runs, the
+// expanded one in 93.3% (1000 resamples; 90.5% and 95.0% with 4000): A/A
+// rows that hold 0 by design excluded it about twice as often as they
+// should. The tail is 0.86% for 10 units, 1.6%
+// for 20, 2.4% for 200.
+func ExpandedTail(n int) float64 {
+	if n < 2 {
+		return 0.025
+	}
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(n - 1)}.Quantile(0.975)
+	return distuv.UnitNormal.CDF(-math.Sqrt(float64(n)/float64(n-1)) * t)
 }
 
 // BlockMedians are the medians of each block's paired differences
@@ -160,8 +189,8 @@ func CompareMedians(a, b []float64, seed uint64) (Paired, error) {
 		Lo: stats.Quantile(d, 0.025), Hi: stats.Quantile(d, 0.975)}, nil
 }
 
-// bootstrapMedian is the 95% percentile interval of the median of d over
-// n resamples with replacement.
+// bootstrapMedian is the 95% expanded percentile interval (ExpandedTail)
+// of the median of d over n resamples with replacement.
 func bootstrapMedian(d []float64, n int, seed uint64) (lo, hi float64) {
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	meds := make([]float64, n)
@@ -173,7 +202,8 @@ func bootstrapMedian(d []float64, n int, seed uint64) (lo, hi float64) {
 		meds[i] = medianOf(s)
 	}
 	slices.Sort(meds)
-	return stats.Quantile(meds, 0.025), stats.Quantile(meds, 0.975)
+	tail := ExpandedTail(len(d))
+	return stats.Quantile(meds, tail), stats.Quantile(meds, 1-tail)
 }
 
 // medianOf sorts xs in place and returns its median.
@@ -281,6 +311,14 @@ const (
 	SideA               // the A/B pair's A (the baseline)
 	SideB               // the A/B pair's B (the change)
 )
+
+// String is AA1, AA2, A or B.
+func (s Side) String() string {
+	if s < SideAA1 || s > SideB {
+		return fmt.Sprintf("Side(%d)", int(s))
+	}
+	return [...]string{"AA1", "AA2", "A", "B"}[s]
+}
 
 // QuadOrder is the order of quad q's four phases (q counts from 0; a
 // bench's round r of four runs, counted from 1, is quad r-1): the A/A pair,

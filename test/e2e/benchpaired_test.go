@@ -3,12 +3,16 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/eztunnel/eztunnel/internal/sysexec"
+	"github.com/eztunnel/eztunnel/lab/bench"
 )
 
 // TestBenchBypassPaired: the smallest `bench bypass --pairs` run (host-gw,
@@ -21,7 +25,8 @@ import (
 // is asserted.
 func TestBenchBypassPaired(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	cmd := sysexec.Command(context.Background(), labBin, "bench", "bypass", "--pairs", "20", "--blocks", "5", "--phase", "20ms", "--modes", "host-gw")
+	raw := filepath.Join(t.TempDir(), "phases.csv")
+	cmd := sysexec.Command(context.Background(), labBin, "bench", "bypass", "--pairs", "20", "--blocks", "5", "--phase", "20ms", "--modes", "host-gw", "--raw", raw)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("bench bypass --pairs: %v\n%s\n%s", err, stderr.String(), stdout.String())
@@ -49,8 +54,70 @@ func TestBenchBypassPaired(t *testing.T) {
 		}
 	}
 	checkPathTasks(t, out, metric, 5)
+	checkRawPhases(t, raw, out)
 	assertClean(t, "bbp", "")
 	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
 		t.Errorf("pins left behind: %s", strings.Join(left, " "))
+	}
+}
+
+// checkRawPhases: --raw wrote every phase of the run (5 rows, 5 blocks of
+// 4 quads, 4 phases each), and each row's A/B and A/A intervals recomputed
+// from those phases are the ones its progress line printed.
+func checkRawPhases(t *testing.T, path, out string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("--raw: %v", err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatalf("--raw: %v", err)
+	}
+	if len(recs) != 1+5*5*4*4 || strings.Join(recs[0], ",") != "mode,path,metric,block,quad,side,value" {
+		t.Fatalf("--raw: %d lines (want the header and 400), header %q", len(recs), recs[0])
+	}
+	type rowKey struct{ path, metric string }
+	sides := map[string]bench.Side{"AA1": bench.SideAA1, "AA2": bench.SideAA2, "A": bench.SideA, "B": bench.SideB}
+	rows := map[rowKey]*[4][][]float64{}
+	var order []rowKey
+	for _, r := range recs[1:] {
+		k := rowKey{r[1], r[2]}
+		if rows[k] == nil {
+			rows[k] = &[4][][]float64{}
+			order = append(order, k)
+		}
+		blk, err1 := strconv.Atoi(r[3])
+		v, err2 := strconv.ParseFloat(r[6], 64)
+		s, ok := sides[r[5]]
+		if r[0] != "host-gw" || err1 != nil || err2 != nil || !ok || v <= 0 {
+			t.Fatalf("--raw line %q", r)
+		}
+		q := rows[k]
+		for len(q[s]) <= blk {
+			q[s] = append(q[s], nil)
+		}
+		q[s][blk] = append(q[s][blk], v)
+	}
+	names := map[string]string{"tcp-rtt-us": "TCP RTT p50 (us)", "udp-rtt-us": "UDP RTT p50 (us)", "tcp-stream-gbps": "TCP stream (Gbit/s)"}
+	if len(order) != 5 {
+		t.Fatalf("--raw: %d rows, want 5", len(order))
+	}
+	for _, k := range order {
+		q := rows[k]
+		n := 0
+		for _, b := range q[bench.SideAA1] {
+			n += len(b)
+		}
+		ab, err1 := bench.ComparePairedBlocks(q[bench.SideA], q[bench.SideB], uint64(n))
+		aa, err2 := bench.ComparePairedBlocks(q[bench.SideAA1], q[bench.SideAA2], uint64(n))
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%v: %v %v", k, err1, err2)
+		}
+		line := regexp.MustCompile(`(?m)^paired ` + regexp.QuoteMeta(k.path) + ` +` + regexp.QuoteMeta(names[k.metric]) + ` +A/B (.*?)  A/A (.*?)  \(`).FindStringSubmatch(out)
+		if line == nil || line[1] != ab.String() || line[2] != aa.String() {
+			t.Errorf("%v: recomputed from --raw A/B %s, A/A %s; printed %q", k, ab, aa, line)
+		}
 	}
 }

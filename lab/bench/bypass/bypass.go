@@ -66,6 +66,9 @@ type Options struct {
 	// resamples blocks (bench.ComparePairedBlocks). 0: Pairs/20, at
 	// least 1 (bypass paired mode only).
 	Blocks int
+	// Raw, with Pairs and PairBypass: a file to write every phase's value
+	// to as CSV (WriteRaw), so the report can be recomputed and studied.
+	Raw string
 	// Pair is what paired mode compares: PairBypass ("" too) or PairIdle
 	// (idlepair.go: the idle agent against no agent, its links detached).
 	Pair string
@@ -234,6 +237,9 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	}
 	if o.Blocks != 0 {
 		return fmt.Errorf("bench bypass --blocks %d: only with --pairs", o.Blocks)
+	}
+	if o.Raw != "" {
+		return fmt.Errorf("bench bypass --raw %s: only with --pairs", o.Raw)
 	}
 	if o.Rounds < 1 || o.RTTN < 100 || o.Seconds < 1 {
 		return fmt.Errorf("bench bypass: rounds %d (>= 1), rtt-n %d (>= 100), seconds %d (>= 1)", o.Rounds, o.RTTN, o.Seconds)

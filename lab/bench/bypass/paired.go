@@ -2,11 +2,13 @@ package bypass
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +59,11 @@ const (
 
 func (k pairedKind) String() string {
 	return [...]string{"TCP RTT p50 (us)", "UDP RTT p50 (us)", "TCP stream (Gbit/s)"}[k]
+}
+
+// rawName is k in --raw's CSV.
+func (k pairedKind) rawName() string {
+	return [...]string{"tcp-rtt-us", "udp-rtt-us", "tcp-stream-gbps"}[k]
 }
 
 // pairedKinds are the rows of a path: the round trips on both paths, and
@@ -122,6 +129,9 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 	}
 	switch o.Pair {
 	case PairIdle, PairIdleNarrow, PairIdleUnselected:
+		if o.Raw != "" {
+			return fmt.Errorf("bench bypass --raw: only with --pair %s", PairBypass)
+		}
 		return runIdlePairedModes(ctx, o, w)
 	case "", PairBypass:
 		if o.SwitchLinks != "" {
@@ -132,6 +142,18 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "eztunnel bench bypass --pairs %d --phase %s: %d mode(s); client on CPU %s (the measuring thread), servers on CPU %s; IPv6 %v\n",
 		o.Pairs, o.Phase, len(o.Modes), cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6)
+	var raw *csv.Writer
+	if o.Raw != "" {
+		f, err := os.Create(o.Raw)
+		if err != nil {
+			return fmt.Errorf("bench bypass --raw: %w", err)
+		}
+		defer f.Close()
+		raw = csv.NewWriter(f)
+		if err := raw.Write(rawHeader); err != nil {
+			return fmt.Errorf("bench bypass --raw: %w", err)
+		}
+	}
 	rows := map[multinode.Mode][]pairedRow{}
 	for _, mode := range o.Modes {
 		err := withLab(ctx, o, mode, w, func(b *benchLab) error {
@@ -153,7 +175,7 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 				return err
 			}
 			defer progs.Close()
-			r, err := runPaired(ctx, o, b.client, b.servers, a, progs, w)
+			r, err := runPaired(ctx, o, b.client, b.servers, a, progs, w, rawMode(raw, mode))
 			if serr := a.stop(); err == nil {
 				err = serr
 			}
@@ -166,6 +188,33 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 	}
 	reportPaired(w, o, rows)
 	return nil
+}
+
+// rawHeader is the first line of --raw's CSV.
+var rawHeader = []string{"mode", "path", "metric", "block", "quad", "side", "value"}
+
+// rawMode writes a row's phases to raw (nil: nothing), one line per phase
+// in the order it ran: block and quad from 0, side A (the kernel path), B,
+// AA1 or AA2 (the bypass), value the phase's median round trip (us) or
+// goodput (Gbit/s).
+func rawMode(raw *csv.Writer, mode multinode.Mode) func(*pairedRun) error {
+	return func(r *pairedRun) error {
+		if raw == nil {
+			return nil
+		}
+		for blk := range r.quads[bench.SideA] {
+			for q := range r.quads[bench.SideA][blk] {
+				for _, s := range bench.QuadOrder(q) {
+					v := strconv.FormatFloat(r.quads[s][blk][q], 'g', -1, 64)
+					if err := raw.Write([]string{string(mode), r.row.path, r.kind.rawName(), strconv.Itoa(blk), strconv.Itoa(q), s.String(), v}); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		raw.Flush()
+		return raw.Error()
+	}
 }
 
 // pairedBlocks is how many blocks the quads of each row run in (Options.Blocks).
@@ -197,7 +246,7 @@ type pairedRun struct {
 // running; the switches are the agents' (one per node). The rows' blocks
 // are interleaved (block 1 of every row, then block 2, ...), so each row
 // is measured across the whole run and on as many flows as blocks.
-func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers map[string]*multinode.Pod, a *agents, progs *bench.Progs, w io.Writer) ([]pairedRow, error) {
+func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers map[string]*multinode.Pod, a *agents, progs *bench.Progs, w io.Writer, raw func(*pairedRun) error) ([]pairedRow, error) {
 	blocks, err := pairedBlocks(o)
 	if err != nil {
 		return nil, err
@@ -245,6 +294,9 @@ func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers ma
 	for _, r := range runs {
 		if err := r.finish(); err != nil {
 			return nil, fmt.Errorf("%s, %s: %w", r.row.path, r.kind, err)
+		}
+		if err := raw(r); err != nil {
+			return nil, fmt.Errorf("bench bypass --raw: %w", err)
 		}
 		row := r.row
 		rows = append(rows, row)
