@@ -368,37 +368,82 @@ func RunStreams(o StreamOptions) []StreamResult {
 	return fails
 }
 
-// SinkPhase opens a stream connection to the stream server at addr from
-// the calling thread (a blocking socket, so the thread's CPU and network
-// namespace are the stream's), writes as fast as it can for d, the server
-// discarding, and returns the goodput: the bytes the server acknowledged
-// (TCP_INFO's bytes_acked) over the time since connect, in Gbit/s, and the
-// segments sent (segs_out). The server sees the stream end early, which it
-// ignores.
-func SinkPhase(addr string, d time.Duration) (gbps float64, segs uint32, err error) {
+// Sink is a stream connection to the stream server, opened from the
+// calling thread (a blocking socket, so the thread's CPU and network
+// namespace are the stream's), measured in phases: each writes as fast as
+// it can for its time, the server discarding, and ends drained (every byte
+// written acknowledged), so nothing of the stream is in flight between two
+// phases and a datapath can change under it without a byte overtaking
+// another (bench bypass --pairs flips its switch there).
+type Sink struct {
+	fd int
+}
+
+// DialSink opens a Sink to addr.
+func DialSink(addr string) (*Sink, error) {
 	fd, err := RawDial(addr)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	defer unix.Close(fd)
-	start := time.Now()
 	h := streamHeader{Up: 1 << 62, Chunk: 64 << 10, Flags: flagNoCheck}
 	if _, err := unix.Write(fd, h.marshal()); err != nil {
-		return 0, 0, fmt.Errorf("write header: %w", err)
+		unix.Close(fd)
+		return nil, fmt.Errorf("write header: %w", err)
 	}
-	buf := make([]byte, h.Chunk)
+	return &Sink{fd: fd}, nil
+}
+
+// sinkDrainMax bounds how long a phase waits for its bytes' acknowledgement.
+const sinkDrainMax = 5 * time.Second
+
+// Phase writes for d and returns the goodput, the bytes acknowledged in
+// the phase (TCP_INFO's bytes_acked) over its time, in Gbit/s, and the
+// segments it sent (segs_out); then waits until the send queue is empty
+// (SIOCOUTQ: written and not yet acknowledged), a time not counted.
+func (s *Sink) Phase(d time.Duration) (gbps float64, segs uint32, err error) {
+	info0, err := unix.GetsockoptTCPInfo(s.fd, unix.SOL_TCP, unix.TCP_INFO)
+	if err != nil {
+		return 0, 0, fmt.Errorf("TCP_INFO: %w", err)
+	}
+	buf := make([]byte, 64<<10)
+	start := time.Now()
 	for time.Since(start) < d {
-		if _, err := unix.Write(fd, buf); err != nil {
-			return 0, 0, fmt.Errorf("stream to %s: %w", addr, err)
+		if _, err := unix.Write(s.fd, buf); err != nil {
+			return 0, 0, fmt.Errorf("stream: %w", err)
 		}
 	}
-	info, err := unix.GetsockoptTCPInfo(fd, unix.SOL_TCP, unix.TCP_INFO)
+	info, err := unix.GetsockoptTCPInfo(s.fd, unix.SOL_TCP, unix.TCP_INFO)
 	if err != nil {
 		return 0, 0, fmt.Errorf("TCP_INFO: %w", err)
 	}
 	el := time.Since(start)
-	if info.Bytes_acked == 0 {
-		return 0, 0, fmt.Errorf("stream to %s: nothing acknowledged in %s", addr, el)
+	acked := info.Bytes_acked - info0.Bytes_acked
+	if acked == 0 {
+		return 0, 0, fmt.Errorf("stream: nothing acknowledged in %s", el)
 	}
-	return float64(info.Bytes_acked) * 8 / el.Seconds() / 1e9, info.Segs_out, nil
+	if err := s.drain(); err != nil {
+		return 0, 0, err
+	}
+	return float64(acked) * 8 / el.Seconds() / 1e9, info.Segs_out - info0.Segs_out, nil
 }
+
+// drain waits until every byte written is acknowledged.
+func (s *Sink) drain() error {
+	end := time.Now().Add(sinkDrainMax)
+	for {
+		n, err := unix.IoctlGetInt(s.fd, unix.SIOCOUTQ)
+		if err != nil {
+			return fmt.Errorf("SIOCOUTQ: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("stream: %d bytes still unacknowledged after %s", n, sinkDrainMax)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+// Close closes the connection.
+func (s *Sink) Close() error { return unix.Close(s.fd) }
