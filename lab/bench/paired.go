@@ -28,8 +28,9 @@ type Paired struct {
 	Blocks int
 	// Median of the paired differences, 100 * (B - A) / A per pair.
 	Median float64
-	// Lo, Hi: the 95% bootstrap interval of that median (expanded
-	// percentile method, ExpandedTail; PairedResamples resamples).
+	// Lo, Hi: the 95% bootstrap interval of that median (PairedResamples
+	// resamples; the expanded percentile method, ExpandedTail, in the
+	// paired comparisons, the plain one in CompareMedians).
 	Lo, Hi float64
 }
 
@@ -100,9 +101,7 @@ func comparePairedBlocks(a, b [][]float64, seed uint64, resamples int, tailOf fu
 		}
 		meds[i] = medianOf(s)
 	}
-	slices.Sort(meds)
-	tail := tailOf(len(blocks))
-	p.Lo, p.Hi = stats.Quantile(meds, tail), stats.Quantile(meds, 1-tail)
+	p.Lo, p.Hi = interval(meds, tailOf(len(blocks)))
 	return p, nil
 }
 
@@ -184,9 +183,9 @@ func CompareMedians(a, b []float64, seed uint64) (Paired, error) {
 		}
 		d[i] = 100 * (medianOf(rb)/medianOf(ra) - 1)
 	}
-	slices.Sort(d)
-	return Paired{Pairs: min(len(a), len(b)), Median: 100 * (medianOf(slices.Clone(b))/ma - 1),
-		Lo: stats.Quantile(d, 0.025), Hi: stats.Quantile(d, 0.975)}, nil
+	p := Paired{Pairs: min(len(a), len(b)), Median: 100 * (medianOf(slices.Clone(b))/ma - 1)}
+	p.Lo, p.Hi = interval(d, 0.025)
+	return p, nil
 }
 
 // bootstrapMedian is the 95% expanded percentile interval (ExpandedTail)
@@ -201,8 +200,13 @@ func bootstrapMedian(d []float64, n int, seed uint64) (lo, hi float64) {
 		}
 		meds[i] = medianOf(s)
 	}
+	return interval(meds, ExpandedTail(len(d)))
+}
+
+// interval sorts a bootstrap's resampled statistics in place and returns
+// the interval that leaves tail out at each end.
+func interval(meds []float64, tail float64) (lo, hi float64) {
 	slices.Sort(meds)
-	tail := ExpandedTail(len(d))
 	return stats.Quantile(meds, tail), stats.Quantile(meds, 1-tail)
 }
 

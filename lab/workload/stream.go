@@ -376,7 +376,8 @@ func RunStreams(o StreamOptions) []StreamResult {
 // phases and a datapath can change under it without a byte overtaking
 // another (bench bypass --pairs flips its switch there).
 type Sink struct {
-	fd int
+	fd  int
+	buf []byte // one write's worth (the header's chunk), reused by every phase
 }
 
 // DialSink opens a Sink to addr.
@@ -390,7 +391,7 @@ func DialSink(addr string) (*Sink, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("write header: %w", err)
 	}
-	return &Sink{fd: fd}, nil
+	return &Sink{fd: fd, buf: make([]byte, h.Chunk)}, nil
 }
 
 // sinkDrainMax bounds how long a phase waits for its bytes' acknowledgement.
@@ -405,10 +406,9 @@ func (s *Sink) Phase(d time.Duration) (gbps float64, segs uint32, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("TCP_INFO: %w", err)
 	}
-	buf := make([]byte, 64<<10)
 	start := time.Now()
 	for time.Since(start) < d {
-		if _, err := unix.Write(s.fd, buf); err != nil {
+		if _, err := unix.Write(s.fd, s.buf); err != nil {
 			return 0, 0, fmt.Errorf("stream: %w", err)
 		}
 	}
