@@ -91,16 +91,7 @@ func comparePairedBlocks(a, b [][]float64, seed uint64, resamples int, tailOf fu
 		all = append(all, d...)
 	}
 	p := Paired{Pairs: len(all), Blocks: len(blocks), Median: medianOf(slices.Clone(all))}
-	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
-	meds := make([]float64, resamples)
-	s := make([]float64, 0, len(all))
-	for i := range meds {
-		s = s[:0]
-		for range blocks {
-			s = append(s, blocks[r.IntN(len(blocks))]...)
-		}
-		meds[i] = medianOf(s)
-	}
+	meds := resampledMedians(blocks, resamples, seed)
 	p.Lo, p.Hi = interval(meds, tailOf(len(blocks)))
 	return p, nil
 }
@@ -191,16 +182,27 @@ func CompareMedians(a, b []float64, seed uint64) (Paired, error) {
 // bootstrapMedian is the 95% expanded percentile interval (ExpandedTail)
 // of the median of d over n resamples with replacement.
 func bootstrapMedian(d []float64, n int, seed uint64) (lo, hi float64) {
+	units := make([][]float64, len(d))
+	for i := range d {
+		units[i] = d[i : i+1]
+	}
+	return interval(resampledMedians(units, n, seed), ExpandedTail(len(d)))
+}
+
+// resampledMedians are n bootstrap medians of units' values, each resample
+// drawing len(units) whole units with replacement (seeded by seed).
+func resampledMedians(units [][]float64, n int, seed uint64) []float64 {
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	meds := make([]float64, n)
-	s := make([]float64, len(d))
+	var s []float64
 	for i := range meds {
-		for j := range s {
-			s[j] = d[r.IntN(len(d))]
+		s = s[:0]
+		for range units {
+			s = append(s, units[r.IntN(len(units))]...)
 		}
 		meds[i] = medianOf(s)
 	}
-	return interval(meds, ExpandedTail(len(d)))
+	return meds
 }
 
 // interval sorts a bootstrap's resampled statistics in place and returns

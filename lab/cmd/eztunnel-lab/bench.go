@@ -20,7 +20,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Compare plain kernel TCP with the datapath on a throwaway lab node"}
-	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd(), benchBypassCmd(), benchMeshMatrixCmd(), benchServicesCmd(), benchTracePathsCmd(), benchScaleCmd(), benchHopsCmd())
+	cmd.AddCommand(benchQuickCmd(), benchMemoryCmd(), benchLabCmd(), benchEarlyDataCmd(), benchScopeCmd(), benchAdoptCmd(), benchBypassCmd(), benchPoolCmd(), benchMeshMatrixCmd(), benchServicesCmd(), benchTracePathsCmd(), benchScaleCmd(), benchHopsCmd())
 	return cmd
 }
 
@@ -173,6 +173,17 @@ func benchBypassCmd() *cobra.Command {
 	f.StringSliceVar(&o.Paths, "paths", nil, "with --pairs --pair idle, idle-narrow or idle-unselected: the paths measured, same-node and/or cross-node (default both)")
 	f.StringVar(&o.SwitchLinks, "switch-links", "", "with --pairs --pair idle, idle-narrow or idle-unselected: detach in A only the links whose name matches this regular expression (links/tcx/<netns>/<device>/<program>_<direction>, or the pin); the others stay attached on both sides (what one link costs)")
 	return cmd
+}
+
+func benchPoolCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pool RAW RAW...",
+		Short: "Pool runs of bench bypass --pairs from their --raw files: each run's interval, whether they agree, the spread between runs, and the interval that holds across them, with issue 37's targets judged on it",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(_ *cobra.Command, files []string) error {
+			return bypass.PoolRaw(files, os.Stdout)
+		},
+	}
 }
 
 func benchMeshMatrixCmd() *cobra.Command {
