@@ -38,7 +38,8 @@ func (tx *Tx) AttachTCFilter(dir string, cookie uint64, f TCFilter, prog *ebpf.P
 
 // UpgradePinned gives every link pinned under dir (a family's directory),
 // and every legacy tc filter recorded there, whose pin names one of progs
-// (<program>, or <program>_<direction> for tcx) that program in place. This
+// (by the source's name: <program>, or <program>_<direction> for tcx)
+// that program in place. This
 // is how a family's new build takes over what an earlier agent pinned
 // before the family converges. A legacy filter is replaced within tx (its
 // record holds the old program: rollback puts it back). A link's update
@@ -46,16 +47,20 @@ func (tx *Tx) AttachTCFilter(dir string, cookie uint64, f TCFilter, prog *ebpf.P
 // roll back to, these families do not). Until the commit the earlier
 // programs run, against the same maps. It returns how many it
 // upgrades.
-func (tx *Tx) UpgradePinned(dir string, progs []*ebpf.Program) (int, error) {
-	byName := map[string]*ebpf.Program{}
-	for _, p := range progs {
-		info, err := p.Info()
-		if err != nil {
-			return 0, fmt.Errorf("program info: %w", err)
+func (tx *Tx) UpgradePinned(dir string, progs map[string]*ebpf.Program) (int, error) {
+	// By the source's name, and by the 15 bytes of it the kernel keeps
+	// where no other program shares them (a pin an agent named from the
+	// program's info, which cilium/ebpf completes from BTF only where
+	// BPF_BTF_GET_FD_BY_ID is allowed).
+	byName, cut := map[string]*ebpf.Program{}, map[string]int{}
+	for name, p := range progs {
+		byName[name] = p
+		cut[kernelName(name)]++
+	}
+	for name, p := range progs {
+		if k := kernelName(name); k != name && cut[k] == 1 && progs[k] == nil {
+			byName[k] = p
 		}
-		// cilium/ebpf reads a name the kernel cut to 15 bytes back from
-		// BTF; both are keys.
-		byName[info.Name], byName[kernelName(info.Name)] = p, p
 	}
 	pins, err := PinnedLinks(dir)
 	if err != nil {

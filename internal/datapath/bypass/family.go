@@ -20,7 +20,7 @@ func (b *Bypass) Install(tx *bpfsys.Tx, _ []string) error {
 	if b.pinDir == "" {
 		return nil
 	}
-	if _, err := tx.UpgradePinned(b.pinDir, []*ebpf.Program{b.objs.EzBypass, b.objs.EzBypassIn, b.objs.EzBypassAdmit}); err != nil {
+	if _, err := tx.UpgradePinned(b.pinDir, map[string]*ebpf.Program{bypassProgEzBypass: b.objs.EzBypass, bypassProgEzBypassIn: b.objs.EzBypassIn, bypassProgEzBypassAdmit: b.objs.EzBypassAdmit}); err != nil {
 		return fmt.Errorf("bypass: %w", err)
 	}
 	return nil

@@ -260,31 +260,33 @@ func Probe() parts.Report {
 func (lb *LB) Parts() parts.Report { return lb.parts }
 
 // hooks are the programs attached to each cgroup.
-func (lb *LB) hooks() []struct {
-	prog *ebpf.Program
-	at   ebpf.AttachType
-} {
+func (lb *LB) hooks() []hook {
 	o := &lb.objs
-	return []struct {
-		prog *ebpf.Program
-		at   ebpf.AttachType
-	}{
+	return []hook{
 		// Reverse translation first: a socket translated once must always
 		// be shown its frontend, even while the forward hooks attach.
-		{o.EzSvcGetpeername4, ebpf.AttachCgroupInet4GetPeername},
-		{o.EzSvcGetpeername6, ebpf.AttachCgroupInet6GetPeername},
-		{o.EzSvcRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
-		{o.EzSvcRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+		{servicesProgEzSvcGetpeername4, o.EzSvcGetpeername4, ebpf.AttachCgroupInet4GetPeername},
+		{servicesProgEzSvcGetpeername6, o.EzSvcGetpeername6, ebpf.AttachCgroupInet6GetPeername},
+		{servicesProgEzSvcRecvmsg4, o.EzSvcRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
+		{servicesProgEzSvcRecvmsg6, o.EzSvcRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
 		// SO_ORIGINAL_DST for a sidecar: answered, recorded at the SYN,
 		// forgotten at close (bpf/services/origdst.h).
-		{o.EzSvcGetsockopt, ebpf.AttachCGroupGetsockopt},
-		{o.EzSvcOrigRelease, ebpf.AttachCgroupInetSockRelease},
-		{o.EzSvcOrigConnect, ebpf.AttachCGroupSockOps},
-		{o.EzSvcConnect4, ebpf.AttachCGroupInet4Connect},
-		{o.EzSvcConnect6, ebpf.AttachCGroupInet6Connect},
-		{o.EzSvcSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
-		{o.EzSvcSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
+		{servicesProgEzSvcGetsockopt, o.EzSvcGetsockopt, ebpf.AttachCGroupGetsockopt},
+		{servicesProgEzSvcOrigRelease, o.EzSvcOrigRelease, ebpf.AttachCgroupInetSockRelease},
+		{servicesProgEzSvcOrigConnect, o.EzSvcOrigConnect, ebpf.AttachCGroupSockOps},
+		{servicesProgEzSvcConnect4, o.EzSvcConnect4, ebpf.AttachCGroupInet4Connect},
+		{servicesProgEzSvcConnect6, o.EzSvcConnect6, ebpf.AttachCGroupInet6Connect},
+		{servicesProgEzSvcSendmsg4, o.EzSvcSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
+		{servicesProgEzSvcSendmsg6, o.EzSvcSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
 	}
+}
+
+// hook is a cgroup program: its name (the source's, which names its pin),
+// the program and where it attaches.
+type hook struct {
+	name string
+	prog *ebpf.Program
+	at   ebpf.AttachType
 }
 
 // Attach attaches every program to a cgroup v2 directory (its processes and
@@ -327,7 +329,7 @@ func (lb *LB) attach(tx *bpfsys.Tx, cgroup string) error {
 		return nil
 	})
 	for _, h := range lb.hooks() {
-		l, err := lb.attachOne(tx, cgroup, id, h.prog, h.at)
+		l, err := lb.attachOne(tx, cgroup, id, h)
 		if err != nil {
 			return fmt.Errorf("services: attach %s to cgroup %s: %w", h.at, cgroup, err)
 		}
@@ -352,12 +354,12 @@ func (lb *LB) Install(tx *bpfsys.Tx, cgroups []string) error {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	if lb.pinDir != "" {
-		progs := []*ebpf.Program{}
+		progs := map[string]*ebpf.Program{}
 		for _, h := range lb.hooks() {
-			progs = append(progs, h.prog)
+			progs[h.name] = h.prog
 		}
 		if lb.objs.EzSvcNodeport != nil {
-			progs = append(progs, lb.objs.EzSvcNodeport)
+			progs[servicesProgEzSvcNodeport] = lb.objs.EzSvcNodeport
 		}
 		if _, err := tx.UpgradePinned(lb.pinDir, progs); err != nil {
 			return fmt.Errorf("services: %w", err)

@@ -43,24 +43,25 @@ func migratePins(tx *bpfsys.Tx, pinDir string) error {
 	})
 }
 
-// attachOne attaches prog at at to cgroup (id: its cgroup id, pinned
-// only) within tx. With pins, a link an earlier agent pinned there gets
-// prog in place when tx commits: translated sockets never see a moment
+// attachOne attaches h's program at h.at to cgroup (id: its cgroup id,
+// pinned only) within tx. With pins, a link an earlier agent pinned there
+// gets it in place when tx commits: translated sockets never see a moment
 // without the reverse hooks. The caller closes the link on rollback.
-func (lb *LB) attachOne(tx *bpfsys.Tx, cgroup string, id uint64, prog *ebpf.Program, at ebpf.AttachType) (link.Link, error) {
+func (lb *LB) attachOne(tx *bpfsys.Tx, cgroup string, id uint64, h hook) (link.Link, error) {
 	attach := func() (link.Link, error) {
-		return link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: at, Program: prog})
+		return link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: h.at, Program: h.prog})
 	}
 	if lb.pinDir == "" {
 		return attach()
 	}
-	info, err := prog.Info()
-	if err != nil {
-		return nil, err
-	}
-	pin := bpfsys.LinkPin(lb.pinDir, bpfsys.KindCgroup, strconv.FormatUint(id, 10), info.Name)
+	// The pin is named by the source's name, not by the program's info:
+	// the kernel keeps 15 bytes of a name (ez_svc_getpeername4 and 6 are
+	// both ez_svc_getpeern), and cilium/ebpf reads the rest from BTF only
+	// where BPF_BTF_GET_FD_BY_ID is allowed, which without CAP_SYS_ADMIN
+	// it is not on some kernels: the two links would share one pin.
+	pin := bpfsys.LinkPin(lb.pinDir, bpfsys.KindCgroup, strconv.FormatUint(id, 10), h.name)
 	// A link an earlier agent pinned gets prog at the commit.
-	if l, err := tx.UpdatePinnedLink(pin, prog); err != nil {
+	if l, err := tx.UpdatePinnedLink(pin, h.prog); err != nil {
 		return nil, fmt.Errorf("open pinned link %s: %w", pin, err)
 	} else if l != nil {
 		return l, nil
