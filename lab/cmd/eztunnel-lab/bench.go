@@ -178,7 +178,7 @@ func benchBypassCmd() *cobra.Command {
 func benchPoolCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "pool RAW RAW...",
-		Short: "Pool runs of bench bypass --pairs from their --raw files: each run's interval, whether they agree, the spread between runs, and the interval that holds across them, with issue 37's targets judged on it",
+		Short: "Pool runs of bench bypass --pairs from their --raw files: each run's interval, whether they agree, the spread between runs, and the interval that holds across them, with the bypass's targets (RTT, stream) judged on it",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(_ *cobra.Command, files []string) error {
 			return bypass.PoolRaw(files, os.Stdout)
