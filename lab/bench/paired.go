@@ -77,23 +77,33 @@ func comparePairedBlocks(a, b [][]float64, seed uint64, resamples int, tailOf fu
 	if len(a) == 1 {
 		return ComparePaired(a[0], b[0], seed)
 	}
+	p, meds, err := blockBootstrap(a, b, seed, resamples)
+	if err != nil {
+		return Paired{}, err
+	}
+	p.Lo, p.Hi = interval(meds, tailOf(p.Blocks))
+	return p, nil
+}
+
+// blockBootstrap is the paired comparison of blocks a and b (at least
+// two) without its interval, and the medians of its resamples, each
+// drawing whole blocks with replacement.
+func blockBootstrap(a, b [][]float64, seed uint64, resamples int) (Paired, []float64, error) {
 	blocks := make([][]float64, len(a))
 	var all []float64
 	for k := range a {
 		if len(a[k]) != len(b[k]) || len(a[k]) == 0 {
-			return Paired{}, fmt.Errorf("paired comparison: block %d: %d A phases, %d B phases", k, len(a[k]), len(b[k]))
+			return Paired{}, nil, fmt.Errorf("paired comparison: block %d: %d A phases, %d B phases", k, len(a[k]), len(b[k]))
 		}
 		d, err := differences(a[k], b[k])
 		if err != nil {
-			return Paired{}, fmt.Errorf("paired comparison: block %d, %w", k, err)
+			return Paired{}, nil, fmt.Errorf("paired comparison: block %d, %w", k, err)
 		}
 		blocks[k] = d
 		all = append(all, d...)
 	}
 	p := Paired{Pairs: len(all), Blocks: len(blocks), Median: medianOf(slices.Clone(all))}
-	meds := resampledMedians(blocks, resamples, seed)
-	p.Lo, p.Hi = interval(meds, tailOf(len(blocks)))
-	return p, nil
+	return p, resampledMedians(blocks, resamples, seed), nil
 }
 
 // ExpandedTail is the tail each end of a 95% percentile bootstrap

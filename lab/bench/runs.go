@@ -57,14 +57,20 @@ func PoolRuns(runs []RunPhases) (Pooled, error) {
 	var p Pooled
 	est, v := make([]float64, k), make([]float64, k)
 	for i, r := range runs {
-		c, err := ComparePairedBlocks(r.A, r.B, r.Seed)
+		if len(r.A) != len(r.B) {
+			return Pooled{}, fmt.Errorf("run %d: %d blocks of A phases, %d of B phases", i+1, len(r.A), len(r.B))
+		}
+		if len(r.A) < MinPoolBlocks {
+			return Pooled{}, fmt.Errorf("run %d has %d block(s), want at least %d: its interval's width is not an estimate to weigh it by", i+1, len(r.A), MinPoolBlocks)
+		}
+		// The run's comparison as ComparePairedBlocks makes it, and its
+		// standard error from the same resamples.
+		c, meds, err := blockBootstrap(r.A, r.B, r.Seed, PairedResamples)
 		if err != nil {
 			return Pooled{}, fmt.Errorf("run %d: %w", i+1, err)
 		}
-		if c.Blocks < MinPoolBlocks {
-			return Pooled{}, fmt.Errorf("run %d has %d block(s), want at least %d: its interval's width is not an estimate to weigh it by", i+1, c.Blocks, MinPoolBlocks)
-		}
-		se := runSE(r)
+		c.Lo, c.Hi = interval(meds, ExpandedTail(c.Blocks))
+		se := stat.StdDev(meds, nil)
 		if se <= 0 || math.IsNaN(se) {
 			// Every resample the same median: nothing to weigh by.
 			return Pooled{}, fmt.Errorf("run %d: its bootstrap medians do not vary (standard error %v)", i+1, se)
@@ -79,20 +85,6 @@ func PoolRuns(runs []RunPhases) (Pooled, error) {
 	p.Agree = lo <= hi
 	p.Median, p.Lo, p.Hi, p.Tau, p.I2 = randomEffects(est, v)
 	return p, nil
-}
-
-// runSE is the standard deviation of r's bootstrap medians, resampled as
-// ComparePairedBlocks resamples them (whole blocks).
-func runSE(r RunPhases) float64 {
-	units := make([][]float64, len(r.A))
-	for blk := range r.A {
-		d, err := differences(r.A[blk], r.B[blk])
-		if err != nil {
-			return math.NaN()
-		}
-		units[blk] = d
-	}
-	return stat.StdDev(resampledMedians(units, PairedResamples, r.Seed), nil)
 }
 
 // MinPoolBlocks is the fewest blocks a pooled run may have: its weight is

@@ -343,7 +343,7 @@ func (r *pairedRun) finish() error {
 // compare computes the row's comparisons from its blocks.
 func (r *pairedRun) compare() error {
 	q := r.quads
-	seed := uint64(len(slices.Concat(q[bench.SideAA1]...))) // recomputable from the report's data
+	seed := quadsSeed(&q)
 	var err error
 	if r.row.ab, err = bench.ComparePairedBlocks(q[bench.SideA], q[bench.SideB], seed); err != nil {
 		return err
@@ -357,6 +357,12 @@ func (r *pairedRun) compare() error {
 	slices.Sort(b)
 	r.row.kernelUs, r.row.bypassUs = stats.Quantile(k, 0.5), stats.Quantile(b, 0.5)
 	return nil
+}
+
+// quadsSeed seeds a row's bootstrap: its number of A/A phases, so its
+// intervals can be recomputed from the report's data (--raw, bench pool).
+func quadsSeed(q *[4][][]float64) uint64 {
+	return uint64(len(slices.Concat(q[bench.SideAA1]...)))
 }
 
 // spread is "-26.1 .. -24.9" for the blocks' medians, "-" without any.

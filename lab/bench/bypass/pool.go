@@ -78,17 +78,13 @@ func readRaw(path string) (rawRun, error) {
 }
 
 // phases are row k's A/B (aa false) or A/A phases as bench.PoolRuns takes
-// them, seeded as the run seeded them (runPaired: its A/A phases' number).
+// them, seeded as the run seeded them (quadsSeed).
 func (r rawRun) phases(k rawRow, aa bool) bench.RunPhases {
 	q := r.rows[k]
-	var n int
-	for _, b := range q[bench.SideAA1] {
-		n += len(b)
-	}
 	if aa {
-		return bench.RunPhases{A: q[bench.SideAA1], B: q[bench.SideAA2], Seed: uint64(n)}
+		return bench.RunPhases{A: q[bench.SideAA1], B: q[bench.SideAA2], Seed: quadsSeed(q)}
 	}
-	return bench.RunPhases{A: q[bench.SideA], B: q[bench.SideB], Seed: uint64(n)}
+	return bench.RunPhases{A: q[bench.SideA], B: q[bench.SideB], Seed: quadsSeed(q)}
 }
 
 // poolTarget is issue 37's target for a row: the pooled interval's upper
