@@ -65,24 +65,28 @@ func ComparePaired(a, b []float64, seed uint64) (Paired, error) {
 // minutes) and not only the phase-to-phase noise within one flow, which
 // the pairs of one block share. With one block it is ComparePaired.
 func ComparePairedBlocks(a, b [][]float64, seed uint64) (Paired, error) {
-	return comparePairedBlocks(a, b, seed, PairedResamples, ExpandedTail)
+	p, _, err := comparePairedBlocks(a, b, seed, PairedResamples, ExpandedTail)
+	return p, err
 }
 
 // comparePairedBlocks is ComparePairedBlocks with resamples resamples and
-// the interval's tail each end for a number of blocks.
-func comparePairedBlocks(a, b [][]float64, seed uint64, resamples int, tailOf func(int) float64) (Paired, error) {
+// the interval's tail each end for a number of blocks; with two blocks or
+// more it also returns the resamples' medians (PoolRuns weighs a run by
+// their spread).
+func comparePairedBlocks(a, b [][]float64, seed uint64, resamples int, tailOf func(int) float64) (Paired, []float64, error) {
 	if len(a) != len(b) || len(a) == 0 {
-		return Paired{}, fmt.Errorf("paired comparison: %d blocks of A phases, %d of B phases", len(a), len(b))
+		return Paired{}, nil, fmt.Errorf("paired comparison: %d blocks of A phases, %d of B phases", len(a), len(b))
 	}
 	if len(a) == 1 {
-		return ComparePaired(a[0], b[0], seed)
+		p, err := ComparePaired(a[0], b[0], seed)
+		return p, nil, err
 	}
 	p, meds, err := blockBootstrap(a, b, seed, resamples)
 	if err != nil {
-		return Paired{}, err
+		return Paired{}, nil, err
 	}
 	p.Lo, p.Hi = interval(meds, tailOf(p.Blocks))
-	return p, nil
+	return p, meds, nil
 }
 
 // blockBootstrap is the paired comparison of blocks a and b (at least

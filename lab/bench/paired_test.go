@@ -346,7 +346,7 @@ func TestExpandedCoverage(t *testing.T) {
 			}
 		}
 		for name, tail := range tails {
-			p, err := comparePairedBlocks(a, b, uint64(sim), 1000, tail)
+			p, _, err := comparePairedBlocks(a, b, uint64(sim), 1000, tail)
 			if err != nil {
 				t.Fatal(err)
 			}

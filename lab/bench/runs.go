@@ -57,19 +57,15 @@ func PoolRuns(runs []RunPhases) (Pooled, error) {
 	var p Pooled
 	est, v := make([]float64, k), make([]float64, k)
 	for i, r := range runs {
-		if len(r.A) != len(r.B) {
-			return Pooled{}, fmt.Errorf("run %d: %d blocks of A phases, %d of B phases", i+1, len(r.A), len(r.B))
-		}
 		if len(r.A) < MinPoolBlocks {
 			return Pooled{}, fmt.Errorf("run %d has %d block(s), want at least %d: its interval's width is not an estimate to weigh it by", i+1, len(r.A), MinPoolBlocks)
 		}
 		// The run's comparison as ComparePairedBlocks makes it, and its
 		// standard error from the same resamples.
-		c, meds, err := blockBootstrap(r.A, r.B, r.Seed, PairedResamples)
+		c, meds, err := comparePairedBlocks(r.A, r.B, r.Seed, PairedResamples, ExpandedTail)
 		if err != nil {
 			return Pooled{}, fmt.Errorf("run %d: %w", i+1, err)
 		}
-		c.Lo, c.Hi = interval(meds, ExpandedTail(c.Blocks))
 		se := stat.StdDev(meds, nil)
 		if se <= 0 || math.IsNaN(se) {
 			// Every resample the same median: nothing to weigh by.
