@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,10 +33,12 @@ import (
 // so it runs in B only, while cgroup egress, attached on both sides, runs
 // in A too. Last --pair idle-unselected: the agents select a bystander
 // pod each and attach the close reset only to covered devices, so on the
-// measured pods' paths cgroup egress runs and the close reset never does.
+// measured pods' paths cgroup egress runs and the close reset never does;
+// its quads run in 5 blocks, and --raw's phases give the intervals it
+// printed.
 // Nothing is left behind. No timing is asserted.
 func TestBenchBypassIdlePaired(t *testing.T) {
-	args := idlePairedRun(t, "idle")
+	args, _ := idlePairedRun(t, "idle")
 	assertClean(t, "bbp", "")
 	interrupted(t, args)
 	assertClean(t, "bbp", "")
@@ -46,8 +49,14 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 	idlePairedRun(t, "idle-narrow", "--switch-links", "close_reset")
 	assertClean(t, "bbp", "")
 	// The pods of the paths are not selected: the close reset is on the
-	// selected bystander pods' devices only, so it never runs on them.
-	idlePairedRun(t, "idle-unselected")
+	// selected bystander pods' devices only, so it never runs on them. In
+	// 5 blocks, each on fresh flows, with every phase written to --raw.
+	raw := filepath.Join(t.TempDir(), "phases.csv")
+	_, out := idlePairedRun(t, "idle-unselected", "--blocks", "5", "--raw", raw)
+	checkRawPhases(t, raw, out, "idle-unselected", 2, 5)
+	if !strings.Contains(out, "in 5 blocks") {
+		t.Errorf("the report does not say the quads ran in 5 blocks:\n%s", out)
+	}
 	assertClean(t, "bbp", "")
 	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
 		t.Errorf("pins left behind: %s", strings.Join(left, " "))
@@ -56,18 +65,18 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 
 // idlePairedRun runs the smallest paired run of --pair pair (and extra
 // options: with --switch-links, only the close reset's links), checks its
-// report, and returns its arguments.
-func idlePairedRun(t *testing.T, pair string, extra ...string) []string {
+// report, and returns its arguments and the report.
+func idlePairedRun(t *testing.T, pair string, extra ...string) (args []string, out string) {
 	t.Helper()
-	args := append([]string{"bench", "bypass", "--pairs", "20", "--phase", "10ms", "--modes", "host-gw", "--pair", pair, "--paths", "same-node"}, extra...)
-	subset := len(extra) > 0
+	args = append([]string{"bench", "bypass", "--pairs", "20", "--phase", "10ms", "--modes", "host-gw", "--pair", pair, "--paths", "same-node"}, extra...)
+	subset := slices.Contains(extra, "--switch-links")
 	var stdout, stderr bytes.Buffer
 	cmd := sysexec.Command(context.Background(), labBin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("bench bypass --pairs --pair %s: %v\n%s\n%s", pair, err, stderr.String(), stdout.String())
 	}
-	out := stdout.String()
+	out = stdout.String()
 	held := regexp.MustCompile(`(?m)^n\d: the bench holds the stopped agent's (\d+) links`).FindAllStringSubmatch(out, -1)
 	if len(held) != 2 || held[0][1] == "0" || held[1][1] == "0" {
 		t.Errorf("want both nodes' agents' links held: %q\n%s", held, out)
@@ -118,7 +127,7 @@ func idlePairedRun(t *testing.T, pair string, extra ...string) []string {
 				t.Errorf("--switch-links close_reset switched %s", l[1])
 			}
 		}
-		return args
+		return args, out
 	}
 	if pair == "idle-unselected" && (attached["ez_sc_close_reset"] != 0 || attached["ez_sc_egress"] == 0 ||
 		len(regexp.MustCompile(`(?m)^n\d: the agent selects pod yn\d `).FindAllString(out, -1)) != 2) {
@@ -129,7 +138,7 @@ func idlePairedRun(t *testing.T, pair string, extra ...string) []string {
 		!strings.Contains(out, "B is the idle agent with ") || !strings.Contains(out, "no hook of it runs for the whole node")) {
 		t.Errorf("--pair idle-narrow: a node-wide hook ran, or the report does not say they were refused:\n%s", out)
 	}
-	return args
+	return args, out
 }
 
 // interrupted runs the bench with args and interrupts it once it holds

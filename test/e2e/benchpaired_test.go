@@ -54,17 +54,18 @@ func TestBenchBypassPaired(t *testing.T) {
 		}
 	}
 	checkPathTasks(t, out, metric, 5)
-	checkRawPhases(t, raw, out)
+	checkRawPhases(t, raw, out, "bypass", 5, 5)
 	assertClean(t, "bbp", "")
 	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
 		t.Errorf("pins left behind: %s", strings.Join(left, " "))
 	}
 }
 
-// checkRawPhases: --raw wrote every phase of the run (5 rows, 5 blocks of
-// 4 quads, 4 phases each), and each row's A/B and A/A intervals recomputed
-// from those phases are the ones its progress line printed.
-func checkRawPhases(t *testing.T, path, out string) {
+// checkRawPhases: --raw wrote every phase of a run of --pair pair (rows
+// rows, blocks blocks of 20/blocks quads, 4 phases each), and each row's
+// A/B and A/A intervals recomputed from those phases are the ones its
+// progress line printed.
+func checkRawPhases(t *testing.T, path, out, pair string, rows, blocks int) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -75,37 +76,40 @@ func checkRawPhases(t *testing.T, path, out string) {
 	if err != nil {
 		t.Fatalf("--raw: %v", err)
 	}
-	if len(recs) != 1+5*5*4*4 || strings.Join(recs[0], ",") != "mode,path,metric,block,quad,side,value" {
-		t.Fatalf("--raw: %d lines (want the header and 400), header %q", len(recs), recs[0])
+	if len(recs) != 1+rows*20*4 || strings.Join(recs[0], ",") != "pair,mode,path,metric,block,quad,side,value" {
+		t.Fatalf("--raw: %d lines (want the header and %d), header %q", len(recs), rows*20*4, recs[0])
 	}
 	type rowKey struct{ path, metric string }
 	sides := map[string]bench.Side{"AA1": bench.SideAA1, "AA2": bench.SideAA2, "A": bench.SideA, "B": bench.SideB}
-	rows := map[rowKey]*[4][][]float64{}
+	phases := map[rowKey]*[4][][]float64{}
 	var order []rowKey
 	for _, r := range recs[1:] {
-		k := rowKey{r[1], r[2]}
-		if rows[k] == nil {
-			rows[k] = &[4][][]float64{}
+		k := rowKey{r[2], r[3]}
+		if phases[k] == nil {
+			phases[k] = &[4][][]float64{}
 			order = append(order, k)
 		}
-		blk, err1 := strconv.Atoi(r[3])
-		v, err2 := strconv.ParseFloat(r[6], 64)
-		s, ok := sides[r[5]]
-		if r[0] != "host-gw" || err1 != nil || err2 != nil || !ok || v <= 0 {
+		blk, err1 := strconv.Atoi(r[4])
+		v, err2 := strconv.ParseFloat(r[7], 64)
+		s, ok := sides[r[6]]
+		if r[0] != pair || r[1] != "host-gw" || err1 != nil || err2 != nil || !ok || v <= 0 || blk >= blocks {
 			t.Fatalf("--raw line %q", r)
 		}
-		q := rows[k]
+		q := phases[k]
 		for len(q[s]) <= blk {
 			q[s] = append(q[s], nil)
 		}
 		q[s][blk] = append(q[s][blk], v)
 	}
 	names := map[string]string{"tcp-rtt-us": "TCP RTT p50 (us)", "udp-rtt-us": "UDP RTT p50 (us)", "tcp-stream-gbps": "TCP stream (Gbit/s)"}
-	if len(order) != 5 {
-		t.Fatalf("--raw: %d rows, want 5", len(order))
+	if len(order) != rows {
+		t.Fatalf("--raw: %d rows, want %d", len(order), rows)
 	}
 	for _, k := range order {
-		q := rows[k]
+		q := phases[k]
+		if len(q[bench.SideA]) != blocks {
+			t.Errorf("%v: %d blocks, want %d", k, len(q[bench.SideA]), blocks)
+		}
 		n := 0
 		for _, b := range q[bench.SideAA1] {
 			n += len(b)

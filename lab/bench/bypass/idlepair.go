@@ -28,7 +28,8 @@ import (
 // detaching every link of both nodes' agents and attaching them again in
 // place between two round trips (idlelinks.go: the bench holds the links
 // of agents that installed and stopped). The quads are bypass paired
-// mode's (pairedOne), the switch the links: paused is A, detached. The A/A
+// mode's, in blocks on fresh flows (pairedBlock, as runPaired runs them),
+// the switch the links: paused is A, detached. The A/A
 // pair has the agent attached on both sides: the side whose programs run
 // (the noisier, and the one a switch leaves with fresh links) is the one
 // whose phase-to-phase noise bounds what the row can resolve. A switch
@@ -89,6 +90,11 @@ func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 			return fmt.Errorf("bench bypass --paths %s: not one of %s", p, strings.Join(paths, ", "))
 		}
 	}
+	raw, closeRaw, err := openRaw(o)
+	if err != nil {
+		return err
+	}
+	defer closeRaw()
 	rows := map[multinode.Mode][]idleRow{}
 	for _, mode := range o.Modes {
 		err := withLab(ctx, o, mode, w, func(b *benchLab) error {
@@ -104,7 +110,7 @@ func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 			if err := a.stopProcs(); err != nil {
 				return errors.Join(err, a.uninstall())
 			}
-			r, err := runIdlePaired(ctx, o, b, a, only, w)
+			r, err := runIdlePaired(ctx, o, b, a, only, w, rawMode(raw, o.Pair, mode))
 			rows[mode] = r
 			return errors.Join(err, a.uninstall())
 		})
@@ -148,7 +154,7 @@ func (s *switcher) flip(paused bool) error {
 // runIdlePaired takes over the stopped agents' links (only those matching
 // only, when set) and measures the paired rows of one mode; the links are
 // as the agents left them at the end, also on failure.
-func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, only *regexp.Regexp, w io.Writer) (rows []idleRow, err error) {
+func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, only *regexp.Regexp, w io.Writer, raw func(*pairedRun) error) (rows []idleRow, err error) {
 	sw := &switcher{attached: true}
 	defer func() {
 		var rerr error
@@ -186,19 +192,21 @@ func runIdlePaired(ctx context.Context, o Options, b *benchLab, a *agents, only 
 		return nil, err
 	}
 	defer progs.Close()
-	for _, path := range o.idlePaths() {
-		for _, kind := range []pairedKind{tcpRTT, udpRTT} { // issue 37's target: the round trips
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			row, err := idleOne(o, b, path, kind, sw, progs, only != nil)
-			if err != nil {
-				return nil, fmt.Errorf("%s, %s: %w", path, kind, err)
-			}
-			rows = append(rows, row)
-			fmt.Fprintf(w, "paired %-10s %-19s A/B %s  A/A %s  (no agent %.1f, agent idle %.1f; %d round trips or streams, %d lost)\n",
-				path, row.metric, row.ab, row.aa, row.kernelUs, row.bypassUs, row.roundTrips, row.lost)
+	runs, err := idleBlocks(ctx, o, b, sw, progs)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range runs {
+		row, err := idleOne(o, b, r, sw, progs, only != nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s, %s: %w", r.row.path, r.kind, err)
 		}
+		if err := raw(r); err != nil {
+			return nil, fmt.Errorf("bench bypass --raw: %w", err)
+		}
+		rows = append(rows, row)
+		fmt.Fprintf(w, "paired %-10s %-19s A/B %s  A/A %s  (no agent %.1f, agent idle %.1f; %d round trips or streams, %d lost; blocks' A/B medians %s)\n",
+			row.path, row.metric, row.ab, row.aa, row.kernelUs, row.bypassUs, row.roundTrips, row.lost, spread(row.blockAB))
 	}
 	slices.Sort(sw.took)
 	fmt.Fprintf(w, "%d switches (both nodes' links detached or attached again, before the phase): median %.1f ms, max %.1f ms\n",
@@ -217,29 +225,65 @@ func (o Options) idlePaths() []string {
 // hookQuads are the quads of a row's per-hook pass.
 const hookQuads = 4
 
-// idleOne measures one path and protocol: the quads with the kernel's BPF
-// run-time statistics off (they would cost only the B phases: A has no
-// programs), then hookQuads quads with them on for the per-hook costs
-// (which must show the links detached in A and attached in B), and the
-// client's packets per round trip.
-func idleOne(o Options, b *benchLab, path string, kind pairedKind, sw *switcher, progs *bench.Progs, subset bool) (idleRow, error) {
+// idleBlocks runs the quads of every path and protocol (the round trips:
+// issue 37's target) with the kernel's BPF run-time statistics off (they
+// would cost only the B phases: A has no programs), in blocks as
+// runPaired does: the rows' blocks interleaved over the run, each block on
+// fresh flows.
+func idleBlocks(ctx context.Context, o Options, b *benchLab, sw *switcher, progs *bench.Progs) ([]*pairedRun, error) {
+	blocks, err := pairedBlocks(o)
+	if err != nil {
+		return nil, err
+	}
+	var runs []*pairedRun
+	for _, path := range o.idlePaths() {
+		for _, kind := range []pairedKind{tcpRTT, udpRTT} {
+			r := newPairedRun(kind, b.servers[path])
+			r.row.path = path
+			runs = append(runs, r)
+		}
+	}
 	st0, err := progs.Read()
 	if err != nil {
-		return idleRow{}, err
+		return nil, err
 	}
-	r, err := pairedOne(o, b.client, b.servers[path], kind, sw.flip, progs)
-	if err != nil {
-		return idleRow{}, err
+	for blk := range blocks {
+		for _, r := range runs {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			warm := o.Phase
+			if blk == 0 {
+				warm = 500 * time.Millisecond
+			}
+			if err := pairedBlock(o, b.client, r, o.Pairs/blocks, warm, sw.flip, progs); err != nil {
+				return nil, fmt.Errorf("%s, %s, block %d: %w", r.row.path, r.kind, blk+1, err)
+			}
+		}
 	}
 	st1, err := progs.Read()
 	if err != nil {
-		return idleRow{}, err
+		return nil, err
 	}
 	for name, v := range st1 {
 		if v.Runs != st0[name].Runs {
-			return idleRow{}, fmt.Errorf("BPF run-time statistics were on during the A/B quads (%s counted runs): another process holds them on, and their clock reads would cost only the B phases", name)
+			return nil, fmt.Errorf("BPF run-time statistics were on during the A/B quads (%s counted runs): another process holds them on, and their clock reads would cost only the B phases", name)
 		}
 	}
+	for _, r := range runs {
+		if err := r.compare(); err != nil {
+			return nil, fmt.Errorf("%s, %s: %w", r.row.path, r.kind, err)
+		}
+	}
+	return runs, nil
+}
+
+// idleOne completes row r, its quads run: hookQuads quads with the
+// kernel's BPF run-time statistics on for the per-hook costs (which must
+// show the links detached in A and attached in B), and the client's
+// packets per round trip.
+func idleOne(o Options, b *benchLab, pr *pairedRun, sw *switcher, progs *bench.Progs, subset bool) (idleRow, error) {
+	r, path, kind := pr.row, pr.row.path, pr.kind
 	statsOn, err := bench.EnableProgStats()
 	if err != nil {
 		return idleRow{}, err
@@ -263,7 +307,6 @@ func idleOne(o Options, b *benchLab, path string, kind pairedKind, sw *switcher,
 		r.taskRTs[k] += h.taskRTs[k]
 	}
 	row := idleRow{pairedRow: r}
-	row.path = path
 	row.pktsPerRT, err = packetsPerRoundTrip(o, b, path, kind)
 	return row, err
 }
@@ -376,6 +419,7 @@ func netDevPackets() (uint64, error) {
 // reportIdlePaired prints the idle agent's paired rows of every mode and
 // where its programs spend their time.
 func reportIdlePaired(w io.Writer, o Options, rows map[multinode.Mode][]idleRow) {
+	blocks, _ := pairedBlocks(o)
 	if o.Pair == PairIdleUnselected {
 		fmt.Fprintf(w, "\nB is the idle agent of a node where it selects another pod than the measured ones (%s), with the close reset on covered devices only; node-wide hooks refused as with idle-narrow", IdleUnselected)
 	}
@@ -386,8 +430,8 @@ func reportIdlePaired(w io.Writer, o Options, rows map[multinode.Mode][]idleRow)
 		}
 		fmt.Fprintf(w, "\nB is the idle agent with %s: no hook of it runs for the whole node, as where the host allows fentry and fexit (reads counted at tcp_bpf_recvmsg for sockets with a psock, splices seen at tcp_splice_read)", refused)
 	}
-	fmt.Fprintf(w, "\nPaired: the idle agent (B: its links attached, nothing selected) vs no agent (A: every link of both nodes' agents detached) on the same flows; %d quads of %s phases (an A/A pair, the agent attached on both sides, and an A/B pair); median of the per-pair differences of the phases' median round trip, with its 95%% bootstrap interval; a row judges only if its A/A interval holds 0 and is within ±%.0f%%; target: the idle agent at most %+.0f%% on the round trips (the interval's upper end)\n",
-		o.Pairs, o.Phase, bench.AAMaxHalfWidth, idleTarget)
+	fmt.Fprintf(w, "\nPaired: the idle agent (B: its links attached, nothing selected) vs no agent (A: every link of both nodes' agents detached) on the same flows; %d quads of %s phases (an A/A pair, the agent attached on both sides, and an A/B pair) in %d blocks, the rows' blocks interleaved over the run, each block on fresh flows; median of the per-pair differences of the phases' median round trip, with its 95%% bootstrap interval (resampling whole blocks: it holds the spread between blocks; expanded percentile tails for their number); a row judges only if its A/A interval holds 0 and is within ±%.0f%%; target: the idle agent at most %+.0f%% on the round trips (the interval's upper end)\n",
+		o.Pairs, o.Phase, blocks, bench.AAMaxHalfWidth, idleTarget)
 	for _, mode := range o.Modes {
 		fmt.Fprintf(w, "\n%s (IPv6 %v):\n", mode, o.IPv6)
 		var out, hooks [][]string

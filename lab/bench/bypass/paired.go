@@ -125,17 +125,11 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 	if len(o.Modes) == 0 {
 		return errors.New("bench bypass: no routing mode")
 	}
-	if o.Blocks != 0 && o.Pair != "" && o.Pair != PairBypass {
-		return fmt.Errorf("bench bypass --blocks: only with --pair %s", PairBypass)
-	}
 	if _, err := pairedBlocks(o); err != nil {
 		return err
 	}
 	switch o.Pair {
 	case PairIdle, PairIdleNarrow, PairIdleUnselected:
-		if o.Raw != "" {
-			return fmt.Errorf("bench bypass --raw: only with --pair %s", PairBypass)
-		}
 		return runIdlePairedModes(ctx, o, w)
 	case "", PairBypass:
 		if o.SwitchLinks != "" {
@@ -146,18 +140,11 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "eztunnel bench bypass --pairs %d --phase %s: %d mode(s); client on CPU %s (the measuring thread), servers on CPU %s; IPv6 %v\n",
 		o.Pairs, o.Phase, len(o.Modes), cpuName(o.ClientCPU), cpuName(o.ServerCPU), o.IPv6)
-	var raw *csv.Writer
-	if o.Raw != "" {
-		f, err := os.Create(o.Raw)
-		if err != nil {
-			return fmt.Errorf("bench bypass --raw: %w", err)
-		}
-		defer f.Close()
-		raw = csv.NewWriter(f)
-		if err := raw.Write(rawHeader); err != nil {
-			return fmt.Errorf("bench bypass --raw: %w", err)
-		}
+	raw, closeRaw, err := openRaw(o)
+	if err != nil {
+		return err
 	}
+	defer closeRaw()
 	rows := map[multinode.Mode][]pairedRow{}
 	for _, mode := range o.Modes {
 		err := withLab(ctx, o, mode, w, func(b *benchLab) error {
@@ -179,7 +166,7 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 				return err
 			}
 			defer progs.Close()
-			r, err := runPaired(ctx, o, b.client, b.servers, a, progs, w, rawMode(raw, mode))
+			r, err := runPaired(ctx, o, b.client, b.servers, a, progs, w, rawMode(raw, PairBypass, mode))
 			if serr := a.stop(); err == nil {
 				err = serr
 			}
@@ -195,13 +182,31 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 }
 
 // rawHeader is the first line of --raw's CSV.
-var rawHeader = []string{"mode", "path", "metric", "block", "quad", "side", "value"}
+var rawHeader = []string{"pair", "mode", "path", "metric", "block", "quad", "side", "value"}
+
+// openRaw creates --raw's file with its header (no file: a nil writer);
+// closeRaw closes it.
+func openRaw(o Options) (raw *csv.Writer, closeRaw func(), err error) {
+	if o.Raw == "" {
+		return nil, func() {}, nil
+	}
+	f, err := os.Create(o.Raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench bypass --raw: %w", err)
+	}
+	raw = csv.NewWriter(f)
+	if err := raw.Write(rawHeader); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("bench bypass --raw: %w", err)
+	}
+	return raw, func() { f.Close() }, nil
+}
 
 // rawMode writes a row's phases to raw (nil: nothing), one line per phase
-// in the order it ran: block and quad from 0, side A (the kernel path), B,
-// AA1 or AA2 (the bypass), value the phase's median round trip (us) or
-// goodput (Gbit/s).
-func rawMode(raw *csv.Writer, mode multinode.Mode) func(*pairedRun) error {
+// in the order it ran: the pair (--pair), block and quad from 0, side A
+// (the kernel path, or no agent), B, AA1 or AA2 (the bypass, or the idle
+// agent), value the phase's median round trip (us) or goodput (Gbit/s).
+func rawMode(raw *csv.Writer, pair string, mode multinode.Mode) func(*pairedRun) error {
 	return func(r *pairedRun) error {
 		if raw == nil {
 			return nil
@@ -210,7 +215,7 @@ func rawMode(raw *csv.Writer, mode multinode.Mode) func(*pairedRun) error {
 			for q := range r.quads[bench.SideA][blk] {
 				for _, s := range bench.QuadOrder(q) {
 					v := strconv.FormatFloat(r.quads[s][blk][q], 'g', -1, 64)
-					if err := raw.Write([]string{string(mode), r.row.path, r.kind.rawName(), strconv.Itoa(blk), strconv.Itoa(q), s.String(), v}); err != nil {
+					if err := raw.Write([]string{pair, string(mode), r.row.path, r.kind.rawName(), strconv.Itoa(blk), strconv.Itoa(q), s.String(), v}); err != nil {
 						return err
 					}
 				}
@@ -319,7 +324,7 @@ func newPairedRun(kind pairedKind, server *multinode.Pod) *pairedRun {
 }
 
 // pairedOne runs the quads of one path and protocol in one block, on one
-// flow (bench bypass --pair idle).
+// flow (the idle rows' per-hook pass).
 func pairedOne(o Options, client, server *multinode.Pod, kind pairedKind, flip func(bool) error, progs *bench.Progs) (pairedRow, error) {
 	r := newPairedRun(kind, server)
 	if err := pairedBlock(o, client, r, o.Pairs, 500*time.Millisecond, flip, progs); err != nil {

@@ -20,9 +20,10 @@ import (
 // rawRow is a row of --raw: mode, path and metric (pairedKind.rawName).
 type rawRow struct{ mode, path, metric string }
 
-// rawRun is one --raw file: each row's phases by side and block, and the
-// rows in the order the file has them.
+// rawRun is one --raw file: what it paired (--pair), each row's phases by
+// side and block, and the rows in the order the file has them.
 type rawRun struct {
+	pair  string
 	rows  map[rawRow]*[4][][]float64
 	order []rawRow
 }
@@ -35,7 +36,7 @@ func readRaw(path string) (rawRun, error) {
 	}
 	defer f.Close()
 	cr := csv.NewReader(f)
-	cr.FieldsPerRecord = 7
+	cr.FieldsPerRecord = len(rawHeader)
 	head, err := cr.Read()
 	if err != nil || !slices.Equal(head, rawHeader) {
 		return rawRun{}, fmt.Errorf("%s: not a bench bypass --raw file (its first line is not %s)", path, strings.Join(rawHeader, ","))
@@ -53,10 +54,17 @@ func readRaw(path string) (rawRun, error) {
 		if err != nil {
 			return rawRun{}, fmt.Errorf("%s: %w", path, err)
 		}
-		k := rawRow{rec[0], rec[1], rec[2]}
-		blk, err1 := strconv.Atoi(rec[3])
-		v, err2 := strconv.ParseFloat(rec[6], 64)
-		s, ok := sides[rec[5]]
+		switch {
+		case !slices.Contains([]string{PairBypass, PairIdle, PairIdleNarrow, PairIdleUnselected}, rec[0]):
+			return rawRun{}, fmt.Errorf("%s:%d: pair %q is not %s, %s, %s or %s", path, line, rec[0], PairBypass, PairIdle, PairIdleNarrow, PairIdleUnselected)
+		case run.pair != "" && rec[0] != run.pair:
+			return rawRun{}, fmt.Errorf("%s:%d: pair %s after %s: one file holds one run", path, line, rec[0], run.pair)
+		}
+		run.pair = rec[0]
+		k := rawRow{rec[1], rec[2], rec[3]}
+		blk, err1 := strconv.Atoi(rec[4])
+		v, err2 := strconv.ParseFloat(rec[7], 64)
+		s, ok := sides[rec[6]]
 		if err1 != nil || err2 != nil || !ok || blk < 0 || blk > 10000 || !(v > 0) {
 			return rawRun{}, fmt.Errorf("%s:%d: bad phase %q (want a block number, a side A, B, AA1 or AA2, and a value above 0)", path, line, strings.Join(rec, ","))
 		}
@@ -96,6 +104,7 @@ type poolTarget struct {
 	text          string
 }
 
+// poolTargets are the bypass's (--pair bypass), by path and metric.
 var poolTargets = map[[2]string]poolTarget{
 	{crossNode, tcpRTT.rawName()}:    {limit: -15, median: -20, text: "-20%, upper end at or below -15%"},
 	{"same-node", udpRTT.rawName()}:  {limit: -25, text: "-25%, upper end at or below -25%"},
@@ -119,6 +128,9 @@ func PoolRaw(files []string, w io.Writer) error {
 		runs = append(runs, r)
 	}
 	for i, r := range runs[1:] {
+		if r.pair != runs[0].pair {
+			return fmt.Errorf("%s paired %s, %s paired %s: pool runs of one command", files[0], runs[0].pair, files[i+1], r.pair)
+		}
 		if !slices.Equal(r.order, runs[0].order) {
 			return fmt.Errorf("%s and %s have other rows (%v; %v): pool runs of one command", files[0], files[i+1], runs[0].order, r.order)
 		}
@@ -131,8 +143,12 @@ func PoolRaw(files []string, w io.Writer) error {
 		}
 		out = append(out, row)
 	}
-	fmt.Fprintf(w, "%d runs pooled (%s): each run's A/B interval (bypass vs kernel path, as it printed it); agree: all share a point; between runs: the standard deviation of the effect beyond the runs' own errors (tau, points) and its share of their spread (I²); pooled: the random-effects estimate across the runs with its 95%% interval (DerSimonian-Laird, Hartung-Knapp: a t quantile with %d degrees of freedom), the same for the A/A rows; a row judges only if its pooled A/A interval holds 0 and is within ±%.0f%%\n\n",
-		len(files), strings.Join(files, ", "), len(files)-1, bench.AAMaxHalfWidth)
+	what := "bypass vs kernel path"
+	if runs[0].pair != PairBypass {
+		what = "the idle agent (--pair " + runs[0].pair + ") vs no agent"
+	}
+	fmt.Fprintf(w, "%d runs pooled (%s): each run's A/B interval (%s, as it printed it); agree: all share a point; between runs: the standard deviation of the effect beyond the runs' own errors (tau, points) and its share of their spread (I²); pooled: the random-effects estimate across the runs with its 95%% interval (DerSimonian-Laird, Hartung-Knapp: a t quantile with %d degrees of freedom), the same for the A/A rows; a row judges only if its pooled A/A interval holds 0 and is within ±%.0f%%\n\n",
+		len(files), strings.Join(files, ", "), what, len(files)-1, bench.AAMaxHalfWidth)
 	head := []string{"mode", "path", "metric"}
 	for i := range files {
 		head = append(head, fmt.Sprintf("run %d", i+1))
@@ -168,6 +184,10 @@ func poolRow(runs []rawRun, k rawRow) ([]string, error) {
 	}
 	row = append(row, agree, fmt.Sprintf("tau %.1f, I² %.0f%%", pab.Tau, 100*pab.I2), pab.Paired().String(), paa.Paired().String())
 	t, ok := poolTargets[[2]string{k.path, k.metric}]
+	if runs[0].pair != PairBypass {
+		// The idle agent's: every round trip at most idleTarget.
+		t, ok = poolTarget{limit: idleTarget, text: fmt.Sprintf("at most %+.0f%%, upper end", idleTarget)}, k.metric != tcpStream.rawName()
+	}
 	if !ok {
 		return append(row, "-", "-"), nil
 	}

@@ -13,12 +13,12 @@ import (
 	"github.com/eztunnel/eztunnel/lab/bench"
 )
 
-// writeRaw writes a --raw file of one run: for each row (path, metric,
-// effect in percent of B against A), 10 blocks of 20 quads around A = 20
-// with 1% noise per phase.
-func writeRaw(t *testing.T, dir string, run int, rows [][3]string) string {
+// writeRaw writes a --raw file of one run of --pair pair: for each row
+// (path, metric, effect in percent of B against A), 10 blocks of 20 quads
+// around A = 20 with 1% noise per phase.
+func writeRaw(t *testing.T, dir, pair string, run int, rows [][3]string) string {
 	t.Helper()
-	path := filepath.Join(dir, fmt.Sprintf("run%d.csv", run))
+	path := filepath.Join(dir, fmt.Sprintf("%s-run%d.csv", pair, run))
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func writeRaw(t *testing.T, dir string, run int, rows [][3]string) string {
 					if s != bench.SideA {
 						v *= 1 + eff/100
 					}
-					w.Write([]string{"host-gw", row[0], row[1], strconv.Itoa(blk), strconv.Itoa(q), s.String(), strconv.FormatFloat(v, 'g', -1, 64)})
+					w.Write([]string{pair, "host-gw", row[0], row[1], strconv.Itoa(blk), strconv.Itoa(q), s.String(), strconv.FormatFloat(v, 'g', -1, 64)})
 				}
 			}
 		}
@@ -56,8 +56,30 @@ func TestPoolRaw(t *testing.T) {
 	rows := [][3]string{{"same-node", "udp-rtt-us", "-27"}, {"cross-node", "tcp-rtt-us", "-18"}, {"cross-node", "tcp-stream-gbps", "+15"}, {"cross-node", "udp-rtt-us", "-30"}}
 	var files []string
 	for run := range 3 {
-		files = append(files, writeRaw(t, dir, run+1, rows))
+		files = append(files, writeRaw(t, dir, PairBypass, run+1, rows))
 	}
+	checkPooled(t, files, map[string]string{"same-node udp-rtt-us": bench.Pass, "cross-node tcp-rtt-us": bench.Miss, "cross-node tcp-stream-gbps": bench.Pass, "cross-node udp-rtt-us": "-"})
+}
+
+// TestPoolRawIdle: runs of an idle pair are judged on the idle agent's
+// target, every round trip at most +2% on the pooled interval's upper end.
+func TestPoolRawIdle(t *testing.T) {
+	dir := t.TempDir()
+	rows := [][3]string{{"same-node", "tcp-rtt-us", "+0.5"}, {"same-node", "udp-rtt-us", "+3"}, {"cross-node", "tcp-rtt-us", "-1"}}
+	var files []string
+	for run := range 3 {
+		files = append(files, writeRaw(t, dir, PairIdleUnselected, run+1, rows))
+	}
+	out := checkPooled(t, files, map[string]string{"same-node tcp-rtt-us": bench.Pass, "same-node udp-rtt-us": bench.Miss, "cross-node tcp-rtt-us": bench.Pass})
+	if !strings.Contains(out, "the idle agent (--pair idle-unselected) vs no agent") || !strings.Contains(out, "at most +2%, upper end") {
+		t.Errorf("the report does not say what was paired, or the idle target:\n%s", out)
+	}
+}
+
+// checkPooled pools files and checks each row's agreement and verdict
+// (rows: "path metric"); it returns the report.
+func checkPooled(t *testing.T, files []string, want map[string]string) string {
+	t.Helper()
 	var out strings.Builder
 	if err := PoolRaw(files, &out); err != nil {
 		t.Fatal(err)
@@ -73,22 +95,28 @@ func TestPoolRaw(t *testing.T) {
 			got[cells[1]+" "+cells[2]] = cells
 		}
 	}
-	for row, verdict := range map[string]string{"same-node udp-rtt-us": bench.Pass, "cross-node tcp-rtt-us": bench.Miss, "cross-node tcp-stream-gbps": bench.Pass, "cross-node udp-rtt-us": "-"} {
+	for row, verdict := range want {
 		c := got[row]
 		if c == nil || c[6] != "yes" || c[11] != verdict {
 			t.Errorf("%s: %q, want agreement and %s", row, c, verdict)
 		}
 	}
+	return out.String()
 }
 
 // TestPoolRawRefused: what is not a set of runs of one command is refused,
 // naming the file (and line) at fault.
 func TestPoolRawRefused(t *testing.T) {
 	dir := t.TempDir()
-	one := writeRaw(t, dir, 1, [][3]string{{"same-node", "udp-rtt-us", "-27"}})
-	other := writeRaw(t, dir, 2, [][3]string{{"same-node", "tcp-rtt-us", "-27"}})
+	one := writeRaw(t, dir, PairBypass, 1, [][3]string{{"same-node", "udp-rtt-us", "-27"}})
+	other := writeRaw(t, dir, PairBypass, 2, [][3]string{{"same-node", "tcp-rtt-us", "-27"}})
+	idle := writeRaw(t, dir, PairIdle, 3, [][3]string{{"same-node", "udp-rtt-us", "-27"}})
 	bad := filepath.Join(dir, "bad.csv")
-	os.WriteFile(bad, []byte(strings.Join(rawHeader, ",")+"\nhost-gw,same-node,udp-rtt-us,0,0,C,20\n"), 0o644)
+	os.WriteFile(bad, []byte(strings.Join(rawHeader, ",")+"\nbypass,host-gw,same-node,udp-rtt-us,0,0,C,20\n"), 0o644)
+	badPair := filepath.Join(dir, "badpair.csv")
+	os.WriteFile(badPair, []byte(strings.Join(rawHeader, ",")+"\nidler,host-gw,same-node,udp-rtt-us,0,0,A,20\n"), 0o644)
+	mixed := filepath.Join(dir, "mixed.csv")
+	os.WriteFile(mixed, []byte(strings.Join(rawHeader, ",")+"\nidle,host-gw,same-node,udp-rtt-us,0,0,A,20\nbypass,host-gw,same-node,udp-rtt-us,0,0,B,20\n"), 0o644)
 	notRaw := filepath.Join(dir, "not.csv")
 	os.WriteFile(notRaw, []byte("a,b\n"), 0o644)
 	for _, c := range []struct {
@@ -97,6 +125,9 @@ func TestPoolRawRefused(t *testing.T) {
 	}{
 		{[]string{one}, "at least 2 runs, got 1"},
 		{[]string{one, other}, "have other rows"},
+		{[]string{one, idle}, "-run1.csv paired bypass, " + idle + " paired idle"},
+		{[]string{one, badPair}, `badpair.csv:2: pair "idler" is not`},
+		{[]string{one, mixed}, "mixed.csv:3: pair bypass after idle"},
 		{[]string{one, bad}, "bad.csv:2: bad phase"},
 		{[]string{one, notRaw}, "not.csv: not a bench bypass --raw file"},
 		{[]string{one, filepath.Join(dir, "missing.csv")}, "missing.csv: no such file"},

@@ -167,8 +167,8 @@ func benchBypassCmd() *cobra.Command {
 	f.IntVar(&o.ServerCPU, "server-cpu", o.ServerCPU, "CPU of every server (-1: any)")
 	f.IntVar(&o.Pairs, "pairs", 0, "paired mode instead of rounds: the bypass against its own kernel path (paused, programs attached) on the same flows, this many quads of phases (an A/A pair and an A/B pair each), TCP and UDP round trips, with 95% bootstrap intervals (at least 20; 200 for the A/A row to resolve 2%)")
 	f.DurationVar(&o.Phase, "phase", 100*time.Millisecond, "with --pairs: the length of each phase")
-	f.IntVar(&o.Blocks, "blocks", 0, "with --pairs --pair bypass: run each row's quads in this many blocks, the rows' blocks interleaved over the run and each on fresh flows, and resample whole blocks for the interval, so it holds the spread between flows and over the run's minutes (must divide --pairs into blocks of at least 4 quads; 0: --pairs/20, at least 1)")
-	f.StringVar(&o.Raw, "raw", "", "with --pairs --pair bypass: also write every phase's value to this file as CSV (mode, path, metric, block, quad, side, value; side A is the kernel path, B and AA1, AA2 the bypass), from which the report's intervals can be recomputed")
+	f.IntVar(&o.Blocks, "blocks", 0, "with --pairs: run each row's quads in this many blocks, the rows' blocks interleaved over the run and each on fresh flows, and resample whole blocks for the interval, so it holds the spread between flows and over the run's minutes (must divide --pairs into blocks of at least 4 quads; 0: --pairs/20, at least 1)")
+	f.StringVar(&o.Raw, "raw", "", "with --pairs: also write every phase's value to this file as CSV (pair, mode, path, metric, block, quad, side, value; side A is the kernel path or no agent, B and AA1, AA2 the bypass or the idle agent), from which the report's intervals can be recomputed and runs pooled (bench pool)")
 	f.StringVar(&o.Pair, "pair", bypass.PairBypass, "with --pairs: what is paired: bypass (the bypass against its kernel path), idle (an agent that accelerates nothing against no agent: both nodes' agents' links detached and attached again in place) idle-narrow (idle with the hooks that run for the whole node here refused, the read tracepoint and the splice guard's syscall hooks: what the idle agent costs where the host allows fentry and fexit) or idle-unselected (idle-narrow for pods the agent does not select: it selects another pod of each node, as Kubernetes mode does, with --close-reset-devices=covered)")
 	f.StringSliceVar(&o.Paths, "paths", nil, "with --pairs --pair idle, idle-narrow or idle-unselected: the paths measured, same-node and/or cross-node (default both)")
 	f.StringVar(&o.SwitchLinks, "switch-links", "", "with --pairs --pair idle, idle-narrow or idle-unselected: detach in A only the links whose name matches this regular expression (links/tcx/<netns>/<device>/<program>_<direction>, or the pin); the others stay attached on both sides (what one link costs)")
@@ -178,7 +178,7 @@ func benchBypassCmd() *cobra.Command {
 func benchPoolCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "pool RAW RAW...",
-		Short: "Pool runs of bench bypass --pairs from their --raw files: each run's interval, whether they agree, the spread between runs, and the interval that holds across them, with the bypass's targets (RTT, stream) judged on it",
+		Short: "Pool runs of bench bypass --pairs from their --raw files: each run's interval, whether they agree, the spread between runs, and the interval that holds across them, with the targets judged on it (the bypass's RTT and stream targets, or the idle agent's at most +2%)",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(_ *cobra.Command, files []string) error {
 			return bypass.PoolRaw(files, os.Stdout)
