@@ -35,7 +35,8 @@ import (
 // pod each and attach the close reset only to covered devices, so on the
 // measured pods' paths cgroup egress runs and the close reset never does;
 // its quads run in 5 blocks, and --raw's phases give the intervals it
-// printed.
+// printed; then with only the close reset's links switched, which never
+// run on those paths.
 // Nothing is left behind. No timing is asserted.
 func TestBenchBypassIdlePaired(t *testing.T) {
 	args, _ := idlePairedRun(t, "idle")
@@ -57,6 +58,10 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 	if !strings.Contains(out, "in 5 blocks") {
 		t.Errorf("the report does not say the quads ran in 5 blocks:\n%s", out)
 	}
+	assertClean(t, "bbp", "")
+	// Links whose programs never run on the measured paths can be
+	// switched alone: the bench proves each detach by the link's ID.
+	idlePairedRun(t, "idle-unselected", "--switch-links", "close_reset")
 	assertClean(t, "bbp", "")
 	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
 		t.Errorf("pins left behind: %s", strings.Join(left, " "))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -38,6 +39,7 @@ type heldLink struct {
 	pin    string
 	name   string  // with --switch-links: the pin with a tcx link's namespace and device named (linkName)
 	id     link.ID // the agent's (the order it attached its links in)
+	cur    link.ID // the link attached now (the agent's, or the bench's last)
 	prog   *ebpf.Program
 	attach func(*ebpf.Program) (link.Link, error)
 	l      link.Link // nil while detached
@@ -113,7 +115,7 @@ func takeOver(n *multinode.Node, pinRoot string, namespaces []string, only *rege
 		if err != nil {
 			return nil, fmt.Errorf("link info of %s: %w", h.pin, err)
 		}
-		h.id = info.ID
+		h.id, h.cur = info.ID, info.ID
 		if h.prog, err = ebpf.NewProgramFromID(info.Program); err != nil {
 			return nil, fmt.Errorf("program %d of %s: %w", info.Program, h.pin, err)
 		}
@@ -262,6 +264,12 @@ func (nl *nodeLinks) setAttached(on bool) error {
 				if err != nil {
 					return fmt.Errorf("detach %s: %w", h.pin, err)
 				}
+				// Proof that the kernel let go of it (its programs
+				// may not run on the path to show it): closing the
+				// last fd frees the link and its ID at once.
+				if err := gone(h.cur); err != nil {
+					return fmt.Errorf("detach %s: %w", h.pin, err)
+				}
 			}
 			return nil
 		}
@@ -277,10 +285,55 @@ func (nl *nodeLinks) setAttached(on bool) error {
 				l.Close()
 				return fmt.Errorf("pin %s again: %w", h.pin, err)
 			}
-			h.l = l
+			info, err := l.Info()
+			if err != nil {
+				l.Close()
+				return fmt.Errorf("link info of %s: %w", h.pin, err)
+			}
+			h.l, h.cur = l, info.ID
 		}
 		return nil
 	})
+}
+
+// gone fails unless no link has id: another holder of a link the bench
+// detached would keep it attached.
+func gone(id link.ID) error {
+	l, err := link.NewFromID(id)
+	switch {
+	case err == nil:
+		l.Close()
+		return fmt.Errorf("link %d is still there: something else holds it", id)
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	}
+	return fmt.Errorf("link %d: %w", id, err)
+}
+
+// switchedPrograms are the names of the programs of the links held
+// (switched), and of those kept attached on both sides.
+func (nl *nodeLinks) switchedPrograms() (switched, kept map[string]bool, err error) {
+	switched, kept = map[string]bool{}, map[string]bool{}
+	for _, h := range nl.links {
+		info, err := h.prog.Info()
+		if err != nil {
+			return nil, nil, err
+		}
+		switched[info.Name] = true
+	}
+	for _, id := range nl.kept {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		info, err := p.Info()
+		p.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+		kept[info.Name] = true
+	}
+	return switched, kept, nil
 }
 
 // restore attaches every link again and checks the pins are as the agent

@@ -28,24 +28,36 @@ func TestSameLinks(t *testing.T) {
 func TestCheckIdleRuns(t *testing.T) {
 	row := func(a, b uint64) pairedRow {
 		var r pairedRow
-		r.hooks[0] = map[string]bench.ProgStat{"ez_sc_close_reset": {Runs: a}}
-		r.hooks[1] = map[string]bench.ProgStat{"ez_sc_close_reset": {Runs: b}}
+		r.hooks[0] = map[string]bench.ProgStat{"ez_sc_close_reset": {Runs: a}, "ez_sc_egress": {Runs: 5}}
+		r.hooks[1] = map[string]bench.ProgStat{"ez_sc_close_reset": {Runs: b}, "ez_sc_egress": {Runs: 5}}
 		return r
 	}
+	reset, egress := map[string]bool{"ez_sc_close_reset": true}, map[string]bool{"ez_sc_egress": true}
 	for _, c := range []struct {
-		a, b   uint64
-		subset bool
-		ok     bool
+		name           string
+		a, b           uint64
+		switched, kept map[string]bool
+		ok             bool
 	}{
-		{0, 10, false, true},
-		{1, 10, false, false}, // a program ran with every link detached
-		{0, 0, false, false},  // none ran attached
-		{5, 10, true, true},   // the links that stay run in A too
-		{10, 10, true, false}, // the switch changed nothing
+		{"every link switched, a program ran detached", 0, 10, nil, nil, false}, // egress ran in A
+		{"the close reset switched, egress kept", 0, 10, reset, egress, true},
+		{"the close reset ran detached", 1, 10, reset, egress, false},
+		{"the close reset switched, not on the path", 0, 0, reset, egress, true},
+		{"a program of both kinds of link may run in A", 3, 10, reset, map[string]bool{"ez_sc_close_reset": true, "ez_sc_egress": true}, true},
 	} {
-		if err := checkIdleRuns(row(c.a, c.b), c.subset); (err == nil) != c.ok {
-			t.Errorf("A %d runs, B %d, subset %v: %v, want ok %v", c.a, c.b, c.subset, err, c.ok)
+		if err := checkIdleRuns(row(c.a, c.b), c.switched, c.kept); (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
 		}
+	}
+	var r pairedRow
+	r.hooks[0] = map[string]bench.ProgStat{"ez_sc_egress": {}}
+	r.hooks[1] = map[string]bench.ProgStat{"ez_sc_egress": {Runs: 4}}
+	if err := checkIdleRuns(r, nil, nil); err != nil {
+		t.Errorf("every link switched, egress only attached: %v", err)
+	}
+	r.hooks[1] = map[string]bench.ProgStat{"ez_sc_egress": {}}
+	if err := checkIdleRuns(r, nil, nil); err == nil {
+		t.Error("every link switched, no program ran attached: no error")
 	}
 }
 
