@@ -36,7 +36,7 @@ import (
 // measured pods' paths cgroup egress runs and the close reset never does;
 // its quads run in 5 blocks, and --raw's phases give the intervals it
 // printed; then with only the close reset's links switched, which never
-// run on those paths.
+// run on those paths, and a clsact qdisc on each node's loopback.
 // Nothing is left behind. No timing is asserted.
 func TestBenchBypassIdlePaired(t *testing.T) {
 	args, _ := idlePairedRun(t, "idle")
@@ -60,8 +60,12 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 	}
 	assertClean(t, "bbp", "")
 	// Links whose programs never run on the measured paths can be
-	// switched alone: the bench proves each detach by the link's ID.
-	idlePairedRun(t, "idle-unselected", "--switch-links", "close_reset")
+	// switched alone: the bench proves each detach by the link's ID. With
+	// --tc-hooks-on each node's loopback holds a clsact qdisc throughout.
+	_, out = idlePairedRun(t, "idle-unselected", "--switch-links", "close_reset", "--tc-hooks-on")
+	if n := len(regexp.MustCompile(`(?m)^n\d: a clsact qdisc on lo \(--tc-hooks-on\)`).FindAllString(out, -1)); n != 2 {
+		t.Errorf("--tc-hooks-on: %d nodes say they hold a clsact qdisc on lo, want 2:\n%s", n, out)
+	}
 	assertClean(t, "bbp", "")
 	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
 		t.Errorf("pins left behind: %s", strings.Join(left, " "))

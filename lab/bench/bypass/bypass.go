@@ -79,6 +79,11 @@ type Options struct {
 	// this regular expression are detached in A (idlelinks.go, linkName);
 	// the others stay attached on both sides. "": all.
 	SwitchLinks string
+	// TCHooksOn, with --pair idle: a clsact qdisc without filters on each
+	// node's loopback for the whole run, so the kernel's tc hook checks on
+	// every packet (its ingress and egress static keys) are on in A too,
+	// as on a node whose CNI has tc programs.
+	TCHooksOn bool
 }
 
 // Datapaths, in the order of the report.
@@ -240,6 +245,9 @@ func Run(ctx context.Context, o Options, w io.Writer) error {
 	}
 	if o.Raw != "" {
 		return fmt.Errorf("bench bypass --raw %s: only with --pairs", o.Raw)
+	}
+	if o.TCHooksOn || o.SwitchLinks != "" || o.Pair != "" && o.Pair != PairBypass {
+		return errors.New("bench bypass --pair, --switch-links, --tc-hooks-on: only with --pairs")
 	}
 	if o.Rounds < 1 || o.RTTN < 100 || o.Seconds < 1 {
 		return fmt.Errorf("bench bypass: rounds %d (>= 1), rtt-n %d (>= 100), seconds %d (>= 1)", o.Rounds, o.RTTN, o.Seconds)

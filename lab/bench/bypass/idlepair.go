@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 
 	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/lab/bench"
@@ -98,6 +99,11 @@ func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 	rows := map[multinode.Mode][]idleRow{}
 	for _, mode := range o.Modes {
 		err := withLab(ctx, o, mode, w, func(b *benchLab) error {
+			if o.TCHooksOn {
+				if err := tcHooksOn(b, w); err != nil {
+					return err
+				}
+			}
 			if dp == IdleUnselected {
 				if err := addBystanders(ctx, o, b, w); err != nil {
 					return err
@@ -119,6 +125,31 @@ func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 		}
 	}
 	reportIdlePaired(w, o, rows)
+	return nil
+}
+
+// tcHooksOn adds a clsact qdisc without filters to each node's loopback
+// (--tc-hooks-on), which no measured path crosses. The first tc qdisc or
+// tcx link of the host turns on the kernel's ingress and egress hook
+// checks for every packet on every device (net_inc_ingress_queue,
+// net_inc_egress_queue: static keys), so with it the idle agent's tcx
+// links do not turn them on: what they add on a node where something else
+// already has. The qdisc goes with the lab's namespaces.
+func tcHooksOn(b *benchLab, w io.Writer) error {
+	for _, n := range []*multinode.Node{b.n1, b.n2} {
+		err := n.Do(func() error {
+			lo, err := netlink.LinkByName("lo")
+			if err != nil {
+				return err
+			}
+			return netlink.QdiscAdd(&netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
+				LinkIndex: lo.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}})
+		})
+		if err != nil {
+			return fmt.Errorf("--tc-hooks-on: a clsact qdisc on %s's loopback: %w", n.Name, err)
+		}
+		fmt.Fprintf(w, "%s: a clsact qdisc on lo (--tc-hooks-on): the kernel's tc hook checks are on in A and B\n", n.Name)
+	}
 	return nil
 }
 

@@ -132,6 +132,9 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 	case PairIdle, PairIdleNarrow, PairIdleUnselected:
 		return runIdlePairedModes(ctx, o, w)
 	case "", PairBypass:
+		if o.TCHooksOn {
+			return fmt.Errorf("bench bypass --tc-hooks-on: only with --pair %s, %s or %s", PairIdle, PairIdleNarrow, PairIdleUnselected)
+		}
 		if o.SwitchLinks != "" {
 			return fmt.Errorf("bench bypass --switch-links: only with --pair %s, %s or %s", PairIdle, PairIdleNarrow, PairIdleUnselected)
 		}
