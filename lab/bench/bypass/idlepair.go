@@ -321,7 +321,7 @@ func idleBlocks(ctx context.Context, o Options, b *benchLab, sw *switcher, progs
 	return runs, nil
 }
 
-// idleOne completes row r, its quads run: hookQuads quads with the
+// idleOne completes the row of pr, its quads run: hookQuads quads with the
 // kernel's BPF run-time statistics on for the per-hook costs (which must
 // show the links detached in A and attached in B), and the client's
 // packets per round trip.
