@@ -24,11 +24,21 @@ func killCgroupTree(root string) {
 	for time.Now().Before(deadline) {
 		n := 0
 		walkProcs(root, func(int) { n++ })
-		if n == 0 {
+		if n == 0 && !populated(root) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// populated reports cgroup.events' "populated 1" of root (its subtree
+// included). cgroup.procs stops listing a killed process once its last
+// thread has begun to exit (signal->live is 0: css_task_iter skips dying
+// leaders without live threads), before its threads leave the cgroup in
+// cgroup_exit; until they have, rmdir fails with EBUSY.
+func populated(root string) bool {
+	b, err := os.ReadFile(filepath.Join(root, "cgroup.events"))
+	return err == nil && bytes.Contains(b, []byte("populated 1"))
 }
 
 func walkProcs(root string, fn func(pid int)) {
@@ -60,8 +70,17 @@ func removeCgroupTree(root string) error {
 	})
 	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
 	var errs []error
+	deadline := time.Now().Add(2 * time.Second)
 	for _, d := range dirs {
-		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+		err := os.Remove(d)
+		// Threads still exiting keep it busy (populated) after
+		// cgroup.procs is empty (populated), also in a tree not
+		// killed here first: a bounded wait, then the error.
+		for errors.Is(err, syscall.EBUSY) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+			err = os.Remove(d)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 		}
 	}

@@ -105,7 +105,9 @@ func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 				}
 			}
 			if dp == IdleUnselected {
-				if err := addBystanders(ctx, o, b, w); err != nil {
+				stop, err := addBystanders(ctx, o, b, w)
+				defer stop()
+				if err != nil {
 					return err
 				}
 			}
@@ -529,20 +531,30 @@ func idleHookRows(r idleRow) [][]string {
 func f1(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
 
 // addBystanders adds the pod each node's agent selects with --pair
-// idle-unselected, running a server until the lab closes (it kills its
-// cgroups' processes): the agent covers its namespace.
-func addBystanders(ctx context.Context, o Options, b *benchLab, w io.Writer) error {
+// idle-unselected, running a server until stop kills and reaps it: the
+// agent covers its namespace.
+func addBystanders(ctx context.Context, o Options, b *benchLab, w io.Writer) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
 	for _, n := range []*multinode.Node{b.n1, b.n2} {
 		p, err := n.AddPod(bystanderPod+n.Name, true)
 		if err != nil {
-			return err
+			return stop, err
 		}
-		cmd := p.Cmd(ctx, o.Lab, "workload", "probe-server", "--addr", ":7999")
+		sctx, cancel := context.WithCancel(ctx)
+		cmd := p.Cmd(sctx, o.Lab, "workload", "probe-server", "--addr", ":7999")
 		if err := p.Start(cmd); err != nil {
-			return fmt.Errorf("bystander pod on %s: %w", n.Name, err)
+			cancel()
+			return stop, fmt.Errorf("bystander pod on %s: %w", n.Name, err)
 		}
-		go cmd.Wait()
+		// Killed and reaped before the lab removes the pod's cgroup,
+		// as startServers does.
+		stops = append(stops, func() { cancel(); cmd.Wait() })
 		fmt.Fprintf(w, "%s: the agent selects pod %s (%s, cgroup %s), which carries no measured flow\n", n.Name, p.Name, p.Addr(o.IPv6), p.Cgroup)
 	}
-	return nil
+	return stop, nil
 }
