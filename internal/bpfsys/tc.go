@@ -136,7 +136,7 @@ func TCAttachable(prog *ebpf.Program) error {
 		}
 		lo, err := netlink.LinkByIndex(1)
 		if err == nil {
-			err = ensureClsact(lo)
+			err = EnsureClsact(lo)
 		}
 		if err == nil {
 			err = netlink.FilterReplace(&netlink.BpfFilter{
@@ -185,7 +185,7 @@ func AttachTCFilter(dir string, cookie uint64, f TCFilter, prog *ebpf.Program) e
 	if err := os.MkdirAll(filepath.Dir(rec), 0o700); err != nil {
 		return err
 	}
-	if err := ensureClsact(lnk); err != nil {
+	if err := EnsureClsact(lnk); err != nil {
 		return err
 	}
 	filter := &netlink.BpfFilter{
@@ -202,8 +202,8 @@ func AttachTCFilter(dir string, cookie uint64, f TCFilter, prog *ebpf.Program) e
 	return pinReplace(prog, rec)
 }
 
-// ensureClsact makes the device's clsact qdisc when it has none.
-func ensureClsact(lnk netlink.Link) error {
+// EnsureClsact makes the device's clsact qdisc when it has none.
+func EnsureClsact(lnk netlink.Link) error {
 	qs, err := netlink.QdiscList(lnk)
 	if err != nil {
 		return fmt.Errorf("qdiscs of %s: %w", lnk.Attrs().Name, err)
@@ -483,7 +483,7 @@ func attachTC(f TCFilter, prog *ebpf.Program) error {
 	if err != nil {
 		return ErrDeviceGone
 	}
-	if err := ensureClsact(lnk); err != nil {
+	if err := EnsureClsact(lnk); err != nil {
 		return err
 	}
 	err = netlink.FilterReplace(&netlink.BpfFilter{

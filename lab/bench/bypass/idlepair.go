@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"github.com/eztunnel/eztunnel/internal/bpfsys"
 	"github.com/eztunnel/eztunnel/internal/stats"
 	"github.com/eztunnel/eztunnel/lab/bench"
 	"github.com/eztunnel/eztunnel/lab/multinode"
@@ -144,8 +145,7 @@ func tcHooksOn(b *benchLab, w io.Writer) error {
 			if err != nil {
 				return err
 			}
-			return netlink.QdiscAdd(&netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
-				LinkIndex: lo.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}})
+			return bpfsys.EnsureClsact(lo)
 		})
 		if err != nil {
 			return fmt.Errorf("--tc-hooks-on: a clsact qdisc on %s's loopback: %w", n.Name, err)
