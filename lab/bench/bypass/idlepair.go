@@ -274,7 +274,7 @@ const hookQuads = 4
 // issue 37's target) with the kernel's BPF run-time statistics off (they
 // would cost only the B phases: A has no programs), in blocks as
 // runPaired does: the rows' blocks interleaved over the run, each block on
-// fresh flows.
+// fresh flows (interleaveBlocks).
 func idleBlocks(ctx context.Context, o Options, b *benchLab, sw *switcher, progs *bench.Progs) ([]*pairedRun, error) {
 	blocks, err := pairedBlocks(o)
 	if err != nil {
@@ -292,19 +292,8 @@ func idleBlocks(ctx context.Context, o Options, b *benchLab, sw *switcher, progs
 	if err != nil {
 		return nil, err
 	}
-	for blk := range blocks {
-		for _, r := range runs {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			warm := o.Phase
-			if blk == 0 {
-				warm = 500 * time.Millisecond
-			}
-			if err := pairedBlock(o, b.client, r, o.Pairs/blocks, warm, sw.flip, progs); err != nil {
-				return nil, fmt.Errorf("%s, %s, block %d: %w", r.row.path, r.kind, blk+1, err)
-			}
-		}
+	if err := interleaveBlocks(ctx, o, b.client, runs, blocks, sw.flip, progs, nil); err != nil {
+		return nil, err
 	}
 	st1, err := progs.Read()
 	if err != nil {

@@ -276,31 +276,24 @@ func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers ma
 			runs = append(runs, r)
 		}
 	}
-	for blk := range blocks {
-		for _, r := range runs {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			b0, _, f0, err := a.counters()
-			if err != nil {
-				return nil, err
-			}
-			// The first block's flows warm up for longer: the first
-			// packets of a path (neighbours, routes) are its.
-			warm := o.Phase
-			if blk == 0 {
-				warm = 500 * time.Millisecond
-			}
-			if err := pairedBlock(o, client, r, o.Pairs/blocks, warm, flip, progs); err != nil {
-				return nil, fmt.Errorf("%s, %s, block %d: %w", r.row.path, r.kind, blk+1, err)
-			}
-			b1, _, f1, err := a.counters()
-			if err != nil {
-				return nil, err
-			}
-			r.bypassed += b1 - b0
-			r.paused += f1["paused"] - f0["paused"]
+	err = interleaveBlocks(ctx, o, client, runs, blocks, flip, progs, func(r *pairedRun, block func() error) error {
+		b0, _, f0, err := a.counters()
+		if err != nil {
+			return err
 		}
+		if err := block(); err != nil {
+			return err
+		}
+		b1, _, f1, err := a.counters()
+		if err != nil {
+			return err
+		}
+		r.bypassed += b1 - b0
+		r.paused += f1["paused"] - f0["paused"]
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	var rows []pairedRow
 	for _, r := range runs {
@@ -316,6 +309,37 @@ func runPaired(ctx context.Context, o Options, client *multinode.Pod, servers ma
 			row.path, row.metric, row.ab, row.aa, row.kernelUs, row.bypassUs, row.roundTrips, row.lost, spread(row.blockAB))
 	}
 	return rows, nil
+}
+
+// interleaveBlocks runs blocks blocks of each run's quads, the runs'
+// blocks interleaved (block 1 of every run, then block 2, ...), so each
+// run is measured across the whole bench and on as many flows as blocks.
+// The first block's flows warm up for longer: the first packets of a path
+// (neighbours, routes) are its. around, if not nil, runs each block
+// (block) with what it measures around it.
+func interleaveBlocks(ctx context.Context, o Options, client *multinode.Pod, runs []*pairedRun, blocks int, flip func(bool) error, progs *bench.Progs, around func(r *pairedRun, block func() error) error) error {
+	for blk := range blocks {
+		for _, r := range runs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			warm := o.Phase
+			if blk == 0 {
+				warm = 500 * time.Millisecond
+			}
+			block := func() error { return pairedBlock(o, client, r, o.Pairs/blocks, warm, flip, progs) }
+			var err error
+			if around != nil {
+				err = around(r, block)
+			} else {
+				err = block()
+			}
+			if err != nil {
+				return fmt.Errorf("%s, %s, block %d: %w", r.row.path, r.kind, blk+1, err)
+			}
+		}
+	}
+	return nil
 }
 
 func newPairedRun(kind pairedKind, server *multinode.Pod) *pairedRun {
