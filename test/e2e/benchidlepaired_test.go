@@ -54,7 +54,7 @@ func TestBenchBypassIdlePaired(t *testing.T) {
 	// 5 blocks, each on fresh flows, with every phase written to --raw.
 	raw := filepath.Join(t.TempDir(), "phases.csv")
 	_, out := idlePairedRun(t, "idle-unselected", "--blocks", "5", "--raw", raw)
-	checkRawPhases(t, raw, out, "idle-unselected", 2, 5)
+	checkRawPhases(t, raw, out, "idle-unselected", "ipv4 phase=10ms", 2, 5)
 	if !strings.Contains(out, "in 5 blocks") {
 		t.Errorf("the report does not say the quads ran in 5 blocks:\n%s", out)
 	}

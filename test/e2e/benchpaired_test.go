@@ -54,18 +54,18 @@ func TestBenchBypassPaired(t *testing.T) {
 		}
 	}
 	checkPathTasks(t, out, metric, 5)
-	checkRawPhases(t, raw, out, "bypass", 5, 5)
+	checkRawPhases(t, raw, out, "bypass", "ipv4 phase=20ms", 5, 5)
 	assertClean(t, "bbp", "")
 	if left, _ := filepath.Glob("/sys/fs/bpf/eztunnel-bench-*"); len(left) > 0 {
 		t.Errorf("pins left behind: %s", strings.Join(left, " "))
 	}
 }
 
-// checkRawPhases: --raw wrote every phase of a run of --pair pair (rows
-// rows, blocks blocks of 20/blocks quads, 4 phases each), and each row's
-// A/B and A/A intervals recomputed from those phases are the ones its
-// progress line printed.
-func checkRawPhases(t *testing.T, path, out, pair string, rows, blocks int) {
+// checkRawPhases: --raw wrote every phase of a run of --pair pair in
+// setup (rows rows, blocks blocks of 20/blocks quads, 4 phases each), and
+// each row's A/B and A/A intervals recomputed from those phases are the
+// ones its progress line printed.
+func checkRawPhases(t *testing.T, path, out, pair, setup string, rows, blocks int) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -76,7 +76,7 @@ func checkRawPhases(t *testing.T, path, out, pair string, rows, blocks int) {
 	if err != nil {
 		t.Fatalf("--raw: %v", err)
 	}
-	if len(recs) != 1+rows*20*4 || strings.Join(recs[0], ",") != "pair,mode,path,metric,block,quad,side,value" {
+	if len(recs) != 1+rows*20*4 || strings.Join(recs[0], ",") != "pair,setup,mode,path,metric,block,quad,side,value" {
 		t.Fatalf("--raw: %d lines (want the header and %d), header %q", len(recs), rows*20*4, recs[0])
 	}
 	type rowKey struct{ path, metric string }
@@ -84,15 +84,15 @@ func checkRawPhases(t *testing.T, path, out, pair string, rows, blocks int) {
 	phases := map[rowKey]*[4][][]float64{}
 	var order []rowKey
 	for _, r := range recs[1:] {
-		k := rowKey{r[2], r[3]}
+		k := rowKey{r[3], r[4]}
 		if phases[k] == nil {
 			phases[k] = &[4][][]float64{}
 			order = append(order, k)
 		}
-		blk, err1 := strconv.Atoi(r[4])
-		v, err2 := strconv.ParseFloat(r[7], 64)
-		s, ok := sides[r[6]]
-		if r[0] != pair || r[1] != "host-gw" || err1 != nil || err2 != nil || !ok || v <= 0 || blk >= blocks {
+		blk, err1 := strconv.Atoi(r[5])
+		v, err2 := strconv.ParseFloat(r[8], 64)
+		s, ok := sides[r[7]]
+		if r[0] != pair || r[1] != setup || r[2] != "host-gw" || err1 != nil || err2 != nil || !ok || v <= 0 || blk >= blocks {
 			t.Fatalf("--raw line %q", r)
 		}
 		q := phases[k]

@@ -119,7 +119,7 @@ func runIdlePairedModes(ctx context.Context, o Options, w io.Writer) error {
 			if err := a.stopProcs(); err != nil {
 				return errors.Join(err, a.uninstall())
 			}
-			r, err := runIdlePaired(ctx, o, b, a, only, w, rawMode(raw, o.Pair, mode))
+			r, err := runIdlePaired(ctx, o, b, a, only, w, rawMode(raw, o.Pair, o.rawSetup(), mode))
 			rows[mode] = r
 			return errors.Join(err, a.uninstall())
 		})

@@ -169,7 +169,7 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 				return err
 			}
 			defer progs.Close()
-			r, err := runPaired(ctx, o, b.client, b.servers, a, progs, w, rawMode(raw, PairBypass, mode))
+			r, err := runPaired(ctx, o, b.client, b.servers, a, progs, w, rawMode(raw, PairBypass, o.rawSetup(), mode))
 			if serr := a.stop(); err == nil {
 				err = serr
 			}
@@ -185,7 +185,26 @@ func runPairedModes(ctx context.Context, o Options, w io.Writer) error {
 }
 
 // rawHeader is the first line of --raw's CSV.
-var rawHeader = []string{"pair", "mode", "path", "metric", "block", "quad", "side", "value"}
+var rawHeader = []string{"pair", "setup", "mode", "path", "metric", "block", "quad", "side", "value"}
+
+// rawSetup is what, besides the pair, makes A and B what they are in a
+// run (--raw's setup column): the pods' address family, the phase, and for
+// the idle pairs the tc hooks held on and the links switched. Runs pool
+// only with runs of the same setup (bench pool).
+func (o Options) rawSetup() string {
+	s := "ipv4"
+	if o.IPv6 {
+		s = "ipv6"
+	}
+	s += " phase=" + o.Phase.String()
+	if o.TCHooksOn {
+		s += " tc-hooks-on"
+	}
+	if o.SwitchLinks != "" {
+		s += " switch-links=" + o.SwitchLinks
+	}
+	return s
+}
 
 // openRaw creates --raw's file with its header (no file: a nil writer);
 // closeRaw closes it.
@@ -206,10 +225,11 @@ func openRaw(o Options) (raw *csv.Writer, closeRaw func(), err error) {
 }
 
 // rawMode writes a row's phases to raw (nil: nothing), one line per phase
-// in the order it ran: the pair (--pair), block and quad from 0, side A
+// in the order it ran: the pair (--pair), the setup (rawSetup), block and
+// quad from 0, side A
 // (the kernel path, or no agent), B, AA1 or AA2 (the bypass, or the idle
 // agent), value the phase's median round trip (us) or goodput (Gbit/s).
-func rawMode(raw *csv.Writer, pair string, mode multinode.Mode) func(*pairedRun) error {
+func rawMode(raw *csv.Writer, pair, setup string, mode multinode.Mode) func(*pairedRun) error {
 	return func(r *pairedRun) error {
 		if raw == nil {
 			return nil
@@ -218,7 +238,7 @@ func rawMode(raw *csv.Writer, pair string, mode multinode.Mode) func(*pairedRun)
 			for q := range r.quads[bench.SideA][blk] {
 				for _, s := range bench.QuadOrder(q) {
 					v := strconv.FormatFloat(r.quads[s][blk][q], 'g', -1, 64)
-					if err := raw.Write([]string{pair, string(mode), r.row.path, r.kind.rawName(), strconv.Itoa(blk), strconv.Itoa(q), s.String(), v}); err != nil {
+					if err := raw.Write([]string{pair, setup, string(mode), r.row.path, r.kind.rawName(), strconv.Itoa(blk), strconv.Itoa(q), s.String(), v}); err != nil {
 						return err
 					}
 				}

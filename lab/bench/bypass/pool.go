@@ -20,10 +20,12 @@ import (
 // rawRow is a row of --raw: mode, path and metric (pairedKind.rawName).
 type rawRow struct{ mode, path, metric string }
 
-// rawRun is one --raw file: what it paired (--pair), each row's phases by
-// side and block, and the rows in the order the file has them.
+// rawRun is one --raw file: what it paired (--pair) in which setup
+// (rawSetup), each row's phases by side and block, and the rows in the
+// order the file has them.
 type rawRun struct {
 	pair  string
+	setup string
 	rows  map[rawRow]*[4][][]float64
 	order []rawRow
 }
@@ -59,12 +61,16 @@ func readRaw(path string) (rawRun, error) {
 			return rawRun{}, fmt.Errorf("%s:%d: pair %q is not %s, %s, %s or %s", path, line, rec[0], PairBypass, PairIdle, PairIdleNarrow, PairIdleUnselected)
 		case run.pair != "" && rec[0] != run.pair:
 			return rawRun{}, fmt.Errorf("%s:%d: pair %s after %s: one file holds one run", path, line, rec[0], run.pair)
+		case rec[1] == "":
+			return rawRun{}, fmt.Errorf("%s:%d: no setup (the run's address family, phase and switches)", path, line)
+		case run.setup != "" && rec[1] != run.setup:
+			return rawRun{}, fmt.Errorf("%s:%d: setup %q after %q: one file holds one run", path, line, rec[1], run.setup)
 		}
-		run.pair = rec[0]
-		k := rawRow{rec[1], rec[2], rec[3]}
-		blk, err1 := strconv.Atoi(rec[4])
-		v, err2 := strconv.ParseFloat(rec[7], 64)
-		s, ok := sides[rec[6]]
+		run.pair, run.setup = rec[0], rec[1]
+		k := rawRow{rec[2], rec[3], rec[4]}
+		blk, err1 := strconv.Atoi(rec[5])
+		v, err2 := strconv.ParseFloat(rec[8], 64)
+		s, ok := sides[rec[7]]
 		if err1 != nil || err2 != nil || !ok || blk < 0 || blk > 10000 || !(v > 0) {
 			return rawRun{}, fmt.Errorf("%s:%d: bad phase %q (want a block number, a side A, B, AA1 or AA2, and a value above 0)", path, line, strings.Join(rec, ","))
 		}
@@ -131,6 +137,9 @@ func PoolRaw(files []string, w io.Writer) error {
 		if r.pair != runs[0].pair {
 			return fmt.Errorf("%s paired %s, %s paired %s: pool runs of one command", files[0], runs[0].pair, files[i+1], r.pair)
 		}
+		if r.setup != runs[0].setup {
+			return fmt.Errorf("%s ran with %q, %s with %q: pool runs of one command", files[0], runs[0].setup, files[i+1], r.setup)
+		}
 		if !slices.Equal(r.order, runs[0].order) {
 			return fmt.Errorf("%s and %s have other rows (%v; %v): pool runs of one command", files[0], files[i+1], runs[0].order, r.order)
 		}
@@ -147,8 +156,8 @@ func PoolRaw(files []string, w io.Writer) error {
 	if runs[0].pair != PairBypass {
 		what = "the idle agent (--pair " + runs[0].pair + ") vs no agent"
 	}
-	fmt.Fprintf(w, "%d runs pooled (%s): each run's A/B interval (%s, as it printed it); agree: all share a point; between runs: the standard deviation of the effect beyond the runs' own errors (tau, points) and its share of their spread (I²); pooled: the random-effects estimate across the runs with its 95%% interval (DerSimonian-Laird, Hartung-Knapp: a t quantile with %d degrees of freedom), the same for the A/A rows; a row judges only if its pooled A/A interval holds 0 and is within ±%.0f%%\n\n",
-		len(files), strings.Join(files, ", "), what, len(files)-1, bench.AAMaxHalfWidth)
+	fmt.Fprintf(w, "%d runs pooled (%s; %s): each run's A/B interval (%s, as it printed it); agree: all share a point; between runs: the standard deviation of the effect beyond the runs' own errors (tau, points) and its share of their spread (I²); pooled: the random-effects estimate across the runs with its 95%% interval (DerSimonian-Laird, Hartung-Knapp: a t quantile with %d degrees of freedom), the same for the A/A rows; a row judges only if its pooled A/A interval holds 0 and is within ±%.0f%%\n\n",
+		len(files), strings.Join(files, ", "), runs[0].setup, what, len(files)-1, bench.AAMaxHalfWidth)
 	head := []string{"mode", "path", "metric"}
 	for i := range files {
 		head = append(head, fmt.Sprintf("run %d", i+1))
