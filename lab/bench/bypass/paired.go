@@ -226,9 +226,9 @@ func openRaw(o Options) (raw *csv.Writer, closeRaw func(), err error) {
 
 // rawMode writes a row's phases to raw (nil: nothing), one line per phase
 // in the order it ran: the pair (--pair), the setup (rawSetup), block and
-// quad from 0, side A
-// (the kernel path, or no agent), B, AA1 or AA2 (the bypass, or the idle
-// agent), value the phase's median round trip (us) or goodput (Gbit/s).
+// quad from 0, side A (the kernel path, or no agent), B, AA1 or AA2 (the
+// bypass, or the idle agent), value the phase's median round trip (us) or
+// goodput (Gbit/s).
 func rawMode(raw *csv.Writer, pair, setup string, mode multinode.Mode) func(*pairedRun) error {
 	return func(r *pairedRun) error {
 		if raw == nil {
